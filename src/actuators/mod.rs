@@ -1,0 +1,119 @@
+//! Actuators: the parts that touch the world, chosen by an action's target.
+//!
+//! The act stage hands an approved [`Action`] to the [`ActuatorRegistry`],
+//! which picks the actuator for the action's explicit target, else the
+//! target of the source the request came from, else the configured default.
+//! No actuator is privileged; adding one is a `register` call.
+
+pub mod files;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::action::Action;
+
+/// What an actuator needs from the session it acts for.
+#[derive(Debug, Clone)]
+pub struct ActContext {
+    pub session_id: String,
+    pub cwd: PathBuf,
+    pub cancel: CancellationToken,
+}
+
+/// The outcome of an execution.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActOutput {
+    /// Text for the model (and the person).
+    pub text: String,
+    /// True when the action ran but failed (non-zero exit, I/O error).
+    pub is_error: bool,
+}
+
+impl ActOutput {
+    pub fn ok(text: impl Into<String>) -> Self {
+        ActOutput {
+            text: text.into(),
+            is_error: false,
+        }
+    }
+    pub fn error(text: impl Into<String>) -> Self {
+        ActOutput {
+            text: text.into(),
+            is_error: true,
+        }
+    }
+}
+
+/// Errors that stop an action from running at all. They reach the model as
+/// the tool result; the turn goes on.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ActError {
+    #[error("no actuator for target `{0}`")]
+    UnknownTarget(String),
+    #[error("actuator `{target}` cannot perform {effect}")]
+    Unsupported { target: String, effect: String },
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// Something that performs actions for one target.
+#[async_trait::async_trait]
+pub trait Actuator: Send + Sync {
+    /// The target name this actuator answers to.
+    fn target(&self) -> &str;
+    /// Whether its output should go back to the model as the next
+    /// perception. Messages the person already sees return false.
+    fn feeds_back(&self) -> bool {
+        true
+    }
+    async fn execute(&self, action: &Action, ctx: &ActContext) -> Result<ActOutput, ActError>;
+}
+
+/// Actuators by target.
+#[derive(Clone, Default)]
+pub struct ActuatorRegistry {
+    actuators: BTreeMap<String, Arc<dyn Actuator>>,
+    default_target: Option<String>,
+}
+
+impl ActuatorRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn register(&mut self, actuator: Arc<dyn Actuator>) {
+        self.actuators
+            .insert(actuator.target().to_string(), actuator);
+    }
+
+    pub fn set_default(&mut self, target: impl Into<String>) {
+        self.default_target = Some(target.into());
+    }
+
+    /// Pick the actuator: explicit target, else the source's target, else
+    /// the default.
+    pub fn resolve(
+        &self,
+        explicit: Option<&str>,
+        source: Option<&str>,
+    ) -> Result<Arc<dyn Actuator>, ActError> {
+        let name = explicit
+            .filter(|t| !t.is_empty())
+            .or(source.filter(|t| !t.is_empty()))
+            .or(self.default_target.as_deref())
+            .unwrap_or("");
+        self.actuators
+            .get(name)
+            .cloned()
+            .ok_or_else(|| ActError::UnknownTarget(name.to_string()))
+    }
+
+    pub fn targets(&self) -> impl Iterator<Item = &str> {
+        self.actuators.keys().map(String::as_str)
+    }
+}
