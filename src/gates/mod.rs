@@ -8,3 +8,31 @@
 pub mod verdict;
 
 pub use verdict::{Decision, Verdict};
+
+use std::path::PathBuf;
+
+use crate::action::Action;
+
+/// What gates may know about the surroundings of an action.
+#[derive(Debug, Clone, Default)]
+pub struct GateContext {
+    /// The session's working directory: writes outside it need approval.
+    pub cwd: PathBuf,
+    /// The person's home directory, for `~` and protected paths.
+    pub home: Option<PathBuf>,
+    /// Hosts the network-exfiltration gate lets through without asking.
+    pub network_allow: Vec<String>,
+}
+
+/// A deterministic judge. Pure: no I/O, no clock, same action → same verdict.
+pub trait Gate: Send + Sync {
+    /// Name shown in traces and flight plans.
+    fn name(&self) -> &str;
+    /// Lower runs first; the order only affects how the trace reads, since
+    /// the strictest verdict wins regardless.
+    fn priority(&self) -> i32 {
+        100
+    }
+    /// `None` when the gate has nothing to say about this action.
+    fn check(&self, action: &Action, ctx: &GateContext) -> Option<Verdict>;
+}
