@@ -4,6 +4,13 @@
 
 pub mod action;
 pub mod actuators;
+pub mod agent;
+pub mod cli_run;
+pub mod config;
 pub mod gates;
 pub mod llm;
+pub mod protocol;
+pub mod rpc;
+pub mod server;
+pub mod setup;
 pub mod tools;

@@ -1,1 +1,211 @@
-fn main() {}
+//! The `passepartout` command: the daemon (`serve`), a headless turn
+//! (`run`), and the terminal side of skills, plans and the audit log.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand};
+use passepartout::agent::{turn, Session};
+use passepartout::cli_run::{TerminalApprover, TerminalSink};
+use passepartout::config::{self, Config, Overrides};
+use passepartout::protocol::acp;
+
+#[derive(Parser)]
+#[command(
+    name = "passepartout",
+    version,
+    about = "A local-first, safety-first LLM agent that lives beside Emacs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Clone, Default)]
+struct ConfigFlags {
+    /// Configuration file (default: $XDG_CONFIG_HOME/passepartout/config.toml).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Use this one provider (base URL, e.g. http://127.0.0.1:8080/v1).
+    #[arg(long, global = true)]
+    provider_url: Option<String>,
+    /// Wire format of --provider-url: openai or anthropic.
+    #[arg(long, global = true)]
+    provider_kind: Option<String>,
+    /// Model name for the first provider.
+    #[arg(long, global = true)]
+    model: Option<String>,
+    /// Most reason→act rounds in one turn.
+    #[arg(long, global = true)]
+    max_rounds: Option<u32>,
+    /// Shell sandbox: bwrap (default) or none.
+    #[arg(long, global = true)]
+    sandbox: Option<String>,
+    /// Directory for plans, the audit log and logs.
+    #[arg(long, global = true)]
+    state_dir: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Speak JSON-RPC (ACP) on stdin/stdout; what editors launch.
+    Serve(ConfigFlags),
+    /// Run one turn in the current directory and stream the answer.
+    Run {
+        #[command(flatten)]
+        flags: ConfigFlags,
+        /// What to ask.
+        prompt: String,
+    },
+}
+
+fn overrides(f: &ConfigFlags) -> Result<Overrides, config::ConfigError> {
+    Ok(Overrides {
+        config_file: f.config.clone(),
+        provider_url: f.provider_url.clone(),
+        provider_kind: f
+            .provider_kind
+            .as_deref()
+            .map(config::parse_kind)
+            .transpose()?,
+        model: f.model.clone(),
+        api_key: None,
+        max_rounds: f.max_rounds,
+        sandbox: f
+            .sandbox
+            .as_deref()
+            .map(config::parse_sandbox)
+            .transpose()?,
+        state_dir: f.state_dir.clone(),
+    })
+}
+
+fn init_logging(default: &str) {
+    let filter = std::env::var("PASSEPARTOUT_LOG")
+        .ok()
+        .and_then(|v| tracing_subscriber::EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default));
+    // Logs go to stderr only: stdout carries protocol frames.
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+}
+
+fn load_config(flags: &ConfigFlags) -> Result<Config, String> {
+    let o = overrides(flags).map_err(|e| e.to_string())?;
+    Config::load(&o).map_err(|e| e.to_string())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("passepartout: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Serve(flags) => serve(flags).await,
+            Command::Run { flags, prompt } => run(flags, prompt).await,
+        }
+    })
+}
+
+async fn serve(flags: ConfigFlags) -> ExitCode {
+    init_logging("warn,passepartout=info");
+    let config = match load_config(&flags) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("passepartout: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let env = match passepartout::setup::build_env(config) {
+        Ok(env) => Arc::new(env),
+        Err(e) => {
+            eprintln!("passepartout: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving on stdio");
+    passepartout::server::serve_on(env, tokio::io::stdin(), tokio::io::stdout()).await;
+    ExitCode::SUCCESS
+}
+
+async fn run(flags: ConfigFlags, prompt: String) -> ExitCode {
+    init_logging("warn");
+    let config = match load_config(&flags) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("passepartout: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let env = match passepartout::setup::build_env(config) {
+        Ok(env) => env,
+        Err(e) => {
+            eprintln!("passepartout: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cwd = match std::env::current_dir().and_then(|d| d.canonicalize()) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("passepartout: cannot use the current directory: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let session = Session::new("run", cwd);
+    let cancel = session.begin_turn();
+    let ctrl_c = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            ctrl_c.cancel();
+        }
+    });
+    let result = turn::run_turn(
+        &env,
+        &session,
+        prompt,
+        &TerminalSink,
+        &TerminalApprover,
+        cancel,
+    )
+    .await;
+    println!();
+    match result {
+        Ok(acp::StopReason::EndTurn) => ExitCode::SUCCESS,
+        Ok(other) => {
+            eprintln!(
+                "passepartout: the turn ended early: {}",
+                stop_reason_text(&other)
+            );
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            eprintln!("passepartout: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn stop_reason_text(r: &acp::StopReason) -> &'static str {
+    match r {
+        acp::StopReason::EndTurn => "end of turn",
+        acp::StopReason::MaxTokens => "the model hit its output token limit",
+        acp::StopReason::MaxTurnRequests => {
+            "the round limit was reached (raise it with --max-rounds)"
+        }
+        acp::StopReason::Refusal => "the model refused",
+        acp::StopReason::Cancelled => "cancelled",
+        _ => "unknown reason",
+    }
+}

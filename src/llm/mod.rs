@@ -8,6 +8,9 @@
 //! fragments are reassembled by the provider before a [`StreamEvent::ToolCall`]
 //! is emitted: the loop only ever sees whole calls.
 
+pub mod cascade;
+pub mod config;
+
 use std::pin::Pin;
 
 use futures::Stream;

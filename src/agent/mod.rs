@@ -1,0 +1,131 @@
+//! The agent loop: perceive → reason → act, one file per stage, and
+//! [`turn`] tying them into a small state machine.
+//!
+//! The loop talks to the outside only through traits: a [`TurnSink`] receives
+//! what the person should see (streamed text, tool calls, status), and an
+//! [`Approver`] answers when a gate asks for a person. The daemon implements
+//! both over JSON-RPC; `passepartout run` implements them on the terminal.
+
+pub mod act;
+pub mod perceive;
+pub mod reason;
+pub mod session;
+pub mod turn;
+
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+use crate::action::Action;
+use crate::actuators::ActuatorRegistry;
+use crate::config::Config;
+use crate::gates::engine::GateEngine;
+use crate::gates::{GateContext, Verdict};
+use crate::llm::cascade::Cascade;
+use crate::protocol::{acp, SessionStatus};
+use crate::tools::ToolRegistry;
+
+pub use session::Session;
+
+/// Where a session's updates go.
+pub trait TurnSink: Send + Sync {
+    /// An ACP `session/update` for the session.
+    fn update(&self, update: acp::SessionUpdate);
+    /// The session's state changed (for mode lines).
+    fn status(&self, status: SessionStatus);
+}
+
+/// A question to a person about one action.
+#[derive(Debug, Clone)]
+pub struct ApprovalRequest {
+    pub session_id: String,
+    pub tool_call_id: String,
+    /// The model's own explanation (the text it wrote before the call).
+    pub explanation: String,
+    pub action: Action,
+    pub trace: Vec<Verdict>,
+}
+
+/// A person's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApprovalOutcome {
+    /// Run this action (possibly edited by the person). `hash` is the
+    /// content hash of what the person saw when approving; the last-mile
+    /// check refuses to run anything else.
+    Approved {
+        action: Action,
+        hash: String,
+        by: String,
+    },
+    Rejected {
+        comment: Option<String>,
+        by: String,
+    },
+    /// The turn was cancelled while waiting.
+    Cancelled,
+}
+
+/// Asks a person.
+#[async_trait::async_trait]
+pub trait Approver: Send + Sync {
+    async fn approve(
+        &self,
+        request: ApprovalRequest,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> ApprovalOutcome;
+}
+
+/// The tools, prompt and gates a turn works with.
+#[derive(Clone)]
+pub struct Toolset {
+    pub tools: ToolRegistry,
+    /// Extra system-prompt text (active skills' prompt sections).
+    pub prompt: String,
+    pub gates: Arc<GateEngine>,
+}
+
+/// Gives each turn its toolset (skills may differ per project and reload
+/// between turns).
+pub trait ToolsetSource: Send + Sync {
+    fn toolset(&self, cwd: &Path, user_message: &str) -> Toolset;
+}
+
+/// Shared by every session of a daemon.
+pub struct AgentEnv {
+    pub config: Config,
+    pub models: RwLock<Arc<Cascade>>,
+    pub toolsets: Arc<dyn ToolsetSource>,
+    pub actuators: ActuatorRegistry,
+}
+
+impl AgentEnv {
+    pub fn models(&self) -> Arc<Cascade> {
+        self.models
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn set_models(&self, cascade: Cascade) {
+        *self.models.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(cascade);
+    }
+
+    pub fn gate_context(&self, cwd: &Path) -> GateContext {
+        GateContext {
+            cwd: cwd.to_path_buf(),
+            home: Some(crate::config::home_dir()),
+            network_allow: self.config.network_allow.clone(),
+        }
+    }
+}
+
+/// Tell the sink the session's state, provider and token totals.
+pub(crate) fn report_status(sink: &dyn TurnSink, session: &Session, state: &str) {
+    let usage = session.usage();
+    sink.status(SessionStatus {
+        session_id: session.id.clone(),
+        state: state.into(),
+        provider: session.provider(),
+        input_tokens: usage.input_tokens,
+        output_tokens: usage.output_tokens,
+    });
+}

@@ -1,0 +1,95 @@
+//! Reason: ask the model (through the provider cascade) and stream what it
+//! says to the person as it arrives. Returns the whole answer: text, visible
+//! reasoning, and the tool calls it proposes.
+
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::llm::cascade::{Cascade, CascadeError};
+use crate::llm::{ChatRequest, FinishReason, StreamEvent, ToolCall, Usage};
+use crate::protocol::acp;
+
+use super::TurnSink;
+
+/// One round's answer.
+#[derive(Debug, Clone, Default)]
+pub struct Reasoned {
+    pub provider: String,
+    pub text: String,
+    pub reasoning: String,
+    pub calls: Vec<ToolCall>,
+    pub finish: Option<FinishReason>,
+    pub usage: Usage,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReasonError {
+    #[error("cancelled")]
+    Cancelled,
+    /// No provider answered, or the answer broke off. `partial` holds what
+    /// had streamed (kept in history so nothing is lost).
+    #[error("{message}")]
+    Provider {
+        message: String,
+        partial: Box<Reasoned>,
+    },
+}
+
+pub async fn reason(
+    models: &Cascade,
+    request: &ChatRequest,
+    sink: &dyn TurnSink,
+    cancel: CancellationToken,
+) -> Result<Reasoned, ReasonError> {
+    let answered = match models.stream(request, cancel.clone()).await {
+        Ok(a) => a,
+        Err(CascadeError::Cancelled) => return Err(ReasonError::Cancelled),
+        Err(e) => {
+            return Err(ReasonError::Provider {
+                message: e.to_string(),
+                partial: Box::default(),
+            })
+        }
+    };
+    let mut out = Reasoned {
+        provider: answered.provider.clone(),
+        ..Reasoned::default()
+    };
+    let mut events = answered.events;
+    loop {
+        let next = tokio::select! {
+            _ = cancel.cancelled() => return Err(ReasonError::Cancelled),
+            next = events.next() => next,
+        };
+        match next {
+            None => break,
+            Some(Ok(StreamEvent::TextDelta(t))) => {
+                sink.update(acp::SessionUpdate::AgentMessageChunk(
+                    acp::ContentChunk::new(t.clone().into()),
+                ));
+                out.text.push_str(&t);
+            }
+            Some(Ok(StreamEvent::ReasoningDelta(t))) => {
+                sink.update(acp::SessionUpdate::AgentThoughtChunk(
+                    acp::ContentChunk::new(t.clone().into()),
+                ));
+                out.reasoning.push_str(&t);
+            }
+            Some(Ok(StreamEvent::ToolCall(call))) => out.calls.push(call),
+            Some(Ok(StreamEvent::Usage(u))) => out.usage = u,
+            Some(Ok(StreamEvent::Finish(f))) => {
+                out.finish = Some(f);
+                break;
+            }
+            Some(Err(crate::llm::ProviderError::Cancelled)) => return Err(ReasonError::Cancelled),
+            Some(Err(e)) => {
+                let message = format!("{} (answer from {} broke off)", e, out.provider);
+                return Err(ReasonError::Provider {
+                    message,
+                    partial: Box::new(out),
+                });
+            }
+        }
+    }
+    Ok(out)
+}

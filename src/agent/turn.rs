@@ -1,0 +1,106 @@
+//! One turn: the person's prompt in, the final answer out.
+//!
+//! States: `Perceive` (build the request) → `Reason` (stream the model's
+//! answer) → `Act` (run each proposed call) → back to `Perceive` with the
+//! observations, until the model answers without calls, the round limit is
+//! reached, or the turn is cancelled. Each transition is traced.
+
+use tokio_util::sync::CancellationToken;
+
+use crate::llm::{ChatMessage, FinishReason};
+use crate::protocol::acp;
+
+use super::act::{act, ActEnv, ActStatus};
+use super::reason::{reason, ReasonError};
+use super::{perceive, report_status, AgentEnv, Approver, Session, TurnSink};
+
+/// Why a turn ended without an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum TurnError {
+    /// The provider cascade failed; the message says which providers were
+    /// tried and how to configure one.
+    #[error("{0}")]
+    Provider(String),
+}
+
+/// Run one turn for `prompt` in `session`.
+pub async fn run_turn(
+    env: &AgentEnv,
+    session: &Session,
+    prompt: String,
+    sink: &dyn TurnSink,
+    approver: &dyn Approver,
+    cancel: CancellationToken,
+) -> Result<acp::StopReason, TurnError> {
+    let mut history = session.history.lock().await;
+    let toolset = env.toolsets.toolset(&session.cwd, &prompt);
+    history.push(ChatMessage::user(prompt));
+    let max_rounds = env.config.max_rounds;
+    let result = async {
+        for round in 1..=max_rounds {
+            if cancel.is_cancelled() {
+                return Ok(acp::StopReason::Cancelled);
+            }
+            tracing::debug!(session = %session.id, round, "perceive");
+            let request = perceive::request(&history, &toolset, &session.cwd);
+            report_status(sink, session, "thinking");
+            tracing::debug!(session = %session.id, round, "reason");
+            let models = env.models();
+            let reasoned = match reason(&models, &request, sink, cancel.clone()).await {
+                Ok(r) => r,
+                Err(ReasonError::Cancelled) => return Ok(acp::StopReason::Cancelled),
+                Err(ReasonError::Provider { message, partial }) => {
+                    if !partial.text.is_empty() {
+                        history.push(ChatMessage::assistant(partial.text.clone(), Vec::new()));
+                    }
+                    return Err(TurnError::Provider(message));
+                }
+            };
+            session.add_usage(reasoned.usage);
+            session.set_provider(reasoned.provider.clone());
+            history.push(ChatMessage::assistant(
+                reasoned.text.clone(),
+                reasoned.calls.clone(),
+            ));
+            if reasoned.calls.is_empty() {
+                return Ok(match reasoned.finish {
+                    Some(FinishReason::Length) => acp::StopReason::MaxTokens,
+                    Some(FinishReason::Refusal) => acp::StopReason::Refusal,
+                    _ => acp::StopReason::EndTurn,
+                });
+            }
+            report_status(sink, session, "acting");
+            tracing::debug!(session = %session.id, round, calls = reasoned.calls.len(), "act");
+            let act_env = ActEnv {
+                env,
+                session,
+                toolset: &toolset,
+                sink,
+                approver,
+                cancel: cancel.clone(),
+                explanation: &reasoned.text,
+            };
+            let mut cancelled = false;
+            for call in &reasoned.calls {
+                // Every call gets an answer in the history, even the ones
+                // skipped by a cancel: providers reject dangling calls.
+                if cancelled || cancel.is_cancelled() {
+                    history.push(ChatMessage::tool_result(call.id.clone(), "cancelled", true));
+                    cancelled = true;
+                    continue;
+                }
+                let acted = act(call, &act_env).await;
+                cancelled |= acted.status == ActStatus::Cancelled;
+                history.push(acted.observation.into_message());
+            }
+            if cancelled {
+                return Ok(acp::StopReason::Cancelled);
+            }
+        }
+        tracing::info!(session = %session.id, max_rounds, "round limit reached");
+        Ok(acp::StopReason::MaxTurnRequests)
+    }
+    .await;
+    report_status(sink, session, "idle");
+    result
+}

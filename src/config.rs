@@ -1,0 +1,404 @@
+//! Configuration: defaults, then the TOML file, then environment variables,
+//! then command-line flags (later wins); the editor may add provider settings
+//! and API keys at `initialize`.
+//!
+//! The defaults need no file at all: one local OpenAI-compatible provider at
+//! Ollama's address, the bubblewrap sandbox, ten rounds per turn.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::llm::config::{ProviderConfig, ProviderKind};
+
+/// How shell actions are isolated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxSetting {
+    /// bubblewrap; fail closed when it cannot run.
+    #[default]
+    Bwrap,
+    /// No sandbox at all: only by explicit choice, announced in every result.
+    None,
+}
+
+/// Everything the daemon reads from its configuration.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Providers in cascade order.
+    pub providers: Vec<ProviderConfig>,
+    /// Most reason→act rounds in one turn.
+    pub max_rounds: u32,
+    pub sandbox: SandboxSetting,
+    /// Default time limit for a shell action, in seconds.
+    pub shell_timeout_secs: u64,
+    /// Cap on captured stdout and stderr, each, in bytes.
+    pub output_cap_bytes: usize,
+    /// Hosts network commands may reach without approval.
+    pub network_allow: Vec<String>,
+    /// Where plans, the audit log and logs live.
+    pub state_dir: Option<PathBuf>,
+    /// Where memex notes live.
+    pub memex_dir: Option<PathBuf>,
+    /// The user's skill directory.
+    pub skills_dir: Option<PathBuf>,
+    /// Load the skills embedded in the binary.
+    pub builtin_skills: bool,
+    /// Log file (besides stderr); `None`: stderr only.
+    pub log_file: Option<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            providers: vec![ProviderConfig::default_local()],
+            max_rounds: 10,
+            sandbox: SandboxSetting::Bwrap,
+            shell_timeout_secs: 30,
+            output_cap_bytes: 100 * 1024,
+            network_allow: Vec::new(),
+            state_dir: None,
+            memex_dir: None,
+            skills_dir: None,
+            builtin_skills: true,
+            log_file: None,
+        }
+    }
+}
+
+/// Errors reading the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Values given on the command line (all optional).
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub config_file: Option<PathBuf>,
+    pub provider_url: Option<String>,
+    pub provider_kind: Option<ProviderKind>,
+    pub model: Option<String>,
+    pub api_key: Option<String>,
+    pub max_rounds: Option<u32>,
+    pub sandbox: Option<SandboxSetting>,
+    pub state_dir: Option<PathBuf>,
+}
+
+/// `$XDG_CONFIG_HOME/passepartout`, else `~/.config/passepartout`.
+pub fn config_dir() -> PathBuf {
+    xdg_dir("XDG_CONFIG_HOME", ".config").join("passepartout")
+}
+
+/// `$XDG_STATE_HOME/passepartout`, else `~/.local/state/passepartout`.
+pub fn default_state_dir() -> PathBuf {
+    xdg_dir("XDG_STATE_HOME", ".local/state").join("passepartout")
+}
+
+/// `$XDG_DATA_HOME/passepartout`, else `~/.local/share/passepartout`.
+pub fn default_data_dir() -> PathBuf {
+    xdg_dir("XDG_DATA_HOME", ".local/share").join("passepartout")
+}
+
+fn xdg_dir(var: &str, fallback: &str) -> PathBuf {
+    match std::env::var_os(var) {
+        Some(v) if !v.is_empty() => PathBuf::from(v),
+        _ => home_dir().join(fallback),
+    }
+}
+
+pub fn home_dir() -> PathBuf {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/"))
+}
+
+impl Config {
+    /// Load with the full precedence chain, reading the process environment.
+    pub fn load(cli: &Overrides) -> Result<Config, ConfigError> {
+        let env: BTreeMap<String, String> = std::env::vars()
+            .filter(|(k, _)| k.starts_with("PASSEPARTOUT_"))
+            .collect();
+        Self::load_with(cli, &env)
+    }
+
+    /// Load with an explicit environment (for tests).
+    pub fn load_with(
+        cli: &Overrides,
+        env: &BTreeMap<String, String>,
+    ) -> Result<Config, ConfigError> {
+        let explicit = cli
+            .config_file
+            .clone()
+            .or_else(|| env.get("PASSEPARTOUT_CONFIG").map(PathBuf::from));
+        let mut config = match &explicit {
+            Some(path) => Self::from_file(path)?,
+            None => {
+                let path = config_dir().join("config.toml");
+                if path.exists() {
+                    Self::from_file(&path)?
+                } else {
+                    Config::default()
+                }
+            }
+        };
+        let from_env = Overrides {
+            config_file: None,
+            provider_url: env.get("PASSEPARTOUT_PROVIDER_URL").cloned(),
+            provider_kind: match env.get("PASSEPARTOUT_PROVIDER_KIND") {
+                Some(k) => Some(parse_kind(k)?),
+                None => None,
+            },
+            model: env.get("PASSEPARTOUT_MODEL").cloned(),
+            api_key: env.get("PASSEPARTOUT_API_KEY").cloned(),
+            max_rounds: match env.get("PASSEPARTOUT_MAX_ROUNDS") {
+                Some(v) => Some(v.parse().map_err(|_| {
+                    ConfigError::Invalid(format!(
+                        "PASSEPARTOUT_MAX_ROUNDS must be a whole number, got {v:?}"
+                    ))
+                })?),
+                None => None,
+            },
+            sandbox: match env.get("PASSEPARTOUT_SANDBOX") {
+                Some(v) => Some(parse_sandbox(v)?),
+                None => None,
+            },
+            state_dir: env.get("PASSEPARTOUT_STATE_DIR").map(PathBuf::from),
+        };
+        config.apply(&from_env);
+        config.apply(cli);
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Apply overrides. A provider URL replaces the provider list with that
+    /// one provider; a model or key alone adjusts the first provider.
+    pub fn apply(&mut self, o: &Overrides) {
+        if let Some(url) = &o.provider_url {
+            let kind = o.provider_kind.unwrap_or(ProviderKind::Openai);
+            let mut p = ProviderConfig::default_local();
+            p.name = "cli".into();
+            p.kind = kind;
+            p.base_url = url.clone();
+            if kind == ProviderKind::Anthropic {
+                p.model = "claude-sonnet-4-5".into();
+            }
+            self.providers = vec![p];
+        }
+        if let Some(first) = self.providers.first_mut() {
+            if let Some(model) = &o.model {
+                first.model = model.clone();
+            }
+            if let Some(key) = &o.api_key {
+                first.api_key = Some(key.clone());
+            }
+        }
+        if let Some(n) = o.max_rounds {
+            self.max_rounds = n;
+        }
+        if let Some(s) = o.sandbox {
+            self.sandbox = s;
+        }
+        if let Some(d) = &o.state_dir {
+            self.state_dir = Some(d.clone());
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.providers.is_empty() {
+            return Err(ConfigError::Invalid(
+                "no provider configured: add a [[providers]] table or pass --provider-url".into(),
+            ));
+        }
+        if self.max_rounds == 0 {
+            return Err(ConfigError::Invalid("max_rounds must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.state_dir.clone().unwrap_or_else(default_state_dir)
+    }
+
+    pub fn memex_dir(&self) -> PathBuf {
+        self.memex_dir
+            .clone()
+            .unwrap_or_else(|| default_data_dir().join("memex"))
+    }
+
+    pub fn user_skills_dir(&self) -> PathBuf {
+        self.skills_dir
+            .clone()
+            .unwrap_or_else(|| config_dir().join("skills"))
+    }
+
+    pub fn policy_file(&self) -> PathBuf {
+        config_dir().join("policy.org")
+    }
+}
+
+pub fn parse_kind(s: &str) -> Result<ProviderKind, ConfigError> {
+    match s.to_ascii_lowercase().as_str() {
+        "openai" => Ok(ProviderKind::Openai),
+        "anthropic" => Ok(ProviderKind::Anthropic),
+        other => Err(ConfigError::Invalid(format!(
+            "unknown provider kind {other:?}: use \"openai\" or \"anthropic\""
+        ))),
+    }
+}
+
+pub fn parse_sandbox(s: &str) -> Result<SandboxSetting, ConfigError> {
+    match s {
+        "bwrap" => Ok(SandboxSetting::Bwrap),
+        "none" => Ok(SandboxSetting::None),
+        other => Err(ConfigError::Invalid(format!(
+            "unknown sandbox {other:?}: use \"bwrap\" or \"none\""
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn precedence_is_flags_over_env_over_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.toml");
+        std::fs::write(
+            &file,
+            r#"max_rounds = 4
+[[providers]]
+name = "vllm"
+kind = "openai"
+base_url = "http://10.0.0.1:8000/v1"
+model = "qwen"
+"#,
+        )
+        .unwrap();
+        let cli = Overrides {
+            config_file: Some(file.clone()),
+            ..Default::default()
+        };
+        let c = Config::load_with(&cli, &env(&[])).unwrap();
+        assert_eq!(
+            (
+                c.max_rounds,
+                c.providers[0].name.as_str(),
+                c.providers[0].model.as_str()
+            ),
+            (4, "vllm", "qwen")
+        );
+
+        let c = Config::load_with(
+            &cli,
+            &env(&[
+                ("PASSEPARTOUT_MODEL", "llama"),
+                ("PASSEPARTOUT_MAX_ROUNDS", "6"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!((c.max_rounds, c.providers[0].model.as_str()), (6, "llama"));
+
+        let cli = Overrides {
+            max_rounds: Some(2),
+            model: Some("mistral".into()),
+            ..cli
+        };
+        let c = Config::load_with(
+            &cli,
+            &env(&[
+                ("PASSEPARTOUT_MODEL", "llama"),
+                ("PASSEPARTOUT_MAX_ROUNDS", "6"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            (c.max_rounds, c.providers[0].model.as_str()),
+            (2, "mistral")
+        );
+    }
+
+    #[test]
+    fn a_provider_url_replaces_the_list() {
+        let cli = Overrides {
+            config_file: Some("/nonexistent/none.toml".into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            Config::load_with(&cli, &env(&[])),
+            Err(ConfigError::Read { .. })
+        ));
+        let mut c = Config::default();
+        c.apply(&Overrides {
+            provider_url: Some("http://127.0.0.1:9/v1".into()),
+            ..Default::default()
+        });
+        assert_eq!(c.providers.len(), 1);
+        assert_eq!(c.providers[0].base_url, "http://127.0.0.1:9/v1");
+    }
+
+    #[test]
+    fn bad_values_are_explained() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "max_rounds = \"lots\"\n").unwrap();
+        let err = Config::from_file(&file).unwrap_err().to_string();
+        assert!(
+            err.contains("c.toml") && err.contains("max_rounds"),
+            "{err}"
+        );
+        std::fs::write(&file, "unknown_key = 1\n").unwrap();
+        assert!(Config::from_file(&file)
+            .unwrap_err()
+            .to_string()
+            .contains("unknown_key"));
+        let cli = Overrides {
+            config_file: Some("/dev/null".into()),
+            ..Default::default()
+        };
+        let err = Config::load_with(&cli, &env(&[("PASSEPARTOUT_SANDBOX", "docker")])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown sandbox \"docker\": use \"bwrap\" or \"none\""
+        );
+    }
+
+    #[test]
+    fn the_default_points_at_a_local_server() {
+        let c = Config::default();
+        assert_eq!(c.providers[0].base_url, "http://127.0.0.1:11434/v1");
+        assert_eq!(
+            (c.max_rounds, c.shell_timeout_secs, c.output_cap_bytes),
+            (10, 30, 102400)
+        );
+    }
+}

@@ -1,0 +1,413 @@
+//! The daemon: ACP methods and `_passepartout/...` extensions over one
+//! JSON-RPC connection, many sessions at once.
+//!
+//! Handlers are registered on a jsonrpsee [`RpcModule`]; [`crate::rpc::serve`]
+//! runs each request in its own task, so a long `session/prompt` never blocks
+//! `session/cancel` or a plan decision.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use jsonrpsee::types::{ErrorObject, ErrorObjectOwned, Params};
+use jsonrpsee::RpcModule;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{turn, AgentEnv, ApprovalOutcome, ApprovalRequest, Approver, Session, TurnSink};
+use crate::protocol::{self as proto, acp, ClientSettings, SessionStatus};
+use crate::rpc::message::codes;
+use crate::rpc::Outgoing;
+
+/// Daemon state shared by all handlers.
+pub struct Daemon {
+    pub env: Arc<AgentEnv>,
+    pub out: Outgoing,
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    settings: Mutex<ClientSettings>,
+    /// Tools a person chose "allow always" / "reject always" for, per session.
+    remembered: Mutex<HashMap<String, HashMap<String, bool>>>,
+    next_session: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub fn rpc_error(code: i32, message: impl Into<String>) -> ErrorObjectOwned {
+    ErrorObject::owned(code, message.into(), None::<()>)
+}
+
+fn invalid_params(message: impl Into<String>) -> ErrorObjectOwned {
+    rpc_error(codes::INVALID_PARAMS, message)
+}
+
+impl Daemon {
+    pub fn new(env: Arc<AgentEnv>, out: Outgoing) -> Arc<Daemon> {
+        Arc::new(Daemon {
+            env,
+            out,
+            sessions: Mutex::default(),
+            settings: Mutex::default(),
+            remembered: Mutex::default(),
+            next_session: AtomicU64::new(1),
+        })
+    }
+
+    pub fn session(&self, id: &str) -> Result<Arc<Session>, ErrorObjectOwned> {
+        lock(&self.sessions).get(id).cloned().ok_or_else(|| {
+            invalid_params(format!(
+                "unknown session `{id}`: create one with session/new"
+            ))
+        })
+    }
+
+    /// Cancel every running turn (the client went away).
+    pub fn cancel_all(&self) {
+        for s in lock(&self.sessions).values() {
+            s.cancel();
+        }
+    }
+
+    pub fn uses_flight_plans(&self) -> bool {
+        lock(&self.settings).flight_plans
+    }
+
+    fn initialize(
+        &self,
+        req: acp::InitializeRequest,
+    ) -> Result<acp::InitializeResponse, ErrorObjectOwned> {
+        let settings = proto::client_settings(req.meta.as_ref()).map_err(invalid_params)?;
+        let mut providers = settings
+            .providers
+            .clone()
+            .unwrap_or_else(|| self.env.config.providers.clone());
+        for p in &mut providers {
+            if let Some(key) = settings.api_keys.get(&p.name) {
+                p.api_key = Some(key.clone());
+            }
+        }
+        if settings.providers.is_some() || !settings.api_keys.is_empty() {
+            let cascade = crate::llm::config::build_cascade(&providers)
+                .map_err(|e| invalid_params(format!("provider settings from the editor: {e}")))?;
+            self.env.set_models(cascade);
+        }
+        tracing::info!(
+            client = ?req.client_info.as_ref().map(|c| c.name.clone()),
+            flight_plans = settings.flight_plans,
+            "initialize"
+        );
+        *lock(&self.settings) = settings;
+        let caps = acp::AgentCapabilities::new()
+            .prompt_capabilities(acp::PromptCapabilities::new().embedded_context(true));
+        let mut meta = serde_json::Map::new();
+        meta.insert(
+            "passepartout".into(),
+            serde_json::json!({
+                "version": env!("CARGO_PKG_VERSION"),
+                "providers": providers.iter().map(|p| format!("{} ({})", p.name, p.base_url)).collect::<Vec<_>>(),
+            }),
+        );
+        Ok(
+            acp::InitializeResponse::new(agent_client_protocol_schema::ProtocolVersion::V1)
+                .agent_capabilities(caps)
+                .agent_info(acp::Implementation::new(
+                    "passepartout",
+                    env!("CARGO_PKG_VERSION"),
+                ))
+                .meta(meta),
+        )
+    }
+
+    fn new_session(
+        &self,
+        req: acp::NewSessionRequest,
+    ) -> Result<acp::NewSessionResponse, ErrorObjectOwned> {
+        let cwd: PathBuf = req.cwd;
+        if !cwd.is_absolute() {
+            return Err(invalid_params(format!(
+                "cwd must be an absolute path, got {}",
+                cwd.display()
+            )));
+        }
+        let cwd = cwd
+            .canonicalize()
+            .map_err(|e| invalid_params(format!("cwd {} is not usable: {e}", cwd.display())))?;
+        if !cwd.is_dir() {
+            return Err(invalid_params(format!(
+                "cwd {} is not a directory",
+                cwd.display()
+            )));
+        }
+        let n = self.next_session.fetch_add(1, Ordering::Relaxed);
+        let id = format!("s{n}-{}", std::process::id());
+        tracing::info!(session = %id, cwd = %cwd.display(), "session/new");
+        lock(&self.sessions).insert(id.clone(), Arc::new(Session::new(id.clone(), cwd)));
+        Ok(acp::NewSessionResponse::new(acp::SessionId::new(id)))
+    }
+
+    async fn prompt(
+        self: Arc<Self>,
+        req: acp::PromptRequest,
+    ) -> Result<acp::PromptResponse, ErrorObjectOwned> {
+        let session = self.session(&req.session_id.0)?;
+        let text = prompt_text(&req.prompt);
+        if text.trim().is_empty() {
+            return Err(invalid_params("the prompt has no text"));
+        }
+        let cancel = session.begin_turn();
+        let sink = RpcSink {
+            out: self.out.clone(),
+            session_id: session.id.clone(),
+        };
+        let approver = DaemonApprover {
+            daemon: self.clone(),
+        };
+        let result = turn::run_turn(&self.env, &session, text, &sink, &approver, cancel).await;
+        session.end_turn();
+        match result {
+            Ok(stop) => Ok(acp::PromptResponse::new(stop)),
+            Err(e) => Err(rpc_error(codes::PROVIDER_FAILED, e.to_string())),
+        }
+    }
+
+    fn on_notification(&self, method: &str, params: Value) {
+        match method {
+            proto::SESSION_CANCEL => {
+                match serde_json::from_value::<acp::CancelNotification>(params) {
+                    Ok(n) => match lock(&self.sessions).get(n.session_id.0.as_ref()) {
+                        Some(s) => {
+                            tracing::info!(session = %s.id, "cancel");
+                            s.cancel();
+                        }
+                        None => {
+                            tracing::warn!(session = %n.session_id.0, "cancel for an unknown session")
+                        }
+                    },
+                    Err(e) => tracing::warn!("invalid session/cancel: {e}"),
+                }
+            }
+            other => tracing::debug!(method = other, "ignored notification"),
+        }
+    }
+
+    /// Ask an ACP client through `session/request_permission`.
+    async fn ask_acp_client(
+        &self,
+        request: ApprovalRequest,
+        cancel: CancellationToken,
+    ) -> ApprovalOutcome {
+        let remembered = lock(&self.remembered)
+            .get(&request.session_id)
+            .and_then(|m| m.get(&request.action.tool).copied());
+        match remembered {
+            Some(true) => {
+                let hash = request.action.content_hash();
+                return ApprovalOutcome::Approved {
+                    action: request.action,
+                    hash,
+                    by: "acp-client (allow always)".into(),
+                };
+            }
+            Some(false) => {
+                return ApprovalOutcome::Rejected {
+                    comment: Some("the person chose to always reject this tool".into()),
+                    by: "acp-client".into(),
+                }
+            }
+            None => {}
+        }
+        let reasons: Vec<String> = request
+            .trace
+            .iter()
+            .filter(|v| v.decision != crate::gates::Decision::Allow)
+            .map(|v| format!("{}: {}", v.gate, v.reason))
+            .collect();
+        let fields = acp::ToolCallUpdateFields::new()
+            .title(crate::agent::act::title(
+                &request.action.tool,
+                &request.action.arguments,
+            ))
+            .raw_input(serde_json::to_value(&request.action.effect).unwrap_or(Value::Null))
+            .content(vec![acp::ToolCallContent::from(format!(
+                "Why approval is needed: {}",
+                reasons.join("; ")
+            ))]);
+        let options = vec![
+            acp::PermissionOption::new(
+                acp::PermissionOptionId::new("allow_once"),
+                "Allow once",
+                acp::PermissionOptionKind::AllowOnce,
+            ),
+            acp::PermissionOption::new(
+                acp::PermissionOptionId::new("allow_always"),
+                "Always allow this tool",
+                acp::PermissionOptionKind::AllowAlways,
+            ),
+            acp::PermissionOption::new(
+                acp::PermissionOptionId::new("reject_once"),
+                "Reject",
+                acp::PermissionOptionKind::RejectOnce,
+            ),
+            acp::PermissionOption::new(
+                acp::PermissionOptionId::new("reject_always"),
+                "Always reject this tool",
+                acp::PermissionOptionKind::RejectAlways,
+            ),
+        ];
+        let params = acp::RequestPermissionRequest::new(
+            acp::SessionId::new(request.session_id.clone()),
+            acp::ToolCallUpdate::new(acp::ToolCallId::new(request.tool_call_id.clone()), fields),
+            options,
+        );
+        let answer = tokio::select! {
+            _ = cancel.cancelled() => return ApprovalOutcome::Cancelled,
+            answer = self.out.request(proto::SESSION_REQUEST_PERMISSION, params) => answer,
+        };
+        let response = match answer.map(serde_json::from_value::<acp::RequestPermissionResponse>) {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                return ApprovalOutcome::Rejected {
+                    comment: Some(format!(
+                        "the client's permission answer was unreadable: {e}"
+                    )),
+                    by: "acp-client".into(),
+                }
+            }
+            Err(e) => {
+                return ApprovalOutcome::Rejected {
+                    comment: Some(format!("the client could not be asked: {}", e.message)),
+                    by: "acp-client".into(),
+                }
+            }
+        };
+        let option = match response.outcome {
+            acp::RequestPermissionOutcome::Selected(s) => s.option_id.0.to_string(),
+            _ => return ApprovalOutcome::Cancelled,
+        };
+        let remember = |allow: bool| {
+            lock(&self.remembered)
+                .entry(request.session_id.clone())
+                .or_default()
+                .insert(request.action.tool.clone(), allow);
+        };
+        match option.as_str() {
+            "allow_once" | "allow_always" => {
+                if option == "allow_always" {
+                    remember(true);
+                }
+                let hash = request.action.content_hash();
+                ApprovalOutcome::Approved {
+                    action: request.action,
+                    hash,
+                    by: "acp-client".into(),
+                }
+            }
+            other => {
+                if other == "reject_always" {
+                    remember(false);
+                }
+                ApprovalOutcome::Rejected {
+                    comment: None,
+                    by: "acp-client".into(),
+                }
+            }
+        }
+    }
+}
+
+/// Concatenate the text of a prompt's content blocks.
+fn prompt_text(blocks: &[acp::ContentBlock]) -> String {
+    let mut parts = Vec::new();
+    for block in blocks {
+        match block {
+            acp::ContentBlock::Text(t) => parts.push(t.text.clone()),
+            acp::ContentBlock::ResourceLink(l) => parts.push(format!("[{}]({})", l.name, l.uri)),
+            acp::ContentBlock::Resource(r) => {
+                if let acp::EmbeddedResourceResource::TextResourceContents(t) = &r.resource {
+                    parts.push(format!("Contents of {}:\n{}", t.uri, t.text));
+                }
+            }
+            _ => parts.push("[unsupported content omitted]".into()),
+        }
+    }
+    parts.join("\n\n")
+}
+
+/// Sends a session's updates as ACP notifications.
+pub struct RpcSink {
+    out: Outgoing,
+    session_id: String,
+}
+
+impl TurnSink for RpcSink {
+    fn update(&self, update: acp::SessionUpdate) {
+        self.out.notify(
+            proto::SESSION_UPDATE,
+            acp::SessionNotification::new(acp::SessionId::new(self.session_id.clone()), update),
+        );
+    }
+    fn status(&self, status: SessionStatus) {
+        self.out.notify(proto::EXT_SESSION_STATUS, status);
+    }
+}
+
+struct DaemonApprover {
+    daemon: Arc<Daemon>,
+}
+
+#[async_trait::async_trait]
+impl Approver for DaemonApprover {
+    async fn approve(
+        &self,
+        request: ApprovalRequest,
+        cancel: CancellationToken,
+    ) -> ApprovalOutcome {
+        self.daemon.ask_acp_client(request, cancel).await
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(params: &Params<'_>) -> Result<T, ErrorObjectOwned> {
+    params.parse::<T>()
+}
+
+/// Build the method table.
+pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
+    let mut module = RpcModule::from_arc(daemon);
+    let registered = [
+        module
+            .register_method(proto::INITIALIZE, |p, d, _| d.initialize(parse(&p)?))
+            .map(|_| ()),
+        module
+            .register_method(proto::SESSION_NEW, |p, d, _| d.new_session(parse(&p)?))
+            .map(|_| ()),
+        module
+            .register_async_method(proto::SESSION_PROMPT, |p, d, _| async move {
+                d.prompt(parse(&p)?).await
+            })
+            .map(|_| ()),
+    ];
+    for r in registered {
+        // Names are static and distinct; a clash is a programming error.
+        if let Err(e) = r {
+            tracing::error!("method registration failed: {e}");
+        }
+    }
+    module
+}
+
+/// Serve the daemon on a reader/writer pair until input ends.
+pub async fn serve_on<R, W>(env: Arc<AgentEnv>, reader: R, writer: W)
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (out, rx) = Outgoing::channel();
+    let daemon = Daemon::new(env, out.clone());
+    let notify_daemon = daemon.clone();
+    let on_note: crate::rpc::NotificationHandler =
+        Arc::new(move |m: &str, p: Value| notify_daemon.on_notification(m, p));
+    crate::rpc::serve(reader, writer, out, rx, methods(daemon.clone()), on_note).await;
+    daemon.cancel_all();
+}

@@ -1,0 +1,54 @@
+//! Assembling a working agent from a [`Config`]: providers, toolsets,
+//! gates, actuators. Shared by `serve` and `run`.
+
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+use crate::actuators::files::FilesActuator;
+use crate::actuators::ActuatorRegistry;
+use crate::agent::{AgentEnv, Toolset, ToolsetSource};
+use crate::config::Config;
+use crate::gates::engine::GateEngine;
+use crate::tools::{builtin, ToolRegistry};
+
+/// Errors that stop the agent from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("provider configuration: {0}")]
+    Provider(#[from] crate::llm::ProviderError),
+}
+
+/// Toolsets from the built-in Rust tools only.
+pub struct BuiltinToolsets {
+    gates: Arc<GateEngine>,
+}
+
+impl ToolsetSource for BuiltinToolsets {
+    fn toolset(&self, _cwd: &Path, _user_message: &str) -> Toolset {
+        let mut tools = ToolRegistry::new();
+        builtin::register(&mut tools);
+        Toolset {
+            tools,
+            prompt: String::new(),
+            gates: self.gates.clone(),
+        }
+    }
+}
+
+/// Build the agent environment.
+pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
+    // reqwest is built without a default crypto provider: install ring's.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cascade = crate::llm::config::build_cascade(&config.providers)?;
+    let mut actuators = ActuatorRegistry::new();
+    actuators.register(Arc::new(FilesActuator));
+    let toolsets = Arc::new(BuiltinToolsets {
+        gates: Arc::new(GateEngine::with_builtin_gates()),
+    });
+    Ok(AgentEnv {
+        config,
+        models: RwLock::new(Arc::new(cascade)),
+        toolsets,
+        actuators,
+    })
+}
