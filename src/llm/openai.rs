@@ -239,6 +239,12 @@ impl WireDecoder for OpenAiDecoder {
         }
         let chunk: Value = serde_json::from_str(data)
             .map_err(|e| format!("data line is not JSON ({e}): {}", snippet(data, 120)))?;
+        if !chunk.is_object() {
+            return Err(format!(
+                "data line is not a JSON object: {}",
+                snippet(data, 120)
+            ));
+        }
         if chunk.get("error").is_some_and(|e| !e.is_null()) {
             let message = json_error_message(&chunk).unwrap_or_default();
             return Err(format!("provider reported an error: {message}"));

@@ -27,7 +27,9 @@
 //! ```
 //!
 //! - `open_ai`: each chunk is sent as `data: JSON` followed by a blank line,
-//!   `delay_ms` apart; `done: true` ends with `data: [DONE]`.
+//!   `delay_ms` apart; `done: true` ends with `data: [DONE]`. A chunk that
+//!   is a JSON string is sent verbatim (`data: TEXT`), to script malformed
+//!   lines.
 //! - `anthropic`: each event (which must have a `type`) is sent as
 //!   `event: TYPE` / `data: JSON`, `delay_ms` apart.
 //! - `status`: an error status with a JSON body and an optional
@@ -286,7 +288,10 @@ async fn answer(
 }
 
 fn openai_frame(chunk: &Value) -> Bytes {
-    Bytes::from(format!("data: {chunk}\n\n"))
+    match chunk {
+        Value::String(raw) => Bytes::from(format!("data: {raw}\n\n")),
+        _ => Bytes::from(format!("data: {chunk}\n\n")),
+    }
 }
 
 fn anthropic_frame(event: &Value) -> Bytes {
