@@ -70,9 +70,11 @@ pub struct ProviderConfig {
     /// protocol.
     #[serde(default = "default_true")]
     pub native_tools: bool,
+    /// The longest wait for a TCP (and TLS) connection (0 counts as 1).
     #[serde(default = "default_connect_timeout")]
     pub connect_timeout_secs: u64,
-    /// The longest wait for the response head or for the next chunk.
+    /// The longest wait for the response head or for the next chunk
+    /// (0 counts as 1).
     #[serde(default = "default_idle_timeout")]
     pub idle_timeout_secs: u64,
     /// Retries on this provider before the cascade moves on.
@@ -156,6 +158,26 @@ impl ProviderConfig {
             ProviderKind::OpenAi.default_base_url(),
             "llama3.2",
         )
+    }
+
+    /// An entry for a bare URL and model, as given by `--provider-url` and
+    /// `--model`: Anthropic when the host is `api.anthropic.com` or the URL
+    /// ends in `/v1/messages`, OpenAI-compatible otherwise; named after the
+    /// host.
+    pub fn from_url(base_url: &str, model: &str) -> Self {
+        let trimmed = base_url.trim().trim_end_matches('/');
+        let host = reqwest::Url::parse(trimmed)
+            .ok()
+            .and_then(|url| url.host_str().map(str::to_string))
+            .unwrap_or_else(|| "provider".to_string());
+        let (kind, base) = if let Some(base) = trimmed.strip_suffix("/v1/messages") {
+            (ProviderKind::Anthropic, base)
+        } else if host == "api.anthropic.com" {
+            (ProviderKind::Anthropic, trimmed)
+        } else {
+            (ProviderKind::OpenAi, trimmed)
+        };
+        Self::new(host, kind, base, model)
     }
 
     /// `base_url`, or the kind's default when it is empty.
@@ -266,6 +288,20 @@ mod tests {
             claude.headers.get("x-proxy").map(String::as_str),
             Some("yes")
         );
+    }
+
+    #[test]
+    fn from_url_guesses_the_kind() {
+        let local = ProviderConfig::from_url("http://127.0.0.1:8080/v1/", "qwen3");
+        assert_eq!(local.kind, ProviderKind::OpenAi);
+        assert_eq!(local.name, "127.0.0.1");
+        assert_eq!(local.effective_base_url(), "http://127.0.0.1:8080/v1");
+        assert_eq!(local.model, "qwen3");
+        let claude = ProviderConfig::from_url("https://api.anthropic.com", "claude-x");
+        assert_eq!(claude.kind, ProviderKind::Anthropic);
+        let proxy = ProviderConfig::from_url("http://10.0.0.2:9000/v1/messages", "m");
+        assert_eq!(proxy.kind, ProviderKind::Anthropic);
+        assert_eq!(proxy.effective_base_url(), "http://10.0.0.2:9000");
     }
 
     #[test]
