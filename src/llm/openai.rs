@@ -5,7 +5,7 @@
 //! `"stream": true`; the answer is SSE whose `data:` lines are JSON chunks,
 //! ended by `data: [DONE]`. Tool calls arrive as fragments keyed by `index`
 //! (id and name first, the arguments text in pieces, several calls possibly
-//! interleaved); [`OpenAiDecoder`] reassembles them and emits whole calls just
+//! interleaved); the decoder reassembles them and emits whole calls just
 //! before the single `Finish`. Reasoning text is read from
 //! `reasoning_content` (DeepSeek, vLLM) or `reasoning` (Ollama, OpenRouter).
 
