@@ -17,9 +17,17 @@ async fn check_errors_and_recovery(framing: Framing) {
     // Wrong params: session/new without cwd, then a relative cwd.
     let r = c.request("session/new", json!({ "mcpServers": [] })).await;
     assert_eq!(r["error"]["code"], -32602, "{r}");
-    let r = c.request("session/new", json!({ "cwd": "relative/dir", "mcpServers": [] })).await;
+    let r = c
+        .request(
+            "session/new",
+            json!({ "cwd": "relative/dir", "mcpServers": [] }),
+        )
+        .await;
     assert_eq!(r["error"]["code"], -32602, "{r}");
-    assert!(r["error"]["message"].as_str().unwrap().contains("absolute"), "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("absolute"),
+        "{r}"
+    );
 
     // Not JSON at all.
     match framing {
@@ -27,15 +35,24 @@ async fn check_errors_and_recovery(framing: Framing) {
         Framing::ContentLength => c.send_raw(b"Content-Length: 8\r\n\r\nnot json").await,
     }
     let r = c.read().await.unwrap();
-    assert_eq!((r["error"]["code"].clone(), r["id"].clone()), (json!(-32700), json!(null)), "{r}");
+    assert_eq!(
+        (r["error"]["code"].clone(), r["id"].clone()),
+        (json!(-32700), json!(null)),
+        "{r}"
+    );
 
     // Valid JSON, invalid request (no jsonrpc member).
     c.send(&json!({ "id": 99, "method": "initialize" })).await;
     let r = c.read().await.unwrap();
-    assert_eq!((r["error"]["code"].clone(), r["id"].clone()), (json!(-32600), json!(99)), "{r}");
+    assert_eq!(
+        (r["error"]["code"].clone(), r["id"].clone()),
+        (json!(-32600), json!(99)),
+        "{r}"
+    );
 
     // A batch.
-    c.send(&json!([{ "jsonrpc": "2.0", "id": 1, "method": "initialize" }])).await;
+    c.send(&json!([{ "jsonrpc": "2.0", "id": 1, "method": "initialize" }]))
+        .await;
     assert_eq!(c.read().await.unwrap()["error"]["code"], -32600);
 
     // Still serving: a proper initialize works, null params are accepted by
@@ -43,13 +60,27 @@ async fn check_errors_and_recovery(framing: Framing) {
     let r = c.initialize(json!({ "flightPlans": true })).await;
     assert_eq!(r["result"]["protocolVersion"], 1);
     assert_eq!(r["result"]["agentInfo"]["name"], "passepartout");
-    let r = c.request("session/prompt", json!({ "sessionId": "nope", "prompt": [{ "type": "text", "text": "hi" }] })).await;
+    let r = c
+        .request(
+            "session/prompt",
+            json!({ "sessionId": "nope", "prompt": [{ "type": "text", "text": "hi" }] }),
+        )
+        .await;
     assert_eq!(r["error"]["code"], -32602);
-    assert!(r["error"]["message"].as_str().unwrap().contains("unknown session"), "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown session"),
+        "{r}"
+    );
 
     // End of input is a clean shutdown.
     c.close_stdin();
-    let status = tokio::time::timeout(harness::WAIT, c.child.wait()).await.unwrap().unwrap();
+    let status = tokio::time::timeout(harness::WAIT, c.child.wait())
+        .await
+        .unwrap()
+        .unwrap();
     assert!(status.success(), "{status:?}");
 }
 
@@ -68,14 +99,24 @@ async fn garbage_between_content_length_frames_is_skipped() {
     let home = tempfile::tempdir().unwrap();
     let mut c = Client::spawn(Framing::ContentLength, home.path(), &[]);
     let good = json!({ "jsonrpc": "2.0", "id": 7, "method": "initialize", "params": { "protocolVersion": 1 } }).to_string();
-    let bytes = format!("Content-Length: 5\r\n\r\n{{bad}}garbage line\r\nContent-Length: {}\r\n\r\n{good}", good.len());
+    let bytes = format!(
+        "Content-Length: 5\r\n\r\n{{bad}}garbage line\r\nContent-Length: {}\r\n\r\n{good}",
+        good.len()
+    );
     c.send_raw(bytes.as_bytes()).await;
     let first = c.read().await.unwrap();
     assert_eq!(first["error"]["code"], -32700, "{first}");
     let garbage = c.read().await.unwrap();
     assert_eq!(garbage["error"]["code"], -32700, "{garbage}");
     let reply = c.read().await.unwrap();
-    assert_eq!((reply["id"].clone(), reply["result"]["protocolVersion"].clone()), (json!(7), json!(1)), "{reply}");
+    assert_eq!(
+        (
+            reply["id"].clone(),
+            reply["result"]["protocolVersion"].clone()
+        ),
+        (json!(7), json!(1)),
+        "{reply}"
+    );
 }
 
 #[tokio::test]
@@ -84,7 +125,12 @@ async fn null_params_are_accepted_where_optional() {
     let mut c = Client::spawn(Framing::ContentLength, home.path(), &[]);
     // jsonrpc.el sends "params": null for nil.
     let r = c.request("initialize", json!(null)).await;
-    assert_eq!(r["error"]["code"], -32602, "initialize needs a protocol version: {r}");
-    let r = c.request("initialize", json!({ "protocolVersion": 1, "_meta": null })).await;
+    assert_eq!(
+        r["error"]["code"], -32602,
+        "initialize needs a protocol version: {r}"
+    );
+    let r = c
+        .request("initialize", json!({ "protocolVersion": 1, "_meta": null }))
+        .await;
     assert_eq!(r["result"]["protocolVersion"], 1, "{r}");
 }

@@ -8,7 +8,6 @@
 //! fragments are reassembled by the provider before a [`StreamEvent::ToolCall`]
 //! is emitted: the loop only ever sees whole calls.
 
-
 use std::pin::Pin;
 
 use futures::Stream;

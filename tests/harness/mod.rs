@@ -44,6 +44,10 @@ impl Client {
             .env("XDG_CONFIG_HOME", home.join("config"))
             .env("XDG_STATE_HOME", home.join("state"))
             .env("XDG_DATA_HOME", home.join("data"))
+            .env(
+                "PASSEPARTOUT_LOG",
+                std::env::var("PASSEPARTOUT_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .env_remove("PASSEPARTOUT_PROVIDER_URL")
             .env_remove("PASSEPARTOUT_MODEL")
             .env_remove("PASSEPARTOUT_CONFIG")
@@ -54,7 +58,14 @@ impl Client {
         let mut child = cmd.spawn().expect("spawn passepartout");
         let stdin = child.stdin.take();
         let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        Client { child, stdin, stdout, framing, next_id: 1, backlog: Vec::new() }
+        Client {
+            child,
+            stdin,
+            stdout,
+            framing,
+            next_id: 1,
+            backlog: Vec::new(),
+        }
     }
 
     pub async fn send_raw(&mut self, bytes: &[u8]) {
@@ -78,7 +89,9 @@ impl Client {
 
     /// Read the next message in the client's framing (None at EOF).
     pub async fn read(&mut self) -> Option<Value> {
-        tokio::time::timeout(WAIT, self.read_inner()).await.expect("timed out waiting for a message")
+        tokio::time::timeout(WAIT, self.read_inner())
+            .await
+            .expect("timed out waiting for a message")
     }
 
     async fn read_inner(&mut self) -> Option<Value> {
@@ -88,7 +101,10 @@ impl Client {
                 if self.stdout.read_line(&mut line).await.ok()? == 0 {
                     return None;
                 }
-                Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad line {line:?}: {e}")))
+                Some(
+                    serde_json::from_str(&line)
+                        .unwrap_or_else(|e| panic!("bad line {line:?}: {e}")),
+                )
             }
             Framing::ContentLength => {
                 let mut len = None;
@@ -117,19 +133,25 @@ impl Client {
     pub async fn request(&mut self, method: &str, params: Value) -> Value {
         let id = self.next_id;
         self.next_id += 1;
-        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })).await;
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))
+            .await;
         self.wait_response(id).await
     }
 
     pub async fn start_request(&mut self, method: &str, params: Value) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
-        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })).await;
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))
+            .await;
         id
     }
 
     pub async fn wait_response(&mut self, id: u64) -> Value {
-        if let Some(pos) = self.backlog.iter().position(|m| m.get("id") == Some(&json!(id)) && m.get("method").is_none()) {
+        if let Some(pos) = self
+            .backlog
+            .iter()
+            .position(|m| m.get("id") == Some(&json!(id)) && m.get("method").is_none())
+        {
             return self.backlog.remove(pos);
         }
         loop {
@@ -156,7 +178,8 @@ impl Client {
     }
 
     pub async fn notify(&mut self, method: &str, params: Value) {
-        self.send(&json!({ "jsonrpc": "2.0", "method": method, "params": params })).await;
+        self.send(&json!({ "jsonrpc": "2.0", "method": method, "params": params }))
+            .await;
     }
 
     pub async fn initialize(&mut self, meta: Value) -> Value {
@@ -168,21 +191,31 @@ impl Client {
     }
 
     pub async fn new_session(&mut self, cwd: &Path) -> String {
-        let r = self.request("session/new", json!({ "cwd": cwd, "mcpServers": [] })).await;
-        r["result"]["sessionId"].as_str().unwrap_or_else(|| panic!("session/new failed: {r}")).to_string()
+        let r = self
+            .request("session/new", json!({ "cwd": cwd, "mcpServers": [] }))
+            .await;
+        r["result"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("session/new failed: {r}"))
+            .to_string()
     }
 
     /// All `session/update`s of kind `kind` seen so far in the backlog.
     pub fn updates(&self, kind: &str) -> Vec<Value> {
         self.backlog
             .iter()
-            .filter(|m| m["method"] == "session/update" && m["params"]["update"]["sessionUpdate"] == kind)
+            .filter(|m| {
+                m["method"] == "session/update" && m["params"]["update"]["sessionUpdate"] == kind
+            })
             .map(|m| m["params"]["update"].clone())
             .collect()
     }
 
     /// The concatenated agent message text seen so far.
     pub fn message_text(&self) -> String {
-        self.updates("agent_message_chunk").iter().filter_map(|u| u["content"]["text"].as_str()).collect()
+        self.updates("agent_message_chunk")
+            .iter()
+            .filter_map(|u| u["content"]["text"].as_str())
+            .collect()
     }
 }
