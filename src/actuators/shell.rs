@@ -20,7 +20,8 @@ use crate::sandbox::runner::{self, RunError, RunLimits, RunOutcome};
 use super::{ActContext, ActError, ActOutput, Actuator};
 
 /// The first line of every unsandboxed result.
-pub const UNSANDBOXED_WARNING: &str = "WARNING: ran WITHOUT a sandbox (sandbox = \"none\" in config)";
+pub const UNSANDBOXED_WARNING: &str =
+    "WARNING: ran WITHOUT a sandbox (sandbox = \"none\" in config)";
 
 /// How commands are isolated. The safe choice is the default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -59,8 +60,9 @@ pub struct ShellActuator {
 }
 
 impl ShellActuator {
-    /// An actuator for this machine: probes the sandbox (once per process)
-    /// and the system layout.
+    /// An actuator for this machine: probes the sandbox (once per process;
+    /// a trial bwrap run of a few milliseconds, blocking) and the system
+    /// layout. Build it at startup, before serving requests.
     pub fn new(mode: SandboxMode, limits: RunLimits) -> Self {
         Self::with_status(mode, limits, probe::probe(), SystemLayout::probe())
     }
@@ -122,7 +124,9 @@ impl ShellActuator {
             ctx.cancel.clone(),
         )
         .await
-        .map_err(|e| ActError::Unavailable(unavailable_message(&e.to_string(), probe::INSTALL_FIX)))?;
+        .map_err(|e| {
+            ActError::Unavailable(unavailable_message(&e.to_string(), probe::INSTALL_FIX))
+        })?;
         finish(outcome, None)
     }
 
@@ -164,9 +168,9 @@ impl ShellActuator {
         .await;
         match outcome {
             Ok(outcome) => finish(outcome, Some(UNSANDBOXED_WARNING)),
-            Err(e @ (RunError::Spawn { .. } | RunError::Wait { .. })) => Ok(ActOutput::error(
-                format!("{UNSANDBOXED_WARNING}\n{e}"),
-            )),
+            Err(e @ (RunError::Spawn { .. } | RunError::Wait { .. })) => {
+                Ok(ActOutput::error(format!("{UNSANDBOXED_WARNING}\n{e}")))
+            }
         }
     }
 }

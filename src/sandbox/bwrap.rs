@@ -16,9 +16,12 @@
 //!   `/dev/null`. A curated list of `/etc` files breaks real programs in
 //!   ways that are hard to diagnose (Debian's `/etc/alternatives` holds the
 //!   links behind `python`, `editor`, `awk`; `ld.so.cache`, TLS roots,
-//!   locale, `gitconfig`, `passwd` for `id`/`ssh`), and what is secret in
-//!   `/etc` is either protected by file modes or masked here. Nothing in
-//!   `/etc` can be changed.
+//!   locale, `gitconfig`, `passwd` for `id`/`ssh`). What is secret in
+//!   `/etc` is protected by file modes from an unprivileged user, but not
+//!   from an agent run as root (uid 0 outside stays the owner inside), so
+//!   the known secrets (shadow files, sudoers, SSH host keys) are covered
+//!   with `/dev/null`, which cannot even be opened there (mounts made in a
+//!   user namespace are `nodev`). Nothing in `/etc` can be changed.
 //! - Fresh `/proc` and `/dev`, a private tmpfs on `/tmp`, and `HOME` in a
 //!   directory of that tmpfs: dotfiles tools write (caches, histories) vanish
 //!   with the run instead of littering the project, and the real home
@@ -207,9 +210,7 @@ impl SystemLayout {
 pub enum SpecError {
     #[error("interpreter `{0}` is not allowed; use one of: bash, sh, python3")]
     Interpreter(String),
-    #[error(
-        "environment variable name `{0}` is invalid: names must match [A-Za-z_][A-Za-z0-9_]*"
-    )]
+    #[error("environment variable name `{0}` is invalid: names must match [A-Za-z_][A-Za-z0-9_]*")]
     EnvName(String),
     #[error(
         "environment variable `{0}` is reserved: the sandbox sets it, or it would make the \
@@ -315,7 +316,11 @@ pub fn interpreter_command(
             what: format!("argument {}", i + 1),
         });
     }
-    let mut cmd = vec![interpreter.to_string(), "-c".to_string(), script.to_string()];
+    let mut cmd = vec![
+        interpreter.to_string(),
+        "-c".to_string(),
+        script.to_string(),
+    ];
     if interpreter != "python3" {
         cmd.push(interpreter.to_string());
     }
@@ -433,7 +438,14 @@ mod tests {
         "/etc",
     ];
     const FS: &[&str] = &[
-        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/tmp/home",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--dir",
+        "/tmp/home",
     ];
     const BASE_ENV: &[&str] = &[
         "--clearenv",
@@ -571,8 +583,21 @@ mod tests {
                 "ALL",
             ],
             &[
-                "--ro-bind", "/usr", "/usr", "--ro-bind", "/bin", "/bin", "--ro-bind", "/lib",
-                "/lib", "--ro-bind", "/etc", "/etc", "--ro-bind", "/opt", "/opt",
+                "--ro-bind",
+                "/usr",
+                "/usr",
+                "--ro-bind",
+                "/bin",
+                "/bin",
+                "--ro-bind",
+                "/lib",
+                "/lib",
+                "--ro-bind",
+                "/etc",
+                "/etc",
+                "--ro-bind",
+                "/opt",
+                "/opt",
             ],
             &[
                 "--ro-bind",
@@ -659,7 +684,14 @@ mod tests {
 
     #[test]
     fn rejects_reserved_env_names() {
-        for name in ["PATH", "HOME", "BASH_ENV", "ENV", "LD_PRELOAD", "PYTHONSTARTUP"] {
+        for name in [
+            "PATH",
+            "HOME",
+            "BASH_ENV",
+            "ENV",
+            "LD_PRELOAD",
+            "PYTHONSTARTUP",
+        ] {
             let mut s = spec("bash", "true");
             s.env.insert(name.into(), "v".into());
             assert_eq!(

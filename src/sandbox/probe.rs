@@ -284,7 +284,10 @@ mod tests {
         let status = probe_with(Path::new("/nonexistent/bwrap"));
         match status {
             SandboxStatus::Unavailable { reason, fix } => {
-                assert!(reason.starts_with("cannot run `/nonexistent/bwrap`: "), "{reason}");
+                assert!(
+                    reason.starts_with("cannot run `/nonexistent/bwrap`: "),
+                    "{reason}"
+                );
                 assert_eq!(fix, INSTALL_FIX);
             }
             other => panic!("expected Unavailable, got {other:?}"),
@@ -298,7 +301,10 @@ mod tests {
             max_user_namespaces: Some(63000),
             apparmor_restrict_unprivileged_userns: Some(1),
         };
-        let (reason, fix) = classify_failure("bwrap: loopback: Failed RTM_NEWADDR: Operation not permitted", &sysctls);
+        let (reason, fix) = classify_failure(
+            "bwrap: loopback: Failed RTM_NEWADDR: Operation not permitted",
+            &sysctls,
+        );
         assert_eq!(
             reason,
             "bubblewrap cannot create the namespaces it needs; bwrap said: bwrap: loopback: \
@@ -359,7 +365,8 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("sys/kernel")).unwrap();
         std::fs::create_dir_all(dir.path().join("sys/user")).unwrap();
         std::fs::write(
-            dir.path().join("sys/kernel/apparmor_restrict_unprivileged_userns"),
+            dir.path()
+                .join("sys/kernel/apparmor_restrict_unprivileged_userns"),
             "1\n",
         )
         .unwrap();

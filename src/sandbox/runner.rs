@@ -406,7 +406,11 @@ mod tests {
             let mut c = Capture::new(keep);
             c.push(text.as_bytes());
             let total = text.len() as u64;
-            assert_eq!(c.finish(), ("a".to_string(), total - 1), "{text} cut at {keep}");
+            assert_eq!(
+                c.finish(),
+                ("a".to_string(), total - 1),
+                "{text} cut at {keep}"
+            );
         }
         // A whole character at the cap is kept.
         let mut c = Capture::new(4);
