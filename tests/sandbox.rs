@@ -373,6 +373,40 @@ async fn runner_kills_the_whole_process_group() {
 }
 
 #[tokio::test]
+async fn background_jobs_end_with_the_command() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = vec![
+        "-c".to_string(),
+        "sleep 1000 & echo $! > child.pid; echo started".to_string(),
+    ];
+    let started = Instant::now();
+    let outcome = runner::run(
+        "bash",
+        &args,
+        dir.path(),
+        None,
+        &RunLimits::default(),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!outcome.timed_out);
+    assert_eq!(outcome.render(), "exit code: 0\nstdout:\nstarted\n");
+    let pid: u32 = std::fs::read_to_string(dir.path().join("child.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    eventually("the background job outlived the command", || !is_alive(pid)).await;
+}
+
+#[tokio::test]
 async fn ten_megabytes_of_output_keep_memory_flat() {
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
@@ -626,6 +660,68 @@ async fn missing_bwrap_fails_closed_with_reason_and_fix() {
         )))
     );
     assert!(!dir.path().join("ran").exists());
+}
+
+/// A stand-in for bwrap that reports a version and then behaves as told.
+fn fake_bwrap(dir: &Path, trial: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("bwrap");
+    let script = format!(
+        "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'bubblewrap 9.9.9'; exit 0; fi\n{trial}\n"
+    );
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn namespace_failure_in_the_trial_fails_closed_quoting_bwrap() {
+    let _serial = SERIAL.lock().await;
+    let bin = tempfile::tempdir().unwrap();
+    let failing = fake_bwrap(
+        bin.path(),
+        "echo 'bwrap: setting up uid map: Permission denied' >&2; exit 1",
+    );
+    let status = probe_with(&failing);
+    let SandboxStatus::Unavailable { reason, fix } = status.clone() else {
+        panic!("a failing trial cannot be available: {status:?}");
+    };
+    assert_eq!(
+        reason,
+        "bubblewrap cannot create the namespaces it needs; bwrap said: bwrap: setting up uid \
+         map: Permission denied"
+    );
+    // Which knob is named depends on this kernel; some fix always is.
+    assert!(fix.contains("sysctl") || fix.contains("container"), "{fix}");
+
+    let shell = ShellActuator::with_status(
+        SandboxMode::Bwrap,
+        RunLimits::default(),
+        status,
+        SystemLayout::probe(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let Err(ActError::Unavailable(msg)) = shell
+        .execute(&run_action("touch ran"), &ctx(dir.path()))
+        .await
+    else {
+        panic!("expected a fail-closed error");
+    };
+    assert!(
+        msg.contains("bwrap said: bwrap: setting up uid map"),
+        "{msg}"
+    );
+    assert!(msg.contains(&fix), "{msg}");
+    assert!(!dir.path().join("ran").exists());
+
+    let working = fake_bwrap(bin.path(), "exit 0");
+    assert_eq!(
+        probe_with(&working),
+        SandboxStatus::Available {
+            bwrap: working.clone(),
+            version: "9.9.9".into()
+        }
+    );
 }
 
 #[tokio::test]

@@ -4,8 +4,8 @@
 //! given (bwrap with its arguments, or an interpreter directly) and keeps
 //! its promises about resources. The program leads its own process group,
 //! so a timeout or a cancellation kills everything it started, not just the
-//! first process; whatever is left in the group when the run ends is killed
-//! too. Output is drained to the end but only the first `output_cap` bytes
+//! first process; whatever is left in the group when the program exits is
+//! killed too. Output is drained to the end but only the first `output_cap` bytes
 //! of each stream are kept, so memory stays flat however much a command
 //! prints.
 
@@ -179,11 +179,19 @@ pub async fn run(
         Cancelled,
     }
     let ending = {
+        // When the program exits, what it left running in its group dies
+        // with it (as bwrap's pid namespace does), so a background job
+        // holding the pipes cannot keep the run open until the timeout.
+        let wait_then_reap = async {
+            let status = child.wait().await;
+            group.kill();
+            status
+        };
         let work = async {
             let (_, _, status) = tokio::join!(
                 drain(&mut out_pipe, &mut out),
                 drain(&mut err_pipe, &mut err),
-                child.wait()
+                wait_then_reap
             );
             status
         };
