@@ -6,13 +6,13 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use crate::actuators::files::FilesActuator;
+use crate::actuators::shell::{SandboxMode, ShellActuator};
 use crate::actuators::ActuatorRegistry;
 use crate::agent::{AgentEnv, Toolset, ToolsetSource};
-use crate::actuators::shell::{SandboxMode, ShellActuator};
 use crate::config::{Config, SandboxSetting};
+use crate::gates::engine::GateEngine;
 use crate::protocol::SandboxReport;
 use crate::sandbox::runner::RunLimits;
-use crate::gates::engine::GateEngine;
 use crate::tools::{builtin, ToolRegistry};
 
 /// Errors that stop the agent from starting.
@@ -80,7 +80,9 @@ fn sandbox_report(shell: &ShellActuator) -> SandboxReport {
     match shell.mode() {
         SandboxMode::Unsandboxed => SandboxReport {
             available: true,
-            message: "shell actions run WITHOUT a sandbox (sandbox = \"none\"); every result says so".into(),
+            message:
+                "shell actions run WITHOUT a sandbox (sandbox = \"none\"); every result says so"
+                    .into(),
         },
         SandboxMode::Bwrap => SandboxReport {
             available: status.is_available(),
