@@ -40,7 +40,10 @@ pub enum PlanParseError {
          right before `#+begin_src`)"
     )]
     MissingActionBlock,
-    #[error("line {line}: the action block is never closed (no `#+end_src`)")]
+    #[error(
+        "line {line}: the action block is never closed: `#+end_src` is missing, or a line in \
+         it starts with `*` or `#+` (write `,*` or `,#+` for those)"
+    )]
     UnterminatedActionBlock { line: usize },
     #[error("lines {first} and {second}: two blocks are named `{ACTION_BLOCK_NAME}`; keep one")]
     DuplicateActionBlock { first: usize, second: usize },

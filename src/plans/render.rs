@@ -100,16 +100,18 @@ pub fn render(plan: &FlightPlan) -> String {
     if plan.trace.is_empty() {
         out.push_str("No gate objected.\n\n");
     } else {
-        out.push_str("| gate | decision | reason |\n|------+----------+--------|\n");
-        for v in &plan.trace {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} |",
-                table_cell(&v.gate),
-                v.decision,
-                table_cell(&v.reason)
-            );
-        }
+        let rows = plan
+            .trace
+            .iter()
+            .map(|v| {
+                vec![
+                    table_cell(&v.gate),
+                    v.decision.to_string(),
+                    table_cell(&v.reason),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&["gate", "decision", "reason"], rows));
         out.push('\n');
     }
     let _ = writeln!(
@@ -275,19 +277,22 @@ fn describe_effect(action: &Action) -> String {
                      environment variables (never spliced into its text); they are shown \
                      for reference and cannot be edited here.\n\n",
                 );
-                out.push_str("| variable | value |\n|----------+-------|\n");
-                for (name, value) in env {
-                    let _ = writeln!(out, "| {} | {} |", table_cell(name), table_cell(value));
-                }
+                let rows = env
+                    .iter()
+                    .map(|(name, value)| vec![table_cell(name), table_cell(value)])
+                    .collect();
+                out.push_str(&table(&["variable", "value"], rows));
             }
             if !argv.is_empty() {
                 out.push_str(
                     "\nArguments (=$1=, =$2=, …), shown for reference, not editable here:\n\n",
                 );
-                out.push_str("| # | argument |\n|---+----------|\n");
-                for (i, arg) in argv.iter().enumerate() {
-                    let _ = writeln!(out, "| {} | {} |", i + 1, table_cell(arg));
-                }
+                let rows = argv
+                    .iter()
+                    .enumerate()
+                    .map(|(i, arg)| vec![(i + 1).to_string(), table_cell(arg)])
+                    .collect();
+                out.push_str(&table(&["#", "argument"], rows));
             }
         }
         Effect::WriteFile { content, .. } => {
@@ -311,15 +316,11 @@ fn describe_effect(action: &Action) -> String {
                      (never spliced into its text); they are shown for reference and cannot \
                      be edited here.\n\n",
                 );
-                out.push_str("| variable | value |\n|----------+-------|\n");
-                for (name, value) in bindings {
-                    let _ = writeln!(
-                        out,
-                        "| {} | {} |",
-                        table_cell(name),
-                        table_cell(&value.to_string())
-                    );
-                }
+                let rows = bindings
+                    .iter()
+                    .map(|(name, value)| vec![table_cell(name), table_cell(&value.to_string())])
+                    .collect();
+                out.push_str(&table(&["variable", "value"], rows));
             }
         }
         Effect::Message { .. } => out.push_str("Shows you this message.\n"),
@@ -452,6 +453,33 @@ fn one_line(text: &str) -> String {
         .collect()
 }
 
+/// An Org table with a header rule, columns padded as Org would align
+/// them (by characters), so it reads well outside Emacs too. Cells must
+/// already be [`table_cell`]-safe.
+fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c}{}", " ".repeat(w - c.chars().count())))
+            .collect();
+        format!("| {} |\n", padded.join(" | "))
+    };
+    let mut out = line(header.to_vec());
+    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(w + 2)).collect();
+    out.push_str(&format!("|{}|\n", rule.join("+")));
+    for row in &rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
 /// Text safe inside an Org table cell: one line, `|` shown as an entity.
 fn table_cell(text: &str) -> String {
     let flat: String = text
@@ -499,6 +527,10 @@ mod tests {
     #[test]
     fn table_cells_stay_in_their_cell() {
         assert_eq!(table_cell("a|b\nc"), "a\\vert{}b⏎c");
+        assert_eq!(
+            table(&["gate", "x"], vec![vec!["é".into(), "long value".into()]]),
+            "| gate | x          |\n|------+------------|\n| é    | long value |\n"
+        );
     }
 
     #[test]
