@@ -427,6 +427,18 @@ fn bad_edits_are_refused_with_line_numbers() {
             line: line_of("#+begin_src bash", &org)
         })
     );
+    // A person's unescaped heading line inside the block ends it early.
+    let heading = org.replace("-i\nls\n", "-i\n* ls\n");
+    assert_eq!(
+        parse_edited(&plan, &heading),
+        Err(E::UnterminatedActionBlock {
+            line: line_of("#+begin_src bash", &org)
+        })
+    );
+    assert_eq!(
+        parse_edited(&plan, &org.replace("-i\nls\n", "-i\n,* ls\n")).map(|a| a.effect),
+        Ok(run("* ls\n").effect)
+    );
     let twice = format!("{org}\n#+NAME: action\n#+begin_src bash -i\nrm -rf /\n#+end_src\n");
     assert_eq!(
         parse_edited(&plan, &twice),
@@ -1079,6 +1091,74 @@ mod cli {
         assert!(
             out.starts_with("error: which plan? give its id\n\n"),
             "{out}"
+        );
+    }
+}
+
+/// Emacs's own Org must read the action block as the same text, and a
+/// round trip through `C-c '` (org-edit-special) must leave it unchanged.
+#[test]
+fn emacs_org_reads_the_action_block_the_same_way() {
+    let emacs_works = std::process::Command::new("emacs")
+        .args(["-batch", "-Q", "--eval", "(princ \"ok\")"])
+        .output()
+        .is_ok_and(|o| o.stdout == b"ok");
+    if !emacs_works {
+        eprintln!("SKIPPED: no working `emacs` on PATH; Org compatibility not checked");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut cases = vec![];
+    for (i, text) in TRICKY_TEXTS.iter().enumerate() {
+        for kind in ["bash", "python", "write"] {
+            let plan = fixed_plan(effect_of(kind, text), "* why\n#+end_src");
+            let path = dir.path().join(format!("{kind}-{i}.org"));
+            std::fs::write(&path, render(&plan)).unwrap();
+            cases.push((plan, path, text.to_string()));
+        }
+    }
+    let script = r#"
+(require 'org)
+(require 'org-element)
+(setq coding-system-for-write 'utf-8-unix)
+(setq coding-system-for-read 'utf-8-unix)
+(dolist (file command-line-args-left)
+  (with-current-buffer (find-file-noselect file)
+    (org-mode)
+    (org-babel-goto-named-src-block "action")
+    (let ((value (org-element-property :value (org-element-at-point))))
+      (with-temp-file (concat file ".value") (insert value)))
+    (org-edit-special)
+    (goto-char (point-max))
+    (insert "x")
+    (delete-char -1)
+    (org-edit-src-exit)
+    (write-region (point-min) (point-max) (concat file ".after"))))
+(setq command-line-args-left nil)
+"#;
+    let script_path = dir.path().join("check.el");
+    std::fs::write(&script_path, script).unwrap();
+    let output = std::process::Command::new("emacs")
+        .args(["-batch", "-Q", "-l"])
+        .arg(&script_path)
+        .args(cases.iter().map(|(_, p, _)| p.clone()))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "emacs failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for (plan, path, text) in &cases {
+        let value = std::fs::read_to_string(path.with_extension("org.value")).unwrap();
+        // Org's value ends with the block's final line break; ours does not.
+        assert_eq!(value, format!("{text}\n"), "{}", path.display());
+        let after = std::fs::read_to_string(path.with_extension("org.after")).unwrap();
+        assert_eq!(
+            parse_edited(plan, &after).unwrap(),
+            plan.action,
+            "{}",
+            path.display()
         );
     }
 }

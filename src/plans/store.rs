@@ -402,7 +402,11 @@ impl PlanStore {
                 at,
                 edited,
             });
-            self.save(&plan)?;
+            if let Err(e) = self.save(&plan) {
+                // Nothing was decided after all: let the next decider in.
+                let _ = fs::remove_file(&marker);
+                return Err(e);
+            }
             return Ok(DecisionOutcome {
                 approved: approve,
                 action,
