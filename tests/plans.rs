@@ -503,6 +503,19 @@ mod store {
         let plan = new_plan("ls");
         PlanStore::new(dir.path()).create(&plan).unwrap();
 
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode =
+                |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+            let store = PlanStore::new(dir.path());
+            assert_eq!(mode(&store.json_path(&plan.id)), 0o600);
+            assert_eq!(mode(&store.org_path(&plan.id)), 0o600);
+            let nested = PlanStore::new(dir.path().join("state/plans"));
+            nested.create(&new_plan("ls")).unwrap();
+            assert_eq!(mode(nested.dir()), 0o700);
+        }
+
         let other = PlanStore::new(dir.path());
         assert_eq!(other.pending().unwrap(), vec![plan.clone()]);
         assert_eq!(other.load(&plan.id).unwrap(), plan);

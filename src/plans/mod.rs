@@ -3,7 +3,7 @@
 //!
 //! A [`FlightPlan`] carries the exact [`Action`], the model's own words about
 //! why it wants it, and the gate trace that explains why a person is asked.
-//! It is rendered as an Org document ([`render`]), read back after a person
+//! It is rendered as an Org document ([`render()`]), read back after a person
 //! edited it ([`parse`]), kept on disk so nothing is lost when Emacs or the
 //! daemon goes away ([`store`]), and can be decided from a terminal
 //! ([`cli`]). The plan's `hash` is the action's content hash when it was

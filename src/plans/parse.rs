@@ -9,7 +9,7 @@
 //! text replaced. The model's raw `arguments` are kept as they were; what
 //! runs is the effect.
 //!
-//! The body follows the convention of [`super::render`]: comma escapes are
+//! The body follows the convention of [`mod@super::render`]: comma escapes are
 //! undone and the final line break before `#+end_src` is dropped.
 
 use std::path::PathBuf;

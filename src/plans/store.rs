@@ -195,7 +195,9 @@ impl PlanStore {
     /// this before asking anyone.
     pub fn create(&self, plan: &FlightPlan) -> Result<(), StoreError> {
         check_id(&plan.id)?;
-        fs::create_dir_all(&self.dir).map_err(|e| io_err(&self.dir, e))?;
+        private_dir_builder()
+            .create(&self.dir)
+            .map_err(|e| io_err(&self.dir, e))?;
         let json_path = self.json_path(&plan.id);
         if json_path.exists() {
             return Err(StoreError::AlreadyExists(plan.id.clone()));
@@ -590,10 +592,29 @@ fn record_bytes(plan: &FlightPlan) -> Vec<u8> {
 }
 
 fn create_marker(path: &Path, contents: &[u8]) -> io::Result<()> {
-    let mut file = OpenOptions::new().write(true).create_new(true).open(path)?;
+    let mut file = private_file_options().open(path)?;
     file.write_all(contents)?;
     file.sync_all()?;
     sync_dir(path)
+}
+
+/// Plans hold scripts and their parameters, which may be private: the
+/// directory is created for its owner only (parents as usual).
+fn private_dir_builder() -> fs::DirBuilder {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder
+}
+
+/// Options for a new file only its owner can read, refusing to reuse a name.
+fn private_file_options() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
 }
 
 fn is_older_than(path: &Path, age: Duration) -> bool {
@@ -620,9 +641,7 @@ fn write_atomic(path: &Path, bytes: &[u8], replace: bool) -> Result<(), StoreErr
         COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
     let result = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
+        let mut file = private_file_options()
             .open(&tmp)
             .map_err(|e| io_err(&tmp, e))?;
         file.write_all(bytes).map_err(|e| io_err(&tmp, e))?;
