@@ -47,8 +47,8 @@ pub fn render(plan: &FlightPlan) -> String {
         out,
         "* {} {}: {}",
         plan.status.org_keyword(),
-        one_line(&action.tool),
-        summary(action)
+        defang_links(&one_line(&action.tool)),
+        defang_links(&one_line(&summary(action)))
     );
     out.push_str(":PROPERTIES:\n");
     for (key, value) in [
@@ -69,9 +69,11 @@ pub fn render(plan: &FlightPlan) -> String {
     if plan.explanation.trim().is_empty() {
         out.push_str("The model gave no explanation before this call.\n\n");
     } else {
-        out.push_str("In the model's own words:\n\n");
-        out.push_str(&escape_prose(plan.explanation.trim_matches('\n')));
-        out.push_str("\n\n");
+        // Verbatim: the model's text can then neither add structure nor
+        // offer links (Org activates none inside an example block).
+        out.push_str("In the model's own words:\n\n#+begin_example\n");
+        out.push_str(&escape_block_body(plan.explanation.trim_matches('\n')));
+        out.push_str("\n#+end_example\n\n");
     }
 
     out.push_str("** Action\n");
@@ -240,6 +242,15 @@ fn pretty_json(value: &Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
 }
 
+/// Read-only values as a JSON source block: exact for any text (line
+/// breaks, `|`), and inert (Org activates no links inside a block).
+fn reference_block(value: &Value) -> String {
+    format!(
+        "#+begin_src json -i\n{}\n#+end_src\n",
+        escape_block_body(&pretty_json(value))
+    )
+}
+
 /// A path as a `:path` header value: always a JSON string, so spaces,
 /// colons and even line breaks survive the trip through a header line.
 fn quote_path(path: &str) -> String {
@@ -273,26 +284,18 @@ fn describe_effect(action: &Action) -> String {
             );
             if !env.is_empty() {
                 out.push_str(
-                    "\nThese parameters come from the model. The script receives them as \
-                     environment variables (never spliced into its text); they are shown \
-                     for reference and cannot be edited here.\n\n",
+                    "\nThe model's values reach the script as these environment variables, \
+                     never spliced into its text. They are shown for reference; edits to this \
+                     block are ignored.\n\n",
                 );
-                let rows = env
-                    .iter()
-                    .map(|(name, value)| vec![table_cell(name), table_cell(value)])
-                    .collect();
-                out.push_str(&table(&["variable", "value"], rows));
+                out.push_str(&reference_block(&serde_json::json!(env)));
             }
             if !argv.is_empty() {
                 out.push_str(
-                    "\nArguments (=$1=, =$2=, …), shown for reference, not editable here:\n\n",
+                    "\nThe script's arguments (=$1=, =$2=, …), shown for reference; edits to \
+                     this block are ignored.\n\n",
                 );
-                let rows = argv
-                    .iter()
-                    .enumerate()
-                    .map(|(i, arg)| vec![(i + 1).to_string(), table_cell(arg)])
-                    .collect();
-                out.push_str(&table(&["#", "argument"], rows));
+                out.push_str(&reference_block(&serde_json::json!(argv)));
             }
         }
         Effect::WriteFile { content, .. } => {
@@ -312,15 +315,11 @@ fn describe_effect(action: &Action) -> String {
             out.push_str("Evaluates this Emacs Lisp in your Emacs.\n");
             if !bindings.is_empty() {
                 out.push_str(
-                    "\nThese values come from the model. The code sees them as variables \
-                     (never spliced into its text); they are shown for reference and cannot \
-                     be edited here.\n\n",
+                    "\nThe model's values reach the code as these variables, never spliced \
+                     into its text. They are shown for reference; edits to this block are \
+                     ignored.\n\n",
                 );
-                let rows = bindings
-                    .iter()
-                    .map(|(name, value)| vec![table_cell(name), table_cell(&value.to_string())])
-                    .collect();
-                out.push_str(&table(&["variable", "value"], rows));
+                out.push_str(&reference_block(&serde_json::json!(bindings)));
             }
         }
         Effect::Message { .. } => out.push_str("Shows you this message.\n"),
@@ -413,7 +412,14 @@ pub(crate) fn escape_point(line: &str) -> Option<usize> {
     (rest.starts_with('*') || rest.starts_with("#+")).then_some(indent)
 }
 
-/// Escape prose (the explanation, a comment): lines that Org would read as a
+/// Break Org link syntax in untrusted one-line text shown outside blocks
+/// (the heading, table cells), so the model cannot offer a clickable
+/// `[[shell:…][harmless words]]`. The text is only shown, never read back.
+fn defang_links(text: &str) -> String {
+    text.replace("[[", "[ [").replace("]]", "] ]")
+}
+
+/// Escape prose (a person's comment): lines that Org would read as a
 /// heading, a keyword or block line, or a drawer boundary get a leading
 /// comma, so the model cannot fake structure (such as a second action
 /// block) in its words.
@@ -480,7 +486,8 @@ fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
     out
 }
 
-/// Text safe inside an Org table cell: one line, `|` shown as an entity.
+/// Text safe inside an Org table cell: one line, `|` shown as an entity,
+/// no links.
 fn table_cell(text: &str) -> String {
     let flat: String = text
         .chars()
@@ -490,7 +497,7 @@ fn table_cell(text: &str) -> String {
             c => c,
         })
         .collect();
-    flat.replace('|', "\\vert{}")
+    defang_links(&flat).replace('|', "\\vert{}")
 }
 
 /// `=text=` when Org can show it verbatim, plain text otherwise.
@@ -527,6 +534,10 @@ mod tests {
     #[test]
     fn table_cells_stay_in_their_cell() {
         assert_eq!(table_cell("a|b\nc"), "a\\vert{}b⏎c");
+        assert_eq!(
+            table_cell("see [[shell:rm -rf ~][docs]]"),
+            "see [ [shell:rm -rf ~][docs] ]"
+        );
         assert_eq!(
             table(&["gate", "x"], vec![vec!["é".into(), "long value".into()]]),
             "| gate | x          |\n|------+------------|\n| é    | long value |\n"
