@@ -134,10 +134,10 @@ pub fn render(plan: &FlightPlan) -> String {
         let _ = writeln!(
             out,
             "{} at {}:\n",
-            if result.is_error {
-                "Failed"
-            } else {
-                "Succeeded"
+            match plan.status {
+                PlanStatus::Interrupted => "Interrupted",
+                _ if result.is_error => "Failed",
+                _ => "Succeeded",
             },
             one_line(&result.at)
         );
@@ -302,7 +302,7 @@ fn describe_effect(action: &Action) -> String {
             let _ = writeln!(
                 out,
                 "Writes the block's text ({} bytes) to the file named by =:path=, replacing \
-                 what is there. You may edit the text and the path.",
+                 what is there.",
                 content.len()
             );
         }
