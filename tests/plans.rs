@@ -598,6 +598,31 @@ mod store {
     }
 
     #[test]
+    fn a_decider_that_died_midway_does_not_block_forever() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = PlanStore::new(dir.path());
+        let plan = new_plan("ls");
+        store.create(&plan).unwrap();
+        // Another decider created its marker and has not written the record.
+        let marker = dir.path().join(format!("{}.decided", plan.id));
+        std::fs::write(&marker, "approved by emacs").unwrap();
+        assert!(matches!(
+            store.decide(&plan.id, false, None, "cli", None),
+            Err(StoreError::Busy(id)) if id == plan.id
+        ));
+        // Long after, it is clear that decider died: the decision never happened.
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(120);
+        std::fs::File::options()
+            .write(true)
+            .open(&marker)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        store.decide(&plan.id, false, None, "cli", None).unwrap();
+        assert_eq!(store.load(&plan.id).unwrap().status, PlanStatus::Rejected);
+    }
+
+    #[test]
     fn a_tampered_record_is_stale_and_never_runs() {
         let dir = tempfile::tempdir().unwrap();
         let store = PlanStore::new(dir.path());

@@ -550,11 +550,15 @@ impl PlanStore {
         Ok(())
     }
 
-    /// Write the record, then the rendering. The record is the truth: a
-    /// crash in between leaves a stale rendering that `recover` rewrites.
+    /// Write the record, then the rendering. The record is the truth: an
+    /// error means the record was not written; a rendering that could not
+    /// be updated is only logged (`recover` rewrites stale renderings).
     fn save(&self, plan: &FlightPlan) -> Result<(), StoreError> {
         write_atomic(&self.json_path(&plan.id), &record_bytes(plan), true)?;
-        write_atomic(&self.org_path(&plan.id), render(plan).as_bytes(), true)
+        if let Err(error) = write_atomic(&self.org_path(&plan.id), render(plan).as_bytes(), true) {
+            tracing::warn!(%error, plan = %plan.id, "could not update the plan's Org rendering");
+        }
+        Ok(())
     }
 }
 
