@@ -8,9 +8,11 @@
 //! the only part a person's edits can change (see [`super::parse`]).
 //!
 //! Everything that comes from the model or the tools is untrusted text. It is
-//! escaped so that it cannot end a block early, start a heading, or pose as
-//! the action block: block bodies are comma-escaped as Org does, prose lines
-//! that look like structure get a leading comma, table cells lose their `|`.
+//! escaped so that it cannot end a block early, start a heading, pose as the
+//! action block or offer a clickable link: the model's explanation and its
+//! parameter values are shown inside blocks (verbatim and inert), block
+//! bodies are comma-escaped as Org does, one-line texts (the heading, table
+//! cells) lose their line breaks, `|` and link brackets.
 //!
 //! Block body convention: the body is the exact text followed by one line
 //! break, and that last line break is not part of the text. So `"ls"` shows
@@ -419,10 +421,9 @@ fn defang_links(text: &str) -> String {
     text.replace("[[", "[ [").replace("]]", "] ]")
 }
 
-/// Escape prose (a person's comment): lines that Org would read as a
+/// Escape prose (a decision's comment): lines that Org would read as a
 /// heading, a keyword or block line, or a drawer boundary get a leading
-/// comma, so the model cannot fake structure (such as a second action
-/// block) in its words.
+/// comma, so the text cannot fake structure (such as a second action block).
 fn escape_prose(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 8);
     for line in text.split_inclusive('\n') {
