@@ -7,6 +7,7 @@ pub mod actuators;
 pub mod agent;
 pub mod cli_run;
 pub mod config;
+pub mod flight;
 pub mod gates;
 pub mod llm;
 pub mod plans;

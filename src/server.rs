@@ -16,6 +16,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{turn, AgentEnv, ApprovalOutcome, ApprovalRequest, Approver, Session, TurnSink};
+use crate::flight::{DecideError, FlightDesk};
 use crate::protocol::{self as proto, acp, ClientSettings, SessionStatus};
 use crate::rpc::message::codes;
 use crate::rpc::Outgoing;
@@ -24,6 +25,7 @@ use crate::rpc::Outgoing;
 pub struct Daemon {
     pub env: Arc<AgentEnv>,
     pub out: Outgoing,
+    pub desk: Arc<FlightDesk>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     settings: Mutex<ClientSettings>,
     /// Tools a person chose "allow always" / "reject always" for, per session.
@@ -45,9 +47,11 @@ fn invalid_params(message: impl Into<String>) -> ErrorObjectOwned {
 
 impl Daemon {
     pub fn new(env: Arc<AgentEnv>, out: Outgoing) -> Arc<Daemon> {
+        let desk = FlightDesk::new(env.clone(), out.clone());
         Arc::new(Daemon {
             env,
             out,
+            desk,
             sessions: Mutex::default(),
             settings: Mutex::default(),
             remembered: Mutex::default(),
@@ -389,6 +393,21 @@ pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
                 d.prompt(parse(&p)?).await
             })
             .map(|_| ()),
+        module
+            .register_method(proto::EXT_PLAN_DECIDE, |p, d, _| {
+                d.desk.decide(parse(&p)?, "emacs").map_err(|e| match e {
+                    DecideError::Refused(m) => rpc_error(codes::REFUSED, m),
+                    DecideError::BadEdit(m) => invalid_params(m),
+                })
+            })
+            .map(|_| ()),
+        module
+            .register_method(proto::EXT_PLANS_LIST, |_, d, _| {
+                d.desk
+                    .list()
+                    .map_err(|m| rpc_error(codes::INTERNAL_ERROR, m))
+            })
+            .map(|_| ()),
     ];
     for r in registered {
         // Names are static and distinct; a clash is a programming error.
@@ -407,6 +426,7 @@ where
 {
     let (out, rx) = Outgoing::channel();
     let daemon = Daemon::new(env, out.clone());
+    daemon.desk.recover();
     let notify_daemon = daemon.clone();
     let on_note: crate::rpc::NotificationHandler =
         Arc::new(move |m: &str, p: Value| notify_daemon.on_notification(m, p));

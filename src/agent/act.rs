@@ -77,6 +77,7 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
     let gate_ctx = a.env.gate_context(&a.session.cwd);
     let judgement = a.toolset.gates.evaluate(&action, &gate_ctx);
     tracing::info!(session = %a.session.id, tool = %call.name, decision = %judgement.decision, "gated");
+    let mut asked = false;
     let (approved, approved_hash) = match judgement.decision {
         Decision::Deny => return finish(a.sink, &id, denial(&judgement), ActStatus::Denied),
         Decision::Allow => {
@@ -87,6 +88,7 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
             super::report_status(a.sink, a.session, "waiting");
             let request = ApprovalRequest {
                 session_id: a.session.id.clone(),
+                cwd: a.session.cwd.clone(),
                 tool_call_id: id.clone(),
                 explanation: a.explanation.to_string(),
                 action: action.clone(),
@@ -115,9 +117,14 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
                         // approval covers "ask" but never overrides "deny".
                         let again = a.toolset.gates.evaluate(&approved, &gate_ctx);
                         if again.decision == Decision::Deny {
-                            return finish(a.sink, &id, denial(&again), ActStatus::Denied);
+                            return settled(
+                                a,
+                                &id,
+                                finish(a.sink, &id, denial(&again), ActStatus::Denied),
+                            );
                         }
                     }
+                    asked = true;
                     (approved, hash)
                 }
             }
@@ -126,22 +133,46 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
 
     // Last mile: the exact action about to run must be the one approved,
     // and is judged once more.
-    if approved.content_hash() != approved_hash {
+    let outcome = if approved.content_hash() != approved_hash {
         let text =
             "last-mile check failed: the action changed after it was approved; it was not run"
                 .to_string();
-        return finish(a.sink, &id, text, ActStatus::Denied);
+        finish(a.sink, &id, text, ActStatus::Denied)
+    } else {
+        let last = a.toolset.gates.evaluate(&approved, &gate_ctx);
+        if last.decision == Decision::Deny {
+            finish(
+                a.sink,
+                &id,
+                format!("last-mile check failed: {}", denial(&last)),
+                ActStatus::Denied,
+            )
+        } else if let Err(why) = begin(a, asked, &id, &approved) {
+            finish(a.sink, &id, why, ActStatus::Denied)
+        } else {
+            execute(&id, &approved, a).await
+        }
+    };
+    if asked {
+        settled(a, &id, outcome)
+    } else {
+        outcome
     }
-    let last = a.toolset.gates.evaluate(&approved, &gate_ctx);
-    if last.decision == Decision::Deny {
-        return finish(
-            a.sink,
-            &id,
-            format!("last-mile check failed: {}", denial(&last)),
-            ActStatus::Denied,
-        );
+}
+
+fn begin(a: &ActEnv<'_>, asked: bool, id: &str, action: &Action) -> Result<(), String> {
+    if asked {
+        a.approver.begin(&a.session.id, id, action)
+    } else {
+        Ok(())
     }
-    execute(&id, &approved, a).await
+}
+
+/// Tell the approver what became of an action a person approved.
+fn settled(a: &ActEnv<'_>, id: &str, acted: Acted) -> Acted {
+    a.approver
+        .settle(&a.session.id, id, &acted.status, &acted.observation.text);
+    acted
 }
 
 async fn execute(id: &str, action: &Action, a: &ActEnv<'_>) -> Acted {

@@ -38,6 +38,8 @@ pub trait TurnSink: Send + Sync {
 #[derive(Debug, Clone)]
 pub struct ApprovalRequest {
     pub session_id: String,
+    /// The session's working directory (where the action would run).
+    pub cwd: std::path::PathBuf,
     pub tool_call_id: String,
     /// The model's own explanation (the text it wrote before the call).
     pub explanation: String,
@@ -64,7 +66,7 @@ pub enum ApprovalOutcome {
     Cancelled,
 }
 
-/// Asks a person.
+/// Asks a person, and hears what became of what they approved.
 #[async_trait::async_trait]
 pub trait Approver: Send + Sync {
     async fn approve(
@@ -72,6 +74,28 @@ pub trait Approver: Send + Sync {
         request: ApprovalRequest,
         cancel: tokio_util::sync::CancellationToken,
     ) -> ApprovalOutcome;
+
+    /// An approved action is about to run. `Err(reason)` stops it (for
+    /// example: the same approval already ran elsewhere). Default: go.
+    fn begin(
+        &self,
+        _session_id: &str,
+        _tool_call_id: &str,
+        _action: &Action,
+    ) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// What became of an approved action (ran, failed, or was stopped by
+    /// the gates after an edit or at the last mile).
+    fn settle(
+        &self,
+        _session_id: &str,
+        _tool_call_id: &str,
+        _status: &act::ActStatus,
+        _text: &str,
+    ) {
+    }
 }
 
 /// The tools, prompt and gates a turn works with.
