@@ -5,6 +5,7 @@
 //! The whole trace is kept with the action, so a flight plan can show why a
 //! person is being asked.
 
+pub mod shell_words;
 pub mod verdict;
 
 pub use verdict::{Decision, Verdict};
