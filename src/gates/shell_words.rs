@@ -149,17 +149,24 @@ impl Command {
                 break;
             }
             let mut matched = false;
-            for s in short {
-                if arg == s {
-                    if let Some(v) = self.args.get(i + 1) {
-                        out.push(v.as_str());
-                        i += 1;
-                    }
-                    matched = true;
-                    break;
-                } else if let Some(v) = arg.strip_prefix(s) {
-                    if !arg.starts_with("--") {
-                        out.push(v);
+            if !arg.starts_with("--") {
+                if let Some(cluster) = arg.strip_prefix('-') {
+                    for s in short {
+                        let Some(letter) = s.strip_prefix('-').and_then(|l| l.chars().next()) else {
+                            continue;
+                        };
+                        // `-o V`, `-oV`, and clusters `-so V` / `-qO-`.
+                        let Some(idx) = cluster.find(letter) else { continue };
+                        if !cluster[..idx].chars().all(|c| c.is_ascii_alphabetic()) {
+                            continue;
+                        }
+                        let rest = &cluster[idx + letter.len_utf8()..];
+                        if !rest.is_empty() {
+                            out.push(rest);
+                        } else if let Some(v) = self.args.get(i + 1) {
+                            out.push(v.as_str());
+                            i += 1;
+                        }
                         matched = true;
                         break;
                     }
@@ -1480,6 +1487,12 @@ fn strip_wrappers(
             }
         }
     }
+    if words.is_empty() {
+        // `env` or `sudo` alone: the wrapper is the program.
+        if let Some(last) = wrappers.pop() {
+            words.push(last);
+        }
+    }
     (wrappers, words)
 }
 
@@ -1752,6 +1765,9 @@ mod tests {
         assert_eq!(t("dd if=/dev/zero of=/dev/sda"), v(&["/dev/sda"]));
         assert_eq!(t("chmod 600 k"), v(&["k"]));
         assert_eq!(t("curl -o out.html http://x"), v(&["out.html"]));
+        assert_eq!(t("curl -sSLo out.html http://x"), v(&["out.html"]));
+        assert_eq!(t("wget -qOpage.html http://x"), v(&["page.html"]));
+        assert_eq!(t("wget -qO- http://x"), Vec::<String>::new());
     }
 
     #[test]
