@@ -13,7 +13,7 @@ use regex::Regex;
 
 use crate::action::Action;
 use crate::gates::engine::verdict_from_findings;
-use crate::gates::protected_paths::{display_path, protection};
+use crate::gates::protected_paths::{display_path, word_protection};
 use crate::gates::shell_words::{resolve_path, script_of, Command, Script};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
@@ -307,11 +307,7 @@ fn secrets_read(script: &Script, ctx: &GateContext) -> Vec<String> {
             if let Some(v) = secret_var(&w) {
                 out.push(format!("${v}"));
             }
-            if w.contains("://") || w.contains(char::is_whitespace) || w.starts_with('$') {
-                continue;
-            }
-            let path = resolve_path(&w, ctx);
-            if protection(&path, ctx).is_some() {
+            if let Some((path, _)) = word_protection(&w, ctx) {
                 out.push(display_path(&path, ctx));
             }
         }

@@ -183,11 +183,30 @@ pub fn protection(path: &Path, ctx: &GateContext) -> Option<Protection> {
     if secret_name_regex().is_match(name) && !CODE_EXTENSIONS.contains(&ext) {
         return Some(Protection {
             read: Decision::Ask,
-            what: "a file named like a secret",
+            what: NAMED_LIKE_A_SECRET,
         });
     }
     None
 }
+
+/// Classify a word from a shell command that may name a file. URLs, words
+/// with spaces and unexpanded variables are skipped, and a bare word (no `/`
+/// or `.`) is not taken for a secret-named file: in `grep password src` it
+/// is a pattern.
+pub fn word_protection(word: &str, ctx: &GateContext) -> Option<(PathBuf, Protection)> {
+    if word.contains("://") || word.contains(char::is_whitespace) || word.starts_with('$') {
+        return None;
+    }
+    let path = resolve_path(word, ctx);
+    let p = protection(&path, ctx)?;
+    let bare = !word.contains(['/', '.', '~']);
+    if bare && p.what == NAMED_LIKE_A_SECRET {
+        return None;
+    }
+    Some((path, p))
+}
+
+const NAMED_LIKE_A_SECRET: &str = "a file named like a secret";
 
 /// Whether writing to this resolved path plants code that runs later: shell
 /// start-up files, desktop autostart, user systemd units, git hooks,
@@ -217,7 +236,13 @@ pub fn is_startup_path(path: &Path, ctx: &GateContext) -> bool {
 pub fn write_decision(path: &Path, ctx: &GateContext) -> Option<(Decision, String)> {
     let shown = display_path(path, ctx);
     let s = path.to_string_lossy();
-    if HARMLESS_DEVICES.contains(&s.as_ref()) || s.starts_with("/dev/fd/") {
+    // Sockets under /dev/tcp are network traffic, judged by the
+    // exfiltration and injection gates.
+    if HARMLESS_DEVICES.contains(&s.as_ref())
+        || s.starts_with("/dev/fd/")
+        || s.starts_with("/dev/tcp/")
+        || s.starts_with("/dev/udp/")
+    {
         return None;
     }
     if let Some(p) = protection(path, ctx) {
@@ -314,17 +339,16 @@ impl Gate for ProtectedPathsGate {
                             }
                         }
                         for word in cmd.path_words() {
-                            if word.contains("://")
-                                || word.contains(char::is_whitespace)
-                                || word.starts_with('$')
-                            {
-                                continue;
-                            }
-                            let path = resolve_path(&word, ctx);
-                            if let Some((d, r)) =
-                                read_finding(&path, ctx, &format!("`{}` touches", cmd.program))
-                            {
-                                findings.push((d, r));
+                            if let Some((path, p)) = word_protection(&word, ctx) {
+                                findings.push((
+                                    p.read,
+                                    format!(
+                                        "`{}` touches {} ({})",
+                                        cmd.program,
+                                        display_path(&path, ctx),
+                                        p.what
+                                    ),
+                                ));
                             }
                         }
                     }

@@ -283,15 +283,16 @@ impl Command {
     pub fn path_words(&self) -> Vec<String> {
         let mut out = Vec::new();
         for arg in &self.args {
-            out.push(arg.clone());
-            if let Some((_, v)) = arg.split_once('=') {
-                out.push(v.to_string());
-            }
-            if let Some(pos) = arg.find('@') {
-                out.push(arg[pos + 1..].to_string());
-            }
-            if let Some(pos) = arg.find('<') {
-                out.push(arg[pos + 1..].to_string());
+            // `--file=x`, `-F k=@x`, `-d @x`, `k=<x`: the part after the
+            // marker is the path; the whole word is not.
+            let tail = arg
+                .rfind('@')
+                .or_else(|| arg.find('<'))
+                .or_else(|| arg.find('='))
+                .map(|pos| arg[pos + 1..].to_string());
+            match tail {
+                Some(t) if !arg.starts_with('/') && !arg.starts_with('~') => out.push(t),
+                _ => out.push(arg.clone()),
             }
         }
         for r in &self.redirects {
