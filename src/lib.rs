@@ -4,6 +4,7 @@
 
 pub mod action;
 pub mod actuators;
+pub mod audit;
 pub mod gates;
 pub mod llm;
 pub mod tools;
