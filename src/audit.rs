@@ -559,8 +559,16 @@ mod tests {
         let mut proposed = AuditRecord::proposed("s1", "c1", &action);
         proposed.ts = "2026-11-22T20:15:03.412Z".into();
         let judgement = Judgement::from_trace(vec![
-            Verdict::new(Decision::Allow, "approval", "the tool `shell` runs without asking"),
-            Verdict::new(Decision::Deny, "destructive", "rm -r on the root directory /"),
+            Verdict::new(
+                Decision::Allow,
+                "approval",
+                "the tool `shell` runs without asking",
+            ),
+            Verdict::new(
+                Decision::Deny,
+                "destructive",
+                "rm -r on the root directory /",
+            ),
         ]);
         let records = vec![
             proposed,
@@ -590,7 +598,10 @@ mod tests {
             log.append(r).unwrap();
         }
         let text = std::fs::read_to_string(&path).unwrap();
-        let back: Vec<AuditRecord> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let back: Vec<AuditRecord> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert_eq!(back, records);
         assert!(text.lines().nth(1).unwrap().starts_with(
             r#"{"ts":"2026-11-22T20:15:03.412Z","kind":"verdict","session":"s1","tool_call_id":"c1","judgement":{"decision":"deny","#
@@ -621,12 +632,16 @@ mod tests {
         let missing = dir.path().join("none.jsonl");
         let mut out = Vec::new();
         assert_eq!(print_command(&missing, &mut out, None), 1);
-        assert!(String::from_utf8(out).unwrap().starts_with("cannot read the audit log"));
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .starts_with("cannot read the audit log"));
 
         let path = dir.path().join("bad.jsonl");
         std::fs::write(&path, "{\"ts\":\"x\"}\n").unwrap();
         let mut out = Vec::new();
         assert_eq!(print_command(&path, &mut out, None), 2);
-        assert!(String::from_utf8(out).unwrap().starts_with("line 1: not an audit record"));
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .starts_with("line 1: not an audit record"));
     }
 }

@@ -28,7 +28,11 @@ fn context() -> GateContext {
     GateContext {
         cwd: "/home/user/project".into(),
         home: Some("/home/user".into()),
-        network_allow: vec!["crates.io".into(), "static.crates.io".into(), "github.com".into()],
+        network_allow: vec![
+            "crates.io".into(),
+            "static.crates.io".into(),
+            "github.com".into(),
+        ],
     }
 }
 
@@ -60,8 +64,16 @@ fn hostile_actions_are_stopped_and_benign_ones_pass() {
     let ctx = context();
     let hostile = load("hostile.json");
     let benign = load("benign.json");
-    assert!(hostile.len() >= 60, "hostile corpus has {} cases", hostile.len());
-    assert!(benign.len() >= 30, "benign corpus has {} cases", benign.len());
+    assert!(
+        hostile.len() >= 60,
+        "hostile corpus has {} cases",
+        hostile.len()
+    );
+    assert!(
+        benign.len() >= 30,
+        "benign corpus has {} cases",
+        benign.len()
+    );
 
     let mut misses = Vec::new();
     let (mut denied, mut held, mut allowed) = (0, 0, 0);
@@ -91,7 +103,11 @@ fn hostile_actions_are_stopped_and_benign_ones_pass() {
     }
     let mut benign_allowed = 0;
     for case in &benign {
-        assert_eq!(case.expect, "allow", "benign case {} must expect allow", case.note);
+        assert_eq!(
+            case.expect, "allow",
+            "benign case {} must expect allow",
+            case.note
+        );
         let j = engine.evaluate(&action(case.effect.clone()), &ctx);
         if j.decision == Decision::Allow {
             benign_allowed += 1;
@@ -125,9 +141,19 @@ fn tool_approval_is_never_loosened() {
     for case in &benign {
         let mut a = action(case.effect.clone());
         a.approval = Approval::Ask;
-        assert_eq!(engine.evaluate(&a, &ctx).decision, Decision::Ask, "{}", case.note);
+        assert_eq!(
+            engine.evaluate(&a, &ctx).decision,
+            Decision::Ask,
+            "{}",
+            case.note
+        );
         a.approval = Approval::Never;
-        assert_eq!(engine.evaluate(&a, &ctx).decision, Decision::Deny, "{}", case.note);
+        assert_eq!(
+            engine.evaluate(&a, &ctx).decision,
+            Decision::Deny,
+            "{}",
+            case.note
+        );
     }
 }
 
@@ -157,7 +183,10 @@ fn reasons_name_the_gate_and_never_echo_secrets() {
         }),
         &context(),
     );
-    assert_eq!(j.reason(), "denied by gate `destructive`: rm -r on the home directory");
+    assert_eq!(
+        j.reason(),
+        "denied by gate `destructive`: rm -r on the home directory"
+    );
 }
 
 /// Not an assertion: prints every hostile verdict so a reviewer can check

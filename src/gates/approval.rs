@@ -21,9 +21,18 @@ impl Gate for ApprovalGate {
     fn check(&self, action: &Action, _ctx: &GateContext) -> Option<Verdict> {
         let tool = &action.tool;
         let (decision, reason) = match action.approval {
-            Approval::Auto => (Decision::Allow, format!("the tool `{tool}` runs without asking")),
-            Approval::Ask => (Decision::Ask, format!("the tool `{tool}` asks for approval")),
-            Approval::Never => (Decision::Deny, format!("the tool `{tool}` is declared never to run")),
+            Approval::Auto => (
+                Decision::Allow,
+                format!("the tool `{tool}` runs without asking"),
+            ),
+            Approval::Ask => (
+                Decision::Ask,
+                format!("the tool `{tool}` asks for approval"),
+            ),
+            Approval::Never => (
+                Decision::Deny,
+                format!("the tool `{tool}` is declared never to run"),
+            ),
         };
         Some(Verdict::new(decision, self.name(), reason))
     }
@@ -39,7 +48,9 @@ mod tests {
             tool: "shell".into(),
             target: "shell".into(),
             arguments: serde_json::json!({}),
-            effect: Effect::Message { text: String::new() },
+            effect: Effect::Message {
+                text: String::new(),
+            },
             approval,
             timeout_secs: None,
         };
@@ -52,15 +63,27 @@ mod tests {
     fn maps_each_level() {
         assert_eq!(
             with(Approval::Auto),
-            Verdict::new(Decision::Allow, "approval", "the tool `shell` runs without asking")
+            Verdict::new(
+                Decision::Allow,
+                "approval",
+                "the tool `shell` runs without asking"
+            )
         );
         assert_eq!(
             with(Approval::Ask),
-            Verdict::new(Decision::Ask, "approval", "the tool `shell` asks for approval")
+            Verdict::new(
+                Decision::Ask,
+                "approval",
+                "the tool `shell` asks for approval"
+            )
         );
         assert_eq!(
             with(Approval::Never),
-            Verdict::new(Decision::Deny, "approval", "the tool `shell` is declared never to run")
+            Verdict::new(
+                Decision::Deny,
+                "approval",
+                "the tool `shell` is declared never to run"
+            )
         );
     }
 }

@@ -21,14 +21,49 @@ use crate::gates::{Decision, Gate, GateContext, Verdict};
 
 /// Trees whose recursive removal or mass chmod/chown breaks the system.
 const SYSTEM_TREES: &[&str] = &[
-    "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/var", "/opt",
-    "/root", "/sys", "/proc", "/dev", "/home", "/srv", "/mnt", "/media", "/snap", "/usr/bin",
-    "/usr/lib", "/usr/local", "/usr/share", "/usr/sbin", "/usr/include", "/var/lib", "/var/log",
-    "/etc/ssh", "/efi", "/run",
+    "/etc",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/boot",
+    "/var",
+    "/opt",
+    "/root",
+    "/sys",
+    "/proc",
+    "/dev",
+    "/home",
+    "/srv",
+    "/mnt",
+    "/media",
+    "/snap",
+    "/usr/bin",
+    "/usr/lib",
+    "/usr/local",
+    "/usr/share",
+    "/usr/sbin",
+    "/usr/include",
+    "/var/lib",
+    "/var/log",
+    "/etc/ssh",
+    "/efi",
+    "/run",
 ];
 
 /// Directories in home whose loss is as bad as losing home.
-const HOME_VITAL: &[&str] = &[".ssh", ".gnupg", ".config", ".local", ".emacs.d", "Documents", ".password-store"];
+const HOME_VITAL: &[&str] = &[
+    ".ssh",
+    ".gnupg",
+    ".config",
+    ".local",
+    ".emacs.d",
+    "Documents",
+    ".password-store",
+];
 
 fn is_block_device(path: &str) -> bool {
     static RE: OnceLock<Regex> = OnceLock::new();
@@ -49,14 +84,20 @@ fn severity(path: &Path, ctx: &GateContext) -> Option<(Decision, String)> {
         return Some((Decision::Deny, format!("{contents}the root directory /")));
     }
     if SYSTEM_TREES.iter().any(|d| dir == Path::new(d)) {
-        return Some((Decision::Deny, format!("{contents}the system directory {shown}")));
+        return Some((
+            Decision::Deny,
+            format!("{contents}the system directory {shown}"),
+        ));
     }
     if let Some(home) = &ctx.home {
         if &dir == home {
             return Some((Decision::Deny, format!("{contents}the home directory")));
         }
         if home.starts_with(&dir) {
-            return Some((Decision::Deny, format!("{contents}{shown}, which contains the home directory")));
+            return Some((
+                Decision::Deny,
+                format!("{contents}{shown}, which contains the home directory"),
+            ));
         }
         if let Ok(rest) = dir.strip_prefix(home) {
             if HOME_VITAL.iter().any(|v| rest == Path::new(v)) {
@@ -65,13 +106,22 @@ fn severity(path: &Path, ctx: &GateContext) -> Option<(Decision, String)> {
         }
     }
     if dir == ctx.cwd {
-        return Some((Decision::Ask, format!("{contents}the whole working directory")));
+        return Some((
+            Decision::Ask,
+            format!("{contents}the whole working directory"),
+        ));
     }
     if ctx.cwd.starts_with(&dir) {
-        return Some((Decision::Ask, format!("{contents}{shown}, which contains the working directory")));
+        return Some((
+            Decision::Ask,
+            format!("{contents}{shown}, which contains the working directory"),
+        ));
     }
     if dir.file_name().is_some_and(|n| n == ".git") {
-        return Some((Decision::Ask, format!("{contents}the repository history {shown}")));
+        return Some((
+            Decision::Ask,
+            format!("{contents}the repository history {shown}"),
+        ));
     }
     None
 }
@@ -109,7 +159,11 @@ fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, Stri
         }
         "chmod" | "chown" | "chgrp" | "setfacl" | "chattr" => {
             let ops = cmd.operands();
-            let targets = if prog == "setfacl" { &ops[..] } else { ops.get(1..).unwrap_or(&[]) };
+            let targets = if prog == "setfacl" {
+                &ops[..]
+            } else {
+                ops.get(1..).unwrap_or(&[])
+            };
             for op in targets {
                 let path = resolve(op, ctx);
                 if let Some((Decision::Deny, what)) = severity(&path, ctx) {
@@ -125,18 +179,46 @@ fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, Stri
                 }
             }
         }
-        _ if prog.starts_with("mkfs") || matches!(prog, "mke2fs" | "mkswap" | "wipefs" | "mkdosfs" | "newfs" | "blkdiscard" | "zpool" | "lvremove" | "vgremove" | "pvremove" | "cryptsetup") => {
-            let is_read_only = prog == "zpool" && cmd.operands().first().is_some_and(|s| matches!(*s, "list" | "status"));
+        _ if prog.starts_with("mkfs")
+            || matches!(
+                prog,
+                "mke2fs"
+                    | "mkswap"
+                    | "wipefs"
+                    | "mkdosfs"
+                    | "newfs"
+                    | "blkdiscard"
+                    | "zpool"
+                    | "lvremove"
+                    | "vgremove"
+                    | "pvremove"
+                    | "cryptsetup"
+            ) =>
+        {
+            let is_read_only = prog == "zpool"
+                && cmd
+                    .operands()
+                    .first()
+                    .is_some_and(|s| matches!(*s, "list" | "status"));
             if !is_read_only {
-                out.push((Decision::Deny, format!("`{prog}` erases or reformats storage")));
+                out.push((
+                    Decision::Deny,
+                    format!("`{prog}` erases or reformats storage"),
+                ));
             }
         }
-        "shred" => out.push((Decision::Deny, "shred destroys file contents beyond recovery".into())),
+        "shred" => out.push((
+            Decision::Deny,
+            "shred destroys file contents beyond recovery".into(),
+        )),
         "fdisk" | "sfdisk" | "gdisk" | "sgdisk" | "cfdisk" | "parted" => {
             let listing = cmd.has_flag(&['l', 'd', 's'], &["list", "dump", "show"])
                 || cmd.args.iter().any(|a| a == "print");
             if !listing {
-                out.push((Decision::Deny, format!("`{prog}` rewrites a partition table")));
+                out.push((
+                    Decision::Deny,
+                    format!("`{prog}` rewrites a partition table"),
+                ));
             }
         }
         "find" => {
@@ -149,7 +231,10 @@ fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, Stri
             let deletes = cmd.args.iter().any(|a| a == "-delete")
                 || cmd.args.windows(2).any(|w| {
                     matches!(w[0].as_str(), "-exec" | "-execdir" | "-ok")
-                        && matches!(crate::gates::shell_words::basename(&w[1]), "rm" | "shred" | "unlink" | "mv")
+                        && matches!(
+                            crate::gates::shell_words::basename(&w[1]),
+                            "rm" | "shred" | "unlink" | "mv"
+                        )
                 });
             if deletes {
                 for root in roots {
@@ -168,7 +253,10 @@ fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, Stri
                     }
                 }
                 if *dest == "/dev/null" && !sources.is_empty() {
-                    out.push((Decision::Deny, "mv into /dev/null destroys the source".into()));
+                    out.push((
+                        Decision::Deny,
+                        "mv into /dev/null destroys the source".into(),
+                    ));
                 }
             }
         }
@@ -182,22 +270,42 @@ fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, Stri
             for op in operands {
                 let path = resolve(op, ctx);
                 if SYSTEM_TREES.iter().any(|d| path.starts_with(d)) {
-                    out.push((Decision::Deny, format!("truncate empties the system file {}", path.display())));
+                    out.push((
+                        Decision::Deny,
+                        format!("truncate empties the system file {}", path.display()),
+                    ));
                 }
             }
         }
         "shutdown" | "reboot" | "halt" | "poweroff" | "kexec" => {
             out.push((Decision::Deny, format!("`{prog}` takes the machine down")));
         }
-        "init" | "telinit" => {
-            if cmd.operands().first().is_some_and(|r| matches!(*r, "0" | "6" | "1" | "s" | "S")) {
-                out.push((Decision::Deny, format!("`{prog}` changes the run level")));
-            }
+        "init" | "telinit"
+            if cmd
+                .operands()
+                .first()
+                .is_some_and(|r| matches!(*r, "0" | "6" | "1" | "s" | "S")) =>
+        {
+            out.push((Decision::Deny, format!("`{prog}` changes the run level")));
         }
         "systemctl" | "loginctl" => {
-            let verbs = ["poweroff", "reboot", "halt", "kexec", "emergency", "rescue", "suspend", "hibernate", "isolate", "soft-reboot"];
+            let verbs = [
+                "poweroff",
+                "reboot",
+                "halt",
+                "kexec",
+                "emergency",
+                "rescue",
+                "suspend",
+                "hibernate",
+                "isolate",
+                "soft-reboot",
+            ];
             if let Some(v) = cmd.operands().iter().find(|v| verbs.contains(v)) {
-                out.push((Decision::Deny, format!("`{prog} {v}` takes the machine down")));
+                out.push((
+                    Decision::Deny,
+                    format!("`{prog} {v}` takes the machine down"),
+                ));
             }
         }
         "killall5" => out.push((Decision::Deny, "killall5 signals every process".into())),
@@ -208,7 +316,8 @@ fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, Stri
             let everything = prog == "kill" && cmd.args.last().is_some_and(|a| a == "-1");
             let init = prog == "kill" && ops.contains(&"1");
             let all_names = prog != "kill"
-                && (ops.iter().any(|o| matches!(*o, "." | ".*" | "-u")) || cmd.args.iter().any(|a| a == "--user"));
+                && (ops.iter().any(|o| matches!(*o, "." | ".*" | "-u"))
+                    || cmd.args.iter().any(|a| a == "--user"));
             if everything {
                 out.push((Decision::Deny, "kill -1 signals every process".into()));
             } else if init {
@@ -217,10 +326,11 @@ fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, Stri
                 out.push((Decision::Ask, format!("`{prog}` matches many processes")));
             }
         }
-        "crontab" => {
-            if cmd.has_flag(&['r'], &[]) {
-                out.push((Decision::Ask, "crontab -r removes every scheduled job".into()));
-            }
+        "crontab" if cmd.has_flag(&['r'], &[]) => {
+            out.push((
+                Decision::Ask,
+                "crontab -r removes every scheduled job".into(),
+            ));
         }
         "git" => {
             let sub = cmd.operands().first().copied().unwrap_or("");
@@ -233,14 +343,20 @@ fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, Stri
                 out.push((Decision::Ask, format!("git clean -f deletes {extent}")));
             }
             if sub == "reset" && cmd.args.iter().any(|a| a == "--hard") {
-                out.push((Decision::Ask, "git reset --hard discards uncommitted changes".into()));
+                out.push((
+                    Decision::Ask,
+                    "git reset --hard discards uncommitted changes".into(),
+                ));
             }
         }
         _ => {}
     }
     for r in &cmd.redirects {
         if r.writes() && is_block_device(&r.target) {
-            out.push((Decision::Deny, format!("redirection writes to the device {}", r.target)));
+            out.push((
+                Decision::Deny,
+                format!("redirection writes to the device {}", r.target),
+            ));
         }
         if r.writes() && r.target.starts_with("/proc/sysrq-trigger") {
             out.push((Decision::Deny, "writes to /proc/sysrq-trigger".into()));
@@ -257,7 +373,8 @@ fn fork_bomb(script: &str) -> Option<String> {
             .expect("static regex")
     });
     for caps in fn_def.captures_iter(script) {
-        let (Some(name), Some(body)) = (caps.get(1).or(caps.get(3)), caps.get(2).or(caps.get(4))) else {
+        let (Some(name), Some(body)) = (caps.get(1).or(caps.get(3)), caps.get(2).or(caps.get(4)))
+        else {
             continue;
         };
         let name = name.as_str();
@@ -268,7 +385,9 @@ fn fork_bomb(script: &str) -> Option<String> {
             .count();
         let backgrounds = body.replace("&&", "").contains('&');
         if calls >= 2 && (body.contains('|') || backgrounds) || calls >= 1 && backgrounds {
-            return Some(format!("fork bomb: function `{name}` spawns copies of itself"));
+            return Some(format!(
+                "fork bomb: function `{name}` spawns copies of itself"
+            ));
         }
     }
     let lp = LOOP.get_or_init(|| {
@@ -276,7 +395,11 @@ fn fork_bomb(script: &str) -> Option<String> {
             .expect("static regex")
     });
     for caps in lp.captures_iter(script) {
-        let body = caps.get(1).or(caps.get(2)).map(|m| m.as_str()).unwrap_or("");
+        let body = caps
+            .get(1)
+            .or(caps.get(2))
+            .map(|m| m.as_str())
+            .unwrap_or("");
         let cleaned = body.replace("&&", "").replace(">&", "").replace("&>", "");
         if cleaned.contains('&') {
             return Some("fork bomb: an endless loop starts background processes".into());
@@ -321,8 +444,10 @@ impl Gate for DestructiveGate {
                 if script.contains("shutil.rmtree") {
                     static RMTREE: OnceLock<Regex> = OnceLock::new();
                     let re = RMTREE.get_or_init(|| {
-                        Regex::new(r#"shutil\.rmtree\(\s*(?:os\.path\.expanduser\()?\s*["']([^"']+)["']"#)
-                            .expect("static regex")
+                        Regex::new(
+                            r#"shutil\.rmtree\(\s*(?:os\.path\.expanduser\()?\s*["']([^"']+)["']"#,
+                        )
+                        .expect("static regex")
                     });
                     for caps in re.captures_iter(script) {
                         if let Some(p) = caps.get(1) {
@@ -380,7 +505,9 @@ mod tests {
             approval: Approval::Auto,
             timeout_secs: None,
         };
-        DestructiveGate.check(&action, &ctx).map(|v| (v.decision, v.reason))
+        DestructiveGate
+            .check(&action, &ctx)
+            .map(|v| (v.decision, v.reason))
     }
 
     fn deny(script: &str) -> String {
@@ -400,23 +527,50 @@ mod tests {
     #[test]
     fn recursive_removal_of_vital_trees_is_denied() {
         assert_eq!(deny("rm -rf /"), "rm -r on the root directory /");
-        assert_eq!(deny("rm -fr /*"), "rm -r on the contents of the root directory /");
+        assert_eq!(
+            deny("rm -fr /*"),
+            "rm -r on the contents of the root directory /"
+        );
         assert_eq!(deny("rm -r -f ~"), "rm -r on the home directory");
-        assert_eq!(deny("rm --recursive --force ~/*"), "rm -r on the contents of the home directory");
-        assert_eq!(deny("sudo /bin/rm -R /etc"), "rm -r on the system directory /etc");
-        assert_eq!(deny("rm -rf /usr/./lib//"), "rm -r on the system directory /usr/lib");
+        assert_eq!(
+            deny("rm --recursive --force ~/*"),
+            "rm -r on the contents of the home directory"
+        );
+        assert_eq!(
+            deny("sudo /bin/rm -R /etc"),
+            "rm -r on the system directory /etc"
+        );
+        assert_eq!(
+            deny("rm -rf /usr/./lib//"),
+            "rm -r on the system directory /usr/lib"
+        );
         assert_eq!(deny("rm -rf ~/.ssh"), "rm -r on ~/.ssh");
-        assert_eq!(deny("rm -rf --no-preserve-root /"), "rm --no-preserve-root; rm -r on the root directory /");
+        assert_eq!(
+            deny("rm -rf --no-preserve-root /"),
+            "rm --no-preserve-root; rm -r on the root directory /"
+        );
         assert_eq!(deny("rm -rf ../../.."), "rm -r on the root directory /");
     }
 
     #[test]
     fn working_directory_wipes_ask() {
         assert_eq!(ask("rm -rf ."), "rm -r on the whole working directory");
-        assert_eq!(ask("rm -rf ./*"), "rm -r on the contents of the whole working directory");
-        assert_eq!(ask("rm -rf .git"), "rm -r on the repository history ~/proj/.git");
-        assert_eq!(ask("rm -rf \"$BUILD_DIR/\""), "rm -r on `$BUILD_DIR/`, a path built from an unknown variable");
-        assert_eq!(ask("git clean -fdx"), "git clean -f deletes untracked and ignored files");
+        assert_eq!(
+            ask("rm -rf ./*"),
+            "rm -r on the contents of the whole working directory"
+        );
+        assert_eq!(
+            ask("rm -rf .git"),
+            "rm -r on the repository history ~/proj/.git"
+        );
+        assert_eq!(
+            ask("rm -rf \"$BUILD_DIR/\""),
+            "rm -r on `$BUILD_DIR/`, a path built from an unknown variable"
+        );
+        assert_eq!(
+            ask("git clean -fdx"),
+            "git clean -f deletes untracked and ignored files"
+        );
         assert_eq!(ask("crontab -r"), "crontab -r removes every scheduled job");
         assert_eq!(judge("rm -rf build target/debug"), None);
         assert_eq!(judge("rm build/out.o"), None);
@@ -424,35 +578,80 @@ mod tests {
 
     #[test]
     fn disks_and_filesystems() {
-        assert_eq!(deny("dd if=/dev/zero of=/dev/sda bs=1M"), "dd writes to the device /dev/sda");
+        assert_eq!(
+            deny("dd if=/dev/zero of=/dev/sda bs=1M"),
+            "dd writes to the device /dev/sda"
+        );
         assert_eq!(judge("dd if=/dev/zero of=disk.img bs=1M count=1"), None);
-        assert_eq!(deny("mkfs.ext4 /dev/nvme0n1p1"), "`mkfs.ext4` erases or reformats storage");
-        assert_eq!(deny("wipefs -a /dev/sdb"), "`wipefs` erases or reformats storage");
-        assert_eq!(deny("shred -u notes.txt"), "shred destroys file contents beyond recovery");
-        assert_eq!(deny("cat /dev/urandom > /dev/sda"), "redirection writes to the device /dev/sda");
+        assert_eq!(
+            deny("mkfs.ext4 /dev/nvme0n1p1"),
+            "`mkfs.ext4` erases or reformats storage"
+        );
+        assert_eq!(
+            deny("wipefs -a /dev/sdb"),
+            "`wipefs` erases or reformats storage"
+        );
+        assert_eq!(
+            deny("shred -u notes.txt"),
+            "shred destroys file contents beyond recovery"
+        );
+        assert_eq!(
+            deny("cat /dev/urandom > /dev/sda"),
+            "redirection writes to the device /dev/sda"
+        );
         assert_eq!(deny("fdisk /dev/sda"), "`fdisk` rewrites a partition table");
         assert_eq!(judge("fdisk -l"), None);
     }
 
     #[test]
     fn fork_bombs_in_several_spellings() {
-        assert_eq!(deny(":(){ :|:& };:"), "fork bomb: function `:` spawns copies of itself");
-        assert_eq!(deny("f(){ f|f& };f"), "fork bomb: function `f` spawns copies of itself");
-        assert_eq!(deny("bomb() { bomb | bomb & }; bomb"), "fork bomb: function `bomb` spawns copies of itself");
-        assert_eq!(deny("while true; do sleep 100 & done"), "fork bomb: an endless loop starts background processes");
+        assert_eq!(
+            deny(":(){ :|:& };:"),
+            "fork bomb: function `:` spawns copies of itself"
+        );
+        assert_eq!(
+            deny("f(){ f|f& };f"),
+            "fork bomb: function `f` spawns copies of itself"
+        );
+        assert_eq!(
+            deny("bomb() { bomb | bomb & }; bomb"),
+            "fork bomb: function `bomb` spawns copies of itself"
+        );
+        assert_eq!(
+            deny("while true; do sleep 100 & done"),
+            "fork bomb: an endless loop starts background processes"
+        );
         assert_eq!(judge("while true; do cargo test && break; done"), None);
     }
 
     #[test]
     fn system_wide_changes() {
         assert_eq!(deny("chmod -R 777 /"), "chmod -R on the root directory /");
-        assert_eq!(deny("chown -R nobody /usr"), "chown -R on the system directory /usr");
-        assert_eq!(deny("find / -name '*.log' -delete"), "find deletes files across the root directory /");
-        assert_eq!(deny("find ~ -type f -exec rm -f {} +"), "find deletes files across the home directory");
-        assert_eq!(deny("mv ~ /dev/null"), "mv moves away the home directory; mv into /dev/null destroys the source");
-        assert_eq!(deny("truncate -s 0 /var/log/syslog"), "truncate empties the system file /var/log/syslog");
+        assert_eq!(
+            deny("chown -R nobody /usr"),
+            "chown -R on the system directory /usr"
+        );
+        assert_eq!(
+            deny("find / -name '*.log' -delete"),
+            "find deletes files across the root directory /"
+        );
+        assert_eq!(
+            deny("find ~ -type f -exec rm -f {} +"),
+            "find deletes files across the home directory"
+        );
+        assert_eq!(
+            deny("mv ~ /dev/null"),
+            "mv moves away the home directory; mv into /dev/null destroys the source"
+        );
+        assert_eq!(
+            deny("truncate -s 0 /var/log/syslog"),
+            "truncate empties the system file /var/log/syslog"
+        );
         assert_eq!(deny("shutdown -h now"), "`shutdown` takes the machine down");
-        assert_eq!(deny("systemctl reboot"), "`systemctl reboot` takes the machine down");
+        assert_eq!(
+            deny("systemctl reboot"),
+            "`systemctl reboot` takes the machine down"
+        );
         assert_eq!(deny("init 0"), "`init` changes the run level");
         assert_eq!(deny("kill -9 -1"), "kill -1 signals every process");
         assert_eq!(deny("killall5 -9"), "killall5 signals every process");

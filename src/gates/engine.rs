@@ -40,7 +40,9 @@ impl Judgement {
 
     /// The verdicts that decided the outcome (those equal to the decision).
     pub fn deciding(&self) -> impl Iterator<Item = &Verdict> {
-        self.trace.iter().filter(move |v| v.decision == self.decision)
+        self.trace
+            .iter()
+            .filter(move |v| v.decision == self.decision)
     }
 
     /// One paragraph naming the deciding gate(s) and their reasons, for the
@@ -150,7 +152,8 @@ mod tests {
             self.1
         }
         fn check(&self, _: &Action, _: &GateContext) -> Option<Verdict> {
-            self.2.map(|d| Verdict::new(d, self.0, format!("{} says {d}", self.0)))
+            self.2
+                .map(|d| Verdict::new(d, self.0, format!("{} says {d}", self.0)))
         }
     }
 
@@ -228,7 +231,14 @@ mod tests {
         let e = GateEngine::with_builtin_gates();
         assert_eq!(
             e.gate_names(),
-            ["approval", "destructive", "injection", "exfiltration", "protected_paths", "secrets"]
+            [
+                "approval",
+                "destructive",
+                "injection",
+                "exfiltration",
+                "protected_paths",
+                "secrets"
+            ]
         );
         let j = e.evaluate(&action(), &GateContext::default());
         assert_eq!(j.decision, Decision::Allow);

@@ -74,12 +74,18 @@ const HOME_STARTUP: &[&str] = &[
 
 /// System trees: writing anywhere under them is denied.
 const SYSTEM_DIRS: &[&str] = &[
-    "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/var", "/opt",
-    "/root", "/sys", "/proc", "/dev", "/srv", "/snap",
+    "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/var",
+    "/opt", "/root", "/sys", "/proc", "/dev", "/srv", "/snap",
 ];
 
 /// Device files that are fine to write to.
-const HARMLESS_DEVICES: &[&str] = &["/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/zero"];
+const HARMLESS_DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/stdout",
+    "/dev/stderr",
+    "/dev/tty",
+    "/dev/zero",
+];
 
 /// What a path is, if it is worth protecting.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,7 +126,15 @@ const CODE_EXTENSIONS: &[&str] = &[
 ];
 
 fn is_private_key_name(name: &str) -> bool {
-    let key_names = ["id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "id_ecdsa_sk", "id_ed25519_sk", "identity"];
+    let key_names = [
+        "id_rsa",
+        "id_dsa",
+        "id_ecdsa",
+        "id_ed25519",
+        "id_ecdsa_sk",
+        "id_ed25519_sk",
+        "identity",
+    ];
     (key_names.contains(&name) || (name.starts_with("id_") && name.contains('*')))
         || name.ends_with(".key")
         || name.ends_with("_rsa")
@@ -172,7 +186,10 @@ pub fn protection(path: &Path, ctx: &GateContext) -> Option<Protection> {
     }
     let is_env_file = name == ".env"
         || (name.starts_with(".env.")
-            && !matches!(name, ".env.example" | ".env.sample" | ".env.template" | ".env.dist"));
+            && !matches!(
+                name,
+                ".env.example" | ".env.sample" | ".env.template" | ".env.dist"
+            ));
     if is_env_file || name == ".envrc" {
         return Some(Protection {
             read: Decision::Ask,
@@ -261,7 +278,10 @@ pub fn write_decision(path: &Path, ctx: &GateContext) -> Option<(Decision, Strin
     if path.components().any(|c| c.as_os_str() == ".git")
         && path.to_string_lossy().contains("/.git/hooks")
     {
-        return Some((Decision::Deny, format!("writes to {shown}, a git hook that runs code later")));
+        return Some((
+            Decision::Deny,
+            format!("writes to {shown}, a git hook that runs code later"),
+        ));
     }
     if path == Path::new("/")
         || SYSTEM_DIRS
@@ -292,9 +312,8 @@ fn read_finding(path: &Path, ctx: &GateContext, verb: &str) -> Option<(Decision,
 /// `"/etc/shadow"`, `'.env'`).
 fn python_path_literals(code: &str) -> Vec<String> {
     static RE: OnceLock<Regex> = OnceLock::new();
-    let re = RE.get_or_init(|| {
-        Regex::new(r#"["']((?:[~/.]|\$HOME)[^"'\s]*)["']"#).expect("static regex")
-    });
+    let re = RE
+        .get_or_init(|| Regex::new(r#"["']((?:[~/.]|\$HOME)[^"'\s]*)["']"#).expect("static regex"));
     re.captures_iter(code)
         .filter_map(|c| c.get(1))
         .map(|m| m.as_str().to_string())
@@ -423,19 +442,31 @@ mod tests {
     fn reads_of_credentials_ask_and_keys_deny() {
         assert_eq!(
             read("/home/u/.aws/credentials"),
-            Some((Decision::Ask, "reads ~/.aws/credentials (a credential store)".into()))
+            Some((
+                Decision::Ask,
+                "reads ~/.aws/credentials (a credential store)".into()
+            ))
         );
         assert_eq!(
             read("/home/u/.ssh/id_ed25519"),
-            Some((Decision::Deny, "reads ~/.ssh/id_ed25519 (a private key)".into()))
+            Some((
+                Decision::Deny,
+                "reads ~/.ssh/id_ed25519 (a private key)".into()
+            ))
         );
         assert_eq!(
             read("/etc/shadow"),
-            Some((Decision::Deny, "reads /etc/shadow (a system password or key file)".into()))
+            Some((
+                Decision::Deny,
+                "reads /etc/shadow (a system password or key file)".into()
+            ))
         );
         assert_eq!(
             read(".env.local"),
-            Some((Decision::Ask, "reads ~/proj/.env.local (an environment file with secrets)".into()))
+            Some((
+                Decision::Ask,
+                "reads ~/proj/.env.local (an environment file with secrets)".into()
+            ))
         );
         assert_eq!(read("api_token.txt").map(|f| f.0), Some(Decision::Ask));
         assert_eq!(read("src/tokenizer.rs"), None);
@@ -449,25 +480,40 @@ mod tests {
         assert_eq!(write("src/main.rs"), None);
         assert_eq!(
             write("/tmp/x"),
-            Some((Decision::Ask, "writes to /tmp/x, outside the working directory".into()))
+            Some((
+                Decision::Ask,
+                "writes to /tmp/x, outside the working directory".into()
+            ))
         );
         assert_eq!(
             write("../../u/.bashrc"),
-            Some((Decision::Deny, "writes to ~/.bashrc, a start-up file that runs code later".into()))
+            Some((
+                Decision::Deny,
+                "writes to ~/.bashrc, a start-up file that runs code later".into()
+            ))
         );
         assert_eq!(
             write(".git/hooks/pre-commit"),
-            Some((Decision::Deny, "writes to ~/proj/.git/hooks/pre-commit, a git hook that runs code later".into()))
+            Some((
+                Decision::Deny,
+                "writes to ~/proj/.git/hooks/pre-commit, a git hook that runs code later".into()
+            ))
         );
         assert_eq!(write("/etc/hosts").map(|f| f.0), Some(Decision::Deny));
-        assert_eq!(write("/home/u/.ssh/authorized_keys").map(|f| f.0), Some(Decision::Deny));
+        assert_eq!(
+            write("/home/u/.ssh/authorized_keys").map(|f| f.0),
+            Some(Decision::Deny)
+        );
     }
 
     #[test]
     fn shell_paths_are_judged_too() {
         assert_eq!(
             bash("cat ~/.ssh/id_rsa"),
-            Some((Decision::Deny, "`cat` touches ~/.ssh/id_rsa (a private key)".into()))
+            Some((
+                Decision::Deny,
+                "`cat` touches ~/.ssh/id_rsa (a private key)".into()
+            ))
         );
         assert_eq!(
             bash("echo 'export X=1' >> ~/.bashrc").map(|f| f.0),
@@ -475,11 +521,17 @@ mod tests {
         );
         assert_eq!(
             bash("sed -i s/a/b/ /etc/hosts"),
-            Some((Decision::Deny, "`sed` writes to /etc/hosts, a system path".into()))
+            Some((
+                Decision::Deny,
+                "`sed` writes to /etc/hosts, a system path".into()
+            ))
         );
         assert_eq!(
             bash("cp notes.txt /tmp/notes.txt"),
-            Some((Decision::Ask, "`cp` writes to /tmp/notes.txt, outside the working directory".into()))
+            Some((
+                Decision::Ask,
+                "`cp` writes to /tmp/notes.txt, outside the working directory".into()
+            ))
         );
         assert_eq!(bash("cargo build 2>/dev/null > build.log"), None);
         assert_eq!(bash("echo \"$HOME\""), None);

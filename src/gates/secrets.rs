@@ -137,7 +137,9 @@ pub fn scan(text: &str) -> Vec<SecretFinding> {
     let mut found: Vec<SecretFinding> = Vec::new();
     for pat in patterns() {
         for caps in pat.regex.captures_iter(text) {
-            let Some(m) = caps.get(pat.group) else { continue };
+            let Some(m) = caps.get(pat.group) else {
+                continue;
+            };
             let value = m.as_str();
             if pat.entropy_check && (is_reference(value) || entropy(value) < 3.0) {
                 continue;
@@ -181,7 +183,10 @@ pub fn redact(text: &str) -> String {
 fn outgoing_texts(effect: &Effect) -> Vec<(String, String)> {
     match effect {
         Effect::WriteFile { path, content } => {
-            vec![(format!("the content for {}", path.display()), content.clone())]
+            vec![(
+                format!("the content for {}", path.display()),
+                content.clone(),
+            )]
         }
         Effect::Run {
             script, argv, env, ..
@@ -262,18 +267,36 @@ mod tests {
     #[test]
     fn recognises_each_shape() {
         let kinds = |t: &str| scan(t).into_iter().map(|f| f.kind).collect::<Vec<_>>();
-        assert_eq!(kinds("key AKIAIOSFODNN7EXAMPLE here"), ["AWS access key id"]);
-        assert_eq!(kinds("ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789"), ["GitHub token"]);
-        assert_eq!(kinds("github_pat_11ABCDEFG0123456789_abcdefghijklmnop"), ["GitHub token"]);
+        assert_eq!(
+            kinds("key AKIAIOSFODNN7EXAMPLE here"),
+            ["AWS access key id"]
+        );
+        assert_eq!(
+            kinds("ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789"),
+            ["GitHub token"]
+        );
+        assert_eq!(
+            kinds("github_pat_11ABCDEFG0123456789_abcdefghijklmnop"),
+            ["GitHub token"]
+        );
         assert_eq!(kinds("xoxb-123456789012-abcdefABCDEF"), ["Slack token"]);
-        assert_eq!(kinds("sk-ant-api03-aaaaBBBBccccDDDDeeee1234"), ["Anthropic API key"]);
+        assert_eq!(
+            kinds("sk-ant-api03-aaaaBBBBccccDDDDeeee1234"),
+            ["Anthropic API key"]
+        );
         assert_eq!(kinds(OPENAI), ["OpenAI-style API key"]);
-        assert_eq!(kinds("AIzaSyA1234567890abcdefghijklmnopqrstuv"), ["Google API key"]);
+        assert_eq!(
+            kinds("AIzaSyA1234567890abcdefghijklmnopqrstuv"),
+            ["Google API key"]
+        );
         assert_eq!(
             kinds("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
             ["JSON web token"]
         );
-        assert_eq!(kinds("password = \"Xk9#mQ2$vL7pR4wz\""), ["credential assignment"]);
+        assert_eq!(
+            kinds("password = \"Xk9#mQ2$vL7pR4wz\""),
+            ["credential assignment"]
+        );
         assert_eq!(
             kinds("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n-----END OPENSSH PRIVATE KEY-----"),
             ["private key"]

