@@ -16,7 +16,7 @@ use regex::Regex;
 use crate::action::{Action, Effect};
 use crate::gates::engine::verdict_from_findings;
 use crate::gates::protected_paths::display_path;
-use crate::gates::shell_words::{resolve_path, script_of, strip_glob, Command};
+use crate::gates::shell_words::{basename, resolve_path, script_of, strip_glob, Command};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
 /// Trees whose recursive removal or mass chmod/chown breaks the system.
@@ -126,8 +126,51 @@ fn severity(path: &Path, ctx: &GateContext) -> Option<(Decision, String)> {
     None
 }
 
-fn resolve(word: &str, ctx: &GateContext) -> PathBuf {
-    resolve_path(word, ctx)
+/// Whether a glob pattern (`*`, `?`, `[...]`) matches a whole path.
+fn glob_matches(pattern: &str, candidate: &str) -> bool {
+    let mut re = String::from("^");
+    let mut in_class = false;
+    for c in pattern.chars() {
+        match c {
+            '*' if !in_class => re.push_str("[^/]*"),
+            '?' if !in_class => re.push_str("[^/]"),
+            '[' if !in_class => {
+                in_class = true;
+                re.push('[');
+            }
+            ']' if in_class => {
+                in_class = false;
+                re.push(']');
+            }
+            '!' if in_class && re.ends_with('[') => re.push('^'),
+            c => re.push_str(&regex::escape(&c.to_string())),
+        }
+    }
+    re.push('$');
+    Regex::new(&re).is_ok_and(|r| r.is_match(candidate))
+}
+
+/// A path with glob characters before its last component (`/e?c`,
+/// `/u*/lib`) may name a vital tree: resolve it against the known ones.
+fn vital_glob_target(path: &Path, ctx: &GateContext) -> Option<PathBuf> {
+    let (dir, _) = strip_glob(path);
+    let text = dir.to_string_lossy();
+    if !text.contains(['*', '?', '[']) {
+        return None;
+    }
+    let mut candidates: Vec<PathBuf> = SYSTEM_TREES.iter().map(PathBuf::from).collect();
+    if let Some(home) = &ctx.home {
+        candidates.push(home.clone());
+        candidates.extend(HOME_VITAL.iter().map(|v| home.join(v)));
+    }
+    candidates
+        .into_iter()
+        .find(|c| glob_matches(&text, &c.to_string_lossy()))
+}
+
+fn resolve(cmd: &Command, word: &str, ctx: &GateContext) -> PathBuf {
+    let path = cmd.resolve(word, ctx);
+    vital_glob_target(&path, ctx).unwrap_or(path)
 }
 
 fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, String)>) {
@@ -149,7 +192,7 @@ fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, Stri
                     }
                     continue;
                 }
-                let path = resolve(op, ctx);
+                let path = resolve(cmd, op, ctx);
                 if let Some((d, what)) = severity(&path, ctx) {
                     if recursive || d == Decision::Ask && strip_glob(&path).1 {
                         out.push((d, format!("{prog} -r on {what}")));
@@ -165,7 +208,7 @@ fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, Stri
                 ops.get(1..).unwrap_or(&[])
             };
             for op in targets {
-                let path = resolve(op, ctx);
+                let path = resolve(cmd, op, ctx);
                 if let Some((Decision::Deny, what)) = severity(&path, ctx) {
                     let flag = if recursive { " -R" } else { "" };
                     out.push((Decision::Deny, format!("{prog}{flag} on {what}")));
@@ -231,14 +274,11 @@ fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, Stri
             let deletes = cmd.args.iter().any(|a| a == "-delete")
                 || cmd.args.windows(2).any(|w| {
                     matches!(w[0].as_str(), "-exec" | "-execdir" | "-ok")
-                        && matches!(
-                            crate::gates::shell_words::basename(&w[1]),
-                            "rm" | "shred" | "unlink" | "mv"
-                        )
+                        && matches!(basename(&w[1]), "rm" | "shred" | "unlink" | "mv")
                 });
             if deletes {
                 for root in roots {
-                    if let Some((d, what)) = severity(&resolve(root, ctx), ctx) {
+                    if let Some((d, what)) = severity(&resolve(cmd, root, ctx), ctx) {
                         out.push((d, format!("find deletes files across {what}")));
                     }
                 }
@@ -248,7 +288,7 @@ fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, Stri
             let ops = cmd.operands();
             if let Some((dest, sources)) = ops.split_last() {
                 for src in sources {
-                    if let Some((d, what)) = severity(&resolve(src, ctx), ctx) {
+                    if let Some((d, what)) = severity(&resolve(cmd, src, ctx), ctx) {
                         out.push((d, format!("mv moves away {what}")));
                     }
                 }
@@ -268,7 +308,7 @@ fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, Stri
                 !skip && !a.starts_with('-')
             });
             for op in operands {
-                let path = resolve(op, ctx);
+                let path = resolve(cmd, op, ctx);
                 if SYSTEM_TREES.iter().any(|d| path.starts_with(d)) {
                     out.push((
                         Decision::Deny,
@@ -324,6 +364,27 @@ fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, Stri
                 out.push((Decision::Deny, "kill signals init (pid 1)".into()));
             } else if all_names && prog != "kill" {
                 out.push((Decision::Ask, format!("`{prog}` matches many processes")));
+            }
+        }
+        "rsync" if cmd.args.iter().any(|a| a.starts_with("--delete")) => {
+            if let Some(dest) = cmd.operands().last() {
+                if let Some((d, what)) = severity(&resolve(cmd, dest, ctx), ctx) {
+                    out.push((d, format!("rsync --delete mirrors over {what}")));
+                }
+            }
+        }
+        "docker" | "podman" | "nerdctl" => {
+            let mounts_root = cmd.args.iter().any(|a| {
+                a.starts_with("/:")
+                    || a == "--privileged"
+                    || a.contains("source=/,")
+                    || a == "--pid=host"
+            });
+            if mounts_root {
+                out.push((
+                    Decision::Ask,
+                    format!("`{prog}` gives a container the host's root or full privileges"),
+                ));
             }
         }
         "crontab" if cmd.has_flag(&['r'], &[]) => {
@@ -550,6 +611,24 @@ mod tests {
             "rm --no-preserve-root; rm -r on the root directory /"
         );
         assert_eq!(deny("rm -rf ../../.."), "rm -r on the root directory /");
+    }
+
+    #[test]
+    fn globs_cd_and_mirrors_cannot_hide_the_target() {
+        assert_eq!(deny("rm -rf /e?c"), "rm -r on the system directory /etc");
+        assert_eq!(deny("rm -rf /[u]sr"), "rm -r on the system directory /usr");
+        assert_eq!(
+            deny("cd / && rm -rf *"),
+            "rm -r on the contents of the root directory /"
+        );
+        assert_eq!(deny("cd ~; rm -rf .ssh"), "rm -r on ~/.ssh");
+        assert_eq!(judge("cd build && rm -rf *"), None);
+        assert_eq!(
+            deny("rsync -a --delete empty/ ~/"),
+            "rsync --delete mirrors over the home directory"
+        );
+        assert_eq!(judge("rsync -a --delete src/ backup/"), None);
+        assert_eq!(deny("rm -rf ~root"), "rm -r on the system directory /root");
     }
 
     #[test]

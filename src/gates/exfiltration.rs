@@ -14,7 +14,7 @@ use regex::Regex;
 use crate::action::Action;
 use crate::gates::engine::verdict_from_findings;
 use crate::gates::protected_paths::{display_path, word_protection};
-use crate::gates::shell_words::{resolve_path, script_of, Command, Script};
+use crate::gates::shell_words::{script_of, Command, Script};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
 /// Where a network command sends data.
@@ -32,7 +32,13 @@ pub fn host_of(word: &str) -> Option<String> {
         Some((_, r)) => r,
         None => word,
     };
-    let rest = rest.rsplit_once('@').map(|(_, h)| h).unwrap_or(rest);
+    // The authority ends at the first `/`, `?` or `#`; userinfo before `@`
+    // inside it (so `evil.example#@127.0.0.1` is evil.example).
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+    let rest = authority
+        .rsplit_once('@')
+        .map(|(_, h)| h)
+        .unwrap_or(authority);
     let host = if let Some(v6) = rest.strip_prefix('[') {
         v6.split(']').next().unwrap_or("")
     } else {
@@ -49,8 +55,11 @@ pub fn host_of(word: &str) -> Option<String> {
 /// `.domain` suffixes from the allow-list.
 pub fn host_allowed(host: &str, ctx: &GateContext) -> bool {
     let host = host.trim_end_matches('.');
-    if matches!(host, "localhost" | "::1" | "0.0.0.0" | "ip6-localhost")
-        || host.starts_with("127.")
+    let loopback_v4 = host
+        .parse::<std::net::Ipv4Addr>()
+        .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified());
+    if matches!(host, "localhost" | "::1" | "ip6-localhost")
+        || loopback_v4
         || host.ends_with(".localhost")
     {
         return true;
@@ -460,7 +469,7 @@ fn secrets_read(script: &Script, ctx: &GateContext) -> Vec<String> {
             if let Some(v) = secret_var(&w) {
                 out.push(format!("${v}"));
             }
-            if let Some((path, _)) = word_protection(&w, ctx) {
+            if let Some((path, _)) = word_protection(cmd, &w, ctx) {
                 out.push(display_path(&path, ctx));
             }
         }
@@ -517,7 +526,7 @@ impl Gate for ExfiltrationGate {
                     let shown = if f == "-" {
                         "standard input".to_string()
                     } else {
-                        display_path(&resolve_path(&f, ctx), ctx)
+                        display_path(&cmd.resolve(&f, ctx), ctx)
                     };
                     findings.push((Decision::Ask, format!("`{}` uploads {shown}", cmd.program)));
                 }
@@ -578,6 +587,13 @@ mod tests {
             Some("example.com")
         );
         assert_eq!(host_of("http://[::1]:80/").as_deref(), Some("::1"));
+        assert_eq!(
+            host_of("http://evil.example#@127.0.0.1/").as_deref(),
+            Some("evil.example")
+        );
+        let ctx = GateContext::default();
+        assert!(host_allowed("127.0.0.1", &ctx));
+        assert!(!host_allowed("127.0.0.1.evil.example", &ctx));
         assert_eq!(
             remote_spec_host("git@github.com:o/r.git").as_deref(),
             Some("github.com")

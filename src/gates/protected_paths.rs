@@ -15,7 +15,7 @@ use regex::Regex;
 
 use crate::action::{Action, Effect};
 use crate::gates::engine::verdict_from_findings;
-use crate::gates::shell_words::{python_shell_strings, resolve_path, script_of};
+use crate::gates::shell_words::{python_shell_strings, resolve_path, script_of, Command};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
 /// Credential stores relative to the home directory: reading them asks.
@@ -210,11 +210,19 @@ pub fn protection(path: &Path, ctx: &GateContext) -> Option<Protection> {
 /// with spaces and unexpanded variables are skipped, and a bare word (no `/`
 /// or `.`) is not taken for a secret-named file: in `grep password src` it
 /// is a pattern.
-pub fn word_protection(word: &str, ctx: &GateContext) -> Option<(PathBuf, Protection)> {
-    if word.contains("://") || word.contains(char::is_whitespace) || word.starts_with('$') {
+pub fn word_protection(
+    cmd: &Command,
+    word: &str,
+    ctx: &GateContext,
+) -> Option<(PathBuf, Protection)> {
+    if word.contains("://")
+        || word.contains(char::is_whitespace)
+        || word.starts_with('$')
+        || word.starts_with('-')
+    {
         return None;
     }
-    let path = resolve_path(word, ctx);
+    let path = cmd.resolve(word, ctx);
     let p = protection(&path, ctx)?;
     let bare = !word.contains(['/', '.', '~']);
     if bare && p.what == NAMED_LIKE_A_SECRET {
@@ -352,13 +360,13 @@ impl Gate for ProtectedPathsGate {
                 if let Some(parsed) = script_of(&action.effect, ctx) {
                     for cmd in &parsed.commands {
                         for target in cmd.write_targets() {
-                            let path = resolve_path(&target, ctx);
+                            let path = cmd.resolve(&target, ctx);
                             if let Some((d, r)) = write_decision(&path, ctx) {
                                 findings.push((d, format!("`{}` {r}", cmd.program)));
                             }
                         }
                         for word in cmd.path_words() {
-                            if let Some((path, p)) = word_protection(&word, ctx) {
+                            if let Some((path, p)) = word_protection(cmd, &word, ctx) {
                                 findings.push((
                                     p.read,
                                     format!(

@@ -120,6 +120,8 @@ fn is_reference(value: &str) -> bool {
         || value.contains("process.env")
         || value.contains('(')
         || value.chars().all(|c| c == '*' || c == 'x' || c == 'X')
+        // Code, not a value: `self.tokens[i`, `config.api_key`.
+        || value.chars().all(|c| c.is_ascii_alphabetic() || matches!(c, '_' | '.' | '[' | ':'))
 }
 
 fn redacted_form(value: &str, keep: usize) -> String {
@@ -309,6 +311,8 @@ mod tests {
         assert!(scan("api_key=$API_KEY").is_empty());
         assert!(scan("password=changeme").is_empty());
         assert!(scan("let token = next_token(&mut lexer);").is_empty());
+        assert!(scan("let token = self.tokens[i];").is_empty());
+        assert!(scan("api_key: config.api_key,").is_empty());
         assert!(scan("sk-short").is_empty());
         assert!(scan("fn main() { println!(\"hello\"); }").is_empty());
     }

@@ -92,9 +92,22 @@ pub struct Command {
     pub stdin_text: Option<String>,
     /// Whether the command runs in the background (`cmd &`).
     pub background: bool,
+    /// The directory an earlier `cd`/`pushd` in the script moved to, as
+    /// written (None: the session's working directory).
+    pub cwd: Option<String>,
 }
 
 impl Command {
+    /// Resolve a word of this command to an absolute, normalised path,
+    /// honouring an earlier `cd` in the script.
+    pub fn resolve(&self, word: &str, ctx: &GateContext) -> PathBuf {
+        let anchored = word.starts_with('/') || word.starts_with('~') || word.starts_with('$');
+        match &self.cwd {
+            Some(dir) if !anchored => resolve_path(&format!("{dir}/{word}"), ctx),
+            _ => resolve_path(word, ctx),
+        }
+    }
+
     /// Whether a flag is present, in short (`-r`, also inside `-rf`) or long
     /// (`--recursive`, `--recursive=...`) form. Parsing stops at `--`.
     /// Short clusters are only matched on words made of letters, so `-1` or a
@@ -377,6 +390,10 @@ pub fn script_of(effect: &Effect, ctx: &GateContext) -> Option<Script> {
             ..
         } => {
             let name = basename(interpreter);
+            let mut env = env.clone();
+            env.entry("PWD".into())
+                .or_insert_with(|| ctx.cwd.to_string_lossy().into_owned());
+            let env = &env;
             if is_shell(name) {
                 Some(parse_with(script, ctx.home.as_deref(), env, argv))
             } else if name.starts_with("python") {
@@ -451,7 +468,23 @@ pub fn basename(program: &str) -> &str {
 /// absolute against `cwd`, and normalise it lexically (`//`, `/./`, trailing
 /// `/`, `..`). A trailing glob (`/*`, `/.*`) is kept as the last component.
 pub fn resolve_path(word: &str, ctx: &GateContext) -> PathBuf {
-    let expanded = expand_home(word, ctx.home.as_deref());
+    let mut expanded = expand_home(word, ctx.home.as_deref());
+    if let Some(rest) = expanded.strip_prefix('~') {
+        // `~name`: another account's home.
+        let (user, tail) = rest.split_once('/').unwrap_or((rest, ""));
+        if !user.is_empty()
+            && user
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+        {
+            let home = if user == "root" {
+                "/root".to_string()
+            } else {
+                format!("/home/{user}")
+            };
+            expanded = format!("{home}/{tail}");
+        }
+    }
     let path = Path::new(&expanded);
     let joined = if path.is_absolute() {
         path.to_path_buf()
@@ -544,6 +577,23 @@ pub fn python_shell_strings(code: &str) -> Vec<String> {
     out
 }
 
+/// Shell strings in Perl, Ruby, Node, PHP or awk code: the string argument
+/// of `system`, `exec`, `execSync`, `popen`, `shell_exec`, `passthru`, and
+/// backtick strings.
+pub fn code_shell_strings(code: &str) -> Vec<String> {
+    static CALL: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let call = CALL.get_or_init(|| {
+        regex::Regex::new(
+            r#"(?:\b(?:system|exec|execSync|spawnSync|popen|shell_exec|passthru|os\.execute|io\.popen)\s*\(?\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)')|`([^`]+)`)"#,
+        )
+        .expect("static regex")
+    });
+    call.captures_iter(code)
+        .filter_map(|c| c.get(1).or(c.get(2)).or(c.get(3)))
+        .map(|m| m.as_str().replace("\\\"", "\"").replace("\\'", "'"))
+        .collect()
+}
+
 /// Shell strings inside Emacs Lisp: `(shell-command "...")`,
 /// `(shell-command-to-string "...")`, `(call-process-shell-command "...")`,
 /// `(async-shell-command "...")`.
@@ -634,6 +684,8 @@ struct Parser<'a> {
     origin: Origin,
     /// Substitutions an enclosing command already followed (for `eval`).
     already_seen: Vec<String>,
+    /// The directory of the latest `cd`, as written.
+    cwd: Option<String>,
 }
 
 impl<'a> Parser<'a> {
@@ -655,6 +707,7 @@ impl<'a> Parser<'a> {
             argv,
             origin: Origin::Top,
             already_seen: Vec::new(),
+            cwd: None,
         }
     }
 
@@ -828,7 +881,19 @@ impl<'a> Parser<'a> {
                 parent,
                 stdin_text: heredoc.clone(),
                 background,
+                cwd: self.cwd.clone(),
             });
+            if matches!(out.commands[index].program.as_str(), "cd" | "pushd") {
+                let target = out.commands[index]
+                    .operands()
+                    .first()
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| "~".to_string());
+                self.cwd = Some(match (&self.cwd, target.starts_with(['/', '~', '$'])) {
+                    (Some(prev), false) => format!("{prev}/{target}"),
+                    _ => target,
+                });
+            }
         } else if substitutions.is_empty() {
             return false;
         } else {
@@ -846,6 +911,7 @@ impl<'a> Parser<'a> {
                 parent,
                 stdin_text: None,
                 background,
+                cwd: self.cwd.clone(),
             });
         }
         if depth >= MAX_DEPTH {
@@ -884,6 +950,7 @@ impl<'a> Parser<'a> {
         p.vars = self.vars.clone();
         p.origin = origin;
         p.already_seen = already_seen.to_vec();
+        p.cwd = self.cwd.clone();
         p.run(out, Some(parent), depth + 1);
     }
 
@@ -1564,6 +1631,41 @@ fn nested_scripts(cmd: &Command, script: &Script) -> Vec<(String, Origin)> {
             out.push((here.target.clone(), Origin::Heredoc));
         }
     }
+    if is_shell(prog)
+        && cmd.stage > 0
+        && !cmd
+            .args
+            .iter()
+            .any(|a| a.starts_with('-') && a.contains('c'))
+    {
+        // `echo 'rm -rf /' | sh`: what echo prints is the script.
+        for up in script.upstream(cmd) {
+            if matches!(up.program.as_str(), "echo" | "printf") {
+                let text: Vec<&str> = up
+                    .args
+                    .iter()
+                    .filter(|a| !(a.starts_with('-') && a.len() <= 3))
+                    .map(String::as_str)
+                    .collect();
+                out.push((text.join(" "), Origin::Heredoc));
+            }
+        }
+    }
+    let code_args = match prog {
+        p if p.starts_with("python") => cmd.option_values(&["-c"], &[]),
+        "perl" | "ruby" | "node" | "nodejs" => cmd.option_values(&["-e", "-E"], &["--eval"]),
+        "php" => cmd.option_values(&["-r"], &[]),
+        "awk" | "gawk" | "mawk" | "nawk" => cmd.operands().into_iter().take(1).collect(),
+        _ => Vec::new(),
+    };
+    for code in code_args {
+        let strings = if prog.starts_with("python") {
+            python_shell_strings(code)
+        } else {
+            code_shell_strings(code)
+        };
+        out.extend(strings.into_iter().map(|s| (s, Origin::Embedded)));
+    }
     match prog {
         "eval" => out.push((cmd.args.join(" "), Origin::Eval)),
         "watch" => {
@@ -1874,6 +1976,48 @@ mod tests {
         assert_eq!(t("curl -sSLo out.html http://x"), v(&["out.html"]));
         assert_eq!(t("wget -qOpage.html http://x"), v(&["page.html"]));
         assert_eq!(t("wget -qO- http://x"), Vec::<String>::new());
+    }
+
+    #[test]
+    fn cd_moves_the_directory_later_words_resolve_against() {
+        let ctx = GateContext {
+            cwd: "/home/u/p".into(),
+            home: Some("/home/u".into()),
+            network_allow: vec![],
+        };
+        let s = parse("cd / && rm -rf *; cd etc; rm x", home());
+        assert_eq!(s.commands[1].resolve("*", &ctx), PathBuf::from("/*"));
+        assert_eq!(s.commands[3].resolve("x", &ctx), PathBuf::from("/etc/x"));
+        assert_eq!(
+            s.commands[0].resolve("x", &ctx),
+            PathBuf::from("/home/u/p/x")
+        );
+        assert_eq!(
+            resolve_path("~root/.ssh", &ctx),
+            PathBuf::from("/root/.ssh")
+        );
+    }
+
+    #[test]
+    fn code_strings_and_echo_into_a_shell_are_followed() {
+        let names = |s: &str| {
+            parse(s, home())
+                .commands
+                .into_iter()
+                .map(|c| c.program)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names("echo 'rm -rf /' | sh"), ["echo", "sh", "rm"]);
+        assert_eq!(names(r#"perl -e 'system("rm -rf /")'"#), ["perl", "rm"]);
+        assert_eq!(
+            names(r#"python3 -c 'import os; os.system("shutdown now")'"#),
+            ["python3", "shutdown"]
+        );
+        assert_eq!(
+            names(r#"awk 'BEGIN { system("reboot") }'"#),
+            ["awk", "reboot"]
+        );
+        assert_eq!(names("ruby -e '`halt`'"), ["ruby", "halt"]);
     }
 
     #[test]
