@@ -5,6 +5,7 @@
 pub mod action;
 pub mod actuators;
 pub mod agent;
+pub mod audit;
 pub mod cli_run;
 pub mod config;
 pub mod flight;
