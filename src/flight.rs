@@ -21,6 +21,7 @@ use crate::action::Action;
 use crate::actuators::ActContext;
 use crate::agent::act::ActStatus;
 use crate::agent::{AgentEnv, ApprovalOutcome, ApprovalRequest};
+use crate::audit::{AuditRecord, PlanOutcome};
 use crate::gates::Decision;
 use crate::plans::store::{PlanStore, StoreError};
 use crate::plans::{render, FlightPlan, PlanResult, PlanStatus};
@@ -171,6 +172,10 @@ impl FlightDesk {
                     if let Ok(p) = self.store.load(&id) {
                         if p.status != PlanStatus::Pending {
                             lock(&self.waiters).remove(&id);
+                            if let Some(d) = &p.decision {
+                                let verdict = if d.approved { PlanOutcome::Approved } else { PlanOutcome::Rejected };
+                                self.env.record(AuditRecord::decision(&id, verdict, &d.by, d.comment.as_deref()));
+                            }
                             if p.status == PlanStatus::Rejected {
                                 self.resolved(&p, "rejected", None);
                             }
@@ -222,6 +227,16 @@ impl FlightDesk {
                 StoreError::Parse(p) => DecideError::BadEdit(p.to_string()),
                 other => DecideError::Refused(other.to_string()),
             })?;
+        self.env.record(AuditRecord::decision(
+            &outcome.plan.id,
+            if outcome.approved {
+                PlanOutcome::Approved
+            } else {
+                PlanOutcome::Rejected
+            },
+            by,
+            params.comment.as_deref(),
+        ));
         let result = json!({
             "planId": outcome.plan.id,
             "status": if outcome.approved { "approved" } else { "rejected" },

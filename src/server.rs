@@ -16,6 +16,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{turn, AgentEnv, ApprovalOutcome, ApprovalRequest, Approver, Session, TurnSink};
+use crate::audit::{AuditRecord, PlanOutcome};
 use crate::flight::{DecideError, FlightDesk};
 use crate::protocol::{self as proto, acp, ClientSettings, SessionStatus};
 use crate::rpc::message::codes;
@@ -292,6 +293,17 @@ impl Daemon {
             acp::RequestPermissionOutcome::Selected(s) => s.option_id.0.to_string(),
             _ => return ApprovalOutcome::Cancelled,
         };
+        let verdict = if option.starts_with("allow") {
+            PlanOutcome::Approved
+        } else {
+            PlanOutcome::Rejected
+        };
+        self.env.record(AuditRecord::decision(
+            &request.tool_call_id,
+            verdict,
+            "acp-client",
+            Some(&option),
+        ));
         let remember = |allow: bool| {
             lock(&self.remembered)
                 .entry(request.session_id.clone())

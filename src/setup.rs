@@ -9,6 +9,7 @@ use crate::actuators::files::FilesActuator;
 use crate::actuators::shell::{SandboxMode, ShellActuator};
 use crate::actuators::ActuatorRegistry;
 use crate::agent::{AgentEnv, Toolset, ToolsetSource};
+use crate::audit::AuditLog;
 use crate::config::{Config, SandboxSetting};
 use crate::gates::engine::GateEngine;
 use crate::protocol::SandboxReport;
@@ -65,12 +66,24 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
     let toolsets = Arc::new(BuiltinToolsets {
         gates: Arc::new(GateEngine::with_builtin_gates()),
     });
+    let audit_path = config.state_dir().join("audit.jsonl");
+    let audit = match AuditLog::open(&audit_path) {
+        Ok(log) => Some(Arc::new(log)),
+        Err(e) => {
+            tracing::error!(
+                "cannot open the audit log {}: {e}; actions will not be audited",
+                audit_path.display()
+            );
+            None
+        }
+    };
     Ok(AgentEnv {
         config,
         models: RwLock::new(Arc::new(cascade)),
         toolsets,
         actuators,
         sandbox,
+        audit,
     })
 }
 

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::action::Action;
 use crate::actuators::ActContext;
+use crate::audit::AuditRecord;
 use crate::gates::engine::Judgement;
 use crate::gates::Decision;
 use crate::llm::ToolCall;
@@ -73,13 +74,17 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
         Ok(action) => action,
         Err(e) => return finish(a.sink, &id, e.to_string(), ActStatus::Failed),
     };
+    a.env
+        .record(AuditRecord::proposed(&a.session.id, &id, &action));
 
     let gate_ctx = a.env.gate_context(&a.session.cwd);
     let judgement = a.toolset.gates.evaluate(&action, &gate_ctx);
+    a.env
+        .record(AuditRecord::verdict(&a.session.id, &id, &judgement));
     tracing::info!(session = %a.session.id, tool = %call.name, decision = %judgement.decision, "gated");
     let mut asked = false;
     let (approved, approved_hash) = match judgement.decision {
-        Decision::Deny => return finish(a.sink, &id, denial(&judgement), ActStatus::Denied),
+        Decision::Deny => return refuse(a, &id, denial(&judgement), ActStatus::Denied),
         Decision::Allow => {
             let hash = action.content_hash();
             (action, hash)
@@ -105,7 +110,7 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
                         Some(c) => format!("the person ({by}) rejected this action: {c}"),
                         None => format!("the person ({by}) rejected this action"),
                     };
-                    return finish(a.sink, &id, text, ActStatus::Rejected);
+                    return refuse(a, &id, text, ActStatus::Rejected);
                 }
                 ApprovalOutcome::Approved {
                     action: approved,
@@ -120,7 +125,7 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
                             return settled(
                                 a,
                                 &id,
-                                finish(a.sink, &id, denial(&again), ActStatus::Denied),
+                                refuse(a, &id, denial(&again), ActStatus::Denied),
                             );
                         }
                     }
@@ -137,18 +142,18 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
         let text =
             "last-mile check failed: the action changed after it was approved; it was not run"
                 .to_string();
-        finish(a.sink, &id, text, ActStatus::Denied)
+        refuse(a, &id, text, ActStatus::Denied)
     } else {
         let last = a.toolset.gates.evaluate(&approved, &gate_ctx);
         if last.decision == Decision::Deny {
-            finish(
-                a.sink,
+            refuse(
+                a,
                 &id,
                 format!("last-mile check failed: {}", denial(&last)),
                 ActStatus::Denied,
             )
         } else if let Err(why) = begin(a, asked, &id, &approved) {
-            finish(a.sink, &id, why, ActStatus::Denied)
+            refuse(a, &id, why, ActStatus::Denied)
         } else {
             execute(&id, &approved, a).await
         }
@@ -158,6 +163,12 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
     } else {
         outcome
     }
+}
+
+/// A refusal (gates, last mile, a person): recorded, then reported.
+fn refuse(a: &ActEnv<'_>, id: &str, text: String, status: ActStatus) -> Acted {
+    a.env.record(AuditRecord::denied(&a.session.id, id, &text));
+    finish(a.sink, id, text, status)
 }
 
 fn begin(a: &ActEnv<'_>, asked: bool, id: &str, action: &Action) -> Result<(), String> {
@@ -189,7 +200,16 @@ async fn execute(id: &str, action: &Action, a: &ActEnv<'_>) -> Acted {
         cwd: a.session.cwd.clone(),
         cancel: a.cancel.clone(),
     };
-    match actuator.execute(action, &ctx).await {
+    let result = actuator.execute(action, &ctx).await;
+    match &result {
+        Ok(out) => a
+            .env
+            .record(AuditRecord::executed(id, out.is_error, &out.text)),
+        Err(e) => a
+            .env
+            .record(AuditRecord::executed(id, true, &e.to_string())),
+    }
+    match result {
         Ok(out) => {
             let status = if out.is_error {
                 ActStatus::Failed

@@ -121,6 +121,9 @@ pub struct AgentEnv {
     pub actuators: ActuatorRegistry,
     /// Whether shell actions can run, for `_passepartout/sandbox/status`.
     pub sandbox: crate::protocol::SandboxReport,
+    /// The append-only audit log (None only when it could not be opened;
+    /// that is reported at startup).
+    pub audit: Option<Arc<crate::audit::AuditLog>>,
 }
 
 impl AgentEnv {
@@ -133,6 +136,15 @@ impl AgentEnv {
 
     pub fn set_models(&self, cascade: Cascade) {
         *self.models.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(cascade);
+    }
+
+    /// Append to the audit log; a failure is logged, never fatal to a turn.
+    pub fn record(&self, record: crate::audit::AuditRecord) {
+        if let Some(log) = &self.audit {
+            if let Err(e) = log.append(&record) {
+                tracing::error!("audit log: {e}");
+            }
+        }
     }
 
     pub fn gate_context(&self, cwd: &Path) -> GateContext {
