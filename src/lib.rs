@@ -6,4 +6,5 @@ pub mod action;
 pub mod actuators;
 pub mod gates;
 pub mod llm;
+pub mod skills;
 pub mod tools;
