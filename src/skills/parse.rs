@@ -532,9 +532,7 @@ impl<'p> Parser<'p> {
             (None, Some(Body::Binding(b))) => b.params(),
             (None, _) => Vec::new(),
         };
-        if let Some(Body::Script { .. }) = &body {
-            self.check_env_collisions(table.map_or(h.title_offset, |t| t.offset), &params);
-        } else if network {
+        if network && !matches!(body, Some(Body::Script { .. })) {
             if let Some(p) = prop("NETWORK") {
                 self.warning(p.offset, "`:NETWORK:` only matters for sh, bash and python bodies");
             }
@@ -721,8 +719,17 @@ impl<'p> Parser<'p> {
                 );
                 continue;
             }
-            if params.iter().any(|p| p.name == name) {
-                self.error(name_at, format!("parameter `{name}` is declared twice"));
+            if let Some(p) = params.iter().find(|p| p.name.eq_ignore_ascii_case(&name)) {
+                let msg = if p.name == name {
+                    format!("parameter `{name}` is declared twice")
+                } else {
+                    format!(
+                        "parameter `{name}` clashes with `{}`: both would be ${}",
+                        p.name,
+                        p.env_name()
+                    )
+                };
+                self.error(name_at, msg);
                 continue;
             }
             let type_cell = cell("type");
@@ -814,17 +821,6 @@ impl<'p> Parser<'p> {
         }
     }
 
-    fn check_env_collisions(&mut self, at: usize, params: &[Param]) {
-        for (i, p) in params.iter().enumerate() {
-            if let Some(q) = params[..i].iter().find(|q| q.env_name() == p.env_name()) {
-                self.error(
-                    at,
-                    format!("parameters `{}` and `{}` would both be ${}", q.name, p.name, p.env_name()),
-                );
-            }
-        }
-    }
-
     /// The rules under a `:rules:` heading: each direct child heading is one
     /// rule. Returns the rules that are valid.
     fn rules_under(&mut self, file: &OrgFile, parent: usize) -> Vec<Rule> {
@@ -889,9 +885,10 @@ impl<'p> Parser<'p> {
             Some(p) => match Regex::new(&p.value) {
                 Ok(re) => Some(re),
                 Err(e) => {
-                    let first = e.to_string();
-                    let first = first.lines().last().unwrap_or_default().trim().to_string();
-                    self.error(p.value_offset, format!("`:PATTERN:` is not a valid regular expression: {first}"));
+                    self.error(
+                        p.value_offset,
+                        format!("`:PATTERN:` is not a valid regular expression: {}", regex_error(&e)),
+                    );
                     return None;
                 }
             },
@@ -937,10 +934,10 @@ impl<'p> Parser<'p> {
                 _ => {}
             }
         }
-        if let (Some(re), 0) = (&pattern, positives) {
+        if let (Some(_), 0) = (&pattern, positives) {
             self.error(
                 h.title_offset,
-                format!("rule `{name}` has no `- match ::` example; every /{}/ needs at least one", re.as_str()),
+                format!("rule `{name}` has a `:PATTERN:` but no `- match ::` example; add at least one"),
             );
         }
         let mut reason = prose(h);
@@ -978,13 +975,16 @@ fn parse_trigger(v: &str) -> Result<Trigger, String> {
             "#+TRIGGER must be `always`, `never` or a /regular expression/, got `{v}`"
         ));
     };
-    Regex::new(&format!("(?i){inner}")).map(Trigger::Pattern).map_err(|e| {
-        let msg = e.to_string();
-        format!(
-            "#+TRIGGER is not a valid regular expression: {}",
-            msg.lines().last().unwrap_or_default().trim()
-        )
-    })
+    Regex::new(&format!("(?i){inner}"))
+        .map(Trigger::Pattern)
+        .map_err(|e| format!("#+TRIGGER is not a valid regular expression: {}", regex_error(&e)))
+}
+
+/// The regex crate's message without its multi-line picture of the pattern.
+fn regex_error(e: &regex::Error) -> String {
+    let text = e.to_string();
+    let last = text.lines().last().unwrap_or_default().trim();
+    last.strip_prefix("error: ").unwrap_or(last).to_string()
 }
 
 fn default_value(ty: ParamType, text: &str) -> Option<Value> {
