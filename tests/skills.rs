@@ -46,7 +46,11 @@ fn valid_corpus_files_load_with_exactly_the_expected_diagnostics() {
     let files = corpus("valid");
     assert_eq!(files.len(), 3);
     for path in files {
-        assert!(check_expected(&path).is_some(), "{} did not load", path.display());
+        assert!(
+            check_expected(&path).is_some(),
+            "{} did not load",
+            path.display()
+        );
     }
 }
 
@@ -61,7 +65,10 @@ fn broken_corpus_files_do_not_load_and_say_exactly_why() {
 
 #[test]
 fn the_everything_file_yields_every_feature() {
-    let (skill, _) = load_file(Path::new("tests/skills/valid/everything.org"), Origin::Project);
+    let (skill, _) = load_file(
+        Path::new("tests/skills/valid/everything.org"),
+        Origin::Project,
+    );
     let s = skill.unwrap();
     assert_eq!(s.name, "everything");
     assert_eq!(s.priority, -5);
@@ -71,7 +78,10 @@ fn the_everything_file_yields_every_feature() {
         "Use the kitchen sink tools only in tests.\n\nNested prompt sections count too, in document order."
     );
     let names: Vec<&str> = s.tools.iter().map(|t| t.spec.name.as_str()).collect();
-    assert_eq!(names, vec!["sh_tool", "py_tool", "elisp_tool", "read_it", "eval_it"]);
+    assert_eq!(
+        names,
+        vec!["sh_tool", "py_tool", "elisp_tool", "read_it", "eval_it"]
+    );
     let sh = &s.tools[0];
     assert_eq!(
         sh.spec.description,
@@ -102,7 +112,10 @@ fn the_everything_file_yields_every_feature() {
             path: PathBuf::from("tests/skills/valid/everything.org")
         }
     );
-    assert_eq!(s.tools[1].kind, agent_client_protocol_schema::v1::ToolKind::Search);
+    assert_eq!(
+        s.tools[1].kind,
+        agent_client_protocol_schema::v1::ToolKind::Search
+    );
     // emacs-lisp never runs without asking, whatever the file says.
     assert_eq!(s.tools[2].approval, Approval::Ask);
     assert_eq!(
@@ -193,19 +206,27 @@ fn planners_validate_arguments_and_pick_the_right_effect() {
             "missing required argument `greeting`".into()
         ))
     );
-    let py = s.tools[1].plan(&json!({ "path": "a.txt" }), &ctx(cwd)).unwrap();
+    let py = s.tools[1]
+        .plan(&json!({ "path": "a.txt" }), &ctx(cwd))
+        .unwrap();
     assert!(matches!(&py.effect, Effect::Run { interpreter, .. } if interpreter == "python3"));
-    let el = s.tools[2].plan(&json!({ "buffer": "*scratch*" }), &ctx(cwd)).unwrap();
+    let el = s.tools[2]
+        .plan(&json!({ "buffer": "*scratch*" }), &ctx(cwd))
+        .unwrap();
     assert_eq!(el.target, "emacs");
     assert_eq!(el.approval, Approval::Ask);
     assert_eq!(
         el.effect,
         Effect::EvalElisp {
             code: "(length buffer)\n".into(),
-            bindings: [("buffer".to_string(), json!("*scratch*"))].into_iter().collect(),
+            bindings: [("buffer".to_string(), json!("*scratch*"))]
+                .into_iter()
+                .collect(),
         }
     );
-    let read = s.tools[3].plan(&json!({ "path": "src/lib.rs" }), &ctx(cwd)).unwrap();
+    let read = s.tools[3]
+        .plan(&json!({ "path": "src/lib.rs" }), &ctx(cwd))
+        .unwrap();
     assert_eq!(read.target, "files");
     assert_eq!(
         read.effect,
@@ -253,7 +274,9 @@ fn builtin_skills_load_cleanly_and_plan_their_bindings() {
     );
     let cwd = Path::new("/work/project");
     let shell = reg.get("shell").unwrap();
-    let a = shell.plan(&json!({ "command": "git push" }), &ctx(cwd)).unwrap();
+    let a = shell
+        .plan(&json!({ "command": "git push" }), &ctx(cwd))
+        .unwrap();
     assert_eq!(a.target, "shell");
     assert_eq!(
         a.effect,
@@ -268,7 +291,10 @@ fn builtin_skills_load_cleanly_and_plan_their_bindings() {
     assert_eq!(a.timeout_secs, Some(120));
     let remember = reg.get("remember").unwrap();
     let a = remember
-        .plan(&json!({ "title": "t", "text": "x", "tags": ["a"] }), &ctx(cwd))
+        .plan(
+            &json!({ "title": "t", "text": "x", "tags": ["a"] }),
+            &ctx(cwd),
+        )
         .unwrap();
     assert_eq!(a.target, "memex");
     assert_eq!(
@@ -279,7 +305,9 @@ fn builtin_skills_load_cleanly_and_plan_their_bindings() {
         }
     );
     let search = reg.get("search_text").unwrap();
-    let a = search.plan(&json!({ "pattern": "TODO" }), &ctx(cwd)).unwrap();
+    let a = search
+        .plan(&json!({ "pattern": "TODO" }), &ctx(cwd))
+        .unwrap();
     assert_eq!(
         a.effect,
         Effect::SearchText {
@@ -325,7 +353,11 @@ fn builtin_rules_judge_actions_through_gates() {
     );
     assert_eq!(judge("shell", json!({ "command": "git status" })), None);
     assert_eq!(
-        judge("write_file", json!({ "path": ".git/config", "content": "" })).map(|v| v.decision),
+        judge(
+            "write_file",
+            json!({ "path": ".git/config", "content": "" })
+        )
+        .map(|v| v.decision),
         Some(Decision::Deny)
     );
     assert_eq!(
@@ -359,15 +391,24 @@ fn later_sources_override_earlier_ones_by_skill_name() {
         user: Some(user.clone()),
         project: Some(project.clone()),
     };
-    assert_eq!(SkillSet::load(&dirs).get("shell").unwrap().origin, Origin::Builtin);
+    assert_eq!(
+        SkillSet::load(&dirs).get("shell").unwrap().origin,
+        Origin::Builtin
+    );
     write(&user, "my-shell.org", &shell_skill("the user's"));
     let set = SkillSet::load(&dirs);
     let s = set.get("shell").unwrap();
-    assert_eq!((s.origin, s.description.as_str()), (Origin::User, "the user's"));
+    assert_eq!(
+        (s.origin, s.description.as_str()),
+        (Origin::User, "the user's")
+    );
     write(&project, "shell.org", &shell_skill("the project's"));
     let set = SkillSet::load(&dirs);
     let s = set.get("shell").unwrap();
-    assert_eq!((s.origin, s.description.as_str()), (Origin::Project, "the project's"));
+    assert_eq!(
+        (s.origin, s.description.as_str()),
+        (Origin::Project, "the project's")
+    );
     assert_eq!(s.path, project.join("shell.org"));
     // The built-in `shell` tool went with the built-in skill; `run` replaced it.
     let mut reg = ToolRegistry::new();
@@ -478,7 +519,11 @@ fn the_loader_reloads_only_when_files_change() {
     assert!(loader.current().is_empty());
     assert!(!loader.refresh());
 
-    write(&dir, "greet.org", "#+SKILL: greet\n\n* hello :tool:\nSay hello.\n#+begin_src sh\necho hello\n#+end_src\n");
+    write(
+        &dir,
+        "greet.org",
+        "#+SKILL: greet\n\n* hello :tool:\nSay hello.\n#+begin_src sh\necho hello\n#+end_src\n",
+    );
     assert!(loader.refresh());
     let set = loader.current();
     assert_eq!(set.get("greet").unwrap().tools[0].spec.name, "hello");
@@ -487,7 +532,10 @@ fn the_loader_reloads_only_when_files_change() {
     write(&dir, "greet.org", "#+SKILL: greet\n\n* bonjour :tool:\nSay hello, in French.\n#+begin_src sh\necho bonjour\n#+end_src\n");
     touch_later(&dir.join("greet.org"), 5);
     assert!(loader.refresh());
-    assert_eq!(loader.current().get("greet").unwrap().tools[0].spec.name, "bonjour");
+    assert_eq!(
+        loader.current().get("greet").unwrap().tools[0].spec.name,
+        "bonjour"
+    );
     // The set handed out before the reload is unchanged.
     assert_eq!(set.get("greet").unwrap().tools[0].spec.name, "hello");
 
@@ -498,14 +546,25 @@ fn the_loader_reloads_only_when_files_change() {
 
 #[test]
 fn the_system_prompt_holds_active_skills_by_priority() {
-    let parse = |name: &str, text: &str| {
-        parse_skill(Path::new(name), text, Origin::User).0.unwrap()
-    };
+    let parse =
+        |name: &str, text: &str| parse_skill(Path::new(name), text, Origin::User).0.unwrap();
     let set = SkillSet::from_skills(vec![
-        parse("a.org", "#+SKILL: low\n#+PRIORITY: 1\n* p :prompt:\nLow always.\n"),
-        parse("b.org", "#+SKILL: high\n#+PRIORITY: 90\n* p :prompt:\nHigh always.\n"),
-        parse("c.org", "#+SKILL: git\n#+TRIGGER: /\\bgit\\b/\n* p :prompt:\nGit help.\n"),
-        parse("d.org", "#+SKILL: secret\n#+TRIGGER: never\n* p :prompt:\nOnly when named.\n"),
+        parse(
+            "a.org",
+            "#+SKILL: low\n#+PRIORITY: 1\n* p :prompt:\nLow always.\n",
+        ),
+        parse(
+            "b.org",
+            "#+SKILL: high\n#+PRIORITY: 90\n* p :prompt:\nHigh always.\n",
+        ),
+        parse(
+            "c.org",
+            "#+SKILL: git\n#+TRIGGER: /\\bgit\\b/\n* p :prompt:\nGit help.\n",
+        ),
+        parse(
+            "d.org",
+            "#+SKILL: secret\n#+TRIGGER: never\n* p :prompt:\nOnly when named.\n",
+        ),
     ]);
     assert_eq!(
         set.system_prompt("hello"),
@@ -544,7 +603,10 @@ fn the_policy_file_keeps_its_valid_rules_even_beside_broken_ones() {
 #[test]
 fn check_and_list_commands_print_compiler_style_lines() {
     let mut out = Vec::new();
-    let code = check_command(&[PathBuf::from("tests/skills/broken/bad-property.org")], &mut out);
+    let code = check_command(
+        &[PathBuf::from("tests/skills/broken/bad-property.org")],
+        &mut out,
+    );
     assert_eq!(code, 1);
     assert_eq!(
         String::from_utf8(out).unwrap(),
@@ -552,8 +614,13 @@ fn check_and_list_commands_print_compiler_style_lines() {
             + "checked 1 file: 4 errors, 1 warning\n"
     );
     let mut out = Vec::new();
-    assert_eq!(check_command(&[PathBuf::from("tests/skills/valid")], &mut out), 0);
-    assert!(String::from_utf8(out).unwrap().ends_with("checked 3 files: 0 errors, 1 warning\n"));
+    assert_eq!(
+        check_command(&[PathBuf::from("tests/skills/valid")], &mut out),
+        0
+    );
+    assert!(String::from_utf8(out)
+        .unwrap()
+        .ends_with("checked 3 files: 0 errors, 1 warning\n"));
 
     let mut out = Vec::new();
     let code = list_command(

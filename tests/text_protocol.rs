@@ -74,7 +74,10 @@ fn one_call_per_line_with_prose_around() {
         vec![call("text-1", "read_file", json!({ "path": "Cargo.toml" }))]
     );
     assert!(p.errors.is_empty(), "{:?}", p.errors);
-    assert_eq!(p.prose, "I'll look at the manifest first.\n\nThen I'll decide.");
+    assert_eq!(
+        p.prose,
+        "I'll look at the manifest first.\n\nThen I'll decide."
+    );
 }
 
 #[test]
@@ -185,7 +188,10 @@ fn prose_parentheses_are_not_calls() {
 #[test]
 fn keyword_arguments_and_unknown_keywords() {
     let p = parse_calls("(write_file :content \"x\" :path \"a.txt\")", &specs());
-    assert_eq!(p.calls[0].arguments, json!({ "path": "a.txt", "content": "x" }));
+    assert_eq!(
+        p.calls[0].arguments,
+        json!({ "path": "a.txt", "content": "x" })
+    );
     let p = parse_calls("(read_file :file \"a.txt\")", &specs());
     assert_eq!(
         p.errors,
@@ -197,7 +203,9 @@ fn keyword_arguments_and_unknown_keywords() {
 fn the_tool_belt_lists_signatures_in_positional_order() {
     let belt = tool_belt(&specs());
     assert!(
-        belt.contains("\n(read_file path)\n  Read a file.\n  - path (string, required): File path.\n"),
+        belt.contains(
+            "\n(read_file path)\n  Read a file.\n  - path (string, required): File path.\n"
+        ),
         "{belt}"
     );
     assert!(belt.contains("\n(write_file path content)\n"));

@@ -92,10 +92,7 @@ fn tags_arg(args: &Value) -> Vec<String> {
             .filter_map(Value::as_str)
             .map(String::from)
             .collect(),
-        Some(Value::String(s)) => s
-            .split([' ', ',', ':'])
-            .map(String::from)
-            .collect(),
+        Some(Value::String(s)) => s.split([' ', ',', ':']).map(String::from).collect(),
         _ => Vec::new(),
     };
     let mut tags: Vec<String> = Vec::new();
@@ -104,7 +101,13 @@ fn tags_arg(args: &Value) -> Vec<String> {
             .trim()
             .to_lowercase()
             .chars()
-            .map(|c| if c.is_alphanumeric() || "_@#%".contains(c) { c } else { '_' })
+            .map(|c| {
+                if c.is_alphanumeric() || "_@#%".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect();
         if !clean.is_empty() && !tags.contains(&clean) {
             tags.push(clean);
@@ -173,7 +176,9 @@ pub fn remember(dir: &Path, args: &Value, now: SystemTime) -> ActOutput {
             Ok(mut f) => {
                 use std::io::Write;
                 return match f.write_all(note.as_bytes()) {
-                    Ok(()) => ActOutput::ok(format!("remembered \"{title}\" in {}", path.display())),
+                    Ok(()) => {
+                        ActOutput::ok(format!("remembered \"{title}\" in {}", path.display()))
+                    }
                     Err(e) => ActOutput::error(format!("cannot write {}: {e}", path.display())),
                 };
             }
@@ -273,12 +278,16 @@ pub fn recall(dir: &Path, args: &Value) -> ActOutput {
         .filter_map(|p| read_note(p))
         .filter(|n| want_tags.iter().all(|t| n.tags.contains(t)))
         .filter_map(|n| {
-            let s = if query.is_empty() { 1 } else { score(&n, &query) };
+            let s = if query.is_empty() {
+                1
+            } else {
+                score(&n, &query)
+            };
             (s > 0).then_some((s, n))
         })
         .collect();
     // Stable sort keeps newest first among equal scores.
-    hits.sort_by(|a, b| b.0.cmp(&a.0));
+    hits.sort_by_key(|h| std::cmp::Reverse(h.0));
     let total = hits.len();
     if total == 0 {
         return ActOutput::ok(format!("no notes match \"{query_text}\""));
@@ -381,7 +390,10 @@ mod tests {
             (2026, 11, 22, 20, 1, 5, "Sun")
         );
         let epoch = Civil::from_unix(0);
-        assert_eq!((epoch.year, epoch.month, epoch.day, epoch.weekday), (1970, 1, 1, "Thu"));
+        assert_eq!(
+            (epoch.year, epoch.month, epoch.day, epoch.weekday),
+            (1970, 1, 1, "Thu")
+        );
         let leap = Civil::from_unix(951_782_400); // 2000-02-29
         assert_eq!((leap.year, leap.month, leap.day), (2000, 2, 29));
     }
@@ -395,12 +407,13 @@ mod tests {
             "tags": ["Prefs", "food", "prefs"]
         });
         let out = remember(dir.path(), &args, at());
-        let path = dir
-            .path()
-            .join("20261122T200105-coffee-preferences.org");
+        let path = dir.path().join("20261122T200105-coffee-preferences.org");
         assert_eq!(
             out,
-            ActOutput::ok(format!("remembered \"Coffee preferences\" in {}", path.display()))
+            ActOutput::ok(format!(
+                "remembered \"Coffee preferences\" in {}",
+                path.display()
+            ))
         );
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
@@ -420,9 +433,21 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         let t = |s: u64| at() + Duration::from_secs(s);
-        remember(d, &json!({ "title": "Coffee", "text": "Black, no sugar.", "tags": ["prefs"] }), t(0));
-        remember(d, &json!({ "title": "Tea", "text": "Drinks coffee only before noon.", "tags": ["prefs", "health"] }), t(1));
-        remember(d, &json!({ "title": "Deploy", "text": "Use the staging cluster first." }), t(2));
+        remember(
+            d,
+            &json!({ "title": "Coffee", "text": "Black, no sugar.", "tags": ["prefs"] }),
+            t(0),
+        );
+        remember(
+            d,
+            &json!({ "title": "Tea", "text": "Drinks coffee only before noon.", "tags": ["prefs", "health"] }),
+            t(1),
+        );
+        remember(
+            d,
+            &json!({ "title": "Deploy", "text": "Use the staging cluster first." }),
+            t(2),
+        );
 
         let out = recall(d, &json!({ "query": "coffee" }));
         assert!(!out.is_error);
@@ -437,7 +462,11 @@ mod tests {
             )
         );
         let out = recall(d, &json!({ "query": "coffee", "tags": ["health"] }));
-        assert!(out.text.starts_with("1 note match \"coffee\":\n\n1. Tea"), "{}", out.text);
+        assert!(
+            out.text.starts_with("1 note match \"coffee\":\n\n1. Tea"),
+            "{}",
+            out.text
+        );
         let out = recall(d, &json!({ "query": "kubernetes" }));
         assert_eq!(out, ActOutput::ok("no notes match \"kubernetes\""));
         assert!(recall(d, &json!({})).is_error);
@@ -481,7 +510,11 @@ mod tests {
             )
             .await
             .unwrap();
-        assert!(out.text.starts_with("1 note match \"world\""), "{}", out.text);
+        assert!(
+            out.text.starts_with("1 note match \"world\""),
+            "{}",
+            out.text
+        );
         let err = memex
             .execute(
                 &action(Effect::Op {

@@ -79,11 +79,7 @@ pub fn write_list(set: &SkillSet, out: &mut dyn Write) {
     for s in set.list() {
         let _ = writeln!(out, "{} — {}", s.name, s.description);
         let _ = writeln!(out, "  from:     {} {}", s.origin, s.path.display());
-        let _ = writeln!(
-            out,
-            "  priority: {}, trigger: {}",
-            s.priority, s.trigger
-        );
+        let _ = writeln!(out, "  priority: {}, trigger: {}", s.priority, s.trigger);
         let tools = if s.tools.is_empty() {
             "none".to_string()
         } else {

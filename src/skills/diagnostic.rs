@@ -124,7 +124,7 @@ impl<'a> LineIndex<'a> {
                 }
             })
             .collect();
-        out.sort_by(|a, b| (a.line, a.column).cmp(&(b.line, b.column)));
+        out.sort_by_key(|d| (d.line, d.column));
         out
     }
 }

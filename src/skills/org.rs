@@ -66,13 +66,18 @@ pub struct Headline {
 
 #[derive(Debug, Clone)]
 pub enum Element {
-    Paragraph { text: String, offset: usize },
+    Paragraph {
+        text: String,
+        offset: usize,
+    },
     List(Vec<ListItem>),
     Table(Table),
     SrcBlock(SrcBlock),
     /// Anything else (drawers, quotes, comments, keywords...): ignored by
     /// skills, kept so positions stay meaningful.
-    Other { offset: usize },
+    Other {
+        offset: usize,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,8 +100,13 @@ pub struct Table {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Row {
     /// A `|---+---|` separator.
-    Rule { offset: usize },
-    Cells { offset: usize, cells: Vec<Cell> },
+    Rule {
+        offset: usize,
+    },
+    Cells {
+        offset: usize,
+        cells: Vec<Cell>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -279,7 +289,9 @@ fn table(node: &SyntaxNode) -> Table {
     let rows = node
         .children()
         .filter_map(|row| match row.kind() {
-            SyntaxKind::ORG_TABLE_RULE_ROW => Some(Row::Rule { offset: start(&row) }),
+            SyntaxKind::ORG_TABLE_RULE_ROW => Some(Row::Rule {
+                offset: start(&row),
+            }),
             SyntaxKind::ORG_TABLE_STANDARD_ROW => Some(Row::Cells {
                 offset: start(&row),
                 cells: row_cells(&row),
@@ -433,10 +445,8 @@ mod tests {
             .unterminated_src
             .is_empty());
         // Inside an example block it is just text.
-        assert!(
-            parse("#+begin_example\n#+begin_src sh\n#+end_example\n")
-                .unterminated_src
-                .is_empty()
-        );
+        assert!(parse("#+begin_example\n#+begin_src sh\n#+end_example\n")
+            .unterminated_src
+            .is_empty());
     }
 }

@@ -151,10 +151,7 @@ fn skill_from_text(path: &Path, text: &str, origin: Origin) -> (Option<Skill>, V
                     {
                         p.findings.push(Finding::error(
                             h.title_offset,
-                            format!(
-                                "tool `{}` is defined twice in this file",
-                                prev.spec.name
-                            ),
+                            format!("tool `{}` is defined twice in this file", prev.spec.name),
                         ));
                     } else {
                         tools.push(tool);
@@ -375,7 +372,10 @@ impl<'p> Parser<'p> {
             if KNOWN.contains(&key.as_str()) {
                 self.warning(
                     kw.offset,
-                    format!("#+{} is ignored here: skill metadata belongs before the first heading", kw.key),
+                    format!(
+                        "#+{} is ignored here: skill metadata belongs before the first heading",
+                        kw.key
+                    ),
                 );
             }
         }
@@ -492,7 +492,10 @@ impl<'p> Parser<'p> {
                 Ok(n) if n > 0 => timeout_secs = Some(n),
                 _ => self.error(
                     p.value_offset,
-                    format!("`:TIMEOUT:` must be a whole number of seconds above 0, got `{}`", p.value),
+                    format!(
+                        "`:TIMEOUT:` must be a whole number of seconds above 0, got `{}`",
+                        p.value
+                    ),
                 ),
             }
         }
@@ -534,7 +537,10 @@ impl<'p> Parser<'p> {
         };
         if network && !matches!(body, Some(Body::Script { .. })) {
             if let Some(p) = prop("NETWORK") {
-                self.warning(p.offset, "`:NETWORK:` only matters for sh, bash and python bodies");
+                self.warning(
+                    p.offset,
+                    "`:NETWORK:` only matters for sh, bash and python bodies",
+                );
             }
         }
         if let Some(b) = &body {
@@ -605,7 +611,10 @@ impl<'p> Parser<'p> {
             (Some(p), Some((at, _))) => {
                 self.error(
                     at,
-                    format!("tool `{name}` has both `:ACTUATOR: {}` and a src block body; keep one", p.value),
+                    format!(
+                        "tool `{name}` has both `:ACTUATOR: {}` and a src block body; keep one",
+                        p.value
+                    ),
                 );
                 None
             }
@@ -615,7 +624,11 @@ impl<'p> Parser<'p> {
                     let known: Vec<&str> = Binding::ALL.iter().map(|b| b.name()).collect();
                     self.error(
                         p.value_offset,
-                        format!("unknown actuator `{}` (known: {})", p.value, known.join(", ")),
+                        format!(
+                            "unknown actuator `{}` (known: {})",
+                            p.value,
+                            known.join(", ")
+                        ),
                     );
                     None
                 }
@@ -664,14 +677,21 @@ impl<'p> Parser<'p> {
             let lower = cell.text.to_ascii_lowercase();
             match COLUMNS.iter().find(|c| **c == lower) {
                 Some(c) if columns.contains(&Some(c)) => {
-                    self.error(cell.offset, format!("malformed parameter table: column `{c}` appears twice"));
+                    self.error(
+                        cell.offset,
+                        format!("malformed parameter table: column `{c}` appears twice"),
+                    );
                     columns.push(None);
                 }
                 Some(c) => columns.push(Some(c)),
                 None => {
                     self.error(
                         cell.offset,
-                        format!("malformed parameter table: unknown column `{}` (columns: {})", cell.text, COLUMNS.join(", ")),
+                        format!(
+                            "malformed parameter table: unknown column `{}` (columns: {})",
+                            cell.text,
+                            COLUMNS.join(", ")
+                        ),
                     );
                     columns.push(None);
                 }
@@ -699,7 +719,11 @@ impl<'p> Parser<'p> {
             if cells.len() > columns.len() {
                 self.error(
                     cells[columns.len()].offset,
-                    format!("malformed parameter table: this row has {} cells but the header has {}", cells.len(), columns.len()),
+                    format!(
+                        "malformed parameter table: this row has {} cells but the header has {}",
+                        cells.len(),
+                        columns.len()
+                    ),
                 );
                 continue;
             }
@@ -737,7 +761,10 @@ impl<'p> Parser<'p> {
             let Some(ty) = ParamType::parse(ty_text) else {
                 self.error(
                     type_cell.map_or(*offset, |c| c.offset),
-                    format!("parameter `{name}`: type `{ty_text}` is not one of {}", ParamType::NAMES),
+                    format!(
+                        "parameter `{name}`: type `{ty_text}` is not one of {}",
+                        ParamType::NAMES
+                    ),
                 );
                 continue;
             };
@@ -747,7 +774,13 @@ impl<'p> Parser<'p> {
                 Some(c) => match parse_bool(&c.text) {
                     Some(b) => b,
                     None => {
-                        self.error(c.offset, format!("parameter `{name}`: required must be yes or no, got `{}`", c.text));
+                        self.error(
+                            c.offset,
+                            format!(
+                                "parameter `{name}`: required must be yes or no, got `{}`",
+                                c.text
+                            ),
+                        );
                         continue;
                     }
                 },
@@ -759,7 +792,11 @@ impl<'p> Parser<'p> {
                     None => {
                         self.error(
                             c.offset,
-                            format!("parameter `{name}`: default `{}` is not a valid {}", c.text, ty.as_str()),
+                            format!(
+                                "parameter `{name}`: default `{}` is not a valid {}",
+                                c.text,
+                                ty.as_str()
+                            ),
                         );
                         continue;
                     }
@@ -775,7 +812,9 @@ impl<'p> Parser<'p> {
                 name,
                 ty,
                 required,
-                description: cell("description").map(|c| c.text.clone()).unwrap_or_default(),
+                description: cell("description")
+                    .map(|c| c.text.clone())
+                    .unwrap_or_default(),
                 default,
             });
         }
@@ -794,11 +833,21 @@ impl<'p> Parser<'p> {
             match params.iter().find(|p| p.name == w.name) {
                 None => self.error(
                     at,
-                    format!("actuator {} needs a parameter `{}` ({})", b.name(), w.name, w.ty.as_str()),
+                    format!(
+                        "actuator {} needs a parameter `{}` ({})",
+                        b.name(),
+                        w.name,
+                        w.ty.as_str()
+                    ),
                 ),
                 Some(p) if p.ty != w.ty => self.error(
                     at,
-                    format!("parameter `{}` must be of type {} for actuator {}", w.name, w.ty.as_str(), b.name()),
+                    format!(
+                        "parameter `{}` must be of type {} for actuator {}",
+                        w.name,
+                        w.ty.as_str(),
+                        b.name()
+                    ),
                 ),
                 Some(_) => {}
             }
@@ -809,12 +858,22 @@ impl<'p> Parser<'p> {
                     let names: Vec<&str> = wanted.iter().map(|w| w.name.as_str()).collect();
                     self.error(
                         at,
-                        format!("actuator {} takes no parameter `{}` (it takes: {})", b.name(), p.name, names.join(", ")),
+                        format!(
+                            "actuator {} takes no parameter `{}` (it takes: {})",
+                            b.name(),
+                            p.name,
+                            names.join(", ")
+                        ),
                     );
                 }
                 Some(w) if w.ty != p.ty => self.error(
                     at,
-                    format!("parameter `{}` must be of type {} for actuator {}", p.name, w.ty.as_str(), b.name()),
+                    format!(
+                        "parameter `{}` must be of type {} for actuator {}",
+                        p.name,
+                        w.ty.as_str(),
+                        b.name()
+                    ),
                 ),
                 Some(_) => {}
             }
@@ -833,7 +892,10 @@ impl<'p> Parser<'p> {
             any = true;
             if let Some(rule) = self.rule(h) {
                 if out.iter().any(|r| r.name == rule.name) {
-                    self.error(h.title_offset, format!("rule `{}` is defined twice", rule.name));
+                    self.error(
+                        h.title_offset,
+                        format!("rule `{}` is defined twice", rule.name),
+                    );
                 } else {
                     out.push(rule);
                 }
@@ -860,7 +922,10 @@ impl<'p> Parser<'p> {
         };
         let decision = match prop("DECISION") {
             None => {
-                self.error(h.title_offset, format!("rule `{name}` has no `:DECISION:` (allow, ask or deny)"));
+                self.error(
+                    h.title_offset,
+                    format!("rule `{name}` has no `:DECISION:` (allow, ask or deny)"),
+                );
                 None
             }
             Some(p) => match p.value.to_ascii_lowercase().as_str() {
@@ -868,7 +933,10 @@ impl<'p> Parser<'p> {
                 "ask" => Some(Decision::Ask),
                 "deny" => Some(Decision::Deny),
                 _ => {
-                    self.error(p.value_offset, format!("`:DECISION:` must be allow, ask or deny, got `{}`", p.value));
+                    self.error(
+                        p.value_offset,
+                        format!("`:DECISION:` must be allow, ask or deny, got `{}`", p.value),
+                    );
                     None
                 }
             },
@@ -887,7 +955,10 @@ impl<'p> Parser<'p> {
                 Err(e) => {
                     self.error(
                         p.value_offset,
-                        format!("`:PATTERN:` is not a valid regular expression: {}", regex_error(&e)),
+                        format!(
+                            "`:PATTERN:` is not a valid regular expression: {}",
+                            regex_error(&e)
+                        ),
                     );
                     return None;
                 }
@@ -916,7 +987,10 @@ impl<'p> Parser<'p> {
             };
             let input = unwrap_verbatim(&item.content);
             let Some(re) = &pattern else {
-                self.warning(item.offset, format!("rule `{name}` has no `:PATTERN:`, so its examples test nothing"));
+                self.warning(
+                    item.offset,
+                    format!("rule `{name}` has no `:PATTERN:`, so its examples test nothing"),
+                );
                 continue;
             };
             if should_match {
@@ -937,12 +1011,17 @@ impl<'p> Parser<'p> {
         if let (Some(_), 0) = (&pattern, positives) {
             self.error(
                 h.title_offset,
-                format!("rule `{name}` has a `:PATTERN:` but no `- match ::` example; add at least one"),
+                format!(
+                    "rule `{name}` has a `:PATTERN:` but no `- match ::` example; add at least one"
+                ),
             );
         }
         let mut reason = prose(h);
         if reason.is_empty() {
-            self.warning(h.title_offset, format!("rule `{name}` gives no reason: write one line of why under the heading"));
+            self.warning(
+                h.title_offset,
+                format!("rule `{name}` gives no reason: write one line of why under the heading"),
+            );
             reason = name.clone();
         }
         if self.error_count() > errors_before {
@@ -977,7 +1056,12 @@ fn parse_trigger(v: &str) -> Result<Trigger, String> {
     };
     Regex::new(&format!("(?i){inner}"))
         .map(Trigger::Pattern)
-        .map_err(|e| format!("#+TRIGGER is not a valid regular expression: {}", regex_error(&e)))
+        .map_err(|e| {
+            format!(
+                "#+TRIGGER is not a valid regular expression: {}",
+                regex_error(&e)
+            )
+        })
 }
 
 /// The regex crate's message without its multi-line picture of the pattern.

@@ -169,9 +169,10 @@ impl Binding {
     pub fn target(self) -> &'static str {
         match self {
             Binding::ShellRun => "shell",
-            Binding::FilesRead | Binding::FilesList | Binding::FilesWrite | Binding::FilesSearch => {
-                "files"
-            }
+            Binding::FilesRead
+            | Binding::FilesList
+            | Binding::FilesWrite
+            | Binding::FilesSearch => "files",
             Binding::MemexRemember | Binding::MemexRecall => "memex",
             Binding::EmacsEval => "emacs",
         }

@@ -231,6 +231,9 @@ mod tests {
             .unwrap();
         assert_eq!(v.decision, Decision::Deny);
         assert_eq!(v.reason, "b: because b");
-        assert_eq!(gate.check(&run("shell", "ls"), &GateContext::default()), None);
+        assert_eq!(
+            gate.check(&run("shell", "ls"), &GateContext::default()),
+            None
+        );
     }
 }

@@ -48,12 +48,15 @@ fn parameter_order(spec: &ToolSpec) -> Vec<(String, String, bool)> {
         .parameters
         .get("required")
         .and_then(Value::as_array)
-        .map(|r| r.iter().filter_map(Value::as_str).map(String::from).collect())
+        .map(|r| {
+            r.iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        })
         .unwrap_or_default();
-    let mut out: Vec<(String, String, bool)> = required
-        .iter()
-        .map(|n| (n.clone(), ty(n), true))
-        .collect();
+    let mut out: Vec<(String, String, bool)> =
+        required.iter().map(|n| (n.clone(), ty(n), true)).collect();
     if let Some(props) = props {
         for name in props.keys() {
             if !required.contains(name) {
@@ -88,7 +91,12 @@ pub fn tool_belt(specs: &[ToolSpec]) -> String {
             .iter()
             .map(|(n, _, req)| if *req { n.clone() } else { format!("[{n}]") })
             .collect();
-        s.push_str(&format!("\n({}{}{})\n", spec.name, if sig.is_empty() { "" } else { " " }, sig.join(" ")));
+        s.push_str(&format!(
+            "\n({}{}{})\n",
+            spec.name,
+            if sig.is_empty() { "" } else { " " },
+            sig.join(" ")
+        ));
         for line in spec.description.lines() {
             s.push_str(&format!("  {line}\n"));
         }
@@ -120,7 +128,10 @@ impl Sexp {
     fn render(&self) -> String {
         match self {
             Sexp::List(items) => {
-                format!("({})", items.iter().map(Sexp::render).collect::<Vec<_>>().join(" "))
+                format!(
+                    "({})",
+                    items.iter().map(Sexp::render).collect::<Vec<_>>().join(" ")
+                )
             }
             Sexp::Str(s) => Value::String(s.clone()).to_string(),
             Sexp::Atom(a) => a.clone(),
@@ -274,7 +285,11 @@ fn starts_call(r: &Reader, at: usize, line_start: bool) -> bool {
     if r.is_tool(&head) {
         return true;
     }
-    if !line_start || !head.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.')) {
+    if !line_start
+        || !head
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
         return false;
     }
     let mut q = p + head.chars().count();
@@ -337,9 +352,9 @@ pub fn parse_calls(reply: &str, specs: &[ToolSpec]) -> ParsedReply {
                     }
                 }
             }
-            Sexp::List(items) if items.is_empty() => {
-                out.errors.push("`()` is an empty call; write (tool \"argument\")".into())
-            }
+            Sexp::List(items) if items.is_empty() => out
+                .errors
+                .push("`()` is an empty call; write (tool \"argument\")".into()),
             other => attempts.push(other),
         }
     }
@@ -402,7 +417,11 @@ fn to_call(form: &Sexp, specs: &[ToolSpec]) -> Result<(String, Value), String> {
             let Some((_, ty, _)) = order.iter().find(|(n, _, _)| n == key) else {
                 return Err(format!(
                     "`{name}` has no argument `{key}`; it takes: {}",
-                    order.iter().map(|p| p.0.as_str()).collect::<Vec<_>>().join(", ")
+                    order
+                        .iter()
+                        .map(|p| p.0.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ));
             };
             let Some(v) = it.next() else {
@@ -416,7 +435,11 @@ fn to_call(form: &Sexp, specs: &[ToolSpec]) -> Result<(String, Value), String> {
                 "`{name}` takes at most {} argument{} ({}), got {} in `{}`",
                 order.len(),
                 if order.len() == 1 { "" } else { "s" },
-                order.iter().map(|p| p.0.as_str()).collect::<Vec<_>>().join(" "),
+                order
+                    .iter()
+                    .map(|p| p.0.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" "),
                 args.len(),
                 form.render()
             ));
@@ -455,7 +478,11 @@ fn typed(tool: &str, param: &str, ty: &str, v: &Sexp) -> Result<Value, String> {
     let fail = || {
         format!(
             "argument `{param}` of `{tool}` must be {} {ty}, got {}",
-            if ty.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" },
+            if ty.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                "an"
+            } else {
+                "a"
+            },
             v.render()
         )
     };
