@@ -178,7 +178,7 @@ fn arguments_are_typed_by_the_schema() {
 #[test]
 fn prose_parentheses_are_not_calls() {
     let p = parse_calls(
-        "The build failed (see the log above), so nothing changed.\n(Also, the tests were skipped.)",
+        "The build failed (see the log above), so nothing changed.\n(Also, the tests were skipped.)\n(1) rerun them\n(a) or skip them\n(note) that's all",
         &specs(),
     );
     assert!(p.calls.is_empty());

@@ -24,11 +24,13 @@ const MAX_RESULTS: usize = 5;
 /// Characters of a note's text shown in a recall result.
 const EXCERPT_CHARS: usize = 240;
 
+/// Performs `remember` and `recall` operations (target `memex`).
 pub struct MemexActuator {
     dir: PathBuf,
 }
 
 impl MemexActuator {
+    /// A memex kept in `dir` (created on the first note).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         MemexActuator { dir: dir.into() }
     }
@@ -44,6 +46,7 @@ impl MemexActuator {
             .map(|d| d.join("passepartout").join("memex"))
     }
 
+    /// Where the notes live.
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -39,6 +39,7 @@ pub struct Diagnostic {
 }
 
 impl Diagnostic {
+    /// Whether this finding keeps the file from loading.
     pub fn is_error(&self) -> bool {
         self.severity == Severity::Error
     }
@@ -67,6 +68,7 @@ pub(crate) struct Finding {
 }
 
 impl Finding {
+    /// An error at a byte offset.
     pub fn error(offset: usize, message: impl Into<String>) -> Self {
         Finding {
             offset,
@@ -74,6 +76,7 @@ impl Finding {
             message: message.into(),
         }
     }
+    /// A warning at a byte offset.
     pub fn warning(offset: usize, message: impl Into<String>) -> Self {
         Finding {
             offset,
@@ -91,6 +94,7 @@ pub(crate) struct LineIndex<'a> {
 }
 
 impl<'a> LineIndex<'a> {
+    /// Index the line starts of `text`.
     pub fn new(text: &'a str) -> Self {
         let mut starts = vec![0];
         starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));

@@ -214,6 +214,7 @@ impl SkillSet {
         v
     }
 
+    /// The skill in effect under `name`.
     pub fn get(&self, name: &str) -> Option<&Skill> {
         self.skills.get(name)
     }
@@ -223,18 +224,22 @@ impl SkillSet {
         self.ranked()
     }
 
+    /// Number of skills loaded.
     pub fn len(&self) -> usize {
         self.skills.len()
     }
 
+    /// Whether no skill loaded.
     pub fn is_empty(&self) -> bool {
         self.skills.is_empty()
     }
 
+    /// Every diagnostic of every file, including files that did not load.
     pub fn diagnostics(&self) -> &[Diagnostic] {
         &self.diagnostics
     }
 
+    /// Whether some file failed to load.
     pub fn has_errors(&self) -> bool {
         self.diagnostics.iter().any(Diagnostic::is_error)
     }
@@ -291,6 +296,7 @@ impl SkillSet {
             .collect()
     }
 
+    /// A summary per skill, in priority order (for `skills list` and the editor).
     pub fn list(&self) -> Vec<SkillSummary> {
         self.ranked()
             .into_iter()
@@ -344,6 +350,8 @@ pub fn load_file(path: &Path, origin: Origin) -> (Option<Skill>, Vec<Diagnostic>
 pub struct Fingerprint(Vec<(PathBuf, Option<SystemTime>, u64)>);
 
 impl Fingerprint {
+    /// Path, modification time and size of every `.org` file in the user and
+    /// project directories (the built-ins cannot change).
     pub fn of(dirs: &SkillDirs) -> Fingerprint {
         let mut entries = Vec::new();
         for (_, dir) in dirs.sources() {
@@ -379,6 +387,7 @@ impl SkillLoader {
         }
     }
 
+    /// The directories this loader watches.
     pub fn dirs(&self) -> &SkillDirs {
         &self.dirs
     }

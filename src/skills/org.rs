@@ -26,6 +26,7 @@ pub struct OrgFile {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// A `#+KEY: value` line.
 pub struct Keyword {
     /// As written (case preserved).
     pub key: String,
@@ -37,6 +38,7 @@ pub struct Keyword {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// One `:KEY: value` line of a property drawer.
 pub struct Property {
     pub key: String,
     pub value: String,
@@ -45,6 +47,7 @@ pub struct Property {
 }
 
 #[derive(Debug, Clone)]
+/// A headline with its own section, owned.
 pub struct Headline {
     pub level: usize,
     /// Trimmed raw title (markup kept, tags removed).
@@ -65,6 +68,7 @@ pub struct Headline {
 }
 
 #[derive(Debug, Clone)]
+/// One element of a headline's section.
 pub enum Element {
     Paragraph {
         text: String,
@@ -81,6 +85,7 @@ pub enum Element {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// One item of a plain or description list.
 pub struct ListItem {
     /// The term of a description item (`- term :: text`), trimmed.
     pub tag: Option<String>,
@@ -92,12 +97,14 @@ pub struct ListItem {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// An Org table, row by row.
 pub struct Table {
     pub offset: usize,
     pub rows: Vec<Row>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// A table row.
 pub enum Row {
     /// A `|---+---|` separator.
     Rule {
@@ -110,12 +117,14 @@ pub enum Row {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// A table cell, trimmed.
 pub struct Cell {
     pub text: String,
     pub offset: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// A `#+begin_src` … `#+end_src` block.
 pub struct SrcBlock {
     pub language: Option<String>,
     /// The raw header arguments (`:dir x :results silent`), untokenized.

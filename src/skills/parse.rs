@@ -1086,3 +1086,85 @@ fn default_value(ty: ParamType, text: &str) -> Option<Value> {
             .filter(|v| ty.accepts(v)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn triggers_parse_to_always_never_or_a_case_insensitive_regex() {
+        assert!(matches!(parse_trigger("always"), Ok(Trigger::Always)));
+        assert!(matches!(parse_trigger("NEVER"), Ok(Trigger::Never)));
+        let Ok(Trigger::Pattern(re)) = parse_trigger(r"/\bgit\b/") else {
+            panic!("not a pattern")
+        };
+        assert!(re.is_match("Git status"));
+        assert_eq!(
+            parse_trigger("git").unwrap_err(),
+            "#+TRIGGER must be `always`, `never` or a /regular expression/, got `git`"
+        );
+        assert_eq!(
+            parse_trigger("//").unwrap_err(),
+            "#+TRIGGER must be `always`, `never` or a /regular expression/, got `//`"
+        );
+        assert_eq!(
+            parse_trigger("/a[/").unwrap_err(),
+            "#+TRIGGER is not a valid regular expression: unclosed character class"
+        );
+    }
+
+    #[test]
+    fn defaults_are_typed_by_the_parameter_type() {
+        assert_eq!(
+            default_value(ParamType::String, "=a b="),
+            Some(json!("a b"))
+        );
+        assert_eq!(default_value(ParamType::Integer, "20"), Some(json!(20)));
+        assert_eq!(default_value(ParamType::Integer, "2.5"), None);
+        assert_eq!(default_value(ParamType::Number, "2.5"), Some(json!(2.5)));
+        assert_eq!(default_value(ParamType::Boolean, "yes"), Some(json!(true)));
+        assert_eq!(default_value(ParamType::Boolean, "nil"), Some(json!(false)));
+        assert_eq!(
+            default_value(ParamType::Array, "[1, 2]"),
+            Some(json!([1, 2]))
+        );
+        assert_eq!(default_value(ParamType::Array, "{}"), None);
+        assert_eq!(
+            default_value(ParamType::Object, "{\"a\": 1}"),
+            Some(json!({ "a": 1 }))
+        );
+    }
+
+    #[test]
+    fn prompt_text_drops_org_comments_only() {
+        assert_eq!(
+            prompt_text("# note to self\nBe brief.\n#+begin_quote\n#\n  # indented comment\nKeep #hashtags.\n"),
+            "Be brief.\n#+begin_quote\nKeep #hashtags."
+        );
+    }
+
+    #[test]
+    fn verbatim_markers_are_removed_once() {
+        assert_eq!(unwrap_verbatim("=git push="), "git push");
+        assert_eq!(unwrap_verbatim("~a~"), "a");
+        assert_eq!(unwrap_verbatim("==x=="), "=x=");
+        assert_eq!(unwrap_verbatim("="), "=");
+        assert_eq!(unwrap_verbatim("a = b"), "a = b");
+    }
+
+    #[test]
+    fn a_tool_without_errors_becomes_a_tool() {
+        let text = "#+SKILL: t\n* hi :tool:\n:PROPERTIES:\n:APPROVAL: auto\n:END:\nSay hi.\n#+begin_src sh\necho hi\n#+end_src\n";
+        let (skill, diags) = parse_skill(Path::new("t.org"), text, Origin::User);
+        assert_eq!(diags, vec![]);
+        let skill = skill.unwrap();
+        assert_eq!(skill.tools[0].spec.name, "hi");
+        assert_eq!(skill.tools[0].spec.description, "Say hi.");
+        assert_eq!(
+            skill.tools[0].spec.parameters,
+            json!({ "type": "object", "properties": {}, "required": [] })
+        );
+        assert_eq!(skill.tools[0].kind, ToolKind::Execute);
+    }
+}

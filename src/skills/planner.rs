@@ -29,8 +29,10 @@ pub enum ParamType {
 }
 
 impl ParamType {
+    /// The accepted type names, for messages.
     pub const NAMES: &'static str = "string, integer, number, boolean, array, object";
 
+    /// A type name as written in a parameter table (case-insensitive).
     pub fn parse(s: &str) -> Option<Self> {
         Some(match s.to_ascii_lowercase().as_str() {
             "string" => ParamType::String,
@@ -43,6 +45,7 @@ impl ParamType {
         })
     }
 
+    /// The JSON Schema name of the type.
     pub fn as_str(self) -> &'static str {
         match self {
             ParamType::String => "string",
@@ -137,6 +140,7 @@ pub enum Binding {
 }
 
 impl Binding {
+    /// Every binding, in documentation order.
     pub const ALL: [Binding; 8] = [
         Binding::ShellRun,
         Binding::FilesRead,
@@ -148,6 +152,7 @@ impl Binding {
         Binding::EmacsEval,
     ];
 
+    /// The name written after `:ACTUATOR:`.
     pub fn name(self) -> &'static str {
         match self {
             Binding::ShellRun => "shell.run",
@@ -161,6 +166,7 @@ impl Binding {
         }
     }
 
+    /// The binding called `s`, if any.
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|b| b.name() == s)
     }
@@ -178,6 +184,7 @@ impl Binding {
         }
     }
 
+    /// The ACP tool kind a tool bound to it gets unless `:KIND:` says otherwise.
     pub fn kind(self) -> ToolKind {
         match self {
             Binding::ShellRun | Binding::EmacsEval => ToolKind::Execute,
@@ -279,6 +286,7 @@ impl Body {
         })
     }
 
+    /// The actuator target of the actions it plans.
     pub fn target(&self) -> &'static str {
         match self {
             Body::Script { .. } => "shell",
@@ -287,6 +295,7 @@ impl Body {
         }
     }
 
+    /// The ACP tool kind unless `:KIND:` says otherwise.
     pub fn default_kind(&self) -> ToolKind {
         match self {
             Body::Script { .. } | Body::Elisp { .. } => ToolKind::Execute,
@@ -294,6 +303,7 @@ impl Body {
         }
     }
 
+    /// The least approval a tool with this body may have.
     pub fn min_approval(&self) -> Approval {
         match self {
             Body::Elisp { .. } => Approval::Ask,
@@ -435,5 +445,51 @@ impl ToolPlanner for SkillPlanner {
             approval: tool.approval.max(self.body.min_approval()),
             timeout_secs: tool.timeout_secs,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_names_are_prefixed_so_parameters_cannot_replace_the_environment() {
+        assert_eq!(env_name("path"), "ARG_PATH");
+        assert_eq!(env_name("ld_preload"), "ARG_LD_PRELOAD");
+    }
+
+    #[test]
+    fn the_schema_keeps_declaration_order_and_required_names() {
+        let mut count = Param::new("count", ParamType::Integer, false, "");
+        count.default = Some(json!(5));
+        let params = vec![Param::new("path", ParamType::String, true, "Where."), count];
+        assert_eq!(
+            schema(&params),
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": { "type": "string", "description": "Where." },
+                    "count": { "type": "integer", "default": 5 }
+                },
+                "required": ["path"]
+            })
+        );
+    }
+
+    #[test]
+    fn src_languages_choose_the_runner() {
+        let body = |l: &str| Body::from_src(l, "x".into());
+        assert_eq!(
+            body("python"),
+            Some(Body::Script {
+                interpreter: "python3".into(),
+                script: "x".into()
+            })
+        );
+        assert_eq!(body("elisp"), Some(Body::Elisp { code: "x".into() }));
+        assert_eq!(body("ruby"), None);
+        assert_eq!(body("elisp").unwrap().min_approval(), Approval::Ask);
+        assert_eq!(Binding::parse("files.write"), Some(Binding::FilesWrite));
+        assert_eq!(Binding::FilesWrite.target(), "files");
     }
 }

@@ -100,6 +100,7 @@ pub struct RuleGate {
 }
 
 impl RuleGate {
+    /// A gate named `name` (`skill:NAME`, `policy`) over `rules`.
     pub fn new(name: impl Into<String>, rules: Vec<Rule>) -> Self {
         RuleGate {
             name: name.into(),
@@ -107,6 +108,7 @@ impl RuleGate {
         }
     }
 
+    /// The rules, in file order.
     pub fn rules(&self) -> &[Rule] {
         &self.rules
     }

@@ -285,18 +285,21 @@ fn starts_call(r: &Reader, at: usize, line_start: bool) -> bool {
     if r.is_tool(&head) {
         return true;
     }
-    if !line_start
-        || !head
-            .chars()
-            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.'))
-    {
+    // A word that could be a tool name, followed by a quoted or named
+    // argument: `(1) first` and `(a) option` in a numbered list are prose.
+    let mut chars = head.chars();
+    let name_like = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if !line_start || !name_like {
         return false;
     }
     let mut q = p + head.chars().count();
     while q < r.chars.len() && r.chars[q] == ' ' {
         q += 1;
     }
-    matches!(r.chars.get(q), Some('"' | ':' | ')'))
+    matches!(r.chars.get(q), Some('"' | ':'))
 }
 
 fn is_fence(line: &str) -> bool {
