@@ -236,3 +236,13 @@ fn results_and_errors_come_back_in_one_message() {
          \nProblems with your reply (correct them and call again):\n- unknown tool `frob`\n"
     );
 }
+
+#[test]
+fn an_unclosed_string_is_reported_not_guessed() {
+    let p = parse_calls("(read_file \"src/main.rs)\nI will read it.", &specs());
+    assert!(p.calls.is_empty());
+    assert_eq!(
+        p.errors,
+        vec!["in the call to `read_file`, the string starting \"src/main.rs)\nI will \" is never closed; end it with a double quote".to_string()]
+    );
+}

@@ -415,3 +415,30 @@ impl SkillLoader {
         self.set = Arc::new(SkillSet::load(&self.dirs));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_skill_set_can_be_shared_between_sessions() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<SkillSet>();
+        shareable::<SkillLoader>();
+    }
+
+    #[test]
+    fn only_org_files_directly_in_the_directory_count() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["b.org", "a.org", ".#a.org", "#a.org#", "notes.txt"] {
+            std::fs::write(dir.path().join(name), "x").unwrap();
+        }
+        std::fs::create_dir(dir.path().join("sub.org")).unwrap();
+        let names: Vec<String> = org_files(dir.path())
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec!["a.org", "b.org"]);
+        assert!(org_files(&dir.path().join("missing")).is_empty());
+    }
+}

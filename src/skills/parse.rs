@@ -535,11 +535,15 @@ impl<'p> Parser<'p> {
             (None, Some(Body::Binding(b))) => b.params(),
             (None, _) => Vec::new(),
         };
-        if network && !matches!(body, Some(Body::Script { .. })) {
+        let runs_in_sandbox = matches!(
+            body,
+            Some(Body::Script { .. } | Body::Binding(Binding::ShellRun))
+        );
+        if network && !runs_in_sandbox {
             if let Some(p) = prop("NETWORK") {
                 self.warning(
                     p.offset,
-                    "`:NETWORK:` only matters for sh, bash and python bodies",
+                    "`:NETWORK:` only matters for sh, bash and python bodies and `shell.run`",
                 );
             }
         }

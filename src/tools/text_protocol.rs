@@ -5,8 +5,10 @@
 //! of up to five calls, `((read_file "a") (list_directory "."))`. The reply
 //! is read forgivingly — code fences and prose around the calls are
 //! skipped, missing closing parentheses are supplied, quoted numbers are
-//! typed by the schema — and whatever still cannot be understood becomes a
-//! precise error for the next round, never a failed turn.
+//! typed by the schema — and whatever still cannot be understood (an
+//! unknown tool, a wrong number of arguments, a string never closed, where
+//! guessing its end could run a wrong argument) becomes a precise error for
+//! the next round, never a failed turn.
 //!
 //! Positional arguments map to a tool's parameters in a fixed order: the
 //! `required` ones in the order of the schema's `required` array, then the
@@ -122,6 +124,9 @@ enum Sexp {
     Str(String),
     /// A bare word: a tool name, a number, `true`, `:keyword`...
     Atom(String),
+    /// A string whose closing quote never came. Not repaired: where it
+    /// should have ended is a guess, and a wrong guess runs a wrong argument.
+    Unterminated(String),
 }
 
 impl Sexp {
@@ -135,6 +140,7 @@ impl Sexp {
             }
             Sexp::Str(s) => Value::String(s.clone()).to_string(),
             Sexp::Atom(a) => a.clone(),
+            Sexp::Unterminated(s) => format!("\"{s}"),
         }
     }
 }
@@ -258,7 +264,7 @@ impl Reader<'_> {
                 other => s.push(other),
             }
         }
-        Sexp::Str(s)
+        Sexp::Unterminated(s)
     }
 }
 
@@ -400,6 +406,12 @@ fn to_call(form: &Sexp, specs: &[ToolSpec]) -> Result<(String, Value), String> {
             names.join(", ")
         ));
     };
+    if let Some(Sexp::Unterminated(u)) = items.iter().find(|i| matches!(i, Sexp::Unterminated(_))) {
+        let start: String = u.chars().take(20).collect();
+        return Err(format!(
+            "in the call to `{name}`, the string starting \"{start}\" is never closed; end it with a double quote"
+        ));
+    }
     let order = parameter_order(spec);
     let args = &items[1..];
     let mut obj = Map::new();
@@ -491,11 +503,11 @@ fn typed(tool: &str, param: &str, ty: &str, v: &Sexp) -> Result<Value, String> {
     };
     let text = match v {
         Sexp::Str(s) | Sexp::Atom(s) => Some(s.as_str()),
-        Sexp::List(_) => None,
+        Sexp::List(_) | Sexp::Unterminated(_) => None,
     };
     match ty {
         "string" => match v {
-            Sexp::List(_) => Err(fail()),
+            Sexp::List(_) | Sexp::Unterminated(_) => Err(fail()),
             Sexp::Str(s) | Sexp::Atom(s) => Ok(Value::String(s.clone())),
         },
         "integer" => text
@@ -518,7 +530,7 @@ fn typed(tool: &str, param: &str, ty: &str, v: &Sexp) -> Result<Value, String> {
                 Ok(a @ Value::Array(_)) => Ok(a),
                 _ => Err(fail()),
             },
-            Sexp::Atom(_) => Err(fail()),
+            Sexp::Atom(_) | Sexp::Unterminated(_) => Err(fail()),
         },
         "object" => match text.and_then(|t| serde_json::from_str::<Value>(t).ok()) {
             Some(o @ Value::Object(_)) => Ok(o),
@@ -532,7 +544,7 @@ fn typed(tool: &str, param: &str, ty: &str, v: &Sexp) -> Result<Value, String> {
 /// booleans become JSON numbers and booleans.
 fn plain(v: &Sexp) -> Value {
     match v {
-        Sexp::Str(s) => Value::String(s.clone()),
+        Sexp::Str(s) | Sexp::Unterminated(s) => Value::String(s.clone()),
         Sexp::Atom(a) => serde_json::from_str::<Value>(a)
             .ok()
             .filter(|v| v.is_number() || v.is_boolean())
