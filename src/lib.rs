@@ -17,4 +17,5 @@ pub mod rpc;
 pub mod sandbox;
 pub mod server;
 pub mod setup;
+pub mod skills;
 pub mod tools;
