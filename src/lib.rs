@@ -19,3 +19,4 @@ pub mod server;
 pub mod setup;
 pub mod skills;
 pub mod tools;
+pub mod toolsets;

@@ -335,6 +335,67 @@ impl Daemon {
     }
 }
 
+fn wire_diagnostics(diagnostics: &[crate::skills::Diagnostic]) -> Vec<proto::WireDiagnostic> {
+    diagnostics
+        .iter()
+        .map(|d| proto::WireDiagnostic {
+            path: d.path.display().to_string(),
+            line: d.line,
+            column: d.column,
+            severity: d.severity.to_string(),
+            message: d.message.clone(),
+        })
+        .collect()
+}
+
+impl Daemon {
+    fn skills_check(&self, p: proto::SkillsCheckParams) -> Value {
+        let diagnostics = crate::skills::check_text(std::path::Path::new(&p.path), &p.text);
+        serde_json::json!({ "diagnostics": wire_diagnostics(&diagnostics) })
+    }
+
+    fn skills_reload(&self, cwd: Option<PathBuf>) -> Value {
+        let cwd = cwd.or_else(|| lock(&self.sessions).values().next().map(|s| s.cwd.clone()));
+        let (names, diagnostics) = self.env.toolsets.reload(cwd.as_deref());
+        serde_json::json!({ "skills": names, "diagnostics": wire_diagnostics(&diagnostics) })
+    }
+
+    fn skills_list(&self, cwd: Option<PathBuf>) -> Value {
+        let cwd = cwd
+            .or_else(|| lock(&self.sessions).values().next().map(|s| s.cwd.clone()))
+            .unwrap_or_else(|| PathBuf::from("/"));
+        let (skills, diagnostics) = self.env.toolsets.list(&cwd);
+        let skills: Vec<Value> = skills
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "name": s.name,
+                    "description": s.description,
+                    "origin": s.origin.to_string(),
+                    "path": s.path.display().to_string(),
+                    "tools": s.tools,
+                    "rules": s.rules,
+                })
+            })
+            .collect();
+        serde_json::json!({ "skills": skills, "diagnostics": wire_diagnostics(&diagnostics) })
+    }
+}
+
+/// Optional `{"cwd": ...}` params (null or absent is fine).
+#[derive(serde::Deserialize, Default)]
+struct CwdParams {
+    #[serde(default)]
+    cwd: Option<PathBuf>,
+}
+
+fn cwd_param(params: &Params<'_>) -> Result<Option<PathBuf>, ErrorObjectOwned> {
+    if params.as_str().is_none() {
+        return Ok(None);
+    }
+    Ok(params.parse::<Option<CwdParams>>()?.unwrap_or_default().cwd)
+}
+
 /// Concatenate the text of a prompt's content blocks.
 fn prompt_text(blocks: &[acp::ContentBlock]) -> String {
     let mut parts = Vec::new();
@@ -418,6 +479,21 @@ pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
                 d.desk
                     .list()
                     .map_err(|m| rpc_error(codes::INTERNAL_ERROR, m))
+            })
+            .map(|_| ()),
+        module
+            .register_method(proto::EXT_SKILLS_CHECK, |p, d, _| {
+                Ok::<_, ErrorObjectOwned>(d.skills_check(parse(&p)?))
+            })
+            .map(|_| ()),
+        module
+            .register_method(proto::EXT_SKILLS_RELOAD, |p, d, _| {
+                Ok::<_, ErrorObjectOwned>(d.skills_reload(cwd_param(&p)?))
+            })
+            .map(|_| ()),
+        module
+            .register_method(proto::EXT_SKILLS_LIST, |p, d, _| {
+                Ok::<_, ErrorObjectOwned>(d.skills_list(cwd_param(&p)?))
             })
             .map(|_| ()),
     ];

@@ -111,6 +111,23 @@ pub struct Toolset {
 /// between turns).
 pub trait ToolsetSource: Send + Sync {
     fn toolset(&self, cwd: &Path, user_message: &str) -> Toolset;
+
+    /// Re-read skills now; the skill names in effect for `cwd` and every
+    /// diagnostic. Sources without skills return nothing.
+    fn reload(&self, _cwd: Option<&Path>) -> (Vec<String>, Vec<crate::skills::Diagnostic>) {
+        (Vec::new(), Vec::new())
+    }
+
+    /// What is loaded for `cwd`, for `skills list`.
+    fn list(
+        &self,
+        _cwd: &Path,
+    ) -> (
+        Vec<crate::skills::SkillSummary>,
+        Vec<crate::skills::Diagnostic>,
+    ) {
+        (Vec::new(), Vec::new())
+    }
 }
 
 /// Shared by every session of a daemon.
