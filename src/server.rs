@@ -519,5 +519,6 @@ where
     let on_note: crate::rpc::NotificationHandler =
         Arc::new(move |m: &str, p: Value| notify_daemon.on_notification(m, p));
     crate::rpc::serve(reader, writer, out, rx, methods(daemon.clone()), on_note).await;
+    daemon.env.editor.disconnect();
     daemon.cancel_all();
 }

@@ -4,6 +4,7 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use crate::actuators::emacs::{EditorLink, EmacsActuator};
 use crate::actuators::files::FilesActuator;
 use crate::actuators::memex::MemexActuator;
 use crate::actuators::shell::{SandboxMode, ShellActuator};
@@ -45,6 +46,8 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
         tracing::warn!("{}", sandbox.message);
     }
     actuators.register(Arc::new(shell));
+    let editor = EditorLink::default();
+    actuators.register(Arc::new(EmacsActuator::new(editor.clone())));
     let memex_dir = config.memex_dir();
     actuators.register(Arc::new(MemexActuator::new(memex_dir)));
     let toolsets = Arc::new(SkillToolsets::new(SkillSources {
@@ -70,6 +73,7 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
         actuators,
         sandbox,
         audit,
+        editor,
     })
 }
 

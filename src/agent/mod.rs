@@ -141,6 +141,8 @@ pub struct AgentEnv {
     /// The append-only audit log (None only when it could not be opened;
     /// that is reported at startup).
     pub audit: Option<Arc<crate::audit::AuditLog>>,
+    /// The connected Emacs, for the emacs actuator.
+    pub editor: crate::actuators::emacs::EditorLink,
 }
 
 impl AgentEnv {
