@@ -48,6 +48,10 @@ pub struct Config {
     pub builtin_skills: bool,
     /// Log file (besides stderr); `None`: stderr only.
     pub log_file: Option<PathBuf>,
+    /// Whether messages shown to the person (the system actuator) are also
+    /// fed back to the model as the tool result. Off: the person already
+    /// sees them; the model only hears they were delivered.
+    pub feed_back_messages: bool,
 }
 
 impl Default for Config {
@@ -64,6 +68,7 @@ impl Default for Config {
             skills_dir: None,
             builtin_skills: true,
             log_file: None,
+            feed_back_messages: false,
         }
     }
 }

@@ -371,6 +371,7 @@ impl FlightDesk {
             session_id: plan.session_id.clone(),
             cwd,
             cancel: CancellationToken::new(),
+            say: None,
         };
         let (is_error, text) = match self.env.actuators.resolve(Some(&action.target), None) {
             Ok(actuator) => match actuator.execute(&action, &ctx).await {

@@ -230,7 +230,7 @@ async fn run(flags: ConfigFlags, prompt: String) -> ExitCode {
         &env,
         &session,
         prompt,
-        &TerminalSink,
+        Arc::new(TerminalSink),
         &TerminalApprover,
         cancel,
     )

@@ -179,7 +179,8 @@ impl Daemon {
         let approver = DaemonApprover {
             daemon: self.clone(),
         };
-        let result = turn::run_turn(&self.env, &session, text, &sink, &approver, cancel).await;
+        let result =
+            turn::run_turn(&self.env, &session, text, Arc::new(sink), &approver, cancel).await;
         session.end_turn(turn_no);
         match result {
             Ok(stop) => Ok(acp::PromptResponse::new(stop)),

@@ -8,6 +8,7 @@ use crate::actuators::emacs::{EditorLink, EmacsActuator};
 use crate::actuators::files::FilesActuator;
 use crate::actuators::memex::MemexActuator;
 use crate::actuators::shell::{SandboxMode, ShellActuator};
+use crate::actuators::system::SystemActuator;
 use crate::actuators::ActuatorRegistry;
 use crate::agent::AgentEnv;
 use crate::audit::AuditLog;
@@ -46,6 +47,9 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
         tracing::warn!("{}", sandbox.message);
     }
     actuators.register(Arc::new(shell));
+    actuators.register(Arc::new(SystemActuator::new(config.feed_back_messages)));
+    // An action that names no target goes to the person.
+    actuators.set_default("system");
     let editor = EditorLink::default();
     actuators.register(Arc::new(EmacsActuator::new(editor.clone())));
     let memex_dir = config.memex_dir();

@@ -149,6 +149,13 @@ async fn tool_errors_and_refusals_go_back_to_the_model_and_the_turn_continues() 
         .into_iter()
         .filter(|u| u["status"] == "failed")
         .collect();
+    // Four calls in one round are shown as an ACP plan, updated as they run.
+    let plans = c.updates("plan");
+    assert_eq!(plans.len(), 1 + 2 * 4, "{plans:?}");
+    let last = plans.last().unwrap()["entries"].as_array().unwrap().clone();
+    assert_eq!(last.len(), 4);
+    assert!(last.iter().all(|e| e["status"] == "completed"), "{last:?}");
+    assert_eq!(last[0]["content"], "read_file: missing.txt");
     assert_eq!(failed.len(), 4, "{failed:?}");
 
     let results = tool_messages(&s.fake.requests()[1].body);
@@ -378,4 +385,24 @@ async fn headless_run_streams_the_answer_and_reports_failure_by_exit_status() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("script exhausted"));
+}
+
+#[tokio::test]
+async fn messages_to_the_person_are_shown_and_not_fed_back() {
+    let s = setup(vec![
+        fake::openai_tool_calls(&[("m1", "message_person", r#"{"text": "halfway there"}"#)]),
+        fake::openai_text("Done."),
+    ])
+    .await;
+    let mut c = start(&s, Framing::Ndjson, &[]);
+    c.initialize(json!({})).await;
+    let sid = c.new_session(s.project.path()).await;
+    let r = c.request("session/prompt", prompt(&sid, "work")).await;
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    assert_eq!(c.message_text(), "\nhalfway there\nDone.");
+    let results = tool_messages(&s.fake.requests()[1].body);
+    assert_eq!(
+        results[0]["content"],
+        "delivered to the person (13 characters)"
+    );
 }

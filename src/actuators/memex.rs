@@ -483,6 +483,7 @@ mod tests {
             session_id: "s".into(),
             cwd: dir.path().to_path_buf(),
             cancel: CancellationToken::new(),
+            say: None,
         };
         let action = |effect| Action {
             tool: "remember".into(),

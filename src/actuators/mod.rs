@@ -9,6 +9,7 @@ pub mod emacs;
 pub mod files;
 pub mod memex;
 pub mod shell;
+pub mod system;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -19,11 +20,23 @@ use tokio_util::sync::CancellationToken;
 use crate::action::Action;
 
 /// What an actuator needs from the session it acts for.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ActContext {
     pub session_id: String,
     pub cwd: PathBuf,
     pub cancel: CancellationToken,
+    /// Speak to the person of this session (the system actuator).
+    pub say: Option<system::Say>,
+}
+
+impl std::fmt::Debug for ActContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ActContext")
+            .field("session_id", &self.session_id)
+            .field("cwd", &self.cwd)
+            .field("can_say", &self.say.is_some())
+            .finish()
+    }
 }
 
 /// The outcome of an execution.

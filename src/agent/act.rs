@@ -5,6 +5,8 @@
 //! the action's target. Every failure on the way becomes an observation the
 //! model reads next round; nothing here ends the turn except cancellation.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -45,6 +47,8 @@ pub struct ActEnv<'a> {
     pub cancel: CancellationToken,
     /// The text the model wrote before its calls: its own explanation.
     pub explanation: &'a str,
+    /// The sink again, owned, for actuators that speak to the person.
+    pub sink_handle: Arc<dyn TurnSink>,
 }
 
 pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
@@ -196,10 +200,15 @@ async fn execute(id: &str, action: &Action, a: &ActEnv<'_>) -> Acted {
     a.sink.update(acp::SessionUpdate::ToolCallUpdate(
         acp::ToolCallUpdate::new(acp::ToolCallId::new(id.to_string()), fields),
     ));
+    let sink = a.sink_handle.clone();
     let ctx = ActContext {
         session_id: a.session.id.clone(),
         cwd: a.session.cwd.clone(),
         cancel: a.cancel.clone(),
+        say: Some(Arc::new(move |text: &str| {
+            let chunk = acp::ContentChunk::new(format!("\n{text}\n").into());
+            sink.update(acp::SessionUpdate::AgentMessageChunk(chunk));
+        })),
     };
     let result = actuator.execute(action, &ctx).await;
     match &result {
@@ -211,6 +220,14 @@ async fn execute(id: &str, action: &Action, a: &ActEnv<'_>) -> Acted {
             .record(AuditRecord::executed(id, true, &e.to_string())),
     }
     match result {
+        Ok(out) if !actuator.feeds_back() && !out.is_error => {
+            // The person has seen it; the model only hears it was delivered.
+            let text = format!(
+                "delivered to the person ({} characters)",
+                out.text.chars().count()
+            );
+            finish(a.sink, id, text, ActStatus::Executed)
+        }
         Ok(out) => {
             let status = if out.is_error {
                 ActStatus::Failed

@@ -5,6 +5,8 @@
 //! observations, until the model answers without calls, the round limit is
 //! reached, or the turn is cancelled. Each transition is traced.
 
+use std::sync::Arc;
+
 use tokio_util::sync::CancellationToken;
 
 use crate::llm::{ChatMessage, FinishReason};
@@ -28,10 +30,11 @@ pub async fn run_turn(
     env: &AgentEnv,
     session: &Session,
     prompt: String,
-    sink: &dyn TurnSink,
+    sink_handle: Arc<dyn TurnSink>,
     approver: &dyn Approver,
     cancel: CancellationToken,
 ) -> Result<acp::StopReason, TurnError> {
+    let sink: &dyn TurnSink = sink_handle.as_ref();
     let mut history = session.history.lock().await;
     let toolset = env.toolsets.toolset(&session.cwd, &prompt);
     history.push(ChatMessage::user(prompt));
@@ -92,9 +95,13 @@ pub async fn run_turn(
                 approver,
                 cancel: cancel.clone(),
                 explanation: &reasoned.text,
+                sink_handle: sink_handle.clone(),
             };
             let mut cancelled = false;
-            for call in &reasoned.calls {
+            // Several calls in one round: show them as the round's plan.
+            let mut plan = RoundPlan::new(&reasoned.calls);
+            plan.publish(sink);
+            for (i, call) in reasoned.calls.iter().enumerate() {
                 // Every call gets an answer in the history, even the ones
                 // skipped by a cancel: providers reject dangling calls.
                 if cancelled || cancel.is_cancelled() {
@@ -102,7 +109,9 @@ pub async fn run_turn(
                     cancelled = true;
                     continue;
                 }
+                plan.mark(i, acp::PlanEntryStatus::InProgress, sink);
                 let acted = act(call, &act_env).await;
+                plan.mark(i, acp::PlanEntryStatus::Completed, sink);
                 cancelled |= acted.status == ActStatus::Cancelled;
                 history.push(acted.observation.into_message());
             }
@@ -119,4 +128,46 @@ pub async fn run_turn(
     .await;
     report_status(sink, session, "idle");
     result
+}
+
+/// The ACP `plan` of a round with several tool calls: one entry per call,
+/// updated as they run. A single call needs no plan (its `tool_call`
+/// updates say it all).
+struct RoundPlan {
+    entries: Vec<acp::PlanEntry>,
+}
+
+impl RoundPlan {
+    fn new(calls: &[crate::llm::ToolCall]) -> Self {
+        let entries = if calls.len() < 2 {
+            Vec::new()
+        } else {
+            calls
+                .iter()
+                .map(|c| {
+                    acp::PlanEntry::new(
+                        super::act::title(&c.name, &c.arguments),
+                        acp::PlanEntryPriority::Medium,
+                        acp::PlanEntryStatus::Pending,
+                    )
+                })
+                .collect()
+        };
+        RoundPlan { entries }
+    }
+
+    fn publish(&self, sink: &dyn TurnSink) {
+        if !self.entries.is_empty() {
+            sink.update(acp::SessionUpdate::Plan(acp::Plan::new(
+                self.entries.clone(),
+            )));
+        }
+    }
+
+    fn mark(&mut self, i: usize, status: acp::PlanEntryStatus, sink: &dyn TurnSink) {
+        if let Some(e) = self.entries.get_mut(i) {
+            e.status = status;
+            self.publish(sink);
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! Built-in tools that need no skill file: reading and listing files in the
-//! session's working directory. Both are harmless (read-only, confined), so
-//! their approval is `auto`.
+//! session's working directory (read-only, confined), and a message to the
+//! person. All are harmless, so their approval is `auto`.
 
 use std::sync::Arc;
 
@@ -16,6 +16,7 @@ use super::{confine_to, PlanContext, Tool, ToolError, ToolPlanner, ToolRegistry,
 pub fn register(registry: &mut ToolRegistry) {
     registry.register(read_file());
     registry.register(list_directory());
+    registry.register(message_person());
 }
 
 fn path_arg(args: &Value, default: Option<&str>) -> Result<String, ToolError> {
@@ -97,5 +98,47 @@ pub fn list_directory() -> Tool {
         timeout_secs: None,
         source: ToolSource::Builtin,
         planner: Arc::new(ListDirectory),
+    }
+}
+
+struct MessagePerson;
+impl ToolPlanner for MessagePerson {
+    fn plan(&self, tool: &Tool, args: &Value, _ctx: &PlanContext) -> Result<Action, ToolError> {
+        let text = args.get("text").and_then(Value::as_str).ok_or_else(|| {
+            ToolError::InvalidArguments("missing required argument `text`".into())
+        })?;
+        Ok(Action {
+            tool: tool.spec.name.clone(),
+            target: "system".into(),
+            arguments: args.clone(),
+            effect: Effect::Message {
+                text: text.to_string(),
+            },
+            approval: tool.approval,
+            timeout_secs: tool.timeout_secs,
+        })
+    }
+}
+
+/// Speak to the person now, apart from the final answer (progress, a
+/// warning during long work). Handled by the system actuator.
+pub fn message_person() -> Tool {
+    Tool {
+        spec: ToolSpec {
+            name: "message_person".into(),
+            description: "Show the person a short message right away, separate from your final answer: progress during long work, or a warning they should see now.".into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "text": { "type": "string", "description": "The message." }
+                },
+                "required": ["text"]
+            }),
+        },
+        kind: ToolKind::Other,
+        approval: Approval::Auto,
+        timeout_secs: None,
+        source: ToolSource::Builtin,
+        planner: Arc::new(MessagePerson),
     }
 }
