@@ -55,6 +55,7 @@ fn ctx(cwd: &Path) -> ActContext {
         session_id: "test".into(),
         cwd: cwd.to_path_buf(),
         cancel: CancellationToken::new(),
+        say: None,
     }
 }
 
