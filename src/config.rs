@@ -196,12 +196,11 @@ impl Config {
     /// one provider; a model or key alone adjusts the first provider.
     pub fn apply(&mut self, o: &Overrides) {
         if let Some(url) = &o.provider_url {
-            let kind = o.provider_kind.unwrap_or(ProviderKind::Openai);
-            let mut p = ProviderConfig::default_local();
-            p.name = "cli".into();
-            p.kind = kind;
-            p.base_url = url.clone();
-            if kind == ProviderKind::Anthropic {
+            let mut p = ProviderConfig::from_url(url, "llama3.2");
+            if let Some(kind) = o.provider_kind {
+                p.kind = kind;
+            }
+            if p.kind == ProviderKind::Anthropic && o.model.is_none() {
                 p.model = "claude-sonnet-4-5".into();
             }
             self.providers = vec![p];
@@ -260,7 +259,7 @@ impl Config {
 
 pub fn parse_kind(s: &str) -> Result<ProviderKind, ConfigError> {
     match s.to_ascii_lowercase().as_str() {
-        "openai" => Ok(ProviderKind::Openai),
+        "openai" => Ok(ProviderKind::OpenAi),
         "anthropic" => Ok(ProviderKind::Anthropic),
         other => Err(ConfigError::Invalid(format!(
             "unknown provider kind {other:?}: use \"openai\" or \"anthropic\""

@@ -11,6 +11,7 @@ pub mod gates;
 pub mod llm;
 pub mod protocol;
 pub mod rpc;
+pub mod sandbox;
 pub mod server;
 pub mod setup;
 pub mod tools;

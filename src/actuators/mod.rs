@@ -6,6 +6,7 @@
 //! No actuator is privileged; adding one is a `register` call.
 
 pub mod files;
+pub mod shell;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,52 +1,352 @@
-//! TEMPORARY stub until the llm branch lands.
-use super::cascade::Cascade;
-use super::{Provider, ProviderError};
-use serde::{Deserialize, Serialize};
+//! Provider configuration: one `[[providers]]` entry of the config file,
+//! turned into a live [`Provider`] and, for a list of them, a [`Cascade`].
+//!
+//! Every field but the name, kind, URL and model has a default, so the
+//! smallest useful entry is four lines:
+//!
+//! ```toml
+//! [[providers]]
+//! name = "ollama"
+//! kind = "openai"
+//! base_url = "http://127.0.0.1:11434/v1"
+//! model = "llama3.2"
+//! ```
+//!
+//! API keys are read from the entry (`api_key`) or, better, from the
+//! environment variable it names (`api_key_env`). `Debug` masks them, so a
+//! configuration can be logged whole.
+
 use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
+
+use super::anthropic::AnthropicProvider;
+use super::cascade::{Cascade, RetryPolicy};
+use super::openai::OpenAiProvider;
+use super::{Provider, ProviderError};
+
+/// Which wire format an endpoint speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProviderKind {
-    Openai,
+    /// OpenAI-compatible chat completions (Ollama, llama.cpp, vLLM,
+    /// LM Studio, OpenAI, DeepSeek, OpenRouter, ...).
+    OpenAi,
+    /// Anthropic Messages.
     Anthropic,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+impl ProviderKind {
+    /// The address used when an entry leaves `base_url` empty.
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "http://127.0.0.1:11434/v1",
+            ProviderKind::Anthropic => "https://api.anthropic.com",
+        }
+    }
+}
+
+/// One model endpoint as configured by the user.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProviderConfig {
+    /// A short name for logs and errors, e.g. `ollama`.
     pub name: String,
     pub kind: ProviderKind,
+    /// For `openai`, the URL that `/chat/completions` is appended to (usually
+    /// ending in `/v1`); for `anthropic`, the host (`/v1/messages` is
+    /// appended). Empty means [`ProviderKind::default_base_url`].
+    #[serde(default)]
     pub base_url: String,
     pub model: String,
-    #[serde(default)]
+    /// The key itself. Prefer `api_key_env`: config files get shared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key: Option<String>,
-    #[serde(default)]
+    /// The environment variable holding the key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
-    #[serde(default = "yes")]
+    /// Whether the model takes tools natively; false selects the text tool
+    /// protocol.
+    #[serde(default = "default_true")]
     pub native_tools: bool,
-    #[serde(default)]
+    /// The longest wait for a TCP (and TLS) connection (0 counts as 1).
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_secs: u64,
+    /// The longest wait for the response head or for the next chunk
+    /// (0 counts as 1).
+    #[serde(default = "default_idle_timeout")]
+    pub idle_timeout_secs: u64,
+    /// Retries on this provider before the cascade moves on.
+    #[serde(default = "default_max_retries")]
+    pub max_retries: u32,
+    /// Output token limit sent with each request (Anthropic requires one and
+    /// defaults to 4096).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Extra HTTP headers sent with every request (e.g. for a proxy).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
 }
-fn yes() -> bool {
+
+fn default_true() -> bool {
     true
 }
+fn default_connect_timeout() -> u64 {
+    5
+}
+fn default_idle_timeout() -> u64 {
+    120
+}
+fn default_max_retries() -> u32 {
+    2
+}
+
+impl fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Header values are masked too: `Authorization` lives there as often
+        // as in `api_key`.
+        let headers: BTreeMap<&str, &str> =
+            self.headers.keys().map(|k| (k.as_str(), "***")).collect();
+        f.debug_struct("ProviderConfig")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "***"))
+            .field("api_key_env", &self.api_key_env)
+            .field("native_tools", &self.native_tools)
+            .field("connect_timeout_secs", &self.connect_timeout_secs)
+            .field("idle_timeout_secs", &self.idle_timeout_secs)
+            .field("max_retries", &self.max_retries)
+            .field("max_tokens", &self.max_tokens)
+            .field("headers", &headers)
+            .finish()
+    }
+}
+
 impl ProviderConfig {
-    pub fn default_local() -> Self {
+    /// An entry with every optional field at its default.
+    pub fn new(
+        name: impl Into<String>,
+        kind: ProviderKind,
+        base_url: impl Into<String>,
+        model: impl Into<String>,
+    ) -> Self {
         ProviderConfig {
-            name: "ollama".into(),
-            kind: ProviderKind::Openai,
-            base_url: "http://127.0.0.1:11434/v1".into(),
-            model: "llama3.2".into(),
+            name: name.into(),
+            kind,
+            base_url: base_url.into(),
+            model: model.into(),
             api_key: None,
             api_key_env: None,
-            native_tools: true,
+            native_tools: default_true(),
+            connect_timeout_secs: default_connect_timeout(),
+            idle_timeout_secs: default_idle_timeout(),
+            max_retries: default_max_retries(),
+            max_tokens: None,
             headers: BTreeMap::new(),
         }
     }
+
+    /// The local-first default: Ollama's OpenAI-compatible endpoint on this
+    /// machine with `llama3.2`.
+    pub fn default_local() -> Self {
+        Self::new(
+            "ollama",
+            ProviderKind::OpenAi,
+            ProviderKind::OpenAi.default_base_url(),
+            "llama3.2",
+        )
+    }
+
+    /// An entry for a bare URL and model, as given by `--provider-url` and
+    /// `--model`: Anthropic when the host is `api.anthropic.com` or the URL
+    /// ends in `/v1/messages`, OpenAI-compatible otherwise; named after the
+    /// host.
+    pub fn from_url(base_url: &str, model: &str) -> Self {
+        let trimmed = base_url.trim().trim_end_matches('/');
+        let host = reqwest::Url::parse(trimmed)
+            .ok()
+            .and_then(|url| url.host_str().map(str::to_string))
+            .unwrap_or_else(|| "provider".to_string());
+        let (kind, base) = if let Some(base) = trimmed.strip_suffix("/v1/messages") {
+            (ProviderKind::Anthropic, base)
+        } else if host == "api.anthropic.com" {
+            (ProviderKind::Anthropic, trimmed)
+        } else {
+            (ProviderKind::OpenAi, trimmed)
+        };
+        Self::new(host, kind, base, model)
+    }
+
+    /// `base_url`, or the kind's default when it is empty.
+    pub fn effective_base_url(&self) -> String {
+        let url = self.base_url.trim();
+        if url.is_empty() {
+            self.kind.default_base_url().to_string()
+        } else {
+            url.trim_end_matches('/').to_string()
+        }
+    }
+
+    /// The key to send: `api_key`, else the (non-empty) value of the variable
+    /// named by `api_key_env`. `None` when neither gives one; local servers
+    /// need no key.
+    pub fn resolved_key(&self) -> Option<String> {
+        if let Some(key) = self.api_key.as_ref().filter(|k| !k.is_empty()) {
+            return Some(key.clone());
+        }
+        let var = self.api_key_env.as_ref()?;
+        std::env::var(var)
+            .ok()
+            .map(|key| key.trim().to_string())
+            .filter(|key| !key.is_empty())
+    }
+
+    /// Like [`resolved_key`](Self::resolved_key), but naming a variable that
+    /// is unset or empty is an error rather than a silent keyless request:
+    /// the provider would only answer 401 later, further from the cause.
+    pub fn required_key(&self) -> Result<Option<String>, ProviderError> {
+        match (self.resolved_key(), &self.api_key_env) {
+            (None, Some(var)) => Err(ProviderError::Config(format!(
+                "provider {}: environment variable {var} (its api_key_env) is not set",
+                self.name
+            ))),
+            (key, _) => Ok(key),
+        }
+    }
+
+    /// Builds the provider this entry describes.
     pub fn build(&self) -> Result<Arc<dyn Provider>, ProviderError> {
-        Err(ProviderError::Config("stub".into()))
+        Ok(match self.kind {
+            ProviderKind::OpenAi => Arc::new(OpenAiProvider::new(self)?),
+            ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(self)?),
+        })
+    }
+
+    /// This entry's retry policy with the default backoff.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_retries: self.max_retries,
+            ..RetryPolicy::default()
+        }
     }
 }
-pub fn build_cascade(_configs: &[ProviderConfig]) -> Result<Cascade, ProviderError> {
-    Ok(Cascade)
+
+/// Builds the cascade for `configs`, in order. Any entry that cannot be built
+/// (bad URL, missing key variable) fails the whole call with its reason: a
+/// half-built cascade would silently skip a provider the user asked for.
+pub fn build_cascade(configs: &[ProviderConfig]) -> Result<Cascade, ProviderError> {
+    let mut cascade = Cascade::new();
+    for config in configs {
+        cascade = cascade.with_provider(config.build()?, config.retry_policy());
+    }
+    Ok(cascade)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minimal_toml_entry_takes_the_defaults() {
+        #[derive(Deserialize)]
+        struct File {
+            providers: Vec<ProviderConfig>,
+        }
+        let file: File = toml::from_str(
+            r#"
+            [[providers]]
+            name = "ollama"
+            kind = "openai"
+            base_url = "http://127.0.0.1:11434/v1"
+            model = "qwen3"
+
+            [[providers]]
+            name = "claude"
+            kind = "anthropic"
+            model = "claude-sonnet-4-5"
+            api_key_env = "ANTHROPIC_API_KEY"
+            max_retries = 0
+            headers = { "x-proxy" = "yes" }
+            "#,
+        )
+        .unwrap();
+        let ollama = &file.providers[0];
+        assert_eq!(ollama.kind, ProviderKind::OpenAi);
+        assert!(ollama.native_tools);
+        assert_eq!(ollama.connect_timeout_secs, 5);
+        assert_eq!(ollama.idle_timeout_secs, 120);
+        assert_eq!(ollama.max_retries, 2);
+        assert_eq!(ollama.max_tokens, None);
+        let claude = &file.providers[1];
+        assert_eq!(claude.kind, ProviderKind::Anthropic);
+        assert_eq!(claude.effective_base_url(), "https://api.anthropic.com");
+        assert_eq!(claude.max_retries, 0);
+        assert_eq!(
+            claude.headers.get("x-proxy").map(String::as_str),
+            Some("yes")
+        );
+    }
+
+    #[test]
+    fn from_url_guesses_the_kind() {
+        let local = ProviderConfig::from_url("http://127.0.0.1:8080/v1/", "qwen3");
+        assert_eq!(local.kind, ProviderKind::OpenAi);
+        assert_eq!(local.name, "127.0.0.1");
+        assert_eq!(local.effective_base_url(), "http://127.0.0.1:8080/v1");
+        assert_eq!(local.model, "qwen3");
+        let claude = ProviderConfig::from_url("https://api.anthropic.com", "claude-x");
+        assert_eq!(claude.kind, ProviderKind::Anthropic);
+        let proxy = ProviderConfig::from_url("http://10.0.0.2:9000/v1/messages", "m");
+        assert_eq!(proxy.kind, ProviderKind::Anthropic);
+        assert_eq!(proxy.effective_base_url(), "http://10.0.0.2:9000");
+    }
+
+    #[test]
+    fn debug_masks_keys_and_header_values() {
+        let mut config = ProviderConfig::default_local();
+        config.api_key = Some("sk-secret-123".into());
+        config
+            .headers
+            .insert("authorization".into(), "Bearer sk-other-456".into());
+        let printed = format!("{config:?}");
+        assert!(printed.contains(r#"api_key: Some("***")"#), "{printed}");
+        assert!(!printed.contains("secret"), "{printed}");
+        assert!(!printed.contains("sk-other"), "{printed}");
+        assert!(printed.contains("authorization"), "{printed}");
+    }
+
+    #[test]
+    fn key_comes_from_the_named_variable() {
+        let mut config = ProviderConfig::default_local();
+        assert_eq!(config.resolved_key(), None);
+        assert_eq!(config.required_key().unwrap(), None);
+        config.api_key_env = Some("PASSEPARTOUT_TEST_KEY_SURELY_UNSET".into());
+        assert_eq!(config.resolved_key(), None);
+        let err = config.required_key().unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("PASSEPARTOUT_TEST_KEY_SURELY_UNSET"),
+            "{err}"
+        );
+        assert!(matches!(config.build(), Err(ProviderError::Config(_))));
+        // PATH is set wherever cargo runs.
+        config.api_key_env = Some("PATH".into());
+        assert_eq!(config.resolved_key(), std::env::var("PATH").ok());
+        config.api_key = Some("direct".into());
+        assert_eq!(config.resolved_key().as_deref(), Some("direct"));
+    }
+
+    #[test]
+    fn build_rejects_a_bad_url_and_labels_with_the_url() {
+        let mut config = ProviderConfig::default_local();
+        config.base_url = "127.0.0.1:11434".into();
+        assert!(matches!(config.build(), Err(ProviderError::Config(_))));
+        config.base_url = "http://127.0.0.1:11434/v1/".into();
+        let provider = config.build().unwrap();
+        assert_eq!(provider.label(), "ollama (http://127.0.0.1:11434/v1)");
+        assert_eq!(provider.model(), "llama3.2");
+    }
 }

@@ -8,9 +8,6 @@
 //! fragments are reassembled by the provider before a [`StreamEvent::ToolCall`]
 //! is emitted: the loop only ever sees whole calls.
 
-pub mod cascade;
-pub mod config;
-
 use std::pin::Pin;
 
 use futures::Stream;
@@ -220,3 +217,14 @@ pub trait Provider: Send + Sync {
         cancel: CancellationToken,
     ) -> Result<EventStream, ProviderError>;
 }
+
+pub mod anthropic;
+pub mod cascade;
+pub mod config;
+pub mod openai;
+mod sse;
+
+pub use anthropic::AnthropicProvider;
+pub use cascade::{Answered, Cascade, CascadeError, RetryPolicy};
+pub use config::{build_cascade, ProviderConfig, ProviderKind};
+pub use openai::OpenAiProvider;

@@ -1,0 +1,195 @@
+//! Daemon benchmarks; prints its figures.
+//!
+//! - cold start: spawning `passepartout serve` until its `initialize` reply;
+//! - transport: pipelined requests per second through the stdio transport,
+//!   in both framings;
+//! - tool round trip: one turn of (model asks for a tool → tool runs → model
+//!   answers) with the fake provider answering instantly, i.e. the harness's
+//!   own overhead.
+//!
+//! Run with `cargo run --release --example bench_daemon` (it uses the binary
+//! next to it: build it first with `cargo build --release`).
+
+#[allow(dead_code)]
+#[path = "../tests/support/fake_provider.rs"]
+mod fake_provider;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+fn binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    // target/<profile>/examples/bench_daemon → target/<profile>/passepartout
+    exe.parent().and_then(|p| p.parent()).expect("target dir").join("passepartout")
+}
+
+struct Daemon {
+    _child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    lsp: bool,
+}
+
+impl Daemon {
+    fn spawn(args: &[&str], home: &std::path::Path, lsp: bool) -> Daemon {
+        let mut child = Command::new(binary())
+            .arg("serve")
+            .args(args)
+            .env("HOME", home)
+            .env("XDG_CONFIG_HOME", home.join("config"))
+            .env("XDG_STATE_HOME", home.join("state"))
+            .env("PASSEPARTOUT_LOG", "error")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn passepartout (build it first)");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Daemon { _child: child, stdin, stdout, lsp }
+    }
+
+    async fn send(&mut self, v: &Value) {
+        let body = v.to_string();
+        let frame = if self.lsp { format!("Content-Length: {}\r\n\r\n{body}", body.len()) } else { format!("{body}\n") };
+        self.stdin.write_all(frame.as_bytes()).await.unwrap();
+    }
+
+    async fn read(&mut self) -> Value {
+        if self.lsp {
+            let mut len = 0;
+            loop {
+                let mut line = String::new();
+                self.stdout.read_line(&mut line).await.unwrap();
+                let line = line.trim_end();
+                if line.is_empty() {
+                    break;
+                }
+                if let Some(v) = line.strip_prefix("Content-Length: ") {
+                    len = v.parse().unwrap();
+                }
+            }
+            let mut body = vec![0; len];
+            self.stdout.read_exact(&mut body).await.unwrap();
+            serde_json::from_slice(&body).unwrap()
+        } else {
+            let mut line = String::new();
+            self.stdout.read_line(&mut line).await.unwrap();
+            serde_json::from_str(&line).unwrap()
+        }
+    }
+
+    async fn response(&mut self, id: u64) -> Value {
+        loop {
+            let m = self.read().await;
+            if m["id"] == json!(id) && m.get("method").is_none() {
+                return m;
+            }
+        }
+    }
+}
+
+fn init(id: u64) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "method": "initialize", "params": { "protocolVersion": 1 } })
+}
+
+fn stats(mut xs: Vec<Duration>) -> String {
+    xs.sort();
+    let mean = xs.iter().sum::<Duration>() / xs.len() as u32;
+    let p = |q: f64| xs[((xs.len() - 1) as f64 * q).round() as usize];
+    format!("mean {:.2} ms, p50 {:.2} ms, p95 {:.2} ms (n={})", ms(mean), ms(p(0.5)), ms(p(0.95)), xs.len())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn instant(reply: fake_provider::Reply) -> fake_provider::Reply {
+    match reply {
+        fake_provider::Reply::OpenAi { chunks, done, .. } => fake_provider::Reply::OpenAi { chunks, delay_ms: 0, done },
+        other => other,
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let home = tempfile::tempdir().unwrap();
+    println!("binary: {}", binary().display());
+
+    // Cold start to initialize reply.
+    let mut starts = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        let mut d = Daemon::spawn(&[], home.path(), true);
+        d.send(&init(1)).await;
+        d.response(1).await;
+        starts.push(t.elapsed());
+    }
+    println!("cold start → initialize reply: {}", stats(starts));
+
+    // Transport throughput, pipelined.
+    for (name, lsp) in [("Content-Length", true), ("NDJSON", false)] {
+        let mut d = Daemon::spawn(&[], home.path(), lsp);
+        d.send(&init(0)).await;
+        d.response(0).await;
+        let n = 20_000u64;
+        let t = Instant::now();
+        let writer = async {
+            let mut batch = String::new();
+            for id in 1..=n {
+                let body = init(id).to_string();
+                if lsp {
+                    batch.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+                } else {
+                    batch.push_str(&body);
+                    batch.push('\n');
+                }
+            }
+            batch
+        };
+        let batch = writer.await;
+        let Daemon { stdin: mut input, stdout, _child, lsp: l } = d;
+        let send = tokio::spawn(async move {
+            input.write_all(batch.as_bytes()).await.unwrap();
+            input
+        });
+        let mut reader = Daemon { _child, stdin: send.await.unwrap(), stdout, lsp: l };
+        for _ in 0..n {
+            reader.read().await;
+        }
+        let secs = t.elapsed().as_secs_f64();
+        println!("transport ({name}): {n} request/response pairs in {:.2} s = {:.0} msg/s", secs, n as f64 / secs);
+    }
+
+    // One tool round trip with an instant provider.
+    let rounds = 50;
+    let mut script = Vec::new();
+    for _ in 0..rounds {
+        script.push(instant(fake_provider::openai_tool_calls(&[("c1", "list_directory", "{}")])));
+        script.push(instant(fake_provider::openai_text("done")));
+    }
+    let fake = fake_provider::FakeProvider::start(script).await;
+    let project = tempfile::tempdir().unwrap();
+    let url = fake.openai_url();
+    let mut d = Daemon::spawn(&["--provider-url", &url], home.path(), false);
+    d.send(&init(1)).await;
+    d.response(1).await;
+    d.send(&json!({ "jsonrpc": "2.0", "id": 2, "method": "session/new", "params": { "cwd": project.path(), "mcpServers": [] } })).await;
+    let sid = d.response(2).await["result"]["sessionId"].clone();
+    let mut turns = Vec::new();
+    for i in 0..rounds {
+        let id = 10 + i as u64;
+        let t = Instant::now();
+        d.send(&json!({ "jsonrpc": "2.0", "id": id, "method": "session/prompt", "params": { "sessionId": sid, "prompt": [{ "type": "text", "text": "go" }] } })).await;
+        let r = d.response(id).await;
+        assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+        turns.push(t.elapsed());
+    }
+    println!("turn with one tool round trip (2 model calls + 1 tool, instant provider): {}", stats(turns));
+}

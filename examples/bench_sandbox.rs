@@ -1,0 +1,136 @@
+//! What the sandbox costs per command: N spawns of `true` directly, through
+//! bwrap with the real argument list, and a real action's shape
+//! (`bwrap … sh -c true`), all through the same runner.
+//!
+//! Run: `cargo run --release --example bench_sandbox [N]` (default 50).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use passepartout::sandbox::bwrap::{bwrap_args, SandboxSpec, SystemLayout};
+use passepartout::sandbox::probe::{probe, SandboxStatus};
+use passepartout::sandbox::runner::{run, RunLimits};
+use tokio_util::sync::CancellationToken;
+
+struct Stats {
+    mean: Duration,
+    p50: Duration,
+    p95: Duration,
+}
+
+fn stats(mut samples: Vec<Duration>) -> Stats {
+    samples.sort();
+    let n = samples.len();
+    let total: Duration = samples.iter().sum();
+    Stats {
+        mean: total / n as u32,
+        p50: samples[n / 2],
+        p95: samples[((n * 95).div_ceil(100)).saturating_sub(1).min(n - 1)],
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+async fn time_runs(n: usize, program: &str, args: &[String], cwd: &std::path::Path) -> Stats {
+    let limits = RunLimits::default();
+    let env = BTreeMap::new();
+    // Warm the page cache and the runtime before measuring.
+    for _ in 0..3 {
+        run(
+            program,
+            args,
+            cwd,
+            Some(&env),
+            &limits,
+            CancellationToken::new(),
+        )
+        .await
+        .expect("warm-up run");
+    }
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let started = Instant::now();
+        let outcome = run(
+            program,
+            args,
+            cwd,
+            Some(&env),
+            &limits,
+            CancellationToken::new(),
+        )
+        .await
+        .expect("run");
+        samples.push(started.elapsed());
+        assert_eq!(outcome.exit_code, Some(0), "{}", outcome.render());
+    }
+    stats(samples)
+}
+
+fn row(label: &str, s: &Stats) {
+    println!(
+        "{label:<28} mean {:>10}  p50 {:>10}  p95 {:>10}",
+        ms(s.mean),
+        ms(s.p50),
+        ms(s.p95)
+    );
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(50);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cwd = dir.path();
+    println!("{n} runs each, through passepartout::sandbox::runner::run\n");
+
+    let plain = time_runs(n, "true", &[], cwd).await;
+    row("true", &plain);
+
+    let bwrap = match probe() {
+        SandboxStatus::Available { bwrap, version } => {
+            println!("(bubblewrap {version} at {})", bwrap.display());
+            bwrap
+        }
+        SandboxStatus::Unavailable { reason, fix } => {
+            println!("bwrap cannot run here: {reason}\nfix: {fix}");
+            return;
+        }
+    };
+    let spec = SandboxSpec {
+        cwd: cwd.to_path_buf(),
+        network: false,
+        extra_ro: vec![],
+        extra_rw: vec![],
+        env: BTreeMap::new(),
+        interpreter: "sh".into(),
+        script: "true".into(),
+        argv: vec![],
+    };
+    let real = bwrap_args(&spec, &SystemLayout::probe()).expect("argument list");
+    // The same sandbox, with the command after `--` replaced by `true`.
+    let split = real
+        .iter()
+        .position(|a| a == "--")
+        .expect("`--` in the list");
+    let mut bare: Vec<String> = real[..=split].to_vec();
+    bare.push("true".into());
+    let program = bwrap.display().to_string();
+
+    let sandboxed = time_runs(n, &program, &bare, cwd).await;
+    row("bwrap … true", &sandboxed);
+    let sh_plain = time_runs(n, "sh", &["-c".into(), "true".into()], cwd).await;
+    row("sh -c true", &sh_plain);
+    let action = time_runs(n, &program, &real, cwd).await;
+    row("bwrap … sh -c true", &action);
+
+    println!(
+        "\nsandbox overhead per spawn: mean {}, p50 {} ({} argument strings)",
+        ms(sandboxed.mean.saturating_sub(plain.mean)),
+        ms(sandboxed.p50.saturating_sub(plain.p50)),
+        bare.len()
+    );
+}

@@ -1,0 +1,289 @@
+//! The shell actuator: runs an approved script under bubblewrap.
+//!
+//! It performs [`Effect::Run`] and nothing else. The script is one argument
+//! to its interpreter and the model's values travel only in argv and the
+//! environment (see [`crate::sandbox::bwrap`]). The sandbox status is probed
+//! when the actuator is built; if bubblewrap cannot run, every execution
+//! fails closed with the reason and the fix, unless the person explicitly
+//! chose `sandbox = "none"`, in which case every result says so first.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::action::{Action, Effect};
+use crate::sandbox::bwrap::{self, bwrap_args, SandboxSpec, SystemLayout};
+use crate::sandbox::probe::{self, SandboxStatus};
+use crate::sandbox::runner::{self, RunError, RunLimits, RunOutcome};
+
+use super::{ActContext, ActError, ActOutput, Actuator};
+
+/// The first line of every unsandboxed result.
+pub const UNSANDBOXED_WARNING: &str =
+    "WARNING: ran WITHOUT a sandbox (sandbox = \"none\" in config)";
+
+/// How commands are isolated. The safe choice is the default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SandboxMode {
+    /// Under bubblewrap; fail closed when it cannot run.
+    #[default]
+    Bwrap,
+    /// Directly, with the same argv discipline and limits but no isolation.
+    /// Only ever from an explicit `sandbox = "none"` setting.
+    Unsandboxed,
+}
+
+impl FromStr for SandboxMode {
+    type Err = String;
+
+    /// The `sandbox` setting of config.toml: `"bwrap"` or `"none"`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "bwrap" | "bubblewrap" => Ok(SandboxMode::Bwrap),
+            "none" => Ok(SandboxMode::Unsandboxed),
+            other => Err(format!(
+                "unknown sandbox `{other}`: use \"bwrap\" (default) or \"none\""
+            )),
+        }
+    }
+}
+
+/// Runs `Effect::Run` actions for the `shell` target.
+pub struct ShellActuator {
+    mode: SandboxMode,
+    limits: RunLimits,
+    status: SandboxStatus,
+    layout: SystemLayout,
+    extra_ro: Vec<PathBuf>,
+    extra_rw: Vec<PathBuf>,
+}
+
+impl ShellActuator {
+    /// An actuator for this machine: probes the sandbox (once per process;
+    /// a trial bwrap run of a few milliseconds, blocking) and the system
+    /// layout. Build it at startup, before serving requests.
+    pub fn new(mode: SandboxMode, limits: RunLimits) -> Self {
+        Self::with_status(mode, limits, probe::probe(), SystemLayout::probe())
+    }
+
+    /// An actuator with a given sandbox status and layout (tests, or a
+    /// caller that probed already).
+    pub fn with_status(
+        mode: SandboxMode,
+        limits: RunLimits,
+        status: SandboxStatus,
+        layout: SystemLayout,
+    ) -> Self {
+        ShellActuator {
+            mode,
+            limits,
+            status,
+            layout,
+            extra_ro: Vec::new(),
+            extra_rw: Vec::new(),
+        }
+    }
+
+    /// Further paths every sandboxed run sees, read-only and read-write
+    /// (e.g. the memex directory). Absolute; they must exist.
+    pub fn with_binds(mut self, extra_ro: Vec<PathBuf>, extra_rw: Vec<PathBuf>) -> Self {
+        self.extra_ro = extra_ro;
+        self.extra_rw = extra_rw;
+        self
+    }
+
+    /// What the probe found, for the daemon to announce at startup.
+    pub fn sandbox_status(&self) -> &SandboxStatus {
+        &self.status
+    }
+
+    pub fn mode(&self) -> SandboxMode {
+        self.mode
+    }
+
+    async fn run_sandboxed(
+        &self,
+        bwrap_path: &std::path::Path,
+        spec: SandboxSpec,
+        limits: &RunLimits,
+        ctx: &ActContext,
+    ) -> Result<ActOutput, ActError> {
+        let args = match bwrap_args(&spec, &self.layout) {
+            Ok(args) => args,
+            Err(e) => return Ok(ActOutput::error(format!("refused to run: {e}"))),
+        };
+        // bwrap needs nothing from our environment; --clearenv builds the
+        // sandbox's own.
+        let outcome = runner::run(
+            &bwrap_path.to_string_lossy(),
+            &args,
+            &ctx.cwd,
+            Some(&BTreeMap::new()),
+            limits,
+            ctx.cancel.clone(),
+        )
+        .await
+        .map_err(|e| {
+            ActError::Unavailable(unavailable_message(&e.to_string(), probe::INSTALL_FIX))
+        })?;
+        finish(outcome, None)
+    }
+
+    async fn run_unsandboxed(
+        &self,
+        spec: SandboxSpec,
+        limits: &RunLimits,
+        ctx: &ActContext,
+    ) -> Result<ActOutput, ActError> {
+        let refused = |e: bwrap::SpecError| {
+            Ok(ActOutput::error(format!(
+                "{UNSANDBOXED_WARNING}\nrefused to run: {e}"
+            )))
+        };
+        let command = match bwrap::interpreter_command(&spec.interpreter, &spec.script, &spec.argv)
+        {
+            Ok(c) => c,
+            Err(e) => return refused(e),
+        };
+        if let Err(e) = bwrap::check_env(&spec.env) {
+            return refused(e);
+        }
+        // The person's own PATH and HOME: there is no sandbox to describe.
+        let path = std::env::var("PATH").unwrap_or_else(|_| bwrap::SANDBOX_PATH.to_string());
+        let home = std::env::var("HOME").unwrap_or_else(|_| spec.cwd.to_string_lossy().into());
+        let mut env: BTreeMap<String, String> = bwrap::base_env(&path, &home)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        env.extend(spec.env.clone());
+        let outcome = runner::run(
+            &command[0],
+            &command[1..],
+            &ctx.cwd,
+            Some(&env),
+            limits,
+            ctx.cancel.clone(),
+        )
+        .await;
+        match outcome {
+            Ok(outcome) => finish(outcome, Some(UNSANDBOXED_WARNING)),
+            Err(e @ (RunError::Spawn { .. } | RunError::Wait { .. })) => {
+                Ok(ActOutput::error(format!("{UNSANDBOXED_WARNING}\n{e}")))
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Actuator for ShellActuator {
+    fn target(&self) -> &str {
+        "shell"
+    }
+
+    async fn execute(&self, action: &Action, ctx: &ActContext) -> Result<ActOutput, ActError> {
+        let Effect::Run {
+            interpreter,
+            script,
+            argv,
+            env,
+            network,
+        } = &action.effect
+        else {
+            return Err(ActError::Unsupported {
+                target: "shell".into(),
+                effect: effect_name(&action.effect),
+            });
+        };
+        if ctx.cancel.is_cancelled() {
+            return Err(ActError::Cancelled);
+        }
+        let mut limits = self.limits;
+        if let Some(secs) = action.timeout_secs {
+            limits.timeout = Duration::from_secs(secs);
+        }
+        if !ctx.cwd.is_dir() {
+            return Ok(ActOutput::error(format!(
+                "the working directory {} does not exist",
+                ctx.cwd.display()
+            )));
+        }
+        let spec = SandboxSpec {
+            cwd: ctx.cwd.clone(),
+            network: *network,
+            extra_ro: self.extra_ro.clone(),
+            extra_rw: self.extra_rw.clone(),
+            env: env.clone(),
+            interpreter: interpreter.clone(),
+            script: script.clone(),
+            argv: argv.clone(),
+        };
+        match (self.mode, &self.status) {
+            (SandboxMode::Unsandboxed, _) => self.run_unsandboxed(spec, &limits, ctx).await,
+            (SandboxMode::Bwrap, SandboxStatus::Available { bwrap, .. }) => {
+                self.run_sandboxed(bwrap, spec, &limits, ctx).await
+            }
+            (SandboxMode::Bwrap, SandboxStatus::Unavailable { reason, fix }) => {
+                Err(ActError::Unavailable(unavailable_message(reason, fix)))
+            }
+        }
+    }
+}
+
+/// The fail-closed message: what happened, why, and how to fix it.
+fn unavailable_message(reason: &str, fix: &str) -> String {
+    format!(
+        "the sandbox is unavailable, so the command was not run.\nwhy: {reason}\nfix: {fix}; \
+         or set `sandbox = \"none\"` in config.toml to run unsandboxed at your own risk"
+    )
+}
+
+/// The outcome as the tool result: an error when the command did not exit
+/// 0, `Cancelled` when it was cancelled.
+fn finish(outcome: RunOutcome, warning: Option<&str>) -> Result<ActOutput, ActError> {
+    if outcome.cancelled {
+        return Err(ActError::Cancelled);
+    }
+    let text = match warning {
+        Some(w) => format!("{w}\n{}", outcome.render()),
+        None => outcome.render(),
+    };
+    Ok(if outcome.success() {
+        ActOutput::ok(text)
+    } else {
+        ActOutput::error(text)
+    })
+}
+
+fn effect_name(e: &Effect) -> String {
+    serde_json::to_value(e)
+        .ok()
+        .and_then(|v| v.get("kind").and_then(|k| k.as_str()).map(str::to_string))
+        .unwrap_or_else(|| "this effect".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mode_parses_the_config_values() {
+        assert_eq!("bwrap".parse(), Ok(SandboxMode::Bwrap));
+        assert_eq!("none".parse(), Ok(SandboxMode::Unsandboxed));
+        assert_eq!(
+            "off".parse::<SandboxMode>(),
+            Err("unknown sandbox `off`: use \"bwrap\" (default) or \"none\"".to_string())
+        );
+        assert_eq!(SandboxMode::default(), SandboxMode::Bwrap);
+    }
+
+    #[test]
+    fn unavailable_message_says_why_and_how() {
+        assert_eq!(
+            unavailable_message("bwrap said: nope", "install it"),
+            "the sandbox is unavailable, so the command was not run.\nwhy: bwrap said: nope\n\
+             fix: install it; or set `sandbox = \"none\"` in config.toml to run unsandboxed at \
+             your own risk"
+        );
+    }
+}

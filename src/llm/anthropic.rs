@@ -1,0 +1,391 @@
+//! Anthropic Messages, streamed.
+//!
+//! The request is one POST to `{base_url}/v1/messages` with `"stream": true`.
+//! System text goes to the top-level `system` field; tool calls and results
+//! are content blocks (`tool_use` in assistant messages, `tool_result` in a
+//! user message — consecutive results share one message, as the API wants).
+//! The answer is SSE with named events: content blocks open, receive deltas
+//! and close; a `tool_use` block's input arrives as `input_json_delta`
+//! fragments and is emitted as one whole call when the block closes.
+
+use std::collections::{HashMap, VecDeque};
+
+use eventsource_stream::Event;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::{json, Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::config::ProviderConfig;
+use super::openai::parse_arguments;
+use super::sse::{json_error_message, snippet, Endpoint, Flow, WireDecoder};
+use super::{
+    ChatRequest, EventStream, FinishReason, Provider, ProviderError, Role, StreamEvent, ToolCall,
+    Usage,
+};
+
+/// The API version header every request carries.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// `max_tokens` when neither the request nor the configuration sets one (the
+/// Messages API requires it).
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// A provider speaking the Anthropic Messages API.
+pub struct AnthropicProvider {
+    endpoint: Endpoint,
+}
+
+impl AnthropicProvider {
+    /// Builds the provider from its configuration.
+    pub fn new(config: &ProviderConfig) -> Result<Self, ProviderError> {
+        Ok(AnthropicProvider {
+            endpoint: Endpoint::from_config(config)?,
+        })
+    }
+
+    /// The messages endpoint. A base URL already ending in `/v1` is accepted
+    /// too, since that is how OpenAI-style URLs are usually written.
+    fn messages_url(&self) -> String {
+        if self
+            .endpoint
+            .base_url
+            .trim_end_matches('/')
+            .ends_with("/v1")
+        {
+            self.endpoint.url("/messages")
+        } else {
+            self.endpoint.url("/v1/messages")
+        }
+    }
+
+    /// The JSON body sent for `request`.
+    pub fn request_body(&self, request: &ChatRequest) -> Value {
+        let system: Vec<&str> = request
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::System)
+            .map(|m| m.content.as_str())
+            .collect();
+        let mut body = json!({
+            "model": self.endpoint.model,
+            "max_tokens": request
+                .max_tokens
+                .or(self.endpoint.max_tokens)
+                .unwrap_or(DEFAULT_MAX_TOKENS),
+            "stream": true,
+            "messages": wire_messages(request),
+        });
+        if !system.is_empty() {
+            body["system"] = json!(system.join("\n\n"));
+        }
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|tool| {
+                    json!({
+                        "name": tool.name,
+                        "description": tool.description,
+                        "input_schema": tool.parameters,
+                    })
+                })
+                .collect();
+        }
+        if let Some(temperature) = request.temperature {
+            body["temperature"] = json!(temperature);
+        }
+        body
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for AnthropicProvider {
+    fn label(&self) -> String {
+        self.endpoint.label()
+    }
+
+    fn model(&self) -> &str {
+        &self.endpoint.model
+    }
+
+    fn native_tools(&self) -> bool {
+        self.endpoint.native_tools
+    }
+
+    async fn stream(
+        &self,
+        request: &ChatRequest,
+        cancel: CancellationToken,
+    ) -> Result<EventStream, ProviderError> {
+        let url = self.messages_url();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            HeaderName::from_static("anthropic-version"),
+            HeaderValue::from_static(ANTHROPIC_VERSION),
+        );
+        if let Some(key) = &self.endpoint.api_key {
+            let mut value = HeaderValue::from_str(key).map_err(|_| {
+                ProviderError::Config(format!(
+                    "provider {}: the API key contains characters not allowed in a header",
+                    self.endpoint.name
+                ))
+            })?;
+            value.set_sensitive(true);
+            headers.insert(HeaderName::from_static("x-api-key"), value);
+        }
+        let body = self.request_body(request);
+        let response = self.endpoint.post(&url, headers, &body, &cancel).await?;
+        Ok(self
+            .endpoint
+            .decode(url, response, AnthropicDecoder::default(), cancel))
+    }
+}
+
+/// The conversation without system messages, in Messages shape.
+fn wire_messages(request: &ChatRequest) -> Vec<Value> {
+    let mut wire: Vec<Value> = Vec::new();
+    // True while the last wire message is a user message made of tool
+    // results, which the next result joins.
+    let mut open_results = false;
+    for message in &request.messages {
+        match message.role {
+            Role::System => {}
+            Role::User => {
+                wire.push(json!({"role": "user", "content": message.content}));
+                open_results = false;
+            }
+            Role::Assistant if message.tool_calls.is_empty() => {
+                wire.push(json!({"role": "assistant", "content": message.content}));
+                open_results = false;
+            }
+            Role::Assistant => {
+                let mut blocks = Vec::new();
+                if !message.content.is_empty() {
+                    blocks.push(json!({"type": "text", "text": message.content}));
+                }
+                for call in &message.tool_calls {
+                    // The API takes only objects as input; arguments that
+                    // never parsed are answered by the tool result instead.
+                    let input = match &call.arguments {
+                        Value::Object(_) => call.arguments.clone(),
+                        _ => Value::Object(Map::new()),
+                    };
+                    blocks.push(json!({
+                        "type": "tool_use",
+                        "id": call.id,
+                        "name": call.name,
+                        "input": input,
+                    }));
+                }
+                wire.push(json!({"role": "assistant", "content": blocks}));
+                open_results = false;
+            }
+            Role::Tool => {
+                let block = json!({
+                    "type": "tool_result",
+                    "tool_use_id": message.tool_call_id.clone().unwrap_or_default(),
+                    "content": message.content,
+                    "is_error": message.is_error,
+                });
+                match wire.last_mut().and_then(|m| m["content"].as_array_mut()) {
+                    Some(blocks) if open_results => blocks.push(block),
+                    _ => wire.push(json!({"role": "user", "content": [block]})),
+                }
+                open_results = true;
+            }
+        }
+    }
+    wire
+}
+
+/// A `tool_use` block being filled by `input_json_delta` fragments.
+#[derive(Debug)]
+struct OpenToolUse {
+    id: String,
+    name: String,
+    input: String,
+}
+
+/// Decodes Messages stream events into [`StreamEvent`]s.
+#[derive(Debug, Default)]
+pub(crate) struct AnthropicDecoder {
+    tool_uses: HashMap<u64, OpenToolUse>,
+    usage: Usage,
+    stop_reason: Option<FinishReason>,
+}
+
+impl WireDecoder for AnthropicDecoder {
+    fn event(&mut self, event: &Event, out: &mut VecDeque<StreamEvent>) -> Result<Flow, String> {
+        let data = event.data.trim();
+        if data.is_empty() {
+            return Ok(Flow::Continue);
+        }
+        let json: Value = serde_json::from_str(data)
+            .map_err(|e| format!("data line is not JSON ({e}): {}", snippet(data, 120)))?;
+        // The JSON's own `type` is authoritative; the SSE event name is a
+        // fallback for servers that leave it out.
+        let kind = json["type"].as_str().unwrap_or(event.event.as_str());
+        let index = json["index"].as_u64().unwrap_or(0);
+        match kind {
+            "message_start" => {
+                let usage = &json["message"]["usage"];
+                self.usage.input_tokens = usage["input_tokens"].as_u64().unwrap_or(0);
+                self.usage.output_tokens = usage["output_tokens"].as_u64().unwrap_or(0);
+            }
+            "content_block_start" => {
+                let block = &json["content_block"];
+                match block["type"].as_str() {
+                    Some("tool_use") => {
+                        self.tool_uses.insert(
+                            index,
+                            OpenToolUse {
+                                id: block["id"].as_str().unwrap_or_default().to_string(),
+                                name: block["name"].as_str().unwrap_or_default().to_string(),
+                                input: String::new(),
+                            },
+                        );
+                    }
+                    Some("text") => push_text(out, &block["text"], StreamEvent::TextDelta),
+                    Some("thinking") => {
+                        push_text(out, &block["thinking"], StreamEvent::ReasoningDelta)
+                    }
+                    _ => {}
+                }
+            }
+            "content_block_delta" => {
+                let delta = &json["delta"];
+                match delta["type"].as_str() {
+                    Some("text_delta") => push_text(out, &delta["text"], StreamEvent::TextDelta),
+                    Some("thinking_delta") => {
+                        push_text(out, &delta["thinking"], StreamEvent::ReasoningDelta)
+                    }
+                    Some("input_json_delta") => {
+                        if let (Some(open), Some(piece)) = (
+                            self.tool_uses.get_mut(&index),
+                            delta["partial_json"].as_str(),
+                        ) {
+                            open.input.push_str(piece);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            "content_block_stop" => {
+                if let Some(open) = self.tool_uses.remove(&index) {
+                    let id = if open.id.is_empty() {
+                        format!("call_{index}")
+                    } else {
+                        open.id
+                    };
+                    out.push_back(StreamEvent::ToolCall(ToolCall {
+                        id,
+                        name: open.name,
+                        arguments: parse_arguments(open.input),
+                    }));
+                }
+            }
+            "message_delta" => {
+                if let Some(reason) = json["delta"]["stop_reason"].as_str() {
+                    self.stop_reason = Some(stop_reason(reason));
+                }
+                let usage = &json["usage"];
+                if let Some(output) = usage["output_tokens"].as_u64() {
+                    self.usage.output_tokens = output;
+                }
+                if let Some(input) = usage["input_tokens"].as_u64() {
+                    self.usage.input_tokens = input;
+                }
+                out.push_back(StreamEvent::Usage(self.usage));
+            }
+            "message_stop" => return Ok(Flow::Complete),
+            "error" => {
+                let message = json_error_message(&json).unwrap_or_else(|| snippet(data, 200));
+                return Err(format!("provider reported an error: {message}"));
+            }
+            // `ping` and event types added after this was written.
+            _ => {}
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn finish(&mut self, complete: bool, out: &mut VecDeque<StreamEvent>) -> Result<(), String> {
+        if !complete && self.stop_reason.is_none() {
+            return Err("stream ended unexpectedly (no message_stop)".into());
+        }
+        let reason = self.stop_reason.take().unwrap_or(FinishReason::Stop);
+        out.push_back(StreamEvent::Finish(reason));
+        Ok(())
+    }
+}
+
+fn push_text(out: &mut VecDeque<StreamEvent>, text: &Value, wrap: fn(String) -> StreamEvent) {
+    if let Some(text) = text.as_str().filter(|t| !t.is_empty()) {
+        out.push_back(wrap(text.to_string()));
+    }
+}
+
+fn stop_reason(reason: &str) -> FinishReason {
+    match reason {
+        "end_turn" | "stop_sequence" => FinishReason::Stop,
+        "tool_use" => FinishReason::ToolCalls,
+        "max_tokens" => FinishReason::Length,
+        "refusal" => FinishReason::Refusal,
+        other => FinishReason::Other(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::ChatMessage;
+
+    #[test]
+    fn consecutive_tool_results_share_one_user_message() {
+        let call = |id: &str| ToolCall {
+            id: id.into(),
+            name: "read".into(),
+            arguments: json!({"path": id}),
+        };
+        let request = ChatRequest {
+            messages: vec![
+                ChatMessage::system("be brief"),
+                ChatMessage::user("hi"),
+                ChatMessage::assistant("looking", vec![call("a"), call("b")]),
+                ChatMessage::tool_result("a", "A", false),
+                ChatMessage::tool_result("b", "no such file", true),
+                ChatMessage::user("thanks"),
+            ],
+            tools: vec![],
+            max_tokens: None,
+            temperature: None,
+        };
+        assert_eq!(
+            wire_messages(&request),
+            vec![
+                json!({"role": "user", "content": "hi"}),
+                json!({"role": "assistant", "content": [
+                    {"type": "text", "text": "looking"},
+                    {"type": "tool_use", "id": "a", "name": "read", "input": {"path": "a"}},
+                    {"type": "tool_use", "id": "b", "name": "read", "input": {"path": "b"}},
+                ]}),
+                json!({"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "a", "content": "A", "is_error": false},
+                    {"type": "tool_result", "tool_use_id": "b", "content": "no such file", "is_error": true},
+                ]}),
+                json!({"role": "user", "content": "thanks"}),
+            ]
+        );
+    }
+
+    #[test]
+    fn stop_reasons_map() {
+        assert_eq!(stop_reason("end_turn"), FinishReason::Stop);
+        assert_eq!(stop_reason("tool_use"), FinishReason::ToolCalls);
+        assert_eq!(stop_reason("max_tokens"), FinishReason::Length);
+        assert_eq!(stop_reason("refusal"), FinishReason::Refusal);
+        assert_eq!(
+            stop_reason("pause_turn"),
+            FinishReason::Other("pause_turn".into())
+        );
+    }
+}

@@ -1,0 +1,382 @@
+//! OpenAI-compatible chat completions, streamed: the format spoken by Ollama,
+//! llama.cpp, vLLM, LM Studio, OpenAI itself and most hosted gateways.
+//!
+//! The request is one POST to `{base_url}/chat/completions` with
+//! `"stream": true`; the answer is SSE whose `data:` lines are JSON chunks,
+//! ended by `data: [DONE]`. Tool calls arrive as fragments keyed by `index`
+//! (id and name first, the arguments text in pieces, several calls possibly
+//! interleaved); the decoder reassembles them and emits whole calls just
+//! before the single `Finish`. Reasoning text is read from
+//! `reasoning_content` (DeepSeek, vLLM) or `reasoning` (Ollama, OpenRouter).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use eventsource_stream::Event;
+use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
+use serde_json::{json, Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::config::ProviderConfig;
+use super::sse::{json_error_message, snippet, Endpoint, Flow, WireDecoder};
+use super::{
+    ChatMessage, ChatRequest, EventStream, FinishReason, Provider, ProviderError, Role,
+    StreamEvent, ToolCall, ToolSpec, Usage,
+};
+
+/// A provider speaking OpenAI-compatible streaming chat completions.
+pub struct OpenAiProvider {
+    endpoint: Endpoint,
+}
+
+impl OpenAiProvider {
+    /// Builds the provider from its configuration (the `kind` is not checked:
+    /// this is the OpenAI wire format whatever the entry says).
+    pub fn new(config: &ProviderConfig) -> Result<Self, ProviderError> {
+        Ok(OpenAiProvider {
+            endpoint: Endpoint::from_config(config)?,
+        })
+    }
+
+    /// The JSON body sent for `request`.
+    pub fn request_body(&self, request: &ChatRequest) -> Value {
+        let mut body = json!({
+            "model": self.endpoint.model,
+            "messages": request.messages.iter().map(wire_message).collect::<Vec<_>>(),
+            "stream": true,
+            "stream_options": {"include_usage": true},
+        });
+        if !request.tools.is_empty() {
+            body["tools"] = request.tools.iter().map(wire_tool).collect();
+        }
+        if let Some(max_tokens) = request.max_tokens.or(self.endpoint.max_tokens) {
+            body["max_tokens"] = json!(max_tokens);
+        }
+        if let Some(temperature) = request.temperature {
+            body["temperature"] = json!(temperature);
+        }
+        body
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for OpenAiProvider {
+    fn label(&self) -> String {
+        self.endpoint.label()
+    }
+
+    fn model(&self) -> &str {
+        &self.endpoint.model
+    }
+
+    fn native_tools(&self) -> bool {
+        self.endpoint.native_tools
+    }
+
+    async fn stream(
+        &self,
+        request: &ChatRequest,
+        cancel: CancellationToken,
+    ) -> Result<EventStream, ProviderError> {
+        let url = self.endpoint.url("/chat/completions");
+        let mut headers = HeaderMap::new();
+        if let Some(key) = &self.endpoint.api_key {
+            let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+                ProviderError::Config(format!(
+                    "provider {}: the API key contains characters not allowed in a header",
+                    self.endpoint.name
+                ))
+            })?;
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+        let body = self.request_body(request);
+        let response = self.endpoint.post(&url, headers, &body, &cancel).await?;
+        Ok(self
+            .endpoint
+            .decode(url, response, OpenAiDecoder::default(), cancel))
+    }
+}
+
+/// One message in the chat-completions shape.
+fn wire_message(message: &ChatMessage) -> Value {
+    match message.role {
+        Role::System => json!({"role": "system", "content": message.content}),
+        Role::User => json!({"role": "user", "content": message.content}),
+        Role::Assistant => {
+            let content = if message.content.is_empty() {
+                Value::Null
+            } else {
+                Value::String(message.content.clone())
+            };
+            let mut wire = json!({"role": "assistant", "content": content});
+            if !message.tool_calls.is_empty() {
+                wire["tool_calls"] = message.tool_calls.iter().map(wire_tool_call).collect();
+            }
+            wire
+        }
+        Role::Tool => json!({
+            "role": "tool",
+            "tool_call_id": message.tool_call_id.clone().unwrap_or_default(),
+            "content": message.content,
+        }),
+    }
+}
+
+fn wire_tool_call(call: &ToolCall) -> Value {
+    // Arguments that never parsed are sent back exactly as the model wrote
+    // them, so the model sees its own mistake.
+    let arguments = match &call.arguments {
+        Value::String(raw) => raw.clone(),
+        other => other.to_string(),
+    };
+    json!({
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": arguments},
+    })
+}
+
+fn wire_tool(tool: &ToolSpec) -> Value {
+    json!({
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        },
+    })
+}
+
+/// A tool call still being assembled from fragments.
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: Option<String>,
+    name: String,
+    arguments: String,
+}
+
+/// Decodes chat-completion chunks into [`StreamEvent`]s.
+#[derive(Debug, Default)]
+pub(crate) struct OpenAiDecoder {
+    /// Calls by their `index`, kept in index order for emission.
+    calls: BTreeMap<u64, PartialCall>,
+    finish: Option<FinishReason>,
+}
+
+impl OpenAiDecoder {
+    fn chunk(&mut self, chunk: &Value, out: &mut VecDeque<StreamEvent>) {
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            out.push_back(StreamEvent::Usage(Usage {
+                input_tokens: usage["prompt_tokens"].as_u64().unwrap_or(0),
+                output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
+            }));
+        }
+        let Some(choice) = chunk.get("choices").and_then(|c| c.get(0)) else {
+            return;
+        };
+        let delta = &choice["delta"];
+        for key in ["reasoning_content", "reasoning"] {
+            if let Some(text) = delta[key].as_str().filter(|t| !t.is_empty()) {
+                out.push_back(StreamEvent::ReasoningDelta(text.to_string()));
+            }
+        }
+        if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
+            out.push_back(StreamEvent::TextDelta(text.to_string()));
+        }
+        if let Some(fragments) = delta["tool_calls"].as_array() {
+            for fragment in fragments {
+                self.tool_call_fragment(fragment);
+            }
+        }
+        if let Some(reason) = choice["finish_reason"].as_str() {
+            self.finish = Some(finish_reason(reason));
+        }
+    }
+
+    fn tool_call_fragment(&mut self, fragment: &Value) {
+        let id = fragment["id"].as_str().filter(|id| !id.is_empty());
+        // Some servers omit `index` and send each call whole; give those a
+        // slot of their own (or the slot already holding their id).
+        let index = match fragment["index"].as_u64() {
+            Some(index) => index,
+            None => self
+                .calls
+                .iter()
+                .find(|(_, call)| id.is_some() && call.id.as_deref() == id)
+                .map(|(index, _)| *index)
+                .unwrap_or_else(|| self.calls.keys().next_back().map_or(0, |last| last + 1)),
+        };
+        let call = self.calls.entry(index).or_default();
+        if call.id.is_none() {
+            call.id = id.map(str::to_string);
+        }
+        let function = &fragment["function"];
+        // Names come whole in the first fragment; some servers repeat them.
+        if let Some(name) = function["name"].as_str().filter(|n| !n.is_empty()) {
+            if call.name.is_empty() {
+                call.name = name.to_string();
+            }
+        }
+        match &function["arguments"] {
+            Value::String(piece) => call.arguments.push_str(piece),
+            // A few servers send the arguments as an object already.
+            Value::Object(object) => call
+                .arguments
+                .push_str(&Value::Object(object.clone()).to_string()),
+            _ => {}
+        }
+    }
+}
+
+impl WireDecoder for OpenAiDecoder {
+    fn event(&mut self, event: &Event, out: &mut VecDeque<StreamEvent>) -> Result<Flow, String> {
+        let data = event.data.trim();
+        if data.is_empty() {
+            return Ok(Flow::Continue);
+        }
+        if data == "[DONE]" {
+            return Ok(Flow::Complete);
+        }
+        let chunk: Value = serde_json::from_str(data)
+            .map_err(|e| format!("data line is not JSON ({e}): {}", snippet(data, 120)))?;
+        if !chunk.is_object() {
+            return Err(format!(
+                "data line is not a JSON object: {}",
+                snippet(data, 120)
+            ));
+        }
+        if chunk.get("error").is_some_and(|e| !e.is_null()) {
+            let message = json_error_message(&chunk).unwrap_or_default();
+            return Err(format!("provider reported an error: {message}"));
+        }
+        self.chunk(&chunk, out);
+        Ok(Flow::Continue)
+    }
+
+    fn finish(&mut self, complete: bool, out: &mut VecDeque<StreamEvent>) -> Result<(), String> {
+        if !complete && self.finish.is_none() {
+            return Err("stream ended unexpectedly (no finish_reason and no [DONE])".into());
+        }
+        let has_calls = !self.calls.is_empty();
+        for (index, call) in std::mem::take(&mut self.calls) {
+            out.push_back(StreamEvent::ToolCall(ToolCall {
+                id: call.id.unwrap_or_else(|| format!("call_{index}")),
+                name: call.name,
+                arguments: parse_arguments(call.arguments),
+            }));
+        }
+        let reason = match self.finish.take() {
+            // Some local servers say "stop" after emitting calls; the calls
+            // are what the loop must act on.
+            Some(FinishReason::Stop) | None if has_calls => FinishReason::ToolCalls,
+            Some(reason) => reason,
+            None => FinishReason::Stop,
+        };
+        out.push_back(StreamEvent::Finish(reason));
+        Ok(())
+    }
+}
+
+/// Parses reassembled arguments: empty means `{}`, invalid JSON is kept raw.
+pub(crate) fn parse_arguments(raw: String) -> Value {
+    if raw.trim().is_empty() {
+        return Value::Object(Map::new());
+    }
+    serde_json::from_str(&raw).unwrap_or(Value::String(raw))
+}
+
+fn finish_reason(reason: &str) -> FinishReason {
+    match reason {
+        "stop" => FinishReason::Stop,
+        "tool_calls" | "function_call" => FinishReason::ToolCalls,
+        "length" => FinishReason::Length,
+        "content_filter" => FinishReason::Refusal,
+        other => FinishReason::Other(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed(decoder: &mut OpenAiDecoder, data: &str, out: &mut VecDeque<StreamEvent>) -> Flow {
+        let event = Event {
+            data: data.to_string(),
+            ..Event::default()
+        };
+        decoder.event(&event, out).unwrap()
+    }
+
+    #[test]
+    fn reassembles_interleaved_tool_calls() {
+        let mut decoder = OpenAiDecoder::default();
+        let mut out = VecDeque::new();
+        for data in [
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"read","arguments":""}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":1,"function":{"name":"ls","arguments":"{\"di"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"path\":"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":1,"function":{"arguments":"r\":1}"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"x\"}"}}]},"finish_reason":"tool_calls"}]}"#,
+        ] {
+            assert_eq!(feed(&mut decoder, data, &mut out), Flow::Continue);
+        }
+        assert!(out.is_empty());
+        assert_eq!(feed(&mut decoder, "[DONE]", &mut out), Flow::Complete);
+        decoder.finish(true, &mut out).unwrap();
+        assert_eq!(
+            Vec::from(out),
+            vec![
+                StreamEvent::ToolCall(ToolCall {
+                    id: "a".into(),
+                    name: "read".into(),
+                    arguments: json!({"path": "x"}),
+                }),
+                StreamEvent::ToolCall(ToolCall {
+                    id: "call_1".into(),
+                    name: "ls".into(),
+                    arguments: json!({"dir": 1}),
+                }),
+                StreamEvent::Finish(FinishReason::ToolCalls),
+            ]
+        );
+    }
+
+    #[test]
+    fn arguments_keep_raw_text_when_not_json() {
+        assert_eq!(parse_arguments(String::new()), json!({}));
+        assert_eq!(parse_arguments("{\"a\":".into()), json!("{\"a\":"));
+    }
+
+    #[test]
+    fn body_end_without_finish_is_an_error() {
+        let mut decoder = OpenAiDecoder::default();
+        let mut out = VecDeque::new();
+        feed(
+            &mut decoder,
+            r#"{"choices":[{"delta":{"content":"Hi"}}]}"#,
+            &mut out,
+        );
+        let err = decoder.finish(false, &mut out).unwrap_err();
+        assert!(err.contains("ended unexpectedly"), "{err}");
+    }
+
+    #[test]
+    fn messages_map_to_the_wire_shape() {
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "read".into(),
+            arguments: json!({"path": "a"}),
+        };
+        assert_eq!(
+            wire_message(&ChatMessage::assistant("", vec![call])),
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function",
+                 "function": {"name": "read", "arguments": "{\"path\":\"a\"}"}}
+            ]})
+        );
+        assert_eq!(
+            wire_message(&ChatMessage::tool_result("c1", "text", false)),
+            json!({"role": "tool", "tool_call_id": "c1", "content": "text"})
+        );
+    }
+}

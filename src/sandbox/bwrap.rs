@@ -1,0 +1,760 @@
+//! The bubblewrap argument list, built by a pure function.
+//!
+//! Everything the sandbox promises is spelled out here, as data: which
+//! namespaces are unshared, which directories are visible and how, which
+//! environment variables exist. [`bwrap_args`] touches nothing on disk — the
+//! facts it needs about the host come in a [`SystemLayout`] probed once
+//! elsewhere — so its tests can assert the whole vector.
+//!
+//! Policy, in the order the arguments appear:
+//! - `--die-with-parent`, `--new-session` (no `TIOCSTI` into our terminal),
+//!   `--unshare-all` (user, ipc, pid, uts, cgroup, net) and `--share-net`
+//!   only when the action was granted network, `--cap-drop ALL`.
+//! - System directories read-only; merged-usr links (`/bin -> usr/bin`)
+//!   recreated as symlinks rather than bound twice.
+//! - `/etc` is bound read-only **whole**, with known secret files masked by
+//!   `/dev/null`. A curated list of `/etc` files breaks real programs in
+//!   ways that are hard to diagnose (Debian's `/etc/alternatives` holds the
+//!   links behind `python`, `editor`, `awk`; `ld.so.cache`, TLS roots,
+//!   locale, `gitconfig`, `passwd` for `id`/`ssh`). What is secret in
+//!   `/etc` is protected by file modes from an unprivileged user, but not
+//!   from an agent run as root (uid 0 outside stays the owner inside), so
+//!   the known secrets (shadow files, sudoers, SSH host keys) are covered
+//!   with `/dev/null`, which cannot even be opened there (mounts made in a
+//!   user namespace are `nodev`). Nothing in `/etc` can be changed.
+//! - Fresh `/proc` and `/dev`, a private tmpfs on `/tmp`, and `HOME` in a
+//!   directory of that tmpfs: dotfiles tools write (caches, histories) vanish
+//!   with the run instead of littering the project, and the real home
+//!   directory is never visible.
+//! - The working directory read-write at its own path, then extra
+//!   read-write binds, then extra read-only binds (last, so a read-only
+//!   carve-out inside a writable tree wins).
+//! - `--clearenv`, then a minimal fixed environment, then the action's
+//!   variables.
+//! - `--` and the interpreter, with the script as ONE argument and the
+//!   action's argv after it: no value is ever spliced into shell text.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+/// Interpreters an action may name. Each takes a script with `-c`.
+pub const ALLOWED_INTERPRETERS: &[&str] = &["bash", "sh", "python3"];
+
+/// `PATH` inside the sandbox (and for unsandboxed runs when the parent has
+/// none).
+pub const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// `HOME` inside the sandbox: a directory in the private `/tmp`.
+pub const SANDBOX_HOME: &str = "/tmp/home";
+
+/// Environment names an action may not set: the fixed ones the sandbox
+/// owns, and those that make an interpreter or the dynamic loader run code
+/// that is not the approved script (`BASH_ENV=./evil.sh` would execute a
+/// file before the script does).
+const RESERVED_ENV_NAMES: &[&str] = &[
+    "PATH",
+    "HOME",
+    "BASH_ENV",
+    "ENV",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PS4",
+    "IFS",
+    "CDPATH",
+    "GLOBIGNORE",
+    "PROMPT_COMMAND",
+];
+/// Prefixes with the same danger (`LD_PRELOAD`, `PYTHONSTARTUP`, ...).
+const RESERVED_ENV_PREFIXES: &[&str] = &["LD_", "PYTHON", "BASH_FUNC_"];
+
+/// What a sandboxed run needs: where, with what, and what it may touch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxSpec {
+    /// Working directory, bound read-write at the same path. Absolute.
+    pub cwd: PathBuf,
+    /// Whether the network namespace is shared with the host.
+    pub network: bool,
+    /// Further paths visible read-only at the same path.
+    pub extra_ro: Vec<PathBuf>,
+    /// Further paths visible read-write at the same path.
+    pub extra_rw: Vec<PathBuf>,
+    /// The action's environment variables (names checked, values verbatim).
+    pub env: BTreeMap<String, String>,
+    /// `bash`, `sh` or `python3`.
+    pub interpreter: String,
+    /// The script, passed as a single argument after `-c`.
+    pub script: String,
+    /// Positional arguments (`$1`… for shells, `sys.argv[1:]` for Python).
+    pub argv: Vec<String>,
+}
+
+/// Host facts the argument list depends on, probed once by
+/// [`SystemLayout::probe`] so [`bwrap_args`] stays pure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SystemLayout {
+    /// System paths in the order they are mounted.
+    pub entries: Vec<SystemEntry>,
+    /// Existing files to hide behind `/dev/null` (shadow, host keys).
+    pub masked: Vec<PathBuf>,
+    /// Where `/etc/resolv.conf` really lives when it is a symlink out of
+    /// `/etc` (systemd-resolved points it into `/run`); bound read-only only
+    /// when network is granted, so DNS works.
+    pub resolv_conf_target: Option<PathBuf>,
+}
+
+/// One system path as it exists on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SystemEntry {
+    /// A real directory, bound read-only.
+    Dir(PathBuf),
+    /// A symlink (merged-usr `/bin -> usr/bin`), recreated as is.
+    Symlink { path: PathBuf, target: String },
+}
+
+/// System paths considered, in mount order. `/usr` must precede the
+/// merged-usr links that point into it.
+const SYSTEM_PATHS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix",
+];
+
+/// Files under `/etc` that hold secrets and are never needed by a script.
+const SECRET_FILES: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/security/opasswd",
+];
+
+impl SystemLayout {
+    /// Look at the host: which system paths exist, which are symlinks,
+    /// which secret files exist.
+    pub fn probe() -> SystemLayout {
+        let mut entries = Vec::new();
+        for p in SYSTEM_PATHS {
+            let path = Path::new(p);
+            let Ok(meta) = std::fs::symlink_metadata(path) else {
+                continue;
+            };
+            if meta.file_type().is_symlink() {
+                if let Ok(target) = std::fs::read_link(path) {
+                    if let Some(target) = target.to_str() {
+                        entries.push(SystemEntry::Symlink {
+                            path: path.to_path_buf(),
+                            target: target.to_string(),
+                        });
+                    }
+                }
+            } else if meta.is_dir() {
+                entries.push(SystemEntry::Dir(path.to_path_buf()));
+            }
+        }
+        let mut masked: Vec<PathBuf> = SECRET_FILES
+            .iter()
+            .map(PathBuf::from)
+            .filter(|p| p.is_file())
+            .collect();
+        // SSH host private keys: `ssh_host_*_key` (the `.pub` halves are fine).
+        if let Ok(rd) = std::fs::read_dir("/etc/ssh") {
+            let mut keys: Vec<PathBuf> = rd
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("ssh_host_") && n.ends_with("_key"))
+                })
+                .collect();
+            keys.sort();
+            masked.extend(keys);
+        }
+        let resolv = Path::new("/etc/resolv.conf");
+        let resolv_conf_target = match std::fs::symlink_metadata(resolv) {
+            Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(resolv)
+                .ok()
+                .filter(|t| !t.starts_with("/etc") && t.is_file()),
+            _ => None,
+        };
+        SystemLayout {
+            entries,
+            masked,
+            resolv_conf_target,
+        }
+    }
+
+    /// The common merged-usr layout (Debian 12+, Fedora, Arch), with no
+    /// masks: deterministic input for tests and examples.
+    pub fn merged_usr() -> SystemLayout {
+        let link = |path: &str, target: &str| SystemEntry::Symlink {
+            path: PathBuf::from(path),
+            target: target.to_string(),
+        };
+        SystemLayout {
+            entries: vec![
+                SystemEntry::Dir(PathBuf::from("/usr")),
+                link("/bin", "usr/bin"),
+                link("/sbin", "usr/sbin"),
+                link("/lib", "usr/lib"),
+                link("/lib64", "usr/lib64"),
+                SystemEntry::Dir(PathBuf::from("/etc")),
+            ],
+            masked: Vec::new(),
+            resolv_conf_target: None,
+        }
+    }
+}
+
+/// Why a spec cannot become a sandboxed command line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("interpreter `{0}` is not allowed; use one of: bash, sh, python3")]
+    Interpreter(String),
+    #[error("environment variable name `{0}` is invalid: names must match [A-Za-z_][A-Za-z0-9_]*")]
+    EnvName(String),
+    #[error(
+        "environment variable `{0}` is reserved: the sandbox sets it, or it would make the \
+         interpreter run code other than the script"
+    )]
+    ReservedEnv(String),
+    #[error("{what} contains a NUL byte, which cannot be passed to a program")]
+    Nul { what: String },
+    #[error("path `{path}` cannot be bound: {why}")]
+    Path { path: String, why: &'static str },
+}
+
+/// The bwrap arguments (without the `bwrap` program itself) that run
+/// `spec` under the policy described in this module's documentation.
+pub fn bwrap_args(spec: &SandboxSpec, system: &SystemLayout) -> Result<Vec<String>, SpecError> {
+    let command = interpreter_command(&spec.interpreter, &spec.script, &spec.argv)?;
+    check_env(&spec.env)?;
+    let cwd = bind_path(&spec.cwd)?;
+    let extra_rw = spec
+        .extra_rw
+        .iter()
+        .map(|p| bind_path(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let extra_ro = spec
+        .extra_ro
+        .iter()
+        .map(|p| bind_path(p))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let mut a: Vec<String> = Vec::new();
+    let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
+
+    push(&["--die-with-parent", "--new-session", "--unshare-all"]);
+    if spec.network {
+        push(&["--share-net"]);
+    }
+    push(&["--cap-drop", "ALL"]);
+
+    for entry in &system.entries {
+        match entry {
+            SystemEntry::Dir(p) => {
+                let p = lossless(p)?;
+                push(&["--ro-bind", p, p]);
+            }
+            SystemEntry::Symlink { path, target } => {
+                push(&["--symlink", target, lossless(path)?]);
+            }
+        }
+    }
+    for m in &system.masked {
+        push(&["--ro-bind", "/dev/null", lossless(m)?]);
+    }
+    if spec.network {
+        if let Some(t) = &system.resolv_conf_target {
+            let t = lossless(t)?;
+            push(&["--ro-bind", t, t]);
+        }
+    }
+
+    push(&["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
+    push(&["--dir", SANDBOX_HOME]);
+    push(&["--bind", &cwd, &cwd]);
+    for p in &extra_rw {
+        push(&["--bind", p, p]);
+    }
+    for p in &extra_ro {
+        push(&["--ro-bind", p, p]);
+    }
+    push(&["--chdir", &cwd]);
+
+    push(&["--clearenv"]);
+    for (k, v) in base_env(SANDBOX_PATH, SANDBOX_HOME) {
+        push(&["--setenv", k, &v]);
+    }
+    for (k, v) in &spec.env {
+        push(&["--setenv", k, v]);
+    }
+
+    push(&["--"]);
+    a.extend(command);
+    Ok(a)
+}
+
+/// The interpreter command line: `bash -c SCRIPT bash ARGV...` (the name
+/// after the script becomes `$0`, so messages read `bash: line 1: ...`), or
+/// `python3 -c SCRIPT ARGV...` (Python puts `-c` in `sys.argv[0]`).
+/// Shared with unsandboxed runs so both obey the same argv discipline.
+pub fn interpreter_command(
+    interpreter: &str,
+    script: &str,
+    argv: &[String],
+) -> Result<Vec<String>, SpecError> {
+    if !ALLOWED_INTERPRETERS.contains(&interpreter) {
+        return Err(SpecError::Interpreter(interpreter.to_string()));
+    }
+    if script.contains('\0') {
+        return Err(SpecError::Nul {
+            what: "the script".into(),
+        });
+    }
+    if let Some(i) = argv.iter().position(|s| s.contains('\0')) {
+        return Err(SpecError::Nul {
+            what: format!("argument {}", i + 1),
+        });
+    }
+    let mut cmd = vec![
+        interpreter.to_string(),
+        "-c".to_string(),
+        script.to_string(),
+    ];
+    if interpreter != "python3" {
+        cmd.push(interpreter.to_string());
+    }
+    cmd.extend(argv.iter().cloned());
+    Ok(cmd)
+}
+
+/// Check the action's environment: valid, unreserved names; no NUL bytes.
+pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), SpecError> {
+    for (name, value) in env {
+        if !valid_env_name(name) {
+            return Err(SpecError::EnvName(name.clone()));
+        }
+        if RESERVED_ENV_NAMES.contains(&name.as_str())
+            || RESERVED_ENV_PREFIXES.iter().any(|p| name.starts_with(p))
+        {
+            return Err(SpecError::ReservedEnv(name.clone()));
+        }
+        if value.contains('\0') {
+            return Err(SpecError::Nul {
+                what: format!("the value of `{name}`"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The fixed environment every run starts from, before the action's
+/// variables: `PATH`, `HOME`, a UTF-8 locale that exists everywhere, and a
+/// terminal type that asks programs for no escape sequences.
+pub fn base_env(path: &str, home: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("PATH", path.to_string()),
+        ("HOME", home.to_string()),
+        ("LANG", "C.UTF-8".to_string()),
+        ("TERM", "dumb".to_string()),
+    ]
+}
+
+fn valid_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A path to bind at its own location: absolute, UTF-8, no `..`, and not
+/// the root (binding `/` read-write would undo the sandbox).
+fn bind_path(p: &Path) -> Result<String, SpecError> {
+    let fail = |why| SpecError::Path {
+        path: p.to_string_lossy().into_owned(),
+        why,
+    };
+    if !p.is_absolute() {
+        return Err(fail("it is not absolute"));
+    }
+    if p.components().any(|c| c == Component::ParentDir) {
+        return Err(fail("it contains `..`"));
+    }
+    if p.components().all(|c| c == Component::RootDir) {
+        return Err(fail("it is the root directory"));
+    }
+    Ok(lossless(p)?.to_string())
+}
+
+fn lossless(p: &Path) -> Result<&str, SpecError> {
+    p.to_str().ok_or_else(|| SpecError::Path {
+        path: p.to_string_lossy().into_owned(),
+        why: "it is not valid UTF-8",
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(interpreter: &str, script: &str) -> SandboxSpec {
+        SandboxSpec {
+            cwd: PathBuf::from("/home/ada/project"),
+            network: false,
+            extra_ro: vec![],
+            extra_rw: vec![],
+            env: BTreeMap::new(),
+            interpreter: interpreter.into(),
+            script: script.into(),
+            argv: vec![],
+        }
+    }
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Everything between the namespace flags and the working directory,
+    /// for the merged-usr layout: shared by the whole-vector tests.
+    const SYSTEM: &[&str] = &[
+        "--cap-drop",
+        "ALL",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--symlink",
+        "usr/bin",
+        "/bin",
+        "--symlink",
+        "usr/sbin",
+        "/sbin",
+        "--symlink",
+        "usr/lib",
+        "/lib",
+        "--symlink",
+        "usr/lib64",
+        "/lib64",
+        "--ro-bind",
+        "/etc",
+        "/etc",
+    ];
+    const FS: &[&str] = &[
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        "--dir",
+        "/tmp/home",
+    ];
+    const BASE_ENV: &[&str] = &[
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "--setenv",
+        "HOME",
+        "/tmp/home",
+        "--setenv",
+        "LANG",
+        "C.UTF-8",
+        "--setenv",
+        "TERM",
+        "dumb",
+    ];
+
+    fn expected(parts: &[&[&str]]) -> Vec<String> {
+        parts.iter().flat_map(|p| strings(p)).collect()
+    }
+
+    #[test]
+    fn default_policy_whole_vector() {
+        let args = bwrap_args(&spec("bash", "ls -la"), &SystemLayout::merged_usr()).unwrap();
+        let want = expected(&[
+            &["--die-with-parent", "--new-session", "--unshare-all"],
+            SYSTEM,
+            FS,
+            &[
+                "--bind",
+                "/home/ada/project",
+                "/home/ada/project",
+                "--chdir",
+                "/home/ada/project",
+            ],
+            BASE_ENV,
+            &["--", "bash", "-c", "ls -la", "bash"],
+        ]);
+        assert_eq!(args, want);
+    }
+
+    #[test]
+    fn network_granted_shares_net_and_binds_resolver() {
+        let mut s = spec("sh", "curl example.org");
+        s.network = true;
+        let mut layout = SystemLayout::merged_usr();
+        layout.resolv_conf_target = Some(PathBuf::from("/run/systemd/resolve/stub-resolv.conf"));
+        let args = bwrap_args(&s, &layout).unwrap();
+        let want = expected(&[
+            &[
+                "--die-with-parent",
+                "--new-session",
+                "--unshare-all",
+                "--share-net",
+            ],
+            SYSTEM,
+            &[
+                "--ro-bind",
+                "/run/systemd/resolve/stub-resolv.conf",
+                "/run/systemd/resolve/stub-resolv.conf",
+            ],
+            FS,
+            &[
+                "--bind",
+                "/home/ada/project",
+                "/home/ada/project",
+                "--chdir",
+                "/home/ada/project",
+            ],
+            BASE_ENV,
+            &["--", "sh", "-c", "curl example.org", "sh"],
+        ]);
+        assert_eq!(args, want);
+
+        // Without network the resolver target is not bound.
+        s.network = false;
+        let args = bwrap_args(&s, &layout).unwrap();
+        assert!(!args.iter().any(|a| a.starts_with("/run")));
+        assert!(!args.contains(&"--share-net".to_string()));
+    }
+
+    #[test]
+    fn python_takes_argv_without_a_name() {
+        let mut s = spec("python3", "import sys; print(sys.argv)");
+        s.argv = strings(&["one", "two"]);
+        let args = bwrap_args(&s, &SystemLayout::merged_usr()).unwrap();
+        let want = expected(&[
+            &["--die-with-parent", "--new-session", "--unshare-all"],
+            SYSTEM,
+            FS,
+            &[
+                "--bind",
+                "/home/ada/project",
+                "/home/ada/project",
+                "--chdir",
+                "/home/ada/project",
+            ],
+            BASE_ENV,
+            &[
+                "--",
+                "python3",
+                "-c",
+                "import sys; print(sys.argv)",
+                "one",
+                "two",
+            ],
+        ]);
+        assert_eq!(args, want);
+    }
+
+    #[test]
+    fn extra_binds_masks_and_split_layout() {
+        let mut s = spec("bash", "make");
+        s.extra_rw = vec![PathBuf::from("/home/ada/memex")];
+        s.extra_ro = vec![PathBuf::from("/home/ada/project/.git")];
+        // A non-merged layout: /bin and /lib are real directories.
+        let layout = SystemLayout {
+            entries: vec![
+                SystemEntry::Dir("/usr".into()),
+                SystemEntry::Dir("/bin".into()),
+                SystemEntry::Dir("/lib".into()),
+                SystemEntry::Dir("/etc".into()),
+                SystemEntry::Dir("/opt".into()),
+            ],
+            masked: vec!["/etc/shadow".into(), "/etc/ssh/ssh_host_ed25519_key".into()],
+            resolv_conf_target: None,
+        };
+        let args = bwrap_args(&s, &layout).unwrap();
+        let want = expected(&[
+            &[
+                "--die-with-parent",
+                "--new-session",
+                "--unshare-all",
+                "--cap-drop",
+                "ALL",
+            ],
+            &[
+                "--ro-bind",
+                "/usr",
+                "/usr",
+                "--ro-bind",
+                "/bin",
+                "/bin",
+                "--ro-bind",
+                "/lib",
+                "/lib",
+                "--ro-bind",
+                "/etc",
+                "/etc",
+                "--ro-bind",
+                "/opt",
+                "/opt",
+            ],
+            &[
+                "--ro-bind",
+                "/dev/null",
+                "/etc/shadow",
+                "--ro-bind",
+                "/dev/null",
+                "/etc/ssh/ssh_host_ed25519_key",
+            ],
+            FS,
+            &[
+                "--bind",
+                "/home/ada/project",
+                "/home/ada/project",
+                "--bind",
+                "/home/ada/memex",
+                "/home/ada/memex",
+                "--ro-bind",
+                "/home/ada/project/.git",
+                "/home/ada/project/.git",
+                "--chdir",
+                "/home/ada/project",
+            ],
+            BASE_ENV,
+            &["--", "bash", "-c", "make", "bash"],
+        ]);
+        assert_eq!(args, want);
+    }
+
+    #[test]
+    fn hostile_env_values_and_argv_stay_single_arguments() {
+        let mut s = spec("bash", r#"printf '%s\n' "$Q" "$@""#);
+        let hostile = "; rm -rf ~ $(touch pwned) `id` '\"\nnext line";
+        s.env.insert("Q".into(), hostile.into());
+        s.env.insert("_under_score9".into(), "--setenv".into());
+        s.argv = strings(&["--", "-c", hostile]);
+        let args = bwrap_args(&s, &SystemLayout::merged_usr()).unwrap();
+        let want = expected(&[
+            &["--die-with-parent", "--new-session", "--unshare-all"],
+            SYSTEM,
+            FS,
+            &[
+                "--bind",
+                "/home/ada/project",
+                "/home/ada/project",
+                "--chdir",
+                "/home/ada/project",
+            ],
+            BASE_ENV,
+            &[
+                "--setenv",
+                "Q",
+                hostile,
+                "--setenv",
+                "_under_score9",
+                "--setenv",
+            ],
+            &[
+                "--",
+                "bash",
+                "-c",
+                r#"printf '%s\n' "$Q" "$@""#,
+                "bash",
+                "--",
+                "-c",
+                hostile,
+            ],
+        ]);
+        assert_eq!(args, want);
+    }
+
+    #[test]
+    fn rejects_bad_env_names() {
+        for name in ["1X", "A-B", "A B", "", "A=B", "X;rm", "É"] {
+            let mut s = spec("bash", "true");
+            s.env.insert(name.into(), "v".into());
+            assert_eq!(
+                bwrap_args(&s, &SystemLayout::merged_usr()),
+                Err(SpecError::EnvName(name.into())),
+                "{name:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn rejects_reserved_env_names() {
+        for name in [
+            "PATH",
+            "HOME",
+            "BASH_ENV",
+            "ENV",
+            "LD_PRELOAD",
+            "PYTHONSTARTUP",
+        ] {
+            let mut s = spec("bash", "true");
+            s.env.insert(name.into(), "v".into());
+            assert_eq!(
+                bwrap_args(&s, &SystemLayout::merged_usr()),
+                Err(SpecError::ReservedEnv(name.into())),
+                "{name}"
+            );
+        }
+        let err = SpecError::ReservedEnv("BASH_ENV".into()).to_string();
+        assert_eq!(
+            err,
+            "environment variable `BASH_ENV` is reserved: the sandbox sets it, or it would make \
+             the interpreter run code other than the script"
+        );
+    }
+
+    #[test]
+    fn rejects_unknown_interpreters() {
+        for interp in ["zsh", "/bin/bash", "bash -x", "python", "perl", ""] {
+            assert_eq!(
+                bwrap_args(&spec(interp, "true"), &SystemLayout::merged_usr()),
+                Err(SpecError::Interpreter(interp.into()))
+            );
+        }
+        assert_eq!(
+            SpecError::Interpreter("zsh".into()).to_string(),
+            "interpreter `zsh` is not allowed; use one of: bash, sh, python3"
+        );
+    }
+
+    #[test]
+    fn rejects_unbindable_paths_and_nul_bytes() {
+        let layout = SystemLayout::merged_usr();
+        for cwd in ["/", "relative/dir", "/home/../etc"] {
+            let mut s = spec("bash", "true");
+            s.cwd = PathBuf::from(cwd);
+            assert!(
+                matches!(bwrap_args(&s, &layout), Err(SpecError::Path { .. })),
+                "{cwd}"
+            );
+        }
+        let mut s = spec("bash", "true");
+        s.extra_rw = vec![PathBuf::from("//")];
+        assert!(matches!(
+            bwrap_args(&s, &layout),
+            Err(SpecError::Path { .. })
+        ));
+
+        let mut s = spec("bash", "true");
+        s.argv = strings(&["ok", "a\0b"]);
+        assert_eq!(
+            bwrap_args(&s, &layout),
+            Err(SpecError::Nul {
+                what: "argument 2".into()
+            })
+        );
+        let mut s = spec("bash", "true");
+        s.env.insert("V".into(), "a\0".into());
+        assert_eq!(
+            bwrap_args(&s, &layout),
+            Err(SpecError::Nul {
+                what: "the value of `V`".into()
+            })
+        );
+    }
+}

@@ -1,0 +1,15 @@
+//! The sandbox for commands the model proposes: bubblewrap, a pure argument
+//! builder ([`bwrap`]), a probe that says whether it can run here and what
+//! to do when it cannot ([`probe`]), and a runner that holds any program to
+//! a time limit and an output cap ([`runner`]).
+//!
+//! The shell actuator (`crate::actuators::shell`) puts them together; it
+//! fails closed when the probe says the sandbox is unavailable.
+
+pub mod bwrap;
+pub mod probe;
+pub mod runner;
+
+pub use bwrap::{bwrap_args, SandboxSpec, SpecError, SystemEntry, SystemLayout};
+pub use probe::{probe, probe_with, SandboxStatus};
+pub use runner::{run, RunError, RunLimits, RunOutcome};

@@ -1,0 +1,383 @@
+//! Can bubblewrap run here? Find out once, and if not, say why and how to
+//! fix it.
+//!
+//! Finding the binary is not enough: on Ubuntu 23.10+ (AppArmor restricting
+//! unprivileged user namespaces), in many containers, and with
+//! `user.max_user_namespaces = 0`, `bwrap` exists but every run fails. So
+//! the probe makes a real trial run with the same flags real runs use, and
+//! when it fails, reads the kernel knobs that usually cause it and names
+//! the one to change, quoting bwrap's own words.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use super::bwrap::{bwrap_args, SandboxSpec, SystemLayout};
+
+/// The fix when bwrap is not installed.
+pub const INSTALL_FIX: &str = "install bubblewrap: `apt-get install bubblewrap` (Debian/Ubuntu), \
+     `dnf install bubblewrap` (Fedora), `pacman -S bubblewrap` (Arch)";
+
+/// How long the trial run may take before it counts as a failure.
+const TRIAL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether sandboxed runs are possible.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SandboxStatus {
+    /// bwrap ran a trial sandbox successfully.
+    Available { bwrap: PathBuf, version: String },
+    /// It cannot: `reason` says why (with bwrap's stderr when it ran),
+    /// `fix` what a person can do about it.
+    Unavailable { reason: String, fix: String },
+}
+
+impl SandboxStatus {
+    /// One paragraph for the startup log or the person's status line.
+    pub fn describe(&self) -> String {
+        match self {
+            SandboxStatus::Available { bwrap, version } => {
+                format!("sandbox: bubblewrap {version} ({})", bwrap.display())
+            }
+            SandboxStatus::Unavailable { reason, fix } => {
+                format!("sandbox UNAVAILABLE: {reason}\nfix: {fix}")
+            }
+        }
+    }
+
+    pub fn is_available(&self) -> bool {
+        matches!(self, SandboxStatus::Available { .. })
+    }
+}
+
+/// The sandbox status of this machine, probed on first call and cached for
+/// the life of the process.
+pub fn probe() -> SandboxStatus {
+    static STATUS: OnceLock<SandboxStatus> = OnceLock::new();
+    STATUS
+        .get_or_init(|| match find_on_path("bwrap") {
+            Some(path) => probe_with(&path),
+            None => SandboxStatus::Unavailable {
+                reason: "bubblewrap (`bwrap`) was not found on PATH".into(),
+                fix: INSTALL_FIX.into(),
+            },
+        })
+        .clone()
+}
+
+/// Probe a specific bwrap binary, uncached: version, then a trial run.
+pub fn probe_with(bwrap: &Path) -> SandboxStatus {
+    let version = match Command::new(bwrap)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(out) if out.status.success() => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            let text = text.trim();
+            text.strip_prefix("bubblewrap ").unwrap_or(text).to_string()
+        }
+        Ok(out) => {
+            return SandboxStatus::Unavailable {
+                reason: format!(
+                    "`{} --version` failed ({}): {}",
+                    bwrap.display(),
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ),
+                fix: INSTALL_FIX.into(),
+            }
+        }
+        Err(e) => {
+            return SandboxStatus::Unavailable {
+                reason: format!("cannot run `{}`: {e}", bwrap.display()),
+                fix: INSTALL_FIX.into(),
+            }
+        }
+    };
+
+    let args = match trial_args() {
+        Ok(a) => a,
+        Err(reason) => {
+            return SandboxStatus::Unavailable {
+                reason,
+                fix: "run passepartout from a directory it can bind (not `/`)".into(),
+            }
+        }
+    };
+    match trial(bwrap, &args) {
+        Ok(()) => SandboxStatus::Available {
+            bwrap: bwrap.to_path_buf(),
+            version,
+        },
+        Err(stderr) => {
+            let (reason, fix) = classify_failure(&stderr, &Sysctls::read(Path::new("/proc")));
+            SandboxStatus::Unavailable { reason, fix }
+        }
+    }
+}
+
+/// The real argument list for a script that does nothing, run in the
+/// system temporary directory.
+fn trial_args() -> Result<Vec<String>, String> {
+    let spec = SandboxSpec {
+        cwd: std::env::temp_dir(),
+        network: false,
+        extra_ro: vec![],
+        extra_rw: vec![],
+        env: Default::default(),
+        interpreter: "sh".into(),
+        script: "exit 0".into(),
+        argv: vec![],
+    };
+    bwrap_args(&spec, &SystemLayout::probe()).map_err(|e| format!("trial sandbox: {e}"))
+}
+
+/// Run bwrap once; `Err` carries what it said on stderr.
+fn trial(bwrap: &Path, args: &[String]) -> Result<(), String> {
+    let mut child = Command::new(bwrap)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start bwrap: {e}"))?;
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() > TRIAL_TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "the trial run did not finish within {} s",
+                    TRIAL_TIMEOUT.as_secs()
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => return Err(format!("waiting for bwrap: {e}")),
+        }
+    };
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        let _ = pipe.read_to_string(&mut stderr);
+    }
+    if status.success() {
+        Ok(())
+    } else {
+        let stderr = stderr.trim();
+        Err(if stderr.is_empty() {
+            format!("(no message; {status})")
+        } else {
+            stderr.to_string()
+        })
+    }
+}
+
+/// The kernel knobs that decide whether unprivileged user namespaces work.
+/// `None`: the knob does not exist on this kernel.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sysctls {
+    /// `kernel.unprivileged_userns_clone` (Debian/Ubuntu patch): 0 forbids.
+    pub unprivileged_userns_clone: Option<i64>,
+    /// `user.max_user_namespaces`: 0 forbids.
+    pub max_user_namespaces: Option<i64>,
+    /// `kernel.apparmor_restrict_unprivileged_userns` (Ubuntu 23.10+): 1
+    /// restricts.
+    pub apparmor_restrict_unprivileged_userns: Option<i64>,
+}
+
+impl Sysctls {
+    /// Read the knobs under a proc root (`/proc`, or a fixture in tests).
+    pub fn read(proc_root: &Path) -> Sysctls {
+        let read = |rel: &str| {
+            std::fs::read_to_string(proc_root.join(rel))
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+        };
+        Sysctls {
+            unprivileged_userns_clone: read("sys/kernel/unprivileged_userns_clone"),
+            max_user_namespaces: read("sys/user/max_user_namespaces"),
+            apparmor_restrict_unprivileged_userns: read(
+                "sys/kernel/apparmor_restrict_unprivileged_userns",
+            ),
+        }
+    }
+}
+
+/// Turn a failed trial's stderr into (reason, fix).
+pub fn classify_failure(stderr: &str, sysctls: &Sysctls) -> (String, String) {
+    const NAMESPACE_SIGNS: &[&str] = &[
+        "Operation not permitted",
+        "No permissions to create new namespace",
+        "loopback: Failed RTM_NEWADDR",
+        "setting up uid map",
+        "Creating new namespace failed",
+    ];
+    let quoted = format!("bwrap said: {stderr}");
+    if !NAMESPACE_SIGNS.iter().any(|s| stderr.contains(s)) {
+        return (
+            format!("bubblewrap failed its trial run; {quoted}"),
+            "run `bwrap --unshare-all --die-with-parent --ro-bind / / true` yourself to see \
+             the problem"
+                .into(),
+        );
+    }
+    let reason = format!("bubblewrap cannot create the namespaces it needs; {quoted}");
+    let mut fixes = Vec::new();
+    if sysctls.apparmor_restrict_unprivileged_userns == Some(1) {
+        fixes.push(
+            "AppArmor restricts unprivileged user namespaces \
+             (kernel.apparmor_restrict_unprivileged_userns = 1): install an AppArmor profile \
+             for bwrap that allows `userns` (e.g. /etc/apparmor.d/bwrap with \
+             `profile bwrap /usr/bin/bwrap flags=(unconfined) { userns, }`, then \
+             `sudo apparmor_parser -r /etc/apparmor.d/bwrap`), or run \
+             `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`"
+                .to_string(),
+        );
+    }
+    if sysctls.unprivileged_userns_clone == Some(0) {
+        fixes.push(
+            "unprivileged user namespaces are disabled \
+             (kernel.unprivileged_userns_clone = 0): run \
+             `sudo sysctl -w kernel.unprivileged_userns_clone=1`"
+                .to_string(),
+        );
+    }
+    if sysctls.max_user_namespaces == Some(0) {
+        fixes.push(
+            "user namespaces are disabled (user.max_user_namespaces = 0): run \
+             `sudo sysctl -w user.max_user_namespaces=15000`"
+                .to_string(),
+        );
+    }
+    if fixes.is_empty() {
+        fixes.push(
+            "the kernel settings look permissive, so something else blocks user namespaces: \
+             inside a container, allow them (e.g. Docker `--security-opt seccomp=unconfined \
+             --security-opt apparmor=unconfined`), or make bwrap setuid root \
+             (`sudo chmod u+s $(command -v bwrap)`)"
+                .to_string(),
+        );
+    }
+    (reason, fixes.join("; "))
+}
+
+/// The first executable file called `name` in `$PATH`.
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_binary_says_how_to_install() {
+        let status = probe_with(Path::new("/nonexistent/bwrap"));
+        match status {
+            SandboxStatus::Unavailable { reason, fix } => {
+                assert!(
+                    reason.starts_with("cannot run `/nonexistent/bwrap`: "),
+                    "{reason}"
+                );
+                assert_eq!(fix, INSTALL_FIX);
+            }
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn apparmor_restriction_names_the_sysctl_and_quotes_bwrap() {
+        let sysctls = Sysctls {
+            unprivileged_userns_clone: None,
+            max_user_namespaces: Some(63000),
+            apparmor_restrict_unprivileged_userns: Some(1),
+        };
+        let (reason, fix) = classify_failure(
+            "bwrap: loopback: Failed RTM_NEWADDR: Operation not permitted",
+            &sysctls,
+        );
+        assert_eq!(
+            reason,
+            "bubblewrap cannot create the namespaces it needs; bwrap said: bwrap: loopback: \
+             Failed RTM_NEWADDR: Operation not permitted"
+        );
+        assert!(fix.contains("sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"));
+        assert!(fix.contains("AppArmor profile for bwrap"));
+        assert!(!fix.contains("max_user_namespaces"));
+    }
+
+    #[test]
+    fn disabled_userns_names_each_knob() {
+        let sysctls = Sysctls {
+            unprivileged_userns_clone: Some(0),
+            max_user_namespaces: Some(0),
+            apparmor_restrict_unprivileged_userns: Some(0),
+        };
+        let (_, fix) = classify_failure(
+            "bwrap: No permissions to create new namespace, likely because the kernel does not \
+             allow non-privileged user namespaces.",
+            &sysctls,
+        );
+        assert_eq!(
+            fix,
+            "unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone = 0): \
+             run `sudo sysctl -w kernel.unprivileged_userns_clone=1`; user namespaces are \
+             disabled (user.max_user_namespaces = 0): run \
+             `sudo sysctl -w user.max_user_namespaces=15000`"
+        );
+    }
+
+    #[test]
+    fn permissive_kernel_points_at_the_container() {
+        let (_, fix) = classify_failure(
+            "bwrap: Creating new namespace failed: Operation not permitted",
+            &Sysctls::default(),
+        );
+        assert!(fix.contains("inside a container"), "{fix}");
+    }
+
+    #[test]
+    fn unknown_failure_quotes_stderr() {
+        let (reason, fix) = classify_failure(
+            "bwrap: Can't find source path /usr: No such file",
+            &Sysctls::default(),
+        );
+        assert_eq!(
+            reason,
+            "bubblewrap failed its trial run; bwrap said: bwrap: Can't find source path /usr: \
+             No such file"
+        );
+        assert!(fix.starts_with("run `bwrap --unshare-all"));
+    }
+
+    #[test]
+    fn sysctls_read_from_a_proc_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("sys/kernel")).unwrap();
+        std::fs::create_dir_all(dir.path().join("sys/user")).unwrap();
+        std::fs::write(
+            dir.path()
+                .join("sys/kernel/apparmor_restrict_unprivileged_userns"),
+            "1\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("sys/user/max_user_namespaces"), "0\n").unwrap();
+        assert_eq!(
+            Sysctls::read(dir.path()),
+            Sysctls {
+                unprivileged_userns_clone: None,
+                max_user_namespaces: Some(0),
+                apparmor_restrict_unprivileged_userns: Some(1),
+            }
+        );
+    }
+}

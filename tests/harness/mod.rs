@@ -1,0 +1,221 @@
+//! A client for integration tests: spawns the real `passepartout` binary and
+//! speaks JSON-RPC to it over its stdio, in either framing.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_passepartout");
+
+/// How long any single wait may take before the test fails (generous: CI
+/// machines are slow; this bounds hangs, it does not measure speed).
+pub const WAIT: Duration = Duration::from_secs(20);
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Framing {
+    ContentLength,
+    Ndjson,
+}
+
+pub struct Client {
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    framing: Framing,
+    next_id: u64,
+    /// Messages read while waiting for something else.
+    pub backlog: Vec<Value>,
+}
+
+impl Client {
+    /// Start `passepartout serve` with extra args, isolated from the user's
+    /// configuration (HOME and XDG dirs point into `home`).
+    pub fn spawn(framing: Framing, home: &Path, args: &[&str]) -> Client {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve")
+            .args(args)
+            .env("HOME", home)
+            .env("XDG_CONFIG_HOME", home.join("config"))
+            .env("XDG_STATE_HOME", home.join("state"))
+            .env("XDG_DATA_HOME", home.join("data"))
+            .env(
+                "PASSEPARTOUT_LOG",
+                std::env::var("PASSEPARTOUT_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .env_remove("PASSEPARTOUT_PROVIDER_URL")
+            .env_remove("PASSEPARTOUT_MODEL")
+            .env_remove("PASSEPARTOUT_CONFIG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("spawn passepartout");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Client {
+            child,
+            stdin,
+            stdout,
+            framing,
+            next_id: 1,
+            backlog: Vec::new(),
+        }
+    }
+
+    pub async fn send_raw(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(bytes).await.expect("write");
+        stdin.flush().await.expect("flush");
+    }
+
+    pub async fn send(&mut self, msg: &Value) {
+        let body = msg.to_string();
+        let bytes = match self.framing {
+            Framing::ContentLength => format!("Content-Length: {}\r\n\r\n{body}", body.len()),
+            Framing::Ndjson => format!("{body}\n"),
+        };
+        self.send_raw(bytes.as_bytes()).await;
+    }
+
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Read the next message in the client's framing (None at EOF).
+    pub async fn read(&mut self) -> Option<Value> {
+        tokio::time::timeout(WAIT, self.read_inner())
+            .await
+            .expect("timed out waiting for a message")
+    }
+
+    async fn read_inner(&mut self) -> Option<Value> {
+        match self.framing {
+            Framing::Ndjson => {
+                let mut line = String::new();
+                if self.stdout.read_line(&mut line).await.ok()? == 0 {
+                    return None;
+                }
+                Some(
+                    serde_json::from_str(&line)
+                        .unwrap_or_else(|e| panic!("bad line {line:?}: {e}")),
+                )
+            }
+            Framing::ContentLength => {
+                let mut len = None;
+                loop {
+                    let mut line = String::new();
+                    if self.stdout.read_line(&mut line).await.ok()? == 0 {
+                        return None;
+                    }
+                    let line = line.trim_end();
+                    if line.is_empty() {
+                        break;
+                    }
+                    if let Some(v) = line.strip_prefix("Content-Length: ") {
+                        len = Some(v.parse::<usize>().expect("length"));
+                    }
+                }
+                let mut body = vec![0; len.expect("Content-Length header")];
+                self.stdout.read_exact(&mut body).await.ok()?;
+                Some(serde_json::from_slice(&body).expect("json body"))
+            }
+        }
+    }
+
+    /// Send a request and wait for its response; other messages go to the
+    /// backlog.
+    pub async fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))
+            .await;
+        self.wait_response(id).await
+    }
+
+    pub async fn start_request(&mut self, method: &str, params: Value) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))
+            .await;
+        id
+    }
+
+    pub async fn wait_response(&mut self, id: u64) -> Value {
+        if let Some(pos) = self
+            .backlog
+            .iter()
+            .position(|m| m.get("id") == Some(&json!(id)) && m.get("method").is_none())
+        {
+            return self.backlog.remove(pos);
+        }
+        loop {
+            let msg = self.read().await.expect("daemon closed its output");
+            if msg.get("id") == Some(&json!(id)) && msg.get("method").is_none() {
+                return msg;
+            }
+            self.backlog.push(msg);
+        }
+    }
+
+    /// Wait for a message matching `pred` (looking at the backlog first).
+    pub async fn wait_for(&mut self, pred: impl Fn(&Value) -> bool) -> Value {
+        if let Some(pos) = self.backlog.iter().position(&pred) {
+            return self.backlog.remove(pos);
+        }
+        loop {
+            let msg = self.read().await.expect("daemon closed its output");
+            if pred(&msg) {
+                return msg;
+            }
+            self.backlog.push(msg);
+        }
+    }
+
+    pub async fn notify(&mut self, method: &str, params: Value) {
+        self.send(&json!({ "jsonrpc": "2.0", "method": method, "params": params }))
+            .await;
+    }
+
+    pub async fn initialize(&mut self, meta: Value) -> Value {
+        let r = self
+            .request("initialize", json!({ "protocolVersion": 1, "clientCapabilities": {}, "_meta": { "passepartout": meta } }))
+            .await;
+        assert!(r.get("result").is_some(), "initialize failed: {r}");
+        r
+    }
+
+    pub async fn new_session(&mut self, cwd: &Path) -> String {
+        let r = self
+            .request("session/new", json!({ "cwd": cwd, "mcpServers": [] }))
+            .await;
+        r["result"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("session/new failed: {r}"))
+            .to_string()
+    }
+
+    /// All `session/update`s of kind `kind` seen so far in the backlog.
+    pub fn updates(&self, kind: &str) -> Vec<Value> {
+        self.backlog
+            .iter()
+            .filter(|m| {
+                m["method"] == "session/update" && m["params"]["update"]["sessionUpdate"] == kind
+            })
+            .map(|m| m["params"]["update"].clone())
+            .collect()
+    }
+
+    /// The concatenated agent message text seen so far.
+    pub fn message_text(&self) -> String {
+        self.updates("agent_message_chunk")
+            .iter()
+            .filter_map(|u| u["content"]["text"].as_str())
+            .collect()
+    }
+}
