@@ -1,0 +1,350 @@
+;;; passepartout-tests.el --- ERT tests for passepartout.el  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; Tests against the real daemon and the real fake provider (see
+;; passepartout-test-support.el), plus a few tests of the buffer logic
+;; driven directly.  Run them with tests/elisp/run.sh.
+
+;;; Code:
+
+(require 'ert)
+(require 'passepartout-test-support)
+
+;;;; Launch and chat
+
+(ert-deftest passepartout-test-streamed-answer ()
+  "A prompt sent with C-c C-c streams the answer into the Org buffer."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--text-reply "Hello" " from the" " fake model."))
+    (let ((chat (passepartout-test--chat project)))
+      (with-current-buffer chat
+        (should (derived-mode-p 'org-mode))
+        (should (eq major-mode 'passepartout-chat-mode))
+        (should passepartout-chat--session-id))
+      (passepartout-test--send chat "Say hello.")
+      (passepartout-test--wait-for (passepartout-test--idle-p chat) 30 "end of turn")
+      (let ((text (passepartout-test--text chat)))
+        (should (string-match-p
+                 (regexp-quote "* You\nSay hello.\n\n* passepartout\nHello from the fake model.\n")
+                 text))
+        ;; A fresh prompt heading waits at the end.
+        (should (string-suffix-p "\n* You\n" text)))
+      ;; The prompt reached the model.
+      (let* ((request (car (passepartout-test--requests)))
+             (messages (plist-get (plist-get request :body) :messages))
+             (last (aref messages (1- (length messages)))))
+        (should (equal (plist-get last :role) "user"))
+        (should (equal (plist-get last :content) "Say hello.")))
+      ;; The mode line names the provider's state once the turn is done.
+      (with-current-buffer chat
+        (should (string-match-p "\\[idle" (passepartout-chat--mode-line)))))))
+
+(ert-deftest passepartout-test-second-prompt-same-session ()
+  "A second prompt in the same buffer goes to the same session."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--text-reply "One.")
+            (passepartout-test--text-reply "Two."))
+    (let* ((chat (passepartout-test--chat project))
+           (session (buffer-local-value 'passepartout-chat--session-id chat)))
+      (passepartout-test--send chat "First?")
+      (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
+      (passepartout-test--send chat "Second?")
+      (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
+      (should (equal session (buffer-local-value 'passepartout-chat--session-id chat)))
+      (should (string-match-p
+               "\\* You\nFirst\\?\n\n\\* passepartout\nOne\\.\n\n\\* You\nSecond\\?\n\n\\* passepartout\nTwo\\.\n\n\\* You\n\\'"
+               (passepartout-test--text chat)))
+      ;; The second request carried the whole conversation.
+      (let* ((second (nth 1 (passepartout-test--requests)))
+             (messages (append (plist-get (plist-get second :body) :messages) nil))
+             (last-three (last messages 3)))
+        (should (equal (mapcar (lambda (m) (plist-get m :role)) last-three)
+                       '("user" "assistant" "user")))
+        (should (equal (mapcar (lambda (m) (plist-get m :content)) last-three)
+                       '("First?" "One." "Second?")))))))
+
+(ert-deftest passepartout-test-tool-call-section ()
+  "A tool call appears as an Org section whose keyword follows its status."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--tool-reply "call_1" "read_file" '(:path "notes.txt"))
+            (passepartout-test--text-reply "It says hi."))
+    (with-temp-file (expand-file-name "notes.txt" project) (insert "hi\n"))
+    (let ((chat (passepartout-test--chat project)))
+      (passepartout-test--send chat "Read notes.txt")
+      (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
+      (let ((text (passepartout-test--text chat)))
+        (should (string-match-p "^\\*\\* DONE read_file" text))
+        (should (string-match-p "^:TOOL_CALL_ID: call_1$" text))
+        (should (string-match-p "#\\+begin_example\n\\(.*\n\\)*hi\n\\(.*\n\\)*#\\+end_example" text))
+        (should (string-match-p "^\\*\\* Answer\nIt says hi\\.$" text)))
+      ;; The completed section is folded.
+      (with-current-buffer chat
+        (goto-char (point-min))
+        (re-search-forward "^\\*\\* DONE read_file")
+        (end-of-line)
+        (should (invisible-p (1+ (point))))))))
+
+(ert-deftest passepartout-test-cancel ()
+  "C-c C-k cancels a turn whose model never answers."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--hang-reply))
+    (let ((chat (passepartout-test--chat project)))
+      (passepartout-test--send chat "Take your time.")
+      ;; The request reached the (hanging) model.
+      (passepartout-test--wait-for (passepartout-test--requests) 20 "the request")
+      (with-current-buffer chat
+        (should passepartout-chat--stream)
+        (call-interactively #'passepartout-chat-cancel))
+      (passepartout-test--wait-for (passepartout-test--idle-p chat) 20 "cancellation")
+      (should (string-match-p "^: Cancelled\\.$" (passepartout-test--text chat))))))
+
+(ert-deftest passepartout-test-daemon-death-is-reported ()
+  "Killing the daemon is reported in the chat buffer; M-x passepartout restarts it."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--text-reply "Back."))
+    (let* ((chat (passepartout-test--chat project))
+           (old-session (buffer-local-value 'passepartout-chat--session-id chat))
+           (messages nil))
+      (cl-letf (((symbol-function 'message)
+                 (lambda (fmt &rest args)
+                   (when fmt (push (apply #'format fmt args) messages)))))
+        (signal-process (process-id (jsonrpc--process passepartout--connection)) 'kill)
+        (passepartout-test--wait-for (not (passepartout--live-connection)) 10 "death")
+        (passepartout-test--wait-for
+            (string-match-p "^: The daemon exited with status 9"
+                            (passepartout-test--text chat))
+          10 "the death note"))
+      (should (cl-some (lambda (m) (string-match-p "daemon exited.*M-x passepartout" m))
+                       messages))
+      (with-current-buffer chat
+        (should (string-match-p "\\[stopped" (passepartout-chat--mode-line))))
+      ;; Starting again gives the buffer a new session that works.
+      (passepartout-test--chat project)
+      (should (passepartout--live-connection))
+      (should-not (equal old-session
+                         (buffer-local-value 'passepartout-chat--session-id chat)))
+      (passepartout-test--send chat "Still there?")
+      (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
+      (should (string-match-p "^Back\\.$" (passepartout-test--text chat))))))
+
+(ert-deftest passepartout-test-api-key-never-in-events ()
+  "An API key from auth-source reaches initialize but not the events buffer."
+  (passepartout-test-with-daemon nil
+    (let* ((secret "sk-test-5ecret-never-shown-42")
+           (authinfo (expand-file-name "authinfo" passepartout-test--dir)))
+      (with-temp-file authinfo
+        (insert "machine api.example.test login apikey password " secret "\n"))
+      (let ((auth-sources (list authinfo))
+            (passepartout-auth-hosts '(("fake" . "api.example.test"))))
+        (auth-source-forget-all-cached)
+        (should (equal (passepartout--api-keys) (list :fake secret)))
+        (passepartout-test--chat project))
+      (let ((events (with-current-buffer (jsonrpc-events-buffer passepartout--connection)
+                      (buffer-string))))
+        (should (string-match-p "initialize" events))
+        (should (string-match-p "apiKeys" events))
+        (should (string-match-p "<redacted>" events))
+        (should-not (string-match-p (regexp-quote secret) events)))
+      (should-not (string-match-p (regexp-quote secret)
+                                  (with-current-buffer passepartout--stderr-buffer-name
+                                    (buffer-string)))))))
+
+(ert-deftest passepartout-test-stderr-buffer ()
+  "The daemon's standard error has its own visible buffer."
+  (passepartout-test-with-daemon nil
+    (passepartout-test--chat project)
+    (should (get-buffer passepartout--stderr-buffer-name))
+    (should (eq (get-buffer passepartout--stderr-buffer-name)
+                (jsonrpc-stderr-buffer passepartout--connection)))))
+
+;;;; Flight plans
+
+(defconst passepartout-test--rm-call
+  '(:command "rm -r old")
+  "A shell call that the built-in rules send to a person.")
+
+(ert-deftest passepartout-test-plan-approve ()
+  "A risky tool call opens a flight plan buffer; C-c C-c runs it."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--tool-reply "call_rm" "shell" passepartout-test--rm-call)
+            (passepartout-test--text-reply "Removed."))
+    (make-directory (expand-file-name "old" project))
+    (let ((chat (passepartout-test--chat project))
+          plan-id)
+      (passepartout-test--send chat "Remove old/")
+      (setq plan-id
+            (passepartout-test--wait-for
+                (car (hash-table-keys passepartout-plan--plans)) 30 "a flight plan"))
+      (let ((buffer (passepartout-plan-buffer plan-id)))
+        (should (equal (buffer-name buffer) (format "*passepartout plan %s*" plan-id)))
+        (with-current-buffer buffer
+          (should (eq major-mode 'passepartout-plan-mode))
+          (should (string-match-p "rm -r old" (buffer-string)))
+          (should-not buffer-read-only)
+          (should (eq (key-binding (kbd "C-c C-c")) #'passepartout-plan-approve))
+          (call-interactively #'passepartout-plan-approve))
+        (passepartout-test--wait-for
+            (equal "executed" (plist-get (gethash plan-id passepartout-plan--plans) :status))
+          30 "the plan's result")
+        (with-current-buffer buffer
+          (should buffer-read-only))
+        (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
+        (should-not (file-exists-p (expand-file-name "old" project)))
+        (should (string-match-p "^Removed\\.$" (passepartout-test--text chat)))))))
+
+(ert-deftest passepartout-test-plan-reject-reason-reaches-model ()
+  "Rejecting a plan with a reason feeds the reason back to the model."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--tool-reply "call_rm" "shell" passepartout-test--rm-call)
+            (passepartout-test--text-reply "Understood."))
+    (make-directory (expand-file-name "old" project))
+    (let ((chat (passepartout-test--chat project))
+          plan-id)
+      (passepartout-test--send chat "Remove old/")
+      (setq plan-id
+            (passepartout-test--wait-for
+                (car (hash-table-keys passepartout-plan--plans)) 30 "a flight plan"))
+      (with-current-buffer (passepartout-plan-buffer plan-id)
+        (passepartout-plan-reject "keep old, it holds the backups"))
+      (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
+      (should (file-exists-p (expand-file-name "old" project)))
+      (should (equal "rejected"
+                     (plist-get (gethash plan-id passepartout-plan--plans) :status)))
+      (let* ((second (nth 1 (passepartout-test--requests)))
+             (body (json-serialize (plist-get second :body))))
+        (should (string-match-p "keep old, it holds the backups" body))))))
+
+(ert-deftest passepartout-test-plans-list ()
+  "`passepartout-plans' lists pending plans; RET opens one."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--tool-reply "call_rm" "shell" passepartout-test--rm-call))
+    (make-directory (expand-file-name "old" project))
+    (let ((passepartout-plan-display 'notify)
+          (chat (passepartout-test--chat project))
+          plan-id)
+      (passepartout-test--send chat "Remove old/")
+      (setq plan-id
+            (passepartout-test--wait-for
+                (car (hash-table-keys passepartout-plan--plans)) 30 "a flight plan"))
+      (with-current-buffer (passepartout-plans-list)
+        (goto-char (point-min))
+        (should (equal (tabulated-list-get-id) plan-id))
+        (passepartout-plans-open)
+        (should (equal (buffer-name) (format "*passepartout plan %s*" plan-id)))))))
+
+;;;; Skills
+
+(defconst passepartout-test--broken-skill
+  "#+TITLE: broken
+#+SKILL: broken
+#+DESCRIPTION: A skill with mistakes.
+#+PRIORITY: high
+
+* broken_tool                                                          :tool:
+:PROPERTIES:
+:APPROVAL: ask
+:END:
+This tool has no body.
+"
+  "A skill with a bad priority (line 4) and a tool without a body (line 6).")
+
+(ert-deftest passepartout-test-skill-flymake ()
+  "A broken skill file shows flymake diagnostics at the right lines."
+  (passepartout-test-with-daemon nil
+    (let* ((dir (expand-file-name "passepartout/skills/" (getenv "XDG_CONFIG_HOME")))
+           (file (expand-file-name "broken.org" dir)))
+      (should (equal (file-name-as-directory dir) (passepartout-skill-user-directory)))
+      (make-directory dir t)
+      (with-temp-file file (insert passepartout-test--broken-skill))
+      (passepartout--ensure-connection)
+      (let ((buffer (find-file-noselect file)))
+        (unwind-protect
+            (with-current-buffer buffer
+              (org-mode)
+              (passepartout-skill-mode-maybe)
+              (should passepartout-skill-mode)
+              (flymake-start)
+              (let ((lines
+                     (passepartout-test--wait-for
+                         (when-let ((diags (flymake-diagnostics)))
+                           (sort (mapcar (lambda (d)
+                                           (line-number-at-pos (flymake-diagnostic-beg d)))
+                                         diags)
+                                 #'<))
+                       20 "diagnostics")))
+                (should (equal lines '(4 6)))
+                (should (cl-every (lambda (d) (eq (flymake-diagnostic-type d) :error))
+                                  (flymake-diagnostics)))))
+          (with-current-buffer buffer (set-buffer-modified-p nil))
+          (kill-buffer buffer))))))
+
+(ert-deftest passepartout-test-new-skill-is-valid ()
+  "The template of `passepartout-new-skill' passes the daemon's check."
+  (passepartout-test-with-daemon nil
+    (let* ((dir (expand-file-name "skills/" passepartout-test--dir))
+           (buffer (passepartout-skill-create "greeter" dir)))
+      (unwind-protect
+          (with-current-buffer buffer
+            (should (file-exists-p (expand-file-name "greeter.org" dir)))
+            (should passepartout-skill-mode)
+            (let ((result (jsonrpc-request (passepartout--ensure-connection)
+                                           :_passepartout/skills/check
+                                           (list :path buffer-file-name
+                                                 :text (buffer-string)))))
+              (should (equal (plist-get result :diagnostics) nil))))
+        (kill-buffer buffer)))))
+
+;;;; Buffer logic, driven directly
+
+(ert-deftest passepartout-test-org-safe-stars ()
+  "Markdown bullets never open Org headings, even split across chunks."
+  (with-temp-buffer
+    (passepartout-chat-mode)
+    (insert "* passepartout\n")
+    (setq passepartout-chat--stream (copy-marker (point) t)
+          passepartout-chat--segment 'message)
+    (dolist (chunk '("Items:\n" "*" " one\n** two\n*bold* and" " 2 * 3\n" "*"))
+      (passepartout-chat-insert-message chunk))
+    (passepartout-chat--close-segment)
+    (should (equal (buffer-string)
+                   "* passepartout\nItems:\n- one\n  - two\n*bold* and 2 * 3\n*"))))
+
+(ert-deftest passepartout-test-plan-buffer-from-notifications ()
+  "Offer and resolved notifications drive the plan buffer (no daemon)."
+  (unwind-protect
+      (let ((passepartout-plan-display 'notify)
+            (inhibit-message t))
+        (passepartout--handle-notification
+         nil '_passepartout/plan/offer
+         '(:plan (:planId "fp-1" :sessionId "s1" :toolCallId "c1" :tool "shell"
+                          :title "shell: rm -r old" :status "pending"
+                          :org "#+TITLE: Flight plan fp-1\n* TODO shell: rm -r old\n")))
+        (let ((buffer (get-buffer "*passepartout plan fp-1*")))
+          (should buffer)
+          (with-current-buffer buffer
+            (should (eq major-mode 'passepartout-plan-mode))
+            (should-not buffer-read-only)
+            (should (equal (assq :eval org-babel-default-header-args) '(:eval . "never"))))
+          (passepartout--handle-notification
+           nil '_passepartout/plan/resolved
+           '(:planId "fp-1" :sessionId "s1" :status "executed" :result "exit 0"
+                     :org "#+TITLE: Flight plan fp-1\n* DONE shell: rm -r old\n** Result\nexit 0\n"))
+          (with-current-buffer buffer
+            (should buffer-read-only)
+            (should (string-match-p "^\\*\\* Result\nexit 0$" (buffer-string))))
+          (should (equal (plist-get (gethash "fp-1" passepartout-plan--plans) :status)
+                         "executed"))))
+    (when (get-buffer "*passepartout plan fp-1*")
+      (kill-buffer "*passepartout plan fp-1*"))
+    (clrhash passepartout-plan--plans)))
+
+(ert-deftest passepartout-test-find-program-in-checkout ()
+  "Without `passepartout-program' nor exec-path, the checkout's build is used."
+  (let ((passepartout-program nil)
+        (exec-path nil))
+    (let ((found (passepartout--find-program)))
+      (should (string-match-p "/target/\\(release\\|debug\\)/passepartout\\'" found)))))
+
+(provide 'passepartout-tests)
+;;; passepartout-tests.el ends here
