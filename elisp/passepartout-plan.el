@@ -80,8 +80,6 @@ C-c C-c never evaluates the block in Emacs.
   (setq-local header-line-format
               '(:eval (passepartout-plan--header-line))))
 
-(defvar org-babel-default-header-args)
-
 (defun passepartout-plan--header-line ()
   "Return the header line: the plan's status and the keys to decide."
   (let* ((entry (gethash passepartout-plan--id passepartout-plan--plans))

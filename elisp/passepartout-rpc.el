@@ -44,14 +44,13 @@
 (defvar passepartout-program)
 (defvar passepartout-program-args)
 (defvar passepartout-auth-hosts)
+(defvar passepartout-events-buffer-size)
 
 (defconst passepartout--package-directory
   (file-name-directory (or load-file-name buffer-file-name default-directory))
   "Directory this package was loaded from.
 In a source checkout the daemon's build output is next to it.")
 
-(defvar passepartout--events-buffer-size (* 2 1024 1024)
-  "Characters kept in the events buffer; nil keeps everything.")
 
 (defconst passepartout--stderr-buffer-name "*passepartout stderr*"
   "Name of the buffer holding the daemon's standard error.")
@@ -227,7 +226,7 @@ A failing handler is reported without losing the messages after it."
           (make-instance
            'passepartout-connection
            :name "passepartout"
-           :events-buffer-scrollback-size passepartout--events-buffer-size
+           :events-buffer-scrollback-size passepartout-events-buffer-size
            :notification-dispatcher #'passepartout--dispatch-notification
            :request-dispatcher #'passepartout--dispatch-request
            :on-shutdown #'passepartout--on-shutdown

@@ -88,6 +88,12 @@ the line \"machine api.anthropic.com password sk-...\" in ~/.authinfo.gpg."
   :type '(alist :key-type (string :tag "Provider")
                 :value-type (string :tag "Host")))
 
+(defcustom passepartout-events-buffer-size (* 2 1024 1024)
+  "Characters kept in the events buffer (\[passepartout-events]).
+0 disables it, nil keeps everything.  Logging pretty-prints every
+message, which costs more than showing it: 0 makes streaming cheaper."
+  :type '(choice (const :tag "No limit" nil) integer))
+
 (defun passepartout--project-root ()
   "Return the directory a session here is rooted at."
   (expand-file-name
