@@ -25,7 +25,10 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 fn binary() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     // target/<profile>/examples/bench_daemon → target/<profile>/passepartout
-    exe.parent().and_then(|p| p.parent()).expect("target dir").join("passepartout")
+    exe.parent()
+        .and_then(|p| p.parent())
+        .expect("target dir")
+        .join("passepartout")
 }
 
 struct Daemon {
@@ -52,12 +55,21 @@ impl Daemon {
             .expect("spawn passepartout (build it first)");
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
-        Daemon { _child: child, stdin, stdout, lsp }
+        Daemon {
+            _child: child,
+            stdin,
+            stdout,
+            lsp,
+        }
     }
 
     async fn send(&mut self, v: &Value) {
         let body = v.to_string();
-        let frame = if self.lsp { format!("Content-Length: {}\r\n\r\n{body}", body.len()) } else { format!("{body}\n") };
+        let frame = if self.lsp {
+            format!("Content-Length: {}\r\n\r\n{body}", body.len())
+        } else {
+            format!("{body}\n")
+        };
         self.stdin.write_all(frame.as_bytes()).await.unwrap();
     }
 
@@ -103,7 +115,13 @@ fn stats(mut xs: Vec<Duration>) -> String {
     xs.sort();
     let mean = xs.iter().sum::<Duration>() / xs.len() as u32;
     let p = |q: f64| xs[((xs.len() - 1) as f64 * q).round() as usize];
-    format!("mean {:.2} ms, p50 {:.2} ms, p95 {:.2} ms (n={})", ms(mean), ms(p(0.5)), ms(p(0.95)), xs.len())
+    format!(
+        "mean {:.2} ms, p50 {:.2} ms, p95 {:.2} ms (n={})",
+        ms(mean),
+        ms(p(0.5)),
+        ms(p(0.95)),
+        xs.len()
+    )
 }
 
 fn ms(d: Duration) -> f64 {
@@ -112,7 +130,11 @@ fn ms(d: Duration) -> f64 {
 
 fn instant(reply: fake_provider::Reply) -> fake_provider::Reply {
     match reply {
-        fake_provider::Reply::OpenAi { chunks, done, .. } => fake_provider::Reply::OpenAi { chunks, delay_ms: 0, done },
+        fake_provider::Reply::OpenAi { chunks, done, .. } => fake_provider::Reply::OpenAi {
+            chunks,
+            delay_ms: 0,
+            done,
+        },
         other => other,
     }
 }
@@ -154,24 +176,42 @@ async fn main() {
             batch
         };
         let batch = writer.await;
-        let Daemon { stdin: mut input, stdout, _child, lsp: l } = d;
+        let Daemon {
+            stdin: mut input,
+            stdout,
+            _child,
+            lsp: l,
+        } = d;
         let send = tokio::spawn(async move {
             input.write_all(batch.as_bytes()).await.unwrap();
             input
         });
-        let mut reader = Daemon { _child, stdin: send.await.unwrap(), stdout, lsp: l };
+        let mut reader = Daemon {
+            _child,
+            stdin: send.await.unwrap(),
+            stdout,
+            lsp: l,
+        };
         for _ in 0..n {
             reader.read().await;
         }
         let secs = t.elapsed().as_secs_f64();
-        println!("transport ({name}): {n} request/response pairs in {:.2} s = {:.0} msg/s", secs, n as f64 / secs);
+        println!(
+            "transport ({name}): {n} request/response pairs in {:.2} s = {:.0} msg/s",
+            secs,
+            n as f64 / secs
+        );
     }
 
     // One tool round trip with an instant provider.
     let rounds = 50;
     let mut script = Vec::new();
     for _ in 0..rounds {
-        script.push(instant(fake_provider::openai_tool_calls(&[("c1", "list_directory", "{}")])));
+        script.push(instant(fake_provider::openai_tool_calls(&[(
+            "c1",
+            "list_directory",
+            "{}",
+        )])));
         script.push(instant(fake_provider::openai_text("done")));
     }
     let fake = fake_provider::FakeProvider::start(script).await;
@@ -191,5 +231,8 @@ async fn main() {
         assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
         turns.push(t.elapsed());
     }
-    println!("turn with one tool round trip (2 model calls + 1 tool, instant provider): {}", stats(turns));
+    println!(
+        "turn with one tool round trip (2 model calls + 1 tool, instant provider): {}",
+        stats(turns)
+    );
 }

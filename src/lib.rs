@@ -9,6 +9,7 @@ pub mod cli_run;
 pub mod config;
 pub mod gates;
 pub mod llm;
+pub mod plans;
 pub mod protocol;
 pub mod rpc;
 pub mod sandbox;

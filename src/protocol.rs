@@ -107,3 +107,12 @@ pub fn client_settings(
             .map_err(|e| format!("invalid _meta.passepartout: {e}")),
     }
 }
+
+/// `_passepartout/sandbox/status`: can shell actions run, and if not, why
+/// and how to fix it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxReport {
+    pub available: bool,
+    pub message: String,
+}

@@ -99,6 +99,8 @@ impl Daemon {
             "initialize"
         );
         *lock(&self.settings) = settings;
+        self.out
+            .notify(proto::EXT_SANDBOX_STATUS, &self.env.sandbox);
         let caps = acp::AgentCapabilities::new()
             .prompt_capabilities(acp::PromptCapabilities::new().embedded_context(true));
         let mut meta = serde_json::Map::new();

@@ -108,7 +108,17 @@ async fn garbage_between_content_length_frames_is_skipped() {
     assert_eq!(first["error"]["code"], -32700, "{first}");
     let garbage = c.read().await.unwrap();
     assert_eq!(garbage["error"]["code"], -32700, "{garbage}");
-    let reply = c.read().await.unwrap();
+    let reply = c.wait_response(7).await;
+    assert_eq!(reply["result"]["protocolVersion"], 1, "{reply}");
+    // After initialize the daemon says whether shell actions can run.
+    let sandbox = c
+        .wait_for(|m| m["method"] == "_passepartout/sandbox/status")
+        .await;
+    assert!(sandbox["params"]["available"].is_boolean(), "{sandbox}");
+    assert!(
+        !sandbox["params"]["message"].as_str().unwrap().is_empty(),
+        "{sandbox}"
+    );
     assert_eq!(
         (
             reply["id"].clone(),

@@ -95,6 +95,8 @@ pub struct AgentEnv {
     pub models: RwLock<Arc<Cascade>>,
     pub toolsets: Arc<dyn ToolsetSource>,
     pub actuators: ActuatorRegistry,
+    /// Whether shell actions can run, for `_passepartout/sandbox/status`.
+    pub sandbox: crate::protocol::SandboxReport,
 }
 
 impl AgentEnv {

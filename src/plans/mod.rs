@@ -1,0 +1,420 @@
+//! Flight plans: an action the gates said "ask" about, written down for a
+//! person to read, edit, approve or reject.
+//!
+//! A [`FlightPlan`] carries the exact [`Action`], the model's own words about
+//! why it wants it, and the gate trace that explains why a person is asked.
+//! It is rendered as an Org document ([`render()`]), read back after a person
+//! edited it ([`parse`]), kept on disk so nothing is lost when Emacs or the
+//! daemon goes away ([`store`]), and can be decided from a terminal
+//! ([`cli`]). The plan's `hash` is the action's content hash when it was
+//! written down: the store refuses to approve or run a plan whose action no
+//! longer matches it.
+
+pub mod cli;
+pub mod parse;
+pub mod render;
+pub mod store;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::action::{Action, Effect};
+use crate::gates::Verdict;
+
+pub use parse::{parse_edited, PlanParseError};
+pub use render::render;
+pub use store::{
+    default_dir, CorruptRecord, DecisionOutcome, PlanStore, Recovery, Scan, StoreError,
+};
+
+/// Largest result output kept with a plan, in bytes.
+pub const RESULT_OUTPUT_LIMIT: usize = 4096;
+
+/// Where a plan is in its life. Only `Pending` plans can be decided; only
+/// `Approved` ones can begin; `Interrupted` ones are never re-run
+/// automatically.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanStatus {
+    /// Waiting for a person.
+    Pending,
+    /// A person approved it; it has not begun yet.
+    Approved,
+    /// It began running and has not finished.
+    Executing,
+    /// It ran and succeeded.
+    Executed,
+    /// A person rejected it.
+    Rejected,
+    /// It ran and failed, or was abandoned before running.
+    Failed,
+    /// The daemon stopped while it was running; the outcome is unknown.
+    Interrupted,
+}
+
+impl PlanStatus {
+    /// The snake_case name used in JSON, the CLI and the `:STATUS:` property.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlanStatus::Pending => "pending",
+            PlanStatus::Approved => "approved",
+            PlanStatus::Executing => "executing",
+            PlanStatus::Executed => "executed",
+            PlanStatus::Rejected => "rejected",
+            PlanStatus::Failed => "failed",
+            PlanStatus::Interrupted => "interrupted",
+        }
+    }
+
+    /// The Org TODO keyword shown on the plan's heading.
+    pub fn org_keyword(self) -> &'static str {
+        match self {
+            PlanStatus::Pending => "TODO",
+            PlanStatus::Approved => "APPROVED",
+            PlanStatus::Executing => "RUNNING",
+            PlanStatus::Executed => "DONE",
+            PlanStatus::Rejected => "REJECTED",
+            PlanStatus::Failed => "FAILED",
+            PlanStatus::Interrupted => "INTERRUPTED",
+        }
+    }
+}
+
+impl std::fmt::Display for PlanStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a person decided about a plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanDecision {
+    /// `true` for approve, `false` for reject.
+    pub approved: bool,
+    /// Who decided: `emacs`, `cli`, or a client's name.
+    pub by: String,
+    /// The person's optional reason or note.
+    #[serde(default)]
+    pub comment: Option<String>,
+    /// When, RFC 3339 UTC.
+    pub at: String,
+    /// Whether the person changed the action before approving.
+    #[serde(default)]
+    pub edited: bool,
+}
+
+/// How a plan's execution ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanResult {
+    pub is_error: bool,
+    /// The actuator's output, cut to [`RESULT_OUTPUT_LIMIT`] bytes.
+    pub output: String,
+    /// When it ended, RFC 3339 UTC.
+    pub at: String,
+}
+
+impl PlanResult {
+    /// A result stamped now, its output truncated to
+    /// [`RESULT_OUTPUT_LIMIT`] bytes (on a character boundary, with a note
+    /// saying how long it was).
+    pub fn new(is_error: bool, output: &str) -> Self {
+        PlanResult {
+            is_error,
+            output: truncate_output(output, RESULT_OUTPUT_LIMIT),
+            at: now_rfc3339(),
+        }
+    }
+}
+
+fn truncate_output(output: &str, limit: usize) -> String {
+    if output.len() <= limit {
+        return output.to_string();
+    }
+    let mut end = limit;
+    while !output.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}\n… (truncated: {} bytes in all)",
+        &output[..end],
+        output.len()
+    )
+}
+
+/// An action waiting for (or past) a person's decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlightPlan {
+    /// `fp-` followed by 12 hex digits.
+    pub id: String,
+    pub session_id: String,
+    pub tool_call_id: String,
+    /// RFC 3339 UTC, millisecond precision, so that plans sort by creation.
+    pub created_at: String,
+    /// The model's own words about why: the assistant text before the call.
+    pub explanation: String,
+    /// The action that runs if approved (the edited one after an edit).
+    pub action: Action,
+    /// The gate verdicts that led to asking.
+    pub trace: Vec<Verdict>,
+    /// `action.content_hash()` as approved (or as proposed while pending).
+    pub hash: String,
+    pub status: PlanStatus,
+    #[serde(default)]
+    pub decision: Option<PlanDecision>,
+    #[serde(default)]
+    pub result: Option<PlanResult>,
+    /// The model's proposal, kept when a person edited the action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original: Option<Action>,
+}
+
+impl FlightPlan {
+    /// A new pending plan with a fresh id, stamped now.
+    pub fn new(
+        session_id: impl Into<String>,
+        tool_call_id: impl Into<String>,
+        explanation: impl Into<String>,
+        action: Action,
+        trace: Vec<Verdict>,
+    ) -> Self {
+        let session_id = session_id.into();
+        let now = SystemTime::now();
+        FlightPlan {
+            id: new_plan_id(&session_id, now),
+            hash: action.content_hash(),
+            session_id,
+            tool_call_id: tool_call_id.into(),
+            created_at: format_rfc3339(now),
+            explanation: explanation.into(),
+            action,
+            trace,
+            status: PlanStatus::Pending,
+            decision: None,
+            result: None,
+            original: None,
+        }
+    }
+
+    /// One line saying what the action does, for headings and listings.
+    pub fn summary(&self) -> String {
+        summary(&self.action)
+    }
+}
+
+/// Whether `id` has the shape of a plan id (`fp-` and 12 lowercase hex
+/// digits). Anything else is refused before it can name a file.
+pub fn is_valid_plan_id(id: &str) -> bool {
+    id.strip_prefix("fp-").is_some_and(|hex| {
+        hex.len() == 12
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// A fresh id: a hash of the session, the time, the process and a counter,
+/// so two plans made in the same instant (or by two processes) differ.
+fn new_plan_id(session_id: &str, now: SystemTime) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = now
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let mut hasher = Sha256::new();
+    hasher.update(session_id.as_bytes());
+    hasher.update(nanos.to_le_bytes());
+    hasher.update(std::process::id().to_le_bytes());
+    hasher.update(count.to_le_bytes());
+    let digest = hasher.finalize();
+    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    format!("fp-{hex}")
+}
+
+/// One line describing what `action` does, at most about 72 characters.
+pub fn summary(action: &Action) -> String {
+    let text = match &action.effect {
+        Effect::Run { script, .. } => first_line_with_more(script),
+        Effect::ReadFile { path } => format!("read {}", path.display()),
+        Effect::ListDir { path } => format!("list {}", path.display()),
+        Effect::SearchText { path, pattern } => {
+            format!("search {} for {}", path.display(), one_line(pattern))
+        }
+        Effect::WriteFile { path, content } => {
+            format!("write {} ({} bytes)", path.display(), content.len())
+        }
+        Effect::EvalElisp { code, .. } => first_line_with_more(code),
+        Effect::Message { text } => first_line_with_more(text),
+        Effect::Op { op, .. } => format!("op {}", one_line(op)),
+    };
+    shorten(&one_line(&text), 72)
+}
+
+/// The first non-blank line, with a note when more lines follow.
+fn first_line_with_more(text: &str) -> String {
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let first = lines.next().unwrap_or("").trim().to_string();
+    let more = lines.count();
+    match more {
+        0 => first,
+        1 => format!("{first} (+1 line)"),
+        n => format!("{first} (+{n} lines)"),
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split(['\n', '\r'])
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn shorten(text: &str, max_chars: usize) -> String {
+    if text.chars().count() <= max_chars {
+        return text.to_string();
+    }
+    let cut: String = text.chars().take(max_chars - 1).collect();
+    format!("{}…", cut.trim_end())
+}
+
+/// Now, as RFC 3339 UTC with milliseconds.
+pub fn now_rfc3339() -> String {
+    format_rfc3339(SystemTime::now())
+}
+
+/// `time` as RFC 3339 UTC with milliseconds (`2026-11-22T19:50:14.123Z`).
+/// Times before 1970 are shown as the epoch.
+pub fn format_rfc3339(time: SystemTime) -> String {
+    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let millis = since.subsec_millis();
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's
+/// algorithm).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::action::Approval;
+    use crate::gates::Decision;
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    fn shell(script: &str) -> Action {
+        Action {
+            tool: "shell".into(),
+            target: "shell".into(),
+            arguments: serde_json::json!({ "command": script }),
+            effect: Effect::Run {
+                interpreter: "bash".into(),
+                script: script.into(),
+                argv: vec![],
+                env: BTreeMap::new(),
+                network: false,
+            },
+            approval: Approval::Ask,
+            timeout_secs: None,
+        }
+    }
+
+    #[test]
+    fn rfc3339_formats_known_instants() {
+        assert_eq!(format_rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let t = UNIX_EPOCH + Duration::from_millis(1_795_377_014_123);
+        assert_eq!(format_rfc3339(t), "2026-11-22T19:50:14.123Z");
+        // A leap day.
+        let t = UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(format_rfc3339(t), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn plan_ids_are_fresh_and_well_formed() {
+        let a = FlightPlan::new("s", "c", "", shell("ls"), vec![]);
+        let b = FlightPlan::new("s", "c", "", shell("ls"), vec![]);
+        assert_ne!(a.id, b.id);
+        assert!(is_valid_plan_id(&a.id), "{}", a.id);
+        assert!(!is_valid_plan_id("fp-../../etc"));
+        assert!(!is_valid_plan_id("fp-0123456789AB"));
+        assert!(!is_valid_plan_id("fp-0123456789a"));
+        assert_eq!(a.hash, shell("ls").content_hash());
+        assert_eq!(a.status, PlanStatus::Pending);
+    }
+
+    #[test]
+    fn status_serialises_snake_case() {
+        assert_eq!(
+            serde_json::to_string(&PlanStatus::Interrupted).unwrap(),
+            r#""interrupted""#
+        );
+        assert_eq!(PlanStatus::Executing.org_keyword(), "RUNNING");
+    }
+
+    #[test]
+    fn plan_round_trips_through_json() {
+        let mut plan = FlightPlan::new(
+            "sess",
+            "call-1",
+            "Because.",
+            shell("rm -rf build"),
+            vec![Verdict::new(Decision::Ask, "destructive", "rm -rf")],
+        );
+        plan.decision = Some(PlanDecision {
+            approved: true,
+            by: "cli".into(),
+            comment: Some("ok".into()),
+            at: now_rfc3339(),
+            edited: false,
+        });
+        plan.result = Some(PlanResult::new(false, "done"));
+        let json = serde_json::to_string(&plan).unwrap();
+        let back: FlightPlan = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, plan);
+    }
+
+    #[test]
+    fn result_output_is_truncated_on_a_char_boundary() {
+        let long = "é".repeat(3000); // 6000 bytes
+        let r = PlanResult::new(true, &long);
+        assert!(r.output.starts_with(&"é".repeat(2048)));
+        assert!(r.output.ends_with("\n… (truncated: 6000 bytes in all)"));
+        assert_eq!(PlanResult::new(false, "short").output, "short");
+    }
+
+    #[test]
+    fn summaries_are_one_line() {
+        assert_eq!(summary(&shell("ls\n\n  echo hi\n")), "ls (+1 line)");
+        let mut a = shell("x");
+        a.effect = Effect::WriteFile {
+            path: "notes/a.txt".into(),
+            content: "abc\n".into(),
+        };
+        assert_eq!(summary(&a), "write notes/a.txt (4 bytes)");
+        assert_eq!(summary(&shell(&"y".repeat(100))).chars().count(), 72);
+    }
+}

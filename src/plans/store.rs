@@ -1,0 +1,715 @@
+//! The durable store of flight plans: one directory, two files per plan.
+//!
+//! `ID.json` is the record (the truth); `ID.org` is its rendering, for
+//! people and for Emacs to open. Both are written atomically (temporary
+//! file, fsync, rename, fsync of the directory) before anyone is asked, so a
+//! plan survives Emacs or the daemon going away.
+//!
+//! Each state has exactly one writer, enforced by marker files created with
+//! `create_new` (which only one process can win):
+//! - `ID.decided`: whoever creates it records the person's decision on a
+//!   pending plan; a second decider is told the plan is already decided.
+//! - `ID.lock`: whoever creates it runs the approved plan (or abandons it).
+//!   It is never removed, so an approved plan begins at most once, even
+//!   across processes and daemon restarts.
+//!
+//! At daemon start, [`PlanStore::recover`] turns plans caught mid-run into
+//! `Interrupted` (never re-run automatically) and hands back the approved
+//! plans that never began and the pending ones to announce again.
+
+use std::ffi::OsString;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use super::parse::{parse_edited, PlanParseError};
+use super::render::render;
+use super::{is_valid_plan_id, now_rfc3339, FlightPlan, PlanDecision, PlanResult, PlanStatus};
+use crate::action::Action;
+
+/// How long a decider waits for a concurrent decider to finish writing.
+const DECIDE_WAIT: Duration = Duration::from_secs(2);
+/// A `decided` marker on a still-pending plan older than this was left by a
+/// decider that died before writing the record: it may be broken.
+const ABANDONED_MARKER_AGE: Duration = Duration::from_secs(30);
+
+/// What the store could not do. Every variant says enough for a person.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("no flight plan with id `{0}`")]
+    NotFound(String),
+    #[error("`{0}` is not a flight plan id (they look like fp-0123456789ab)")]
+    InvalidId(String),
+    #[error("flight plan {0} already exists")]
+    AlreadyExists(String),
+    #[error("{path}: unreadable flight plan record: {message}")]
+    Corrupt { path: PathBuf, message: String },
+    #[error("flight plan {id} is stale and was not run: {reason}")]
+    Stale { id: String, reason: String },
+    #[error("this flight plan was already decided (it is {0})")]
+    AlreadyDecided(PlanStatus),
+    #[error("flight plan {0} has already begun; it runs at most once")]
+    AlreadyBegun(String),
+    #[error("flight plan is {0}, not approved")]
+    NotApproved(PlanStatus),
+    #[error("flight plan is {0}, not executing")]
+    NotExecuting(PlanStatus),
+    #[error("the edited plan could not be read: {0}")]
+    Parse(#[from] PlanParseError),
+    #[error("the edited action was refused: {0}")]
+    Refused(String),
+    #[error("flight plan {0} is being decided by someone else right now; try again")]
+    Busy(String),
+    #[error("no place for flight plans: neither XDG_STATE_HOME nor HOME is set")]
+    NoStateDir,
+}
+
+fn io_err(path: &Path, source: io::Error) -> StoreError {
+    StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// A record file that could not be read, with the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CorruptRecord {
+    pub path: PathBuf,
+    pub error: String,
+}
+
+impl std::fmt::Display for CorruptRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.error)
+    }
+}
+
+/// Every readable plan (sorted by creation) and every unreadable record.
+#[derive(Debug, Clone, Default)]
+pub struct Scan {
+    pub plans: Vec<FlightPlan>,
+    pub problems: Vec<CorruptRecord>,
+}
+
+/// The result of a person's decision.
+#[derive(Debug, Clone)]
+pub struct DecisionOutcome {
+    /// The plan as now stored.
+    pub plan: FlightPlan,
+    pub approved: bool,
+    /// The action that will run if approved: the edited one after an edit.
+    /// The caller must gate it again before running when `edited` is true.
+    pub action: Action,
+    /// Whether the person changed the action.
+    pub edited: bool,
+}
+
+/// What [`PlanStore::recover`] found at daemon start.
+#[derive(Debug, Clone, Default)]
+pub struct Recovery {
+    /// Plans that were running (or claimed) when the daemon died, now
+    /// `Interrupted`. Tell the person; never re-run them automatically.
+    pub interrupted: Vec<FlightPlan>,
+    /// Approved plans that never began: run each once (through
+    /// [`PlanStore::begin_execution`]).
+    pub to_run: Vec<FlightPlan>,
+    /// Plans still waiting for a person: announce them again.
+    pub pending: Vec<FlightPlan>,
+    /// Records that could not be read, skipped.
+    pub problems: Vec<CorruptRecord>,
+}
+
+/// The default plan directory: `$XDG_STATE_HOME/passepartout/plans`, or
+/// `~/.local/state/passepartout/plans`.
+pub fn default_dir() -> Result<PathBuf, StoreError> {
+    default_dir_from(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"))
+        .ok_or(StoreError::NoStateDir)
+}
+
+/// [`default_dir`] from given variable values. A relative
+/// `XDG_STATE_HOME` is ignored, as the XDG specification says.
+pub fn default_dir_from(
+    xdg_state_home: Option<OsString>,
+    home: Option<OsString>,
+) -> Option<PathBuf> {
+    let state = xdg_state_home
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| {
+            home.map(PathBuf::from)
+                .filter(|p| !p.as_os_str().is_empty())
+                .map(|h| h.join(".local").join("state"))
+        })?;
+    Some(state.join("passepartout").join("plans"))
+}
+
+/// Flight plans on disk. Cheap to construct; holds no open files, so any
+/// number of instances (and processes) may share one directory.
+#[derive(Debug, Clone)]
+pub struct PlanStore {
+    dir: PathBuf,
+}
+
+impl PlanStore {
+    /// A store in `dir` (created when the first plan is written).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        PlanStore { dir: dir.into() }
+    }
+
+    /// A store in [`default_dir`].
+    pub fn open_default() -> Result<Self, StoreError> {
+        Ok(PlanStore::new(default_dir()?))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where the record of plan `id` lives.
+    pub fn json_path(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("{id}.json"))
+    }
+
+    /// Where the Org rendering of plan `id` lives (for Emacs to open).
+    pub fn org_path(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("{id}.org"))
+    }
+
+    fn lock_path(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("{id}.lock"))
+    }
+
+    fn decided_path(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("{id}.decided"))
+    }
+
+    /// Write a new plan durably (rendering first, then the record). Call
+    /// this before asking anyone.
+    pub fn create(&self, plan: &FlightPlan) -> Result<(), StoreError> {
+        check_id(&plan.id)?;
+        private_dir_builder()
+            .create(&self.dir)
+            .map_err(|e| io_err(&self.dir, e))?;
+        let json_path = self.json_path(&plan.id);
+        if json_path.exists() {
+            return Err(StoreError::AlreadyExists(plan.id.clone()));
+        }
+        write_atomic(&self.org_path(&plan.id), render(plan).as_bytes(), true)?;
+        match write_atomic(&json_path, &record_bytes(plan), false) {
+            Err(StoreError::Io { source, .. }) if source.kind() == io::ErrorKind::AlreadyExists => {
+                Err(StoreError::AlreadyExists(plan.id.clone()))
+            }
+            other => other,
+        }
+    }
+
+    /// The stored plan `id`.
+    pub fn load(&self, id: &str) -> Result<FlightPlan, StoreError> {
+        check_id(id)?;
+        let path = self.json_path(id);
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(StoreError::NotFound(id.to_string()))
+            }
+            Err(e) => return Err(io_err(&path, e)),
+        };
+        let plan: FlightPlan = serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        if plan.id != id {
+            return Err(StoreError::Corrupt {
+                path,
+                message: format!("the record is plan {}, not {id}", plan.id),
+            });
+        }
+        Ok(plan)
+    }
+
+    /// Every plan and every unreadable record. A missing directory is an
+    /// empty store.
+    pub fn scan(&self) -> Result<Scan, StoreError> {
+        let mut scan = Scan::default();
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(scan),
+            Err(e) => return Err(io_err(&self.dir, e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(|e| io_err(&self.dir, e))?;
+            let path = entry.path();
+            let Some(id) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".json"))
+            else {
+                continue;
+            };
+            // Temporary files start with a dot and are never records.
+            if id.starts_with('.') {
+                continue;
+            }
+            if !is_valid_plan_id(id) {
+                scan.problems.push(CorruptRecord {
+                    path,
+                    error: "file name is not a flight plan id".to_string(),
+                });
+                continue;
+            }
+            match self.load(id) {
+                Ok(plan) => scan.plans.push(plan),
+                Err(e) => scan.problems.push(CorruptRecord {
+                    path,
+                    error: match e {
+                        StoreError::Corrupt { message, .. } => message,
+                        other => other.to_string(),
+                    },
+                }),
+            }
+        }
+        scan.plans
+            .sort_by(|a, b| (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id)));
+        scan.problems.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(scan)
+    }
+
+    /// Every readable plan, oldest first. Unreadable records are skipped
+    /// and logged (use [`PlanStore::scan`] to get them).
+    pub fn list(&self) -> Result<Vec<FlightPlan>, StoreError> {
+        let scan = self.scan()?;
+        for problem in &scan.problems {
+            tracing::warn!(%problem, "skipping unreadable flight plan record");
+        }
+        Ok(scan.plans)
+    }
+
+    /// Plans waiting for a person, oldest first.
+    pub fn pending(&self) -> Result<Vec<FlightPlan>, StoreError> {
+        self.with_status(PlanStatus::Pending)
+    }
+
+    /// Approved plans that have not begun, oldest first: what a running
+    /// daemon should pick up after a decision made elsewhere (the CLI).
+    pub fn approved(&self) -> Result<Vec<FlightPlan>, StoreError> {
+        Ok(self
+            .with_status(PlanStatus::Approved)?
+            .into_iter()
+            .filter(|p| !self.lock_path(&p.id).exists())
+            .collect())
+    }
+
+    fn with_status(&self, status: PlanStatus) -> Result<Vec<FlightPlan>, StoreError> {
+        Ok(self
+            .list()?
+            .into_iter()
+            .filter(|p| p.status == status)
+            .collect())
+    }
+
+    /// Record a person's decision on pending plan `id`. When approving with
+    /// `edited_org` (the plan's Org text after the person's edits), the
+    /// action is read back from it; the caller must gate an edited action
+    /// again before it runs (or use [`PlanStore::decide_checked`]).
+    pub fn decide(
+        &self,
+        id: &str,
+        approve: bool,
+        edited_org: Option<&str>,
+        by: &str,
+        comment: Option<String>,
+    ) -> Result<DecisionOutcome, StoreError> {
+        self.decide_checked(id, approve, edited_org, by, comment, &|_| Ok(()))
+    }
+
+    /// [`PlanStore::decide`], but an approved action must first pass
+    /// `check` (the gates, for an edited action): when it returns
+    /// `Err(reason)` nothing is recorded, the plan stays pending and the
+    /// error is [`StoreError::Refused`], so the person can edit again.
+    pub fn decide_checked(
+        &self,
+        id: &str,
+        approve: bool,
+        edited_org: Option<&str>,
+        by: &str,
+        comment: Option<String>,
+        check: &dyn Fn(&Action) -> Result<(), String>,
+    ) -> Result<DecisionOutcome, StoreError> {
+        let marker = self.decided_path(id);
+        let mut broke_abandoned_marker = false;
+        loop {
+            let mut plan = self.load(id)?;
+            if plan.status != PlanStatus::Pending {
+                return Err(StoreError::AlreadyDecided(plan.status));
+            }
+            let action = if approve {
+                check_hash(&plan)?;
+                let action = match edited_org {
+                    Some(org) => parse_edited(&plan, org)?,
+                    None => plan.action.clone(),
+                };
+                check(&action).map_err(StoreError::Refused)?;
+                action
+            } else {
+                plan.action.clone()
+            };
+            let edited = approve && action != plan.action;
+
+            let at = now_rfc3339();
+            let note = format!(
+                "{} by {by} at {at}\n",
+                if approve { "approved" } else { "rejected" }
+            );
+            match create_marker(&marker, note.as_bytes()) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    match self.wait_for_decision(id)? {
+                        Some(status) => return Err(StoreError::AlreadyDecided(status)),
+                        None if !broke_abandoned_marker
+                            && is_older_than(&marker, ABANDONED_MARKER_AGE) =>
+                        {
+                            // The other decider died between its marker and
+                            // its record: the decision never happened.
+                            let _ = fs::remove_file(&marker);
+                            broke_abandoned_marker = true;
+                            continue;
+                        }
+                        None => return Err(StoreError::Busy(id.to_string())),
+                    }
+                }
+                Err(e) => return Err(io_err(&marker, e)),
+            }
+
+            if edited {
+                plan.original = Some(std::mem::replace(&mut plan.action, action.clone()));
+                plan.hash = action.content_hash();
+            }
+            plan.status = if approve {
+                PlanStatus::Approved
+            } else {
+                PlanStatus::Rejected
+            };
+            plan.decision = Some(PlanDecision {
+                approved: approve,
+                by: by.to_string(),
+                comment,
+                at,
+                edited,
+            });
+            if let Err(e) = self.save(&plan) {
+                // Nothing was decided after all: let the next decider in.
+                let _ = fs::remove_file(&marker);
+                return Err(e);
+            }
+            return Ok(DecisionOutcome {
+                approved: approve,
+                action,
+                edited,
+                plan,
+            });
+        }
+    }
+
+    /// Wait briefly for a concurrent decider's record; `None` if the plan
+    /// is still pending after the wait.
+    fn wait_for_decision(&self, id: &str) -> Result<Option<PlanStatus>, StoreError> {
+        let deadline = Instant::now() + DECIDE_WAIT;
+        loop {
+            let status = self.load(id)?.status;
+            if status != PlanStatus::Pending {
+                return Ok(Some(status));
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Claim approved plan `id` for execution and return the action to run.
+    /// Exactly one caller ever succeeds per plan: the claim is the creation
+    /// of `ID.lock`, which is never removed. The action's hash is checked
+    /// against the approved one first.
+    pub fn begin_execution(&self, id: &str) -> Result<Action, StoreError> {
+        let mut plan = self.claim(id)?;
+        plan.status = PlanStatus::Executing;
+        self.save(&plan)?;
+        Ok(plan.action)
+    }
+
+    /// Mark approved plan `id` as failed without running it, for example
+    /// because the gates refused the edited action at the last mile.
+    pub fn abandon(&self, id: &str, reason: &str) -> Result<FlightPlan, StoreError> {
+        let mut plan = self.claim(id)?;
+        plan.status = PlanStatus::Failed;
+        plan.result = Some(PlanResult::new(true, &format!("not run: {reason}")));
+        self.save(&plan)?;
+        Ok(plan)
+    }
+
+    fn claim(&self, id: &str) -> Result<FlightPlan, StoreError> {
+        let plan = self.load(id)?;
+        let lock = self.lock_path(id);
+        if lock.exists() {
+            return Err(StoreError::AlreadyBegun(id.to_string()));
+        }
+        if plan.status != PlanStatus::Approved {
+            return Err(StoreError::NotApproved(plan.status));
+        }
+        check_hash(&plan)?;
+        let note = format!(
+            "claimed by process {} at {}\n",
+            std::process::id(),
+            now_rfc3339()
+        );
+        match create_marker(&lock, note.as_bytes()) {
+            Ok(()) => Ok(plan),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                Err(StoreError::AlreadyBegun(id.to_string()))
+            }
+            Err(e) => Err(io_err(&lock, e)),
+        }
+    }
+
+    /// Record how executing plan `id` ended: `Executed`, or `Failed` when
+    /// `result.is_error`.
+    pub fn finish_execution(&self, id: &str, result: PlanResult) -> Result<FlightPlan, StoreError> {
+        let mut plan = self.load(id)?;
+        if plan.status != PlanStatus::Executing {
+            return Err(StoreError::NotExecuting(plan.status));
+        }
+        plan.status = if result.is_error {
+            PlanStatus::Failed
+        } else {
+            PlanStatus::Executed
+        };
+        plan.result = Some(result);
+        self.save(&plan)?;
+        Ok(plan)
+    }
+
+    /// Sort out the store at daemon start (call it before serving anyone).
+    /// Plans that were running, or were claimed but never marked running,
+    /// become `Interrupted`; approved plans that never began are returned to
+    /// run once; pending plans are returned to announce again. Renderings
+    /// that are missing or out of date are rewritten.
+    pub fn recover(&self) -> Result<Recovery, StoreError> {
+        let scan = self.scan()?;
+        let mut recovery = Recovery {
+            problems: scan.problems,
+            ..Recovery::default()
+        };
+        for problem in &recovery.problems {
+            tracing::warn!(%problem, "skipping unreadable flight plan record");
+        }
+        for mut plan in scan.plans {
+            // An approved plan with a claim was begun (or abandoned) by a
+            // process that died before recording it: treat it as running.
+            let was_running = plan.status == PlanStatus::Executing
+                || (plan.status == PlanStatus::Approved && self.lock_path(&plan.id).exists());
+            match plan.status {
+                _ if was_running => {
+                    plan.status = PlanStatus::Interrupted;
+                    plan.result = Some(PlanResult::new(
+                        true,
+                        "interrupted: the daemon stopped while this plan was running, so its \
+                         outcome is unknown. It was not run again; check its effects before \
+                         asking for it again.",
+                    ));
+                    self.save(&plan)?;
+                    recovery.interrupted.push(plan);
+                }
+                PlanStatus::Approved => {
+                    self.refresh_rendering(&plan)?;
+                    recovery.to_run.push(plan);
+                }
+                PlanStatus::Pending => {
+                    self.refresh_rendering(&plan)?;
+                    recovery.pending.push(plan);
+                }
+                _ => self.refresh_rendering(&plan)?,
+            }
+        }
+        Ok(recovery)
+    }
+
+    fn refresh_rendering(&self, plan: &FlightPlan) -> Result<(), StoreError> {
+        let path = self.org_path(&plan.id);
+        let text = render(plan);
+        if fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+            write_atomic(&path, text.as_bytes(), true)?;
+        }
+        Ok(())
+    }
+
+    /// Write the record, then the rendering. The record is the truth: an
+    /// error means the record was not written; a rendering that could not
+    /// be updated is only logged (`recover` rewrites stale renderings).
+    fn save(&self, plan: &FlightPlan) -> Result<(), StoreError> {
+        write_atomic(&self.json_path(&plan.id), &record_bytes(plan), true)?;
+        if let Err(error) = write_atomic(&self.org_path(&plan.id), render(plan).as_bytes(), true) {
+            tracing::warn!(%error, plan = %plan.id, "could not update the plan's Org rendering");
+        }
+        Ok(())
+    }
+}
+
+fn check_id(id: &str) -> Result<(), StoreError> {
+    if is_valid_plan_id(id) {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidId(id.to_string()))
+    }
+}
+
+/// Refuse a plan whose action no longer hashes to what was recorded: the
+/// record was changed behind the store's back.
+fn check_hash(plan: &FlightPlan) -> Result<(), StoreError> {
+    let actual = plan.action.content_hash();
+    if actual == plan.hash {
+        Ok(())
+    } else {
+        Err(StoreError::Stale {
+            id: plan.id.clone(),
+            reason: format!(
+                "its action hashes to {actual}, but {} was recorded; the record was changed \
+                 outside passepartout",
+                plan.hash
+            ),
+        })
+    }
+}
+
+fn record_bytes(plan: &FlightPlan) -> Vec<u8> {
+    // A FlightPlan is plain data with string keys: serialising cannot fail.
+    let mut bytes = serde_json::to_vec_pretty(plan).unwrap_or_default();
+    bytes.push(b'\n');
+    bytes
+}
+
+fn create_marker(path: &Path, contents: &[u8]) -> io::Result<()> {
+    let mut file = private_file_options().open(path)?;
+    file.write_all(contents)?;
+    file.sync_all()?;
+    sync_dir(path)
+}
+
+/// Plans hold scripts and their parameters, which may be private: the
+/// directory is created for its owner only (parents as usual).
+fn private_dir_builder() -> fs::DirBuilder {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder
+}
+
+/// Options for a new file only its owner can read, refusing to reuse a name.
+fn private_file_options() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+}
+
+fn is_older_than(path: &Path, age: Duration) -> bool {
+    fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| SystemTime::now().duration_since(t).ok())
+        .is_some_and(|elapsed| elapsed > age)
+}
+
+/// Write `bytes` to `path` so that readers see the old file or the new one,
+/// never a mix, and the new one survives a crash once this returns.
+/// `replace: false` refuses to overwrite an existing file.
+fn write_atomic(path: &Path, bytes: &[u8], replace: bool) -> Result<(), StoreError> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(
+        ".{name}.{}.{}.tmp",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let mut file = private_file_options()
+            .open(&tmp)
+            .map_err(|e| io_err(&tmp, e))?;
+        file.write_all(bytes).map_err(|e| io_err(&tmp, e))?;
+        file.sync_all().map_err(|e| io_err(&tmp, e))?;
+        drop(file);
+        if replace {
+            fs::rename(&tmp, path).map_err(|e| io_err(path, e))
+        } else {
+            // A hard link fails if the name is taken: no-clobber, atomically.
+            fs::hard_link(&tmp, path).map_err(|e| io_err(path, e))?;
+            fs::remove_file(&tmp).map_err(|e| io_err(&tmp, e))
+        }
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result?;
+    sync_dir(path).map_err(|e| io_err(dir, e))
+}
+
+fn sync_dir(path: &Path) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_dir_follows_xdg_then_home() {
+        assert_eq!(
+            default_dir_from(Some("/state".into()), Some("/home/p".into())),
+            Some(PathBuf::from("/state/passepartout/plans"))
+        );
+        assert_eq!(
+            default_dir_from(Some("relative".into()), Some("/home/p".into())),
+            Some(PathBuf::from("/home/p/.local/state/passepartout/plans"))
+        );
+        assert_eq!(
+            default_dir_from(None, Some("/home/p".into())),
+            Some(PathBuf::from("/home/p/.local/state/passepartout/plans"))
+        );
+        assert_eq!(default_dir_from(None, None), None);
+    }
+
+    #[test]
+    fn atomic_write_replaces_or_refuses() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.json");
+        write_atomic(&path, b"one", false).unwrap();
+        let err = write_atomic(&path, b"two", false).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Io { source, .. } if source.kind() == io::ErrorKind::AlreadyExists),
+            "{err}"
+        );
+        assert_eq!(fs::read(&path).unwrap(), b"one");
+        write_atomic(&path, b"three", true).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"three");
+        // No temporary files are left behind.
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![OsString::from("a.json")]);
+    }
+}
