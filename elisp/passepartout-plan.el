@@ -151,6 +151,8 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
         (buffer (current-buffer)))
     (unless (equal (plist-get entry :status) "pending")
       (user-error "Flight plan %s is already %s" id (plist-get entry :status)))
+    (unless (passepartout--live-connection)
+      (user-error "passepartout is not running: M-x passepartout starts it"))
     (passepartout-plan--set-status id (if (equal decision "approve")
                                          "approving" "rejecting"))
     (setq buffer-read-only t)

@@ -158,6 +158,14 @@
     (should (eq (get-buffer passepartout--stderr-buffer-name)
                 (jsonrpc-stderr-buffer passepartout--connection)))))
 
+(ert-deftest passepartout-test-start-failure-explained ()
+  "A daemon that cannot start is reported with its own explanation."
+  (passepartout-test-with-daemon nil
+    (let* ((passepartout-program-args '("serve" "--sandbox" "bogus"))
+           (err (should-error (passepartout project) :type 'user-error)))
+      (should (string-match-p "passepartout did not start" (cadr err)))
+      (should (string-match-p "bogus" (cadr err))))))
+
 ;;;; Flight plans
 
 (defconst passepartout-test--rm-call
