@@ -85,6 +85,27 @@
         (end-of-line)
         (should (invisible-p (1+ (point))))))))
 
+(ert-deftest passepartout-test-reasoning-folds ()
+  "Reasoning streams into its own section, folded once the answer starts."
+  (passepartout-test-with-daemon
+      (list `(:type "open_ai" :delay_ms 5 :done t
+                    :chunks [,(passepartout-test--chunk '(:reasoning_content "Let me"))
+                             ,(passepartout-test--chunk '(:reasoning_content " think."))
+                             ,(passepartout-test--chunk '(:content "Forty-two."))
+                             ,(passepartout-test--chunk (make-hash-table) "stop")]))
+    (let ((chat (passepartout-test--chat project)))
+      (passepartout-test--send chat "Why?")
+      (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
+      (should (string-match-p
+               "^\\* passepartout\n\\*\\* Reasoning\nLet me think\\.\n\\*\\* Answer\nForty-two\\.\n"
+               (passepartout-test--text chat)))
+      (with-current-buffer chat
+        (goto-char (point-min))
+        (re-search-forward "^\\*\\* Reasoning\n")
+        (should (invisible-p (point)))
+        (re-search-forward "^Forty-two")
+        (should-not (invisible-p (point)))))))
+
 (ert-deftest passepartout-test-cancel ()
   "C-c C-k cancels a turn whose model never answers."
   (passepartout-test-with-daemon
