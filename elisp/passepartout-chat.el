@@ -94,13 +94,13 @@ The value may also be a cons (thought . HEADING-MARKER) for reasoning.")
     (define-key map (kbd "C-c C-k") #'passepartout-chat-cancel)
     map)
   "Keymap for `passepartout-chat-mode'.
-C-c C-c sends too, when point is in the prompt (through
+\\[org-ctrl-c-ctrl-c] sends too, when point is in the prompt (through
 `org-ctrl-c-ctrl-c-hook', so Org keeps it elsewhere).")
 
 (define-derived-mode passepartout-chat-mode org-mode "passepartout"
   "Major mode for chatting with passepartout in Org.
 Write under the last \"* You\" heading; \\[passepartout-chat-send] or
-C-c C-c sends, \\[passepartout-chat-cancel] cancels the running turn.
+\\[org-ctrl-c-ctrl-c] sends, \\[passepartout-chat-cancel] cancels the running turn.
 
 \\{passepartout-chat-mode-map}"
   (setq-local org-todo-keywords passepartout-chat--keywords)
@@ -113,7 +113,8 @@ C-c C-c sends, \\[passepartout-chat-cancel] cancels the running turn.
   (add-hook 'kill-buffer-hook #'passepartout-chat--forget nil t))
 
 (defun passepartout-chat--ctrl-c-ctrl-c ()
-  "Send the prompt if point is in it; otherwise leave C-c C-c to Org."
+  "Send the prompt if point is in it; otherwise leave the key to Org.
+Run from `org-ctrl-c-ctrl-c-hook'."
   (when (and passepartout-chat--prompt
              (>= (point) passepartout-chat--prompt))
     (passepartout-chat-send)
@@ -257,7 +258,7 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
     (apply #'concat (nreverse out))))
 
 (defun passepartout-chat--fold (heading)
-  "Fold the Org subtree whose heading starts at HEADING."
+  "Fold the Org subtree of the heading at position HEADING."
   (save-excursion
     (goto-char heading)
     (when (org-at-heading-p)

@@ -70,7 +70,7 @@ Each value is a plist: :plan (the daemon's plan object), :buffer,
   "Major mode for a passepartout flight plan.
 Read why the agent wants the action, edit its src block if needed, then
 \\[passepartout-plan-approve] approves and \\[passepartout-plan-reject] rejects.
-C-c C-c never evaluates the block in Emacs.
+Approving never evaluates the block in Emacs.
 
 \\{passepartout-plan-mode-map}"
   ;; The action is for the daemon's sandbox, not for Emacs: refuse Babel.
@@ -152,7 +152,7 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
     (unless (equal (plist-get entry :status) "pending")
       (user-error "Flight plan %s is already %s" id (plist-get entry :status)))
     (unless (passepartout--live-connection)
-      (user-error "passepartout is not running: M-x passepartout starts it"))
+      (user-error "The daemon is not running: M-x passepartout starts it"))
     (passepartout-plan--set-status id (if (equal decision "approve")
                                          "approving" "rejecting"))
     (setq buffer-read-only t)
@@ -207,7 +207,7 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
      nil)))
 
 (defun passepartout-plan-reject (reason)
-  "Reject this flight plan; REASON, if not empty, goes back to the model."
+  "Reject this flight plan, telling the model REASON if it is not empty."
   (interactive (list (read-string "Reason for rejecting (optional): ")))
   (let ((id (passepartout-plan--current-id)))
     (passepartout-plan--decide
@@ -247,7 +247,7 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
 
 (cl-defmethod passepartout--handle-notification
   (_conn (_method (eql '_passepartout/plan/resolved)) params)
-  "Show the outcome of the flight plan in PARAMS; its buffer turns read-only."
+  "Show the outcome of the flight plan in PARAMS and make its buffer read-only."
   (let* ((id (plist-get params :planId))
          (status (plist-get params :status))
          (org (plist-get params :org))
@@ -296,7 +296,7 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
   (tabulated-list-init-header))
 
 (defun passepartout-plans--sync ()
-  "Refresh the table of plans from the daemon, if it runs."
+  "Refresh the table of plans from the daemon, if it is running."
   (when-let ((conn (passepartout--live-connection)))
     (let ((result (jsonrpc-request conn :_passepartout/plans/list nil :timeout 10)))
       (cl-loop for plan across (plist-get result :plans)

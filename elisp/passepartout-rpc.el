@@ -89,12 +89,12 @@ Functions take two arguments: the connection and a one-line reason.")
 
 (defun passepartout--find-program ()
   "Return the daemon's executable, or signal a `user-error'.
-`passepartout-program' wins; then `exec-path'; then the build output
-of the source checkout this package lives in."
+`passepartout-program' wins; then the variable `exec-path'; then
+the build output of the source checkout this package lives in."
   (or (and passepartout-program
            (let ((p (expand-file-name passepartout-program)))
              (unless (file-executable-p p)
-               (user-error "passepartout-program `%s' is not executable" p))
+               (user-error "The passepartout-program `%s' is not executable" p))
              p))
       (executable-find "passepartout")
       (cl-loop for profile in '("release" "debug")
@@ -192,7 +192,7 @@ A failing handler is reported without losing the messages after it."
               method (error-message-string err)))))
 
 (defun passepartout--dispatch-request (_conn method _params)
-  "Refuse daemon request METHOD: this client uses flight plans instead."
+  "Refuse daemon request METHOD: flight plans replace requests to Emacs."
   (jsonrpc-error :code -32601
                  :message (format "method not supported by Emacs: %s" method)))
 
@@ -257,7 +257,7 @@ A failing handler is reported without losing the messages after it."
       (jsonrpc-error
        (let ((msg (or (alist-get 'jsonrpc-error-message (cdr err))
                       (error-message-string err))))
-         (user-error "passepartout did not start: %s%s" msg
+         (user-error "The passepartout daemon did not start: %s%s" msg
                      (let ((tail (passepartout--stderr-tail conn 2)))
                        (if (and tail (not (string-empty-p tail)))
                            (format " (%s)" tail)
@@ -271,7 +271,7 @@ A failing handler is reported without losing the messages after it."
       (passepartout--start)))
 
 (defun passepartout--shutdown ()
-  "Stop the daemon if it runs.  Pending flight plans stay on disk."
+  "Stop the daemon if it is running.  Pending flight plans stay on disk."
   (when-let ((conn (passepartout--live-connection)))
     (let ((passepartout--shutting-down t))
       ;; End of input is the daemon's shutdown signal; give it a moment
@@ -287,11 +287,11 @@ A failing handler is reported without losing the messages after it."
 ARGS are `jsonrpc-async-request' keywords.  Signal a `user-error' when
 the daemon is not running."
   (let ((conn (or (passepartout--live-connection)
-                  (user-error "passepartout is not running: M-x passepartout"))))
+                  (user-error "The passepartout daemon is not running: M-x passepartout"))))
     (apply #'jsonrpc-async-request conn method params args)))
 
 (defun passepartout--notify (method params)
-  "Send notification METHOD with PARAMS if the daemon runs."
+  "Send notification METHOD with PARAMS if the daemon is running."
   (when-let ((conn (passepartout--live-connection)))
     (jsonrpc-notify conn method params)))
 

@@ -162,7 +162,7 @@ REPORT-FN is flymake's callback.  The daemon is started if needed."
               (passepartout--error-message error)))))
 
 (defun passepartout-skill--after-save ()
-  "Reload skills after this skill file was saved, if the daemon runs."
+  "Reload skills after this skill file was saved, if the daemon is running."
   (when (passepartout--live-connection)
     (passepartout-skill-reload)))
 
@@ -185,7 +185,7 @@ skills when you save."
 ;;;; New skills
 
 (defun passepartout-skill--read-directory ()
-  "Ask where a new skill goes: the person's directory or the project's."
+  "Ask where a new skill should live: the person's directory or the project's."
   (let ((user (passepartout-skill-user-directory))
         (project (passepartout-skill-project-directory)))
     (if (not project)

@@ -61,8 +61,9 @@
 
 (defcustom passepartout-program nil
   "The passepartout executable, or nil to find it.
-When nil, `exec-path' is searched, then the build output of the source
-checkout this package lives in (target/release, then target/debug)."
+When nil, the variable `exec-path' is searched, then the build output
+of the source checkout this package lives in (target/release, then
+target/debug)."
   :type '(choice (const :tag "Find it" nil) file))
 
 (defcustom passepartout-program-args '("serve")
@@ -150,7 +151,7 @@ Add it to `org-mode-hook' to check skills as you edit them."
   "Show every JSON-RPC message exchanged with the daemon."
   (interactive)
   (unless passepartout--connection
-    (user-error "passepartout has not been started"))
+    (user-error "The passepartout daemon has not been started"))
   (pop-to-buffer (jsonrpc-events-buffer passepartout--connection)))
 
 (defun passepartout-stderr ()

@@ -184,7 +184,7 @@
   (passepartout-test-with-daemon nil
     (let* ((passepartout-program-args '("serve" "--sandbox" "bogus"))
            (err (should-error (passepartout project) :type 'user-error)))
-      (should (string-match-p "passepartout did not start" (cadr err)))
+      (should (string-match-p "passepartout daemon did not start" (cadr err)))
       (should (string-match-p "bogus" (cadr err))))))
 
 ;;;; Flight plans
