@@ -240,7 +240,9 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
     (let ((buffer (passepartout-plan-buffer id)))
       (with-current-buffer buffer (setq buffer-read-only nil))
       (pcase passepartout-plan-display
-        ('pop (pop-to-buffer buffer))
+        ;; Shown, not selected: a C-c C-c typed for another buffer
+        ;; must never approve a plan that just appeared.
+        ('pop (display-buffer buffer))
         (_ (message "passepartout: flight plan %s awaits you: %s (M-x passepartout-plans)"
                     id (plist-get plan :title)))))
     (run-hook-with-args 'passepartout-plan-offered-hook id)))

@@ -74,7 +74,8 @@ without a configuration file."
 
 (defcustom passepartout-plan-display 'pop
   "What to do when a flight plan arrives.
-`pop' shows its buffer at once; `notify' only says so in the echo area
+`pop' shows its buffer at once (without selecting it); `notify' only
+says so in the echo area
 \(list them with \\[passepartout-plans])."
   :type '(choice (const :tag "Show the plan" pop)
                  (const :tag "Only tell me" notify)))

@@ -326,6 +326,67 @@ This tool has no body.
 
 ;;;; Buffer logic, driven directly
 
+(defun passepartout-test--update (session update)
+  "Deliver session UPDATE (a plist) for SESSION as the daemon would."
+  (passepartout--handle-notification
+   nil 'session/update (list :sessionId session :update update)))
+
+(ert-deftest passepartout-test-updates-in-place ()
+  "Tool call updates and agent plans change their sections in place."
+  (let ((buffer (passepartout-chat-buffer temporary-file-directory)))
+    (unwind-protect
+        (with-current-buffer buffer
+          (setq passepartout-chat--session-id "s-test")
+          (puthash "s-test" buffer passepartout-chat--sessions)
+          (goto-char (point-max))
+          (insert "Do two things.")
+          (passepartout-chat-begin-turn)
+          (passepartout-test--update
+           "s-test" '(:sessionUpdate "plan"
+                                     :entries [(:content "look" :status "in_progress")
+                                               (:content "act" :status "pending")]))
+          (passepartout-test--update
+           "s-test" '(:sessionUpdate "tool_call" :toolCallId "c1" :title "shell: ls"
+                                     :kind "execute" :status "pending"
+                                     :rawInput (:command "ls")))
+          (passepartout-test--update
+           "s-test" '(:sessionUpdate "tool_call" :toolCallId "c2" :title "shell: rm -r old"
+                                     :kind "execute" :status "pending"
+                                     :rawInput (:command "rm -r old")))
+          (passepartout-chat--tool-waiting "c2" "fp-9")
+          (passepartout-test--update
+           "s-test" '(:sessionUpdate "tool_call_update" :toolCallId "c1" :status "in_progress"))
+          (passepartout-test--update
+           "s-test" '(:sessionUpdate "tool_call_update" :toolCallId "c1" :status "completed"
+                                     :content [(:type "content"
+                                                      :content (:type "text" :text "a\nb\n"))]))
+          (passepartout-test--update
+           "s-test" '(:sessionUpdate "plan"
+                                     :entries [(:content "look" :status "completed")
+                                               (:content "act" :status "in_progress")]))
+          (passepartout-test--update
+           "s-test" '(:sessionUpdate "tool_call_update" :toolCallId "c2" :status "failed"
+                                     :content [(:type "content"
+                                                      :content (:type "text" :text "rejected: no"))]))
+          (passepartout-chat-end-turn)
+          (should (equal
+                   (buffer-substring-no-properties
+                    (save-excursion (goto-char (point-min))
+                                    (re-search-forward "^\\* passepartout\n")
+                                    (point))
+                    (point-max))
+                   (concat "** Plan\n- [X] look\n- [-] act\n"
+                           "** DONE shell: ls\n:PROPERTIES:\n:TOOL_CALL_ID: c1\n:KIND: execute\n:END:\n"
+                           "#+begin_src json\n{\"command\":\"ls\"}\n#+end_src\n"
+                           "#+begin_example\na\nb\n#+end_example\n"
+                           "** FAILED shell: rm -r old\n:PROPERTIES:\n:TOOL_CALL_ID: c2\n:KIND: execute\n:END:\n"
+                           "#+begin_src json\n{\"command\":\"rm -r old\"}\n#+end_src\n"
+                           "Waiting for flight plan fp-9 (M-x passepartout-plans).\n"
+                           "#+begin_example\nrejected: no\n#+end_example\n"
+                           "\n* You\n"))))
+      (remhash "s-test" passepartout-chat--sessions)
+      (kill-buffer buffer))))
+
 (ert-deftest passepartout-test-org-safe-stars ()
   "Markdown bullets never open Org headings, even split across chunks."
   (with-temp-buffer
