@@ -5,8 +5,10 @@
 pub mod action;
 pub mod actuators;
 pub mod agent;
+pub mod audit;
 pub mod cli_run;
 pub mod config;
+pub mod flight;
 pub mod gates;
 pub mod llm;
 pub mod plans;
@@ -15,4 +17,6 @@ pub mod rpc;
 pub mod sandbox;
 pub mod server;
 pub mod setup;
+pub mod skills;
 pub mod tools;
+pub mod toolsets;

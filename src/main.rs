@@ -58,6 +58,40 @@ enum Command {
         /// What to ask.
         prompt: String,
     },
+    /// Check or list skills.
+    Skills {
+        #[command(subcommand)]
+        command: SkillsCommand,
+    },
+    /// Flight plans waiting for (or past) a decision: list, show ID,
+    /// approve ID [--comment TEXT] [--edited FILE], reject ID [--comment TEXT].
+    Plans {
+        #[command(flatten)]
+        flags: ConfigFlags,
+        /// The plans subcommand and its arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Show the audit log.
+    Audit {
+        #[command(flatten)]
+        flags: ConfigFlags,
+        /// Only the last N records.
+        #[arg(long)]
+        tail: Option<usize>,
+    },
+}
+
+#[derive(Subcommand)]
+enum SkillsCommand {
+    /// Check skill files (or directories of them); prints
+    /// `file:line:col: severity: message` and fails on errors.
+    Check {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Show the skills loaded for the current directory, and from where.
+    List(ConfigFlags),
 }
 
 fn overrides(f: &ConfigFlags) -> Result<Overrides, config::ConfigError> {
@@ -115,6 +149,27 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Serve(flags) => serve(flags).await,
             Command::Run { flags, prompt } => run(flags, prompt).await,
+            Command::Skills {
+                command: SkillsCommand::Check { paths },
+            } => exit_code(passepartout::skills::check_command(
+                &paths,
+                &mut std::io::stdout(),
+            )),
+            Command::Skills {
+                command: SkillsCommand::List(flags),
+            } => skills_list(flags),
+            Command::Plans { flags, args } => plans(flags, args),
+            Command::Audit { flags, tail } => match load_config(&flags) {
+                Ok(config) => {
+                    let path = config.state_dir().join("audit.jsonl");
+                    exit_code(passepartout::audit::print_command(
+                        &path,
+                        &mut std::io::stdout(),
+                        tail,
+                    ))
+                }
+                Err(e) => config_error(&e),
+            },
         }
     })
 }
@@ -208,4 +263,43 @@ fn stop_reason_text(r: &acp::StopReason) -> &'static str {
         acp::StopReason::Cancelled => "cancelled",
         _ => "unknown reason",
     }
+}
+
+fn exit_code(code: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+fn config_error(e: &str) -> ExitCode {
+    eprintln!("passepartout: {e}");
+    ExitCode::from(2)
+}
+
+fn skills_list(flags: ConfigFlags) -> ExitCode {
+    let config = match load_config(&flags) {
+        Ok(c) => c,
+        Err(e) => return config_error(&e),
+    };
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let dirs = passepartout::skills::SkillDirs {
+        builtin: config.builtin_skills,
+        user: Some(config.user_skills_dir()),
+        project: Some(cwd.join(".passepartout").join("skills")),
+    };
+    exit_code(passepartout::skills::list_command(
+        &dirs,
+        &mut std::io::stdout(),
+    ))
+}
+
+fn plans(flags: ConfigFlags, args: Vec<String>) -> ExitCode {
+    let config = match load_config(&flags) {
+        Ok(c) => c,
+        Err(e) => return config_error(&e),
+    };
+    let store = passepartout::plans::store::PlanStore::new(config.state_dir().join("plans"));
+    exit_code(passepartout::plans::cli::plans_command(
+        &store,
+        &args,
+        &mut std::io::stdout(),
+    ))
 }

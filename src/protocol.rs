@@ -27,6 +27,8 @@ pub const EXT_SKILLS_RELOAD: &str = "_passepartout/skills/reload";
 pub const EXT_SKILLS_LIST: &str = "_passepartout/skills/list";
 pub const EXT_SESSION_STATUS: &str = "_passepartout/session/status";
 pub const EXT_SANDBOX_STATUS: &str = "_passepartout/sandbox/status";
+/// Daemon → Emacs: evaluate a form (the emacs actuator).
+pub const EXT_EMACS_EVAL: &str = "_passepartout/emacs/eval";
 
 /// What the editor may put under `_meta.passepartout` in `initialize`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -35,6 +37,9 @@ pub struct ClientSettings {
     /// The client shows flight plans itself (`_passepartout/plan/offer`)
     /// instead of receiving `session/request_permission`.
     pub flight_plans: bool,
+    /// The client is the passepartout Emacs package and answers
+    /// `_passepartout/emacs/eval` (the emacs actuator).
+    pub emacs: bool,
     /// Providers in cascade order; replaces the configured list.
     pub providers: Option<Vec<crate::llm::config::ProviderConfig>>,
     /// API keys by provider name (e.g. from auth-source). Never logged.

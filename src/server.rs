@@ -16,6 +16,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{turn, AgentEnv, ApprovalOutcome, ApprovalRequest, Approver, Session, TurnSink};
+use crate::audit::{AuditRecord, PlanOutcome};
+use crate::flight::{DecideError, FlightDesk};
 use crate::protocol::{self as proto, acp, ClientSettings, SessionStatus};
 use crate::rpc::message::codes;
 use crate::rpc::Outgoing;
@@ -24,6 +26,7 @@ use crate::rpc::Outgoing;
 pub struct Daemon {
     pub env: Arc<AgentEnv>,
     pub out: Outgoing,
+    pub desk: Arc<FlightDesk>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     settings: Mutex<ClientSettings>,
     /// Tools a person chose "allow always" / "reject always" for, per session.
@@ -45,9 +48,11 @@ fn invalid_params(message: impl Into<String>) -> ErrorObjectOwned {
 
 impl Daemon {
     pub fn new(env: Arc<AgentEnv>, out: Outgoing) -> Arc<Daemon> {
+        let desk = FlightDesk::new(env.clone(), out.clone());
         Arc::new(Daemon {
             env,
             out,
+            desk,
             sessions: Mutex::default(),
             settings: Mutex::default(),
             remembered: Mutex::default(),
@@ -288,6 +293,17 @@ impl Daemon {
             acp::RequestPermissionOutcome::Selected(s) => s.option_id.0.to_string(),
             _ => return ApprovalOutcome::Cancelled,
         };
+        let verdict = if option.starts_with("allow") {
+            PlanOutcome::Approved
+        } else {
+            PlanOutcome::Rejected
+        };
+        self.env.record(AuditRecord::decision(
+            &request.tool_call_id,
+            verdict,
+            "acp-client",
+            Some(&option),
+        ));
         let remember = |allow: bool| {
             lock(&self.remembered)
                 .entry(request.session_id.clone())
@@ -317,6 +333,67 @@ impl Daemon {
             }
         }
     }
+}
+
+fn wire_diagnostics(diagnostics: &[crate::skills::Diagnostic]) -> Vec<proto::WireDiagnostic> {
+    diagnostics
+        .iter()
+        .map(|d| proto::WireDiagnostic {
+            path: d.path.display().to_string(),
+            line: d.line,
+            column: d.column,
+            severity: d.severity.to_string(),
+            message: d.message.clone(),
+        })
+        .collect()
+}
+
+impl Daemon {
+    fn skills_check(&self, p: proto::SkillsCheckParams) -> Value {
+        let diagnostics = crate::skills::check_text(std::path::Path::new(&p.path), &p.text);
+        serde_json::json!({ "diagnostics": wire_diagnostics(&diagnostics) })
+    }
+
+    fn skills_reload(&self, cwd: Option<PathBuf>) -> Value {
+        let cwd = cwd.or_else(|| lock(&self.sessions).values().next().map(|s| s.cwd.clone()));
+        let (names, diagnostics) = self.env.toolsets.reload(cwd.as_deref());
+        serde_json::json!({ "skills": names, "diagnostics": wire_diagnostics(&diagnostics) })
+    }
+
+    fn skills_list(&self, cwd: Option<PathBuf>) -> Value {
+        let cwd = cwd
+            .or_else(|| lock(&self.sessions).values().next().map(|s| s.cwd.clone()))
+            .unwrap_or_else(|| PathBuf::from("/"));
+        let (skills, diagnostics) = self.env.toolsets.list(&cwd);
+        let skills: Vec<Value> = skills
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "name": s.name,
+                    "description": s.description,
+                    "origin": s.origin.to_string(),
+                    "path": s.path.display().to_string(),
+                    "tools": s.tools,
+                    "rules": s.rules,
+                })
+            })
+            .collect();
+        serde_json::json!({ "skills": skills, "diagnostics": wire_diagnostics(&diagnostics) })
+    }
+}
+
+/// Optional `{"cwd": ...}` params (null or absent is fine).
+#[derive(serde::Deserialize, Default)]
+struct CwdParams {
+    #[serde(default)]
+    cwd: Option<PathBuf>,
+}
+
+fn cwd_param(params: &Params<'_>) -> Result<Option<PathBuf>, ErrorObjectOwned> {
+    if params.as_str().is_none() {
+        return Ok(None);
+    }
+    Ok(params.parse::<Option<CwdParams>>()?.unwrap_or_default().cwd)
 }
 
 /// Concatenate the text of a prompt's content blocks.
@@ -389,6 +466,36 @@ pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
                 d.prompt(parse(&p)?).await
             })
             .map(|_| ()),
+        module
+            .register_method(proto::EXT_PLAN_DECIDE, |p, d, _| {
+                d.desk.decide(parse(&p)?, "emacs").map_err(|e| match e {
+                    DecideError::Refused(m) => rpc_error(codes::REFUSED, m),
+                    DecideError::BadEdit(m) => invalid_params(m),
+                })
+            })
+            .map(|_| ()),
+        module
+            .register_method(proto::EXT_PLANS_LIST, |_, d, _| {
+                d.desk
+                    .list()
+                    .map_err(|m| rpc_error(codes::INTERNAL_ERROR, m))
+            })
+            .map(|_| ()),
+        module
+            .register_method(proto::EXT_SKILLS_CHECK, |p, d, _| {
+                Ok::<_, ErrorObjectOwned>(d.skills_check(parse(&p)?))
+            })
+            .map(|_| ()),
+        module
+            .register_method(proto::EXT_SKILLS_RELOAD, |p, d, _| {
+                Ok::<_, ErrorObjectOwned>(d.skills_reload(cwd_param(&p)?))
+            })
+            .map(|_| ()),
+        module
+            .register_method(proto::EXT_SKILLS_LIST, |p, d, _| {
+                Ok::<_, ErrorObjectOwned>(d.skills_list(cwd_param(&p)?))
+            })
+            .map(|_| ()),
     ];
     for r in registered {
         // Names are static and distinct; a clash is a programming error.
@@ -407,9 +514,11 @@ where
 {
     let (out, rx) = Outgoing::channel();
     let daemon = Daemon::new(env, out.clone());
+    daemon.desk.recover();
     let notify_daemon = daemon.clone();
     let on_note: crate::rpc::NotificationHandler =
         Arc::new(move |m: &str, p: Value| notify_daemon.on_notification(m, p));
     crate::rpc::serve(reader, writer, out, rx, methods(daemon.clone()), on_note).await;
+    daemon.env.editor.disconnect();
     daemon.cancel_all();
 }

@@ -1,42 +1,26 @@
 //! Assembling a working agent from a [`Config`]: providers, toolsets,
 //! gates, actuators. Shared by `serve` and `run`.
 
-use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use crate::actuators::emacs::{EditorLink, EmacsActuator};
 use crate::actuators::files::FilesActuator;
+use crate::actuators::memex::MemexActuator;
 use crate::actuators::shell::{SandboxMode, ShellActuator};
 use crate::actuators::ActuatorRegistry;
-use crate::agent::{AgentEnv, Toolset, ToolsetSource};
+use crate::agent::AgentEnv;
+use crate::audit::AuditLog;
 use crate::config::{Config, SandboxSetting};
-use crate::gates::engine::GateEngine;
 use crate::protocol::SandboxReport;
 use crate::sandbox::runner::RunLimits;
-use crate::tools::{builtin, ToolRegistry};
+use crate::toolsets::{SkillSources, SkillToolsets};
 
 /// Errors that stop the agent from starting.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
     #[error("provider configuration: {0}")]
     Provider(#[from] crate::llm::ProviderError),
-}
-
-/// Toolsets from the built-in Rust tools only.
-pub struct BuiltinToolsets {
-    gates: Arc<GateEngine>,
-}
-
-impl ToolsetSource for BuiltinToolsets {
-    fn toolset(&self, _cwd: &Path, _user_message: &str) -> Toolset {
-        let mut tools = ToolRegistry::new();
-        builtin::register(&mut tools);
-        Toolset {
-            tools,
-            prompt: String::new(),
-            gates: self.gates.clone(),
-        }
-    }
 }
 
 /// Build the agent environment.
@@ -62,15 +46,34 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
         tracing::warn!("{}", sandbox.message);
     }
     actuators.register(Arc::new(shell));
-    let toolsets = Arc::new(BuiltinToolsets {
-        gates: Arc::new(GateEngine::with_builtin_gates()),
-    });
+    let editor = EditorLink::default();
+    actuators.register(Arc::new(EmacsActuator::new(editor.clone())));
+    let memex_dir = config.memex_dir();
+    actuators.register(Arc::new(MemexActuator::new(memex_dir)));
+    let toolsets = Arc::new(SkillToolsets::new(SkillSources {
+        builtin: config.builtin_skills,
+        user_dir: Some(config.user_skills_dir()),
+        policy_file: Some(config.policy_file()),
+    }));
+    let audit_path = config.state_dir().join("audit.jsonl");
+    let audit = match AuditLog::open(&audit_path) {
+        Ok(log) => Some(Arc::new(log)),
+        Err(e) => {
+            tracing::error!(
+                "cannot open the audit log {}: {e}; actions will not be audited",
+                audit_path.display()
+            );
+            None
+        }
+    };
     Ok(AgentEnv {
         config,
         models: RwLock::new(Arc::new(cascade)),
         toolsets,
         actuators,
         sandbox,
+        audit,
+        editor,
     })
 }
 

@@ -53,6 +53,7 @@ fn fixed_plan(action: Action, explanation: &str) -> FlightPlan {
         decision: None,
         result: None,
         original: None,
+        cwd: None,
     }
 }
 

@@ -5,7 +5,9 @@
 //! target of the source the request came from, else the configured default.
 //! No actuator is privileged; adding one is a `register` call.
 
+pub mod emacs;
 pub mod files;
+pub mod memex;
 pub mod shell;
 
 use std::collections::BTreeMap;

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::action::Action;
 use crate::actuators::ActContext;
+use crate::audit::AuditRecord;
 use crate::gates::engine::Judgement;
 use crate::gates::Decision;
 use crate::llm::ToolCall;
@@ -73,12 +74,17 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
         Ok(action) => action,
         Err(e) => return finish(a.sink, &id, e.to_string(), ActStatus::Failed),
     };
+    a.env
+        .record(AuditRecord::proposed(&a.session.id, &id, &action));
 
     let gate_ctx = a.env.gate_context(&a.session.cwd);
     let judgement = a.toolset.gates.evaluate(&action, &gate_ctx);
+    a.env
+        .record(AuditRecord::verdict(&a.session.id, &id, &judgement));
     tracing::info!(session = %a.session.id, tool = %call.name, decision = %judgement.decision, "gated");
+    let mut asked = false;
     let (approved, approved_hash) = match judgement.decision {
-        Decision::Deny => return finish(a.sink, &id, denial(&judgement), ActStatus::Denied),
+        Decision::Deny => return refuse(a, &id, denial(&judgement), ActStatus::Denied),
         Decision::Allow => {
             let hash = action.content_hash();
             (action, hash)
@@ -87,6 +93,7 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
             super::report_status(a.sink, a.session, "waiting");
             let request = ApprovalRequest {
                 session_id: a.session.id.clone(),
+                cwd: a.session.cwd.clone(),
                 tool_call_id: id.clone(),
                 explanation: a.explanation.to_string(),
                 action: action.clone(),
@@ -103,7 +110,7 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
                         Some(c) => format!("the person ({by}) rejected this action: {c}"),
                         None => format!("the person ({by}) rejected this action"),
                     };
-                    return finish(a.sink, &id, text, ActStatus::Rejected);
+                    return refuse(a, &id, text, ActStatus::Rejected);
                 }
                 ApprovalOutcome::Approved {
                     action: approved,
@@ -115,9 +122,14 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
                         // approval covers "ask" but never overrides "deny".
                         let again = a.toolset.gates.evaluate(&approved, &gate_ctx);
                         if again.decision == Decision::Deny {
-                            return finish(a.sink, &id, denial(&again), ActStatus::Denied);
+                            return settled(
+                                a,
+                                &id,
+                                refuse(a, &id, denial(&again), ActStatus::Denied),
+                            );
                         }
                     }
+                    asked = true;
                     (approved, hash)
                 }
             }
@@ -126,22 +138,52 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
 
     // Last mile: the exact action about to run must be the one approved,
     // and is judged once more.
-    if approved.content_hash() != approved_hash {
+    let outcome = if approved.content_hash() != approved_hash {
         let text =
             "last-mile check failed: the action changed after it was approved; it was not run"
                 .to_string();
-        return finish(a.sink, &id, text, ActStatus::Denied);
+        refuse(a, &id, text, ActStatus::Denied)
+    } else {
+        let last = a.toolset.gates.evaluate(&approved, &gate_ctx);
+        if last.decision == Decision::Deny {
+            refuse(
+                a,
+                &id,
+                format!("last-mile check failed: {}", denial(&last)),
+                ActStatus::Denied,
+            )
+        } else if let Err(why) = begin(a, asked, &id, &approved) {
+            refuse(a, &id, why, ActStatus::Denied)
+        } else {
+            execute(&id, &approved, a).await
+        }
+    };
+    if asked {
+        settled(a, &id, outcome)
+    } else {
+        outcome
     }
-    let last = a.toolset.gates.evaluate(&approved, &gate_ctx);
-    if last.decision == Decision::Deny {
-        return finish(
-            a.sink,
-            &id,
-            format!("last-mile check failed: {}", denial(&last)),
-            ActStatus::Denied,
-        );
+}
+
+/// A refusal (gates, last mile, a person): recorded, then reported.
+fn refuse(a: &ActEnv<'_>, id: &str, text: String, status: ActStatus) -> Acted {
+    a.env.record(AuditRecord::denied(&a.session.id, id, &text));
+    finish(a.sink, id, text, status)
+}
+
+fn begin(a: &ActEnv<'_>, asked: bool, id: &str, action: &Action) -> Result<(), String> {
+    if asked {
+        a.approver.begin(&a.session.id, id, action)
+    } else {
+        Ok(())
     }
-    execute(&id, &approved, a).await
+}
+
+/// Tell the approver what became of an action a person approved.
+fn settled(a: &ActEnv<'_>, id: &str, acted: Acted) -> Acted {
+    a.approver
+        .settle(&a.session.id, id, &acted.status, &acted.observation.text);
+    acted
 }
 
 async fn execute(id: &str, action: &Action, a: &ActEnv<'_>) -> Acted {
@@ -158,7 +200,16 @@ async fn execute(id: &str, action: &Action, a: &ActEnv<'_>) -> Acted {
         cwd: a.session.cwd.clone(),
         cancel: a.cancel.clone(),
     };
-    match actuator.execute(action, &ctx).await {
+    let result = actuator.execute(action, &ctx).await;
+    match &result {
+        Ok(out) => a
+            .env
+            .record(AuditRecord::executed(id, out.is_error, &out.text)),
+        Err(e) => a
+            .env
+            .record(AuditRecord::executed(id, true, &e.to_string())),
+    }
+    match result {
         Ok(out) => {
             let status = if out.is_error {
                 ActStatus::Failed

@@ -38,6 +38,8 @@ pub trait TurnSink: Send + Sync {
 #[derive(Debug, Clone)]
 pub struct ApprovalRequest {
     pub session_id: String,
+    /// The session's working directory (where the action would run).
+    pub cwd: std::path::PathBuf,
     pub tool_call_id: String,
     /// The model's own explanation (the text it wrote before the call).
     pub explanation: String,
@@ -64,7 +66,7 @@ pub enum ApprovalOutcome {
     Cancelled,
 }
 
-/// Asks a person.
+/// Asks a person, and hears what became of what they approved.
 #[async_trait::async_trait]
 pub trait Approver: Send + Sync {
     async fn approve(
@@ -72,6 +74,28 @@ pub trait Approver: Send + Sync {
         request: ApprovalRequest,
         cancel: tokio_util::sync::CancellationToken,
     ) -> ApprovalOutcome;
+
+    /// An approved action is about to run. `Err(reason)` stops it (for
+    /// example: the same approval already ran elsewhere). Default: go.
+    fn begin(
+        &self,
+        _session_id: &str,
+        _tool_call_id: &str,
+        _action: &Action,
+    ) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// What became of an approved action (ran, failed, or was stopped by
+    /// the gates after an edit or at the last mile).
+    fn settle(
+        &self,
+        _session_id: &str,
+        _tool_call_id: &str,
+        _status: &act::ActStatus,
+        _text: &str,
+    ) {
+    }
 }
 
 /// The tools, prompt and gates a turn works with.
@@ -87,6 +111,23 @@ pub struct Toolset {
 /// between turns).
 pub trait ToolsetSource: Send + Sync {
     fn toolset(&self, cwd: &Path, user_message: &str) -> Toolset;
+
+    /// Re-read skills now; the skill names in effect for `cwd` and every
+    /// diagnostic. Sources without skills return nothing.
+    fn reload(&self, _cwd: Option<&Path>) -> (Vec<String>, Vec<crate::skills::Diagnostic>) {
+        (Vec::new(), Vec::new())
+    }
+
+    /// What is loaded for `cwd`, for `skills list`.
+    fn list(
+        &self,
+        _cwd: &Path,
+    ) -> (
+        Vec<crate::skills::SkillSummary>,
+        Vec<crate::skills::Diagnostic>,
+    ) {
+        (Vec::new(), Vec::new())
+    }
 }
 
 /// Shared by every session of a daemon.
@@ -97,6 +138,11 @@ pub struct AgentEnv {
     pub actuators: ActuatorRegistry,
     /// Whether shell actions can run, for `_passepartout/sandbox/status`.
     pub sandbox: crate::protocol::SandboxReport,
+    /// The append-only audit log (None only when it could not be opened;
+    /// that is reported at startup).
+    pub audit: Option<Arc<crate::audit::AuditLog>>,
+    /// The connected Emacs, for the emacs actuator.
+    pub editor: crate::actuators::emacs::EditorLink,
 }
 
 impl AgentEnv {
@@ -109,6 +155,15 @@ impl AgentEnv {
 
     pub fn set_models(&self, cascade: Cascade) {
         *self.models.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(cascade);
+    }
+
+    /// Append to the audit log; a failure is logged, never fatal to a turn.
+    pub fn record(&self, record: crate::audit::AuditRecord) {
+        if let Some(log) = &self.audit {
+            if let Err(e) = log.append(&record) {
+                tracing::error!("audit log: {e}");
+            }
+        }
     }
 
     pub fn gate_context(&self, cwd: &Path) -> GateContext {

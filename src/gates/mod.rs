@@ -5,9 +5,17 @@
 //! The whole trace is kept with the action, so a flight plan can show why a
 //! person is being asked.
 
+pub mod approval;
+pub mod destructive;
 pub mod engine;
+pub mod exfiltration;
+pub mod injection;
+pub mod protected_paths;
+pub mod secrets;
+pub mod shell_words;
 pub mod verdict;
 
+pub use engine::{GateEngine, Judgement};
 pub use verdict::{Decision, Verdict};
 
 use std::path::PathBuf;

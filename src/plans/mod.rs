@@ -169,6 +169,10 @@ pub struct FlightPlan {
     /// The model's proposal, kept when a person edited the action.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original: Option<Action>,
+    /// The session's working directory, so a plan approved after its
+    /// daemon restarted still runs where it was meant to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<std::path::PathBuf>,
 }
 
 impl FlightPlan {
@@ -195,6 +199,7 @@ impl FlightPlan {
             decision: None,
             result: None,
             original: None,
+            cwd: None,
         }
     }
 

@@ -1,0 +1,151 @@
+//! How long loading skills takes, and what it costs in memory.
+//!
+//! Generates 200 realistic skill files (prose, a prompt, three tools with
+//! parameter tables and bash/python/elisp bodies, two rules with examples)
+//! in a temporary directory, loads them several times and prints the
+//! median, the cost of the per-turn "did anything change?" check, and the
+//! process's resident memory before and after.
+//!
+//! `cargo run --release --example bench_skills`
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use passepartout::skills::{SkillDirs, SkillLoader, SkillSet};
+
+const FILES: usize = 200;
+const RUNS: usize = 7;
+
+fn skill(i: usize) -> String {
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "#+TITLE: Generated skill {i}\n#+SKILL: gen-{i}\n#+DESCRIPTION: Tools for project area {i}.\n#+PRIORITY: {}\n#+TRIGGER: /\\b(area{i}|project)\\b/\n\n",
+        i % 100
+    );
+    for p in 0..4 {
+        let _ = writeln!(
+            s,
+            "This paragraph {p} explains what area {i} is about and why these tools exist. It is\nfilled prose over a few lines, like a person would write it in Org, with =code=\nand *emphasis* and a [[https://example.com][link]].\n"
+        );
+    }
+    let _ = write!(
+        s,
+        "* Guidance                                                          :prompt:\nWhen working on area {i}, list before you change, and explain each step.\n\n"
+    );
+    let _ = write!(
+        s,
+        "* area{i}_list                                                        :tool:\n:PROPERTIES:\n:APPROVAL: auto\n:TIMEOUT:  30\n:KIND:     read\n:END:\nList the files of area {i}, newest first.\n\n| name  | type    | required | description              | default |\n|-------+---------+----------+--------------------------+---------|\n| dir   | string  | no       | Directory to list.       | .       |\n| count | integer | no       | How many entries.        | 20      |\n| all   | boolean | no       | Include hidden files.    | no      |\n\n#+begin_src bash\nls -t ${{ARG_ALL:+-a}} \"$ARG_DIR\" | head -n \"$ARG_COUNT\"\n#+end_src\n\n"
+    );
+    let _ = write!(
+        s,
+        "* area{i}_stats                                                       :tool:\nCount lines per file type in area {i}.\n\n| name | type   | required | description     |\n|------+--------+----------+-----------------|\n| path | string | yes      | Where to count. |\n\n#+begin_src python\nimport os, collections\ncounts = collections.Counter()\nfor root, _, files in os.walk(os.environ[\"ARG_PATH\"]):\n    for f in files:\n        counts[os.path.splitext(f)[1]] += 1\nprint(counts.most_common(10))\n#+end_src\n\n"
+    );
+    let _ = write!(
+        s,
+        "* area{i}_open                                                        :tool:\n:PROPERTIES:\n:APPROVAL: ask\n:END:\nOpen a file of area {i} in the connected Emacs.\n\n| name | type   | required | description |\n|------+--------+----------+-------------|\n| file | string | yes      | The file.   |\n\n#+begin_src emacs-lisp\n(find-file file)\n#+end_src\n\n"
+    );
+    let _ = write!(
+        s,
+        "* Rules                                                              :rules:\n** Ask before deleting in area {i}\n:PROPERTIES:\n:DECISION: ask\n:TARGET:   shell\n:PATTERN:  \\brm\\s+.*area{i}\\b\n:END:\nArea {i} holds work that is hard to redo.\n\n- match :: =rm -rf data/area{i}=\n- no match :: =ls area{i}=\n\n** Never touch the archive of area {i}\n:PROPERTIES:\n:DECISION: deny\n:TARGET:   files\n:PATTERN:  /archive/area{i}/\n:END:\nThe archive is read-only by agreement.\n\n- match :: =/srv/archive/area{i}/x.txt=\n- no match :: =/srv/live/area{i}/x.txt=\n"
+    );
+    s
+}
+
+fn rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn main() {
+    let tmp = match tempfile::tempdir() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("cannot create a temporary directory: {e}");
+            std::process::exit(1);
+        }
+    };
+    let dir = tmp.path().join("skills");
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("cannot create {}: {e}", dir.display());
+        std::process::exit(1);
+    }
+    let mut bytes = 0;
+    for i in 0..FILES {
+        let text = skill(i);
+        bytes += text.len();
+        if let Err(e) = std::fs::write(dir.join(format!("gen-{i:03}.org")), text) {
+            eprintln!("cannot write a skill file: {e}");
+            std::process::exit(1);
+        }
+    }
+    let dirs = SkillDirs {
+        builtin: true,
+        user: None,
+        project: Some(dir.clone()),
+    };
+
+    // Memory first, with a single load, so the figure is one set's worth
+    // (later runs would add whatever the allocator keeps from freed sets).
+    let rss_before = rss_kib();
+    let set = SkillSet::load(&dirs);
+    let rss_after = rss_kib();
+    let mut times = Vec::new();
+    for _ in 0..RUNS {
+        let start = Instant::now();
+        let again = SkillSet::load(&dirs);
+        times.push(start.elapsed());
+        drop(again);
+    }
+    let tools: usize = set.skills().iter().map(|s| s.tools.len()).sum();
+    let rules: usize = set.skills().iter().map(|s| s.rules.len()).sum();
+
+    let mut loader = SkillLoader::new(dirs);
+    let mut checks = Vec::new();
+    for _ in 0..RUNS {
+        let start = Instant::now();
+        let reloaded = loader.refresh();
+        checks.push(start.elapsed());
+        assert!(!reloaded);
+    }
+
+    println!(
+        "generated {FILES} skill files, {:.1} KiB in all (+ 4 built-in)",
+        bytes as f64 / 1024.0
+    );
+    println!(
+        "loaded {} skills, {tools} tools, {rules} rules, {} diagnostics",
+        set.len(),
+        set.diagnostics().len()
+    );
+    let m = median(times.clone());
+    println!(
+        "load: median {:.2} ms over {RUNS} runs (min {:.2} ms, max {:.2} ms), {:.1} µs per file",
+        m.as_secs_f64() * 1e3,
+        times.iter().min().map_or(0.0, |d| d.as_secs_f64() * 1e3),
+        times.iter().max().map_or(0.0, |d| d.as_secs_f64() * 1e3),
+        m.as_secs_f64() * 1e6 / FILES as f64
+    );
+    println!(
+        "per-turn change check (no change): median {:.3} ms",
+        median(checks).as_secs_f64() * 1e3
+    );
+    match (rss_before, rss_after) {
+        (Some(b), Some(a)) => println!(
+            "VmRSS: {b} KiB before loading, {a} KiB after one load (+{} KiB)",
+            a.saturating_sub(b)
+        ),
+        _ => println!("VmRSS: /proc/self/status not readable here"),
+    }
+}

@@ -1,0 +1,647 @@
+//! The audit log: an append-only record of what was proposed, how the gates
+//! judged it, what a person decided and what ran.
+//!
+//! One JSON object per line, each flushed to disk (`sync_data`) before
+//! `append` returns, so a crash loses at most the record being written.
+//! Secrets are redacted with the secrets gate's patterns before anything is
+//! written; tool output is capped at 2 KB. The log lives at
+//! `$XDG_STATE_HOME/passepartout/audit.jsonl` (by default
+//! `~/.local/state/passepartout/audit.jsonl`).
+
+use std::ffi::OsStr;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::action::{Action, Effect};
+use crate::gates::secrets::redact;
+use crate::gates::Judgement;
+
+/// Tool output kept per `executed` record.
+pub const OUTPUT_LIMIT: usize = 2048;
+
+/// Why the log could not be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error("audit log {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("audit record could not be encoded: {0}")]
+    Encode(#[from] serde_json::Error),
+    #[error("audit log lock poisoned by a panicking writer")]
+    Poisoned,
+}
+
+/// What a person decided about a flight plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanOutcome {
+    Approved,
+    Rejected,
+}
+
+/// One event in the life of an action.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AuditEvent {
+    /// The model proposed a tool call and it was planned into an action.
+    Proposed {
+        session: String,
+        tool_call_id: String,
+        /// [`Action::content_hash`] of the action as proposed.
+        action_hash: String,
+        /// The action, with secrets redacted.
+        action: Value,
+    },
+    /// The gates judged the action.
+    Verdict {
+        session: String,
+        tool_call_id: String,
+        judgement: Judgement,
+    },
+    /// A person approved or rejected a flight plan.
+    Decision {
+        plan_id: String,
+        outcome: PlanOutcome,
+        /// Where the decision came from: `emacs`, `acp-client`, `cli`, ...
+        by: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        comment: Option<String>,
+    },
+    /// An actuator ran the action.
+    Executed {
+        tool_call_id: String,
+        is_error: bool,
+        /// Redacted and capped at [`OUTPUT_LIMIT`] bytes.
+        output: String,
+    },
+    /// The action was refused (by the gates, the last-mile check or a
+    /// person).
+    Denied {
+        session: String,
+        tool_call_id: String,
+        reason: String,
+    },
+}
+
+/// A timestamped event: one line of the log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// RFC 3339 UTC time with milliseconds (`2026-11-22T20:15:03.123Z`).
+    pub ts: String,
+    #[serde(flatten)]
+    pub event: AuditEvent,
+}
+
+impl AuditRecord {
+    /// Stamp an event with the current time.
+    pub fn now(event: AuditEvent) -> Self {
+        AuditRecord {
+            ts: rfc3339(SystemTime::now()),
+            event,
+        }
+    }
+
+    /// A `proposed` record; string values inside the action are redacted.
+    pub fn proposed(session: &str, tool_call_id: &str, action: &Action) -> Self {
+        let mut value = serde_json::to_value(action).unwrap_or(Value::Null);
+        redact_value(&mut value);
+        Self::now(AuditEvent::Proposed {
+            session: session.into(),
+            tool_call_id: tool_call_id.into(),
+            action_hash: action.content_hash(),
+            action: value,
+        })
+    }
+
+    /// A `verdict` record with the whole trace (reasons redacted).
+    pub fn verdict(session: &str, tool_call_id: &str, judgement: &Judgement) -> Self {
+        let mut judgement = judgement.clone();
+        for v in &mut judgement.trace {
+            v.reason = redact(&v.reason);
+        }
+        Self::now(AuditEvent::Verdict {
+            session: session.into(),
+            tool_call_id: tool_call_id.into(),
+            judgement,
+        })
+    }
+
+    /// A `decision` record for a flight plan.
+    pub fn decision(plan_id: &str, outcome: PlanOutcome, by: &str, comment: Option<&str>) -> Self {
+        Self::now(AuditEvent::Decision {
+            plan_id: plan_id.into(),
+            outcome,
+            by: by.into(),
+            comment: comment.map(redact),
+        })
+    }
+
+    /// An `executed` record; the output is redacted and capped.
+    pub fn executed(tool_call_id: &str, is_error: bool, output: &str) -> Self {
+        Self::now(AuditEvent::Executed {
+            tool_call_id: tool_call_id.into(),
+            is_error,
+            output: truncate_output(&redact(output)),
+        })
+    }
+
+    /// A `denied` record.
+    pub fn denied(session: &str, tool_call_id: &str, reason: &str) -> Self {
+        Self::now(AuditEvent::Denied {
+            session: session.into(),
+            tool_call_id: tool_call_id.into(),
+            reason: redact(reason),
+        })
+    }
+}
+
+fn redact_value(value: &mut Value) {
+    match value {
+        Value::String(s) => *s = redact(s),
+        Value::Array(items) => items.iter_mut().for_each(redact_value),
+        Value::Object(map) => map.values_mut().for_each(redact_value),
+        _ => {}
+    }
+}
+
+/// Keep the first [`OUTPUT_LIMIT`] bytes (on a character boundary) and say
+/// how much was dropped.
+pub fn truncate_output(output: &str) -> String {
+    if output.len() <= OUTPUT_LIMIT {
+        return output.to_string();
+    }
+    let mut end = OUTPUT_LIMIT;
+    while !output.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}\n…[truncated: {} of {} bytes kept]",
+        &output[..end],
+        end,
+        output.len()
+    )
+}
+
+/// RFC 3339 UTC with milliseconds, computed from the Unix time (days to
+/// civil date after Howard Hinnant's algorithm).
+pub fn rfc3339(time: SystemTime) -> String {
+    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let millis = since.subsec_millis();
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (h, m, s) = (rem / 3600, (rem % 3600) / 60, rem % 60);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{millis:03}Z")
+}
+
+/// `$XDG_STATE_HOME/passepartout/audit.jsonl`, falling back to
+/// `~/.local/state/passepartout/audit.jsonl`.
+pub fn default_path() -> PathBuf {
+    default_path_from(
+        std::env::var_os("XDG_STATE_HOME").as_deref(),
+        std::env::var_os("HOME").as_deref(),
+    )
+}
+
+/// [`default_path`] from explicit values (a relative `XDG_STATE_HOME` is
+/// ignored, as the XDG spec says).
+pub fn default_path_from(xdg_state_home: Option<&OsStr>, home: Option<&OsStr>) -> PathBuf {
+    let base = match xdg_state_home.map(Path::new) {
+        Some(p) if p.is_absolute() => p.to_path_buf(),
+        _ => match home {
+            Some(h) => Path::new(h).join(".local/state"),
+            None => PathBuf::from(".local/state"),
+        },
+    };
+    base.join("passepartout").join("audit.jsonl")
+}
+
+/// The append-only log. Share it behind an `Arc`; appends from several
+/// tasks are serialised by an inner mutex. `append` does blocking I/O with
+/// an fsync: from async code, call it inside `spawn_blocking` if latency
+/// matters.
+#[derive(Debug)]
+pub struct AuditLog {
+    path: PathBuf,
+    file: Mutex<File>,
+}
+
+impl AuditLog {
+    /// Open (creating the file and its parent directories) for appending.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, AuditError> {
+        let path = path.as_ref().to_path_buf();
+        let io = |source| AuditError::Io {
+            path: path.clone(),
+            source,
+        };
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(io)?;
+        }
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(io)?;
+        Ok(AuditLog {
+            path,
+            file: Mutex::new(file),
+        })
+    }
+
+    /// Open the log at [`default_path`].
+    pub fn open_default() -> Result<Self, AuditError> {
+        Self::open(default_path())
+    }
+
+    /// Where the log is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Append one record as a line and flush it to disk.
+    pub fn append(&self, record: &AuditRecord) -> Result<(), AuditError> {
+        let mut line = serde_json::to_string(record)?;
+        line.push('\n');
+        let mut file = self.file.lock().map_err(|_| AuditError::Poisoned)?;
+        let io = |source| AuditError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        // One write per record: with O_APPEND the line lands whole at the end.
+        file.write_all(line.as_bytes()).map_err(io)?;
+        file.sync_data().map_err(io)
+    }
+}
+
+fn first_line(text: &str, max: usize) -> String {
+    let line = text.lines().next().unwrap_or("");
+    let mut out: String = line.chars().take(max).collect();
+    if line.chars().count() > max || text.lines().nth(1).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+fn summarize_action(action: &Value) -> String {
+    let target = action.get("target").and_then(Value::as_str).unwrap_or("?");
+    let effect = action
+        .get("effect")
+        .cloned()
+        .and_then(|e| serde_json::from_value::<Effect>(e).ok());
+    let what = match effect {
+        Some(Effect::Run {
+            interpreter,
+            script,
+            ..
+        }) => format!("{interpreter}: {}", first_line(&script, 80)),
+        Some(Effect::ReadFile { path }) => format!("read {}", path.display()),
+        Some(Effect::ListDir { path }) => format!("list {}", path.display()),
+        Some(Effect::SearchText { path, pattern }) => {
+            format!("search {} for {}", path.display(), first_line(&pattern, 40))
+        }
+        Some(Effect::WriteFile { path, content }) => {
+            format!("write {} ({} bytes)", path.display(), content.len())
+        }
+        Some(Effect::EvalElisp { code, .. }) => format!("elisp: {}", first_line(&code, 80)),
+        Some(Effect::Message { text }) => format!("message: {}", first_line(&text, 80)),
+        Some(Effect::Op { op, .. }) => format!("op {op}"),
+        None => "unreadable action".to_string(),
+    };
+    format!("{target}  {what}")
+}
+
+/// One record as a human-readable line.
+pub fn render(record: &AuditRecord) -> String {
+    let ts = match record.ts.get(..19) {
+        Some(secs) if record.ts.len() > 19 => format!("{secs}Z"),
+        _ => record.ts.clone(),
+    };
+    let body = match &record.event {
+        AuditEvent::Proposed {
+            session,
+            tool_call_id,
+            action,
+            ..
+        } => format!(
+            "proposed  session {session}  call {tool_call_id}  {}",
+            summarize_action(action)
+        ),
+        AuditEvent::Verdict {
+            session, judgement, ..
+        } => {
+            let deciders: Vec<String> = judgement
+                .deciding()
+                .map(|v| format!("{}: {}", v.gate, v.reason))
+                .collect();
+            format!(
+                "verdict  session {session}  {}  {}",
+                judgement.decision,
+                deciders.join("; ")
+            )
+        }
+        AuditEvent::Decision {
+            plan_id,
+            outcome,
+            by,
+            comment,
+        } => {
+            let outcome = match outcome {
+                PlanOutcome::Approved => "approved",
+                PlanOutcome::Rejected => "rejected",
+            };
+            let mut s = format!("decision  plan {plan_id}  {outcome}  by {by}");
+            if let Some(c) = comment {
+                s.push_str(&format!("  \"{}\"", first_line(c, 80)));
+            }
+            s
+        }
+        AuditEvent::Executed {
+            tool_call_id,
+            is_error,
+            output,
+        } => format!(
+            "executed  call {tool_call_id}  {}  {}",
+            if *is_error { "error" } else { "ok" },
+            first_line(output, 80)
+        ),
+        AuditEvent::Denied {
+            session,
+            tool_call_id,
+            reason,
+        } => format!("denied  session {session}  call {tool_call_id}  {reason}"),
+    };
+    format!("{ts}  {body}")
+}
+
+/// `passepartout audit`: print the log (or its last `tail` records), one
+/// record per line. Returns the process exit code: 0 on success, 1 when the
+/// log cannot be read, 2 when some lines were not valid records (they are
+/// reported and skipped).
+pub fn print_command(path: &Path, out: &mut dyn Write, tail: Option<usize>) -> i32 {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = writeln!(out, "cannot read the audit log {}: {e}", path.display());
+            return 1;
+        }
+    };
+    let mut lines: Vec<(usize, String)> = Vec::new();
+    for (n, line) in BufReader::new(file).lines().enumerate() {
+        match line {
+            Ok(l) if l.trim().is_empty() => {}
+            Ok(l) => lines.push((n + 1, l)),
+            Err(e) => {
+                let _ = writeln!(out, "cannot read the audit log {}: {e}", path.display());
+                return 1;
+            }
+        }
+    }
+    let skip = tail.map_or(0, |t| lines.len().saturating_sub(t));
+    let mut code = 0;
+    for (n, line) in lines.into_iter().skip(skip) {
+        let rendered = match serde_json::from_str::<AuditRecord>(&line) {
+            Ok(record) => render(&record),
+            Err(e) => {
+                code = 2;
+                format!("line {n}: not an audit record ({e})")
+            }
+        };
+        if writeln!(out, "{rendered}").is_err() {
+            return 1;
+        }
+    }
+    code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::action::Approval;
+    use crate::gates::{Decision, Verdict};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        let at = |s: u64, ms: u64| rfc3339(UNIX_EPOCH + Duration::from_millis(s * 1000 + ms));
+        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(at(1_795_378_503, 7), "2026-11-22T20:15:03.007Z");
+        assert_eq!(at(951_782_400, 0), "2000-02-29T00:00:00.000Z");
+        assert_eq!(at(4_107_542_399, 999), "2100-02-28T23:59:59.999Z");
+    }
+
+    #[test]
+    fn default_path_follows_xdg() {
+        assert_eq!(
+            default_path_from(Some(OsStr::new("/s")), Some(OsStr::new("/h"))),
+            PathBuf::from("/s/passepartout/audit.jsonl")
+        );
+        assert_eq!(
+            default_path_from(Some(OsStr::new("rel")), Some(OsStr::new("/h"))),
+            PathBuf::from("/h/.local/state/passepartout/audit.jsonl")
+        );
+        assert_eq!(
+            default_path_from(None, Some(OsStr::new("/h"))),
+            PathBuf::from("/h/.local/state/passepartout/audit.jsonl")
+        );
+    }
+
+    #[test]
+    fn output_is_capped_with_a_marker() {
+        assert_eq!(truncate_output("short"), "short");
+        let long = "é".repeat(1500); // 3000 bytes, 2-byte chars
+        let cut = truncate_output(&long);
+        assert!(cut.starts_with(&"é".repeat(1024)));
+        assert!(cut.ends_with("\n…[truncated: 2048 of 3000 bytes kept]"));
+    }
+
+    #[test]
+    fn secrets_never_reach_the_log() {
+        let key = "sk-proj-Abc123Def456Ghi789Jkl012Mno345Pqr678";
+        let action = Action {
+            tool: "write".into(),
+            target: "files".into(),
+            arguments: serde_json::json!({ "content": key }),
+            effect: Effect::WriteFile {
+                path: "k.txt".into(),
+                content: format!("KEY={key}"),
+            },
+            approval: Approval::Ask,
+            timeout_secs: None,
+        };
+        let line = serde_json::to_string(&AuditRecord::proposed("s1", "c1", &action)).unwrap();
+        assert!(!line.contains(key), "{line}");
+        assert!(line.contains("sk-p…(44 chars)"));
+        let line = serde_json::to_string(&AuditRecord::executed("c1", false, key)).unwrap();
+        assert!(!line.contains(key));
+    }
+
+    #[test]
+    fn concurrent_appends_are_all_present_and_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nested/dir/audit.jsonl");
+        let log = Arc::new(AuditLog::open(&path).unwrap());
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let log = Arc::clone(&log);
+                std::thread::spawn(move || {
+                    for i in 0..25 {
+                        let out = format!("thread {t} record {i} {}", "x".repeat(300));
+                        log.append(&AuditRecord::executed(&format!("t{t}-{i}"), false, &out))
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut ids: Vec<String> = text
+            .lines()
+            .map(|l| {
+                let r: AuditRecord = serde_json::from_str(l).expect("each line is a record");
+                match r.event {
+                    AuditEvent::Executed { tool_call_id, .. } => tool_call_id,
+                    other => panic!("unexpected {other:?}"),
+                }
+            })
+            .collect();
+        ids.sort();
+        let mut expected: Vec<String> = (0..8)
+            .flat_map(|t| (0..25).map(move |i| format!("t{t}-{i}")))
+            .collect();
+        expected.sort();
+        assert_eq!(ids, expected);
+    }
+
+    #[test]
+    fn records_round_trip_and_print_one_per_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::open(&path).unwrap();
+        let at = |event| AuditRecord {
+            ts: "2026-11-22T20:15:03.412Z".into(),
+            event,
+        };
+        let action = Action {
+            tool: "shell".into(),
+            target: "shell".into(),
+            arguments: serde_json::json!({}),
+            effect: Effect::Run {
+                interpreter: "bash".into(),
+                script: "rm -rf /\necho done".into(),
+                argv: vec![],
+                env: Default::default(),
+                network: false,
+            },
+            approval: Approval::Auto,
+            timeout_secs: None,
+        };
+        let mut proposed = AuditRecord::proposed("s1", "c1", &action);
+        proposed.ts = "2026-11-22T20:15:03.412Z".into();
+        let judgement = Judgement::from_trace(vec![
+            Verdict::new(
+                Decision::Allow,
+                "approval",
+                "the tool `shell` runs without asking",
+            ),
+            Verdict::new(
+                Decision::Deny,
+                "destructive",
+                "rm -r on the root directory /",
+            ),
+        ]);
+        let records = vec![
+            proposed,
+            at(AuditEvent::Verdict {
+                session: "s1".into(),
+                tool_call_id: "c1".into(),
+                judgement,
+            }),
+            at(AuditEvent::Denied {
+                session: "s1".into(),
+                tool_call_id: "c1".into(),
+                reason: "denied by gate `destructive`".into(),
+            }),
+            at(AuditEvent::Decision {
+                plan_id: "p7".into(),
+                outcome: PlanOutcome::Approved,
+                by: "emacs".into(),
+                comment: Some("looks fine".into()),
+            }),
+            at(AuditEvent::Executed {
+                tool_call_id: "c2".into(),
+                is_error: true,
+                output: "exit 1\nmore".into(),
+            }),
+        ];
+        for r in &records {
+            log.append(r).unwrap();
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let back: Vec<AuditRecord> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(back, records);
+        assert!(text.lines().nth(1).unwrap().starts_with(
+            r#"{"ts":"2026-11-22T20:15:03.412Z","kind":"verdict","session":"s1","tool_call_id":"c1","judgement":{"decision":"deny","#
+        ));
+
+        let mut out = Vec::new();
+        assert_eq!(print_command(&path, &mut out, None), 0);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "2026-11-22T20:15:03Z  proposed  session s1  call c1  shell  bash: rm -rf /…\n\
+             2026-11-22T20:15:03Z  verdict  session s1  deny  destructive: rm -r on the root directory /\n\
+             2026-11-22T20:15:03Z  denied  session s1  call c1  denied by gate `destructive`\n\
+             2026-11-22T20:15:03Z  decision  plan p7  approved  by emacs  \"looks fine\"\n\
+             2026-11-22T20:15:03Z  executed  call c2  error  exit 1…\n"
+        );
+
+        let mut out = Vec::new();
+        assert_eq!(print_command(&path, &mut out, Some(1)), 0);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "2026-11-22T20:15:03Z  executed  call c2  error  exit 1…\n"
+        );
+    }
+
+    #[test]
+    fn print_reports_missing_files_and_bad_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("none.jsonl");
+        let mut out = Vec::new();
+        assert_eq!(print_command(&missing, &mut out, None), 1);
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .starts_with("cannot read the audit log"));
+
+        let path = dir.path().join("bad.jsonl");
+        std::fs::write(&path, "{\"ts\":\"x\"}\n").unwrap();
+        let mut out = Vec::new();
+        assert_eq!(print_command(&path, &mut out, None), 2);
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .starts_with("line 1: not an audit record"));
+    }
+}

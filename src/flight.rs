@@ -1,0 +1,418 @@
+//! The flight desk: the daemon's side of flight plans.
+//!
+//! It writes a plan to the store *before* anyone is asked, offers it to the
+//! editor (`_passepartout/plan/offer`), and waits for a decision from any
+//! channel — the editor's `_passepartout/plan/decide`, or
+//! `passepartout plans approve|reject` from a terminal (seen by polling the
+//! store). A plan whose turn is gone (the daemon restarted) still runs,
+//! exactly once, when approved. Every outcome is announced with
+//! `_passepartout/plan/resolved`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use crate::action::Action;
+use crate::actuators::ActContext;
+use crate::agent::act::ActStatus;
+use crate::agent::{AgentEnv, ApprovalOutcome, ApprovalRequest};
+use crate::audit::{AuditRecord, PlanOutcome};
+use crate::gates::Decision;
+use crate::plans::store::{PlanStore, StoreError};
+use crate::plans::{render, FlightPlan, PlanResult, PlanStatus};
+use crate::protocol as proto;
+use crate::rpc::Outgoing;
+
+/// How often a waiting turn looks for decisions made from a terminal.
+const STORE_POLL: Duration = Duration::from_millis(500);
+
+pub struct FlightDesk {
+    env: Arc<AgentEnv>,
+    out: Outgoing,
+    pub store: PlanStore,
+    /// Live turns waiting for a decision, by plan id.
+    waiters: Mutex<HashMap<String, oneshot::Sender<ApprovalOutcome>>>,
+    /// Plan ids by `session/tool_call_id`, for begin/settle.
+    by_call: Mutex<HashMap<String, String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn call_key(session: &str, call: &str) -> String {
+    format!("{session}/{call}")
+}
+
+/// A plan as the editor sees it.
+pub fn wire(plan: &FlightPlan) -> Value {
+    json!({
+        "planId": plan.id,
+        "sessionId": plan.session_id,
+        "toolCallId": plan.tool_call_id,
+        "tool": plan.action.tool,
+        "title": format!("{}: {}", plan.action.tool, plan.summary()),
+        "status": plan.status.as_str(),
+        "createdAt": plan.created_at,
+        "hash": plan.hash,
+        "org": render(plan),
+    })
+}
+
+/// Errors of `plan/decide`, with their JSON-RPC codes.
+#[derive(Debug, thiserror::Error)]
+pub enum DecideError {
+    #[error("{0}")]
+    Refused(String),
+    #[error("{0}")]
+    BadEdit(String),
+}
+
+impl FlightDesk {
+    pub fn new(env: Arc<AgentEnv>, out: Outgoing) -> Arc<FlightDesk> {
+        let store = PlanStore::new(env.config.state_dir().join("plans"));
+        Arc::new(FlightDesk {
+            env,
+            out,
+            store,
+            waiters: Mutex::default(),
+            by_call: Mutex::default(),
+        })
+    }
+
+    /// At daemon start: plans that were running when a daemon died are
+    /// marked interrupted (never re-run); plans approved from a terminal
+    /// while no daemon ran are run now, once.
+    pub fn recover(self: &Arc<Self>) {
+        let recovery = match self.store.recover() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!("cannot read the flight plans: {e}");
+                return;
+            }
+        };
+        for problem in &recovery.problems {
+            tracing::warn!("skipped an unreadable flight plan: {problem:?}");
+        }
+        for plan in &recovery.interrupted {
+            tracing::warn!(plan = %plan.id, "a flight plan was interrupted by a daemon crash; it will not be re-run");
+        }
+        for plan in recovery.to_run {
+            let desk = self.clone();
+            tokio::spawn(async move { desk.run_orphan(plan).await });
+        }
+    }
+
+    /// Re-offer every pending plan (after `initialize`).
+    pub fn offer_pending(&self) {
+        match self.store.pending() {
+            Ok(plans) => {
+                for plan in plans {
+                    self.out
+                        .notify(proto::EXT_PLAN_OFFER, json!({ "plan": wire(&plan) }));
+                }
+            }
+            Err(e) => tracing::error!("cannot list pending flight plans: {e}"),
+        }
+    }
+
+    pub fn list(&self) -> Result<Value, String> {
+        let plans = self.store.pending().map_err(|e| e.to_string())?;
+        Ok(json!({ "plans": plans.iter().map(wire).collect::<Vec<_>>() }))
+    }
+
+    /// Write the plan, offer it, and wait for a decision.
+    pub async fn ask(
+        &self,
+        request: ApprovalRequest,
+        cancel: CancellationToken,
+    ) -> ApprovalOutcome {
+        let mut plan = FlightPlan::new(
+            request.session_id.clone(),
+            request.tool_call_id.clone(),
+            request.explanation,
+            request.action,
+            request.trace,
+        );
+        plan.cwd = Some(request.cwd);
+        if let Err(e) = self.store.create(&plan) {
+            // Fail closed: a plan that could not be saved is not offered.
+            return ApprovalOutcome::Rejected {
+                comment: Some(format!("the flight plan could not be saved: {e}")),
+                by: "daemon".into(),
+            };
+        }
+        let id = plan.id.clone();
+        let (tx, mut rx) = oneshot::channel();
+        lock(&self.waiters).insert(id.clone(), tx);
+        lock(&self.by_call).insert(call_key(&plan.session_id, &plan.tool_call_id), id.clone());
+        tracing::info!(plan = %id, "flight plan offered");
+        self.out
+            .notify(proto::EXT_PLAN_OFFER, json!({ "plan": wire(&plan) }));
+        let mut poll = tokio::time::interval(STORE_POLL);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => {
+                    lock(&self.waiters).remove(&id);
+                    if let Ok(outcome) = self.store.decide(&id, false, None, "cancel", Some("the turn was cancelled".into())) {
+                        self.resolved(&outcome.plan, "cancelled", None);
+                    }
+                    return ApprovalOutcome::Cancelled;
+                }
+                outcome = &mut rx => {
+                    return outcome.unwrap_or(ApprovalOutcome::Cancelled);
+                }
+                _ = poll.tick() => {
+                    // A decision from a terminal shows up only in the store.
+                    if let Ok(p) = self.store.load(&id) {
+                        if p.status != PlanStatus::Pending {
+                            lock(&self.waiters).remove(&id);
+                            if let Some(d) = &p.decision {
+                                let verdict = if d.approved { PlanOutcome::Approved } else { PlanOutcome::Rejected };
+                                self.env.record(AuditRecord::decision(&id, verdict, &d.by, d.comment.as_deref()));
+                            }
+                            if p.status == PlanStatus::Rejected {
+                                self.resolved(&p, "rejected", None);
+                            }
+                            return outcome_of(&p);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// `_passepartout/plan/decide` (and the same logic for any channel that
+    /// goes through the daemon).
+    pub fn decide(
+        self: &Arc<Self>,
+        params: proto::PlanDecideParams,
+        by: &str,
+    ) -> Result<Value, DecideError> {
+        let approve = params.decision == proto::PlanVerdict::Approve;
+        let plan = self
+            .store
+            .load(&params.plan_id)
+            .map_err(|e| DecideError::Refused(e.to_string()))?;
+        let cwd = plan.cwd.clone().unwrap_or_else(|| PathBuf::from("/"));
+        let env = self.env.clone();
+        let check = move |a: &Action| -> Result<(), String> {
+            let judgement = env
+                .toolsets
+                .toolset(&cwd, "")
+                .gates
+                .evaluate(a, &env.gate_context(&cwd));
+            if judgement.decision == Decision::Deny {
+                Err(judgement.reason())
+            } else {
+                Ok(())
+            }
+        };
+        let outcome = self
+            .store
+            .decide_checked(
+                &params.plan_id,
+                approve,
+                params.org.as_deref(),
+                by,
+                params.comment.clone(),
+                &check,
+            )
+            .map_err(|e| match e {
+                StoreError::Parse(p) => DecideError::BadEdit(p.to_string()),
+                other => DecideError::Refused(other.to_string()),
+            })?;
+        self.env.record(AuditRecord::decision(
+            &outcome.plan.id,
+            if outcome.approved {
+                PlanOutcome::Approved
+            } else {
+                PlanOutcome::Rejected
+            },
+            by,
+            params.comment.as_deref(),
+        ));
+        let result = json!({
+            "planId": outcome.plan.id,
+            "status": if outcome.approved { "approved" } else { "rejected" },
+            "edited": outcome.edited,
+        });
+        let waiter = lock(&self.waiters).remove(&outcome.plan.id);
+        let decided = if outcome.approved {
+            ApprovalOutcome::Approved {
+                hash: outcome.action.content_hash(),
+                action: outcome.action.clone(),
+                by: by.to_string(),
+            }
+        } else {
+            self.resolved(&outcome.plan, "rejected", None);
+            ApprovalOutcome::Rejected {
+                comment: params.comment,
+                by: by.to_string(),
+            }
+        };
+        match waiter {
+            Some(tx) => {
+                let _ = tx.send(decided);
+            }
+            None if outcome.approved => {
+                // Its turn is gone (the daemon restarted): run it here, once.
+                let desk = self.clone();
+                let plan = outcome.plan;
+                tokio::spawn(async move { desk.run_orphan(plan).await });
+            }
+            None => {}
+        }
+        Ok(result)
+    }
+
+    /// The act stage is about to run an approved action.
+    pub fn begin(&self, session: &str, call: &str, action: &Action) -> Result<(), String> {
+        let Some(id) = lock(&self.by_call).get(&call_key(session, call)).cloned() else {
+            return Ok(()); // approved through another channel (ACP permission)
+        };
+        let stored = self.store.begin_execution(&id).map_err(|e| e.to_string())?;
+        if stored.content_hash() != action.content_hash() {
+            let _ = self.store.finish_execution(
+                &id,
+                PlanResult::new(true, "not run: the action differs from the approved plan"),
+            );
+            return Err(
+                "not run: the action about to run differs from the approved flight plan".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// What became of an approved plan's action.
+    pub fn settle(&self, session: &str, call: &str, status: &ActStatus, text: &str) {
+        let Some(id) = lock(&self.by_call).remove(&call_key(session, call)) else {
+            return;
+        };
+        let (word, stored) = match status {
+            ActStatus::Executed => (
+                "executed",
+                self.store
+                    .finish_execution(&id, PlanResult::new(false, text)),
+            ),
+            ActStatus::Failed | ActStatus::Cancelled => {
+                let word = if *status == ActStatus::Failed {
+                    "failed"
+                } else {
+                    "cancelled"
+                };
+                (
+                    word,
+                    self.store
+                        .finish_execution(&id, PlanResult::new(true, text)),
+                )
+            }
+            ActStatus::Denied | ActStatus::Rejected => ("denied", self.store.abandon(&id, text)),
+        };
+        match stored {
+            Ok(plan) => self.resolved(&plan, word, Some(text)),
+            Err(e) => {
+                tracing::warn!(plan = %id, "could not record the outcome: {e}");
+                if let Ok(plan) = self.store.load(&id) {
+                    self.resolved(&plan, word, Some(text));
+                }
+            }
+        }
+    }
+
+    fn resolved(&self, plan: &FlightPlan, status: &str, result: Option<&str>) {
+        self.out.notify(
+            proto::EXT_PLAN_RESOLVED,
+            json!({
+                "planId": plan.id,
+                "sessionId": plan.session_id,
+                "status": status,
+                "result": result,
+                "org": render(plan),
+            }),
+        );
+    }
+
+    /// Run an approved plan that has no live turn: gates at the last mile,
+    /// exactly-once guard, the actuator, the record, the announcement.
+    async fn run_orphan(self: Arc<Self>, plan: FlightPlan) {
+        let Some(cwd) = plan.cwd.clone() else {
+            let _ = self
+                .store
+                .abandon(&plan.id, "the plan records no working directory");
+            return;
+        };
+        let judgement = self
+            .env
+            .toolsets
+            .toolset(&cwd, "")
+            .gates
+            .evaluate(&plan.action, &self.env.gate_context(&cwd));
+        if judgement.decision == Decision::Deny {
+            let reason = format!("denied at the last mile: {}", judgement.reason());
+            if let Ok(p) = self.store.abandon(&plan.id, &reason) {
+                self.resolved(&p, "denied", Some(&reason));
+            }
+            return;
+        }
+        let action = match self.store.begin_execution(&plan.id) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::info!(plan = %plan.id, "not run: {e}");
+                return;
+            }
+        };
+        let ctx = ActContext {
+            session_id: plan.session_id.clone(),
+            cwd,
+            cancel: CancellationToken::new(),
+        };
+        let (is_error, text) = match self.env.actuators.resolve(Some(&action.target), None) {
+            Ok(actuator) => match actuator.execute(&action, &ctx).await {
+                Ok(out) => (out.is_error, out.text),
+                Err(e) => (true, e.to_string()),
+            },
+            Err(e) => (true, e.to_string()),
+        };
+        match self
+            .store
+            .finish_execution(&plan.id, PlanResult::new(is_error, &text))
+        {
+            Ok(p) => self.resolved(
+                &p,
+                if is_error { "failed" } else { "executed" },
+                Some(&text),
+            ),
+            Err(e) => tracing::error!(plan = %plan.id, "could not record the result: {e}"),
+        }
+    }
+}
+
+/// The approval outcome a decided plan stands for.
+fn outcome_of(plan: &FlightPlan) -> ApprovalOutcome {
+    let by = plan
+        .decision
+        .as_ref()
+        .map(|d| d.by.clone())
+        .unwrap_or_else(|| "unknown".into());
+    match plan.status {
+        PlanStatus::Approved => ApprovalOutcome::Approved {
+            action: plan.action.clone(),
+            hash: plan.hash.clone(),
+            by,
+        },
+        PlanStatus::Rejected => ApprovalOutcome::Rejected {
+            comment: plan.decision.as_ref().and_then(|d| d.comment.clone()),
+            by,
+        },
+        other => ApprovalOutcome::Rejected {
+            comment: Some(format!("the plan is {}", other.as_str())),
+            by,
+        },
+    }
+}

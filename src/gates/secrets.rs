@@ -1,0 +1,351 @@
+//! Secrets in what the agent is about to write or send.
+//!
+//! Scans file contents, scripts, arguments, environment values, Emacs Lisp
+//! and actuator arguments for credentials with a recognisable shape (cloud
+//! keys, tokens, private key blocks, JWTs, `password=` assignments with a
+//! high-entropy value). Private key material is denied; anything else is
+//! held for approval. Reasons never repeat the secret: they show a redacted
+//! form, and [`redact`] is reused by the audit log.
+
+use std::sync::OnceLock;
+
+use regex::Regex;
+
+use crate::action::{Action, Effect};
+use crate::gates::engine::verdict_from_findings;
+use crate::gates::{Decision, Gate, GateContext, Verdict};
+
+/// One credential found in text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretFinding {
+    /// What it looks like ("AWS access key id", "GitHub token", ...).
+    pub kind: &'static str,
+    /// A form safe to show: the first characters and the length.
+    pub redacted: String,
+    /// Deny for private keys, Ask for the rest.
+    pub decision: Decision,
+    /// Byte range of the secret value in the scanned text.
+    pub range: std::ops::Range<usize>,
+}
+
+struct Pattern {
+    kind: &'static str,
+    regex: Regex,
+    decision: Decision,
+    /// Capture group holding the secret value (0: the whole match).
+    group: usize,
+    /// Shown characters in the redacted form.
+    keep: usize,
+    /// Whether the value must look random (generic assignments).
+    entropy_check: bool,
+}
+
+fn patterns() -> &'static [Pattern] {
+    static PATTERNS: OnceLock<Vec<Pattern>> = OnceLock::new();
+    PATTERNS.get_or_init(|| {
+        let p = |kind, re: &str, decision, group, keep, entropy_check| Pattern {
+            kind,
+            regex: Regex::new(re).expect("static regex"),
+            decision,
+            group,
+            keep,
+            entropy_check,
+        };
+        vec![
+            p(
+                "private key",
+                r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----(?s:.*?)(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\z)",
+                Decision::Deny,
+                0,
+                0,
+                false,
+            ),
+            p("AWS access key id", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", Decision::Ask, 0, 4, false),
+            p("GitHub token", r"\bgh[pousr]_[A-Za-z0-9]{36,255}\b", Decision::Ask, 0, 4, false),
+            p("GitHub token", r"\bgithub_pat_[A-Za-z0-9_]{22,255}\b", Decision::Ask, 0, 4, false),
+            p("Slack token", r"\bxox[baprse]-[A-Za-z0-9-]{10,}", Decision::Ask, 0, 4, false),
+            p("Anthropic API key", r"\bsk-ant-[A-Za-z0-9_-]{20,}", Decision::Ask, 0, 4, false),
+            p("OpenAI-style API key", r"\bsk-(?:proj-|svcacct-)?[A-Za-z0-9_-]{32,}", Decision::Ask, 0, 4, false),
+            p("Stripe key", r"\b[sr]k_live_[0-9A-Za-z]{20,}", Decision::Ask, 0, 4, false),
+            p("Google API key", r"\bAIza[0-9A-Za-z_-]{35}", Decision::Ask, 0, 4, false),
+            p(
+                "JSON web token",
+                r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+                Decision::Ask,
+                0,
+                4,
+                false,
+            ),
+            p(
+                "credential assignment",
+                r#"(?i)(?:password|passwd|pwd|secret|api[_-]?key|apikey|access[_-]?key|secret[_-]?key|access[_-]?token|auth[_-]?token|client[_-]?secret|private[_-]?token|token)["']?\s*[:=]\s*["']?([^\s"'`;&|,)}\]]{8,})"#,
+                Decision::Ask,
+                1,
+                2,
+                true,
+            ),
+        ]
+    })
+}
+
+/// Shannon entropy in bits per character.
+fn entropy(s: &str) -> f64 {
+    let mut counts = std::collections::HashMap::new();
+    let mut n = 0usize;
+    for c in s.chars() {
+        *counts.entry(c).or_insert(0usize) += 1;
+        n += 1;
+    }
+    if n == 0 {
+        return 0.0;
+    }
+    counts
+        .values()
+        .map(|&k| {
+            let p = k as f64 / n as f64;
+            -p * p.log2()
+        })
+        .sum()
+}
+
+/// Whether a generic assignment's value is a reference rather than a secret
+/// (`$VAR`, `os.environ[...]`, `<placeholder>`, `process.env.X`).
+fn is_reference(value: &str) -> bool {
+    value.starts_with('$')
+        || value.starts_with('<')
+        || value.starts_with('{')
+        || value.starts_with('%')
+        || value.contains("environ")
+        || value.contains("getenv")
+        || value.contains("process.env")
+        || value.contains('(')
+        || value.chars().all(|c| c == '*' || c == 'x' || c == 'X')
+        // Code, not a value: `self.tokens[i`, `config.api_key`.
+        || value.chars().all(|c| c.is_ascii_alphabetic() || matches!(c, '_' | '.' | '[' | ':'))
+}
+
+fn redacted_form(value: &str, keep: usize) -> String {
+    let len = value.chars().count();
+    if keep == 0 {
+        let first_line = value.lines().next().unwrap_or("");
+        return format!("{first_line}…({len} chars)");
+    }
+    let head: String = value.chars().take(keep.min(len / 3)).collect();
+    format!("{head}…({len} chars)")
+}
+
+/// Every credential-shaped value in `text`, earliest first, without overlap.
+pub fn scan(text: &str) -> Vec<SecretFinding> {
+    let mut found: Vec<SecretFinding> = Vec::new();
+    for pat in patterns() {
+        for caps in pat.regex.captures_iter(text) {
+            let Some(m) = caps.get(pat.group) else {
+                continue;
+            };
+            let value = m.as_str();
+            if pat.entropy_check && (is_reference(value) || entropy(value) < 3.0) {
+                continue;
+            }
+            let overlaps = found
+                .iter()
+                .any(|f| f.range.start < m.end() && m.start() < f.range.end);
+            if overlaps {
+                continue;
+            }
+            found.push(SecretFinding {
+                kind: pat.kind,
+                redacted: redacted_form(value, pat.keep),
+                decision: pat.decision,
+                range: m.range(),
+            });
+        }
+    }
+    found.sort_by_key(|f| f.range.start);
+    found
+}
+
+/// `text` with every credential replaced by its redacted form.
+pub fn redact(text: &str) -> String {
+    let findings = scan(text);
+    if findings.is_empty() {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for f in findings {
+        out.push_str(&text[at..f.range.start]);
+        out.push_str(&f.redacted);
+        at = f.range.end;
+    }
+    out.push_str(&text[at..]);
+    out
+}
+
+/// The texts of an effect that leave the agent: what is written, run or sent.
+fn outgoing_texts(effect: &Effect) -> Vec<(String, String)> {
+    match effect {
+        Effect::WriteFile { path, content } => {
+            vec![(
+                format!("the content for {}", path.display()),
+                content.clone(),
+            )]
+        }
+        Effect::Run {
+            script, argv, env, ..
+        } => {
+            let mut out = vec![("the script".to_string(), script.clone())];
+            out.extend(argv.iter().map(|a| ("an argument".to_string(), a.clone())));
+            out.extend(
+                env.iter()
+                    .map(|(k, v)| (format!("the environment variable {k}"), format!("{k}={v}"))),
+            );
+            out
+        }
+        Effect::EvalElisp { code, bindings } => {
+            let mut out = vec![("the Emacs Lisp code".to_string(), code.clone())];
+            out.extend(bindings.iter().map(|(k, v)| {
+                let text = match v {
+                    serde_json::Value::String(s) => format!("{k}={s}"),
+                    other => format!("{k}={other}"),
+                };
+                (format!("the binding {k}"), text)
+            }));
+            out
+        }
+        Effect::Op { op, args } => {
+            vec![(format!("the arguments of `{op}`"), args.to_string())]
+        }
+        _ => vec![],
+    }
+}
+
+/// Holds for approval anything that carries a credential out; denies private
+/// key material.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SecretsGate;
+
+impl Gate for SecretsGate {
+    fn name(&self) -> &str {
+        "secrets"
+    }
+
+    fn priority(&self) -> i32 {
+        50
+    }
+
+    fn check(&self, action: &Action, _ctx: &GateContext) -> Option<Verdict> {
+        let mut findings = Vec::new();
+        for (place, text) in outgoing_texts(&action.effect) {
+            for f in scan(&text) {
+                findings.push((f.decision, format!("{} in {place}: {}", f.kind, f.redacted)));
+            }
+        }
+        verdict_from_findings(self.name(), findings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::action::Approval;
+
+    const OPENAI: &str = "sk-proj-Abc123Def456Ghi789Jkl012Mno345Pqr678";
+
+    fn write(content: &str) -> Option<Verdict> {
+        let action = Action {
+            tool: "write".into(),
+            target: "files".into(),
+            arguments: serde_json::json!({}),
+            effect: Effect::WriteFile {
+                path: "config.py".into(),
+                content: content.into(),
+            },
+            approval: Approval::Auto,
+            timeout_secs: None,
+        };
+        SecretsGate.check(&action, &GateContext::default())
+    }
+
+    #[test]
+    fn recognises_each_shape() {
+        let kinds = |t: &str| scan(t).into_iter().map(|f| f.kind).collect::<Vec<_>>();
+        assert_eq!(
+            kinds("key AKIAIOSFODNN7EXAMPLE here"),
+            ["AWS access key id"]
+        );
+        assert_eq!(
+            kinds("ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789"),
+            ["GitHub token"]
+        );
+        assert_eq!(
+            kinds("github_pat_11ABCDEFG0123456789_abcdefghijklmnop"),
+            ["GitHub token"]
+        );
+        assert_eq!(kinds("xoxb-123456789012-abcdefABCDEF"), ["Slack token"]);
+        assert_eq!(
+            kinds("sk-ant-api03-aaaaBBBBccccDDDDeeee1234"),
+            ["Anthropic API key"]
+        );
+        assert_eq!(kinds(OPENAI), ["OpenAI-style API key"]);
+        assert_eq!(
+            kinds("AIzaSyA1234567890abcdefghijklmnopqrstuv"),
+            ["Google API key"]
+        );
+        assert_eq!(
+            kinds("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
+            ["JSON web token"]
+        );
+        assert_eq!(
+            kinds("password = \"Xk9#mQ2$vL7pR4wz\""),
+            ["credential assignment"]
+        );
+        assert_eq!(
+            kinds("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n-----END OPENSSH PRIVATE KEY-----"),
+            ["private key"]
+        );
+    }
+
+    #[test]
+    fn ordinary_text_is_not_a_secret() {
+        assert!(scan("password = os.environ['DB_PASSWORD']").is_empty());
+        assert!(scan("api_key=$API_KEY").is_empty());
+        assert!(scan("password=changeme").is_empty());
+        assert!(scan("let token = next_token(&mut lexer);").is_empty());
+        assert!(scan("let token = self.tokens[i];").is_empty());
+        assert!(scan("api_key: config.api_key,").is_empty());
+        assert!(scan("sk-short").is_empty());
+        assert!(scan("fn main() { println!(\"hello\"); }").is_empty());
+    }
+
+    #[test]
+    fn reasons_are_redacted() {
+        let v = write(&format!("OPENAI_API_KEY = \"{OPENAI}\"\n")).expect("found");
+        assert_eq!(v.decision, Decision::Ask);
+        assert_eq!(
+            v.reason,
+            "OpenAI-style API key in the content for config.py: sk-p…(44 chars)"
+        );
+        assert!(!v.reason.contains(OPENAI));
+    }
+
+    #[test]
+    fn private_keys_are_denied() {
+        let v = write("-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----\n")
+            .expect("found");
+        assert_eq!(v.decision, Decision::Deny);
+        assert_eq!(
+            v.reason,
+            "private key in the content for config.py: -----BEGIN RSA PRIVATE KEY-----…(68 chars)"
+        );
+        assert_eq!(write("just text"), None);
+    }
+
+    #[test]
+    fn redact_replaces_every_secret() {
+        assert_eq!(
+            redact(&format!("a {OPENAI} b AKIAIOSFODNN7EXAMPLE c")),
+            "a sk-p…(44 chars) b AKIA…(20 chars) c"
+        );
+        assert_eq!(redact("nothing here"), "nothing here");
+    }
+}

@@ -1,0 +1,147 @@
+//! Skills: tools, prompts and gate rules written as literate Org files.
+//!
+//! A skill is an Org document a person can read: prose for humans, and in
+//! it a few tagged headings the daemon loads — `:prompt:` sections for the
+//! system prompt, `:tool:` headings that become [`crate::tools::Tool`]s, and
+//! `:rules:` headings whose rules become a [`crate::gates::Gate`]. The
+//! format is specified in `docs/skills.md`.
+//!
+//! The pipeline is: [`org`] (the only code that touches orgize) → [`parse`]
+//! (owned structs → a [`Skill`] plus [`Diagnostic`]s) → [`loader`] (built-in,
+//! user and project directories, overriding by skill name, cheap reload) →
+//! [`cli`] (`skills check` / `skills list`). A broken file never stops the
+//! others from loading; its diagnostics say exactly what to fix.
+
+pub mod cli;
+pub mod diagnostic;
+pub mod loader;
+pub mod org;
+pub mod parse;
+pub mod planner;
+pub mod rules;
+
+use std::path::PathBuf;
+
+use regex::Regex;
+
+pub use cli::{check_command, list_command};
+pub use diagnostic::{Diagnostic, Severity};
+pub use loader::{SkillDirs, SkillLoader, SkillSet, SkillSummary};
+pub use parse::{check_text, parse_skill, parse_skill_bytes, MAX_SKILL_BYTES};
+pub use planner::{Binding, Body, Param, ParamType, SkillPlanner};
+pub use rules::{load_policy, Rule, RuleGate};
+
+use crate::tools::Tool;
+
+/// Where a skill file came from. Later origins override earlier ones when
+/// two skills share a name: builtin < user < project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Origin {
+    /// Embedded in the binary (`skills/*.org` in the source tree).
+    Builtin,
+    /// `$XDG_CONFIG_HOME/passepartout/skills`.
+    User,
+    /// `<project>/.passepartout/skills`.
+    Project,
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Origin::Builtin => "builtin",
+            Origin::User => "user",
+            Origin::Project => "project",
+        })
+    }
+}
+
+/// When a skill's prompt sections join the system prompt.
+#[derive(Debug, Clone)]
+pub enum Trigger {
+    /// Every turn.
+    Always,
+    /// Only when the person's message names the skill as `@name`.
+    Never,
+    /// When the person's message matches (case-insensitively), or names
+    /// the skill as `@name`.
+    Pattern(Regex),
+}
+
+impl std::fmt::Display for Trigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Trigger::Always => f.write_str("always"),
+            Trigger::Never => f.write_str("never"),
+            Trigger::Pattern(re) => {
+                let src = re.as_str();
+                write!(f, "/{}/", src.strip_prefix("(?i)").unwrap_or(src))
+            }
+        }
+    }
+}
+
+/// A loaded skill.
+#[derive(Debug, Clone)]
+pub struct Skill {
+    pub name: String,
+    /// One line, from `#+DESCRIPTION:`.
+    pub description: String,
+    /// Higher first in the system prompt, and wins a tool-name clash.
+    pub priority: i32,
+    pub trigger: Trigger,
+    /// All `:prompt:` sections, joined by blank lines.
+    pub prompt: String,
+    pub tools: Vec<Tool>,
+    pub rules: Vec<Rule>,
+    pub path: PathBuf,
+    pub origin: Origin,
+}
+
+impl Skill {
+    /// Whether this skill's prompt belongs in the system prompt for a turn
+    /// that starts with `user_message`.
+    pub fn is_active(&self, user_message: &str) -> bool {
+        if mentions(user_message, &self.name) {
+            return true;
+        }
+        match &self.trigger {
+            Trigger::Always => true,
+            Trigger::Never => false,
+            Trigger::Pattern(re) => re.is_match(user_message),
+        }
+    }
+}
+
+/// `@name` as a whole word in `message`.
+fn mentions(message: &str, name: &str) -> bool {
+    let needle = format!("@{name}");
+    message.match_indices(&needle).any(|(i, _)| {
+        let before_ok = message[..i]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !is_name_char(c));
+        let after_ok = message[i + needle.len()..]
+            .chars()
+            .next()
+            .is_none_or(|c| !is_name_char(c));
+        before_ok && after_ok
+    })
+}
+
+fn is_name_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_' || c == '-'
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_skill_is_mentioned_only_as_a_whole_word() {
+        assert!(mentions("please @git status", "git"));
+        assert!(mentions("@git", "git"));
+        assert!(!mentions("please @github", "git"));
+        assert!(!mentions("mail a@git", "git"));
+        assert!(!mentions("git status", "git"));
+    }
+}

@@ -1,0 +1,178 @@
+//! Toolsets from skills: for each working directory, the built-in Rust
+//! tools plus every tool of the skills in effect there (built-in skills <
+//! the user's < the project's), the active skills' prompt sections, and a
+//! gate engine of the built-in gates, the skills' rules and the user's
+//! policy file.
+//!
+//! Skill directories are fingerprinted at the start of every turn and
+//! re-read only when a file changed, so a new skill is seen on the next turn.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::agent::{Toolset, ToolsetSource};
+use crate::gates::engine::GateEngine;
+use crate::skills::{
+    load_policy, Diagnostic, RuleGate, SkillDirs, SkillLoader, SkillSet, SkillSummary,
+};
+use crate::tools::{builtin, ToolRegistry};
+
+/// Where skills come from.
+#[derive(Debug, Clone)]
+pub struct SkillSources {
+    pub builtin: bool,
+    pub user_dir: Option<PathBuf>,
+    pub policy_file: Option<PathBuf>,
+}
+
+impl SkillSources {
+    pub fn dirs_for(&self, cwd: &Path) -> SkillDirs {
+        SkillDirs {
+            builtin: self.builtin,
+            user: self.user_dir.clone(),
+            project: Some(cwd.join(".passepartout").join("skills")),
+        }
+    }
+}
+
+struct Entry {
+    loader: SkillLoader,
+    /// The gate engine built for `loader.current()`; rebuilt when it changes.
+    gates: Arc<GateEngine>,
+    built_for: Arc<SkillSet>,
+}
+
+pub struct SkillToolsets {
+    sources: SkillSources,
+    by_cwd: Mutex<HashMap<PathBuf, Entry>>,
+    policy: Mutex<Arc<RuleGate>>,
+    policy_diagnostics: Mutex<Vec<Diagnostic>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl SkillToolsets {
+    pub fn new(sources: SkillSources) -> SkillToolsets {
+        let toolsets = SkillToolsets {
+            sources,
+            by_cwd: Mutex::default(),
+            policy: Mutex::new(Arc::new(RuleGate::new("policy", Vec::new()))),
+            policy_diagnostics: Mutex::default(),
+        };
+        toolsets.load_policy();
+        toolsets
+    }
+
+    fn load_policy(&self) {
+        let Some(path) = &self.sources.policy_file else {
+            return;
+        };
+        let (rules, diagnostics) = load_policy(path);
+        for d in &diagnostics {
+            tracing::warn!("{d}");
+        }
+        *lock(&self.policy) = Arc::new(RuleGate::new("policy", rules));
+        *lock(&self.policy_diagnostics) = diagnostics;
+    }
+
+    fn engine(&self, set: &SkillSet) -> Arc<GateEngine> {
+        let mut engine = GateEngine::with_builtin_gates();
+        for gate in set.gates() {
+            engine.add(Arc::from(gate));
+        }
+        engine.add(lock(&self.policy).clone());
+        Arc::new(engine)
+    }
+
+    /// The current skill set for `cwd` (re-read if a file changed).
+    pub fn skills(&self, cwd: &Path) -> Arc<SkillSet> {
+        let mut map = lock(&self.by_cwd);
+        let entry = self.entry(&mut map, cwd);
+        entry.loader.current()
+    }
+
+    fn entry<'m>(&self, map: &'m mut HashMap<PathBuf, Entry>, cwd: &Path) -> &'m mut Entry {
+        let entry = map.entry(cwd.to_path_buf()).or_insert_with(|| {
+            let loader = SkillLoader::new(self.sources.dirs_for(cwd));
+            let set = loader.current();
+            for d in set.diagnostics() {
+                tracing::warn!("{d}");
+            }
+            Entry {
+                gates: self.engine(&set),
+                built_for: set,
+                loader,
+            }
+        });
+        if entry.loader.refresh() {
+            let set = entry.loader.current();
+            tracing::info!(cwd = %cwd.display(), skills = set.len(), "skills reloaded");
+            for d in set.diagnostics() {
+                tracing::warn!("{d}");
+            }
+        }
+        let current = entry.loader.current();
+        if !Arc::ptr_eq(&current, &entry.built_for) {
+            entry.gates = self.engine(&current);
+            entry.built_for = current;
+        }
+        entry
+    }
+
+    /// Re-read every skill directory and the policy file now. Returns the
+    /// skill names and diagnostics for `cwd` (or for the first known
+    /// directory when `cwd` is None).
+    pub fn reload_all(&self, cwd: Option<&Path>) -> (Vec<String>, Vec<Diagnostic>) {
+        self.load_policy();
+        let mut map = lock(&self.by_cwd);
+        for entry in map.values_mut() {
+            entry.loader.reload();
+            let set = entry.loader.current();
+            entry.gates = self.engine(&set);
+            entry.built_for = set;
+        }
+        let set = match cwd {
+            Some(cwd) => Some(self.entry(&mut map, cwd).loader.current()),
+            None => map.values().next().map(|e| e.loader.current()),
+        };
+        let mut diagnostics = lock(&self.policy_diagnostics).clone();
+        let names = match set {
+            Some(set) => {
+                diagnostics.extend(set.diagnostics().iter().cloned());
+                set.list().into_iter().map(|s| s.name).collect()
+            }
+            None => Vec::new(),
+        };
+        (names, diagnostics)
+    }
+}
+
+impl ToolsetSource for SkillToolsets {
+    fn toolset(&self, cwd: &Path, user_message: &str) -> Toolset {
+        let mut map = lock(&self.by_cwd);
+        let entry = self.entry(&mut map, cwd);
+        let set = entry.loader.current();
+        let mut tools = ToolRegistry::new();
+        builtin::register(&mut tools);
+        set.register_tools(&mut tools);
+        Toolset {
+            tools,
+            prompt: set.system_prompt(user_message),
+            gates: entry.gates.clone(),
+        }
+    }
+
+    fn reload(&self, cwd: Option<&Path>) -> (Vec<String>, Vec<Diagnostic>) {
+        self.reload_all(cwd)
+    }
+
+    fn list(&self, cwd: &Path) -> (Vec<SkillSummary>, Vec<Diagnostic>) {
+        let set = self.skills(cwd);
+        let mut diagnostics = lock(&self.policy_diagnostics).clone();
+        diagnostics.extend(set.diagnostics().iter().cloned());
+        (set.list(), diagnostics)
+    }
+}

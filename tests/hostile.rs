@@ -1,0 +1,203 @@
+//! The hostile corpus: every hostile action must be denied or held for
+//! approval by the built-in gates even when the tool is declared `auto`, and
+//! every benign action must be allowed (a gate that asks for everything is
+//! useless). The corpora are data in `tests/hostile/*.json`.
+
+use std::path::PathBuf;
+
+use passepartout::action::{Action, Approval, Effect};
+use passepartout::gates::{Decision, GateContext, GateEngine};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Case {
+    effect: Effect,
+    expect: String,
+    note: String,
+}
+
+fn load(name: &str) -> Vec<Case> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/hostile")
+        .join(name);
+    let text = std::fs::read_to_string(&path).expect("corpus file readable");
+    serde_json::from_str(&text).expect("corpus is valid JSON")
+}
+
+fn context() -> GateContext {
+    GateContext {
+        cwd: "/home/user/project".into(),
+        home: Some("/home/user".into()),
+        network_allow: vec![
+            "crates.io".into(),
+            "static.crates.io".into(),
+            "github.com".into(),
+        ],
+    }
+}
+
+fn action(effect: Effect) -> Action {
+    let target = match &effect {
+        Effect::Run { .. } => "shell",
+        Effect::EvalElisp { .. } => "emacs",
+        Effect::Message { .. } => "system",
+        Effect::Op { .. } => "memex",
+        _ => "files",
+    };
+    Action {
+        tool: "corpus".into(),
+        target: target.into(),
+        arguments: serde_json::json!({}),
+        effect,
+        approval: Approval::Auto,
+        timeout_secs: None,
+    }
+}
+
+fn shown(effect: &Effect) -> String {
+    serde_json::to_string(effect).unwrap_or_default()
+}
+
+#[test]
+fn hostile_actions_are_stopped_and_benign_ones_pass() {
+    let engine = GateEngine::with_builtin_gates();
+    let ctx = context();
+    let hostile = load("hostile.json");
+    let benign = load("benign.json");
+    assert!(
+        hostile.len() >= 60,
+        "hostile corpus has {} cases",
+        hostile.len()
+    );
+    assert!(
+        benign.len() >= 30,
+        "benign corpus has {} cases",
+        benign.len()
+    );
+
+    let mut misses = Vec::new();
+    let (mut denied, mut held, mut allowed) = (0, 0, 0);
+    for case in &hostile {
+        let j = engine.evaluate(&action(case.effect.clone()), &ctx);
+        match j.decision {
+            Decision::Deny => denied += 1,
+            Decision::Ask => held += 1,
+            Decision::Allow => allowed += 1,
+        }
+        let ok = match case.expect.as_str() {
+            "deny" => j.decision == Decision::Deny,
+            "ask" => j.decision == Decision::Ask,
+            "deny_or_ask" => j.decision != Decision::Allow,
+            other => panic!("unknown expectation `{other}` for {}", case.note),
+        };
+        if !ok {
+            misses.push(format!(
+                "hostile `{}`: expected {}, got {} — {}\n    {}",
+                case.note,
+                case.expect,
+                j.decision,
+                j.reason(),
+                shown(&case.effect)
+            ));
+        }
+    }
+    let mut benign_allowed = 0;
+    for case in &benign {
+        assert_eq!(
+            case.expect, "allow",
+            "benign case {} must expect allow",
+            case.note
+        );
+        let j = engine.evaluate(&action(case.effect.clone()), &ctx);
+        if j.decision == Decision::Allow {
+            benign_allowed += 1;
+        } else {
+            misses.push(format!(
+                "benign `{}`: got {} — {}\n    {}",
+                case.note,
+                j.decision,
+                j.reason(),
+                shown(&case.effect)
+            ));
+        }
+    }
+    println!(
+        "hostile: {denied} denied, {held} held for approval, {allowed} allowed; benign: {benign_allowed} allowed of {}",
+        benign.len()
+    );
+    assert!(
+        misses.is_empty(),
+        "{} miss(es):\n{}",
+        misses.len(),
+        misses.join("\n")
+    );
+}
+
+#[test]
+fn tool_approval_is_never_loosened() {
+    let engine = GateEngine::with_builtin_gates();
+    let ctx = context();
+    let benign = load("benign.json");
+    for case in &benign {
+        let mut a = action(case.effect.clone());
+        a.approval = Approval::Ask;
+        assert_eq!(
+            engine.evaluate(&a, &ctx).decision,
+            Decision::Ask,
+            "{}",
+            case.note
+        );
+        a.approval = Approval::Never;
+        assert_eq!(
+            engine.evaluate(&a, &ctx).decision,
+            Decision::Deny,
+            "{}",
+            case.note
+        );
+    }
+}
+
+#[test]
+fn reasons_name_the_gate_and_never_echo_secrets() {
+    let engine = GateEngine::with_builtin_gates();
+    let key = "sk-proj-Abc123Def456Ghi789Jkl012Mno345Pqr678";
+    let j = engine.evaluate(
+        &action(Effect::WriteFile {
+            path: "config.py".into(),
+            content: format!("KEY = \"{key}\"\n"),
+        }),
+        &context(),
+    );
+    assert_eq!(j.decision, Decision::Ask);
+    assert_eq!(
+        j.reason(),
+        "held for approval by gate `secrets`: OpenAI-style API key in the content for config.py: sk-p…(44 chars)"
+    );
+    let j = engine.evaluate(
+        &action(Effect::Run {
+            interpreter: "bash".into(),
+            script: "rm -rf ~".into(),
+            argv: vec![],
+            env: Default::default(),
+            network: false,
+        }),
+        &context(),
+    );
+    assert_eq!(
+        j.reason(),
+        "denied by gate `destructive`: rm -r on the home directory"
+    );
+}
+
+/// Not an assertion: prints every hostile verdict so a reviewer can check
+/// that each case is stopped for the right reason
+/// (`cargo test --test hostile -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn print_every_hostile_reason() {
+    let engine = GateEngine::with_builtin_gates();
+    for case in load("hostile.json") {
+        let j = engine.evaluate(&action(case.effect.clone()), &context());
+        println!("{:<50} {}", case.note, j.reason());
+    }
+}
