@@ -191,14 +191,52 @@ A failing handler is reported without losing the messages after it."
      (message "passepartout: error handling %s: %s"
               method (error-message-string err)))))
 
-(defun passepartout--dispatch-request (_conn method _params)
-  "Refuse daemon request METHOD: flight plans replace requests to Emacs."
-  (jsonrpc-error :code -32601
-                 :message (format "method not supported by Emacs: %s" method)))
+(defun passepartout--dispatch-request (conn method params)
+  "Answer request METHOD with PARAMS from CONN; return the result.
+Decisions never arrive this way: a flight plan is a notification, and
+the person's answer a request from Emacs."
+  (passepartout--handle-request conn method params))
 
 (cl-defgeneric passepartout--handle-notification (conn method params)
   "Handle notification METHOD, a symbol, with PARAMS from CONN."
   (:method (_conn _method _params) nil))
+
+(cl-defgeneric passepartout--handle-request (conn method params)
+  "Answer request METHOD, a symbol, with PARAMS from CONN.
+Return the result; signal with `jsonrpc-error' to answer an error."
+  (:method (_conn method _params)
+           (jsonrpc-error :code -32601
+                          :message (format "method not supported by Emacs: %s"
+                                           method))))
+
+;;;; The emacs actuator
+
+(defun passepartout--read-forms (code)
+  "Return the Emacs Lisp forms in the string CODE, wrapped in `progn'."
+  (let ((pos 0) forms)
+    (condition-case nil
+        (while t
+          (let ((read (read-from-string code pos)))
+            (push (car read) forms)
+            (setq pos (cdr read))))
+      (end-of-file nil))
+    (cons 'progn (nreverse forms))))
+
+(cl-defmethod passepartout--handle-request
+  (_conn (_method (eql '_passepartout/emacs/eval)) params)
+  "Evaluate the code in PARAMS with its bindings; return its printed value.
+The daemon sends this only for an action a person approved in a flight
+plan (every Emacs Lisp tool asks).  The model's arguments arrive as
+bindings, lexically bound to their names around the form, never pasted
+into the code.  A string value is returned as is."
+  (let ((code (plist-get params :code))
+        (bindings (cl-loop for (key value) on (plist-get params :bindings) by #'cddr
+                           collect (cons (intern (substring (symbol-name key) 1))
+                                         value))))
+    (condition-case err
+        (let ((value (eval (passepartout--read-forms code) (or bindings t))))
+          (list :value (if (stringp value) value (prin1-to-string value))))
+      (error (jsonrpc-error :code -32000 :message (error-message-string err))))))
 
 (cl-defmethod passepartout--handle-notification
   (conn (_method (eql '_passepartout/sandbox/status)) params)
@@ -215,7 +253,8 @@ A failing handler is reported without losing the messages after it."
                                   :terminal :json-false)
         :clientInfo (list :name "emacs" :version emacs-version)
         :_meta (list :passepartout
-                     `(:flightPlans t ,@(and keys (list :apiKeys keys))))))
+                     `(:flightPlans t :emacs t
+                                    ,@(and keys (list :apiKeys keys))))))
 
 (defun passepartout--start ()
   "Start the daemon, `initialize' it and return the connection."
@@ -223,6 +262,11 @@ A failing handler is reported without losing the messages after it."
          (command (cons program passepartout-program-args))
          (default-directory (expand-file-name "~/"))
          (conn
+          (progn
+            ;; A fresh stderr buffer: jsonrpc hooks the old one to the
+            ;; events buffer, and would copy every line twice.
+            (when-let ((old (get-buffer passepartout--stderr-buffer-name)))
+              (kill-buffer old))
           (make-instance
            'passepartout-connection
            :name "passepartout"
@@ -241,7 +285,7 @@ A failing handler is reported without losing the messages after it."
               :file-handler nil
               ;; jsonrpc expects stderr in a buffer named after the
               ;; connection and hides it; it is shown again below.
-              :stderr (get-buffer-create passepartout--stderr-buffer-name)))))
+              :stderr (get-buffer-create passepartout--stderr-buffer-name))))))
          (keys (passepartout--api-keys)))
     (with-current-buffer (jsonrpc-stderr-buffer conn)
       (rename-buffer passepartout--stderr-buffer-name t))

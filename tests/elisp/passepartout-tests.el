@@ -321,7 +321,7 @@ This tool has no body.
                                            :_passepartout/skills/check
                                            (list :path buffer-file-name
                                                  :text (buffer-string)))))
-              (should (equal (plist-get result :diagnostics) nil))))
+              (should (equal (plist-get result :diagnostics) []))))
         (kill-buffer buffer)))))
 
 ;;;; Buffer logic, driven directly
@@ -428,6 +428,27 @@ This tool has no body.
     (when (get-buffer "*passepartout plan fp-1*")
       (kill-buffer "*passepartout plan fp-1*"))
     (clrhash passepartout-plan--plans)))
+
+(ert-deftest passepartout-test-emacs-eval ()
+  "The emacs actuator's request evaluates with the arguments bound, never pasted."
+  (should (equal (passepartout--handle-request
+                  nil '_passepartout/emacs/eval
+                  '(:code "(setq n (length text)) (format \"%s has %d\" text n)"
+                          :bindings (:text "(delete-file \"x\")" :n 0)))
+                 '(:value "(delete-file \"x\") has 17")))
+  (should (equal (passepartout--handle-request
+                  nil '_passepartout/emacs/eval '(:code "(+ 1 2)" :bindings nil))
+                 '(:value "3")))
+  (let ((err (should-error (passepartout--handle-request
+                            nil '_passepartout/emacs/eval
+                            '(:code "(error \"No buffer named %s\" buffer)"
+                                    :bindings (:buffer "nope")))
+                           :type 'jsonrpc-error)))
+    (should (equal (alist-get 'jsonrpc-error-message (cdr err)) "No buffer named nope"))
+    (should (equal (alist-get 'jsonrpc-error-code (cdr err)) -32000)))
+  (let ((err (should-error (passepartout--handle-request nil 'session/request_permission nil)
+                           :type 'jsonrpc-error)))
+    (should (equal (alist-get 'jsonrpc-error-code (cdr err)) -32601))))
 
 (ert-deftest passepartout-test-find-program-in-checkout ()
   "Without `passepartout-program' nor exec-path, the checkout's build is used."
