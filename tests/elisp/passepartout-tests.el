@@ -324,6 +324,27 @@ This tool has no body.
               (should (equal (plist-get result :diagnostics) []))))
         (kill-buffer buffer)))))
 
+(ert-deftest passepartout-test-skill-save-reloads ()
+  "Saving a skill file makes the daemon reload skills, the new one included."
+  (passepartout-test-with-daemon nil
+    (passepartout-test--chat project)
+    (let* ((buffer (passepartout-skill-create "greeter" (passepartout-skill-user-directory)))
+           (messages nil))
+      (unwind-protect
+          (cl-letf (((symbol-function 'message)
+                     (lambda (fmt &rest args)
+                       (when fmt (push (apply #'format fmt args) messages)))))
+            (with-current-buffer buffer
+              (goto-char (point-max))
+              (insert "\nMore prose.\n")
+              (save-buffer))
+            (passepartout-test--wait-for
+                (cl-find-if (lambda (m) (string-match-p "skills reloaded" m)) messages)
+              20 "the reload")
+            (should (cl-find-if (lambda (m) (string-match-p "skills reloaded (.*greeter" m))
+                                messages)))
+        (kill-buffer buffer)))))
+
 ;;;; Buffer logic, driven directly
 
 (defun passepartout-test--update (session update)
