@@ -338,14 +338,22 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
 
 (defun passepartout-chat--tool-text (update)
   "Return the text results of tool call UPDATE, joined."
-  (let (texts)
-    (seq-doseq (item (plist-get update :content))
-      (let ((text (pcase (plist-get item :type)
-                    ("content" (passepartout-chat--text-of (plist-get item :content)))
-                    ("diff" (format "diff of %s" (plist-get item :path)))
-                    (_ nil))))
-        (when text (push text texts))))
-    (and texts (string-join (nreverse texts) "\n"))))
+  (let ((texts
+         (cl-loop for item across (plist-get update :content)
+                  for text = (pcase (plist-get item :type)
+                               ("content" (passepartout-chat--text-of
+                                           (plist-get item :content)))
+                               ("diff" (format "new text of %s:\n%s"
+                                               (plist-get item :path)
+                                               (plist-get item :newText))))
+                  when text collect text)))
+    (and texts (string-join texts "\n"))))
+
+(defun passepartout-chat--json (value)
+  "Return VALUE, parsed JSON, as compact JSON text."
+  (condition-case nil
+      (json-serialize value :null-object nil :false-object :json-false)
+    (error (prin1-to-string value))))
 
 (defun passepartout-chat--tool-start (update)
   "Insert a section for the new tool call UPDATE; remember its markers."
@@ -368,8 +376,7 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
              (if input
                  (concat "#+begin_src json\n"
                          (org-escape-code-in-string
-                          (json-serialize input :null-object nil
-                                          :false-object :json-false))
+                          (passepartout-chat--json input))
                          "\n#+end_src\n")
                "")))
     (puthash id (list :heading heading
