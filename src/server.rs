@@ -103,9 +103,17 @@ impl Daemon {
             flight_plans = settings.flight_plans,
             "initialize"
         );
+        let flight_plans = settings.flight_plans;
+        if settings.emacs {
+            self.env.editor.connect(self.out.clone());
+        }
         *lock(&self.settings) = settings;
         self.out
             .notify(proto::EXT_SANDBOX_STATUS, &self.env.sandbox);
+        if flight_plans {
+            // Plans outlive daemons and editors: offer the pending ones again.
+            self.desk.offer_pending();
+        }
         let caps = acp::AgentCapabilities::new()
             .prompt_capabilities(acp::PromptCapabilities::new().embedded_context(true));
         let mut meta = serde_json::Map::new();
@@ -443,7 +451,32 @@ impl Approver for DaemonApprover {
         request: ApprovalRequest,
         cancel: CancellationToken,
     ) -> ApprovalOutcome {
-        self.daemon.ask_acp_client(request, cancel).await
+        if self.daemon.uses_flight_plans() {
+            self.daemon.desk.ask(request, cancel).await
+        } else {
+            self.daemon.ask_acp_client(request, cancel).await
+        }
+    }
+
+    fn begin(
+        &self,
+        session_id: &str,
+        tool_call_id: &str,
+        action: &crate::action::Action,
+    ) -> Result<(), String> {
+        self.daemon.desk.begin(session_id, tool_call_id, action)
+    }
+
+    fn settle(
+        &self,
+        session_id: &str,
+        tool_call_id: &str,
+        status: &crate::agent::act::ActStatus,
+        text: &str,
+    ) {
+        self.daemon
+            .desk
+            .settle(session_id, tool_call_id, status, text)
     }
 }
 

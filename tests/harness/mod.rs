@@ -219,3 +219,17 @@ impl Client {
             .collect()
     }
 }
+
+impl Client {
+    /// Answer a request the daemon sent us.
+    pub async fn respond(&mut self, id: &Value, result: Value) {
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "result": result }))
+            .await;
+    }
+
+    /// Wait for a notification or request with this method.
+    pub async fn wait_method(&mut self, method: &str) -> Value {
+        let m = method.to_string();
+        self.wait_for(move |v| v["method"] == m.as_str()).await
+    }
+}

@@ -1,0 +1,436 @@
+//! Flight plans end to end through the real binary: a tool call that a gate
+//! holds for approval becomes an Org plan offered to the editor; the person
+//! approves (possibly after editing the action), rejects with a reason, or
+//! decides from a terminal; plans survive a daemon killed with SIGKILL and
+//! run exactly once. ACP clients get `session/request_permission` instead.
+
+mod harness;
+mod support;
+
+use std::path::Path;
+
+use harness::{Client, Framing};
+use serde_json::{json, Value};
+use support::fake_provider::{self as fake, FakeProvider, Reply};
+
+fn prompt(session: &str, text: &str) -> Value {
+    json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] })
+}
+
+fn spawn(home: &Path, fake: &FakeProvider) -> Client {
+    let url = fake.openai_url();
+    Client::spawn(Framing::ContentLength, home, &["--provider-url", &url])
+}
+
+fn write_call(path: &str, content: &str) -> Reply {
+    let args = json!({ "path": path, "content": content }).to_string();
+    fake::openai_tool_calls(&[("call_w", "write_file", &args)])
+}
+
+/// The tool result the model received in request `n`.
+fn tool_result(fake: &FakeProvider, n: usize) -> String {
+    let reqs = fake.requests();
+    let msgs = reqs[n].body["messages"].as_array().unwrap().clone();
+    let tool = msgs
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .unwrap_or_else(|| panic!("no tool message in {msgs:?}"));
+    tool["content"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn an_approved_plan_runs_and_its_result_reaches_the_model() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start(vec![
+        write_call("out.txt", "hello\n"),
+        fake::openai_text("Written."),
+    ])
+    .await;
+    let mut c = spawn(home.path(), &fake);
+    c.initialize(json!({ "flightPlans": true })).await;
+    let sid = c.new_session(project.path()).await;
+    let p = c
+        .start_request("session/prompt", prompt(&sid, "write out.txt"))
+        .await;
+
+    let offer = c.wait_method("_passepartout/plan/offer").await;
+    let plan = &offer["params"]["plan"];
+    assert_eq!(
+        (
+            plan["tool"].clone(),
+            plan["status"].clone(),
+            plan["sessionId"].clone()
+        ),
+        (json!("write_file"), json!("pending"), json!(sid))
+    );
+    let org = plan["org"].as_str().unwrap();
+    assert!(
+        org.contains("#+NAME: action") && org.contains("hello"),
+        "{org}"
+    );
+    // Written to disk before anyone was asked.
+    let id = plan["planId"].as_str().unwrap();
+    assert!(home
+        .path()
+        .join("state/passepartout/plans")
+        .join(format!("{id}.json"))
+        .exists());
+    assert!(
+        !project.path().join("out.txt").exists(),
+        "nothing runs before approval"
+    );
+
+    let r = c
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": id, "decision": "approve", "org": org }),
+        )
+        .await;
+    assert_eq!(
+        r["result"],
+        json!({ "planId": id, "status": "approved", "edited": false }),
+        "{r}"
+    );
+    let done = c.wait_response(p).await;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("out.txt")).unwrap(),
+        "hello\n"
+    );
+    let resolved = c.wait_method("_passepartout/plan/resolved").await;
+    assert_eq!(resolved["params"]["status"], "executed", "{resolved}");
+    assert!(
+        tool_result(&fake, 1).starts_with("wrote 6 bytes"),
+        "{}",
+        tool_result(&fake, 1)
+    );
+
+    // The audit log has the whole story.
+    let audit =
+        std::fs::read_to_string(home.path().join("state/passepartout/audit.jsonl")).unwrap();
+    let kinds: Vec<String> = audit
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["proposed", "verdict", "decision", "executed"],
+        "{audit}"
+    );
+}
+
+#[tokio::test]
+async fn an_edited_plan_runs_the_edited_action() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start(vec![
+        write_call("out.txt", "draft text\n"),
+        fake::openai_text("ok"),
+    ])
+    .await;
+    let mut c = spawn(home.path(), &fake);
+    c.initialize(json!({ "flightPlans": true })).await;
+    let sid = c.new_session(project.path()).await;
+    let p = c
+        .start_request("session/prompt", prompt(&sid, "write"))
+        .await;
+    let offer = c.wait_method("_passepartout/plan/offer").await;
+    let id = offer["params"]["plan"]["planId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let edited = offer["params"]["plan"]["org"]
+        .as_str()
+        .unwrap()
+        .replace("draft text", "final text");
+    let r = c
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": id, "decision": "approve", "org": edited }),
+        )
+        .await;
+    assert_eq!(r["result"]["edited"], true, "{r}");
+    c.wait_response(p).await;
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("out.txt")).unwrap(),
+        "final text\n"
+    );
+}
+
+#[tokio::test]
+async fn a_rejection_goes_back_to_the_model_with_the_reason() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start(vec![
+        write_call("out.txt", "x"),
+        fake::openai_text("Understood."),
+    ])
+    .await;
+    let mut c = spawn(home.path(), &fake);
+    c.initialize(json!({ "flightPlans": true })).await;
+    let sid = c.new_session(project.path()).await;
+    let p = c
+        .start_request("session/prompt", prompt(&sid, "write"))
+        .await;
+    let offer = c.wait_method("_passepartout/plan/offer").await;
+    let id = offer["params"]["plan"]["planId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = c
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": id, "decision": "reject", "comment": "not in this directory" }),
+        )
+        .await;
+    assert_eq!(r["result"]["status"], "rejected", "{r}");
+    assert_eq!(c.wait_response(p).await["result"]["stopReason"], "end_turn");
+    assert!(!project.path().join("out.txt").exists());
+    assert_eq!(
+        tool_result(&fake, 1),
+        "the person (emacs) rejected this action: not in this directory"
+    );
+    // Deciding again is refused.
+    let again = c
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": id, "decision": "approve" }),
+        )
+        .await;
+    assert_eq!(again["error"]["code"], -32001, "{again}");
+}
+
+#[tokio::test]
+async fn an_edit_that_a_gate_denies_is_refused_and_the_plan_stays_pending() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let args = json!({ "command": "git push origin main" }).to_string();
+    let fake = FakeProvider::start(vec![
+        fake::openai_tool_calls(&[("c1", "shell", &args)]),
+        fake::openai_text("ok"),
+    ])
+    .await;
+    let mut c = spawn(home.path(), &fake);
+    c.initialize(json!({ "flightPlans": true })).await;
+    let sid = c.new_session(project.path()).await;
+    let p = c
+        .start_request("session/prompt", prompt(&sid, "push"))
+        .await;
+    let offer = c.wait_method("_passepartout/plan/offer").await;
+    let plan = offer["params"]["plan"].clone();
+    let id = plan["planId"].as_str().unwrap().to_string();
+    let org = plan["org"].as_str().unwrap().to_string();
+    assert!(org.contains("git push origin main"), "{org}");
+    let evil = org.replace("git push origin main", "sudo rm -rf /");
+    let r = c
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": id, "decision": "approve", "org": evil }),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32001, "{r}");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("refused"),
+        "{r}"
+    );
+    let list = c.request("_passepartout/plans/list", json!(null)).await;
+    assert_eq!(list["result"]["plans"][0]["planId"], json!(id), "{list}");
+    let r = c
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": id, "decision": "reject" }),
+        )
+        .await;
+    assert_eq!(r["result"]["status"], "rejected", "{r}");
+    c.wait_response(p).await;
+}
+
+#[tokio::test]
+async fn a_decision_from_the_terminal_reaches_the_waiting_turn() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start(vec![
+        write_call("t.txt", "from the terminal\n"),
+        fake::openai_text("ok"),
+    ])
+    .await;
+    let mut c = spawn(home.path(), &fake);
+    c.initialize(json!({ "flightPlans": true })).await;
+    let sid = c.new_session(project.path()).await;
+    let p = c
+        .start_request("session/prompt", prompt(&sid, "write"))
+        .await;
+    let offer = c.wait_method("_passepartout/plan/offer").await;
+    let id = offer["params"]["plan"]["planId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = tokio::process::Command::new(harness::BIN)
+        .args(["plans", "approve", &id])
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env("XDG_STATE_HOME", home.path().join("state"))
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(c.wait_response(p).await["result"]["stopReason"], "end_turn");
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("t.txt")).unwrap(),
+        "from the terminal\n"
+    );
+}
+
+#[tokio::test]
+async fn a_plan_survives_sigkill_and_runs_exactly_once() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    // The action appends a line, so running twice would show.
+    let args =
+        json!({ "command": "echo ran >> log.txt && git push origin main 2>/dev/null; true" })
+            .to_string();
+    let fake = FakeProvider::start(vec![fake::openai_tool_calls(&[("c1", "shell", &args)])]).await;
+    let mut first = spawn(home.path(), &fake);
+    first.initialize(json!({ "flightPlans": true })).await;
+    let sid = first.new_session(project.path()).await;
+    first
+        .start_request("session/prompt", prompt(&sid, "do it"))
+        .await;
+    let offer = first.wait_method("_passepartout/plan/offer").await;
+    let id = offer["params"]["plan"]["planId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+
+    let mut second = spawn(home.path(), &fake);
+    second.initialize(json!({ "flightPlans": true })).await;
+    let again = second.wait_method("_passepartout/plan/offer").await;
+    assert_eq!(again["params"]["plan"]["planId"], json!(id), "{again}");
+    let r = second
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": id, "decision": "approve" }),
+        )
+        .await;
+    assert_eq!(r["result"]["status"], "approved", "{r}");
+    let resolved = second.wait_method("_passepartout/plan/resolved").await;
+    assert_eq!(resolved["params"]["status"], "executed", "{resolved}");
+    let r = second
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": id, "decision": "approve" }),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32001, "{r}");
+    drop(second);
+
+    // A third daemon does not run it again either.
+    let mut third = spawn(home.path(), &fake);
+    third.initialize(json!({ "flightPlans": true })).await;
+    let list = third.request("_passepartout/plans/list", json!(null)).await;
+    assert_eq!(list["result"]["plans"], json!([]), "{list}");
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("log.txt")).unwrap(),
+        "ran\n"
+    );
+}
+
+#[tokio::test]
+async fn acp_clients_are_asked_with_request_permission() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start(vec![
+        write_call("a.txt", "A"),
+        fake::openai_text("one"),
+        write_call("b.txt", "B"),
+        fake::openai_text("two"),
+    ])
+    .await;
+    let url = fake.openai_url();
+    let mut c = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
+    c.initialize(json!({})).await;
+    let sid = c.new_session(project.path()).await;
+
+    let p = c
+        .start_request("session/prompt", prompt(&sid, "write a"))
+        .await;
+    let ask = c.wait_method("session/request_permission").await;
+    let kinds: Vec<&str> = ask["params"]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["allow_once", "allow_always", "reject_once", "reject_always"]
+    );
+    assert_eq!(ask["params"]["toolCall"]["toolCallId"], "call_w");
+    c.respond(
+        &ask["id"],
+        json!({ "outcome": { "outcome": "selected", "optionId": "allow_once" } }),
+    )
+    .await;
+    assert_eq!(c.wait_response(p).await["result"]["stopReason"], "end_turn");
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("a.txt")).unwrap(),
+        "A"
+    );
+
+    let p = c
+        .start_request("session/prompt", prompt(&sid, "write b"))
+        .await;
+    let ask = c.wait_method("session/request_permission").await;
+    c.respond(
+        &ask["id"],
+        json!({ "outcome": { "outcome": "selected", "optionId": "reject_once" } }),
+    )
+    .await;
+    assert_eq!(c.wait_response(p).await["result"]["stopReason"], "end_turn");
+    assert!(!project.path().join("b.txt").exists());
+    assert_eq!(
+        tool_result(&fake, 3),
+        "the person (acp-client) rejected this action"
+    );
+}
+
+#[tokio::test]
+async fn a_denied_action_goes_back_to_the_model_and_the_turn_continues() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let args = json!({ "command": "rm -rf ~" }).to_string();
+    let fake = FakeProvider::start(vec![
+        fake::openai_tool_calls(&[("c1", "shell", &args)]),
+        fake::openai_text("I will not do that."),
+    ])
+    .await;
+    let mut c = spawn(home.path(), &fake);
+    c.initialize(json!({ "flightPlans": true })).await;
+    let sid = c.new_session(project.path()).await;
+    let r = c.request("session/prompt", prompt(&sid, "clean up")).await;
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let result = tool_result(&fake, 1);
+    assert!(
+        result.starts_with("denied:") && result.contains("destructive"),
+        "{result}"
+    );
+    assert!(
+        c.backlog
+            .iter()
+            .all(|m| m["method"] != "_passepartout/plan/offer"),
+        "a deny is never offered as a plan"
+    );
+}
