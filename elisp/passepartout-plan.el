@@ -81,13 +81,34 @@ Approving never evaluates the block in Emacs.
               '(:eval (passepartout-plan--header-line))))
 
 (defun passepartout-plan--header-line ()
-  "Return the header line: the plan's status and the keys to decide."
+  "Return the header line: the plan's status, the keys, the last error."
   (let* ((entry (gethash passepartout-plan--id passepartout-plan--plans))
-         (status (or (plist-get entry :status) "unknown")))
-    (if (equal status "pending")
-        (substitute-command-keys
-         "Flight plan: \\[passepartout-plan-approve] approve, \\[passepartout-plan-reject] reject")
-      (format "Flight plan %s: %s" passepartout-plan--id status))))
+         (status (or (plist-get entry :status) "unknown"))
+         (error (plist-get entry :error)))
+    (concat
+     (if (equal status "pending")
+         (substitute-command-keys
+          "Flight plan: \\[passepartout-plan-approve] approve, \\[passepartout-plan-reject] reject")
+       (format "Flight plan %s: %s" passepartout-plan--id status))
+     (if error (propertize (concat "  " error) 'face 'error) ""))))
+
+(defun passepartout-plan--set-error (id message)
+  "Remember MESSAGE, the daemon's last refusal for plan ID, or clear it."
+  (when-let ((entry (gethash id passepartout-plan--plans)))
+    (puthash id (plist-put entry :error message) passepartout-plan--plans)))
+
+(defun passepartout-plan--refresh-status (id)
+  "Ask the daemon for the status of plan ID and show it."
+  (passepartout--request-async
+   :_passepartout/plans/list nil
+   :timeout 10
+   :success-fn
+   (lambda (result)
+     (let ((plan (cl-find id (plist-get result :plans)
+                          :key (lambda (p) (plist-get p :planId)) :test #'equal)))
+       (passepartout-plan--set-status
+        id (if plan (plist-get plan :status) "decided elsewhere"))))
+   :error-fn #'ignore))
 
 ;;;; Buffers
 
@@ -121,12 +142,14 @@ Approving never evaluates the block in Emacs.
           buffer))))
 
 (defun passepartout-plan--set-status (id status)
-  "Record STATUS for plan ID and refresh its buffer's header."
+  "Record STATUS for plan ID; its buffer is editable only while pending."
   (when-let ((entry (gethash id passepartout-plan--plans)))
     (puthash id (plist-put entry :status status) passepartout-plan--plans)
     (when-let ((buffer (plist-get entry :buffer)))
       (when (buffer-live-p buffer)
-        (with-current-buffer buffer (force-mode-line-update))))))
+        (with-current-buffer buffer
+          (setq buffer-read-only (not (equal status "pending")))
+          (force-mode-line-update))))))
 
 (defun passepartout-plan--append (buffer heading body)
   "Append an Org section HEADING with BODY to BUFFER."
@@ -153,9 +176,9 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
       (user-error "Flight plan %s is already %s" id (plist-get entry :status)))
     (unless (passepartout--live-connection)
       (user-error "The daemon is not running: M-x passepartout starts it"))
+    (passepartout-plan--set-error id nil)
     (passepartout-plan--set-status id (if (equal decision "approve")
                                          "approving" "rejecting"))
-    (setq buffer-read-only t)
     (passepartout--request-async
      :_passepartout/plan/decide
      `(:planId ,id :decision ,decision
@@ -180,21 +203,16 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
      :error-fn
      (lambda (error)
        (let ((msg (passepartout--error-message error)))
-         ;; A refused edit can be fixed and sent again.
-         (passepartout-plan--set-status
-          id (if (memql (plist-get error :code) '(-32602 -1)) "pending" "refused"))
-         (when (buffer-live-p buffer)
-           (with-current-buffer buffer
-             (setq buffer-read-only
-                   (not (equal (plist-get (gethash id passepartout-plan--plans)
-                                          :status)
-                               "pending")))))
+         ;; The plan may still be pending (an edit that cannot be read
+         ;; back, or that a gate denies, can be fixed and sent again) or
+         ;; decided elsewhere: ask the daemon rather than guess.
+         (passepartout-plan--set-error id msg)
+         (passepartout-plan--set-status id "pending")
+         (passepartout-plan--refresh-status id)
          (message "passepartout: flight plan %s: %s" id msg)))
      :timeout-fn
      (lambda ()
        (passepartout-plan--set-status id "pending")
-       (when (buffer-live-p buffer)
-         (with-current-buffer buffer (setq buffer-read-only nil)))
        (message "passepartout: no answer about flight plan %s; try again" id)))))
 
 (defun passepartout-plan-approve ()

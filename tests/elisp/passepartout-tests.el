@@ -244,6 +244,88 @@
              (body (json-serialize (plist-get second :body))))
         (should (string-match-p "keep old, it holds the backups" body))))))
 
+(defun passepartout-test--approve-edited (plan-id from to)
+  "Replace FROM by TO in the action block of PLAN-ID's buffer, then approve."
+  (with-current-buffer (passepartout-plan-buffer plan-id)
+    (goto-char (point-min))
+    (re-search-forward "^#\\+begin_src bash")
+    (re-search-forward (regexp-quote from))
+    (replace-match to t t)
+    (passepartout-plan-approve)))
+
+(ert-deftest passepartout-test-plan-edited-before-approval ()
+  "The edited src block is what runs."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--tool-reply "call_rm" "shell" passepartout-test--rm-call)
+            (passepartout-test--text-reply "Done."))
+    (make-directory (expand-file-name "old" project))
+    (let ((chat (passepartout-test--chat project))
+          plan-id)
+      (passepartout-test--send chat "Remove old/")
+      (setq plan-id
+            (passepartout-test--wait-for
+                (car (hash-table-keys passepartout-plan--plans)) 30 "a flight plan"))
+      (passepartout-test--approve-edited plan-id "rm -r old" "mkdir made-by-edit")
+      (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
+      (should (equal "executed" (plist-get (gethash plan-id passepartout-plan--plans) :status)))
+      (should (file-directory-p (expand-file-name "old" project)))
+      (should (file-directory-p (expand-file-name "made-by-edit" project)))
+      (with-current-buffer (passepartout-plan-buffer plan-id)
+        (should (string-match-p "^mkdir made-by-edit$" (buffer-string)))))))
+
+(ert-deftest passepartout-test-plan-edit-denied ()
+  "An edit that a gate denies does not run; the plan stays open to fix."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--tool-reply "call_rm" "shell" passepartout-test--rm-call)
+            (passepartout-test--text-reply "Fine."))
+    (make-directory (expand-file-name "old" project))
+    (let ((chat (passepartout-test--chat project))
+          plan-id)
+      (passepartout-test--send chat "Remove old/")
+      (setq plan-id
+            (passepartout-test--wait-for
+                (car (hash-table-keys passepartout-plan--plans)) 30 "a flight plan"))
+      (passepartout-test--approve-edited plan-id "rm -r old" "sudo rm -r old")
+      (passepartout-test--wait-for
+          (plist-get (gethash plan-id passepartout-plan--plans) :error) 30 "the refusal")
+      (should (string-match-p "Never use sudo"
+                              (plist-get (gethash plan-id passepartout-plan--plans) :error)))
+      (passepartout-test--wait-for
+          (equal "pending" (plist-get (gethash plan-id passepartout-plan--plans) :status))
+        10 "the plan to be pending again")
+      (with-current-buffer (passepartout-plan-buffer plan-id)
+        (should-not buffer-read-only)
+        (should (string-match-p "Never use sudo" (passepartout-plan--header-line)))
+        (passepartout-plan-reject "never mind"))
+      (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
+      (should (equal "rejected" (plist-get (gethash plan-id passepartout-plan--plans) :status)))
+      (should (file-directory-p (expand-file-name "old" project))))))
+
+(ert-deftest passepartout-test-emacs-tool-runs-in-emacs ()
+  "An Emacs Lisp tool, once approved, is evaluated by this Emacs."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--tool-reply "call_el" "emacs_buffer_text"
+                                           '(:buffer " passepartout target"))
+            (passepartout-test--text-reply "Read it."))
+    (let ((target (get-buffer-create " passepartout target"))
+          (chat (passepartout-test--chat project))
+          plan-id)
+      (unwind-protect
+          (progn
+            (with-current-buffer target (insert "text only Emacs knows"))
+            (passepartout-test--send chat "What does the buffer say?")
+            (setq plan-id
+                  (passepartout-test--wait-for
+                      (car (hash-table-keys passepartout-plan--plans)) 30 "a flight plan"))
+            (with-current-buffer (passepartout-plan-buffer plan-id)
+              (should (string-match-p "#\\+begin_src emacs-lisp" (buffer-string)))
+              (passepartout-plan-approve))
+            (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
+            (should (equal "executed"
+                           (plist-get (gethash plan-id passepartout-plan--plans) :status)))
+            (should (string-match-p "^text only Emacs knows$" (passepartout-test--text chat))))
+        (kill-buffer target)))))
+
 (ert-deftest passepartout-test-plans-list ()
   "`passepartout-plans' lists pending plans; RET opens one."
   (passepartout-test-with-daemon
