@@ -367,7 +367,10 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
          (input (plist-get update :rawInput)))
     (passepartout-chat--insert
      (concat "** " keyword " "
-             (or (plist-get update :title) (plist-get update :name) "tool call")
+             ;; A heading is one line, whatever the model put in a title.
+             (replace-regexp-in-string
+              "[\n\r]+" " "
+              (or (plist-get update :title) (plist-get update :name) "tool call"))
              "\n:PROPERTIES:\n:TOOL_CALL_ID: " id "\n"
              (if (plist-get update :kind)
                  (format ":KIND: %s\n" (plist-get update :kind))
@@ -423,9 +426,21 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
         (plist-put tool :current "WAITING")
         (let ((end (plist-get tool :end)))
           (goto-char end)
-          (insert (format "Waiting for flight plan %s (M-x passepartout-plans).\n"
-                          plan-id))
-          (set-marker end (point)))))))
+          (let ((start (point-marker)))
+            (insert (format "Waiting for flight plan %s (M-x passepartout-plans).\n"
+                            plan-id))
+            (set-marker end (point))
+            (plist-put tool :plan-line (cons start (copy-marker (1- (point)))))))))))
+
+(defun passepartout-chat--tool-plan-resolved (tool-call-id plan-id status)
+  "Say in TOOL-CALL-ID's section that flight plan PLAN-ID ended as STATUS."
+  (when-let* ((tool (gethash tool-call-id passepartout-chat--tools))
+              (line (plist-get tool :plan-line)))
+    (let ((inhibit-read-only t))
+      (save-excursion
+        (goto-char (car line))
+        (delete-region (car line) (cdr line))
+        (insert (format "Flight plan %s: %s." plan-id status))))))
 
 ;;;; The agent's plan
 

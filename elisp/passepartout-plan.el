@@ -41,6 +41,8 @@
 (defvar passepartout-plan-display)
 (declare-function passepartout-chat--tool-waiting "passepartout-chat"
                   (tool-call-id plan-id))
+(declare-function passepartout-chat--tool-plan-resolved "passepartout-chat"
+                  (tool-call-id plan-id status))
 (defvar passepartout-chat--sessions)
 
 (defvar passepartout-plan--plans (make-hash-table :test #'equal)
@@ -273,6 +275,12 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
          (org (plist-get params :org))
          (entry (gethash id passepartout-plan--plans)))
     (when entry
+      (let ((chat (gethash (plist-get entry :session)
+                           (bound-and-true-p passepartout-chat--sessions))))
+        (when (buffer-live-p chat)
+          (with-current-buffer chat
+            (passepartout-chat--tool-plan-resolved
+             (plist-get (plist-get entry :plan) :toolCallId) id status))))
       (let ((plan (plist-get entry :plan)))
         (when org (setq plan (plist-put plan :org org)))
         (puthash id (plist-put (plist-put entry :plan plan) :status status)

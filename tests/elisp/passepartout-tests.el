@@ -220,6 +220,8 @@
           (should buffer-read-only))
         (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
         (should-not (file-exists-p (expand-file-name "old" project)))
+        (should (string-match-p (format "^Flight plan %s: executed\\.$" plan-id)
+                                (passepartout-test--text chat)))
         (should (string-match-p "^Removed\\.$" (passepartout-test--text chat)))))))
 
 (ert-deftest passepartout-test-plan-reject-reason-reaches-model ()
@@ -325,6 +327,41 @@
                            (plist-get (gethash plan-id passepartout-plan--plans) :status)))
             (should (string-match-p "^text only Emacs knows$" (passepartout-test--text chat))))
         (kill-buffer target)))))
+
+(ert-deftest passepartout-test-plan-survives-daemon-death ()
+  "A pending plan outlives its daemon: offered again after restart, it runs once."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--tool-reply "call_rm" "shell" passepartout-test--rm-call))
+    (make-directory (expand-file-name "old" project))
+    (let ((chat (passepartout-test--chat project))
+          (offers 0)
+          plan-id buffer)
+      (passepartout-test--send chat "Remove old/")
+      (setq plan-id
+            (passepartout-test--wait-for
+                (car (hash-table-keys passepartout-plan--plans)) 30 "a flight plan"))
+      (setq buffer (passepartout-plan-buffer plan-id))
+      ;; The person starts editing; then the daemon dies.
+      (with-current-buffer buffer
+        (goto-char (point-max))
+        (insert "\nA note of mine.\n"))
+      (let ((inhibit-message t))
+        (signal-process (process-id (jsonrpc--process passepartout--connection)) 'kill)
+        (passepartout-test--wait-for (passepartout-test--idle-p chat) 10 "the turn to end"))
+      (let ((passepartout-plan-offered-hook
+             (list (lambda (id) (when (equal id plan-id) (cl-incf offers))))))
+        (passepartout-test--chat project)
+        (passepartout-test--wait-for (> offers 0) 20 "the plan offered again"))
+      ;; Same buffer, edits kept, still to decide.
+      (should (eq buffer (passepartout-plan-buffer plan-id)))
+      (with-current-buffer buffer
+        (should (string-match-p "A note of mine" (buffer-string)))
+        (should-not buffer-read-only)
+        (passepartout-plan-approve))
+      (passepartout-test--wait-for
+          (equal "executed" (plist-get (gethash plan-id passepartout-plan--plans) :status))
+        30 "the orphan plan to run")
+      (should-not (file-exists-p (expand-file-name "old" project))))))
 
 (ert-deftest passepartout-test-plans-list ()
   "`passepartout-plans' lists pending plans; RET opens one."
@@ -457,6 +494,7 @@ This tool has no body.
                                      :kind "execute" :status "pending"
                                      :rawInput (:command "rm -r old")))
           (passepartout-chat--tool-waiting "c2" "fp-9")
+          (passepartout-chat--tool-plan-resolved "c2" "fp-9" "rejected")
           (passepartout-test--update
            "s-test" '(:sessionUpdate "tool_call_update" :toolCallId "c1" :status "in_progress"))
           (passepartout-test--update
@@ -484,7 +522,7 @@ This tool has no body.
                            "#+begin_example\na\nb\n#+end_example\n"
                            "** FAILED shell: rm -r old\n:PROPERTIES:\n:TOOL_CALL_ID: c2\n:KIND: execute\n:END:\n"
                            "#+begin_src json\n{\"command\":\"rm -r old\"}\n#+end_src\n"
-                           "Waiting for flight plan fp-9 (M-x passepartout-plans).\n"
+                           "Flight plan fp-9: rejected.\n"
                            "#+begin_example\nrejected: no\n#+end_example\n"
                            "\n* You\n"))))
       (remhash "s-test" passepartout-chat--sessions)
