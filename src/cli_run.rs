@@ -96,7 +96,7 @@ impl Approver for TerminalApprover {
             Ok(Ok(line)) if matches!(line.trim(), "y" | "Y" | "yes") => {
                 let hash = request.action.content_hash();
                 ApprovalOutcome::Approved {
-                    action: request.action,
+                    action: Box::new(request.action),
                     hash,
                     by: "terminal".into(),
                 }

@@ -246,7 +246,7 @@ impl FlightDesk {
         let decided = if outcome.approved {
             ApprovalOutcome::Approved {
                 hash: outcome.action.content_hash(),
-                action: outcome.action.clone(),
+                action: Box::new(outcome.action.clone()),
                 by: by.to_string(),
             }
         } else {
@@ -402,7 +402,7 @@ fn outcome_of(plan: &FlightPlan) -> ApprovalOutcome {
         .unwrap_or_else(|| "unknown".into());
     match plan.status {
         PlanStatus::Approved => ApprovalOutcome::Approved {
-            action: plan.action.clone(),
+            action: Box::new(plan.action.clone()),
             hash: plan.hash.clone(),
             by,
         },

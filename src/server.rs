@@ -220,7 +220,7 @@ impl Daemon {
             Some(true) => {
                 let hash = request.action.content_hash();
                 return ApprovalOutcome::Approved {
-                    action: request.action,
+                    action: Box::new(request.action),
                     hash,
                     by: "acp-client (allow always)".into(),
                 };
@@ -325,7 +325,7 @@ impl Daemon {
                 }
                 let hash = request.action.content_hash();
                 ApprovalOutcome::Approved {
-                    action: request.action,
+                    action: Box::new(request.action),
                     hash,
                     by: "acp-client".into(),
                 }

@@ -117,6 +117,7 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
                     hash,
                     ..
                 } => {
+                    let approved = *approved;
                     if approved != action {
                         // An edited action is judged again; the person's
                         // approval covers "ask" but never overrides "deny".

@@ -54,7 +54,7 @@ pub enum ApprovalOutcome {
     /// content hash of what the person saw when approving; the last-mile
     /// check refuses to run anything else.
     Approved {
-        action: Action,
+        action: Box<Action>,
         hash: String,
         by: String,
     },

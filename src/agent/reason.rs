@@ -20,6 +20,9 @@ pub struct Reasoned {
     pub calls: Vec<ToolCall>,
     pub finish: Option<FinishReason>,
     pub usage: Usage,
+    /// Problems reading calls written in text (text tool protocol only),
+    /// fed back to the model next round.
+    pub call_errors: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +54,7 @@ pub async fn reason(
             })
         }
     };
+    let native_tools = answered.native_tools;
     let mut out = Reasoned {
         provider: answered.provider.clone(),
         ..Reasoned::default()
@@ -90,6 +94,12 @@ pub async fn reason(
                 });
             }
         }
+    }
+    if !native_tools && !request.tools.is_empty() {
+        // The calls are in the text (the text tool protocol).
+        let parsed = crate::tools::text_protocol::parse_calls(&out.text, &request.tools);
+        out.calls = parsed.calls;
+        out.call_errors = parsed.errors;
     }
     Ok(out)
 }

@@ -37,6 +37,7 @@ pub async fn run_turn(
     history.push(ChatMessage::user(prompt));
     let max_rounds = env.config.max_rounds;
     let result = async {
+        let mut problems: Option<String> = None;
         for round in 1..=max_rounds {
             if cancel.is_cancelled() {
                 return Ok(acp::StopReason::Cancelled);
@@ -62,7 +63,19 @@ pub async fn run_turn(
                 reasoned.text.clone(),
                 reasoned.calls.clone(),
             ));
+            if !reasoned.call_errors.is_empty() {
+                // Unreadable text-protocol calls: tell the model what was
+                // wrong (after the results of the calls that did parse).
+                problems = Some(crate::tools::text_protocol::format_results(
+                    &[],
+                    &reasoned.call_errors,
+                ));
+            }
             if reasoned.calls.is_empty() {
+                if let Some(p) = problems.take() {
+                    history.push(ChatMessage::user(p));
+                    continue;
+                }
                 return Ok(match reasoned.finish {
                     Some(FinishReason::Length) => acp::StopReason::MaxTokens,
                     Some(FinishReason::Refusal) => acp::StopReason::Refusal,
@@ -95,6 +108,9 @@ pub async fn run_turn(
             }
             if cancelled {
                 return Ok(acp::StopReason::Cancelled);
+            }
+            if let Some(p) = problems.take() {
+                history.push(ChatMessage::user(p));
             }
         }
         tracing::info!(session = %session.id, max_rounds, "round limit reached");

@@ -176,6 +176,14 @@ impl Cascade {
             let label = entry.provider.label();
             let mut retry = 0;
             loop {
+                // A model without function calling gets the text tool protocol.
+                let rewritten;
+                let request = if entry.provider.native_tools() {
+                    request
+                } else {
+                    rewritten = crate::tools::text_protocol::to_text_request(request);
+                    &rewritten
+                };
                 let error = match attempt(entry.provider.as_ref(), request, &cancel).await {
                     Ok(events) => {
                         if position > 0 || retry > 0 {

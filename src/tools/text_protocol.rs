@@ -592,3 +592,128 @@ pub fn format_results(results: &[(ToolCall, String, bool)], errors: &[String]) -
     }
     s
 }
+
+/// Rewrite a request for a model without function calling: the tool belt
+/// joins the system prompt, no native tools are sent, the assistant's calls
+/// stay as the text it wrote, and each round's tool results (plus any
+/// problems) become one user message built by [`format_results`].
+pub fn to_text_request(request: &crate::llm::ChatRequest) -> crate::llm::ChatRequest {
+    use crate::llm::{ChatMessage, Role};
+
+    let mut messages: Vec<ChatMessage> = Vec::with_capacity(request.messages.len() + 1);
+    let belt = tool_belt(&request.tools);
+    let mut calls: Vec<ToolCall> = Vec::new();
+    let mut results: Vec<(ToolCall, String, bool)> = Vec::new();
+    let flush = |messages: &mut Vec<ChatMessage>, results: &mut Vec<(ToolCall, String, bool)>| {
+        if !results.is_empty() {
+            messages.push(ChatMessage::user(format_results(results, &[])));
+            results.clear();
+        }
+    };
+    for m in &request.messages {
+        match m.role {
+            Role::System => {
+                let mut text = m.content.clone();
+                if !request.tools.is_empty() {
+                    text.push_str("\n\n");
+                    text.push_str(&belt);
+                }
+                messages.push(ChatMessage::system(text));
+            }
+            Role::Tool => {
+                let id = m.tool_call_id.clone().unwrap_or_default();
+                let call = calls
+                    .iter()
+                    .find(|c| c.id == id)
+                    .cloned()
+                    .unwrap_or(ToolCall {
+                        id,
+                        name: "tool".into(),
+                        arguments: Value::Null,
+                    });
+                results.push((call, m.content.clone(), m.is_error));
+            }
+            Role::Assistant => {
+                flush(&mut messages, &mut results);
+                calls = m.tool_calls.clone();
+                messages.push(ChatMessage::assistant(m.content.clone(), Vec::new()));
+            }
+            Role::User => {
+                flush(&mut messages, &mut results);
+                // Two user messages in a row (results, then problems) read
+                // better as one.
+                match messages.last_mut() {
+                    Some(last) if last.role == Role::User => {
+                        last.content.push_str("\n\n");
+                        last.content.push_str(&m.content);
+                    }
+                    _ => messages.push(m.clone()),
+                }
+            }
+        }
+    }
+    flush(&mut messages, &mut results);
+    crate::llm::ChatRequest {
+        messages,
+        tools: Vec::new(),
+        max_tokens: request.max_tokens,
+        temperature: request.temperature,
+    }
+}
+
+#[cfg(test)]
+mod text_request_tests {
+    use super::*;
+    use crate::llm::{ChatMessage, ChatRequest, Role};
+    use serde_json::json;
+
+    #[test]
+    fn tools_move_into_the_prompt_and_results_become_one_message() {
+        let spec = ToolSpec {
+            name: "read_file".into(),
+            description: "Read a file.".into(),
+            parameters: json!({"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}),
+        };
+        let call = |id: &str, p: &str| ToolCall {
+            id: id.into(),
+            name: "read_file".into(),
+            arguments: json!({"path": p}),
+        };
+        let req = ChatRequest {
+            messages: vec![
+                ChatMessage::system("base"),
+                ChatMessage::user("read a and b"),
+                ChatMessage::assistant(
+                    "(read_file \"a\") (read_file \"b\")",
+                    vec![call("t1", "a"), call("t2", "b")],
+                ),
+                ChatMessage::tool_result("t1", "AAA", false),
+                ChatMessage::tool_result("t2", "no such file", true),
+                ChatMessage::user(format_results(&[], &["unknown tool `x`".into()])),
+            ],
+            tools: vec![spec],
+            max_tokens: None,
+            temperature: None,
+        };
+        let out = to_text_request(&req);
+        assert!(out.tools.is_empty());
+        let roles: Vec<Role> = out.messages.iter().map(|m| m.role).collect();
+        assert_eq!(
+            roles,
+            [Role::System, Role::User, Role::Assistant, Role::User]
+        );
+        assert!(out.messages[0].content.starts_with("base\n\n## Tools"));
+        assert!(out.messages[0].content.contains("read_file"));
+        assert!(out.messages[2].tool_calls.is_empty());
+        let last = &out.messages[3].content;
+        assert!(
+            last.contains("[1] (read_file :path \"a\") → ok\nAAA"),
+            "{last}"
+        );
+        assert!(
+            last.contains("[2] (read_file :path \"b\") → failed\nno such file"),
+            "{last}"
+        );
+        assert!(last.contains("- unknown tool `x`"), "{last}");
+    }
+}
