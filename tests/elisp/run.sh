@@ -24,13 +24,16 @@ for program in "$PASSEPARTOUT_BIN" "$PASSEPARTOUT_FAKE_PROVIDER"; do
 done
 [ "$missing" -eq 0 ] || exit 2
 
-# The package must byte-compile without a single warning.
-"$EMACS" -batch -Q -L elisp \
+# The package must byte-compile without a single warning (the .elc files
+# go to a temporary directory: the tests run the sources).
+elc_dir=$(mktemp -d)
+trap 'rm -rf "$elc_dir"' EXIT
+PASSEPARTOUT_ELC_DIR=$elc_dir "$EMACS" -batch -Q -L elisp \
     --eval '(setq byte-compile-error-on-warn t)' \
-    --eval '(setq byte-compile-dest-file-function (lambda (f) (concat (make-temp-name (expand-file-name "passepartout-bc" temporary-file-directory)) ".elc")))' \
+    --eval '(setq byte-compile-dest-file-function (lambda (f) (expand-file-name (concat (file-name-nondirectory f) "c") (getenv "PASSEPARTOUT_ELC_DIR"))))' \
     -f batch-byte-compile elisp/*.el
 
-exec "$EMACS" -batch -Q -L elisp -L tests/elisp \
+"$EMACS" -batch -Q -L elisp -L tests/elisp \
     -l ert -l tests/elisp/passepartout-tests.el \
     --eval '(defvar ert-selector t)' "$@" \
     --eval '(ert-run-tests-batch-and-exit ert-selector)'
