@@ -219,7 +219,7 @@ async fn run(flags: ConfigFlags, prompt: String) -> ExitCode {
         }
     };
     let session = Session::new("run", cwd);
-    let cancel = session.begin_turn();
+    let (_, cancel) = session.begin_turn();
     let ctrl_c = cancel.clone();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {

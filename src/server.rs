@@ -171,7 +171,7 @@ impl Daemon {
         if text.trim().is_empty() {
             return Err(invalid_params("the prompt has no text"));
         }
-        let cancel = session.begin_turn();
+        let (turn_no, cancel) = session.begin_turn();
         let sink = RpcSink {
             out: self.out.clone(),
             session_id: session.id.clone(),
@@ -180,7 +180,7 @@ impl Daemon {
             daemon: self.clone(),
         };
         let result = turn::run_turn(&self.env, &session, text, &sink, &approver, cancel).await;
-        session.end_turn();
+        session.end_turn(turn_no);
         match result {
             Ok(stop) => Ok(acp::PromptResponse::new(stop)),
             Err(e) => Err(rpc_error(codes::PROVIDER_FAILED, e.to_string())),

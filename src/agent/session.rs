@@ -1,7 +1,9 @@
 //! A session: a working directory, a conversation history, and at most one
 //! turn running at a time (a second prompt waits for the first).
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use tokio_util::sync::CancellationToken;
@@ -12,8 +14,10 @@ pub struct Session {
     pub id: String,
     pub cwd: PathBuf,
     pub history: tokio::sync::Mutex<Vec<ChatMessage>>,
-    /// The running turn's cancel token, if any.
-    current: Mutex<Option<CancellationToken>>,
+    /// Cancel tokens of the running turn and of prompts queued behind it,
+    /// by turn number: a cancel stops all of them.
+    turns: Mutex<HashMap<u64, CancellationToken>>,
+    next_turn: AtomicU64,
     usage: Mutex<Usage>,
     provider: Mutex<Option<String>>,
 }
@@ -24,32 +28,32 @@ impl Session {
             id: id.into(),
             cwd,
             history: tokio::sync::Mutex::new(Vec::new()),
-            current: Mutex::new(None),
+            turns: Mutex::default(),
+            next_turn: AtomicU64::new(1),
             usage: Mutex::new(Usage::default()),
             provider: Mutex::new(None),
         }
     }
 
-    /// Register a new turn and return its token.
-    pub fn begin_turn(&self) -> CancellationToken {
+    /// Register a new turn; its number (for [`Session::end_turn`]) and token.
+    pub fn begin_turn(&self) -> (u64, CancellationToken) {
+        let n = self.next_turn.fetch_add(1, Ordering::Relaxed);
         let token = CancellationToken::new();
-        *lock(&self.current) = Some(token.clone());
-        token
+        lock(&self.turns).insert(n, token.clone());
+        (n, token)
     }
 
-    pub fn end_turn(&self) {
-        *lock(&self.current) = None;
+    pub fn end_turn(&self, n: u64) {
+        lock(&self.turns).remove(&n);
     }
 
-    /// Cancel the running turn; false when none is running.
+    /// Cancel the running turn and any queued behind it; false when none.
     pub fn cancel(&self) -> bool {
-        match lock(&self.current).as_ref() {
-            Some(t) => {
-                t.cancel();
-                true
-            }
-            None => false,
+        let turns = lock(&self.turns);
+        for t in turns.values() {
+            t.cancel();
         }
+        !turns.is_empty()
     }
 
     pub fn add_usage(&self, u: Usage) {
