@@ -149,11 +149,12 @@ Add it to `org-mode-hook' to check skills as you edit them."
 
 ;;;###autoload
 (defun passepartout-events ()
-  "Show every JSON-RPC message exchanged with the daemon."
+  "Show every JSON-RPC message exchanged with the daemon; return the buffer."
   (interactive)
   (unless passepartout--connection
     (user-error "The passepartout daemon has not been started"))
-  (pop-to-buffer (jsonrpc-events-buffer passepartout--connection)))
+  (pop-to-buffer (jsonrpc-events-buffer passepartout--connection))
+  (current-buffer))
 
 (defun passepartout-stderr ()
   "Show what the daemon wrote to its standard error."

@@ -177,7 +177,11 @@
     (passepartout-test--chat project)
     (should (get-buffer passepartout--stderr-buffer-name))
     (should (eq (get-buffer passepartout--stderr-buffer-name)
-                (jsonrpc-stderr-buffer passepartout--connection)))))
+                (jsonrpc-stderr-buffer passepartout--connection)))
+    (with-current-buffer (passepartout-events)
+      (should (equal (buffer-name) "*passepartout events*"))
+      (should (string-match-p "\\[client-request\\] (id:1)" (buffer-string)))
+      (should (string-match-p ":method \"initialize\"" (buffer-string))))))
 
 (ert-deftest passepartout-test-start-failure-explained ()
   "A daemon that cannot start is reported with its own explanation."
