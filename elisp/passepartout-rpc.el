@@ -1,0 +1,352 @@
+;;; passepartout-rpc.el --- Connection to the passepartout daemon  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The passepartout authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; The one connection between Emacs and `passepartout serve', built on
+;; `jsonrpc-process-connection'.  There is a single daemon per Emacs:
+;; sessions are per project, and one process serves them all.
+;;
+;; Every JSON-RPC message is logged to the events buffer
+;; (`passepartout-events'); the daemon's standard error goes to the buffer
+;; `*passepartout stderr*'.  API keys travel only in `initialize' and are
+;; scrubbed from the events buffer as soon as the message is logged.
+;;
+;; Notifications from the daemon are dispatched to the generic function
+;; `passepartout--handle-notification', specialised on the method symbol
+;; by the chat and plan modules.  The daemon never holds a request open
+;; to Emacs: a person's decision travels as a request from Emacs.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'jsonrpc)
+(require 'auth-source)
+(require 'subr-x)
+
+;; Customisation lives in passepartout.el, which loads this file.
+(defvar passepartout-program)
+(defvar passepartout-program-args)
+(defvar passepartout-auth-hosts)
+(defvar passepartout-events-buffer-size)
+
+(defconst passepartout--package-directory
+  (file-name-directory (or load-file-name buffer-file-name default-directory))
+  "Directory this package was loaded from.
+In a source checkout the daemon's build output is next to it.")
+
+
+(defconst passepartout--stderr-buffer-name "*passepartout stderr*"
+  "Name of the buffer holding the daemon's standard error.")
+
+(defvar passepartout--connection nil
+  "The connection to the daemon, or nil before the first start.
+It may hold a dead connection: see `passepartout--live-connection'.")
+
+(defvar passepartout--shutting-down nil
+  "Non-nil while the person stops the daemon on purpose.")
+
+(defvar passepartout-connection-started-hook nil
+  "Hook run after the daemon has started and answered `initialize'.
+Functions take one argument, the connection.")
+
+(defvar passepartout-connection-died-hook nil
+  "Hook run when the daemon stops.
+Functions take two arguments: the connection and a one-line reason.")
+
+(defclass passepartout-connection (jsonrpc-process-connection)
+  ((secrets
+    :initform nil
+    :accessor passepartout--connection-secrets
+    :documentation "Strings never to leave in the events buffer.")
+   (server-info
+    :initform nil
+    :accessor passepartout--connection-server-info
+    :documentation "The result of `initialize'.")
+   (sandbox
+    :initform nil
+    :accessor passepartout--connection-sandbox
+    :documentation "The last `_passepartout/sandbox/status' params."))
+  :documentation "A connection to `passepartout serve'.")
+
+;;;; Finding the daemon
+
+(defun passepartout--find-program ()
+  "Return the daemon's executable, or signal a `user-error'.
+`passepartout-program' wins; then the variable `exec-path'; then
+the build output of the source checkout this package lives in."
+  (or (and passepartout-program
+           (let ((p (expand-file-name passepartout-program)))
+             (unless (file-executable-p p)
+               (user-error "The passepartout-program `%s' is not executable" p))
+             p))
+      (executable-find "passepartout")
+      (cl-loop for profile in '("release" "debug")
+               for p = (expand-file-name
+                        (format "../target/%s/passepartout" profile)
+                        passepartout--package-directory)
+               when (file-executable-p p) return p)
+      (user-error "Cannot find the passepartout program: %s"
+                  "install it on `exec-path' or set `passepartout-program'")))
+
+;;;; API keys
+
+(defun passepartout--api-keys ()
+  "Return a plist of provider name keyword to API key, from auth-source.
+Providers and hosts come from `passepartout-auth-hosts'."
+  (let (keys)
+    (pcase-dolist (`(,provider . ,host) passepartout-auth-hosts)
+      (when-let* ((found (car (auth-source-search :host host :max 1)))
+                  (secret (plist-get found :secret))
+                  (key (if (functionp secret) (funcall secret) secret)))
+        (when (and (stringp key) (not (string-empty-p key)))
+          (setq keys (plist-put keys (intern (concat ":" provider)) key)))))
+    keys))
+
+(defun passepartout--scrub-events (conn from)
+  "Replace CONN's secrets in its events buffer after position FROM."
+  (when-let ((secrets (passepartout--connection-secrets conn))
+             (buffer (jsonrpc-events-buffer conn)))
+    (when (buffer-live-p buffer)
+      (with-current-buffer buffer
+        (let ((inhibit-read-only t)
+              (case-fold-search nil))
+          (save-excursion
+            (dolist (secret secrets)
+              (goto-char (min from (point-max)))
+              (while (search-forward secret nil t)
+                (replace-match "<redacted>" t t)))))))))
+
+(cl-defmethod jsonrpc-connection-send ((conn passepartout-connection)
+                                       &rest _args)
+  "Send a message on CONN and keep secrets out of the events buffer.
+jsonrpc logs every message it sends; a message carrying an API key is
+scrubbed right after, before Emacs can redisplay.  Only the part of the
+buffer this message added is searched."
+  (if (null (passepartout--connection-secrets conn))
+      (cl-call-next-method)
+    (let* ((buffer (jsonrpc-events-buffer conn))
+           (from (with-current-buffer buffer (point-max))))
+      (unwind-protect (cl-call-next-method)
+        (passepartout--scrub-events conn from)))))
+
+;;;; Starting and stopping
+
+(defun passepartout--live-connection ()
+  "Return the daemon connection if its process is alive, else nil."
+  (and passepartout--connection
+       (jsonrpc-running-p passepartout--connection)
+       passepartout--connection))
+
+(defun passepartout--stderr-tail (conn &optional lines)
+  "Return the last LINES (default 3) non-empty lines of CONN's stderr."
+  (when-let ((buffer (ignore-errors (jsonrpc-stderr-buffer conn))))
+    (when (buffer-live-p buffer)
+      (with-current-buffer buffer
+        (save-excursion
+          (goto-char (point-max))
+          (skip-chars-backward " \t\n")
+          (let ((end (point)))
+            (forward-line (- 1 (or lines 3)))
+            (string-trim
+             (buffer-substring-no-properties (line-beginning-position) end))))))))
+
+(defun passepartout--on-shutdown (conn)
+  "Tell the person that the daemon behind CONN stopped."
+  (let* ((proc (jsonrpc--process conn))
+         (status (process-exit-status proc))
+         (tail (passepartout--stderr-tail conn 1))
+         (reason (format "exited with status %s%s" status
+                         (if (and tail (not (string-empty-p tail)))
+                             (format " (%s)" tail)
+                           ""))))
+    (unless passepartout--shutting-down
+      (message "passepartout: the daemon %s; M-x passepartout restarts it"
+               reason))
+    (run-hook-with-args 'passepartout-connection-died-hook conn
+                        (if passepartout--shutting-down "stopped" reason))))
+
+(defun passepartout--dispatch-notification (conn method params)
+  "Hand notification METHOD with PARAMS from CONN to its handler.
+A failing handler is reported without losing the messages after it."
+  (condition-case-unless-debug err
+      (passepartout--handle-notification conn method params)
+    (error
+     (message "passepartout: error handling %s: %s"
+              method (error-message-string err)))))
+
+(defun passepartout--dispatch-request (conn method params)
+  "Answer request METHOD with PARAMS from CONN; return the result.
+Decisions never arrive this way: a flight plan is a notification, and
+the person's answer a request from Emacs."
+  (passepartout--handle-request conn method params))
+
+(cl-defgeneric passepartout--handle-notification (conn method params)
+  "Handle notification METHOD, a symbol, with PARAMS from CONN."
+  (:method (_conn _method _params) nil))
+
+(cl-defgeneric passepartout--handle-request (conn method params)
+  "Answer request METHOD, a symbol, with PARAMS from CONN.
+Return the result; signal with `jsonrpc-error' to answer an error."
+  (:method (_conn method _params)
+           (jsonrpc-error :code -32601
+                          :message (format "method not supported by Emacs: %s"
+                                           method))))
+
+;;;; The emacs actuator
+
+(defun passepartout--read-forms (code)
+  "Return the Emacs Lisp forms in the string CODE, wrapped in `progn'."
+  (let ((pos 0) forms)
+    (condition-case nil
+        (while t
+          (let ((read (read-from-string code pos)))
+            (push (car read) forms)
+            (setq pos (cdr read))))
+      (end-of-file nil))
+    (cons 'progn (nreverse forms))))
+
+(cl-defmethod passepartout--handle-request
+  (_conn (_method (eql '_passepartout/emacs/eval)) params)
+  "Evaluate the code in PARAMS with its bindings; return its printed value.
+The daemon sends this only for an action a person approved in a flight
+plan (every Emacs Lisp tool asks).  The model's arguments arrive as
+bindings, lexically bound to their names around the form, never pasted
+into the code.  A string value is returned as is."
+  (let ((code (plist-get params :code))
+        (bindings (cl-loop for (key value) on (plist-get params :bindings) by #'cddr
+                           collect (cons (intern (substring (symbol-name key) 1))
+                                         value))))
+    (condition-case err
+        (let ((value (eval (passepartout--read-forms code) (or bindings t))))
+          (list :value (if (stringp value) value (prin1-to-string value))))
+      (error (jsonrpc-error :code -32000 :message (error-message-string err))))))
+
+(cl-defmethod passepartout--handle-notification
+  (conn (_method (eql '_passepartout/sandbox/status)) params)
+  "Remember the sandbox status in PARAMS on CONN, and explain a problem."
+  (setf (passepartout--connection-sandbox conn) params)
+  (unless (eq (plist-get params :available) t)
+    (message "passepartout: %s" (plist-get params :message))))
+
+(defun passepartout--initialize-params (keys)
+  "Return the params of `initialize', with API KEYS when non-nil."
+  (list :protocolVersion 1
+        :clientCapabilities (list :fs (list :readTextFile :json-false
+                                            :writeTextFile :json-false)
+                                  :terminal :json-false)
+        :clientInfo (list :name "emacs" :version emacs-version)
+        :_meta (list :passepartout
+                     `(:flightPlans t :emacs t
+                                    ,@(and keys (list :apiKeys keys))))))
+
+(defun passepartout--start ()
+  "Start the daemon, `initialize' it and return the connection."
+  (let* ((program (passepartout--find-program))
+         (command (cons program passepartout-program-args))
+         (default-directory (expand-file-name "~/"))
+         (conn
+          (progn
+            ;; A fresh stderr buffer: jsonrpc hooks the old one to the
+            ;; events buffer, and would copy every line twice.
+            (when-let ((old (get-buffer passepartout--stderr-buffer-name)))
+              (kill-buffer old))
+          (make-instance
+           'passepartout-connection
+           :name "passepartout"
+           :events-buffer-scrollback-size passepartout-events-buffer-size
+           :notification-dispatcher #'passepartout--dispatch-notification
+           :request-dispatcher #'passepartout--dispatch-request
+           :on-shutdown #'passepartout--on-shutdown
+           :process
+           (lambda ()
+             (make-process
+              :name "passepartout"
+              :command command
+              :connection-type 'pipe
+              :coding 'utf-8-emacs-unix
+              :noquery t
+              :file-handler nil
+              ;; jsonrpc expects stderr in a buffer named after the
+              ;; connection and hides it; it is shown again below.
+              :stderr (get-buffer-create passepartout--stderr-buffer-name))))))
+         (keys (passepartout--api-keys)))
+    (with-current-buffer (jsonrpc-stderr-buffer conn)
+      (rename-buffer passepartout--stderr-buffer-name t))
+    (setq passepartout--connection conn
+          passepartout--shutting-down nil)
+    (cl-loop for (_provider key) on keys by #'cddr
+             do (push key (passepartout--connection-secrets conn)))
+    (condition-case err
+        (setf (passepartout--connection-server-info conn)
+              (jsonrpc-request conn :initialize
+                               (passepartout--initialize-params keys)
+                               :timeout 30))
+      (jsonrpc-error
+       (let ((msg (or (alist-get 'jsonrpc-error-message (cdr err))
+                      (error-message-string err))))
+         (user-error "The passepartout daemon did not start: %s%s" msg
+                     (let ((tail (passepartout--stderr-tail conn 2)))
+                       (if (and tail (not (string-empty-p tail)))
+                           (format " (%s)" tail)
+                         ""))))))
+    (run-hook-with-args 'passepartout-connection-started-hook conn)
+    conn))
+
+(defun passepartout--ensure-connection ()
+  "Return a live, initialized connection, starting the daemon if needed."
+  (or (passepartout--live-connection)
+      (passepartout--start)))
+
+(defun passepartout--shutdown ()
+  "Stop the daemon if it is running.  Pending flight plans stay on disk."
+  (when-let ((conn (passepartout--live-connection)))
+    (let ((passepartout--shutting-down t))
+      ;; End of input is the daemon's shutdown signal; give it a moment
+      ;; to cancel turns before jsonrpc kills it.
+      (ignore-errors (process-send-eof (jsonrpc--process conn)))
+      (with-timeout (2 nil)
+        (while (process-live-p (jsonrpc--process conn))
+          (accept-process-output (jsonrpc--process conn) 0.05)))
+      (jsonrpc-shutdown conn))))
+
+(defun passepartout--request-async (method params &rest args)
+  "Send request METHOD with PARAMS on the live connection, without waiting.
+ARGS are `jsonrpc-async-request' keywords.  Signal a `user-error' when
+the daemon is not running."
+  (let ((conn (or (passepartout--live-connection)
+                  (user-error "The passepartout daemon is not running: M-x passepartout"))))
+    (apply #'jsonrpc-async-request conn method params args)))
+
+(defun passepartout--notify (method params)
+  "Send notification METHOD with PARAMS if the daemon is running."
+  (when-let ((conn (passepartout--live-connection)))
+    (jsonrpc-notify conn method params)))
+
+(defun passepartout--error-message (error)
+  "Return the message of a JSON-RPC ERROR object (a plist) or condition."
+  (cond ((and (consp error) (keywordp (car error)))
+         (or (plist-get error :message) (format "%S" error)))
+        ((and (consp error) (eq (car error) 'jsonrpc-error))
+         (or (alist-get 'jsonrpc-error-message (cdr error))
+             (error-message-string error)))
+        (t (format "%s" error))))
+
+(provide 'passepartout-rpc)
+;;; passepartout-rpc.el ends here

@@ -1,0 +1,177 @@
+;;; passepartout.el --- A local-first, safety-first agent beside Emacs  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The passepartout authors
+
+;; Author: The passepartout authors
+;; Version: 0.1.0
+;; Package-Requires: ((emacs "28.1"))
+;; Keywords: tools, convenience, processes
+;; URL: https://github.com/passepartout/passepartout
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; passepartout is an LLM agent that runs as a daemon beside Emacs.  The
+;; model proposes actions; deterministic gates verify them; risky ones
+;; become Org "flight plans" that you approve or reject in Emacs.
+;;
+;; Entry points:
+;;
+;; - `passepartout': start the daemon if needed and open the Org chat
+;;   buffer of the current project.  Write under "* You", send with
+;;   C-c C-c, cancel with C-c C-k.
+;; - `passepartout-plans': list the flight plans waiting for you.  In a
+;;   plan buffer C-c C-c approves (edits included) and C-c C-k rejects.
+;; - `passepartout-new-skill': write a skill as a literate Org file,
+;;   checked by the daemon as you type (`passepartout-skill-mode').
+;; - `passepartout-events': every JSON-RPC message exchanged.
+;;
+;; One daemon serves the whole Emacs; each project gets its own session.
+;; API keys come from auth-source (see `passepartout-auth-hosts'), reach
+;; the daemon when it starts and are never shown in a buffer.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'project)
+(require 'passepartout-rpc)
+(require 'passepartout-chat)
+(require 'passepartout-plan)
+(require 'passepartout-skill)
+
+(defgroup passepartout nil
+  "A local-first, safety-first LLM agent beside Emacs."
+  :group 'tools
+  :prefix "passepartout-"
+  :link '(url-link :tag "Protocol" "docs/protocol.md"))
+
+(defcustom passepartout-program nil
+  "The passepartout executable, or nil to find it.
+When nil, the variable `exec-path' is searched, then the build output
+of the source checkout this package lives in (target/release, then
+target/debug)."
+  :type '(choice (const :tag "Find it" nil) file))
+
+(defcustom passepartout-program-args '("serve")
+  "Arguments given to `passepartout-program'.
+Add e.g. \"--provider-url\" URL \"--model\" NAME to choose a provider
+without a configuration file."
+  :type '(repeat string))
+
+(defcustom passepartout-plan-display 'pop
+  "What to do when a flight plan arrives.
+`pop' shows its buffer at once (without selecting it); `notify' only
+says so in the echo area
+\(list them with \\[passepartout-plans])."
+  :type '(choice (const :tag "Show the plan" pop)
+                 (const :tag "Only tell me" notify)))
+
+(defcustom passepartout-auth-hosts
+  '(("anthropic" . "api.anthropic.com")
+    ("openai" . "api.openai.com"))
+  "Providers whose API keys are looked up with auth-source.
+Each element is (PROVIDER . HOST): PROVIDER is a provider name in the
+daemon's configuration, HOST the `:host' of its auth-source entry, e.g.
+the line \"machine api.anthropic.com password sk-...\" in ~/.authinfo.gpg."
+  :type '(alist :key-type (string :tag "Provider")
+                :value-type (string :tag "Host")))
+
+(defcustom passepartout-events-buffer-size (* 2 1024 1024)
+  "Characters kept in the events buffer (\[passepartout-events]).
+0 disables it, nil keeps everything.  Logging pretty-prints every
+message, which costs more than showing it: 0 makes streaming cheaper."
+  :type '(choice (const :tag "No limit" nil) integer))
+
+(defun passepartout--project-root ()
+  "Return the directory a session here is rooted at."
+  (expand-file-name
+   (if-let ((project (project-current)))
+       (project-root project)
+     default-directory)))
+
+;;;###autoload
+(defun passepartout (&optional directory)
+  "Chat with passepartout about the current project.
+Start the daemon if it is not running, then show the Org chat buffer
+of the project around `default-directory' (with a prefix argument, ask
+for DIRECTORY)."
+  (interactive
+   (list (and current-prefix-arg
+              (read-directory-name "Project directory: "))))
+  (let* ((root (if directory
+                   (expand-file-name directory)
+                 (passepartout--project-root)))
+         (buffer (passepartout-chat-buffer root)))
+    (with-current-buffer buffer
+      (passepartout-chat--ensure-session))
+    (pop-to-buffer buffer)
+    (when (< (point) passepartout-chat--prompt)
+      (goto-char (point-max)))
+    buffer))
+
+;;;###autoload
+(defun passepartout-plans ()
+  "List the flight plans waiting for a decision."
+  (interactive)
+  (pop-to-buffer (passepartout-plans-list)))
+
+;;;###autoload
+(defun passepartout-new-skill (name directory)
+  "Create a skill called NAME in DIRECTORY from a template, and visit it.
+Interactively, ask whether it belongs to you (every project) or to the
+current project."
+  (interactive
+   (list (read-string "Skill name (lowercase, e.g. git-helpers): ")
+         (passepartout-skill--read-directory)))
+  (pop-to-buffer (passepartout-skill-create name directory)))
+
+;;;###autoload
+(defun passepartout-skill-mode-maybe ()
+  "Turn on `passepartout-skill-mode' if this Org buffer is a skill file.
+Add it to `org-mode-hook' to check skills as you edit them."
+  (when (and (derived-mode-p 'org-mode)
+             (passepartout-skill-file-p buffer-file-name))
+    (passepartout-skill-mode 1)))
+
+;;;###autoload
+(defun passepartout-events ()
+  "Show every JSON-RPC message exchanged with the daemon; return the buffer."
+  (interactive)
+  (unless passepartout--connection
+    (user-error "The passepartout daemon has not been started"))
+  (pop-to-buffer (jsonrpc-events-buffer passepartout--connection))
+  (current-buffer))
+
+(defun passepartout-stderr ()
+  "Show what the daemon wrote to its standard error."
+  (interactive)
+  (pop-to-buffer (get-buffer-create passepartout--stderr-buffer-name)))
+
+(defun passepartout-shutdown ()
+  "Stop the daemon.  Pending flight plans are kept for its next start."
+  (interactive)
+  (passepartout--shutdown))
+
+(defun passepartout-restart ()
+  "Stop the daemon and start it again."
+  (interactive)
+  (passepartout--shutdown)
+  (passepartout--ensure-connection)
+  (message "passepartout: restarted"))
+
+(provide 'passepartout)
+;;; passepartout.el ends here

@@ -1,0 +1,131 @@
+;;; bench-stream.el --- How streaming into a chat buffer scales  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; Streams a 100 KB answer (2000 chunks of 50 bytes) into a
+;; `passepartout-chat-mode' buffer and prints the Emacs CPU time spent,
+;; and the time per chunk in the first and the last 10% of the stream:
+;; it must not grow with the size of the buffer.
+;;
+;;   emacs -batch -Q -L elisp -l tests/elisp/bench-stream.el
+;;
+;; Scenarios:
+;; - "insert": the chat's chunk function alone (what the filter costs);
+;; - "insert+fontify": also fontifies the last screenful after each chunk,
+;;   as redisplay would when the buffer is visible;
+;; - "big history": the same after 2 MB of earlier conversation;
+;; - "daemon": optionally, when PASSEPARTOUT_BIN and
+;;   PASSEPARTOUT_FAKE_PROVIDER are executable, the same 2000 chunks
+;;   through the real daemon and the fake provider (wall and CPU time of
+;;   the whole turn), with the events buffer on (the default) and off
+;;   (`passepartout-events-buffer-size' 0): jsonrpc pretty-prints every
+;;   message it logs, which is most of the cost.
+;;
+;; It prints figures and asserts nothing.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'passepartout)
+
+(defconst bench-stream--chunks 2000 "Chunks per answer.")
+(defconst bench-stream--chunk-size 50 "Bytes per chunk.")
+
+(defun bench-stream--chunk (i)
+  "The I-th 50-byte chunk: words, with a line break now and then."
+  (let ((s (format "chunk %05d of the answer, with some more words here. " i)))
+    (concat (substring s 0 (- bench-stream--chunk-size 1))
+            (if (zerop (% i 8)) "\n" " "))))
+
+(defun bench-stream--cpu ()
+  "CPU seconds used by Emacs so far."
+  (float-time (get-internal-run-time)))
+
+(defun bench-stream--run (label history fontify)
+  "Stream one answer after HISTORY characters; FONTIFY the tail if non-nil.
+Print a line of figures under LABEL."
+  (with-temp-buffer
+    (passepartout-chat-mode)
+    (setq passepartout-chat--root default-directory)
+    (let ((inhibit-message t))
+      (when (> history 0)
+        (let ((line "An earlier answer: a line of text to make the buffer big.\n"))
+          (dotimes (_ (/ history (length line))) (insert line))))
+      (passepartout-chat--new-prompt)
+      (goto-char (point-max))
+      (insert "Write a long answer.")
+      (passepartout-chat-begin-turn))
+    (let ((times (make-vector bench-stream--chunks 0.0))
+          (start (bench-stream--cpu))
+          (gc gcs-done))
+      (dotimes (i bench-stream--chunks)
+        (let ((t0 (bench-stream--cpu)))
+          (passepartout-chat-insert-message (bench-stream--chunk i))
+          (when fontify
+            (font-lock-fontify-region (max (point-min) (- (point-max) 3000))
+                                      (point-max)))
+          (aset times i (- (bench-stream--cpu) t0))))
+      (passepartout-chat-end-turn)
+      (let* ((total (- (bench-stream--cpu) start))
+             (tenth (/ bench-stream--chunks 10))
+             (early (/ (cl-loop for i below tenth sum (aref times i)) tenth))
+             (late (/ (cl-loop for i from (- bench-stream--chunks tenth)
+                               below bench-stream--chunks
+                               sum (aref times i))
+                      tenth)))
+        (princ (format "%-22s buffer %8d chars  cpu %7.1f ms  per chunk: first 10%% %6.1f us, last 10%% %6.1f us  (ratio %.2f, %d GCs)\n"
+                       label (buffer-size) (* 1000 total)
+                       (* 1e6 early) (* 1e6 late)
+                       (if (> early 0) (/ late early) 0.0)
+                       (- gcs-done gc)))))))
+
+(defun bench-stream--daemon (label events-size)
+  "Stream the same answer through the real daemon, if it is built.
+Print a line under LABEL; EVENTS-SIZE is `passepartout-events-buffer-size'."
+  (let ((bin (expand-file-name (or (getenv "PASSEPARTOUT_BIN") "target/debug/passepartout")))
+        (fake (expand-file-name (or (getenv "PASSEPARTOUT_FAKE_PROVIDER")
+                                    "target/debug/examples/fake_provider"))))
+    (if (not (and (file-executable-p bin) (file-executable-p fake)))
+        (princ (format "daemon: skipped (%s or %s missing; cargo build --bins --examples)\n"
+                       bin fake))
+      (require 'passepartout-test-support
+               (expand-file-name "passepartout-test-support.el"
+                                 (file-name-directory (or load-file-name buffer-file-name))))
+      (let ((script
+             (list `(:type "open_ai" :delay_ms 0 :done t
+                           :chunks ,(vconcat
+                                     (cl-loop for i below bench-stream--chunks
+                                              collect `(:choices [(:index 0 :delta (:content ,(bench-stream--chunk i)))]))
+                                     (list `(:choices [(:index 0 :delta ,(make-hash-table) :finish_reason "stop")])))))))
+        (with-no-warnings
+          (passepartout-test-with-daemon script
+            (let* ((passepartout-events-buffer-size events-size)
+                   (chat (passepartout project))
+                   (cpu0 (bench-stream--cpu))
+                   (wall0 (float-time)))
+              (with-current-buffer chat
+                (goto-char (point-max))
+                (insert "Write a long answer.")
+                (passepartout-chat-send))
+              (passepartout-test--wait-for
+                  (null (buffer-local-value 'passepartout-chat--stream chat))
+                120 "the end of the turn")
+              (princ (format "%-22s buffer %8d chars  cpu %7.1f ms  wall %7.1f ms for %d chunks\n"
+                             label
+                             (buffer-size chat)
+                             (* 1000 (- (bench-stream--cpu) cpu0))
+                             (* 1000 (- (float-time) wall0))
+                             bench-stream--chunks)))))))))
+
+(princ (format "Streaming %d chunks of %d bytes (%d KB) into a chat buffer, Emacs %s, Org %s\n"
+               bench-stream--chunks bench-stream--chunk-size
+               (/ (* bench-stream--chunks bench-stream--chunk-size) 1000)
+               emacs-version (org-version)))
+(bench-stream--run "insert" 0 nil)
+(bench-stream--run "insert+fontify" 0 t)
+(bench-stream--run "insert, big history" (* 2 1024 1024) nil)
+(bench-stream--run "insert+fontify, big" (* 2 1024 1024) t)
+(bench-stream--daemon "daemon, events logged" (* 2 1024 1024))
+(bench-stream--daemon "daemon, no events" 0)
+
+;;; bench-stream.el ends here

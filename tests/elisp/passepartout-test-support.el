@@ -1,0 +1,200 @@
+;;; passepartout-test-support.el --- Fixtures for the passepartout ERT suite  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; Fixtures that run the real daemon against the real fake provider
+;; (target/debug/examples/fake_provider), in temporary HOME,
+;; XDG_CONFIG_HOME, state and project directories, so a person's own
+;; configuration and keys are never read.  Paths come from
+;; PASSEPARTOUT_BIN and PASSEPARTOUT_FAKE_PROVIDER (see run.sh).
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'ert)
+(require 'subr-x)
+(require 'passepartout)
+
+(defvar passepartout-test--bin
+  (expand-file-name (or (getenv "PASSEPARTOUT_BIN") "target/debug/passepartout"))
+  "The daemon under test.")
+
+(defvar passepartout-test--fake
+  (expand-file-name (or (getenv "PASSEPARTOUT_FAKE_PROVIDER")
+                        "target/debug/examples/fake_provider"))
+  "The fake model server.")
+
+(defvar passepartout-test--dir nil
+  "Temporary directory of the running fixture.")
+
+(defvar passepartout-test--fake-process nil
+  "The fake provider process of the running fixture.")
+
+(defmacro passepartout-test--wait-for (condition &optional timeout what)
+  "Process output until CONDITION is non-nil; return its value.
+Fail the test after TIMEOUT seconds (default 20), naming WHAT."
+  (declare (indent 1))
+  (let ((deadline (make-symbol "deadline"))
+        (value (make-symbol "value")))
+    `(let ((,deadline (+ (float-time) (or ,timeout 20)))
+           (,value nil))
+       (while (and (not (setq ,value ,condition))
+                   (< (float-time) ,deadline))
+         (accept-process-output nil 0.05))
+       (or ,value
+           (ert-fail (list "Timed out waiting" (or ,what ',condition)))))))
+
+;;;; Scripts for the fake provider
+
+(defun passepartout-test--chunk (delta &optional finish)
+  "An OpenAI stream chunk with DELTA and FINISH reason."
+  `(:choices [(:index 0 :delta ,delta
+                      ,@(and finish (list :finish_reason finish)))]))
+
+(defun passepartout-test--text-reply (&rest pieces)
+  "A scripted streamed answer made of the strings PIECES."
+  `(:type "open_ai" :delay_ms 5 :done t
+          :chunks ,(vconcat
+                    (mapcar (lambda (p) (passepartout-test--chunk (list :content p)))
+                            pieces)
+                    (list (append (passepartout-test--chunk (make-hash-table) "stop")
+                                  '(:usage (:prompt_tokens 11 :completion_tokens 7
+                                                           :total_tokens 18)))))))
+
+(defun passepartout-test--tool-reply (id name arguments)
+  "A scripted tool call ID of tool NAME with ARGUMENTS (a plist)."
+  (let ((args (json-serialize arguments)))
+    `(:type "open_ai" :delay_ms 5 :done t
+            :chunks [,(passepartout-test--chunk
+                       `(:tool_calls [(:index 0 :id ,id :type "function"
+                                              :function (:name ,name :arguments ""))]))
+                     ,(passepartout-test--chunk
+                       `(:tool_calls [(:index 0 :function
+                                              (:arguments ,(substring args 0 5)))]))
+                     ,(passepartout-test--chunk
+                       `(:tool_calls [(:index 0 :function
+                                              (:arguments ,(substring args 5)))]))
+                     ,(passepartout-test--chunk (make-hash-table) "tool_calls")])))
+
+(defun passepartout-test--hang-reply ()
+  "A scripted reply that never comes."
+  '(:type "hang"))
+
+;;;; The fixture
+
+(defun passepartout-test--check-executables ()
+  "Fail with a clear message when the programs under test are missing."
+  (dolist (p (list passepartout-test--bin passepartout-test--fake))
+    (unless (file-executable-p p)
+      (ert-fail (format "missing %s: run `cargo build --bins --examples' first" p)))))
+
+(defun passepartout-test--start-fake (script dir)
+  "Start the fake provider on SCRIPT (a list of replies) in DIR; return its URL."
+  (let ((file (expand-file-name "script.json" dir))
+        (output (generate-new-buffer " *fake provider*")))
+    (with-temp-file file (insert (json-serialize (vconcat script))))
+    (setq passepartout-test--fake-process
+          (make-process :name "fake-provider"
+                        :command (list passepartout-test--fake file
+                                       "--log" (expand-file-name "requests.jsonl" dir))
+                        :buffer output
+                        :connection-type 'pipe
+                        :noquery t
+                        :stderr (get-buffer-create " *fake provider stderr*")))
+    (passepartout-test--wait-for
+        (with-current-buffer output
+          (goto-char (point-min))
+          (and (re-search-forward "^\\(http://[^\n]+\\)\n" nil t)
+               (match-string 1)))
+      20 "the fake provider's URL")))
+
+(defun passepartout-test--requests ()
+  "The requests the fake provider received, as a list of plists."
+  (let ((file (expand-file-name "requests.jsonl" passepartout-test--dir)))
+    (when (file-exists-p file)
+      (with-temp-buffer
+        (insert-file-contents file)
+        (cl-loop while (not (eobp))
+                 for line = (buffer-substring (point) (line-end-position))
+                 unless (string-empty-p line)
+                 collect (json-parse-string line :object-type 'plist
+                                            :null-object nil :false-object :json-false)
+                 do (forward-line 1))))))
+
+(defun passepartout-test--cleanup ()
+  "Stop everything a fixture started and forget its state."
+  (ignore-errors (passepartout--shutdown))
+  (setq passepartout--connection nil)
+  (when (process-live-p passepartout-test--fake-process)
+    (delete-process passepartout-test--fake-process))
+  (dolist (table (list passepartout-chat--buffers passepartout-chat--sessions))
+    (maphash (lambda (_k b) (when (buffer-live-p b)
+                              (with-current-buffer b (set-buffer-modified-p nil))
+                              (let ((kill-buffer-hook nil)) (kill-buffer b))))
+             table)
+    (clrhash table))
+  (maphash (lambda (_k e) (let ((b (plist-get e :buffer)))
+                            (when (buffer-live-p b) (kill-buffer b))))
+           passepartout-plan--plans)
+  (clrhash passepartout-plan--plans)
+  (dolist (name '(" *fake provider*" " *fake provider stderr*"))
+    (when (get-buffer name) (kill-buffer name)))
+  (when passepartout-test--dir
+    (delete-directory passepartout-test--dir t)
+    (setq passepartout-test--dir nil)))
+
+(defmacro passepartout-test-with-daemon (script &rest body)
+  "Run BODY with the daemon configured against a fake provider playing SCRIPT.
+In BODY, `project' is a fresh project directory (a git repository)."
+  (declare (indent 1) (debug t))
+  `(progn
+     (passepartout-test--check-executables)
+     (let* ((passepartout-test--dir (make-temp-file "passepartout-test" t))
+            (home (expand-file-name "home/" passepartout-test--dir))
+            (project (expand-file-name "project/" passepartout-test--dir))
+            (state (expand-file-name "state/" passepartout-test--dir))
+            (process-environment
+             (append (list (concat "HOME=" home)
+                           (concat "XDG_CONFIG_HOME=" home ".config")
+                           (concat "XDG_STATE_HOME=" home ".local/state")
+                           (concat "XDG_DATA_HOME=" home ".local/share"))
+                     process-environment))
+            (url (passepartout-test--start-fake ,script passepartout-test--dir))
+            (passepartout-program passepartout-test--bin)
+            (passepartout-program-args
+             (list "serve" "--provider-url" (concat url "/v1") "--model" "fake"
+                   "--state-dir" state))
+            (passepartout-auth-hosts nil)
+            (passepartout-plan-display 'pop)
+            (auth-sources nil))
+       (ignore project)
+       (make-directory home t)
+       (make-directory project t)
+       (make-directory state t)
+       (unwind-protect (progn ,@body)
+         (passepartout-test--cleanup)))))
+
+(defun passepartout-test--chat (project)
+  "Open the chat buffer of PROJECT and return it."
+  (let ((buffer (passepartout project)))
+    (should (buffer-live-p buffer))
+    buffer))
+
+(defun passepartout-test--send (buffer text)
+  "Type TEXT under the prompt of chat BUFFER and send it with C-c C-c."
+  (with-current-buffer buffer
+    (goto-char (point-max))
+    (insert text)
+    (org-ctrl-c-ctrl-c)))
+
+(defun passepartout-test--idle-p (buffer)
+  "Non-nil when chat BUFFER has no turn running."
+  (null (buffer-local-value 'passepartout-chat--stream buffer)))
+
+(defun passepartout-test--text (buffer)
+  "BUFFER's text without properties."
+  (with-current-buffer buffer
+    (buffer-substring-no-properties (point-min) (point-max))))
+
+(provide 'passepartout-test-support)
+;;; passepartout-test-support.el ends here
