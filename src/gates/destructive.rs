@@ -126,8 +126,8 @@ fn severity(path: &Path, ctx: &GateContext) -> Option<(Decision, String)> {
     None
 }
 
-/// Whether a glob pattern (`*`, `?`, `[...]`) matches a whole path.
-fn glob_matches(pattern: &str, candidate: &str) -> bool {
+/// A glob pattern (`*`, `?`, `[...]`) as a regex matching whole paths.
+fn glob_regex(pattern: &str) -> Option<Regex> {
     let mut re = String::from("^");
     let mut in_class = false;
     for c in pattern.chars() {
@@ -147,7 +147,7 @@ fn glob_matches(pattern: &str, candidate: &str) -> bool {
         }
     }
     re.push('$');
-    Regex::new(&re).is_ok_and(|r| r.is_match(candidate))
+    Regex::new(&re).ok()
 }
 
 /// A path with glob characters before its last component (`/e?c`,
@@ -163,9 +163,10 @@ fn vital_glob_target(path: &Path, ctx: &GateContext) -> Option<PathBuf> {
         candidates.push(home.clone());
         candidates.extend(HOME_VITAL.iter().map(|v| home.join(v)));
     }
+    let re = glob_regex(&text)?;
     candidates
         .into_iter()
-        .find(|c| glob_matches(&text, &c.to_string_lossy()))
+        .find(|c| re.is_match(&c.to_string_lossy()))
 }
 
 fn resolve(cmd: &Command, word: &str, ctx: &GateContext) -> PathBuf {

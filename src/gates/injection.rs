@@ -565,6 +565,12 @@ impl Gate for InjectionGate {
                     hijacks(&parsed, &keys, ctx, &mut findings);
                     homoglyphs(&parsed, script, &mut findings);
                     computed_programs(&parsed, &mut findings);
+                    if parsed.truncated {
+                        findings.push((
+                            Decision::Ask,
+                            "the script nests shells deeper than the gates follow".to_string(),
+                        ));
+                    }
                 }
             }
             Effect::EvalElisp { code, .. } => {

@@ -298,7 +298,8 @@ pub fn write_decision(path: &Path, ctx: &GateContext) -> Option<(Decision, Strin
     {
         return Some((Decision::Deny, format!("writes to {shown}, a system path")));
     }
-    if !path.starts_with(&ctx.cwd) {
+    // Without an absolute working directory nothing counts as inside it.
+    if !(ctx.cwd.is_absolute() && path.starts_with(&ctx.cwd)) {
         return Some((
             Decision::Ask,
             format!("writes to {shown}, outside the working directory"),

@@ -23,6 +23,10 @@ use crate::gates::GateContext;
 /// How deep nested shells (`bash -c "sh -c '...'"`) are followed.
 const MAX_DEPTH: usize = 8;
 
+/// How many commands one script may expand to before the parser stops
+/// following nested scripts (and marks the script truncated).
+const MAX_COMMANDS: usize = 4096;
+
 /// Where a command was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
@@ -335,6 +339,9 @@ impl Command {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Script {
     pub commands: Vec<Command>,
+    /// Set when nesting went deeper than the parser follows: gates should
+    /// not trust that they saw everything.
+    pub truncated: bool,
     next_pipeline: usize,
 }
 
@@ -403,6 +410,11 @@ pub fn script_of(effect: &Effect, ctx: &GateContext) -> Option<Script> {
                     env,
                     argv,
                 ))
+            } else if matches!(
+                name,
+                "perl" | "ruby" | "node" | "nodejs" | "php" | "awk" | "lua"
+            ) {
+                Some(parse_embedded(&code_shell_strings(script), ctx, env, argv))
             } else {
                 None
             }
@@ -914,7 +926,11 @@ impl<'a> Parser<'a> {
                 cwd: self.cwd.clone(),
             });
         }
-        if depth >= MAX_DEPTH {
+        if depth >= MAX_DEPTH || out.commands.len() >= MAX_COMMANDS {
+            let cmd = &out.commands[index];
+            if !substitutions.is_empty() || !nested_scripts(cmd, out).is_empty() {
+                out.truncated = true;
+            }
             return true;
         }
         let mut seen = Vec::new();
@@ -1640,6 +1656,11 @@ fn nested_scripts(cmd: &Command, script: &Script) -> Vec<(String, Origin)> {
     {
         // `echo 'rm -rf /' | sh`: what echo prints is the script.
         for up in script.upstream(cmd) {
+            if up.program == "cat" {
+                if let Some(body) = &up.stdin_text {
+                    out.push((body.clone(), Origin::Heredoc));
+                }
+            }
             if matches!(up.program.as_str(), "echo" | "printf") {
                 let text: Vec<&str> = up
                     .args
@@ -2018,6 +2039,40 @@ mod tests {
             ["awk", "reboot"]
         );
         assert_eq!(names("ruby -e '`halt`'"), ["ruby", "halt"]);
+    }
+
+    #[test]
+    fn hostile_nesting_is_bounded_and_marked() {
+        let mut script = "rm -rf /".to_string();
+        for _ in 0..12 {
+            script = format!("bash -c {}", shell_quote(&script));
+        }
+        let s = parse(&script, home());
+        assert!(s.truncated);
+        assert!(!s.commands.iter().any(|c| c.program == "rm"));
+        let s = parse("bash -c 'bash -c \"rm -rf /\"'", home());
+        assert!(!s.truncated);
+    }
+
+    #[test]
+    fn arbitrary_input_never_panics() {
+        // A small deterministic generator over shell metacharacters.
+        let alphabet: Vec<char> = "ab rm-/~$'\"\\`(){}[]|&;<>#=*?!\n\t${}@%:.0123x\u{200b}é"
+            .chars()
+            .collect();
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..3000 {
+            let len = (seed % 40) as usize;
+            let mut text = String::new();
+            for _ in 0..len {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                text.push(alphabet[(seed % alphabet.len() as u64) as usize]);
+            }
+            let s = parse_with(&text, home(), &BTreeMap::new(), &v(&["a", "b"]));
+            assert!(s.commands.len() < MAX_COMMANDS + 100, "{text:?}");
+        }
     }
 
     #[test]
