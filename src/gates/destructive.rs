@@ -16,6 +16,7 @@ use regex::Regex;
 use crate::action::{Action, Effect};
 use crate::gates::engine::verdict_from_findings;
 use crate::gates::protected_paths::display_path;
+use crate::gates::shell_words::static_regex;
 use crate::gates::shell_words::{basename, resolve_path, script_of, strip_glob, Command};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
@@ -68,8 +69,7 @@ const HOME_VITAL: &[&str] = &[
 fn is_block_device(path: &str) -> bool {
     static RE: OnceLock<Regex> = OnceLock::new();
     RE.get_or_init(|| {
-        Regex::new(r"^/dev/(sd[a-z]|hd[a-z]|vd[a-z]|xvd[a-z]|nvme\d|mmcblk\d|disk\d|dm-\d|md\d|loop\d|mapper/|mem$|kmem$|port$|sr\d|root$|nbd\d)")
-            .expect("static regex")
+        static_regex(r"^/dev/(sd[a-z]|hd[a-z]|vd[a-z]|xvd[a-z]|nvme\d|mmcblk\d|disk\d|dm-\d|md\d|loop\d|mapper/|mem$|kmem$|port$|sr\d|root$|nbd\d)")
     })
     .is_match(path)
 }
@@ -431,8 +431,7 @@ fn fork_bomb(script: &str) -> Option<String> {
     static LOOP: OnceLock<Regex> = OnceLock::new();
     static SELF: OnceLock<Regex> = OnceLock::new();
     let fn_def = FN_DEF.get_or_init(|| {
-        Regex::new(r"(?:function\s+)?([^\s(){};|&]+)\s*\(\s*\)\s*\{([^}]*)\}|function\s+([^\s(){};|&]+)\s*\{([^}]*)\}")
-            .expect("static regex")
+        static_regex(r"(?:function\s+)?([^\s(){};|&]+)\s*\(\s*\)\s*\{([^}]*)\}|function\s+([^\s(){};|&]+)\s*\{([^}]*)\}")
     });
     for caps in fn_def.captures_iter(script) {
         let (Some(name), Some(body)) = (caps.get(1).or(caps.get(3)), caps.get(2).or(caps.get(4)))
@@ -453,8 +452,7 @@ fn fork_bomb(script: &str) -> Option<String> {
         }
     }
     let lp = LOOP.get_or_init(|| {
-        Regex::new(r"(?s)(?:while|until)\s+(?:true|:|\[\s*1\s*\]|1|\(\(\s*1\s*\)\))\s*;?\s*do\b(.*?)\bdone|for\s*\(\(\s*;\s*;\s*\)\)\s*;?\s*do\b(.*?)\bdone")
-            .expect("static regex")
+        static_regex(r"(?s)(?:while|until)\s+(?:true|:|\[\s*1\s*\]|1|\(\(\s*1\s*\)\))\s*;?\s*do\b(.*?)\bdone|for\s*\(\(\s*;\s*;\s*\)\)\s*;?\s*do\b(.*?)\bdone")
     });
     for caps in lp.captures_iter(script) {
         let body = caps
@@ -468,8 +466,7 @@ fn fork_bomb(script: &str) -> Option<String> {
         }
     }
     let selfexec = SELF.get_or_init(|| {
-        Regex::new(r#"\$0\s*[|&]\s*\$0|fork\s+while\s+fork|while\s*\(?\s*(?:True|1)\s*\)?\s*:\s*os\.fork\(\)|while\s*\(\s*1\s*\)\s*\{?\s*fork\(\)"#)
-            .expect("static regex")
+        static_regex(r#"\$0\s*[|&]\s*\$0|fork\s+while\s+fork|while\s*\(?\s*(?:True|1)\s*\)?\s*:\s*os\.fork\(\)|while\s*\(\s*1\s*\)\s*\{?\s*fork\(\)"#)
     });
     if selfexec.is_match(script) {
         return Some("fork bomb: the script forks itself without end".into());
@@ -506,10 +503,9 @@ impl Gate for DestructiveGate {
                 if script.contains("shutil.rmtree") {
                     static RMTREE: OnceLock<Regex> = OnceLock::new();
                     let re = RMTREE.get_or_init(|| {
-                        Regex::new(
+                        static_regex(
                             r#"shutil\.rmtree\(\s*(?:os\.path\.expanduser\()?\s*["']([^"']+)["']"#,
                         )
-                        .expect("static regex")
                     });
                     for caps in re.captures_iter(script) {
                         if let Some(p) = caps.get(1) {
@@ -523,9 +519,8 @@ impl Gate for DestructiveGate {
             }
             Effect::EvalElisp { code, .. } => {
                 static ELISP: OnceLock<Regex> = OnceLock::new();
-                let re = ELISP.get_or_init(|| {
-                    Regex::new(r#"\(delete-directory\s+"([^"]+)"\s+t"#).expect("static regex")
-                });
+                let re =
+                    ELISP.get_or_init(|| static_regex(r#"\(delete-directory\s+"([^"]+)"\s+t"#));
                 for caps in re.captures_iter(code) {
                     if let Some(p) = caps.get(1) {
                         let path = resolve_path(p.as_str(), ctx);

@@ -14,6 +14,7 @@ use regex::Regex;
 use crate::action::Action;
 use crate::gates::engine::verdict_from_findings;
 use crate::gates::protected_paths::{display_path, word_protection};
+use crate::gates::shell_words::static_regex;
 use crate::gates::shell_words::{script_of, Command, Script};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
@@ -188,8 +189,7 @@ const NC_VALUED: &[&str] = &[
 fn remote_spec_host(word: &str) -> Option<String> {
     static RE: OnceLock<Regex> = OnceLock::new();
     let re = RE.get_or_init(|| {
-        Regex::new(r"^(?:[^@/:\s]+@)?(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9][A-Za-z0-9._-]*):")
-            .expect("static regex")
+        static_regex(r"^(?:[^@/:\s]+@)?(\[[0-9A-Fa-f:]+\]|[A-Za-z0-9][A-Za-z0-9._-]*):")
     });
     if word.contains("://") {
         return host_of(word);
@@ -436,8 +436,7 @@ fn uploads(cmd: &Command) -> Vec<String> {
 fn secret_var(word: &str) -> Option<String> {
     static RE: OnceLock<Regex> = OnceLock::new();
     let re = RE.get_or_init(|| {
-        Regex::new(r"\$\{?([A-Za-z_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)[A-Za-z0-9_]*)")
-            .expect("static regex")
+        static_regex(r"\$\{?([A-Za-z_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)[A-Za-z0-9_]*)")
     });
     re.captures(&word.to_ascii_uppercase())
         .and_then(|c| c.get(1))

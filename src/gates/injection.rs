@@ -15,6 +15,7 @@ use regex::Regex;
 use crate::action::{Action, Effect};
 use crate::gates::engine::verdict_from_findings;
 use crate::gates::protected_paths::{display_path, is_startup_path};
+use crate::gates::shell_words::static_regex;
 use crate::gates::shell_words::{is_shell, script_of, Command, Origin, Script};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
@@ -308,7 +309,7 @@ fn reverse_shells(script: &Script, out: &mut Vec<(Decision, String)>) {
 fn code_checks(code: &str, out: &mut Vec<(Decision, String)>) {
     static SOCKET: OnceLock<Regex> = OnceLock::new();
     static EXEC_REMOTE: OnceLock<Regex> = OnceLock::new();
-    let socket = SOCKET.get_or_init(|| Regex::new(r"(?i)socket").expect("static regex"));
+    let socket = SOCKET.get_or_init(|| static_regex(r"(?i)socket"));
     let spawn = [
         "pty.spawn",
         "dup2",
@@ -325,8 +326,7 @@ fn code_checks(code: &str, out: &mut Vec<(Decision, String)>) {
         ));
     }
     let exec_remote = EXEC_REMOTE.get_or_init(|| {
-        Regex::new(r"(?s)\b(?:exec|eval|compile|system|popen|Popen|call|run|check_output)\s*\(.*(?:urlopen|requests\.get|urllib|b64decode|a2b_hex|fromhex|zlib\.decompress|marshal\.loads|codecs\.decode)")
-            .expect("static regex")
+        static_regex(r"(?s)\b(?:exec|eval|compile|system|popen|Popen|call|run|check_output)\s*\(.*(?:urlopen|requests\.get|urllib|b64decode|a2b_hex|fromhex|zlib\.decompress|marshal\.loads|codecs\.decode)")
     });
     if exec_remote.is_match(code) {
         out.push((
@@ -507,10 +507,9 @@ fn homoglyphs(script: &Script, raw: &str, out: &mut Vec<(Decision, String)>) {
 fn prompt_injection(place: &str, text: &str, out: &mut Vec<(Decision, String)>) {
     static RE: OnceLock<Regex> = OnceLock::new();
     let re = RE.get_or_init(|| {
-        Regex::new(
+        static_regex(
             r"(?i)(ignore|disregard|forget)\s+(all\s+|any\s+)?(the\s+)?(previous|prior|above|earlier|preceding)\s+(instructions|prompts?|rules|messages)|<!--\s*(run|exec|execute|cmd|command|system)\s*:|\bnew\s+instructions\s*:|<\|im_start\|>|\[/?INST\]|you\s+are\s+now\s+(in\s+)?(developer|dan|jailbreak|god)\s+mode|(reveal|print|show)\s+(your|the)\s+system\s+prompt",
         )
-        .expect("static regex")
     });
     if let Some(m) = re.find(text) {
         let snippet: String = m.as_str().chars().take(40).collect();

@@ -15,6 +15,7 @@ use regex::Regex;
 
 use crate::action::{Action, Effect};
 use crate::gates::engine::verdict_from_findings;
+use crate::gates::shell_words::static_regex;
 use crate::gates::shell_words::{python_shell_strings, resolve_path, script_of, Command};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
@@ -112,8 +113,7 @@ pub fn display_path(path: &Path, ctx: &GateContext) -> String {
 fn secret_name_regex() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
     RE.get_or_init(|| {
-        Regex::new(r"(?i)(?:^|[._-])(?:secrets?|tokens?|credentials?|passwords?)(?:[._-]|$)")
-            .expect("static regex")
+        static_regex(r"(?i)(?:^|[._-])(?:secrets?|tokens?|credentials?|passwords?)(?:[._-]|$)")
     })
 }
 
@@ -321,8 +321,7 @@ fn read_finding(path: &Path, ctx: &GateContext, verb: &str) -> Option<(Decision,
 /// `"/etc/shadow"`, `'.env'`).
 fn python_path_literals(code: &str) -> Vec<String> {
     static RE: OnceLock<Regex> = OnceLock::new();
-    let re = RE
-        .get_or_init(|| Regex::new(r#"["']((?:[~/.]|\$HOME)[^"'\s]*)["']"#).expect("static regex"));
+    let re = RE.get_or_init(|| static_regex(r#"["']((?:[~/.]|\$HOME)[^"'\s]*)["']"#));
     re.captures_iter(code)
         .filter_map(|c| c.get(1))
         .map(|m| m.as_str().to_string())

@@ -13,6 +13,7 @@ use regex::Regex;
 
 use crate::action::{Action, Effect};
 use crate::gates::engine::verdict_from_findings;
+use crate::gates::shell_words::static_regex;
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
 /// One credential found in text.
@@ -45,7 +46,7 @@ fn patterns() -> &'static [Pattern] {
     PATTERNS.get_or_init(|| {
         let p = |kind, re: &str, decision, group, keep, entropy_check| Pattern {
             kind,
-            regex: Regex::new(re).expect("static regex"),
+            regex: static_regex(re),
             decision,
             group,
             keep,

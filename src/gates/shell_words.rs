@@ -48,6 +48,14 @@ pub enum Origin {
     Embedded,
 }
 
+/// Compile one of the gates' built-in patterns. They are literals in this
+/// crate, exercised by the unit tests, so a failure is a programming error
+/// caught before release — the one place the gates may panic.
+pub(crate) fn static_regex(pattern: &str) -> regex::Regex {
+    #[allow(clippy::expect_used)]
+    regex::Regex::new(pattern).expect("built-in gate pattern is valid")
+}
+
 /// One redirection: `2> file`, `>> log`, `< input`, `>& /dev/tcp/h/p`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Redirect {
@@ -563,14 +571,11 @@ pub fn python_shell_strings(code: &str) -> Vec<String> {
     static CALL: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     static LIST_ITEM: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     let call = CALL.get_or_init(|| {
-        regex::Regex::new(
+        static_regex(
             r#"(?s)\b(?:os\.system|os\.popen|os\.exec\w*|os\.spawn\w*|subprocess\.\w+|commands\.getoutput|pty\.spawn)\s*\(\s*(?:r|b|f|rb|br)?(?:"""(.*?)"""|'''(.*?)'''|"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)'|\[([^\]]*)\])"#,
         )
-        .expect("static regex")
     });
-    let item = LIST_ITEM.get_or_init(|| {
-        regex::Regex::new(r#""((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)'"#).expect("static regex")
-    });
+    let item = LIST_ITEM.get_or_init(|| static_regex(r#""((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)'"#));
     let mut out = Vec::new();
     for cap in call.captures_iter(code) {
         if let Some(list) = cap.get(5) {
@@ -595,10 +600,9 @@ pub fn python_shell_strings(code: &str) -> Vec<String> {
 pub fn code_shell_strings(code: &str) -> Vec<String> {
     static CALL: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     let call = CALL.get_or_init(|| {
-        regex::Regex::new(
+        static_regex(
             r#"(?:\b(?:system|exec|execSync|spawnSync|popen|shell_exec|passthru|os\.execute|io\.popen)\s*\(?\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)')|`([^`]+)`)"#,
         )
-        .expect("static regex")
     });
     call.captures_iter(code)
         .filter_map(|c| c.get(1).or(c.get(2)).or(c.get(3)))
@@ -612,10 +616,9 @@ pub fn code_shell_strings(code: &str) -> Vec<String> {
 pub fn elisp_shell_strings(code: &str) -> Vec<String> {
     static CALL: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     let call = CALL.get_or_init(|| {
-        regex::Regex::new(
+        static_regex(
             r#"\((?:shell-command|shell-command-to-string|async-shell-command|call-process-shell-command|start-process-shell-command)\s+(?:"[^"]*"\s+(?:nil\s+)?)?"((?:[^"\\]|\\.)*)""#,
         )
-        .expect("static regex")
     });
     call.captures_iter(code)
         .filter_map(|c| c.get(1))
