@@ -15,6 +15,7 @@ use regex::Regex;
 use crate::action::{Action, Effect};
 use crate::gates::engine::verdict_from_findings;
 use crate::gates::protected_paths::{display_path, is_startup_path};
+use crate::gates::secrets::redact;
 use crate::gates::shell_words::static_regex;
 use crate::gates::shell_words::{is_shell, script_of, Command, Origin, Script};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
@@ -126,9 +127,12 @@ fn reads_code_from_stdin(cmd: &Command) -> bool {
     }
 }
 
+/// A short form of a command for reasons: the program and its first two
+/// arguments, secrets redacted before truncation.
 fn describe(cmd: &Command) -> String {
     let mut s = cmd.program.clone();
     for a in cmd.args.iter().take(2) {
+        let a = &redact(a);
         s.push(' ');
         if a.chars().count() > 24 {
             s.push_str(&a.chars().take(24).collect::<String>());

@@ -55,7 +55,7 @@ fn patterns() -> &'static [Pattern] {
         vec![
             p(
                 "private key",
-                r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----(?s:.*?)(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\z)",
+                r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----\s*[A-Za-z0-9+/=](?s:.*?)(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\z)",
                 Decision::Deny,
                 0,
                 0,
@@ -348,5 +348,15 @@ mod tests {
             "a sk-p…(44 chars) b AKIA…(20 chars) c"
         );
         assert_eq!(redact("nothing here"), "nothing here");
+        // Redacting twice changes nothing: the audit log and the engine both
+        // redact the same reasons.
+        for text in [
+            format!("a {OPENAI} b"),
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----".to_string(),
+            "password = \"Xk9#mQ2$vL7pR4wz\"".to_string(),
+        ] {
+            let once = redact(&text);
+            assert_eq!(redact(&once), once);
+        }
     }
 }

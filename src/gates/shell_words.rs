@@ -41,7 +41,8 @@ pub enum Origin {
     Eval,
     /// The command `xargs` or `find -exec` runs.
     Spawned,
-    /// A heredoc or here-string fed to a shell.
+    /// A heredoc or here-string fed to a shell, or what `echo`, `printf` or
+    /// `cat <<EOF` pipes into one.
     Heredoc,
     /// A string handed to a shell from Python (`os.system`, `subprocess`) or
     /// Emacs Lisp (`shell-command`).
@@ -146,8 +147,8 @@ impl Command {
         false
     }
 
-    /// The arguments that are not flags (nor everything after `--` is
-    /// treated as an operand).
+    /// The arguments that are not flags; everything after `--` counts as an
+    /// operand.
     pub fn operands(&self) -> Vec<&str> {
         let mut out = Vec::new();
         let mut after_dashdash = false;
@@ -233,10 +234,12 @@ impl Command {
         match self.program.as_str() {
             "tee" | "touch" | "mkdir" | "rm" | "rmdir" | "unlink" | "shred" | "truncate"
             | "chmod" | "chown" | "chgrp" | "chattr" => {
-                let skip_first = matches!(self.program.as_str(), "chmod" | "chown" | "chgrp")
-                    || (self.program == "chattr");
-                let skip_first =
-                    skip_first && !self.args.iter().any(|a| a.starts_with("--reference"));
+                // The first operand of chmod/chown/chgrp/chattr is a mode or
+                // owner, unless `--reference=FILE` supplies it.
+                let skip_first = matches!(
+                    self.program.as_str(),
+                    "chmod" | "chown" | "chgrp" | "chattr"
+                ) && !self.args.iter().any(|a| a.starts_with("--reference"));
                 out.extend(
                     operands
                         .iter()
