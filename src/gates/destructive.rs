@@ -66,7 +66,8 @@ const HOME_VITAL: &[&str] = &[
     ".password-store",
 ];
 
-fn is_block_device(path: &str) -> bool {
+/// Whether a path names a disk, partition or memory device.
+pub fn is_block_device(path: &str) -> bool {
     static RE: OnceLock<Regex> = OnceLock::new();
     RE.get_or_init(|| {
         static_regex(r"^/dev/(sd[a-z]|hd[a-z]|vd[a-z]|xvd[a-z]|nvme\d|mmcblk\d|disk\d|dm-\d|md\d|loop\d|mapper/|mem$|kmem$|port$|sr\d|root$|nbd\d)")
@@ -177,6 +178,19 @@ fn resolve(cmd: &Command, word: &str, ctx: &GateContext) -> PathBuf {
 fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, String)>) {
     let prog = cmd.program.as_str();
     let recursive = cmd.has_flag(&['r', 'R'], &["recursive"]);
+    if let Some(w) = cmd
+        .wrappers
+        .iter()
+        .find(|w| matches!(w.as_str(), "sudo" | "doas" | "su" | "runuser" | "pkexec"))
+    {
+        out.push((
+            Decision::Ask,
+            format!("`{prog}` runs with elevated privileges through `{w}`"),
+        ));
+    }
+    if matches!(prog, "sudo" | "doas" | "su" | "pkexec") {
+        out.push((Decision::Ask, format!("`{prog}` elevates privileges")));
+    }
     match prog {
         "rm" | "rmdir" | "srm" | "trash" | "trash-put" | "gio" => {
             if cmd.args.iter().any(|a| a == "--no-preserve-root") {
@@ -279,8 +293,10 @@ fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, Stri
                 });
             if deletes {
                 for root in roots {
-                    if let Some((d, what)) = severity(&resolve(cmd, root, ctx), ctx) {
-                        out.push((d, format!("find deletes files across {what}")));
+                    // Deleting matches under the working directory is
+                    // ordinary cleanup; only vital trees matter here.
+                    if let Some((Decision::Deny, what)) = severity(&resolve(cmd, root, ctx), ctx) {
+                        out.push((Decision::Deny, format!("find deletes files across {what}")));
                     }
                 }
             }
@@ -385,6 +401,41 @@ fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, Stri
                 out.push((
                     Decision::Ask,
                     format!("`{prog}` gives a container the host's root or full privileges"),
+                ));
+            }
+        }
+        "mount" | "umount" | "swapoff" | "modprobe" | "insmod" | "rmmod" | "setenforce"
+        | "useradd" | "userdel" | "usermod" | "passwd" | "chpasswd" | "visudo" | "ufw" => {
+            let listing = cmd.args.is_empty()
+                || (prog == "ufw" && cmd.args.first().is_some_and(|a| a == "status"));
+            if !listing {
+                out.push((
+                    Decision::Ask,
+                    format!("`{prog}` changes the system's configuration"),
+                ));
+            }
+        }
+        "iptables" | "ip6tables" | "nft" | "sysctl" => {
+            let changes = cmd.args.iter().any(|a| {
+                matches!(
+                    a.as_str(),
+                    "-F" | "-X"
+                        | "-P"
+                        | "-A"
+                        | "-D"
+                        | "-I"
+                        | "-w"
+                        | "--flush"
+                        | "flush"
+                        | "add"
+                        | "delete"
+                        | "--write"
+                )
+            }) || (prog == "sysctl" && cmd.args.iter().any(|a| a.contains('=')));
+            if changes {
+                out.push((
+                    Decision::Ask,
+                    format!("`{prog}` changes the system's configuration"),
                 ));
             }
         }
@@ -709,6 +760,11 @@ mod tests {
         assert_eq!(
             deny("find / -name '*.log' -delete"),
             "find deletes files across the root directory /"
+        );
+        assert_eq!(judge("find . -name '*.o' -delete"), None);
+        assert_eq!(
+            ask("sudo apt-get install -y ripgrep"),
+            "`apt-get` runs with elevated privileges through `sudo`"
         );
         assert_eq!(
             deny("find ~ -type f -exec rm -f {} +"),

@@ -306,6 +306,24 @@ fn reverse_shells(script: &Script, out: &mut Vec<(Decision, String)>) {
             }
         }
     }
+    let any_dev_tcp = script.commands.iter().any(mentions_dev_tcp);
+    let shell_on_fds = script.commands.iter().any(|c| {
+        is_shell(&c.program)
+            && (c
+                .redirects
+                .iter()
+                .any(|r| r.op.contains('&') && !r.writes())
+                || c.has_flag(&['i'], &[]))
+    });
+    let already = out
+        .iter()
+        .any(|(d, r)| *d == Decision::Deny && r.starts_with("reverse shell"));
+    if any_dev_tcp && shell_on_fds && !already {
+        out.push((
+            Decision::Deny,
+            "reverse shell: a shell's input and output are wired to a /dev/tcp socket".into(),
+        ));
+    }
 }
 
 /// Checks on program text (Python, Perl, ...): sockets wired to a shell, and
@@ -313,7 +331,7 @@ fn reverse_shells(script: &Script, out: &mut Vec<(Decision, String)>) {
 fn code_checks(code: &str, out: &mut Vec<(Decision, String)>) {
     static SOCKET: OnceLock<Regex> = OnceLock::new();
     static EXEC_REMOTE: OnceLock<Regex> = OnceLock::new();
-    let socket = SOCKET.get_or_init(|| static_regex(r"(?i)socket"));
+    let socket = SOCKET.get_or_init(|| static_regex(r"(?i)socket|fsockopen"));
     let spawn = [
         "pty.spawn",
         "dup2",
@@ -401,9 +419,38 @@ fn hijacks(
                 out.push((
                     Decision::Deny,
                     format!(
-                        "persistence: `{}` writes to {}, which runs code later",
-                        cmd.program,
+                        "persistence: {} writes to {}, which runs code later",
+                        cmd.label(),
                         display_path(&path, ctx)
+                    ),
+                ));
+            }
+        }
+        if cmd.program == "git" {
+            let keys = [
+                "core.hookspath",
+                "core.sshcommand",
+                "core.pager",
+                "core.fsmonitor",
+                "core.editor",
+                "credential.helper",
+                "diff.external",
+            ];
+            let sets: Vec<&String> = cmd
+                .args
+                .iter()
+                .filter(|a| {
+                    let k = a.to_ascii_lowercase();
+                    keys.contains(&k.as_str())
+                        || (k.starts_with("alias.") && cmd.args.iter().any(|v| v.starts_with('!')))
+                })
+                .collect();
+            if cmd.args.iter().any(|a| a == "config" || a == "-c") && !sets.is_empty() {
+                out.push((
+                    Decision::Ask,
+                    format!(
+                        "git configuration `{}` makes git run another program",
+                        sets[0]
                     ),
                 ));
             }

@@ -178,6 +178,12 @@ pub fn protection(path: &Path, ctx: &GateContext) -> Option<Protection> {
             }
         }
     }
+    if crate::gates::destructive::is_block_device(&s) {
+        return Some(Protection {
+            read: Decision::Ask,
+            what: "a raw disk device",
+        });
+    }
     if s.starts_with("/proc/") && name == "environ" {
         return Some(Protection {
             read: Decision::Ask,
@@ -319,7 +325,7 @@ fn read_finding(path: &Path, ctx: &GateContext, verb: &str) -> Option<(Decision,
 
 /// String literals in Python code that look like paths (`'~/.ssh/id_rsa'`,
 /// `"/etc/shadow"`, `'.env'`).
-fn python_path_literals(code: &str) -> Vec<String> {
+pub fn python_path_literals(code: &str) -> Vec<String> {
     static RE: OnceLock<Regex> = OnceLock::new();
     let re = RE.get_or_init(|| static_regex(r#"["']((?:[~/.]|\$HOME)[^"'\s]*)["']"#));
     re.captures_iter(code)
@@ -362,7 +368,7 @@ impl Gate for ProtectedPathsGate {
                         for target in cmd.write_targets() {
                             let path = cmd.resolve(&target, ctx);
                             if let Some((d, r)) = write_decision(&path, ctx) {
-                                findings.push((d, format!("`{}` {r}", cmd.program)));
+                                findings.push((d, format!("{} {r}", cmd.label())));
                             }
                         }
                         for word in cmd.path_words() {
@@ -370,12 +376,24 @@ impl Gate for ProtectedPathsGate {
                                 findings.push((
                                     p.read,
                                     format!(
-                                        "`{}` touches {} ({})",
-                                        cmd.program,
+                                        "{} touches {} ({})",
+                                        cmd.label(),
                                         display_path(&path, ctx),
                                         p.what
                                     ),
                                 ));
+                            }
+                        }
+                        if cmd.program.starts_with("python") {
+                            for code in cmd.option_values(&["-c"], &[]) {
+                                for lit in python_path_literals(code) {
+                                    let path = cmd.resolve(&lit, ctx);
+                                    findings.extend(read_finding(
+                                        &path,
+                                        ctx,
+                                        "the Python code opens",
+                                    ));
+                                }
                             }
                         }
                     }

@@ -111,6 +111,16 @@ pub struct Command {
 }
 
 impl Command {
+    /// How the command is named in reasons: `` `rm` ``, or "a redirection"
+    /// for a bare `> file`.
+    pub fn label(&self) -> String {
+        if self.program.is_empty() {
+            "a redirection".to_string()
+        } else {
+            format!("`{}`", self.program)
+        }
+    }
+
     /// Resolve a word of this command to an absolute, normalised path,
     /// honouring an earlier `cd` in the script.
     pub fn resolve(&self, word: &str, ctx: &GateContext) -> PathBuf {
@@ -867,7 +877,13 @@ impl<'a> Parser<'a> {
         let has_program = !rest.is_empty();
         if has_program || !redirs.is_empty() || !assignments.is_empty() {
             let program_path = rest.first().cloned().unwrap_or_default();
-            let program = basename(&program_path).to_string();
+            // A computed program (`$(...)`) is kept whole: its slashes are
+            // not directories.
+            let program = if program_path.contains("$(") {
+                program_path.clone()
+            } else {
+                basename(&program_path).to_string()
+            };
             if !has_program {
                 // A bare assignment list changes the variables later words see.
                 for (k, v) in &assignments {
@@ -944,7 +960,41 @@ impl<'a> Parser<'a> {
             if self.already_seen.contains(&sub) {
                 continue;
             }
+            let first_child = out.commands.len();
             self.nested(out, &sub, Origin::Substitution, index, depth, &[]);
+            // `$(echo rm) -rf /`, `eval "$(printf ...)"`, `sh -c "$(echo ...)"`:
+            // what echo or printf prints there is code.
+            let placeholder = format!("$({sub})");
+            let cmd = &out.commands[index];
+            let program_word = cmd.program_path == placeholder;
+            let code_position = program_word
+                || (cmd.program == "eval" && cmd.args.contains(&placeholder))
+                || (is_shell(&cmd.program)
+                    && cmd.args.windows(2).any(|w| {
+                        w[0].starts_with('-') && w[0].contains('c') && w[1] == placeholder
+                    }));
+            if code_position {
+                let produced = &out.commands[first_child..];
+                let printed: Vec<String> = produced
+                    .iter()
+                    .filter(|c| matches!(c.program.as_str(), "echo" | "printf"))
+                    .filter(|c| {
+                        !produced
+                            .iter()
+                            .any(|o| o.pipeline == c.pipeline && o.stage > c.stage)
+                    })
+                    .flat_map(|c| c.args.iter().filter(|a| !a.starts_with('-')).cloned())
+                    .collect();
+                if !printed.is_empty() {
+                    let rest: Vec<String> = if program_word {
+                        cmd.args.iter().map(|a| shell_quote(a)).collect()
+                    } else {
+                        Vec::new()
+                    };
+                    let line = format!("{} {}", printed.join(" "), rest.join(" "));
+                    self.nested(out, &line, Origin::Eval, index, depth, &[]);
+                }
+            }
             seen.push(sub);
         }
         let cmd = out.commands[index].clone();
@@ -1737,7 +1787,11 @@ fn nested_scripts(cmd: &Command, script: &Script) -> Vec<(String, Origin)> {
                 .iter()
                 .map(|w| shell_quote(w))
                 .collect();
-            // Words `echo` or `printf` feeds into xargs become its arguments.
+            // A here-string, and words `echo` or `printf` feed into xargs,
+            // become its arguments.
+            for r in cmd.redirects.iter().filter(|r| r.op == "<<<") {
+                words.extend(r.target.split_whitespace().map(shell_quote));
+            }
             for up in script.upstream(cmd) {
                 if matches!(up.program.as_str(), "echo" | "printf") {
                     words.extend(
@@ -2035,6 +2089,13 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(names("echo 'rm -rf /' | sh"), ["echo", "sh", "rm"]);
+        assert_eq!(names("$(echo rm) -rf /"), ["$(echo rm)", "echo", "rm"]);
+        assert_eq!(names("xargs rm -rf <<< /"), ["xargs", "rm"]);
+        assert_eq!(
+            names("sh -c \"$(printf 'rm -rf /')\""),
+            ["sh", "printf", "rm", "$(printf 'rm -rf /')"]
+        );
+        assert_eq!(names("eval $(echo reboot)"), ["eval", "echo", "reboot"]);
         assert_eq!(names(r#"perl -e 'system("rm -rf /")'"#), ["perl", "rm"]);
         assert_eq!(
             names(r#"python3 -c 'import os; os.system("shutdown now")'"#),
