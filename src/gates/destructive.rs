@@ -491,9 +491,11 @@ fn fork_bomb(script: &str) -> Option<String> {
         };
         let name = name.as_str();
         let body = body.as_str();
+        // Count the body's commands that call the function itself (the
+        // first word of each), so `build() { cargo build & }` is no bomb.
         let calls = body
-            .split(|c: char| c.is_whitespace() || "|&;".contains(c))
-            .filter(|w| *w == name)
+            .split(|c: char| "|&;\n".contains(c))
+            .filter(|part| part.split_whitespace().next() == Some(name))
             .count();
         let backgrounds = body.replace("&&", "").contains('&');
         if calls >= 2 && (body.contains('|') || backgrounds) || calls >= 1 && backgrounds {
@@ -748,6 +750,7 @@ mod tests {
             "fork bomb: an endless loop starts background processes"
         );
         assert_eq!(judge("while true; do cargo test && break; done"), None);
+        assert_eq!(judge("build() { cargo build & }; build; wait"), None);
     }
 
     #[test]

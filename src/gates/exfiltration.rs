@@ -491,11 +491,16 @@ fn secret_var(word: &str) -> Option<String> {
 fn secrets_read(script: &Script, ctx: &GateContext) -> Vec<String> {
     let mut out = Vec::new();
     for cmd in &script.commands {
-        if matches!(
-            cmd.program.as_str(),
-            "env" | "printenv" | "set" | "export" | "declare"
-        ) && cmd.operands().is_empty()
-        {
+        // `env`, `printenv`, bare `set`/`export`/`declare` (or with `-p`)
+        // print every variable; `set -e` does not.
+        let dumps_env = match cmd.program.as_str() {
+            "env" | "printenv" => cmd.operands().is_empty(),
+            "set" | "export" | "declare" | "typeset" => {
+                cmd.args.is_empty() || cmd.args.iter().all(|a| a == "-p")
+            }
+            _ => false,
+        };
+        if dumps_env {
             out.push("the whole environment".to_string());
         }
         if cmd.program == "gpg" && cmd.args.iter().any(|a| a.starts_with("--export-secret")) {
@@ -523,8 +528,13 @@ fn secrets_read(script: &Script, ctx: &GateContext) -> Vec<String> {
             }
         }
     }
-    out.dedup();
-    out
+    let mut unique: Vec<String> = Vec::new();
+    for s in out {
+        if !unique.contains(&s) {
+            unique.push(s);
+        }
+    }
+    unique
 }
 
 /// Holds network traffic to unknown hosts for approval; denies sending

@@ -199,7 +199,7 @@ pub fn protection(path: &Path, ctx: &GateContext) -> Option<Protection> {
     if is_env_file || name == ".envrc" {
         return Some(Protection {
             read: Decision::Ask,
-            what: "an environment file with secrets",
+            what: ENV_FILE,
         });
     }
     let ext = name.rsplit_once('.').map(|(_, e)| e).unwrap_or("");
@@ -238,6 +238,7 @@ pub fn word_protection(
 }
 
 const NAMED_LIKE_A_SECRET: &str = "a file named like a secret";
+const ENV_FILE: &str = "an environment file with secrets";
 
 /// Whether writing to this resolved path plants code that runs later: shell
 /// start-up files, desktop autostart, user systemd units, git hooks,
@@ -277,7 +278,17 @@ pub fn write_decision(path: &Path, ctx: &GateContext) -> Option<(Decision, Strin
         return None;
     }
     if let Some(p) = protection(path, ctx) {
-        return Some((Decision::Deny, format!("writes to {shown} ({})", p.what)));
+        // A project's own `.env` or `secrets.yaml` is the person's to edit:
+        // ask. Credential stores, keys and system files: deny.
+        let project_file = matches!(p.what, ENV_FILE | NAMED_LIKE_A_SECRET)
+            && ctx.cwd.is_absolute()
+            && path.starts_with(&ctx.cwd);
+        let decision = if project_file {
+            Decision::Ask
+        } else {
+            Decision::Deny
+        };
+        return Some((decision, format!("writes to {shown} ({})", p.what)));
     }
     if let Some(home) = &ctx.home {
         if let Ok(rest) = path.strip_prefix(home) {
@@ -366,6 +377,16 @@ impl Gate for ProtectedPathsGate {
                 if let Some(parsed) = script_of(&action.effect, ctx) {
                     for cmd in &parsed.commands {
                         for target in cmd.write_targets() {
+                            if target.starts_with('$') {
+                                findings.push((
+                                    Decision::Ask,
+                                    format!(
+                                        "{} writes to `{target}`, a location only known at run time",
+                                        cmd.label()
+                                    ),
+                                ));
+                                continue;
+                            }
                             let path = cmd.resolve(&target, ctx);
                             if let Some((d, r)) = write_decision(&path, ctx) {
                                 findings.push((d, format!("{} {r}", cmd.label())));
@@ -504,6 +525,20 @@ mod tests {
     #[test]
     fn writes_inside_cwd_pass_outside_ask_protected_deny() {
         assert_eq!(write("src/main.rs"), None);
+        assert_eq!(
+            write(".env"),
+            Some((
+                Decision::Ask,
+                "writes to ~/proj/.env (an environment file with secrets)".into()
+            ))
+        );
+        assert_eq!(
+            bash("cp out.txt \"$DEST\""),
+            Some((
+                Decision::Ask,
+                "`cp` writes to `$DEST`, a location only known at run time".into()
+            ))
+        );
         assert_eq!(
             write("/tmp/x"),
             Some((

@@ -887,7 +887,13 @@ impl<'a> Parser<'a> {
             if !has_program {
                 // A bare assignment list changes the variables later words see.
                 for (k, v) in &assignments {
-                    self.vars.insert(k.clone(), v.clone());
+                    // `d=$(mktemp -d)`: a fresh directory under /tmp.
+                    let v = if v.starts_with("$(mktemp") && v.ends_with(')') {
+                        "/tmp/tmp.XXXXXXXXXX".to_string()
+                    } else {
+                        v.clone()
+                    };
+                    self.vars.insert(k.clone(), v);
                 }
             }
             if program == "export"
@@ -1728,6 +1734,15 @@ fn nested_scripts(cmd: &Command, script: &Script) -> Vec<(String, Origin)> {
             }
         }
     }
+    if prog.starts_with("python") {
+        if let Some(body) = &cmd.stdin_text {
+            out.extend(
+                python_shell_strings(body)
+                    .into_iter()
+                    .map(|s| (s, Origin::Embedded)),
+            );
+        }
+    }
     let code_args = match prog {
         p if p.starts_with("python") => cmd.option_values(&["-c"], &[]),
         "perl" | "ruby" | "node" | "nodejs" => cmd.option_values(&["-e", "-E"], &["--eval"]),
@@ -1745,6 +1760,11 @@ fn nested_scripts(cmd: &Command, script: &Script) -> Vec<(String, Origin)> {
     }
     match prog {
         "eval" => out.push((cmd.args.join(" "), Origin::Eval)),
+        "trap" => {
+            if let Some(code) = cmd.operands().first() {
+                out.push((code.to_string(), Origin::ShellString));
+            }
+        }
         "watch" => {
             let words: Vec<&str> = cmd
                 .args
@@ -1912,6 +1932,10 @@ mod tests {
         assert_eq!(first("echo ${X:-/etc}"), ("echo".into(), v(&["/etc"])));
         assert_eq!(first("echo ${HOME:0:1}"), ("echo".into(), v(&["/"])));
         assert_eq!(first("echo $UNSET/x"), ("echo".into(), v(&["$UNSET/x"])));
+        assert_eq!(
+            progs("d=$(mktemp -d); rm -rf \"$d\"")[2],
+            ("rm".into(), v(&["-rf", "/tmp/tmp.XXXXXXXXXX"]))
+        );
     }
 
     #[test]
@@ -2091,6 +2115,11 @@ mod tests {
         assert_eq!(names("echo 'rm -rf /' | sh"), ["echo", "sh", "rm"]);
         assert_eq!(names("$(echo rm) -rf /"), ["$(echo rm)", "echo", "rm"]);
         assert_eq!(names("xargs rm -rf <<< /"), ["xargs", "rm"]);
+        assert_eq!(names("trap 'rm -rf /' EXIT"), ["trap", "rm"]);
+        assert_eq!(
+            names("python3 - <<'PY'\nimport os\nos.system('reboot')\nPY"),
+            ["python3", "reboot"]
+        );
         assert_eq!(
             names("sh -c \"$(printf 'rm -rf /')\""),
             ["sh", "printf", "rm", "$(printf 'rm -rf /')"]
