@@ -359,6 +359,8 @@ impl Command {
 /// The commands of a script, flattened.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Script {
+    /// Every command found, in the order the parser met them: a command's
+    /// nested commands follow it.
     pub commands: Vec<Command>,
     /// Set when nesting went deeper than the parser follows: gates should
     /// not trust that they saw everything.
