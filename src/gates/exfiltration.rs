@@ -14,7 +14,8 @@ use regex::Regex;
 use crate::action::{Action, Effect};
 use crate::gates::engine::verdict_from_findings;
 use crate::gates::protected_paths::{
-    display_path, protection, python_path_literals, word_protection,
+    display_path, holds_credentials, protection, python_path_literals, reads_recursively,
+    word_protection,
 };
 use crate::gates::shell_words::static_regex;
 use crate::gates::shell_words::{basename, is_shell, resolve_path, script_of, Command, Script};
@@ -510,6 +511,14 @@ fn secrets_read(script: &Script, ctx: &GateContext) -> Vec<String> {
             for lit in python_path_literals(code) {
                 if let Some((path, _)) = word_protection(cmd, &lit, ctx) {
                     out.push(display_path(&path, ctx));
+                }
+            }
+        }
+        if reads_recursively(cmd) {
+            for op in cmd.operands() {
+                let path = cmd.resolve(op, ctx);
+                if holds_credentials(&path, ctx) {
+                    out.push(format!("all of {}", display_path(&path, ctx)));
                 }
             }
         }

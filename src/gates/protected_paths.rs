@@ -240,6 +240,29 @@ pub fn word_protection(
 const NAMED_LIKE_A_SECRET: &str = "a file named like a secret";
 const ENV_FILE: &str = "an environment file with secrets";
 
+/// Whether a directory holds the home directory's credential stores (it is
+/// the home directory or one of its ancestors): reading it recursively
+/// reads them too.
+pub fn holds_credentials(path: &Path, ctx: &GateContext) -> bool {
+    ctx.home.as_ref().is_some_and(|home| home.starts_with(path))
+}
+
+/// Whether a command reads the contents of whole directory trees (`grep -r`,
+/// `rg`, `tar`, `zip -r`, `cp -r`, `rsync`, `scp -r`, `find -exec`).
+pub fn reads_recursively(cmd: &Command) -> bool {
+    match cmd.program.as_str() {
+        "rg" | "ag" | "ack" | "tar" | "rsync" | "7z" | "restic" | "borg" => true,
+        "grep" | "egrep" | "fgrep" | "cp" | "scp" | "zip" => {
+            cmd.has_flag(&['r', 'R'], &["recursive", "dereference-recursive"])
+        }
+        "find" => cmd
+            .args
+            .iter()
+            .any(|a| matches!(a.as_str(), "-exec" | "-execdir" | "-print0" | "-ls")),
+        _ => false,
+    }
+}
+
 /// Whether writing to this resolved path plants code that runs later: shell
 /// start-up files, desktop autostart, user systemd units, git hooks,
 /// `authorized_keys`, cron spools, `/etc/ld.so.preload`.
@@ -366,7 +389,17 @@ impl Gate for ProtectedPathsGate {
             Effect::ReadFile { path } => findings.extend(read_finding(&abs(path), ctx, "reads")),
             Effect::ListDir { path } => findings.extend(read_finding(&abs(path), ctx, "lists")),
             Effect::SearchText { path, .. } => {
-                findings.extend(read_finding(&abs(path), ctx, "searches"))
+                let path = abs(path);
+                findings.extend(read_finding(&path, ctx, "searches"));
+                if holds_credentials(&path, ctx) {
+                    findings.push((
+                        Decision::Ask,
+                        format!(
+                            "searches all of {}, credential stores included",
+                            display_path(&path, ctx)
+                        ),
+                    ));
+                }
             }
             Effect::WriteFile { path, .. } => findings.extend(write_decision(&abs(path), ctx)),
             Effect::Run {
@@ -390,6 +423,21 @@ impl Gate for ProtectedPathsGate {
                             let path = cmd.resolve(&target, ctx);
                             if let Some((d, r)) = write_decision(&path, ctx) {
                                 findings.push((d, format!("{} {r}", cmd.label())));
+                            }
+                        }
+                        if reads_recursively(cmd) {
+                            for op in cmd.operands() {
+                                let path = cmd.resolve(op, ctx);
+                                if !op.starts_with('-') && holds_credentials(&path, ctx) {
+                                    findings.push((
+                                        Decision::Ask,
+                                        format!(
+                                            "{} reads all of {}, credential stores included",
+                                            cmd.label(),
+                                            display_path(&path, ctx)
+                                        ),
+                                    ));
+                                }
                             }
                         }
                         for word in cmd.path_words() {
@@ -597,6 +645,15 @@ mod tests {
         assert_eq!(bash("cargo build 2>/dev/null > build.log"), None);
         assert_eq!(bash("echo \"$HOME\""), None);
         assert_eq!(bash("cat .env").map(|f| f.0), Some(Decision::Ask));
+        assert_eq!(
+            bash("grep -rn PRIVATE ~"),
+            Some((
+                Decision::Ask,
+                "`grep` reads all of ~, credential stores included".into()
+            ))
+        );
+        assert_eq!(bash("grep -rn foo src"), None);
+        assert_eq!(bash("ls ~"), None);
     }
 
     #[test]
