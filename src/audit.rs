@@ -28,14 +28,17 @@ pub const OUTPUT_LIMIT: usize = 2048;
 /// Why the log could not be written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {
+    /// Creating, opening, writing or syncing the file failed.
     #[error("audit log {path}: {source}")]
     Io {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
+    /// A record could not be turned into JSON.
     #[error("audit record could not be encoded: {0}")]
     Encode(#[from] serde_json::Error),
+    /// Another writer panicked while holding the file.
     #[error("audit log lock poisoned by a panicking writer")]
     Poisoned,
 }

@@ -16,6 +16,7 @@ use regex::Regex;
 use crate::action::{Action, Effect};
 use crate::gates::engine::verdict_from_findings;
 use crate::gates::protected_paths::display_path;
+use crate::gates::shell_words::static_regex;
 use crate::gates::shell_words::{basename, resolve_path, script_of, strip_glob, Command};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
@@ -65,11 +66,11 @@ const HOME_VITAL: &[&str] = &[
     ".password-store",
 ];
 
-fn is_block_device(path: &str) -> bool {
+/// Whether a path names a disk, partition or memory device.
+pub fn is_block_device(path: &str) -> bool {
     static RE: OnceLock<Regex> = OnceLock::new();
     RE.get_or_init(|| {
-        Regex::new(r"^/dev/(sd[a-z]|hd[a-z]|vd[a-z]|xvd[a-z]|nvme\d|mmcblk\d|disk\d|dm-\d|md\d|loop\d|mapper/|mem$|kmem$|port$|sr\d|root$|nbd\d)")
-            .expect("static regex")
+        static_regex(r"^/dev/(sd[a-z]|hd[a-z]|vd[a-z]|xvd[a-z]|nvme\d|mmcblk\d|disk\d|dm-\d|md\d|loop\d|mapper/|mem$|kmem$|port$|sr\d|root$|nbd\d)")
     })
     .is_match(path)
 }
@@ -126,8 +127,8 @@ fn severity(path: &Path, ctx: &GateContext) -> Option<(Decision, String)> {
     None
 }
 
-/// Whether a glob pattern (`*`, `?`, `[...]`) matches a whole path.
-fn glob_matches(pattern: &str, candidate: &str) -> bool {
+/// A glob pattern (`*`, `?`, `[...]`) as a regex matching whole paths.
+fn glob_regex(pattern: &str) -> Option<Regex> {
     let mut re = String::from("^");
     let mut in_class = false;
     for c in pattern.chars() {
@@ -147,7 +148,7 @@ fn glob_matches(pattern: &str, candidate: &str) -> bool {
         }
     }
     re.push('$');
-    Regex::new(&re).is_ok_and(|r| r.is_match(candidate))
+    Regex::new(&re).ok()
 }
 
 /// A path with glob characters before its last component (`/e?c`,
@@ -163,9 +164,10 @@ fn vital_glob_target(path: &Path, ctx: &GateContext) -> Option<PathBuf> {
         candidates.push(home.clone());
         candidates.extend(HOME_VITAL.iter().map(|v| home.join(v)));
     }
+    let re = glob_regex(&text)?;
     candidates
         .into_iter()
-        .find(|c| glob_matches(&text, &c.to_string_lossy()))
+        .find(|c| re.is_match(&c.to_string_lossy()))
 }
 
 fn resolve(cmd: &Command, word: &str, ctx: &GateContext) -> PathBuf {
@@ -176,6 +178,19 @@ fn resolve(cmd: &Command, word: &str, ctx: &GateContext) -> PathBuf {
 fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, String)>) {
     let prog = cmd.program.as_str();
     let recursive = cmd.has_flag(&['r', 'R'], &["recursive"]);
+    if let Some(w) = cmd
+        .wrappers
+        .iter()
+        .find(|w| matches!(w.as_str(), "sudo" | "doas" | "su" | "runuser" | "pkexec"))
+    {
+        out.push((
+            Decision::Ask,
+            format!("`{prog}` runs with elevated privileges through `{w}`"),
+        ));
+    }
+    if matches!(prog, "sudo" | "doas" | "su" | "pkexec") {
+        out.push((Decision::Ask, format!("`{prog}` elevates privileges")));
+    }
     match prog {
         "rm" | "rmdir" | "srm" | "trash" | "trash-put" | "gio" => {
             if cmd.args.iter().any(|a| a == "--no-preserve-root") {
@@ -278,8 +293,10 @@ fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, Stri
                 });
             if deletes {
                 for root in roots {
-                    if let Some((d, what)) = severity(&resolve(cmd, root, ctx), ctx) {
-                        out.push((d, format!("find deletes files across {what}")));
+                    // Deleting matches under the working directory is
+                    // ordinary cleanup; only vital trees matter here.
+                    if let Some((Decision::Deny, what)) = severity(&resolve(cmd, root, ctx), ctx) {
+                        out.push((Decision::Deny, format!("find deletes files across {what}")));
                     }
                 }
             }
@@ -387,6 +404,41 @@ fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, Stri
                 ));
             }
         }
+        "mount" | "umount" | "swapoff" | "modprobe" | "insmod" | "rmmod" | "setenforce"
+        | "useradd" | "userdel" | "usermod" | "passwd" | "chpasswd" | "visudo" | "ufw" => {
+            let listing = cmd.args.is_empty()
+                || (prog == "ufw" && cmd.args.first().is_some_and(|a| a == "status"));
+            if !listing {
+                out.push((
+                    Decision::Ask,
+                    format!("`{prog}` changes the system's configuration"),
+                ));
+            }
+        }
+        "iptables" | "ip6tables" | "nft" | "sysctl" => {
+            let changes = cmd.args.iter().any(|a| {
+                matches!(
+                    a.as_str(),
+                    "-F" | "-X"
+                        | "-P"
+                        | "-A"
+                        | "-D"
+                        | "-I"
+                        | "-w"
+                        | "--flush"
+                        | "flush"
+                        | "add"
+                        | "delete"
+                        | "--write"
+                )
+            }) || (prog == "sysctl" && cmd.args.iter().any(|a| a.contains('=')));
+            if changes {
+                out.push((
+                    Decision::Ask,
+                    format!("`{prog}` changes the system's configuration"),
+                ));
+            }
+        }
         "crontab" if cmd.has_flag(&['r'], &[]) => {
             out.push((
                 Decision::Ask,
@@ -430,8 +482,7 @@ fn fork_bomb(script: &str) -> Option<String> {
     static LOOP: OnceLock<Regex> = OnceLock::new();
     static SELF: OnceLock<Regex> = OnceLock::new();
     let fn_def = FN_DEF.get_or_init(|| {
-        Regex::new(r"(?:function\s+)?([^\s(){};|&]+)\s*\(\s*\)\s*\{([^}]*)\}|function\s+([^\s(){};|&]+)\s*\{([^}]*)\}")
-            .expect("static regex")
+        static_regex(r"(?:function\s+)?([^\s(){};|&]+)\s*\(\s*\)\s*\{([^}]*)\}|function\s+([^\s(){};|&]+)\s*\{([^}]*)\}")
     });
     for caps in fn_def.captures_iter(script) {
         let (Some(name), Some(body)) = (caps.get(1).or(caps.get(3)), caps.get(2).or(caps.get(4)))
@@ -440,9 +491,11 @@ fn fork_bomb(script: &str) -> Option<String> {
         };
         let name = name.as_str();
         let body = body.as_str();
+        // Count the body's commands that call the function itself (the
+        // first word of each), so `build() { cargo build & }` is no bomb.
         let calls = body
-            .split(|c: char| c.is_whitespace() || "|&;".contains(c))
-            .filter(|w| *w == name)
+            .split(|c: char| "|&;\n".contains(c))
+            .filter(|part| part.split_whitespace().next() == Some(name))
             .count();
         let backgrounds = body.replace("&&", "").contains('&');
         if calls >= 2 && (body.contains('|') || backgrounds) || calls >= 1 && backgrounds {
@@ -452,8 +505,7 @@ fn fork_bomb(script: &str) -> Option<String> {
         }
     }
     let lp = LOOP.get_or_init(|| {
-        Regex::new(r"(?s)(?:while|until)\s+(?:true|:|\[\s*1\s*\]|1|\(\(\s*1\s*\)\))\s*;?\s*do\b(.*?)\bdone|for\s*\(\(\s*;\s*;\s*\)\)\s*;?\s*do\b(.*?)\bdone")
-            .expect("static regex")
+        static_regex(r"(?s)(?:while|until)\s+(?:true|:|\[\s*1\s*\]|1|\(\(\s*1\s*\)\))\s*;?\s*do\b(.*?)\bdone|for\s*\(\(\s*;\s*;\s*\)\)\s*;?\s*do\b(.*?)\bdone")
     });
     for caps in lp.captures_iter(script) {
         let body = caps
@@ -467,8 +519,7 @@ fn fork_bomb(script: &str) -> Option<String> {
         }
     }
     let selfexec = SELF.get_or_init(|| {
-        Regex::new(r#"\$0\s*[|&]\s*\$0|fork\s+while\s+fork|while\s*\(?\s*(?:True|1)\s*\)?\s*:\s*os\.fork\(\)|while\s*\(\s*1\s*\)\s*\{?\s*fork\(\)"#)
-            .expect("static regex")
+        static_regex(r#"\$0\s*[|&]\s*\$0|fork\s+while\s+fork|while\s*\(?\s*(?:True|1)\s*\)?\s*:\s*os\.fork\(\)|while\s*\(\s*1\s*\)\s*\{?\s*fork\(\)"#)
     });
     if selfexec.is_match(script) {
         return Some("fork bomb: the script forks itself without end".into());
@@ -505,10 +556,9 @@ impl Gate for DestructiveGate {
                 if script.contains("shutil.rmtree") {
                     static RMTREE: OnceLock<Regex> = OnceLock::new();
                     let re = RMTREE.get_or_init(|| {
-                        Regex::new(
+                        static_regex(
                             r#"shutil\.rmtree\(\s*(?:os\.path\.expanduser\()?\s*["']([^"']+)["']"#,
                         )
-                        .expect("static regex")
                     });
                     for caps in re.captures_iter(script) {
                         if let Some(p) = caps.get(1) {
@@ -522,9 +572,8 @@ impl Gate for DestructiveGate {
             }
             Effect::EvalElisp { code, .. } => {
                 static ELISP: OnceLock<Regex> = OnceLock::new();
-                let re = ELISP.get_or_init(|| {
-                    Regex::new(r#"\(delete-directory\s+"([^"]+)"\s+t"#).expect("static regex")
-                });
+                let re =
+                    ELISP.get_or_init(|| static_regex(r#"\(delete-directory\s+"([^"]+)"\s+t"#));
                 for caps in re.captures_iter(code) {
                     if let Some(p) = caps.get(1) {
                         let path = resolve_path(p.as_str(), ctx);
@@ -701,6 +750,7 @@ mod tests {
             "fork bomb: an endless loop starts background processes"
         );
         assert_eq!(judge("while true; do cargo test && break; done"), None);
+        assert_eq!(judge("build() { cargo build & }; build; wait"), None);
     }
 
     #[test]
@@ -713,6 +763,11 @@ mod tests {
         assert_eq!(
             deny("find / -name '*.log' -delete"),
             "find deletes files across the root directory /"
+        );
+        assert_eq!(judge("find . -name '*.o' -delete"), None);
+        assert_eq!(
+            ask("sudo apt-get install -y ripgrep"),
+            "`apt-get` runs with elevated privileges through `sudo`"
         );
         assert_eq!(
             deny("find ~ -type f -exec rm -f {} +"),

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::action::Action;
+use crate::gates::secrets::redact;
 use crate::gates::{
     approval::ApprovalGate, destructive::DestructiveGate, exfiltration::ExfiltrationGate,
     injection::InjectionGate, protected_paths::ProtectedPathsGate, secrets::SecretsGate, Decision,
@@ -124,12 +125,13 @@ impl GateEngine {
 }
 
 /// Fold one gate's findings into its verdict: the strictest decision, with
-/// the reasons at that level joined (duplicates dropped). `None` when the
-/// gate found nothing.
+/// the reasons at that level joined (duplicates dropped) and any credential
+/// they quote redacted. `None` when the gate found nothing.
 pub fn verdict_from_findings(gate: &str, findings: Vec<(Decision, String)>) -> Option<Verdict> {
     let decision = findings.iter().map(|(d, _)| *d).max()?;
     let mut reasons: Vec<String> = Vec::new();
     for (d, r) in findings {
+        let r = redact(&r);
         if d == decision && !reasons.contains(&r) {
             reasons.push(r);
         }

@@ -15,6 +15,8 @@ use regex::Regex;
 use crate::action::{Action, Effect};
 use crate::gates::engine::verdict_from_findings;
 use crate::gates::protected_paths::{display_path, is_startup_path};
+use crate::gates::secrets::redact;
+use crate::gates::shell_words::static_regex;
 use crate::gates::shell_words::{is_shell, script_of, Command, Origin, Script};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
@@ -125,9 +127,12 @@ fn reads_code_from_stdin(cmd: &Command) -> bool {
     }
 }
 
+/// A short form of a command for reasons: the program and its first two
+/// arguments, secrets redacted before truncation.
 fn describe(cmd: &Command) -> String {
     let mut s = cmd.program.clone();
     for a in cmd.args.iter().take(2) {
+        let a = &redact(a);
         s.push(' ');
         if a.chars().count() > 24 {
             s.push_str(&a.chars().take(24).collect::<String>());
@@ -301,6 +306,24 @@ fn reverse_shells(script: &Script, out: &mut Vec<(Decision, String)>) {
             }
         }
     }
+    let any_dev_tcp = script.commands.iter().any(mentions_dev_tcp);
+    let shell_on_fds = script.commands.iter().any(|c| {
+        is_shell(&c.program)
+            && (c
+                .redirects
+                .iter()
+                .any(|r| r.op.contains('&') && !r.writes())
+                || c.has_flag(&['i'], &[]))
+    });
+    let already = out
+        .iter()
+        .any(|(d, r)| *d == Decision::Deny && r.starts_with("reverse shell"));
+    if any_dev_tcp && shell_on_fds && !already {
+        out.push((
+            Decision::Deny,
+            "reverse shell: a shell's input and output are wired to a /dev/tcp socket".into(),
+        ));
+    }
 }
 
 /// Checks on program text (Python, Perl, ...): sockets wired to a shell, and
@@ -308,7 +331,7 @@ fn reverse_shells(script: &Script, out: &mut Vec<(Decision, String)>) {
 fn code_checks(code: &str, out: &mut Vec<(Decision, String)>) {
     static SOCKET: OnceLock<Regex> = OnceLock::new();
     static EXEC_REMOTE: OnceLock<Regex> = OnceLock::new();
-    let socket = SOCKET.get_or_init(|| Regex::new(r"(?i)socket").expect("static regex"));
+    let socket = SOCKET.get_or_init(|| static_regex(r"(?i)socket|fsockopen"));
     let spawn = [
         "pty.spawn",
         "dup2",
@@ -325,8 +348,7 @@ fn code_checks(code: &str, out: &mut Vec<(Decision, String)>) {
         ));
     }
     let exec_remote = EXEC_REMOTE.get_or_init(|| {
-        Regex::new(r"(?s)\b(?:exec|eval|compile|system|popen|Popen|call|run|check_output)\s*\(.*(?:urlopen|requests\.get|urllib|b64decode|a2b_hex|fromhex|zlib\.decompress|marshal\.loads|codecs\.decode)")
-            .expect("static regex")
+        static_regex(r"(?s)\b(?:exec|eval|compile|system|popen|Popen|call|run|check_output)\s*\(.*(?:urlopen|requests\.get|urllib|b64decode|a2b_hex|fromhex|zlib\.decompress|marshal\.loads|codecs\.decode)")
     });
     if exec_remote.is_match(code) {
         out.push((
@@ -397,9 +419,38 @@ fn hijacks(
                 out.push((
                     Decision::Deny,
                     format!(
-                        "persistence: `{}` writes to {}, which runs code later",
-                        cmd.program,
+                        "persistence: {} writes to {}, which runs code later",
+                        cmd.label(),
                         display_path(&path, ctx)
+                    ),
+                ));
+            }
+        }
+        if cmd.program == "git" {
+            let keys = [
+                "core.hookspath",
+                "core.sshcommand",
+                "core.pager",
+                "core.fsmonitor",
+                "core.editor",
+                "credential.helper",
+                "diff.external",
+            ];
+            let sets: Vec<&String> = cmd
+                .args
+                .iter()
+                .filter(|a| {
+                    let k = a.to_ascii_lowercase();
+                    keys.contains(&k.as_str())
+                        || (k.starts_with("alias.") && cmd.args.iter().any(|v| v.starts_with('!')))
+                })
+                .collect();
+            if cmd.args.iter().any(|a| a == "config" || a == "-c") && !sets.is_empty() {
+                out.push((
+                    Decision::Ask,
+                    format!(
+                        "git configuration `{}` makes git run another program",
+                        sets[0]
                     ),
                 ));
             }
@@ -507,10 +558,9 @@ fn homoglyphs(script: &Script, raw: &str, out: &mut Vec<(Decision, String)>) {
 fn prompt_injection(place: &str, text: &str, out: &mut Vec<(Decision, String)>) {
     static RE: OnceLock<Regex> = OnceLock::new();
     let re = RE.get_or_init(|| {
-        Regex::new(
+        static_regex(
             r"(?i)(ignore|disregard|forget)\s+(all\s+|any\s+)?(the\s+)?(previous|prior|above|earlier|preceding)\s+(instructions|prompts?|rules|messages)|<!--\s*(run|exec|execute|cmd|command|system)\s*:|\bnew\s+instructions\s*:|<\|im_start\|>|\[/?INST\]|you\s+are\s+now\s+(in\s+)?(developer|dan|jailbreak|god)\s+mode|(reveal|print|show)\s+(your|the)\s+system\s+prompt",
         )
-        .expect("static regex")
     });
     if let Some(m) = re.find(text) {
         let snippet: String = m.as_str().chars().take(40).collect();
@@ -565,6 +615,12 @@ impl Gate for InjectionGate {
                     hijacks(&parsed, &keys, ctx, &mut findings);
                     homoglyphs(&parsed, script, &mut findings);
                     computed_programs(&parsed, &mut findings);
+                    if parsed.truncated {
+                        findings.push((
+                            Decision::Ask,
+                            "the script nests shells deeper than the gates follow".to_string(),
+                        ));
+                    }
                 }
             }
             Effect::EvalElisp { code, .. } => {

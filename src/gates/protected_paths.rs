@@ -15,6 +15,7 @@ use regex::Regex;
 
 use crate::action::{Action, Effect};
 use crate::gates::engine::verdict_from_findings;
+use crate::gates::shell_words::static_regex;
 use crate::gates::shell_words::{python_shell_strings, resolve_path, script_of, Command};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
@@ -112,8 +113,7 @@ pub fn display_path(path: &Path, ctx: &GateContext) -> String {
 fn secret_name_regex() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
     RE.get_or_init(|| {
-        Regex::new(r"(?i)(?:^|[._-])(?:secrets?|tokens?|credentials?|passwords?)(?:[._-]|$)")
-            .expect("static regex")
+        static_regex(r"(?i)(?:^|[._-])(?:secrets?|tokens?|credentials?|passwords?)(?:[._-]|$)")
     })
 }
 
@@ -178,6 +178,12 @@ pub fn protection(path: &Path, ctx: &GateContext) -> Option<Protection> {
             }
         }
     }
+    if crate::gates::destructive::is_block_device(&s) {
+        return Some(Protection {
+            read: Decision::Ask,
+            what: "a raw disk device",
+        });
+    }
     if s.starts_with("/proc/") && name == "environ" {
         return Some(Protection {
             read: Decision::Ask,
@@ -193,7 +199,7 @@ pub fn protection(path: &Path, ctx: &GateContext) -> Option<Protection> {
     if is_env_file || name == ".envrc" {
         return Some(Protection {
             read: Decision::Ask,
-            what: "an environment file with secrets",
+            what: ENV_FILE,
         });
     }
     let ext = name.rsplit_once('.').map(|(_, e)| e).unwrap_or("");
@@ -232,6 +238,30 @@ pub fn word_protection(
 }
 
 const NAMED_LIKE_A_SECRET: &str = "a file named like a secret";
+const ENV_FILE: &str = "an environment file with secrets";
+
+/// Whether a directory holds the home directory's credential stores (it is
+/// the home directory or one of its ancestors): reading it recursively
+/// reads them too.
+pub fn holds_credentials(path: &Path, ctx: &GateContext) -> bool {
+    ctx.home.as_ref().is_some_and(|home| home.starts_with(path))
+}
+
+/// Whether a command reads the contents of whole directory trees (`grep -r`,
+/// `rg`, `tar`, `zip -r`, `cp -r`, `rsync`, `scp -r`, `find -exec`).
+pub fn reads_recursively(cmd: &Command) -> bool {
+    match cmd.program.as_str() {
+        "rg" | "ag" | "ack" | "tar" | "rsync" | "7z" | "restic" | "borg" => true,
+        "grep" | "egrep" | "fgrep" | "cp" | "scp" | "zip" => {
+            cmd.has_flag(&['r', 'R'], &["recursive", "dereference-recursive"])
+        }
+        "find" => cmd
+            .args
+            .iter()
+            .any(|a| matches!(a.as_str(), "-exec" | "-execdir" | "-print0" | "-ls")),
+        _ => false,
+    }
+}
 
 /// Whether writing to this resolved path plants code that runs later: shell
 /// start-up files, desktop autostart, user systemd units, git hooks,
@@ -271,7 +301,17 @@ pub fn write_decision(path: &Path, ctx: &GateContext) -> Option<(Decision, Strin
         return None;
     }
     if let Some(p) = protection(path, ctx) {
-        return Some((Decision::Deny, format!("writes to {shown} ({})", p.what)));
+        // A project's own `.env` or `secrets.yaml` is the person's to edit:
+        // ask. Credential stores, keys and system files: deny.
+        let project_file = matches!(p.what, ENV_FILE | NAMED_LIKE_A_SECRET)
+            && ctx.cwd.is_absolute()
+            && path.starts_with(&ctx.cwd);
+        let decision = if project_file {
+            Decision::Ask
+        } else {
+            Decision::Deny
+        };
+        return Some((decision, format!("writes to {shown} ({})", p.what)));
     }
     if let Some(home) = &ctx.home {
         if let Ok(rest) = path.strip_prefix(home) {
@@ -298,7 +338,8 @@ pub fn write_decision(path: &Path, ctx: &GateContext) -> Option<(Decision, Strin
     {
         return Some((Decision::Deny, format!("writes to {shown}, a system path")));
     }
-    if !path.starts_with(&ctx.cwd) {
+    // Without an absolute working directory nothing counts as inside it.
+    if !(ctx.cwd.is_absolute() && path.starts_with(&ctx.cwd)) {
         return Some((
             Decision::Ask,
             format!("writes to {shown}, outside the working directory"),
@@ -318,10 +359,9 @@ fn read_finding(path: &Path, ctx: &GateContext, verb: &str) -> Option<(Decision,
 
 /// String literals in Python code that look like paths (`'~/.ssh/id_rsa'`,
 /// `"/etc/shadow"`, `'.env'`).
-fn python_path_literals(code: &str) -> Vec<String> {
+pub fn python_path_literals(code: &str) -> Vec<String> {
     static RE: OnceLock<Regex> = OnceLock::new();
-    let re = RE
-        .get_or_init(|| Regex::new(r#"["']((?:[~/.]|\$HOME)[^"'\s]*)["']"#).expect("static regex"));
+    let re = RE.get_or_init(|| static_regex(r#"["']((?:[~/.]|\$HOME)[^"'\s]*)["']"#));
     re.captures_iter(code)
         .filter_map(|c| c.get(1))
         .map(|m| m.as_str().to_string())
@@ -349,7 +389,17 @@ impl Gate for ProtectedPathsGate {
             Effect::ReadFile { path } => findings.extend(read_finding(&abs(path), ctx, "reads")),
             Effect::ListDir { path } => findings.extend(read_finding(&abs(path), ctx, "lists")),
             Effect::SearchText { path, .. } => {
-                findings.extend(read_finding(&abs(path), ctx, "searches"))
+                let path = abs(path);
+                findings.extend(read_finding(&path, ctx, "searches"));
+                if holds_credentials(&path, ctx) {
+                    findings.push((
+                        Decision::Ask,
+                        format!(
+                            "searches all of {}, credential stores included",
+                            display_path(&path, ctx)
+                        ),
+                    ));
+                }
             }
             Effect::WriteFile { path, .. } => findings.extend(write_decision(&abs(path), ctx)),
             Effect::Run {
@@ -360,9 +410,34 @@ impl Gate for ProtectedPathsGate {
                 if let Some(parsed) = script_of(&action.effect, ctx) {
                     for cmd in &parsed.commands {
                         for target in cmd.write_targets() {
+                            if target.starts_with('$') {
+                                findings.push((
+                                    Decision::Ask,
+                                    format!(
+                                        "{} writes to `{target}`, a location only known at run time",
+                                        cmd.label()
+                                    ),
+                                ));
+                                continue;
+                            }
                             let path = cmd.resolve(&target, ctx);
                             if let Some((d, r)) = write_decision(&path, ctx) {
-                                findings.push((d, format!("`{}` {r}", cmd.program)));
+                                findings.push((d, format!("{} {r}", cmd.label())));
+                            }
+                        }
+                        if reads_recursively(cmd) {
+                            for op in cmd.operands() {
+                                let path = cmd.resolve(op, ctx);
+                                if !op.starts_with('-') && holds_credentials(&path, ctx) {
+                                    findings.push((
+                                        Decision::Ask,
+                                        format!(
+                                            "{} reads all of {}, credential stores included",
+                                            cmd.label(),
+                                            display_path(&path, ctx)
+                                        ),
+                                    ));
+                                }
                             }
                         }
                         for word in cmd.path_words() {
@@ -370,12 +445,24 @@ impl Gate for ProtectedPathsGate {
                                 findings.push((
                                     p.read,
                                     format!(
-                                        "`{}` touches {} ({})",
-                                        cmd.program,
+                                        "{} touches {} ({})",
+                                        cmd.label(),
                                         display_path(&path, ctx),
                                         p.what
                                     ),
                                 ));
+                            }
+                        }
+                        if cmd.program.starts_with("python") {
+                            for code in cmd.option_values(&["-c"], &[]) {
+                                for lit in python_path_literals(code) {
+                                    let path = cmd.resolve(&lit, ctx);
+                                    findings.extend(read_finding(
+                                        &path,
+                                        ctx,
+                                        "the Python code opens",
+                                    ));
+                                }
                             }
                         }
                     }
@@ -487,6 +574,20 @@ mod tests {
     fn writes_inside_cwd_pass_outside_ask_protected_deny() {
         assert_eq!(write("src/main.rs"), None);
         assert_eq!(
+            write(".env"),
+            Some((
+                Decision::Ask,
+                "writes to ~/proj/.env (an environment file with secrets)".into()
+            ))
+        );
+        assert_eq!(
+            bash("cp out.txt \"$DEST\""),
+            Some((
+                Decision::Ask,
+                "`cp` writes to `$DEST`, a location only known at run time".into()
+            ))
+        );
+        assert_eq!(
             write("/tmp/x"),
             Some((
                 Decision::Ask,
@@ -544,6 +645,15 @@ mod tests {
         assert_eq!(bash("cargo build 2>/dev/null > build.log"), None);
         assert_eq!(bash("echo \"$HOME\""), None);
         assert_eq!(bash("cat .env").map(|f| f.0), Some(Decision::Ask));
+        assert_eq!(
+            bash("grep -rn PRIVATE ~"),
+            Some((
+                Decision::Ask,
+                "`grep` reads all of ~, credential stores included".into()
+            ))
+        );
+        assert_eq!(bash("grep -rn foo src"), None);
+        assert_eq!(bash("ls ~"), None);
     }
 
     #[test]

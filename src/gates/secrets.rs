@@ -13,6 +13,7 @@ use regex::Regex;
 
 use crate::action::{Action, Effect};
 use crate::gates::engine::verdict_from_findings;
+use crate::gates::shell_words::static_regex;
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
 /// One credential found in text.
@@ -45,7 +46,7 @@ fn patterns() -> &'static [Pattern] {
     PATTERNS.get_or_init(|| {
         let p = |kind, re: &str, decision, group, keep, entropy_check| Pattern {
             kind,
-            regex: Regex::new(re).expect("static regex"),
+            regex: static_regex(re),
             decision,
             group,
             keep,
@@ -54,7 +55,7 @@ fn patterns() -> &'static [Pattern] {
         vec![
             p(
                 "private key",
-                r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----(?s:.*?)(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\z)",
+                r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----\s*[A-Za-z0-9+/=](?s:.*?)(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\z)",
                 Decision::Deny,
                 0,
                 0,
@@ -347,5 +348,15 @@ mod tests {
             "a sk-p…(44 chars) b AKIA…(20 chars) c"
         );
         assert_eq!(redact("nothing here"), "nothing here");
+        // Redacting twice changes nothing: the audit log and the engine both
+        // redact the same reasons.
+        for text in [
+            format!("a {OPENAI} b"),
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----".to_string(),
+            "password = \"Xk9#mQ2$vL7pR4wz\"".to_string(),
+        ] {
+            let once = redact(&text);
+            assert_eq!(redact(&once), once);
+        }
     }
 }

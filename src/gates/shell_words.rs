@@ -23,6 +23,10 @@ use crate::gates::GateContext;
 /// How deep nested shells (`bash -c "sh -c '...'"`) are followed.
 const MAX_DEPTH: usize = 8;
 
+/// How many commands one script may expand to before the parser stops
+/// following nested scripts (and marks the script truncated).
+const MAX_COMMANDS: usize = 4096;
+
 /// Where a command was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
@@ -37,11 +41,20 @@ pub enum Origin {
     Eval,
     /// The command `xargs` or `find -exec` runs.
     Spawned,
-    /// A heredoc or here-string fed to a shell.
+    /// A heredoc or here-string fed to a shell, or what `echo`, `printf` or
+    /// `cat <<EOF` pipes into one.
     Heredoc,
     /// A string handed to a shell from Python (`os.system`, `subprocess`) or
     /// Emacs Lisp (`shell-command`).
     Embedded,
+}
+
+/// Compile one of the gates' built-in patterns. They are literals in this
+/// crate, exercised by the unit tests, so a failure is a programming error
+/// caught before release — the one place the gates may panic.
+pub(crate) fn static_regex(pattern: &str) -> regex::Regex {
+    #[allow(clippy::expect_used)]
+    regex::Regex::new(pattern).expect("built-in gate pattern is valid")
 }
 
 /// One redirection: `2> file`, `>> log`, `< input`, `>& /dev/tcp/h/p`.
@@ -98,6 +111,16 @@ pub struct Command {
 }
 
 impl Command {
+    /// How the command is named in reasons: `` `rm` ``, or "a redirection"
+    /// for a bare `> file`.
+    pub fn label(&self) -> String {
+        if self.program.is_empty() {
+            "a redirection".to_string()
+        } else {
+            format!("`{}`", self.program)
+        }
+    }
+
     /// Resolve a word of this command to an absolute, normalised path,
     /// honouring an earlier `cd` in the script.
     pub fn resolve(&self, word: &str, ctx: &GateContext) -> PathBuf {
@@ -134,8 +157,8 @@ impl Command {
         false
     }
 
-    /// The arguments that are not flags (nor everything after `--` is
-    /// treated as an operand).
+    /// The arguments that are not flags; everything after `--` counts as an
+    /// operand.
     pub fn operands(&self) -> Vec<&str> {
         let mut out = Vec::new();
         let mut after_dashdash = false;
@@ -221,10 +244,12 @@ impl Command {
         match self.program.as_str() {
             "tee" | "touch" | "mkdir" | "rm" | "rmdir" | "unlink" | "shred" | "truncate"
             | "chmod" | "chown" | "chgrp" | "chattr" => {
-                let skip_first = matches!(self.program.as_str(), "chmod" | "chown" | "chgrp")
-                    || (self.program == "chattr");
-                let skip_first =
-                    skip_first && !self.args.iter().any(|a| a.starts_with("--reference"));
+                // The first operand of chmod/chown/chgrp/chattr is a mode or
+                // owner, unless `--reference=FILE` supplies it.
+                let skip_first = matches!(
+                    self.program.as_str(),
+                    "chmod" | "chown" | "chgrp" | "chattr"
+                ) && !self.args.iter().any(|a| a.starts_with("--reference"));
                 out.extend(
                     operands
                         .iter()
@@ -334,7 +359,12 @@ impl Command {
 /// The commands of a script, flattened.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Script {
+    /// Every command found, in the order the parser met them: a command's
+    /// nested commands follow it.
     pub commands: Vec<Command>,
+    /// Set when nesting went deeper than the parser follows: gates should
+    /// not trust that they saw everything.
+    pub truncated: bool,
     next_pipeline: usize,
 }
 
@@ -403,6 +433,11 @@ pub fn script_of(effect: &Effect, ctx: &GateContext) -> Option<Script> {
                     env,
                     argv,
                 ))
+            } else if matches!(
+                name,
+                "perl" | "ruby" | "node" | "nodejs" | "php" | "awk" | "lua"
+            ) {
+                Some(parse_embedded(&code_shell_strings(script), ctx, env, argv))
             } else {
                 None
             }
@@ -551,14 +586,11 @@ pub fn python_shell_strings(code: &str) -> Vec<String> {
     static CALL: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     static LIST_ITEM: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     let call = CALL.get_or_init(|| {
-        regex::Regex::new(
+        static_regex(
             r#"(?s)\b(?:os\.system|os\.popen|os\.exec\w*|os\.spawn\w*|subprocess\.\w+|commands\.getoutput|pty\.spawn)\s*\(\s*(?:r|b|f|rb|br)?(?:"""(.*?)"""|'''(.*?)'''|"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)'|\[([^\]]*)\])"#,
         )
-        .expect("static regex")
     });
-    let item = LIST_ITEM.get_or_init(|| {
-        regex::Regex::new(r#""((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)'"#).expect("static regex")
-    });
+    let item = LIST_ITEM.get_or_init(|| static_regex(r#""((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)'"#));
     let mut out = Vec::new();
     for cap in call.captures_iter(code) {
         if let Some(list) = cap.get(5) {
@@ -583,10 +615,9 @@ pub fn python_shell_strings(code: &str) -> Vec<String> {
 pub fn code_shell_strings(code: &str) -> Vec<String> {
     static CALL: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     let call = CALL.get_or_init(|| {
-        regex::Regex::new(
+        static_regex(
             r#"(?:\b(?:system|exec|execSync|spawnSync|popen|shell_exec|passthru|os\.execute|io\.popen)\s*\(?\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)')|`([^`]+)`)"#,
         )
-        .expect("static regex")
     });
     call.captures_iter(code)
         .filter_map(|c| c.get(1).or(c.get(2)).or(c.get(3)))
@@ -600,10 +631,9 @@ pub fn code_shell_strings(code: &str) -> Vec<String> {
 pub fn elisp_shell_strings(code: &str) -> Vec<String> {
     static CALL: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     let call = CALL.get_or_init(|| {
-        regex::Regex::new(
+        static_regex(
             r#"\((?:shell-command|shell-command-to-string|async-shell-command|call-process-shell-command|start-process-shell-command)\s+(?:"[^"]*"\s+(?:nil\s+)?)?"((?:[^"\\]|\\.)*)""#,
         )
-        .expect("static regex")
     });
     call.captures_iter(code)
         .filter_map(|c| c.get(1))
@@ -849,11 +879,23 @@ impl<'a> Parser<'a> {
         let has_program = !rest.is_empty();
         if has_program || !redirs.is_empty() || !assignments.is_empty() {
             let program_path = rest.first().cloned().unwrap_or_default();
-            let program = basename(&program_path).to_string();
+            // A computed program (`$(...)`) is kept whole: its slashes are
+            // not directories.
+            let program = if program_path.contains("$(") {
+                program_path.clone()
+            } else {
+                basename(&program_path).to_string()
+            };
             if !has_program {
                 // A bare assignment list changes the variables later words see.
                 for (k, v) in &assignments {
-                    self.vars.insert(k.clone(), v.clone());
+                    // `d=$(mktemp -d)`: a fresh directory under /tmp.
+                    let v = if v.starts_with("$(mktemp") && v.ends_with(')') {
+                        "/tmp/tmp.XXXXXXXXXX".to_string()
+                    } else {
+                        v.clone()
+                    };
+                    self.vars.insert(k.clone(), v);
                 }
             }
             if program == "export"
@@ -914,7 +956,11 @@ impl<'a> Parser<'a> {
                 cwd: self.cwd.clone(),
             });
         }
-        if depth >= MAX_DEPTH {
+        if depth >= MAX_DEPTH || out.commands.len() >= MAX_COMMANDS {
+            let cmd = &out.commands[index];
+            if !substitutions.is_empty() || !nested_scripts(cmd, out).is_empty() {
+                out.truncated = true;
+            }
             return true;
         }
         let mut seen = Vec::new();
@@ -922,7 +968,41 @@ impl<'a> Parser<'a> {
             if self.already_seen.contains(&sub) {
                 continue;
             }
+            let first_child = out.commands.len();
             self.nested(out, &sub, Origin::Substitution, index, depth, &[]);
+            // `$(echo rm) -rf /`, `eval "$(printf ...)"`, `sh -c "$(echo ...)"`:
+            // what echo or printf prints there is code.
+            let placeholder = format!("$({sub})");
+            let cmd = &out.commands[index];
+            let program_word = cmd.program_path == placeholder;
+            let code_position = program_word
+                || (cmd.program == "eval" && cmd.args.contains(&placeholder))
+                || (is_shell(&cmd.program)
+                    && cmd.args.windows(2).any(|w| {
+                        w[0].starts_with('-') && w[0].contains('c') && w[1] == placeholder
+                    }));
+            if code_position {
+                let produced = &out.commands[first_child..];
+                let printed: Vec<String> = produced
+                    .iter()
+                    .filter(|c| matches!(c.program.as_str(), "echo" | "printf"))
+                    .filter(|c| {
+                        !produced
+                            .iter()
+                            .any(|o| o.pipeline == c.pipeline && o.stage > c.stage)
+                    })
+                    .flat_map(|c| c.args.iter().filter(|a| !a.starts_with('-')).cloned())
+                    .collect();
+                if !printed.is_empty() {
+                    let rest: Vec<String> = if program_word {
+                        cmd.args.iter().map(|a| shell_quote(a)).collect()
+                    } else {
+                        Vec::new()
+                    };
+                    let line = format!("{} {}", printed.join(" "), rest.join(" "));
+                    self.nested(out, &line, Origin::Eval, index, depth, &[]);
+                }
+            }
             seen.push(sub);
         }
         let cmd = out.commands[index].clone();
@@ -1640,6 +1720,11 @@ fn nested_scripts(cmd: &Command, script: &Script) -> Vec<(String, Origin)> {
     {
         // `echo 'rm -rf /' | sh`: what echo prints is the script.
         for up in script.upstream(cmd) {
+            if up.program == "cat" {
+                if let Some(body) = &up.stdin_text {
+                    out.push((body.clone(), Origin::Heredoc));
+                }
+            }
             if matches!(up.program.as_str(), "echo" | "printf") {
                 let text: Vec<&str> = up
                     .args
@@ -1649,6 +1734,15 @@ fn nested_scripts(cmd: &Command, script: &Script) -> Vec<(String, Origin)> {
                     .collect();
                 out.push((text.join(" "), Origin::Heredoc));
             }
+        }
+    }
+    if prog.starts_with("python") {
+        if let Some(body) = &cmd.stdin_text {
+            out.extend(
+                python_shell_strings(body)
+                    .into_iter()
+                    .map(|s| (s, Origin::Embedded)),
+            );
         }
     }
     let code_args = match prog {
@@ -1668,6 +1762,11 @@ fn nested_scripts(cmd: &Command, script: &Script) -> Vec<(String, Origin)> {
     }
     match prog {
         "eval" => out.push((cmd.args.join(" "), Origin::Eval)),
+        "trap" => {
+            if let Some(code) = cmd.operands().first() {
+                out.push((code.to_string(), Origin::ShellString));
+            }
+        }
         "watch" => {
             let words: Vec<&str> = cmd
                 .args
@@ -1710,7 +1809,11 @@ fn nested_scripts(cmd: &Command, script: &Script) -> Vec<(String, Origin)> {
                 .iter()
                 .map(|w| shell_quote(w))
                 .collect();
-            // Words `echo` or `printf` feeds into xargs become its arguments.
+            // A here-string, and words `echo` or `printf` feed into xargs,
+            // become its arguments.
+            for r in cmd.redirects.iter().filter(|r| r.op == "<<<") {
+                words.extend(r.target.split_whitespace().map(shell_quote));
+            }
             for up in script.upstream(cmd) {
                 if matches!(up.program.as_str(), "echo" | "printf") {
                     words.extend(
@@ -1831,6 +1934,10 @@ mod tests {
         assert_eq!(first("echo ${X:-/etc}"), ("echo".into(), v(&["/etc"])));
         assert_eq!(first("echo ${HOME:0:1}"), ("echo".into(), v(&["/"])));
         assert_eq!(first("echo $UNSET/x"), ("echo".into(), v(&["$UNSET/x"])));
+        assert_eq!(
+            progs("d=$(mktemp -d); rm -rf \"$d\"")[2],
+            ("rm".into(), v(&["-rf", "/tmp/tmp.XXXXXXXXXX"]))
+        );
     }
 
     #[test]
@@ -2008,6 +2115,18 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(names("echo 'rm -rf /' | sh"), ["echo", "sh", "rm"]);
+        assert_eq!(names("$(echo rm) -rf /"), ["$(echo rm)", "echo", "rm"]);
+        assert_eq!(names("xargs rm -rf <<< /"), ["xargs", "rm"]);
+        assert_eq!(names("trap 'rm -rf /' EXIT"), ["trap", "rm"]);
+        assert_eq!(
+            names("python3 - <<'PY'\nimport os\nos.system('reboot')\nPY"),
+            ["python3", "reboot"]
+        );
+        assert_eq!(
+            names("sh -c \"$(printf 'rm -rf /')\""),
+            ["sh", "printf", "rm", "$(printf 'rm -rf /')"]
+        );
+        assert_eq!(names("eval $(echo reboot)"), ["eval", "echo", "reboot"]);
         assert_eq!(names(r#"perl -e 'system("rm -rf /")'"#), ["perl", "rm"]);
         assert_eq!(
             names(r#"python3 -c 'import os; os.system("shutdown now")'"#),
@@ -2018,6 +2137,40 @@ mod tests {
             ["awk", "reboot"]
         );
         assert_eq!(names("ruby -e '`halt`'"), ["ruby", "halt"]);
+    }
+
+    #[test]
+    fn hostile_nesting_is_bounded_and_marked() {
+        let mut script = "rm -rf /".to_string();
+        for _ in 0..12 {
+            script = format!("bash -c {}", shell_quote(&script));
+        }
+        let s = parse(&script, home());
+        assert!(s.truncated);
+        assert!(!s.commands.iter().any(|c| c.program == "rm"));
+        let s = parse("bash -c 'bash -c \"rm -rf /\"'", home());
+        assert!(!s.truncated);
+    }
+
+    #[test]
+    fn arbitrary_input_never_panics() {
+        // A small deterministic generator over shell metacharacters.
+        let alphabet: Vec<char> = "ab rm-/~$'\"\\`(){}[]|&;<>#=*?!\n\t${}@%:.0123x\u{200b}é"
+            .chars()
+            .collect();
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..3000 {
+            let len = (seed % 40) as usize;
+            let mut text = String::new();
+            for _ in 0..len {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                text.push(alphabet[(seed % alphabet.len() as u64) as usize]);
+            }
+            let s = parse_with(&text, home(), &BTreeMap::new(), &v(&["a", "b"]));
+            assert!(s.commands.len() < MAX_COMMANDS + 100, "{text:?}");
+        }
     }
 
     #[test]
