@@ -39,6 +39,43 @@ fn tool_result(fake: &FakeProvider, n: usize) -> String {
     tool["content"].as_str().unwrap().to_string()
 }
 
+/// A daemon (Emacs-style client) whose session asked to write `file` and
+/// is now waiting on the offered flight plan.
+struct Waiting {
+    home: tempfile::TempDir,
+    project: tempfile::TempDir,
+    fake: FakeProvider,
+    client: Client,
+    prompt_id: u64,
+    plan_id: String,
+    org: String,
+}
+
+async fn waiting_on_a_write(file: &str, content: &str) -> Waiting {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start(vec![write_call(file, content), fake::openai_text("ok")]).await;
+    let mut client = spawn(home.path(), &fake);
+    client.initialize(json!({ "flightPlans": true })).await;
+    let sid = client.new_session(project.path()).await;
+    let prompt_id = client
+        .start_request("session/prompt", prompt(&sid, "write"))
+        .await;
+    let offer = client.wait_method("_passepartout/plan/offer").await;
+    let plan = &offer["params"]["plan"];
+    let plan_id = plan["planId"].as_str().unwrap().to_string();
+    let org = plan["org"].as_str().unwrap().to_string();
+    Waiting {
+        home,
+        project,
+        fake,
+        client,
+        prompt_id,
+        plan_id,
+        org,
+    }
+}
+
 #[tokio::test]
 async fn an_approved_plan_runs_and_its_result_reaches_the_model() {
     let home = tempfile::tempdir().unwrap();
@@ -128,83 +165,36 @@ async fn an_approved_plan_runs_and_its_result_reaches_the_model() {
 
 #[tokio::test]
 async fn an_edited_plan_runs_the_edited_action() {
-    let home = tempfile::tempdir().unwrap();
-    let project = tempfile::tempdir().unwrap();
-    let fake = FakeProvider::start(vec![
-        write_call("out.txt", "draft text\n"),
-        fake::openai_text("ok"),
-    ])
-    .await;
-    let mut c = spawn(home.path(), &fake);
-    c.initialize(json!({ "flightPlans": true })).await;
-    let sid = c.new_session(project.path()).await;
-    let p = c
-        .start_request("session/prompt", prompt(&sid, "write"))
-        .await;
-    let offer = c.wait_method("_passepartout/plan/offer").await;
-    let id = offer["params"]["plan"]["planId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let edited = offer["params"]["plan"]["org"]
-        .as_str()
-        .unwrap()
-        .replace("draft text", "final text");
-    let r = c
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": id, "decision": "approve", "org": edited }),
-        )
-        .await;
+    let mut w = waiting_on_a_write("out.txt", "draft text\n").await;
+    let edited = w.org.replace("draft text", "final text");
+    let decide = json!({ "planId": w.plan_id, "decision": "approve", "org": edited });
+    let r = w.client.request("_passepartout/plan/decide", decide).await;
     assert_eq!(r["result"]["edited"], true, "{r}");
-    c.wait_response(p).await;
-    assert_eq!(
-        std::fs::read_to_string(project.path().join("out.txt")).unwrap(),
-        "final text\n"
-    );
+    w.client.wait_response(w.prompt_id).await;
+    let written = std::fs::read_to_string(w.project.path().join("out.txt")).unwrap();
+    assert_eq!(written, "final text\n");
 }
 
 #[tokio::test]
 async fn a_rejection_goes_back_to_the_model_with_the_reason() {
-    let home = tempfile::tempdir().unwrap();
-    let project = tempfile::tempdir().unwrap();
-    let fake = FakeProvider::start(vec![
-        write_call("out.txt", "x"),
-        fake::openai_text("Understood."),
-    ])
-    .await;
-    let mut c = spawn(home.path(), &fake);
-    c.initialize(json!({ "flightPlans": true })).await;
-    let sid = c.new_session(project.path()).await;
-    let p = c
-        .start_request("session/prompt", prompt(&sid, "write"))
-        .await;
-    let offer = c.wait_method("_passepartout/plan/offer").await;
-    let id = offer["params"]["plan"]["planId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let r = c
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": id, "decision": "reject", "comment": "not in this directory" }),
-        )
-        .await;
+    let mut w = waiting_on_a_write("out.txt", "x").await;
+    let decide =
+        json!({ "planId": w.plan_id, "decision": "reject", "comment": "not in this directory" });
+    let r = w.client.request("_passepartout/plan/decide", decide).await;
     assert_eq!(r["result"]["status"], "rejected", "{r}");
-    assert_eq!(c.wait_response(p).await["result"]["stopReason"], "end_turn");
-    assert!(!project.path().join("out.txt").exists());
     assert_eq!(
-        tool_result(&fake, 1),
+        w.client.wait_response(w.prompt_id).await["result"]["stopReason"],
+        "end_turn"
+    );
+    assert!(!w.project.path().join("out.txt").exists());
+    assert_eq!(
+        tool_result(&w.fake, 1),
         "the person (emacs) rejected this action: not in this directory"
     );
     // Deciding again is refused.
-    let again = c
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": id, "decision": "approve" }),
-        )
-        .await;
-    assert_eq!(again["error"]["code"], -32001, "{again}");
+    let again = json!({ "planId": w.plan_id, "decision": "approve" });
+    let r = w.client.request("_passepartout/plan/decide", again).await;
+    assert_eq!(r["error"]["code"], -32001, "{r}");
 }
 
 #[tokio::test]
@@ -254,29 +244,12 @@ async fn an_edit_that_a_gate_denies_is_refused_and_the_plan_stays_pending() {
 
 #[tokio::test]
 async fn a_decision_from_the_terminal_reaches_the_waiting_turn() {
-    let home = tempfile::tempdir().unwrap();
-    let project = tempfile::tempdir().unwrap();
-    let fake = FakeProvider::start(vec![
-        write_call("t.txt", "from the terminal\n"),
-        fake::openai_text("ok"),
-    ])
-    .await;
-    let mut c = spawn(home.path(), &fake);
-    c.initialize(json!({ "flightPlans": true })).await;
-    let sid = c.new_session(project.path()).await;
-    let p = c
-        .start_request("session/prompt", prompt(&sid, "write"))
-        .await;
-    let offer = c.wait_method("_passepartout/plan/offer").await;
-    let id = offer["params"]["plan"]["planId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let mut w = waiting_on_a_write("t.txt", "from the terminal\n").await;
     let out = tokio::process::Command::new(harness::BIN)
-        .args(["plans", "approve", &id])
-        .env("HOME", home.path())
-        .env("XDG_CONFIG_HOME", home.path().join("config"))
-        .env("XDG_STATE_HOME", home.path().join("state"))
+        .args(["plans", "approve", &w.plan_id])
+        .env("HOME", w.home.path())
+        .env("XDG_CONFIG_HOME", w.home.path().join("config"))
+        .env("XDG_STATE_HOME", w.home.path().join("state"))
         .output()
         .await
         .unwrap();
@@ -285,11 +258,12 @@ async fn a_decision_from_the_terminal_reaches_the_waiting_turn() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(c.wait_response(p).await["result"]["stopReason"], "end_turn");
     assert_eq!(
-        std::fs::read_to_string(project.path().join("t.txt")).unwrap(),
-        "from the terminal\n"
+        w.client.wait_response(w.prompt_id).await["result"]["stopReason"],
+        "end_turn"
     );
+    let written = std::fs::read_to_string(w.project.path().join("t.txt")).unwrap();
+    assert_eq!(written, "from the terminal\n");
 }
 
 #[tokio::test]
