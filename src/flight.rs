@@ -159,7 +159,10 @@ impl FlightDesk {
             tokio::select! {
                 _ = cancel.cancelled() => {
                     lock(&self.waiters).remove(&id);
-                    if let Ok(outcome) = self.store.decide(&id, false, None, "cancel", Some("the turn was cancelled".into())) {
+                    let why = "the turn was cancelled";
+                    if let Ok(outcome) = self.store.decide(&id, false, None, "cancel", Some(why.into())) {
+                        self.env.record(AuditRecord::decision(&id, PlanOutcome::Rejected, "cancel", Some(why)));
+                        self.forget(&outcome.plan);
                         self.resolved(&outcome.plan, "cancelled", None);
                     }
                     return ApprovalOutcome::Cancelled;
@@ -177,6 +180,7 @@ impl FlightDesk {
                                 self.env.record(AuditRecord::decision(&id, verdict, &d.by, d.comment.as_deref()));
                             }
                             if p.status == PlanStatus::Rejected {
+                                self.forget(&p);
                                 self.resolved(&p, "rejected", None);
                             }
                             return outcome_of(&p);
@@ -250,6 +254,7 @@ impl FlightDesk {
                 by: by.to_string(),
             }
         } else {
+            self.forget(&outcome.plan);
             self.resolved(&outcome.plan, "rejected", None);
             ApprovalOutcome::Rejected {
                 comment: params.comment,
@@ -323,6 +328,11 @@ impl FlightDesk {
                 }
             }
         }
+    }
+
+    /// A plan that will never run: drop its call mapping.
+    fn forget(&self, plan: &FlightPlan) {
+        lock(&self.by_call).remove(&call_key(&plan.session_id, &plan.tool_call_id));
     }
 
     fn resolved(&self, plan: &FlightPlan, status: &str, result: Option<&str>) {

@@ -408,3 +408,41 @@ async fn a_denied_action_goes_back_to_the_model_and_the_turn_continues() {
         "a deny is never offered as a plan"
     );
 }
+
+#[tokio::test]
+async fn cancelling_a_turn_withdraws_its_pending_plan() {
+    let mut w = waiting_on_a_write("never.txt", "x").await;
+    let sid = w
+        .client
+        .backlog
+        .iter()
+        .find_map(|m| m["params"]["sessionId"].as_str().map(str::to_string))
+        .unwrap();
+    w.client
+        .notify("session/cancel", json!({ "sessionId": sid }))
+        .await;
+    let done = w.client.wait_response(w.prompt_id).await;
+    assert_eq!(done["result"]["stopReason"], "cancelled", "{done}");
+    let resolved = w.client.wait_method("_passepartout/plan/resolved").await;
+    assert_eq!(
+        (
+            resolved["params"]["planId"].clone(),
+            resolved["params"]["status"].clone()
+        ),
+        (json!(w.plan_id), json!("cancelled"))
+    );
+    let list = w
+        .client
+        .request("_passepartout/plans/list", json!(null))
+        .await;
+    assert_eq!(list["result"]["plans"], json!([]), "{list}");
+    let audit =
+        std::fs::read_to_string(w.home.path().join("state/passepartout/audit.jsonl")).unwrap();
+    let last: Value = serde_json::from_str(audit.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (last["kind"].clone(), last["by"].clone()),
+        (json!("decision"), json!("cancel")),
+        "{audit}"
+    );
+    assert!(!w.project.path().join("never.txt").exists());
+}
