@@ -8,6 +8,7 @@ pub mod agent;
 pub mod audit;
 pub mod cli_run;
 pub mod config;
+pub mod control_surface;
 pub mod flight;
 pub mod gates;
 pub mod llm;

@@ -1,0 +1,146 @@
+//! The control surface: files inside a project that steer the agent or that
+//! the host executes later, so the agent must never change them on its own.
+//!
+//! One list, read by every layer that enforces it: the sandbox mounts these
+//! paths read-only, the files actuator refuses to write them without a
+//! person's approval, and the gates turn any write to them into *ask*. Keeping
+//! the list here (and not in each layer) is what keeps the layers in step.
+
+use std::path::{Component, Path};
+
+/// A control-surface entry, relative to the project root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlEntry {
+    /// The path relative to the project root, with `/` separators.
+    pub path: &'static str,
+    /// Whether everything beneath the path belongs to the entry too.
+    pub dir: bool,
+    /// Why the agent must not change it, as shown to the model and the person.
+    pub why: &'static str,
+}
+
+/// Every control-surface entry. Directories cover everything beneath them.
+pub const CONTROL_SURFACE: &[ControlEntry] = &[
+    ControlEntry {
+        path: ".passepartout",
+        dir: true,
+        why: "the agent's own project skills, policy and settings",
+    },
+    ControlEntry {
+        path: ".git/config",
+        dir: false,
+        why: "git configuration can name programs git runs on the host (core.fsmonitor, core.pager, include.path)",
+    },
+    ControlEntry {
+        path: ".git/hooks",
+        dir: true,
+        why: "git hooks run on the host at the next commit, checkout or push",
+    },
+    ControlEntry {
+        path: ".git/info",
+        dir: true,
+        why: "git attributes and excludes can change what git runs and shows on the host",
+    },
+    ControlEntry {
+        path: ".gitmodules",
+        dir: false,
+        why: "submodule URLs and update commands are run by git on the host",
+    },
+    ControlEntry {
+        path: ".envrc",
+        dir: false,
+        why: "direnv runs it in the person's shell",
+    },
+    ControlEntry {
+        path: ".vscode",
+        dir: true,
+        why: "editor tasks and settings run commands on the host",
+    },
+    ControlEntry {
+        path: ".dir-locals.el",
+        dir: false,
+        why: "Emacs evaluates directory-local variables in the person's editor",
+    },
+    ControlEntry {
+        path: ".dir-locals-2.el",
+        dir: false,
+        why: "Emacs evaluates directory-local variables in the person's editor",
+    },
+];
+
+/// The control-surface entry a path falls under, if any. `rel` is relative
+/// to the project root; `.` components are ignored, and a path that climbs
+/// out with `..` is never matched here (confinement is another layer's job).
+pub fn control_entry(rel: &Path) -> Option<&'static ControlEntry> {
+    let parts: Vec<&str> = rel
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => s.to_str(),
+            _ => None,
+        })
+        .collect();
+    if rel.components().any(|c| matches!(c, Component::ParentDir)) {
+        return None;
+    }
+    CONTROL_SURFACE.iter().find(|entry| {
+        let want: Vec<&str> = entry.path.split('/').collect();
+        if entry.dir {
+            parts.len() >= want.len() && parts[..want.len()] == want[..]
+        } else {
+            parts == want
+        }
+    })
+}
+
+/// The control-surface entry for an absolute (or cwd-relative) path inside
+/// the project rooted at `root`.
+pub fn control_entry_in(root: &Path, path: &Path) -> Option<&'static ControlEntry> {
+    let rel = if path.is_absolute() {
+        path.strip_prefix(root).ok()?
+    } else {
+        path
+    };
+    control_entry(rel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directories_cover_what_is_beneath_them() {
+        assert_eq!(
+            control_entry(Path::new(".passepartout/skills/shell.org")).map(|e| e.path),
+            Some(".passepartout")
+        );
+        assert_eq!(
+            control_entry(Path::new("./.git/hooks/pre-commit")).map(|e| e.path),
+            Some(".git/hooks")
+        );
+        assert_eq!(
+            control_entry(Path::new(".git/config")).map(|e| e.path),
+            Some(".git/config")
+        );
+    }
+
+    #[test]
+    fn ordinary_project_files_are_not_control_surface() {
+        for p in [
+            "src/main.rs",
+            ".git/objects/ab/cdef",
+            ".gitignore",
+            ".git/config.d",
+            "docs/.envrc.md",
+            "../.envrc",
+        ] {
+            assert_eq!(control_entry(Path::new(p)), None, "{p}");
+        }
+    }
+
+    #[test]
+    fn absolute_paths_are_judged_relative_to_the_root() {
+        let root = Path::new("/home/u/proj");
+        assert!(control_entry_in(root, Path::new("/home/u/proj/.envrc")).is_some());
+        assert!(control_entry_in(root, Path::new("/home/u/other/.envrc")).is_none());
+    }
+}
