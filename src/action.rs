@@ -8,7 +8,7 @@
 //! see [`Action::content_hash`].
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -100,10 +100,34 @@ pub struct Action {
 }
 
 impl Action {
-    /// A stable SHA-256 over the target and effect: what a person approves.
-    /// Re-computed at the last mile; a mismatch means the action changed.
+    /// A stable SHA-256 over everything in the action that decides what
+    /// runs: the target (which actuator), the whole effect (for a script:
+    /// its text, interpreter, arguments, environment and network grant) and
+    /// the time limit. What a person approves; re-computed at the last
+    /// mile, where a mismatch means the action changed. The model's raw
+    /// arguments and the tool's declared approval are left out: they do
+    /// not change what runs.
     pub fn content_hash(&self) -> String {
-        let canonical = serde_json::json!({ "target": self.target, "effect": self.effect });
+        self.hash_of(None)
+    }
+
+    /// [`Action::content_hash`] plus the working directory the action runs
+    /// in (it is not part of the action: a session or a flight plan carries
+    /// it). What a flight plan records, so that editing a pending plan's
+    /// directory is caught like editing its command.
+    pub fn content_hash_in(&self, cwd: &Path) -> String {
+        self.hash_of(Some(cwd))
+    }
+
+    fn hash_of(&self, cwd: Option<&Path>) -> String {
+        let mut canonical = serde_json::json!({
+            "target": self.target,
+            "effect": self.effect,
+            "timeout_secs": self.timeout_secs,
+        });
+        if let Some(cwd) = cwd {
+            canonical["cwd"] = serde_json::json!(cwd);
+        }
         let digest = Sha256::digest(canonical.to_string().as_bytes());
         digest.iter().map(|b| format!("{b:02x}")).collect()
     }
@@ -138,6 +162,41 @@ mod tests {
         assert_eq!(a.content_hash(), b.content_hash());
         assert_ne!(a.content_hash(), shell("ls -la").content_hash());
         assert_eq!(a.content_hash().len(), 64);
+    }
+
+    #[test]
+    fn hash_covers_everything_that_decides_what_runs() {
+        let base = shell("ls");
+        let differs = |change: &dyn Fn(&mut Action)| {
+            let mut a = shell("ls");
+            change(&mut a);
+            a.content_hash() != base.content_hash()
+        };
+        assert!(differs(&|a| a.timeout_secs = Some(9999)));
+        assert!(differs(&|a| a.target = "files".into()));
+        assert!(differs(&|a| {
+            if let Effect::Run { network, .. } = &mut a.effect {
+                *network = true;
+            }
+        }));
+        assert!(differs(&|a| {
+            if let Effect::Run { env, .. } = &mut a.effect {
+                env.insert("PATH".into(), "/tmp/evil".into());
+            }
+        }));
+        assert!(differs(&|a| {
+            if let Effect::Run { interpreter, .. } = &mut a.effect {
+                *interpreter = "sh".into();
+            }
+        }));
+        assert!(!differs(&|a| a.approval = Approval::Auto));
+        let here = base.content_hash_in(Path::new("/work/project"));
+        assert_ne!(here, base.content_hash());
+        assert_ne!(here, base.content_hash_in(Path::new("/")));
+        assert_eq!(
+            here,
+            shell("ls").content_hash_in(Path::new("/work/project"))
+        );
     }
 
     #[test]

@@ -52,6 +52,10 @@ pub struct Config {
     /// fed back to the model as the tool result. Off: the person already
     /// sees them; the model only hears they were delivered.
     pub feed_back_messages: bool,
+    /// Let tools of trusted project skills keep a declared `:APPROVAL:
+    /// auto`. Off (the default): they ask before every run. Only this file,
+    /// outside every project, can turn it on.
+    pub trust_project_tool_approval: bool,
 }
 
 impl Default for Config {
@@ -69,6 +73,7 @@ impl Default for Config {
             builtin_skills: true,
             log_file: None,
             feed_back_messages: false,
+            trust_project_tool_approval: false,
         }
     }
 }
@@ -255,6 +260,13 @@ impl Config {
         self.skills_dir
             .clone()
             .unwrap_or_else(|| config_dir().join("skills"))
+    }
+
+    /// The trust store for project skills (`STATE/trusted-skills.json`).
+    pub fn trust_file(&self) -> PathBuf {
+        crate::skills::TrustStore::in_state_dir(&self.state_dir())
+            .path()
+            .to_path_buf()
     }
 
     pub fn policy_file(&self) -> PathBuf {

@@ -139,7 +139,7 @@ impl FlightDesk {
             request.action,
             request.trace,
         );
-        plan.cwd = Some(request.cwd);
+        plan = plan.in_cwd(request.cwd);
         if let Err(e) = self.store.create(&plan) {
             // Fail closed: a plan that could not be saved is not offered.
             return ApprovalOutcome::Rejected {

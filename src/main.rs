@@ -58,7 +58,7 @@ enum Command {
         /// What to ask.
         prompt: String,
     },
-    /// Check or list skills.
+    /// Check, list, trust or untrust skills.
     Skills {
         #[command(subcommand)]
         command: SkillsCommand,
@@ -90,8 +90,26 @@ enum SkillsCommand {
         #[arg(required = true)]
         paths: Vec<PathBuf>,
     },
-    /// Show the skills loaded for the current directory, and from where.
+    /// Show the skills loaded for the current directory, and from where;
+    /// untrusted project skills are marked and not loaded.
     List(ConfigFlags),
+    /// Trust project skills (default: every file in ./.passepartout/skills)
+    /// with exactly their current content, after showing what each adds.
+    Trust {
+        #[command(flatten)]
+        flags: ConfigFlags,
+        /// Do not ask for confirmation.
+        #[arg(long, short)]
+        yes: bool,
+        paths: Vec<PathBuf>,
+    },
+    /// Forget the trust in project skills (default: every file in
+    /// ./.passepartout/skills).
+    Untrust {
+        #[command(flatten)]
+        flags: ConfigFlags,
+        paths: Vec<PathBuf>,
+    },
 }
 
 fn overrides(f: &ConfigFlags) -> Result<Overrides, config::ConfigError> {
@@ -158,6 +176,28 @@ fn main() -> ExitCode {
             Command::Skills {
                 command: SkillsCommand::List(flags),
             } => skills_list(flags),
+            Command::Skills {
+                command: SkillsCommand::Trust { flags, yes, paths },
+            } => match skill_dirs(&flags) {
+                Ok(dirs) => exit_code(passepartout::skills::trust_command(
+                    &dirs,
+                    &paths,
+                    yes,
+                    &mut std::io::stdin().lock(),
+                    &mut std::io::stdout(),
+                )),
+                Err(e) => config_error(&e),
+            },
+            Command::Skills {
+                command: SkillsCommand::Untrust { flags, paths },
+            } => match skill_dirs(&flags) {
+                Ok(dirs) => exit_code(passepartout::skills::untrust_command(
+                    &dirs,
+                    &paths,
+                    &mut std::io::stdout(),
+                )),
+                Err(e) => config_error(&e),
+            },
             Command::Plans { flags, args } => plans(flags, args),
             Command::Audit { flags, tail } => match load_config(&flags) {
                 Ok(config) => {
@@ -274,21 +314,27 @@ fn config_error(e: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
-fn skills_list(flags: ConfigFlags) -> ExitCode {
-    let config = match load_config(&flags) {
-        Ok(c) => c,
-        Err(e) => return config_error(&e),
-    };
+/// The skill directories and trust store for the current directory.
+fn skill_dirs(flags: &ConfigFlags) -> Result<passepartout::skills::SkillDirs, String> {
+    let config = load_config(flags)?;
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let dirs = passepartout::skills::SkillDirs {
+    Ok(passepartout::skills::SkillDirs {
         builtin: config.builtin_skills,
         user: Some(config.user_skills_dir()),
-        project: Some(cwd.join(".passepartout").join("skills")),
-    };
-    exit_code(passepartout::skills::list_command(
-        &dirs,
-        &mut std::io::stdout(),
-    ))
+        project: Some(passepartout::skills::project_dir(&cwd)),
+        trust: Some(config.trust_file()),
+        project_auto_approval: config.trust_project_tool_approval,
+    })
+}
+
+fn skills_list(flags: ConfigFlags) -> ExitCode {
+    match skill_dirs(&flags) {
+        Ok(dirs) => exit_code(passepartout::skills::list_command(
+            &dirs,
+            &mut std::io::stdout(),
+        )),
+        Err(e) => config_error(&e),
+    }
 }
 
 fn plans(flags: ConfigFlags, args: Vec<String>) -> ExitCode {

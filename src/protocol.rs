@@ -25,6 +25,8 @@ pub const EXT_PLANS_LIST: &str = "_passepartout/plans/list";
 pub const EXT_SKILLS_CHECK: &str = "_passepartout/skills/check";
 pub const EXT_SKILLS_RELOAD: &str = "_passepartout/skills/reload";
 pub const EXT_SKILLS_LIST: &str = "_passepartout/skills/list";
+/// Client → daemon: the person trusts project skill files (exact content).
+pub const EXT_SKILLS_TRUST: &str = "_passepartout/skills/trust";
 pub const EXT_SESSION_STATUS: &str = "_passepartout/session/status";
 pub const EXT_SANDBOX_STATUS: &str = "_passepartout/sandbox/status";
 /// Daemon → Emacs: evaluate a form (the emacs actuator).
@@ -88,6 +90,22 @@ pub enum PlanVerdict {
 pub struct SkillsCheckParams {
     pub path: String,
     pub text: String,
+}
+
+/// `_passepartout/skills/trust` parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SkillsTrustParams {
+    /// The project (absolute): its `.passepartout/skills` are meant.
+    pub cwd: std::path::PathBuf,
+    /// Files to trust (relative ones are under `cwd`); absent: every skill
+    /// file of the project.
+    #[serde(default)]
+    pub paths: Option<Vec<std::path::PathBuf>>,
+    /// Optional SHA-256 per path (as given) of the content the person saw:
+    /// a file whose bytes now hash differently is refused, not trusted.
+    #[serde(default)]
+    pub expected_sha256: std::collections::BTreeMap<String, String>,
 }
 
 /// A diagnostic as sent to the editor.

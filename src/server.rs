@@ -29,7 +29,8 @@ pub struct Daemon {
     pub desk: Arc<FlightDesk>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     settings: Mutex<ClientSettings>,
-    /// Tools a person chose "allow always" / "reject always" for, per session.
+    /// Exact actions a person chose "allow always" / "reject always" for,
+    /// per session, keyed by the action's content hash (never a tool name).
     remembered: Mutex<HashMap<String, HashMap<String, bool>>>,
     next_session: AtomicU64,
 }
@@ -214,9 +215,13 @@ impl Daemon {
         request: ApprovalRequest,
         cancel: CancellationToken,
     ) -> ApprovalOutcome {
+        // "Always" covers exactly what the person saw: the same command
+        // text, interpreter, environment, network grant, time limit and
+        // directory. Anything else is asked again.
+        let key = request.action.content_hash_in(&request.cwd);
         let remembered = lock(&self.remembered)
             .get(&request.session_id)
-            .and_then(|m| m.get(&request.action.tool).copied());
+            .and_then(|m| m.get(&key).copied());
         match remembered {
             Some(true) => {
                 let hash = request.action.content_hash();
@@ -228,7 +233,7 @@ impl Daemon {
             }
             Some(false) => {
                 return ApprovalOutcome::Rejected {
-                    comment: Some("the person chose to always reject this tool".into()),
+                    comment: Some("the person chose to always reject this exact action".into()),
                     by: "acp-client".into(),
                 }
             }
@@ -250,6 +255,10 @@ impl Daemon {
                 "Why approval is needed: {}",
                 reasons.join("; ")
             ))]);
+        let what = match request.action.effect {
+            crate::action::Effect::Run { .. } => "command",
+            _ => "action",
+        };
         let options = vec![
             acp::PermissionOption::new(
                 acp::PermissionOptionId::new("allow_once"),
@@ -258,7 +267,7 @@ impl Daemon {
             ),
             acp::PermissionOption::new(
                 acp::PermissionOptionId::new("allow_always"),
-                "Always allow this tool",
+                format!("Always allow this exact {what}"),
                 acp::PermissionOptionKind::AllowAlways,
             ),
             acp::PermissionOption::new(
@@ -268,7 +277,7 @@ impl Daemon {
             ),
             acp::PermissionOption::new(
                 acp::PermissionOptionId::new("reject_always"),
-                "Always reject this tool",
+                format!("Always reject this exact {what}"),
                 acp::PermissionOptionKind::RejectAlways,
             ),
         ];
@@ -317,7 +326,7 @@ impl Daemon {
             lock(&self.remembered)
                 .entry(request.session_id.clone())
                 .or_default()
-                .insert(request.action.tool.clone(), allow);
+                .insert(key.clone(), allow);
         };
         match option.as_str() {
             "allow_once" | "allow_always" => {
@@ -384,10 +393,84 @@ impl Daemon {
                     "path": s.path.display().to_string(),
                     "tools": s.tools,
                     "rules": s.rules,
+                    "trusted": s.trusted,
                 })
             })
             .collect();
         serde_json::json!({ "skills": skills, "diagnostics": wire_diagnostics(&diagnostics) })
+    }
+}
+
+impl Daemon {
+    /// `_passepartout/skills/trust`: the person (through the editor, never
+    /// the model) trusts project skill files with exactly their current
+    /// content; then the project's skills are reloaded.
+    fn skills_trust(&self, p: proto::SkillsTrustParams) -> Result<Value, ErrorObjectOwned> {
+        if !p.cwd.is_absolute() {
+            return Err(invalid_params(format!(
+                "cwd must be an absolute path, got {}",
+                p.cwd.display()
+            )));
+        }
+        let config = &self.env.config;
+        let keep_auto = config.trust_project_tool_approval;
+        let store = crate::skills::TrustStore::new(config.trust_file());
+        let project = crate::skills::project_dir(&p.cwd);
+        let files: Vec<(String, PathBuf)> = match &p.paths {
+            Some(paths) => paths
+                .iter()
+                .map(|given| (given.display().to_string(), p.cwd.join(given)))
+                .collect(),
+            None => crate::skills::loader::org_files(&project)
+                .into_iter()
+                .map(|f| (f.display().to_string(), f))
+                .collect(),
+        };
+        let mut trusted = Vec::new();
+        let mut refused = Vec::new();
+        for (given, path) in files {
+            let review = match crate::skills::cli::Review::read(&path, keep_auto) {
+                Ok(r) => r,
+                Err(e) => {
+                    refused.push(serde_json::json!({ "path": given, "reason": e }));
+                    continue;
+                }
+            };
+            if let Some(expected) = p.expected_sha256.get(&given) {
+                if !expected.eq_ignore_ascii_case(&review.sha256) {
+                    refused.push(serde_json::json!({
+                        "path": given,
+                        "reason": format!(
+                            "the file changed since it was shown (sha256 {} now, {expected} shown); look at it again",
+                            review.sha256
+                        ),
+                    }));
+                    continue;
+                }
+            }
+            if review.has_errors() {
+                refused.push(serde_json::json!({
+                    "path": given,
+                    "reason": "it has errors and would not load; fix them first",
+                }));
+                continue;
+            }
+            match store.trust(&review.canonical, &review.bytes) {
+                Ok(sha256) => trusted.push(serde_json::json!({
+                    "path": review.path.display().to_string(),
+                    "sha256": sha256,
+                    "name": review.skill.as_ref().map(|s| s.name.clone()),
+                })),
+                Err(e) => return Err(rpc_error(codes::INTERNAL_ERROR, e.to_string())),
+            }
+        }
+        let (names, diagnostics) = self.env.toolsets.reload(Some(&p.cwd));
+        Ok(serde_json::json!({
+            "trusted": trusted,
+            "refused": refused,
+            "skills": names,
+            "diagnostics": wire_diagnostics(&diagnostics),
+        }))
     }
 }
 
@@ -528,6 +611,11 @@ pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
         module
             .register_method(proto::EXT_SKILLS_LIST, |p, d, _| {
                 Ok::<_, ErrorObjectOwned>(d.skills_list(cwd_param(&p)?))
+            })
+            .map(|_| ()),
+        module
+            .register_method(proto::EXT_SKILLS_TRUST, |p, d, _| {
+                d.skills_trust(parse(&p)?)
             })
             .map(|_| ()),
     ];

@@ -58,6 +58,8 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
         builtin: config.builtin_skills,
         user_dir: Some(config.user_skills_dir()),
         policy_file: Some(config.policy_file()),
+        trust_file: Some(config.trust_file()),
+        project_auto_approval: config.trust_project_tool_approval,
     }));
     let audit_path = config.state_dir().join("audit.jsonl");
     let audit = match AuditLog::open(&audit_path) {

@@ -1,8 +1,8 @@
 //! Toolsets from skills: for each working directory, the built-in Rust
-//! tools plus every tool of the skills in effect there (built-in skills <
-//! the user's < the project's), the active skills' prompt sections, and a
-//! gate engine of the built-in gates, the skills' rules and the user's
-//! policy file.
+//! tools plus every tool of the skills in effect there (built-in skills,
+//! the user's, and the project's that the person trusts), the active
+//! skills' prompt sections, and a gate engine of the built-in gates, every
+//! layer's skill rules and the user's policy file.
 //!
 //! Skill directories are fingerprinted at the start of every turn and
 //! re-read only when a file changed, so a new skill is seen on the next turn.
@@ -24,6 +24,11 @@ pub struct SkillSources {
     pub builtin: bool,
     pub user_dir: Option<PathBuf>,
     pub policy_file: Option<PathBuf>,
+    /// The trust store for project skills; without one, none load.
+    pub trust_file: Option<PathBuf>,
+    /// `trust_project_tool_approval` from config.toml: trusted project
+    /// tools keep `:APPROVAL: auto` instead of asking.
+    pub project_auto_approval: bool,
 }
 
 impl SkillSources {
@@ -31,7 +36,9 @@ impl SkillSources {
         SkillDirs {
             builtin: self.builtin,
             user: self.user_dir.clone(),
-            project: Some(cwd.join(".passepartout").join("skills")),
+            project: Some(crate::skills::project_dir(cwd)),
+            trust: self.trust_file.clone(),
+            project_auto_approval: self.project_auto_approval,
         }
     }
 }
@@ -142,7 +149,7 @@ impl SkillToolsets {
         let names = match set {
             Some(set) => {
                 diagnostics.extend(set.diagnostics().iter().cloned());
-                set.list().into_iter().map(|s| s.name).collect()
+                set.names()
             }
             None => Vec::new(),
         };

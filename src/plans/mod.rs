@@ -6,9 +6,10 @@
 //! It is rendered as an Org document ([`render()`]), read back after a person
 //! edited it ([`parse`]), kept on disk so nothing is lost when Emacs or the
 //! daemon goes away ([`store`]), and can be decided from a terminal
-//! ([`cli`]). The plan's `hash` is the action's content hash when it was
-//! written down: the store refuses to approve or run a plan whose action no
-//! longer matches it.
+//! ([`cli`]). The plan's `hash` covers the action (target, effect, time
+//! limit) and the working directory when it was written down: the store
+//! refuses to approve or run a plan whose action or directory no longer
+//! matches it.
 
 pub mod cli;
 pub mod parse;
@@ -159,7 +160,8 @@ pub struct FlightPlan {
     pub action: Action,
     /// The gate verdicts that led to asking.
     pub trace: Vec<Verdict>,
-    /// `action.content_hash()` as approved (or as proposed while pending).
+    /// [`FlightPlan::content_hash`] as approved (or as proposed while
+    /// pending): the action's hash together with `cwd`.
     pub hash: String,
     pub status: PlanStatus,
     #[serde(default)]
@@ -201,6 +203,23 @@ impl FlightPlan {
             original: None,
             cwd: None,
         }
+    }
+
+    /// The hash this plan's `hash` must equal: the action's content hash
+    /// together with the working directory it runs in (when recorded).
+    pub fn content_hash(&self) -> String {
+        match &self.cwd {
+            Some(cwd) => self.action.content_hash_in(cwd),
+            None => self.action.content_hash(),
+        }
+    }
+
+    /// Record the working directory the action runs in, and re-hash: the
+    /// directory is part of what the person approves.
+    pub fn in_cwd(mut self, cwd: std::path::PathBuf) -> Self {
+        self.cwd = Some(cwd);
+        self.hash = self.content_hash();
+        self
     }
 
     /// One line saying what the action does, for headings and listings.

@@ -65,6 +65,10 @@ pub fn render(plan: &FlightPlan) -> String {
     ] {
         let _ = writeln!(out, ":{key}: {}", one_line(value));
     }
+    if let Some(cwd) = &plan.cwd {
+        // Shown, never read back: the directory is covered by the hash.
+        let _ = writeln!(out, ":CWD: {}", one_line(&cwd.to_string_lossy()));
+    }
     out.push_str(":END:\n\n");
 
     out.push_str("** Why\n");

@@ -390,7 +390,7 @@ impl PlanStore {
 
             if edited {
                 plan.original = Some(std::mem::replace(&mut plan.action, action.clone()));
-                plan.hash = action.content_hash();
+                plan.hash = plan.content_hash();
             }
             plan.status = if approve {
                 PlanStatus::Approved
@@ -570,17 +570,17 @@ fn check_id(id: &str) -> Result<(), StoreError> {
     }
 }
 
-/// Refuse a plan whose action no longer hashes to what was recorded: the
-/// record was changed behind the store's back.
+/// Refuse a plan whose action (or working directory) no longer hashes to
+/// what was recorded: the record was changed behind the store's back.
 fn check_hash(plan: &FlightPlan) -> Result<(), StoreError> {
-    let actual = plan.action.content_hash();
+    let actual = plan.content_hash();
     if actual == plan.hash {
         Ok(())
     } else {
         Err(StoreError::Stale {
             id: plan.id.clone(),
             reason: format!(
-                "its action hashes to {actual}, but {} was recorded; the record was changed \
+                "its action and directory hash to {actual}, but {} was recorded; the record was changed \
                  outside passepartout",
                 plan.hash
             ),

@@ -1,22 +1,28 @@
 //! Loading skills from the built-in set, the person's directory and the
 //! project's directory, and reloading them cheaply when files change.
 //!
-//! Later sources override earlier ones by skill name (builtin < user <
-//! project), so a project can replace the built-in `shell` skill with its
-//! own. One broken file never stops the others: it is left out and its
-//! diagnostics are kept with the set.
+//! Layers only add: built-in, user and trusted project skills are all kept,
+//! even when they share a name, so every layer's rules judge every action
+//! and no later layer can drop an earlier layer's rules. A project skill
+//! loads only when the person trusts its exact content ([`super::trust`]);
+//! it may not redefine a tool of the binary, the built-in skills or the
+//! user's skills; and its tools ask before running unless the person's own
+//! configuration opts in. One broken file never stops the others: it is
+//! left out and its diagnostics are kept with the set.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use crate::action::Approval;
 use crate::gates::Gate;
-use crate::tools::{Tool, ToolRegistry};
+use crate::tools::{builtin, Tool, ToolRegistry};
 
 use super::diagnostic::{Diagnostic, Severity};
 use super::parse::{parse_skill, parse_skill_bytes, MAX_SKILL_BYTES};
 use super::rules::{Rule, RuleGate};
+use super::trust::{sha256_hex, TrustState, TrustStore, Trusted};
 use super::{Origin, Skill};
 
 /// The built-in skills, embedded at compile time.
@@ -27,7 +33,7 @@ pub const BUILTIN_SKILLS: [(&str, &str); 4] = [
     ("emacs.org", include_str!("../../skills/emacs.org")),
 ];
 
-/// Where skills are looked for.
+/// Where skills are looked for, and how project skills are held.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SkillDirs {
     /// Whether to load the embedded built-in skills.
@@ -36,20 +42,29 @@ pub struct SkillDirs {
     pub user: Option<PathBuf>,
     /// Usually `<cwd>/.passepartout/skills`.
     pub project: Option<PathBuf>,
+    /// The trust store file (`STATE/trusted-skills.json`). Without one, no
+    /// project skill loads.
+    pub trust: Option<PathBuf>,
+    /// Whether trusted project tools keep a declared `:APPROVAL: auto`
+    /// (`trust_project_tool_approval = true` in config.toml). Off: they ask.
+    pub project_auto_approval: bool,
 }
 
 impl SkillDirs {
     /// The standard places: built-ins, `$XDG_CONFIG_HOME/passepartout/skills`
-    /// (or `~/.config/...`), and `<cwd>/.passepartout/skills`.
+    /// (or `~/.config/...`), and `<cwd>/.passepartout/skills`, with the trust
+    /// store in the default state directory.
     pub fn standard(cwd: &Path) -> Self {
-        let config = std::env::var_os("XDG_CONFIG_HOME")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")));
         SkillDirs {
             builtin: true,
-            user: config.map(|c| c.join("passepartout").join("skills")),
-            project: Some(cwd.join(".passepartout").join("skills")),
+            user: Some(crate::config::config_dir().join("skills")),
+            project: Some(project_dir(cwd)),
+            trust: Some(
+                TrustStore::in_state_dir(&crate::config::default_state_dir())
+                    .path()
+                    .to_path_buf(),
+            ),
+            project_auto_approval: false,
         }
     }
 
@@ -65,8 +80,14 @@ impl SkillDirs {
     }
 }
 
-/// The `.org` files directly in `dir`, sorted; editor lock and autosave
-/// files (`.#x.org`, `#x.org#`) are skipped.
+/// A project's skill directory: `<cwd>/.passepartout/skills`.
+pub fn project_dir(cwd: &Path) -> PathBuf {
+    cwd.join(".passepartout").join("skills")
+}
+
+/// The `.org` files directly in `dir`, sorted; editor lock files
+/// (`.#x.org`), auto-save files (`#x.org#`) and backups (`x.org~`, which
+/// do not end in `.org` anyway) are skipped.
 pub fn org_files(dir: &Path) -> Vec<PathBuf> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
@@ -76,15 +97,17 @@ pub fn org_files(dir: &Path) -> Vec<PathBuf> {
         .map(|e| e.path())
         .filter(|p| {
             let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
-            let name = name.unwrap_or_default();
-            name.ends_with(".org")
-                && !name.starts_with('.')
-                && !name.starts_with('#')
-                && p.is_file()
+            is_skill_file_name(&name.unwrap_or_default()) && p.is_file()
         })
         .collect();
     files.sort();
     files
+}
+
+/// Whether a file name can be a skill: `x.org`, not an Emacs lock file
+/// (`.#x.org`), auto-save file (`#x.org#`) or backup (`x.org~`).
+pub fn is_skill_file_name(name: &str) -> bool {
+    name.ends_with(".org") && !name.starts_with('.') && !name.starts_with('#')
 }
 
 /// One line of `skills list`.
@@ -98,13 +121,37 @@ pub struct SkillSummary {
     pub trigger: String,
     pub tools: Vec<String>,
     pub rules: usize,
+    /// False for a project skill the person has not trusted (or that
+    /// changed since): it is listed, but not loaded.
+    pub trusted: bool,
 }
 
-/// The skills in effect, by name, with every diagnostic found loading them.
+/// A project skill file that did not load because it is not trusted.
+#[derive(Debug, Clone)]
+pub struct UntrustedSkill {
+    pub path: PathBuf,
+    /// SHA-256 of the bytes seen.
+    pub sha256: String,
+    /// Whether it was trusted once with other bytes.
+    pub changed: bool,
+    /// What it would load, when it parses (for `skills list`).
+    pub skill: Option<Skill>,
+}
+
+/// The skills in effect, with every diagnostic found loading them.
 #[derive(Debug, Clone, Default)]
 pub struct SkillSet {
-    skills: BTreeMap<String, Skill>,
+    skills: Vec<Skill>,
+    untrusted: Vec<UntrustedSkill>,
     diagnostics: Vec<Diagnostic>,
+}
+
+/// How to trust a file, said the same way everywhere.
+pub fn trust_hint(path: &Path) -> String {
+    format!(
+        "read it, then run `passepartout skills trust {}` or M-x passepartout-skill-trust",
+        path.display()
+    )
 }
 
 impl SkillSet {
@@ -119,31 +166,116 @@ impl SkillSet {
                 set.add(skill, diags, &mut seen);
             }
         }
+        let trusted = set.trusted(dirs);
         for (origin, dir) in dirs.sources() {
             let mut seen = BTreeMap::new();
             for path in org_files(dir) {
-                let (skill, diags) = load_file(&path, origin);
-                set.add(skill, diags, &mut seen);
+                if origin == Origin::Project {
+                    set.load_project_file(&path, &trusted, dirs, &mut seen);
+                } else {
+                    let (skill, diags) = load_file(&path, origin);
+                    set.add(skill, diags, &mut seen);
+                }
             }
         }
         set.check_tool_clashes();
         set
     }
 
-    /// Build a set from skills already parsed (tests, embedding).
+    /// The trust store's snapshot; a store that cannot be read trusts
+    /// nothing, and says why.
+    fn trusted(&mut self, dirs: &SkillDirs) -> Trusted {
+        let Some(path) = &dirs.trust else {
+            return Trusted::default();
+        };
+        match TrustStore::new(path).load() {
+            Ok(t) => t,
+            Err(e) => {
+                self.diagnostics.push(Diagnostic {
+                    path: path.clone(),
+                    line: 1,
+                    column: 1,
+                    severity: Severity::Error,
+                    message: e.to_string(),
+                });
+                Trusted::default()
+            }
+        }
+    }
+
+    /// A project file: read once, hashed, and loaded only when those exact
+    /// bytes are trusted. The bytes hashed are the bytes parsed.
+    fn load_project_file(
+        &mut self,
+        path: &Path,
+        trusted: &Trusted,
+        dirs: &SkillDirs,
+        seen: &mut BTreeMap<String, PathBuf>,
+    ) {
+        let bytes = match read_limited(path) {
+            Ok(b) => b,
+            Err(d) => {
+                self.diagnostics.push(*d);
+                return;
+            }
+        };
+        let sha256 = sha256_hex(&bytes);
+        let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        let (skill, diags) = parse_skill_bytes(path, &bytes, Origin::Project);
+        let state = trusted.state(&canonical, &sha256);
+        if state != TrustState::Trusted {
+            let why = match state {
+                TrustState::Changed => "it changed since it was trusted",
+                _ => "it has not been trusted",
+            };
+            let name = skill
+                .as_ref()
+                .map_or_else(String::new, |s| format!(" `{}`", s.name));
+            self.diagnostics.push(Diagnostic {
+                path: path.to_path_buf(),
+                line: 1,
+                column: 1,
+                severity: Severity::Warning,
+                message: format!(
+                    "project skill{name} is untrusted and was not loaded: {why}; {}",
+                    trust_hint(path)
+                ),
+            });
+            self.diagnostics.extend(diags);
+            self.untrusted.push(UntrustedSkill {
+                path: path.to_path_buf(),
+                sha256,
+                changed: state == TrustState::Changed,
+                skill,
+            });
+            return;
+        }
+        let skill = skill.map(|s| restrict_project_skill(s, dirs.project_auto_approval));
+        self.add(skill, diags, seen);
+    }
+
+    /// Build a set from skills already parsed (tests, embedding). Project
+    /// skills given here are taken as trusted, with the project limits.
     pub fn from_skills(skills: Vec<Skill>) -> SkillSet {
         let mut set = SkillSet::default();
-        let mut seen = BTreeMap::new();
+        let mut seen: BTreeMap<Origin, BTreeMap<String, PathBuf>> = BTreeMap::new();
         for s in skills {
-            set.add(Some(s), Vec::new(), &mut seen);
+            let s = if s.origin == Origin::Project {
+                restrict_project_skill(s, false)
+            } else {
+                s
+            };
+            let seen = seen.entry(s.origin).or_default();
+            set.add(Some(s), Vec::new(), seen);
         }
         set.check_tool_clashes();
         set
     }
 
     /// `seen`: skill names already defined by this same source, so two
-    /// files of one directory claiming one name is reported, while a later
-    /// source overriding an earlier one is the intended feature.
+    /// files of one directory claiming one name is reported. A later
+    /// source with the same name does not replace the earlier one: both
+    /// are kept, so both keep their rules.
     fn add(
         &mut self,
         skill: Option<Skill>,
@@ -169,14 +301,52 @@ impl SkillSet {
             return;
         }
         seen.insert(skill.name.clone(), skill.path.clone());
-        self.skills.insert(skill.name.clone(), skill);
+        self.skills.push(skill);
     }
 
-    /// Two skills offering one tool name: the higher priority wins (then
-    /// the later origin, then the name), and the loser is told.
+    /// Project skills may not redefine a tool of the binary, of a built-in
+    /// skill or of a user skill: such a tool is dropped and reported (the
+    /// rest of the skill loads). Then, two skills offering one tool name:
+    /// the higher priority wins (then the later origin, then the name), and
+    /// the loser is told.
     fn check_tool_clashes(&mut self) {
-        let mut owner: BTreeMap<String, &Skill> = BTreeMap::new();
+        let mut protected: BTreeMap<String, String> = BTreeMap::new();
+        let mut rust_tools = ToolRegistry::new();
+        builtin::register(&mut rust_tools);
+        for name in rust_tools.names() {
+            protected.insert(name.to_string(), "the binary's built-in tools".into());
+        }
+        for skill in self.skills.iter().filter(|s| s.origin != Origin::Project) {
+            for tool in &skill.tools {
+                protected
+                    .entry(tool.spec.name.clone())
+                    .or_insert_with(|| format!("the {} skill `{}`", skill.origin, skill.name));
+            }
+        }
         let mut notes = Vec::new();
+        for skill in self
+            .skills
+            .iter_mut()
+            .filter(|s| s.origin == Origin::Project)
+        {
+            skill.tools.retain(|tool| match protected.get(&tool.spec.name) {
+                Some(owner) => {
+                    notes.push(Diagnostic {
+                        path: skill.path.clone(),
+                        line: 1,
+                        column: 1,
+                        severity: Severity::Error,
+                        message: format!(
+                            "project skills may not redefine the tool `{}` of {owner}; this tool is not offered (give it another name)",
+                            tool.spec.name
+                        ),
+                    });
+                    false
+                }
+                None => true,
+            });
+        }
+        let mut owner: BTreeMap<String, &Skill> = BTreeMap::new();
         for skill in self.ranked() {
             for tool in &skill.tools {
                 match owner.get(&tool.spec.name) {
@@ -204,7 +374,7 @@ impl SkillSet {
     /// Skills from most to least important: priority, then origin (later
     /// wins), then name.
     fn ranked(&self) -> Vec<&Skill> {
-        let mut v: Vec<&Skill> = self.skills.values().collect();
+        let mut v: Vec<&Skill> = self.skills.iter().collect();
         v.sort_by(|a, b| {
             b.priority
                 .cmp(&a.priority)
@@ -214,14 +384,29 @@ impl SkillSet {
         v
     }
 
-    /// The skill in effect under `name`.
+    /// The skill named `name` from the latest layer that defines one.
     pub fn get(&self, name: &str) -> Option<&Skill> {
-        self.skills.get(name)
+        self.skills
+            .iter()
+            .filter(|s| s.name == name)
+            .max_by_key(|s| s.origin)
+    }
+
+    /// Every loaded skill named `name`, one per layer, earliest layer first.
+    pub fn get_all(&self, name: &str) -> Vec<&Skill> {
+        let mut v: Vec<&Skill> = self.skills.iter().filter(|s| s.name == name).collect();
+        v.sort_by_key(|s| s.origin);
+        v
     }
 
     /// Skills in priority order.
     pub fn skills(&self) -> Vec<&Skill> {
         self.ranked()
+    }
+
+    /// Project skill files left out because they are not trusted.
+    pub fn untrusted(&self) -> &[UntrustedSkill] {
+        &self.untrusted
     }
 
     /// Number of skills loaded.
@@ -256,8 +441,9 @@ impl SkillSet {
         out.into_values().collect()
     }
 
-    /// Register the skills' tools. Call after the Rust built-ins: a skill
-    /// tool with a built-in's name replaces it.
+    /// Register the skills' tools. Call after the Rust built-ins: a built-in
+    /// or user skill tool with a built-in's name replaces it (a project
+    /// skill's never does; see [`SkillSet::check_tool_clashes`]).
     pub fn register_tools(&self, registry: &mut ToolRegistry) {
         for tool in self.tools() {
             registry.register(tool);
@@ -275,7 +461,7 @@ impl SkillSet {
             .join("\n\n")
     }
 
-    /// Every rule of every skill.
+    /// Every rule of every skill of every layer.
     pub fn rules(&self) -> Vec<Rule> {
         self.ranked()
             .into_iter()
@@ -283,64 +469,127 @@ impl SkillSet {
             .collect()
     }
 
-    /// One gate per skill that has rules, named `skill:NAME`. A skill's
-    /// rules judge every action, not only its own tools (`:TOOL:` scopes).
+    /// One gate per loaded skill that has rules, named `skill:NAME` (with
+    /// `@user` / `@project` when another layer has a skill of that name). A
+    /// skill's rules judge every action, not only its own tools (`:TOOL:`
+    /// scopes); the engine takes the strictest verdict, so rules only add.
     pub fn gates(&self) -> Vec<Box<dyn Gate>> {
+        let mut layers: BTreeMap<&str, usize> = BTreeMap::new();
+        for s in &self.skills {
+            *layers.entry(s.name.as_str()).or_default() += 1;
+        }
         self.ranked()
             .into_iter()
             .filter(|s| !s.rules.is_empty())
             .map(|s| {
-                Box::new(RuleGate::new(format!("skill:{}", s.name), s.rules.clone()))
-                    as Box<dyn Gate>
+                let name = if layers.get(s.name.as_str()).copied().unwrap_or(0) > 1
+                    && s.origin != Origin::Builtin
+                {
+                    format!("skill:{}@{}", s.name, s.origin)
+                } else {
+                    format!("skill:{}", s.name)
+                };
+                Box::new(RuleGate::new(name, s.rules.clone())) as Box<dyn Gate>
             })
             .collect()
     }
 
-    /// A summary per skill, in priority order (for `skills list` and the editor).
+    /// A summary per skill, in priority order, then the untrusted project
+    /// files (for `skills list` and the editor).
     pub fn list(&self) -> Vec<SkillSummary> {
+        let mut out: Vec<SkillSummary> = self
+            .ranked()
+            .into_iter()
+            .map(|s| summarise(s, true))
+            .collect();
+        for u in &self.untrusted {
+            out.push(match &u.skill {
+                Some(s) => summarise(s, false),
+                None => SkillSummary {
+                    name: u
+                        .path
+                        .file_stem()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                    description: "(does not parse)".into(),
+                    origin: Origin::Project,
+                    path: u.path.clone(),
+                    priority: 0,
+                    trigger: String::new(),
+                    tools: Vec::new(),
+                    rules: 0,
+                    trusted: false,
+                },
+            });
+        }
+        out
+    }
+
+    /// The names of the skills in effect (trusted ones only), deduplicated.
+    pub fn names(&self) -> Vec<String> {
+        let mut seen = BTreeSet::new();
         self.ranked()
             .into_iter()
-            .map(|s| SkillSummary {
-                name: s.name.clone(),
-                description: s.description.clone(),
-                origin: s.origin,
-                path: s.path.clone(),
-                priority: s.priority,
-                trigger: s.trigger.to_string(),
-                tools: s.tools.iter().map(|t| t.spec.name.clone()).collect(),
-                rules: s.rules.len(),
-            })
+            .filter(|s| seen.insert(s.name.clone()))
+            .map(|s| s.name.clone())
             .collect()
     }
 }
 
-/// Read and parse one file, refusing oversized files before reading them.
-pub fn load_file(path: &Path, origin: Origin) -> (Option<Skill>, Vec<Diagnostic>) {
+fn summarise(s: &Skill, trusted: bool) -> SkillSummary {
+    SkillSummary {
+        name: s.name.clone(),
+        description: s.description.clone(),
+        origin: s.origin,
+        path: s.path.clone(),
+        priority: s.priority,
+        trigger: s.trigger.to_string(),
+        tools: s.tools.iter().map(|t| t.spec.name.clone()).collect(),
+        rules: s.rules.len(),
+        trusted,
+    }
+}
+
+/// The limits on a trusted project skill: its tools ask first unless the
+/// person's configuration lets them keep `:APPROVAL: auto`.
+pub fn restrict_project_skill(mut skill: Skill, keep_auto: bool) -> Skill {
+    if !keep_auto {
+        for tool in &mut skill.tools {
+            tool.approval = tool.approval.max(Approval::Ask);
+        }
+    }
+    skill
+}
+
+/// A file's bytes, refusing oversized files before reading them.
+pub fn read_limited(path: &Path) -> Result<Vec<u8>, Box<Diagnostic>> {
     let fail = |message: String| {
-        (
-            None,
-            vec![Diagnostic {
-                path: path.to_path_buf(),
-                line: 1,
-                column: 1,
-                severity: Severity::Error,
-                message,
-            }],
-        )
+        Box::new(Diagnostic {
+            path: path.to_path_buf(),
+            line: 1,
+            column: 1,
+            severity: Severity::Error,
+            message,
+        })
     };
     match std::fs::metadata(path) {
         Ok(m) if m.len() > MAX_SKILL_BYTES as u64 => {
-            return fail(format!(
+            return Err(fail(format!(
                 "file is {} bytes, more than the {MAX_SKILL_BYTES}-byte limit for skill files",
                 m.len()
-            ))
+            )))
         }
         Ok(_) => {}
-        Err(e) => return fail(format!("cannot read file: {e}")),
+        Err(e) => return Err(fail(format!("cannot read file: {e}"))),
     }
-    match std::fs::read(path) {
+    std::fs::read(path).map_err(|e| fail(format!("cannot read file: {e}")))
+}
+
+/// Read and parse one file, refusing oversized files before reading them.
+pub fn load_file(path: &Path, origin: Origin) -> (Option<Skill>, Vec<Diagnostic>) {
+    match read_limited(path) {
         Ok(bytes) => parse_skill_bytes(path, &bytes, origin),
-        Err(e) => fail(format!("cannot read file: {e}")),
+        Err(d) => (None, vec![*d]),
     }
 }
 
@@ -351,16 +600,23 @@ pub struct Fingerprint(Vec<(PathBuf, Option<SystemTime>, u64)>);
 
 impl Fingerprint {
     /// Path, modification time and size of every `.org` file in the user and
-    /// project directories (the built-ins cannot change).
+    /// project directories (the built-ins cannot change), and of the trust
+    /// store, so trusting a file from a terminal is seen on the next turn.
+    /// A file rewritten with its old size and time keeps the set loaded
+    /// from the bytes that were hashed, which is safe.
     pub fn of(dirs: &SkillDirs) -> Fingerprint {
         let mut entries = Vec::new();
+        let stat = |path: PathBuf| {
+            let meta = std::fs::metadata(&path).ok();
+            let modified = meta.as_ref().and_then(|m| m.modified().ok());
+            let len = meta.map_or(0, |m| m.len());
+            (path, modified, len)
+        };
         for (_, dir) in dirs.sources() {
-            for path in org_files(dir) {
-                let meta = std::fs::metadata(&path).ok();
-                let modified = meta.as_ref().and_then(|m| m.modified().ok());
-                let len = meta.map_or(0, |m| m.len());
-                entries.push((path, modified, len));
-            }
+            entries.extend(org_files(dir).into_iter().map(stat));
+        }
+        if let Some(trust) = &dirs.trust {
+            entries.push(stat(trust.clone()));
         }
         Fingerprint(entries)
     }
@@ -430,7 +686,14 @@ mod tests {
     #[test]
     fn only_org_files_directly_in_the_directory_count() {
         let dir = tempfile::tempdir().unwrap();
-        for name in ["b.org", "a.org", ".#a.org", "#a.org#", "notes.txt"] {
+        for name in [
+            "b.org",
+            "a.org",
+            ".#a.org",
+            "#a.org#",
+            "a.org~",
+            "notes.txt",
+        ] {
             std::fs::write(dir.path().join(name), "x").unwrap();
         }
         std::fs::create_dir(dir.path().join("sub.org")).unwrap();

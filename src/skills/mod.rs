@@ -8,9 +8,11 @@
 //!
 //! The pipeline is: [`org`] (the only code that touches orgize) → [`parse`]
 //! (owned structs → a [`Skill`] plus [`Diagnostic`]s) → [`loader`] (built-in,
-//! user and project directories, overriding by skill name, cheap reload) →
-//! [`cli`] (`skills check` / `skills list`). A broken file never stops the
-//! others from loading; its diagnostics say exactly what to fix.
+//! user and project directories; layers only add, cheap reload) →
+//! [`cli`] (`skills check` / `list` / `trust` / `untrust`). A broken file
+//! never stops the others from loading; its diagnostics say exactly what to
+//! fix. Project skills load only when the person trusts their exact
+//! content ([`trust`]).
 
 pub mod cli;
 pub mod diagnostic;
@@ -19,22 +21,25 @@ pub mod org;
 pub mod parse;
 pub mod planner;
 pub mod rules;
+pub mod trust;
 
 use std::path::PathBuf;
 
 use regex::Regex;
 
-pub use cli::{check_command, list_command};
+pub use cli::{check_command, list_command, trust_command, untrust_command};
 pub use diagnostic::{Diagnostic, Severity};
-pub use loader::{SkillDirs, SkillLoader, SkillSet, SkillSummary};
+pub use loader::{project_dir, SkillDirs, SkillLoader, SkillSet, SkillSummary, UntrustedSkill};
 pub use parse::{check_text, parse_skill, parse_skill_bytes, MAX_SKILL_BYTES};
 pub use planner::{Binding, Body, Param, ParamType, SkillPlanner};
 pub use rules::{load_policy, Rule, RuleGate};
+pub use trust::{TrustError, TrustStore};
 
 use crate::tools::Tool;
 
-/// Where a skill file came from. Later origins override earlier ones when
-/// two skills share a name: builtin < user < project.
+/// Where a skill file came from, in layer order: builtin < user < project.
+/// Layers only add: a later skill of the same name is loaded beside the
+/// earlier one and never removes its rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Origin {
     /// Embedded in the binary (`skills/*.org` in the source tree).
