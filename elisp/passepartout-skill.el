@@ -24,6 +24,11 @@
 ;; .passepartout/skills/.  `passepartout-skill-mode' checks the buffer
 ;; as it is typed, through the daemon (`_passepartout/skills/check', a
 ;; flymake backend), and asks the daemon to reload skills on save.
+;;
+;; A project's skills load only after the person trusts their exact
+;; content: `passepartout-skill-trust' shows the file, asks, and sends
+;; the hash of what was shown (`_passepartout/skills/trust'); any later
+;; change makes the file untrusted again.
 
 ;;; Code:
 
@@ -165,6 +170,67 @@ REPORT-FN is flymake's callback.  The daemon is started if needed."
   "Reload skills after this skill file was saved, if the daemon is running."
   (when (passepartout--live-connection)
     (passepartout-skill-reload)))
+
+;;;; Trust
+
+(defun passepartout-skill--project-root (file)
+  "Return the project directory of FILE in its .passepartout/skills/, or nil."
+  (let ((dir (file-name-directory (expand-file-name file))))
+    (when (string-suffix-p "/.passepartout/skills/" dir)
+      (file-name-directory
+       (directory-file-name
+        (file-name-directory (directory-file-name dir)))))))
+
+(defun passepartout-skill--read-project-file ()
+  "Return the project skill file to trust: this buffer's, or one asked for."
+  (if (and buffer-file-name (passepartout-skill--project-root buffer-file-name))
+      buffer-file-name
+    (let ((dir (or (passepartout-skill-project-directory)
+                   (user-error "Not in a project with .passepartout/skills/"))))
+      (read-file-name "Trust project skill: " dir nil t))))
+
+(defun passepartout-skill-trust (file)
+  "Trust the project skill FILE with exactly its current content.
+Show the file, ask for confirmation, then tell the daemon the SHA-256
+of the bytes shown; the daemon refuses if the file changed meanwhile.
+Any later change to FILE makes it untrusted again."
+  (interactive (list (passepartout-skill--read-project-file)))
+  (let* ((file (expand-file-name file))
+         (root (or (passepartout-skill--project-root file)
+                   (user-error "%s is not in a project's .passepartout/skills/"
+                               (abbreviate-file-name file))))
+         (shown (get-buffer-create "*passepartout trust*"))
+         sha256)
+    (with-current-buffer shown
+      (let ((inhibit-read-only t))
+        (erase-buffer)
+        (set-buffer-multibyte nil)
+        (insert-file-contents-literally file)
+        (setq sha256 (secure-hash 'sha256 (current-buffer)))
+        (set-buffer-multibyte t)
+        (decode-coding-region (point-min) (point-max) 'utf-8)
+        (goto-char (point-min))
+        (setq buffer-read-only t)))
+    (display-buffer shown)
+    (unless (yes-or-no-p
+             (format "Trust %s with exactly this content (its tools, prompts and rules load)? "
+                     (abbreviate-file-name file)))
+      (user-error "Nothing trusted"))
+    (let* ((expected (make-hash-table :test 'equal))
+           (_ (puthash file sha256 expected))
+           (result (jsonrpc-request (passepartout--ensure-connection)
+                                    :_passepartout/skills/trust
+                                    (list :cwd root
+                                          :paths (vector file)
+                                          :expectedSha256 expected)))
+           (refused (append (plist-get result :refused) nil)))
+      (when refused
+        (user-error "Not trusted: %s" (plist-get (car refused) :reason)))
+      (let ((trusted (aref (plist-get result :trusted) 0)))
+        (message "passepartout: trusted %s (sha256 %s)"
+                 (abbreviate-file-name file)
+                 (substring (plist-get trusted :sha256) 0 12)))
+      result)))
 
 ;;;; Mode
 

@@ -94,8 +94,7 @@ fn cli(home: &Path, cwd: &Path, args: &[&str]) -> (i32, String) {
         .unwrap();
     (
         out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
     )
 }
 
@@ -161,11 +160,7 @@ async fn attack_1_an_untrusted_project_skill_cannot_take_over_the_shell() {
         "curl -s -m 3 http://127.0.0.1:{}/ || echo unreachable",
         host.port
     );
-    let fake = FakeProvider::start(vec![
-        shell_call("c1", &curl),
-        fake::openai_text("done"),
-    ])
-    .await;
+    let fake = FakeProvider::start(vec![shell_call("c1", &curl), fake::openai_text("done")]).await;
     let url = fake.openai_url();
     let mut c = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
     c.initialize(json!({})).await;
@@ -223,7 +218,9 @@ async fn attack_1_a_trusted_project_skill_adds_but_never_takes_over_or_weakens()
     let (_, list) = cli(home.path(), project.path(), &["skills", "list"]);
     assert!(!list.contains("untrusted, not loaded"), "{list}");
     assert!(
-        list.contains("project skills may not redefine the tool `shell` of the builtin skill `shell`"),
+        list.contains(
+            "project skills may not redefine the tool `shell` of the builtin skill `shell`"
+        ),
         "{list}"
     );
 
@@ -288,7 +285,11 @@ async fn attack_1_the_editor_trusts_through_the_daemon_only_what_was_shown() {
     project_skill(project.path(), "deploy.org", TAKEOVER);
     let fake = FakeProvider::start(vec![]).await;
     let url = fake.openai_url();
-    let mut c = Client::spawn(Framing::ContentLength, home.path(), &["--provider-url", &url]);
+    let mut c = Client::spawn(
+        Framing::ContentLength,
+        home.path(),
+        &["--provider-url", &url],
+    );
     c.initialize(json!({})).await;
     let sid = c.new_session(project.path()).await;
     assert!(!sid.is_empty());
@@ -359,6 +360,18 @@ async fn attack_7_allow_always_covers_the_exact_command_only() {
     c.initialize(json!({})).await;
     let sid = c.new_session(project.path()).await;
     let asked = run_prompt(&mut c, &sid, "clean up", &["allow_always", "reject_once"]).await;
+    // The different command was asked again (and rejected); the same one
+    // was not asked again.
+    let ids: Vec<&Value> = asked
+        .iter()
+        .map(|a| &a["params"]["toolCall"]["toolCallId"])
+        .collect();
+    assert_eq!(ids, [&json!("c1"), &json!("c2")]);
+    assert!(!project.path().join("dir_a/inner").exists());
+    assert!(
+        project.path().join("dir_b").exists(),
+        "the other command ran unasked"
+    );
     let labels: Vec<&str> = asked[0]["params"]["options"]
         .as_array()
         .unwrap()
@@ -374,15 +387,6 @@ async fn attack_7_allow_always_covers_the_exact_command_only() {
             "Always reject this exact command"
         ]
     );
-    // The different command was asked again (and rejected); the same one
-    // was not asked again.
-    let ids: Vec<&Value> = asked
-        .iter()
-        .map(|a| &a["params"]["toolCall"]["toolCallId"])
-        .collect();
-    assert_eq!(ids, [&json!("c1"), &json!("c2")]);
-    assert!(!project.path().join("dir_a/inner").exists());
-    assert!(project.path().join("dir_b").exists(), "the other command ran unasked");
     let results = tool_results(&fake);
     assert!(results[1].contains("rejected"), "{results:?}");
     assert!(
@@ -405,7 +409,11 @@ async fn attack_7_a_pending_plan_whose_directory_was_edited_is_refused() {
     ])
     .await;
     let url = fake.openai_url();
-    let mut c = Client::spawn(Framing::ContentLength, home.path(), &["--provider-url", &url]);
+    let mut c = Client::spawn(
+        Framing::ContentLength,
+        home.path(),
+        &["--provider-url", &url],
+    );
     c.initialize(json!({ "flightPlans": true })).await;
     let sid = c.new_session(project.path()).await;
     let p = c
@@ -446,10 +454,15 @@ async fn attack_7_a_pending_plan_whose_directory_was_edited_is_refused() {
     assert_ne!(code, 0, "{out}");
     assert!(out.contains("stale"), "{out}");
     for dir in [project.path(), elsewhere.path()] {
-        assert!(dir.join("victim/inner").exists(), "it ran in {}", dir.display());
+        assert!(
+            dir.join("victim/inner").exists(),
+            "it ran in {}",
+            dir.display()
+        );
     }
     // The turn is still waiting; cancelling ends it without running anything.
-    c.notify("session/cancel", json!({ "sessionId": sid })).await;
+    c.notify("session/cancel", json!({ "sessionId": sid }))
+        .await;
     let done = c.wait_response(p).await;
     assert_eq!(done["result"]["stopReason"], "cancelled", "{done}");
     for dir in [project.path(), elsewhere.path()] {

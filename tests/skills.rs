@@ -442,7 +442,11 @@ fn layers_only_add_and_project_skills_need_trust() {
     assert_eq!(judge(&set, &shell_action("curl x")), Some(Decision::Deny));
     assert_eq!(judge(&set, &shell_action("sudo ls")), Some(Decision::Deny));
     let names: Vec<String> = set.gates().iter().map(|g| g.name().to_string()).collect();
-    assert!(names.contains(&"skill:shell".to_string()) && names.contains(&"skill:shell@user".to_string()), "{names:?}");
+    assert!(
+        names.contains(&"skill:shell".to_string())
+            && names.contains(&"skill:shell@user".to_string()),
+        "{names:?}"
+    );
 
     // An untrusted project skill is listed, not loaded.
     write(&project, "shell.org", PROJECT_TAKEOVER);
@@ -459,15 +463,25 @@ fn layers_only_add_and_project_skills_need_trust() {
     );
     let listed = set.list();
     let last = listed.last().unwrap();
-    assert_eq!((last.name.as_str(), last.origin, last.trusted), ("shell", Origin::Project, false));
+    assert_eq!(
+        (last.name.as_str(), last.origin, last.trusted),
+        ("shell", Origin::Project, false)
+    );
 
     // Trusted: it loads, but cannot take the `shell` tool, and its own tool asks.
     let mut out = Vec::new();
-    let code = passepartout::skills::trust_command(&dirs, &[], false, &mut "y\n".as_bytes(), &mut out);
+    let code =
+        passepartout::skills::trust_command(&dirs, &[], false, &mut "y\n".as_bytes(), &mut out);
     let text = String::from_utf8(out).unwrap();
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("tool:     deploy (approval: ask (project tools always ask))"), "{text}");
-    assert!(text.contains("Trust 1 file with exactly this content? [y/N] trusted "), "{text}");
+    assert!(
+        text.contains("tool:     deploy (approval: ask (project tools always ask))"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Trust 1 file with exactly this content? [y/N] trusted "),
+        "{text}"
+    );
     let set = SkillSet::load(&dirs);
     let layers: Vec<Origin> = set.get_all("shell").iter().map(|s| s.origin).collect();
     assert_eq!(layers, vec![Origin::Builtin, Origin::User, Origin::Project]);
@@ -480,36 +494,73 @@ fn layers_only_add_and_project_skills_need_trust() {
     );
     let mut reg = ToolRegistry::new();
     set.register_tools(&mut reg);
-    assert!(matches!(reg.get("shell").unwrap().source, ToolSource::Skill { ref path, .. } if path.starts_with("<builtin>")));
+    assert!(
+        matches!(reg.get("shell").unwrap().source, ToolSource::Skill { ref path, .. } if path.starts_with("<builtin>"))
+    );
     assert_eq!(reg.get("deploy").unwrap().approval, Approval::Ask);
     assert_eq!(judge(&set, &shell_action("curl x")), Some(Decision::Deny));
 
     // The person's own configuration may let project tools keep `auto`.
-    let lenient = SkillDirs { project_auto_approval: true, ..dirs.clone() };
+    let lenient = SkillDirs {
+        project_auto_approval: true,
+        ..dirs.clone()
+    };
     let mut reg = ToolRegistry::new();
     SkillSet::load(&lenient).register_tools(&mut reg);
     assert_eq!(reg.get("deploy").unwrap().approval, Approval::Auto);
 
     // Any change drops the trust.
-    write(&project, "shell.org", &PROJECT_TAKEOVER.replace("echo deploy", "echo deploy; curl evil"));
+    write(
+        &project,
+        "shell.org",
+        &PROJECT_TAKEOVER.replace("echo deploy", "echo deploy; curl evil"),
+    );
     let set = SkillSet::load(&dirs);
-    assert!(set.get_all("shell").iter().all(|s| s.origin != Origin::Project));
-    assert!(set.diagnostics()[0].message.contains("it changed since it was trusted"), "{:?}", set.diagnostics());
+    assert!(set
+        .get_all("shell")
+        .iter()
+        .all(|s| s.origin != Origin::Project));
+    assert!(
+        set.diagnostics()[0]
+            .message
+            .contains("it changed since it was trusted"),
+        "{:?}",
+        set.diagnostics()
+    );
     let mut out = Vec::new();
-    assert_eq!(passepartout::skills::trust_command(&dirs, &[], false, &mut "n\n".as_bytes(), &mut out), 1);
-    assert_eq!(SkillSet::load(&dirs).untrusted().len(), 1, "answering no trusts nothing");
+    assert_eq!(
+        passepartout::skills::trust_command(&dirs, &[], false, &mut "n\n".as_bytes(), &mut out),
+        1
+    );
+    assert_eq!(
+        SkillSet::load(&dirs).untrusted().len(),
+        1,
+        "answering no trusts nothing"
+    );
 
     // Untrust forgets.
     write(&project, "shell.org", PROJECT_TAKEOVER);
-    assert_eq!(SkillSet::load(&dirs).untrusted().len(), 0, "the trusted bytes are back");
+    assert_eq!(
+        SkillSet::load(&dirs).untrusted().len(),
+        0,
+        "the trusted bytes are back"
+    );
     let mut out = Vec::new();
-    assert_eq!(passepartout::skills::untrust_command(&dirs, &[], &mut out), 0);
+    assert_eq!(
+        passepartout::skills::untrust_command(&dirs, &[], &mut out),
+        0
+    );
     assert_eq!(SkillSet::load(&dirs).untrusted().len(), 1);
 
     // Two files of one directory claiming one name is a mistake.
     write(&user, "zz-shell.org", USER_DENIES_CURL);
     let set = SkillSet::load(&dirs);
-    let dup = set.diagnostics().iter().find(|d| d.is_error()).unwrap().to_string();
+    let dup = set
+        .diagnostics()
+        .iter()
+        .find(|d| d.is_error())
+        .unwrap()
+        .to_string();
     assert_eq!(
         dup,
         format!(
@@ -533,7 +584,10 @@ fn skills_check_skips_emacs_lock_autosave_and_backup_files() {
     let code = check_command(&[dir.clone()], &mut out);
     let text = String::from_utf8(out).unwrap();
     assert_eq!(code, 0, "{text}");
-    assert!(text.ends_with("checked 1 file: 0 errors, 0 warnings\n"), "{text}");
+    assert!(
+        text.ends_with("checked 1 file: 0 errors, 0 warnings\n"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -1,0 +1,77 @@
+;;; passepartout-trust-tests.el --- ERT tests for trusting project skills  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; `passepartout-skill-trust' against the real daemon: a project skill is
+;; listed as untrusted until the person confirms, is trusted with the
+;; hash of what was shown, and a file changed while it was being shown is
+;; refused.  Run with tests/elisp/run.sh.
+
+;;; Code:
+
+(require 'ert)
+(require 'passepartout-test-support)
+
+(defconst passepartout-trust-test--skill
+  "#+SKILL: deploy
+#+DESCRIPTION: Deploy this project.
+
+* deploy :tool:
+:PROPERTIES:
+:APPROVAL: auto
+:END:
+Deploy.
+#+begin_src sh
+echo deployed
+#+end_src
+"
+  "A project skill whose tool claims to run unasked.")
+
+(defun passepartout-trust-test--project-skill (project)
+  "The deploy skill as PROJECT lists it: a plist, or nil."
+  (let ((result (jsonrpc-request (passepartout--ensure-connection)
+                                 :_passepartout/skills/list
+                                 (list :cwd (expand-file-name project)))))
+    (seq-find (lambda (s) (and (equal (plist-get s :name) "deploy")
+                               (equal (plist-get s :origin) "project")))
+              (plist-get result :skills))))
+
+(ert-deftest passepartout-test-skill-trust ()
+  "A project skill loads only after the person trusts what was shown."
+  (passepartout-test-with-daemon nil
+    (let* ((dir (expand-file-name ".passepartout/skills/" project))
+           (file (expand-file-name "deploy.org" dir))
+           (asked nil))
+      (make-directory dir t)
+      (with-temp-file file (insert passepartout-trust-test--skill))
+      (passepartout--ensure-connection)
+      (should (eq (plist-get (passepartout-trust-test--project-skill project) :trusted)
+                  :json-false))
+      ;; Saying no trusts nothing.
+      (cl-letf (((symbol-function 'yes-or-no-p) (lambda (&rest _) nil)))
+        (should-error (passepartout-skill-trust file) :type 'user-error))
+      (should (eq (plist-get (passepartout-trust-test--project-skill project) :trusted)
+                  :json-false))
+      ;; The file is shown, the person agrees: trusted, and loaded.
+      (cl-letf (((symbol-function 'yes-or-no-p)
+                 (lambda (prompt)
+                   (setq asked prompt)
+                   (with-current-buffer "*passepartout trust*"
+                     (should (string-match-p "#\\+SKILL: deploy" (buffer-string))))
+                   t)))
+        (passepartout-skill-trust file))
+      (should (string-match-p "deploy\\.org with exactly this content" asked))
+      (should (eq (plist-get (passepartout-trust-test--project-skill project) :trusted) t))
+      ;; Changed while being shown: the daemon refuses, nothing is trusted.
+      (cl-letf (((symbol-function 'yes-or-no-p)
+                 (lambda (_prompt)
+                   (with-temp-file file
+                     (insert passepartout-trust-test--skill "\n* more\n"))
+                   t)))
+        (let ((err (should-error (passepartout-skill-trust file) :type 'user-error)))
+          (should (string-match-p "changed since it was shown" (cadr err)))))
+      (should (eq (plist-get (passepartout-trust-test--project-skill project) :trusted)
+                  :json-false)))))
+
+(provide 'passepartout-trust-tests)
+;;; passepartout-trust-tests.el ends here
