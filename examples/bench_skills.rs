@@ -11,7 +11,7 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use passepartout::skills::{SkillDirs, SkillLoader, SkillSet};
+use passepartout::skills::{SkillDirs, SkillLoader, SkillSet, TrustStore};
 
 const FILES: usize = 200;
 const RUNS: usize = 7;
@@ -82,11 +82,20 @@ fn main() {
         std::process::exit(1);
     }
     let mut bytes = 0;
+    // Project skills load only when trusted: trust every generated file,
+    // so the figures include hashing each file against the trust store.
+    let trust = TrustStore::in_state_dir(&tmp.path().join("state"));
     for i in 0..FILES {
         let text = skill(i);
         bytes += text.len();
-        if let Err(e) = std::fs::write(dir.join(format!("gen-{i:03}.org")), text) {
+        let path = dir.join(format!("gen-{i:03}.org"));
+        if let Err(e) = std::fs::write(&path, &text) {
             eprintln!("cannot write a skill file: {e}");
+            std::process::exit(1);
+        }
+        let canonical = path.canonicalize().unwrap_or(path);
+        if let Err(e) = trust.trust(&canonical, text.as_bytes()) {
+            eprintln!("cannot trust a skill file: {e}");
             std::process::exit(1);
         }
     }
@@ -94,6 +103,8 @@ fn main() {
         builtin: true,
         user: None,
         project: Some(dir.clone()),
+        trust: Some(trust.path().to_path_buf()),
+        project_auto_approval: false,
     };
 
     // Memory first, with a single load, so the figure is one set's worth

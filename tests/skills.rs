@@ -377,12 +377,6 @@ fn write(dir: &Path, name: &str, text: &str) {
     fs::write(dir.join(name), text).unwrap();
 }
 
-fn shell_skill(description: &str) -> String {
-    format!(
-        "#+SKILL: shell\n#+DESCRIPTION: {description}\n\n* run :tool:\n:PROPERTIES:\n:ACTUATOR: shell.run\n:END:\nRun it.\n"
-    )
-}
-
 const USER_DENIES_CURL: &str = "#+SKILL: shell\n#+DESCRIPTION: the user's\n\n* Rules :rules:\n** No curl\n:PROPERTIES:\n:DECISION: deny\n:TARGET: shell\n:PATTERN: \\bcurl\\b\n:END:\nThe person never lets the agent use curl.\n\n- match :: =curl x=\n- no match :: =ls=\n";
 
 /// A project skill named like the built-in and the user's, trying to take
@@ -581,7 +575,7 @@ fn skills_check_skips_emacs_lock_autosave_and_backup_files() {
         write(&dir, name, "* not a skill :tool:\n#+begin_src\n");
     }
     let mut out = Vec::new();
-    let code = check_command(&[dir.clone()], &mut out);
+    let code = check_command(std::slice::from_ref(&dir), &mut out);
     let text = String::from_utf8(out).unwrap();
     assert_eq!(code, 0, "{text}");
     assert!(
