@@ -414,7 +414,14 @@ fn outcome_of(plan: &FlightPlan) -> ApprovalOutcome {
     match plan.status {
         PlanStatus::Approved => ApprovalOutcome::Approved {
             action: Box::new(plan.action.clone()),
-            hash: plan.hash.clone(),
+            // The turn compares action hashes (its cwd is the session's);
+            // a record whose action or directory no longer matches its
+            // hash hands on the recorded hash, which then cannot match.
+            hash: if plan.content_hash() == plan.hash {
+                plan.action.content_hash()
+            } else {
+                plan.hash.clone()
+            },
             by,
         },
         PlanStatus::Rejected => ApprovalOutcome::Rejected {

@@ -391,6 +391,19 @@ mod tests {
     }
 
     #[test]
+    fn the_plan_hash_covers_the_directory_and_the_time_limit() {
+        let plan = FlightPlan::new("s", "c", "", shell("ls"), vec![]).in_cwd("/work/p".into());
+        assert_eq!(plan.hash, plan.content_hash());
+        assert_ne!(plan.hash, shell("ls").content_hash());
+        let mut moved = plan.clone();
+        moved.cwd = Some("/elsewhere".into());
+        assert_ne!(moved.content_hash(), plan.hash);
+        let mut slower = plan.clone();
+        slower.action.timeout_secs = Some(86_400);
+        assert_ne!(slower.content_hash(), plan.hash);
+    }
+
+    #[test]
     fn status_serialises_snake_case() {
         assert_eq!(
             serde_json::to_string(&PlanStatus::Interrupted).unwrap(),
