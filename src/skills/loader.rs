@@ -80,6 +80,35 @@ impl SkillDirs {
     }
 }
 
+/// The project a skill directory `<root>/.passepartout/skills` belongs to.
+fn project_root(skill_dir: &Path) -> Option<PathBuf> {
+    skill_dir.parent()?.parent().map(Path::to_path_buf)
+}
+
+/// Whether `path` is at or under `dir`, comparing canonical forms where
+/// they exist (the store file itself may not exist yet).
+fn inside(path: &Path, dir: &Path) -> bool {
+    let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let dir = canonical(dir);
+    let mut probe = path.to_path_buf();
+    // Canonicalise the nearest existing ancestor, keep the rest lexically.
+    let mut rest = Vec::new();
+    while !probe.exists() {
+        match (probe.file_name().map(|n| n.to_os_string()), probe.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                probe = parent.to_path_buf();
+            }
+            _ => break,
+        }
+    }
+    let mut full = canonical(&probe);
+    for name in rest.into_iter().rev() {
+        full.push(name);
+    }
+    full.starts_with(&dir)
+}
+
 /// A project's skill directory: `<cwd>/.passepartout/skills`.
 pub fn project_dir(cwd: &Path) -> PathBuf {
     cwd.join(".passepartout").join("skills")
@@ -188,6 +217,23 @@ impl SkillSet {
         let Some(path) = &dirs.trust else {
             return Trusted::default();
         };
+        if let Some(root) = dirs.project.as_deref().and_then(project_root) {
+            if inside(path, &root) {
+                // The sandbox can write the project: a store in it could be
+                // forged by the agent. Fail closed.
+                self.diagnostics.push(Diagnostic {
+                    path: path.clone(),
+                    line: 1,
+                    column: 1,
+                    severity: Severity::Error,
+                    message: format!(
+                        "the trust store lies inside the project {}, where the agent can write; no project skill loads (move the state directory out of the project)",
+                        root.display()
+                    ),
+                });
+                return Trusted::default();
+            }
+        }
         match TrustStore::new(path).load() {
             Ok(t) => t,
             Err(e) => {
@@ -681,6 +727,41 @@ mod tests {
         fn shareable<T: Send + Sync>() {}
         shareable::<SkillSet>();
         shareable::<SkillLoader>();
+    }
+
+    #[test]
+    fn a_trust_store_inside_the_project_trusts_nothing() {
+        let project = tempfile::tempdir().unwrap();
+        let skills = project_dir(project.path());
+        std::fs::create_dir_all(&skills).unwrap();
+        let text = "#+SKILL: p\n* p :prompt:\nHi.\n";
+        std::fs::write(skills.join("p.org"), text).unwrap();
+        let store = TrustStore::new(project.path().join("state/trusted-skills.json"));
+        store
+            .trust(
+                &skills.join("p.org").canonicalize().unwrap(),
+                text.as_bytes(),
+            )
+            .unwrap();
+        let dirs = SkillDirs {
+            builtin: false,
+            user: None,
+            project: Some(skills),
+            trust: Some(store.path().to_path_buf()),
+            project_auto_approval: false,
+        };
+        let set = SkillSet::load(&dirs);
+        assert!(set.is_empty());
+        assert!(set.diagnostics()[0]
+            .message
+            .starts_with("the trust store lies inside the project"));
+        let elsewhere = tempfile::tempdir().unwrap();
+        let moved = SkillDirs {
+            trust: Some(elsewhere.path().join("trusted-skills.json")),
+            ..dirs
+        };
+        std::fs::copy(store.path(), elsewhere.path().join("trusted-skills.json")).unwrap();
+        assert_eq!(SkillSet::load(&moved).len(), 1);
     }
 
     #[test]
