@@ -214,7 +214,10 @@ async fn attack_1_a_trusted_project_skill_adds_but_never_takes_over_or_weakens()
         out.contains("tool:     deploy (approval: ask (project tools always ask))"),
         "{out}"
     );
-    assert!(out.contains("tool:     shell (approval: ask"), "{out}");
+    assert!(
+        out.contains("tool:     shell (not offered: it would redefine a built-in or user tool)"),
+        "{out}"
+    );
     let (_, list) = cli(home.path(), project.path(), &["skills", "list"]);
     assert!(!list.contains("untrusted, not loaded"), "{list}");
     assert!(

@@ -1,6 +1,7 @@
 //! `passepartout skills check`, `list`, `trust` and `untrust`, as functions
 //! the binary calls with its stdout (and, for `trust`, its stdin).
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
@@ -155,8 +156,10 @@ impl Review {
         self.skill.is_none() || self.diagnostics.iter().any(Diagnostic::is_error)
     }
 
-    /// What the person is about to trust, in a few lines.
-    pub fn describe(&self, keep_auto: bool) -> String {
+    /// What the person is about to trust, in a few lines. `taken`: tool
+    /// names of the binary, built-in and user skills, which a project
+    /// skill's tool may not redefine.
+    pub fn describe(&self, keep_auto: bool, taken: &BTreeSet<String>) -> String {
         let mut text = format!("{}\n  sha256:   {}\n", self.path.display(), self.sha256);
         match &self.skill {
             Some(s) => {
@@ -183,10 +186,17 @@ impl Review {
                         Approval::Ask => "ask",
                         Approval::Never => "never",
                     };
-                    text.push_str(&format!(
-                        "  tool:     {} (approval: {approval})\n",
-                        t.spec.name
-                    ));
+                    if taken.contains(&t.spec.name) {
+                        text.push_str(&format!(
+                            "  tool:     {} (not offered: it would redefine a built-in or user tool)\n",
+                            t.spec.name
+                        ));
+                    } else {
+                        text.push_str(&format!(
+                            "  tool:     {} (approval: {approval})\n",
+                            t.spec.name
+                        ));
+                    }
                 }
                 if s.rules.is_empty() {
                     text.push_str(
@@ -204,6 +214,19 @@ impl Review {
         }
         text
     }
+}
+
+/// Tool names a project skill may not redefine: the binary's, the
+/// built-in skills' and the user's skills'.
+fn taken_tool_names(dirs: &SkillDirs) -> BTreeSet<String> {
+    let without_project = SkillDirs {
+        project: None,
+        ..dirs.clone()
+    };
+    let mut registry = crate::tools::ToolRegistry::new();
+    crate::tools::builtin::register(&mut registry);
+    SkillSet::load(&without_project).register_tools(&mut registry);
+    registry.names().map(str::to_string).collect()
 }
 
 /// The files `skills trust` / `untrust` act on: the given paths, or every
@@ -237,12 +260,13 @@ pub fn trust_command(
         let _ = writeln!(out, "no project skills in {}", project.display());
         return 0;
     }
+    let taken = taken_tool_names(dirs);
     let mut reviews = Vec::new();
     let mut code = 0;
     for f in &files {
         match Review::read(f, dirs.project_auto_approval) {
             Ok(r) if r.has_errors() => {
-                let _ = write!(out, "{}", r.describe(dirs.project_auto_approval));
+                let _ = write!(out, "{}", r.describe(dirs.project_auto_approval, &taken));
                 let _ = writeln!(
                     out,
                     "  not trusted: fix its errors first (`passepartout skills check`)"
@@ -250,7 +274,7 @@ pub fn trust_command(
                 code = 1;
             }
             Ok(r) => {
-                let _ = write!(out, "{}", r.describe(dirs.project_auto_approval));
+                let _ = write!(out, "{}", r.describe(dirs.project_auto_approval, &taken));
                 reviews.push(r);
             }
             Err(e) => {

@@ -82,7 +82,11 @@ impl SkillDirs {
 
 /// The project a skill directory `<root>/.passepartout/skills` belongs to.
 fn project_root(skill_dir: &Path) -> Option<PathBuf> {
-    skill_dir.parent()?.parent().map(Path::to_path_buf)
+    let dot = skill_dir.parent()?;
+    let standard = skill_dir.file_name()? == "skills" && dot.file_name()? == ".passepartout";
+    standard
+        .then(|| dot.parent().map(Path::to_path_buf))
+        .flatten()
 }
 
 /// Whether `path` is at or under `dir`, comparing canonical forms where
