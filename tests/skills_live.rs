@@ -49,6 +49,15 @@ fn tool_names(body: &Value) -> Vec<String> {
 async fn a_skill_dropped_into_the_project_is_used_on_the_next_turn() {
     let home = tempfile::tempdir().unwrap();
     let project = tempfile::tempdir().unwrap();
+    // The person's own configuration lets trusted project tools keep
+    // `:APPROVAL: auto` (by default they ask).
+    let config = home.path().join("config/passepartout");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("config.toml"),
+        "trust_project_tool_approval = true\n",
+    )
+    .unwrap();
     let fake = FakeProvider::start(vec![
         fake::openai_text("No greeting tool yet."),
         fake::openai_tool_calls(&[("g1", "greet", r#"{"name": "world; rm -rf ~"}"#)]),
@@ -68,6 +77,14 @@ async fn a_skill_dropped_into_the_project_is_used_on_the_next_turn() {
     let dir = project.path().join(".passepartout/skills");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("greet.org"), GREET_SKILL).unwrap();
+    // Project skills load once the person trusts them.
+    let r = c
+        .request(
+            "_passepartout/skills/trust",
+            json!({ "cwd": project.path(), "paths": [".passepartout/skills/greet.org"] }),
+        )
+        .await;
+    assert_eq!(r["result"]["trusted"][0]["name"], "greet", "{r}");
 
     let r = c
         .request("session/prompt", prompt(&sid, "greet the world"))
@@ -122,6 +139,13 @@ async fn the_editor_checks_unsaved_skill_text_and_reloads() {
     let dir = project.path().join(".passepartout/skills");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("greet.org"), GREET_SKILL).unwrap();
+    let r = c
+        .request(
+            "_passepartout/skills/trust",
+            json!({ "cwd": project.path(), "paths": [".passepartout/skills/greet.org"] }),
+        )
+        .await;
+    assert_eq!(r["result"]["trusted"][0]["name"], "greet", "{r}");
     let r = c.request("_passepartout/skills/reload", json!(null)).await;
     let names: Vec<&str> = r["result"]["skills"]
         .as_array()
