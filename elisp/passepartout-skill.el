@@ -157,10 +157,19 @@ REPORT-FN is flymake's callback.  The daemon is started if needed."
    :timeout 30
    :success-fn
    (lambda (result)
-     (let ((problems (length (plist-get result :diagnostics))))
-       (message "passepartout: skills reloaded (%s)%s"
+     (let* ((diagnostics (append (plist-get result :diagnostics) nil))
+            (problems (length diagnostics))
+            (untrusted (cl-count-if
+                        (lambda (d) (string-match-p "is untrusted and was not loaded"
+                                                    (or (plist-get d :message) "")))
+                        diagnostics)))
+       (message "passepartout: skills reloaded (%s)%s%s"
                 (mapconcat #'identity (plist-get result :skills) ", ")
-                (if (> problems 0) (format "; %d problem(s)" problems) ""))))
+                (if (> problems 0) (format "; %d problem(s)" problems) "")
+                (if (> untrusted 0)
+                    (format "; %d untrusted project skill(s) not loaded: M-x passepartout-skill-trust"
+                            untrusted)
+                  ""))))
    :error-fn
    (lambda (error)
      (message "passepartout: reloading skills failed: %s"

@@ -355,6 +355,8 @@ async fn attack_7_allow_always_covers_the_exact_command_only() {
         shell_call("c1", "rm -r dir_a/inner"),
         shell_call("c2", "rm -r dir_b"),
         shell_call("c3", "rm -r dir_a/inner"),
+        shell_call("c4", "rm -r dir_b"),
+        shell_call("c5", "rm -r dir_b/"),
         fake::openai_text("done"),
     ])
     .await;
@@ -362,14 +364,20 @@ async fn attack_7_allow_always_covers_the_exact_command_only() {
     let mut c = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
     c.initialize(json!({})).await;
     let sid = c.new_session(project.path()).await;
-    let asked = run_prompt(&mut c, &sid, "clean up", &["allow_always", "reject_once"]).await;
-    // The different command was asked again (and rejected); the same one
-    // was not asked again.
+    let asked = run_prompt(
+        &mut c,
+        &sid,
+        "clean up",
+        &["allow_always", "reject_always", "reject_once"],
+    )
+    .await;
+    // A different command is asked again; the same exact one is not, in
+    // either direction; a one-character difference is a different command.
     let ids: Vec<&Value> = asked
         .iter()
         .map(|a| &a["params"]["toolCall"]["toolCallId"])
         .collect();
-    assert_eq!(ids, [&json!("c1"), &json!("c2")]);
+    assert_eq!(ids, [&json!("c1"), &json!("c2"), &json!("c5")]);
     assert!(!project.path().join("dir_a/inner").exists());
     assert!(
         project.path().join("dir_b").exists(),
@@ -396,6 +404,11 @@ async fn attack_7_allow_always_covers_the_exact_command_only() {
         results[2].contains("No such file") || results[2].contains("cannot remove"),
         "the same exact command ran again without asking: {results:?}"
     );
+    assert!(
+        results[3].contains("always reject this exact action"),
+        "{results:?}"
+    );
+    assert!(results[4].contains("rejected"), "{results:?}");
 }
 
 #[tokio::test]
