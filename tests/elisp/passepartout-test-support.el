@@ -137,7 +137,8 @@ Fail the test after TIMEOUT seconds (default 20), naming WHAT."
                             (when (buffer-live-p b) (kill-buffer b))))
            passepartout-plan--plans)
   (clrhash passepartout-plan--plans)
-  (dolist (name '(" *fake provider*" " *fake provider stderr*"))
+  (dolist (name '(" *fake provider*" " *fake provider stderr*"
+                  "*passepartout events*" "*passepartout plans*" "*passepartout chats*"))
     (when (get-buffer name) (kill-buffer name)))
   (when passepartout-test--dir
     (delete-directory passepartout-test--dir t)
@@ -165,6 +166,8 @@ In BODY, `project' is a fresh project directory (a git repository)."
              (list "serve" "--provider-url" (concat url "/v1") "--model" "fake"
                    "--state-dir" state))
             (passepartout-auth-hosts nil)
+            (passepartout-chat-directory (expand-file-name "chats/" passepartout-test--dir))
+            (passepartout-events-buffer-size 0)
             (passepartout-plan-display 'pop)
             (auth-sources nil))
        (ignore project)
@@ -173,6 +176,14 @@ In BODY, `project' is a fresh project directory (a git repository)."
        (make-directory state t)
        (unwind-protect (progn ,@body)
          (passepartout-test--cleanup)))))
+
+(defun passepartout-test--daemon-supports-load ()
+  "Non-nil when the running daemon says it can resume sessions.
+That is `agentCapabilities.loadSession' in its `initialize' answer."
+  (let ((conn (passepartout--ensure-connection)))
+    (eq t (plist-get (plist-get (passepartout--connection-server-info conn)
+                                :agentCapabilities)
+                     :loadSession))))
 
 (defun passepartout-test--chat (project)
   "Open the chat buffer of PROJECT and return it."
