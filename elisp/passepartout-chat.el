@@ -62,6 +62,9 @@
 (declare-function passepartout-chats "passepartout")
 (declare-function passepartout-menu "passepartout-menu")
 
+(defvar passepartout-chat-session-hook nil
+  "Hook run in a chat buffer once it has a new or resumed session.")
+
 (defvar passepartout-chat--buffers (make-hash-table :test #'equal)
   "Chat buffers by project root.")
 
@@ -454,6 +457,7 @@ the daemon cannot, a new session starts and the chat says so."
               passepartout-chat--status nil)
         (puthash id (current-buffer) passepartout-chat--sessions)
         (passepartout-chat--set-property "PASSEPARTOUT_SESSION" id)
+        (run-hooks 'passepartout-chat-session-hook)
         (passepartout-chat-save)
         (passepartout-chat--announce-pending conn)))
     passepartout-chat--session-id))

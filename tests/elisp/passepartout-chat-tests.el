@@ -426,6 +426,45 @@ chat there against the real daemon."
             (null (tabulated-list-get-id)))
         20 "the list to drop the decided plan"))))
 
+;;;; Provider and model menu
+
+(ert-deftest passepartout-chat-test-menu-lists-models ()
+  "The menu's model list comes from the provider's server, through the daemon."
+  (passepartout-test-with-daemon nil
+    (with-current-buffer (passepartout-test--chat project)
+      (let ((providers (passepartout-menu--providers t)))
+        (should (= (length providers) 1))
+        (should (equal (append (plist-get (car providers) :models) nil)
+                       '("fake-model" "fake-large")))))
+    (should (commandp 'passepartout-menu))
+    (should (transient-get-suffix 'passepartout-menu "RET"))
+    (should (transient-get-suffix 'passepartout-menu "m"))))
+
+(ert-deftest passepartout-chat-test-menu-configures-session ()
+  "Choosing a model in the menu changes this chat's next turn, and is kept in the file."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--text-reply "Large.")
+            (passepartout-test--text-reply "Still large."))
+    (let ((chat (passepartout-test--chat project)))
+      (with-current-buffer chat
+        (let ((inhibit-message t))
+          (passepartout-menu-apply-settings nil "fake-large" 321)))
+      (passepartout-test--send chat "Which model?")
+      (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
+      (let ((body (plist-get (car (passepartout-test--requests)) :body)))
+        (should (equal (plist-get body :model) "fake-large"))
+        (should (equal (plist-get body :max_tokens) 321)))
+      (let ((file (buffer-local-value 'passepartout-chat--file chat)))
+        (should (string-match-p "^:PASSEPARTOUT_MODEL: fake-large$"
+                                (with-temp-buffer (insert-file-contents file) (buffer-string))))
+        ;; A reopened chat (new daemon, new session) asks for it again.
+        (let ((again (passepartout-chat-test--reopen chat)))
+          (passepartout-test--send again "And now?")
+          (passepartout-test--wait-for (passepartout-test--idle-p again) 30)
+          (should (equal (plist-get (plist-get (nth 1 (passepartout-test--requests)) :body)
+                                    :model)
+                         "fake-large")))))))
+
 ;;;; Synthetic notifications: effects and usage
 
 (defmacro passepartout-chat-test--with-buffer (&rest body)
