@@ -326,12 +326,19 @@ Run from `org-ctrl-c-ctrl-c-hook'."
       (error (message "passepartout: cannot save the chat to %s: %s"
                       passepartout-chat--file (error-message-string err))))))
 
+(defconst passepartout-chat--save-bytes-per-second 500000
+  "A big chat is saved less often: one second between saves per this many bytes.
+Each save writes the whole buffer, so this bounds the time spent saving
+to a constant share, whatever the chat's size.")
+
 (defun passepartout-chat--save-soon ()
-  "Save the chat within `passepartout-chat-save-interval' seconds."
+  "Save the chat within `passepartout-chat-save-interval' seconds, or later if big."
   (when (and passepartout-chat--file (not passepartout-chat--save-timer))
     (let ((buffer (current-buffer)))
       (setq passepartout-chat--save-timer
-            (run-at-time passepartout-chat-save-interval nil
+            (run-at-time (max passepartout-chat-save-interval
+                              (/ (buffer-size) (float passepartout-chat--save-bytes-per-second)))
+                         nil
                          (lambda ()
                            (when (buffer-live-p buffer)
                              (with-current-buffer buffer

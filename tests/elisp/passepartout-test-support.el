@@ -89,10 +89,14 @@ Fail the test after TIMEOUT seconds (default 20), naming WHAT."
       (ert-fail (format "missing %s: run `cargo build --bins --examples' first" p)))))
 
 (defun passepartout-test--start-fake (script dir)
-  "Start the fake provider on SCRIPT (a list of replies) in DIR; return its URL."
+  "Start the fake provider on SCRIPT in DIR; return its URL.
+SCRIPT is a list of replies, or the name of a file holding their JSON
+array (the benchmark writes a big one without keeping it in memory)."
   (let ((file (expand-file-name "script.json" dir))
         (output (generate-new-buffer " *fake provider*")))
-    (with-temp-file file (insert (json-serialize (vconcat script))))
+    (if (stringp script)
+        (copy-file script file t)
+      (with-temp-file file (insert (json-serialize (vconcat script)))))
     (setq passepartout-test--fake-process
           (make-process :name "fake-provider"
                         :command (list passepartout-test--fake file
