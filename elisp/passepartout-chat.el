@@ -1045,5 +1045,14 @@ The daemon names its command-line flags, which an Emacs user never types."
 
 (add-hook 'passepartout-connection-died-hook #'passepartout-chat--daemon-died)
 
+(defun passepartout-chat--save-all ()
+  "Write every chat with unsaved text to its file (when Emacs exits)."
+  (maphash (lambda (_root buffer)
+             (when (and (buffer-live-p buffer) (buffer-modified-p buffer))
+               (with-current-buffer buffer (passepartout-chat-save))))
+           passepartout-chat--buffers))
+
+(add-hook 'kill-emacs-hook #'passepartout-chat--save-all)
+
 (provide 'passepartout-chat)
 ;;; passepartout-chat.el ends here
