@@ -19,7 +19,8 @@
 ;;   1000 5000") in 20-byte chunks through the real daemon and the fake
 ;;   provider: Emacs CPU for the whole turn and per KB, which must stay
 ;;   flat as the answer grows; then the first size again with the events
-;;   buffer on (one printed line per message, no `pp').
+;;   buffer on (one printed line per message, no `pp').  BENCH_STREAM_CHUNK
+;;   sets the bytes per notification (default 20).
 ;;
 ;; It prints figures and asserts nothing.
 
@@ -79,14 +80,18 @@ Print a line of figures under LABEL."
                        (if (> early 0) (/ late early) 0.0)
                        (- gcs-done gc)))))))
 
-(defconst bench-stream--daemon-chunk-size 20
-  "Bytes per chunk through the daemon: 100 KB is then 5,000 stream events,
-the stream gptel was measured on (0.17-0.35 s of Emacs CPU).")
+(defconst bench-stream--daemon-chunk-size
+  (max 20 (string-to-number (or (getenv "BENCH_STREAM_CHUNK") "20")))
+  "Bytes per chunk through the daemon (BENCH_STREAM_CHUNK, at least 20).
+At 20, 100 KB is 5,000 stream events, the stream gptel was measured on
+\(0.17-0.35 s of Emacs CPU); larger chunks show what fewer, coalesced
+notifications cost.")
 
 (defun bench-stream--daemon-chunk (i)
-  "The I-th 20-byte chunk: words, with a line break now and then."
+  "The I-th chunk: words, with a line break now and then."
   (let ((s (format "word %07d here. " i)))
-    (concat (substring s 0 (- bench-stream--daemon-chunk-size 1))
+    (concat (substring s 0 19)
+            (make-string (- bench-stream--daemon-chunk-size 20) ?x)
             (if (zerop (% i 20)) "\n" " "))))
 
 (defun bench-stream--daemon (label kilobytes events-size)
