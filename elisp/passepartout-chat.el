@@ -251,7 +251,8 @@ Run from `org-ctrl-c-ctrl-c-hook'."
            (sign (if (equal currency "USD") "$" (concat currency " ")))
            (cost (lambda (u)
                    (let ((c (plist-get u :cost)))
-                     (if (numberp c) (format "%s%.3f" sign c) "")))))
+                     ;; A local model costs nothing: no "$0.000" noise.
+                     (if (and (numberp c) (> c 0)) (format "%s%.3f" sign c) "")))))
       (concat " "
               (passepartout-chat--tokens (plist-get session :inputTokens)) "↑"
               (passepartout-chat--tokens (plist-get session :outputTokens)) "↓"

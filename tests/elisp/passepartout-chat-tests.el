@@ -528,7 +528,16 @@ chat there against the real daemon."
                   :day (:inputTokens 2000000 :outputTokens 5000 :cachedTokens 0 :cost 1.5)
                   :currency "USD" :budget nil))
     (should (string-match-p "15\\.3k↑900↓ \\$0\\.042 (day \\$1\\.500)"
-                            (passepartout-chat--mode-line)))))
+                            (passepartout-chat--mode-line)))
+    ;; A free local model shows tokens only.
+    (passepartout--handle-notification
+     nil '_passepartout/usage
+     '(:sessionId "s-test"
+                  :turn (:inputTokens 10 :outputTokens 5 :cachedTokens 0 :cost 0.0)
+                  :session (:inputTokens 950 :outputTokens 5 :cachedTokens 0 :cost 0.0)
+                  :day (:inputTokens 950 :outputTokens 5 :cachedTokens 0 :cost 0.0)
+                  :currency "USD" :budget nil))
+    (should (string-match-p "950↑5↓\\]\\'" (passepartout-chat--mode-line)))))
 
 (provide 'passepartout-chat-tests)
 ;;; passepartout-chat-tests.el ends here
