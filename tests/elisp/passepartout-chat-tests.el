@@ -442,6 +442,23 @@ chat there against the real daemon."
     (should (transient-get-suffix 'passepartout-menu "RET"))
     (should (transient-get-suffix 'passepartout-menu "m"))))
 
+(ert-deftest passepartout-chat-test-menu-opens ()
+  "The transient menu opens in a chat and shows this chat's model."
+  (with-temp-buffer
+    (passepartout-chat-mode)
+    (insert ":PROPERTIES:\n:PASSEPARTOUT_MODEL: some-model\n:END:\n")
+    (save-window-excursion
+      (switch-to-buffer (current-buffer))
+      (unwind-protect
+          (progn
+            (call-interactively #'passepartout-menu)
+            (should (eq (oref transient--prefix command) 'passepartout-menu))
+            (let ((shown (with-current-buffer " *transient*" (buffer-string))))
+              (should (string-match-p "default provider / some-model" shown))
+              (should (string-match-p "RET Use for this chat" shown))
+              (should (string-match-p "r Restart the daemon" shown))))
+        (transient-quit-all)))))
+
 (ert-deftest passepartout-chat-test-menu-configures-session ()
   "Choosing a model in the menu changes this chat's next turn, and is kept in the file."
   (passepartout-test-with-daemon
