@@ -29,6 +29,18 @@
 ;; Streaming costs in proportion to each chunk: text is inserted at a
 ;; marker, tool sections are found through markers kept in a hash table
 ;; keyed by toolCallId, and nothing ever scans or re-renders the buffer.
+;;
+;; Every chat is also an Org file under `passepartout-chat-directory',
+;; written as the answer streams (at most every
+;; `passepartout-chat-save-interval' seconds, and at each turn's end).
+;; Its top property drawer holds the session id, the project directory
+;; and the provider: `passepartout-chats' lists the files, and opening
+;; one asks the daemon to resume the session (`session/load'); if it
+;; cannot, a new session starts and the chat says so.
+;;
+;; A flight plan waiting for a tool call is shown in the tool's section
+;; with its gate trace; there C-c C-c approves, C-c C-k rejects and
+;; C-c C-o opens the full plan buffer for editing.
 
 ;;; Code:
 
@@ -36,6 +48,22 @@
 (require 'subr-x)
 (require 'org)
 (require 'passepartout-rpc)
+
+(defvar passepartout-chat-directory)
+(defvar passepartout-chat-save-interval)
+(defvar passepartout-plan--plans)
+(declare-function passepartout-plan--decide "passepartout-plan"
+                  (id decision org comment))
+(declare-function passepartout-plan-buffer "passepartout-plan" (id))
+(declare-function passepartout-plans "passepartout")
+(declare-function passepartout-events "passepartout")
+(declare-function passepartout-restart "passepartout")
+(declare-function passepartout-stderr "passepartout")
+(declare-function passepartout-chats "passepartout")
+(declare-function passepartout-menu "passepartout-menu")
+
+(defvar passepartout-chat-session-hook nil
+  "Hook run in a chat buffer once it has a new or resumed session.")
 
 (defvar passepartout-chat--buffers (make-hash-table :test #'equal)
   "Chat buffers by project root.")
@@ -77,6 +105,21 @@ The value may also be a cons (thought . HEADING-MARKER) for reasoning.")
 (defvar-local passepartout-chat--status nil
   "The last `_passepartout/session/status' params for this session.")
 
+(defvar-local passepartout-chat--usage nil
+  "The last `_passepartout/usage' params for this session.")
+
+(defvar-local passepartout-chat--turn-start nil
+  "Marker at the heading of the running or last turn.")
+
+(defvar-local passepartout-chat--file nil
+  "The Org file this chat is saved to.")
+
+(defvar-local passepartout-chat--resume nil
+  "A session id saved in the chat file, to resume on the next start.")
+
+(defvar-local passepartout-chat--save-timer nil
+  "Timer that saves the chat file while an answer streams, or nil.")
+
 (defconst passepartout-chat--keywords
   '((sequence "PENDING" "RUNNING" "WAITING" "|" "DONE" "FAILED"))
   "Org TODO keywords showing tool call status.")
@@ -92,15 +135,55 @@ The value may also be a cons (thought . HEADING-MARKER) for reasoning.")
   (let ((map (make-sparse-keymap)))
     (define-key map (kbd "C-c RET") #'passepartout-chat-send)
     (define-key map (kbd "C-c C-k") #'passepartout-chat-cancel)
+    (define-key map (kbd "C-c C-p") #'passepartout-plans)
+    (define-key map (kbd "C-c C-m") #'passepartout-menu)
     map)
   "Keymap for `passepartout-chat-mode'.
 \\[org-ctrl-c-ctrl-c] sends too, when point is in the prompt (through
 `org-ctrl-c-ctrl-c-hook', so Org keeps it elsewhere).")
 
+(defvar passepartout-chat-plan-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "C-c C-c") #'passepartout-chat-approve-plan)
+    (define-key map (kbd "C-c C-k") #'passepartout-chat-reject-plan)
+    (define-key map (kbd "C-c C-o") #'passepartout-chat-open-plan)
+    map)
+  "Keys on a flight plan waiting in a chat buffer.")
+
+(easy-menu-define passepartout-chat-menu passepartout-chat-mode-map
+  "Menu for passepartout chat buffers."
+  '("Passepartout"
+    ["Send prompt" passepartout-chat-send :active (null passepartout-chat--stream)]
+    ["Cancel turn" passepartout-chat-cancel :active passepartout-chat--stream]
+    "---"
+    ["Provider and model..." passepartout-menu]
+    ["Flight plans waiting" passepartout-plans]
+    ["Saved chats" passepartout-chats]
+    "---"
+    ["Events (JSON-RPC log)" passepartout-events]
+    ["Daemon's log (stderr)" passepartout-stderr]
+    ["Restart the daemon" passepartout-restart]))
+
 (define-derived-mode passepartout-chat-mode org-mode "passepartout"
   "Major mode for chatting with passepartout in Org.
 Write under the last \"* You\" heading; \\[passepartout-chat-send] or
 \\[org-ctrl-c-ctrl-c] sends, \\[passepartout-chat-cancel] cancels the running turn.
+
+When an action needs your approval, its flight plan waits in the tool
+call's section: there \\<passepartout-chat-plan-map>\\[passepartout-chat-approve-plan] approves, \\[passepartout-chat-reject-plan] rejects and \\[passepartout-chat-open-plan] opens
+the plan buffer to edit the action first.
+
+Other commands (also in the Passepartout menu):
+\\<passepartout-chat-mode-map>
+- \\[passepartout-plans] `passepartout-plans': the flight plans waiting for you.
+- \\[passepartout-menu] `passepartout-menu': provider, model and settings for this session.
+- `passepartout-chats': saved chats; opening one resumes it.
+- `passepartout-events': the JSON-RPC messages (off by default, see
+  `passepartout-events-buffer-size').
+- `passepartout-stderr': the daemon's log.
+- `passepartout-restart': stop the daemon and start it again.
+
+The chat is saved to an Org file in `passepartout-chat-directory'.
 
 \\{passepartout-chat-mode-map}"
   (setq-local org-todo-keywords passepartout-chat--keywords)
@@ -121,9 +204,10 @@ Run from `org-ctrl-c-ctrl-c-hook'."
     t))
 
 (defun passepartout-chat--forget ()
-  "Forget this buffer's session; cancel its turn."
+  "Forget this buffer's session; cancel its turn; save its file."
   (when passepartout-chat--stream
     (ignore-errors (passepartout-chat-cancel)))
+  (when (buffer-modified-p) (passepartout-chat-save))
   (when passepartout-chat--session-id
     (remhash passepartout-chat--session-id passepartout-chat--sessions))
   (when (eq (gethash passepartout-chat--root passepartout-chat--buffers)
@@ -144,10 +228,123 @@ Run from `org-ctrl-c-ctrl-c-hook'."
             (if (and provider (not (string-empty-p provider)))
                 (concat " " (car (split-string provider " (")))
               "")
-            (if (or in out)
+            (if (and (or in out) (not passepartout-chat--usage))
                 (format " %s↑%s↓" (or in 0) (or out 0))
               "")
+            (passepartout-chat--usage-text passepartout-chat--usage)
             "]")))
+
+(defun passepartout-chat--tokens (n)
+  "Return token count N compactly: 950, 12.3k, 1.2M."
+  (cond ((not (numberp n)) "0")
+        ((< n 1000) (format "%d" n))
+        ((< n 1000000) (format "%.1fk" (/ n 1000.0)))
+        (t (format "%.1fM" (/ n 1000000.0)))))
+
+(defun passepartout-chat--usage-text (usage)
+  "Return the mode-line text of USAGE, `_passepartout/usage' params, or \"\"."
+  (if (not usage)
+      ""
+    (let* ((session (plist-get usage :session))
+           (day (plist-get usage :day))
+           (currency (or (plist-get usage :currency) "USD"))
+           (sign (if (equal currency "USD") "$" (concat currency " ")))
+           (cost (lambda (u)
+                   (let ((c (plist-get u :cost)))
+                     ;; A local model costs nothing: no "$0.000" noise.
+                     (if (and (numberp c) (> c 0)) (format "%s%.3f" sign c) "")))))
+      (concat " "
+              (passepartout-chat--tokens (plist-get session :inputTokens)) "↑"
+              (passepartout-chat--tokens (plist-get session :outputTokens)) "↓"
+              (let ((c (funcall cost session)))
+                (if (string-empty-p c) "" (concat " " c)))
+              (let ((c (funcall cost day)))
+                (if (string-empty-p c) "" (concat " (day " c ")")))))))
+
+;;;; Chat files
+
+(defconst passepartout-chat--header-bytes 4096
+  "Bytes read from the top of a chat file to list it.")
+
+(defun passepartout-chat--new-file (root)
+  "Return a fresh chat file name for project ROOT."
+  (let* ((dir (file-name-as-directory (expand-file-name passepartout-chat-directory)))
+         (stem (concat (format-time-string "%Y-%m-%d-%H%M%S-")
+                       (replace-regexp-in-string
+                        "[^[:alnum:]._-]+" "_"
+                        (file-name-nondirectory (directory-file-name root)))))
+         (file (expand-file-name (concat stem ".org") dir))
+         (n 1))
+    (while (file-exists-p file)
+      (setq file (expand-file-name (format "%s-%d.org" stem (cl-incf n)) dir)))
+    file))
+
+(defun passepartout-chat--properties-end ()
+  "Return the position of the \":END:\" line of the file's top drawer, or nil."
+  (save-excursion
+    (goto-char (point-min))
+    (when (looking-at-p ":PROPERTIES:$")
+      (re-search-forward "^:END:$" (+ (point) passepartout-chat--header-bytes) t)
+      (match-beginning 0))))
+
+(defun passepartout-chat--set-property (key value)
+  "Set file property KEY (e.g. \"PASSEPARTOUT_SESSION\") to VALUE in the top drawer."
+  (when-let ((end (passepartout-chat--properties-end)))
+    (let ((inhibit-read-only t)
+          (line (format ":%s: %s" key (replace-regexp-in-string "[\n\r]" " " value))))
+      (save-excursion
+        (goto-char (point-min))
+        (if (re-search-forward (format "^:%s:.*$" (regexp-quote key)) end t)
+            (replace-match line t t)
+          (goto-char end)
+          (insert line "\n"))))))
+
+(defun passepartout-chat--get-property (key)
+  "Return the value of file property KEY in the top drawer, or nil."
+  (when-let ((end (passepartout-chat--properties-end)))
+    (save-excursion
+      (goto-char (point-min))
+      (when (re-search-forward (format "^:%s: *\\(.*\\)$" (regexp-quote key)) end t)
+        (let ((v (string-trim (match-string-no-properties 1))))
+          (and (not (string-empty-p v)) v))))))
+
+(defun passepartout-chat-save ()
+  "Write this chat to its Org file now."
+  (interactive)
+  (when passepartout-chat--save-timer
+    (cancel-timer passepartout-chat--save-timer)
+    (setq passepartout-chat--save-timer nil))
+  (when passepartout-chat--file
+    (condition-case err
+        (let ((dir (file-name-directory passepartout-chat--file)))
+          (unless (file-directory-p dir) (make-directory dir t))
+          (save-restriction
+            (widen)
+            (let ((coding-system-for-write 'utf-8-unix)
+                  (write-region-inhibit-fsync t))
+              (write-region nil nil passepartout-chat--file nil 'silent)))
+          (set-buffer-modified-p nil))
+      (error (message "passepartout: cannot save the chat to %s: %s"
+                      passepartout-chat--file (error-message-string err))))))
+
+(defconst passepartout-chat--save-bytes-per-second 500000
+  "A big chat is saved less often: one second between saves per this many bytes.
+Each save writes the whole buffer, so this bounds the time spent saving
+to a constant share, whatever the chat's size.")
+
+(defun passepartout-chat--save-soon ()
+  "Save the chat within `passepartout-chat-save-interval' seconds, or later if big."
+  (when (and passepartout-chat--file (not passepartout-chat--save-timer))
+    (let ((buffer (current-buffer)))
+      (setq passepartout-chat--save-timer
+            (run-at-time (max passepartout-chat-save-interval
+                              (/ (buffer-size) (float passepartout-chat--save-bytes-per-second)))
+                         nil
+                         (lambda ()
+                           (when (buffer-live-p buffer)
+                             (with-current-buffer buffer
+                               (setq passepartout-chat--save-timer nil)
+                               (passepartout-chat-save)))))))))
 
 ;;;; Buffers and sessions
 
@@ -156,45 +353,144 @@ Run from `org-ctrl-c-ctrl-c-hook'."
   (format "*passepartout %s*"
           (file-name-nondirectory (directory-file-name root))))
 
+(defun passepartout-chat--make-buffer (root)
+  "Return a new, empty chat buffer for ROOT, registered as ROOT's chat."
+  (let ((buffer (generate-new-buffer (passepartout-chat--buffer-name root))))
+    (with-current-buffer buffer
+      (passepartout-chat-mode)
+      (setq passepartout-chat--root root)
+      (setq default-directory root))
+    (puthash root buffer passepartout-chat--buffers)
+    buffer))
+
 (defun passepartout-chat-buffer (root)
-  "Return the chat buffer for project ROOT, creating it if needed."
+  "Return the chat buffer for project ROOT, creating it if needed.
+A new chat gets a new file in `passepartout-chat-directory'."
   (let ((root (file-name-as-directory (expand-file-name root))))
     (or (let ((b (gethash root passepartout-chat--buffers)))
           (and (buffer-live-p b) b))
-        (let ((buffer (generate-new-buffer (passepartout-chat--buffer-name root))))
+        (let ((buffer (passepartout-chat--make-buffer root)))
           (with-current-buffer buffer
-            (passepartout-chat-mode)
-            (setq passepartout-chat--root root)
-            (setq default-directory root)
             (let ((inhibit-read-only t))
-              (insert (format "#+title: passepartout: %s\n" (abbreviate-file-name root))
+              (insert ":PROPERTIES:\n"
+                      ":PASSEPARTOUT_CWD: " root "\n"
+                      ":END:\n"
+                      (format "#+title: passepartout: %s\n" (abbreviate-file-name root))
                       "# Write under the last \"* You\" heading. "
                       "C-c C-c sends, C-c C-k cancels.\n"))
-            (passepartout-chat--new-prompt))
-          (puthash root buffer passepartout-chat--buffers)
+            (passepartout-chat--new-prompt)
+            (when passepartout-chat-directory
+              (setq passepartout-chat--file (passepartout-chat--new-file root))))
           buffer))))
 
+(defun passepartout-chat-open-file (file)
+  "Open the saved chat FILE in a chat buffer and return the buffer.
+Its session is resumed when the daemon can (see
+`passepartout-chat--ensure-session')."
+  (let* ((file (expand-file-name file))
+         (open (cl-find-if (lambda (b)
+                             (and (buffer-live-p b)
+                                  (equal (buffer-local-value 'passepartout-chat--file b)
+                                         file)))
+                           (hash-table-values passepartout-chat--buffers))))
+    (or open
+        (let* ((root (with-temp-buffer
+                       (insert-file-contents file nil 0 passepartout-chat--header-bytes)
+                       (passepartout-chat--get-property "PASSEPARTOUT_CWD")))
+               (root (file-name-as-directory
+                      (expand-file-name (or root (file-name-directory file)))))
+               (buffer (passepartout-chat--make-buffer root)))
+          (with-current-buffer buffer
+            (let ((inhibit-read-only t))
+              (insert-file-contents file))
+            (setq passepartout-chat--file file
+                  passepartout-chat--resume
+                  (passepartout-chat--get-property "PASSEPARTOUT_SESSION"))
+            ;; Reuse the last "* You" if nothing follows it but a prompt.
+            (goto-char (point-max))
+            (if (and (re-search-backward "^\\* " nil t)
+                     (looking-at-p "^\\* You$"))
+                (progn
+                  (setq passepartout-chat--prompt-heading (copy-marker (point) t))
+                  (forward-line 1)
+                  (setq passepartout-chat--prompt (copy-marker (point))))
+              (passepartout-chat--new-prompt))
+            (goto-char (point-max))
+            (set-buffer-modified-p nil))
+          buffer))))
+
+(defun passepartout-chat--load-session (conn id)
+  "Ask CONN to resume session ID; return nil on success, else the reason.
+Updates the daemon replays before answering are ignored: the buffer
+already shows the transcript (no turn is streaming, so they have no place)."
+  (condition-case err
+      (progn
+        (jsonrpc-request conn :session/load
+                         (list :sessionId id
+                               :cwd (directory-file-name passepartout-chat--root)
+                               :mcpServers [])
+                         :timeout 30)
+        nil)
+    (jsonrpc-error (passepartout--error-message err))))
+
 (defun passepartout-chat--ensure-session ()
-  "Give the current chat buffer a session on a live daemon; return its id."
+  "Give the current chat buffer a session on a live daemon; return its id.
+A buffer that had a session (before the daemon restarted, or saved in
+its file) first asks the daemon to resume it with `session/load'; when
+the daemon cannot, a new session starts and the chat says so."
   (let ((conn (passepartout--ensure-connection)))
     (unless (and passepartout-chat--session-id
                  (eq passepartout-chat--connection conn))
-      (let* ((old passepartout-chat--session-id)
-             (result (jsonrpc-request conn :session/new
-                                      (list :cwd (directory-file-name
-                                                  passepartout-chat--root)
-                                            :mcpServers []))))
-        (when old
-          (remhash old passepartout-chat--sessions)
-          (passepartout-chat--note
-           (format "New session %s (the previous one ended with its daemon)."
-                   (plist-get result :sessionId))))
-        (setq passepartout-chat--session-id (plist-get result :sessionId)
+      (let* ((old (or passepartout-chat--session-id passepartout-chat--resume))
+             (refused (and old (passepartout-chat--load-session conn old)))
+             (id (if (and old (not refused))
+                     old
+                   (plist-get (jsonrpc-request conn :session/new
+                                               (list :cwd (directory-file-name
+                                                           passepartout-chat--root)
+                                                     :mcpServers []))
+                              :sessionId))))
+        (when (and passepartout-chat--session-id
+                   (not (equal id passepartout-chat--session-id)))
+          (remhash passepartout-chat--session-id passepartout-chat--sessions))
+        (cond ((not old))
+              (refused
+               (passepartout-chat--note
+                (format "Could not resume session %s (%s): this is a new session, %s. The model does not remember the conversation above."
+                        old refused id)))
+              (t (passepartout-chat--note (format "Resumed session %s." id))))
+        (setq passepartout-chat--session-id id
+              passepartout-chat--resume nil
               passepartout-chat--connection conn
               passepartout-chat--status nil)
-        (puthash passepartout-chat--session-id (current-buffer)
-                 passepartout-chat--sessions)))
+        (puthash id (current-buffer) passepartout-chat--sessions)
+        (passepartout-chat--set-property "PASSEPARTOUT_SESSION" id)
+        (run-hooks 'passepartout-chat-session-hook)
+        (passepartout-chat-save)
+        (passepartout-chat--announce-pending conn)))
     passepartout-chat--session-id))
+
+(defun passepartout-chat--announce-pending (conn)
+  "Say once per daemon start which flight plans wait from before.
+In the chat and in the echo area: a plan waiting silently is a person
+who never hears of it."
+  (unless (passepartout--connection-announced conn)
+    (setf (passepartout--connection-announced conn) t)
+    (let* ((result (ignore-errors
+                     (jsonrpc-request conn :_passepartout/plans/list nil :timeout 10)))
+           (plans (append (plist-get result :plans) nil)))
+      (when plans
+        (let ((text (format "%d flight plan%s wait%s for you from before (M-x passepartout-plans):%s"
+                            (length plans)
+                            (if (cdr plans) "s" "")
+                            (if (cdr plans) "" "s")
+                            (mapconcat (lambda (p)
+                                         (format "\n- %s %s" (plist-get p :planId)
+                                                 (plist-get p :title)))
+                                       plans ""))))
+          (passepartout-chat--note text)
+          (message "passepartout: %d flight plan%s wait%s for you: M-x passepartout-plans"
+                   (length plans) (if (cdr plans) "s" "") (if (cdr plans) "" "s")))))))
 
 (defun passepartout-chat--session-buffer (params)
   "Return the live chat buffer of the session named in PARAMS, or nil."
@@ -211,8 +507,14 @@ Run from `org-ctrl-c-ctrl-c-hook'."
       (unless (bolp) (insert "\n"))
       (unless (or (bobp) (save-excursion (forward-line -1) (looking-at-p "^$")))
         (insert "\n"))
-      (setq passepartout-chat--prompt-heading (copy-marker (point) t))
-      (insert "* You\n")
+      (let ((heading (point)))
+        (insert "* You\n")
+        ;; Made after the insertion: a marker that advances on insertion
+        ;; would otherwise have moved past "* You", and a note put
+        ;; "before the heading" would land in the prompt and be sent.
+        ;; Advancing is right from now on: a note inserted at the
+        ;; heading stays above it.
+        (setq passepartout-chat--prompt-heading (copy-marker heading t)))
       (setq passepartout-chat--prompt (copy-marker (point))))))
 
 (defun passepartout-chat--insert (text)
@@ -301,7 +603,8 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
                   (not (looking-at-p "^\\* passepartout$"))))
         (passepartout-chat--open-heading "Answer")))
     (setq passepartout-chat--segment 'message))
-  (passepartout-chat--insert (passepartout-chat--org-safe text)))
+  (passepartout-chat--insert (passepartout-chat--org-safe text))
+  (passepartout-chat--save-soon))
 
 (defun passepartout-chat-insert-thought (text)
   "Append reasoning TEXT to the running turn of the current chat buffer."
@@ -309,7 +612,8 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
     (passepartout-chat--close-segment)
     (setq passepartout-chat--segment
           (cons 'thought (passepartout-chat--open-heading "Reasoning"))))
-  (passepartout-chat--insert (passepartout-chat--org-safe text)))
+  (passepartout-chat--insert (passepartout-chat--org-safe text))
+  (passepartout-chat--save-soon))
 
 (defun passepartout-chat--note (text)
   "Insert TEXT as a fixed-width note: in the running turn, else before the prompt."
@@ -342,10 +646,7 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
          (cl-loop for item across (plist-get update :content)
                   for text = (pcase (plist-get item :type)
                                ("content" (passepartout-chat--text-of
-                                           (plist-get item :content)))
-                               ("diff" (format "new text of %s:\n%s"
-                                               (plist-get item :path)
-                                               (plist-get item :newText))))
+                                           (plist-get item :content))))
                   when text collect text)))
     (and texts (string-join texts "\n"))))
 
@@ -412,35 +713,161 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
               (goto-char end)
               (insert (passepartout-chat--example text))
               (set-marker end (point)))))
+        (let ((effect (plist-get (plist-get update :rawOutput) :effect))
+              (diffs (passepartout-chat--diffs-text (plist-get update :content))))
+          (when (or effect (not (string-empty-p diffs)))
+            (save-excursion
+              (let ((end (plist-get tool :end)))
+                (goto-char end)
+                (when effect
+                  (insert (passepartout-chat--effect-summary effect) "\n"))
+                (let ((diff-start (point)))
+                  (insert diffs)
+                  (set-marker end (point))
+                  ;; Each diff folded on its own, to open with TAB.
+                  (goto-char diff-start)
+                  (while (re-search-forward "^\\*\\*\\* " end t)
+                    (passepartout-chat--fold (line-beginning-position))
+                    (end-of-line)))))))
         (when (member keyword '("DONE" "FAILED"))
           (passepartout-chat--fold (plist-get tool :heading)))))))
 
-(defun passepartout-chat--tool-waiting (tool-call-id plan-id)
-  "Mark TOOL-CALL-ID's section as waiting for flight plan PLAN-ID."
+(defun passepartout-chat--gate-trace (org)
+  "Return the gate trace section's body of flight plan ORG, or nil."
+  (when (and org (string-match "^\\*\\* Gate trace\n" org))
+    (let* ((start (match-end 0))
+           (end (if (string-match "^\\*+ " org start) (match-beginning 0) (length org)))
+           (body (string-trim (substring org start end))))
+      (and (not (string-empty-p body)) (concat body "\n")))))
+
+(defun passepartout-chat--tool-waiting (tool-call-id plan-id &optional org)
+  "Mark TOOL-CALL-ID's section as waiting for flight plan PLAN-ID.
+ORG, the plan's text, gives the gate trace shown with it.  The lines
+carry the keys of `passepartout-chat-plan-map'."
   (when-let ((tool (gethash tool-call-id passepartout-chat--tools)))
-    (let ((inhibit-read-only t))
+    (let ((inhibit-read-only t)
+          (trace (passepartout-chat--gate-trace org)))
       (save-excursion
         (goto-char (plist-get tool :keyword))
         (delete-char (length (plist-get tool :current)))
         (insert "WAITING")
         (plist-put tool :current "WAITING")
-        (let ((end (plist-get tool :end)))
-          (goto-char end)
-          (let ((start (point-marker)))
-            (insert (format "Waiting for flight plan %s (M-x passepartout-plans).\n"
-                            plan-id))
-            (set-marker end (point))
-            (plist-put tool :plan-line (cons start (copy-marker (1- (point)))))))))))
+        (when-let ((old (plist-get tool :plan-line)))
+          (delete-region (car old) (cdr old)))
+        (let* ((end (plist-get tool :end))
+               (start (progn (goto-char end) (point-marker))))
+          (insert (format "Waiting for flight plan %s: " plan-id)
+                  (substitute-command-keys
+                   "\\<passepartout-chat-plan-map>\\[passepartout-chat-approve-plan] approve, \\[passepartout-chat-reject-plan] reject, \\[passepartout-chat-open-plan] open the plan to edit it.\n")
+                  (if trace (concat "Gate trace:\n" trace) ""))
+          (set-marker end (point))
+          (let ((ov (make-overlay start (point) nil nil nil)))
+            (overlay-put ov 'keymap passepartout-chat-plan-map)
+            (overlay-put ov 'passepartout-plan-id plan-id)
+            (overlay-put ov 'face 'highlight)
+            (plist-put tool :overlay ov))
+          (plist-put tool :trace trace)
+          (plist-put tool :plan-line (cons start (copy-marker (point)))))))))
 
-(defun passepartout-chat--tool-plan-resolved (tool-call-id plan-id status)
-  "Say in TOOL-CALL-ID's section that flight plan PLAN-ID ended as STATUS."
+(defun passepartout-chat--tool-plan-resolved (tool-call-id plan-id status &optional edited)
+  "Say in TOOL-CALL-ID's section that flight plan PLAN-ID ended as STATUS.
+EDITED non-nil says the person edited the action before approving it."
   (when-let* ((tool (gethash tool-call-id passepartout-chat--tools))
               (line (plist-get tool :plan-line)))
     (let ((inhibit-read-only t))
+      (when-let ((ov (plist-get tool :overlay)))
+        (delete-overlay ov)
+        (plist-put tool :overlay nil))
       (save-excursion
-        (goto-char (car line))
-        (delete-region (car line) (cdr line))
-        (insert (format "Flight plan %s: %s." plan-id status))))))
+        (let ((end-follows (= (plist-get tool :end) (cdr line))))
+          (goto-char (car line))
+          (delete-region (car line) (cdr line))
+          (insert (format "Flight plan %s: %s%s.\n" plan-id status
+                          (if edited " (edited by you)" ""))
+                  (let ((trace (plist-get tool :trace)))
+                    (if trace (concat "Gate trace:\n" trace) "")))
+          (set-marker (cdr line) (point))
+          (when end-follows (set-marker (plist-get tool :end) (point))))))))
+
+(defun passepartout-chat--plan-at-point ()
+  "Return the id of the flight plan waiting at point, or signal."
+  (or (cl-some (lambda (ov) (overlay-get ov 'passepartout-plan-id))
+               (overlays-at (point)))
+      (user-error "No flight plan waits here")))
+
+(defun passepartout-chat-approve-plan ()
+  "Approve the flight plan waiting at point.
+If its plan buffer holds your edits, the edited action is what you approve."
+  (interactive)
+  (let* ((id (passepartout-chat--plan-at-point))
+         (buffer (plist-get (gethash id passepartout-plan--plans) :buffer))
+         (org (and (buffer-live-p buffer) (buffer-modified-p buffer)
+                   (with-current-buffer buffer
+                     (save-restriction
+                       (widen)
+                       (buffer-substring-no-properties (point-min) (point-max)))))))
+    (passepartout-plan--decide id "approve" org nil)))
+
+(defun passepartout-chat-reject-plan (reason)
+  "Reject the flight plan waiting at point, telling the model REASON."
+  (interactive (progn (passepartout-chat--plan-at-point)
+                      (list (read-string "Reason for rejecting (optional): "))))
+  (passepartout-plan--decide (passepartout-chat--plan-at-point) "reject" nil
+                             (and reason (not (string-empty-p reason)) reason)))
+
+(defun passepartout-chat-open-plan ()
+  "Show the full flight plan waiting at point, to read or edit it."
+  (interactive)
+  (pop-to-buffer (passepartout-plan-buffer (passepartout-chat--plan-at-point))))
+
+;;;; Effects on files
+
+(defun passepartout-chat--effect-summary (effect)
+  "Return a one-line summary of EFFECT, a tool call's `rawOutput.effect'."
+  (let ((count (lambda (key) (length (plist-get effect key)))))
+    (format "Changed files: %d created, %d modified, %d deleted (+%s/-%s bytes)%s"
+            (funcall count :created) (funcall count :modified) (funcall count :deleted)
+            (or (plist-get effect :bytes_added) 0)
+            (or (plist-get effect :bytes_removed) 0)
+            (if-let ((c (plist-get effect :checkpoint)))
+                (format ", checkpoint %s" c)
+              ""))))
+
+(defun passepartout-chat--unified-diff (old new)
+  "Return a unified diff from OLD to NEW text, or nil without diff(1)."
+  (when-let ((diff (executable-find "diff")))
+    (let ((a (make-temp-file "passepartout-old"))
+          (b (make-temp-file "passepartout-new")))
+      (unwind-protect
+          (progn
+            (let ((coding-system-for-write 'utf-8-unix))
+              (write-region (or old "") nil a nil 'silent)
+              (write-region (or new "") nil b nil 'silent))
+            (with-temp-buffer
+              (let ((coding-system-for-read 'utf-8-unix))
+                (call-process diff nil t nil "-u" "--label" "before" "--label" "after" a b))
+              (buffer-string)))
+        (delete-file a)
+        (delete-file b)))))
+
+(defun passepartout-chat--diffs-text (content)
+  "Return Org text for the diff items in CONTENT: one folded section each."
+  (mapconcat
+   (lambda (item)
+     (if (not (equal (plist-get item :type) "diff"))
+         ""
+       (let ((old (plist-get item :oldText))
+             (new (plist-get item :newText)))
+         (concat "*** " (if old "Diff" "New file") ": "
+                 (replace-regexp-in-string "[\n\r]+" " " (or (plist-get item :path) "?"))
+                 "\n#+begin_src diff\n"
+                 (org-escape-code-in-string
+                  (string-trim-right
+                   (or (passepartout-chat--unified-diff old new)
+                       (concat "+" (replace-regexp-in-string "\n" "\n+" (or new ""))))
+                   "\n+"))
+                 "\n#+end_src\n"))))
+   content ""))
 
 ;;;; The agent's plan
 
@@ -474,6 +901,7 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
   (let ((inhibit-read-only t))
     (goto-char (point-max))
     (unless (bolp) (insert "\n"))
+    (setq passepartout-chat--turn-start (copy-marker (point)))
     (insert "\n* passepartout\n")
     (setq passepartout-chat--stream (copy-marker (point) t)
           passepartout-chat--segment nil
@@ -485,12 +913,23 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
   (when passepartout-chat--stream
     (when note (passepartout-chat--note note))
     (passepartout-chat--close-segment)
-    (let ((at-end (>= (point) passepartout-chat--stream)))
+    ;; Point anywhere in the turn's output (it may sit in a section that
+    ;; has just folded) goes to the new prompt, so typing lands there.
+    (let ((in-turn (or (>= (point) passepartout-chat--stream)
+                       (and passepartout-chat--turn-start
+                            (>= (point) passepartout-chat--turn-start))
+                       (invisible-p (point))))
+          (windows (cl-remove-if-not
+                    (lambda (w) (>= (window-point w)
+                                    (or passepartout-chat--turn-start (point-max))))
+                    (get-buffer-window-list nil nil t))))
       (set-marker passepartout-chat--stream nil)
       (setq passepartout-chat--stream nil
             passepartout-chat--plan nil)
       (passepartout-chat--new-prompt)
-      (when at-end (goto-char (point-max))))
+      (when in-turn (goto-char (point-max)))
+      (dolist (w windows) (set-window-point w (point-max))))
+    (passepartout-chat-save)
     (force-mode-line-update)))
 
 (defun passepartout-chat--stop-note (reason)
@@ -533,7 +972,19 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
              (passepartout-chat-end-turn
               ;; A dead daemon is reported by the death hook.
               (unless (eql (plist-get error :code) -1)
-                (concat "Error: " (passepartout--error-message error)))))))))))
+                (concat "Error: " (passepartout-chat--for-emacs
+                                   (passepartout--error-message error))))))))))))
+
+(defconst passepartout-chat--emacs-hint
+  "In Emacs: M-x passepartout-menu picks the provider and model for this session; to change the default, set `passepartout-program-args' (e.g. (\"serve\" \"--provider-url\" \"http://127.0.0.1:8080/v1\" \"--model\" \"NAME\")) or edit ~/.config/passepartout/config.toml, then M-x passepartout-restart."
+  "What to do about a provider problem, said the Emacs way.")
+
+(defun passepartout-chat--for-emacs (text)
+  "Return the daemon's error TEXT with the Emacs way of fixing it added.
+The daemon names its command-line flags, which an Emacs user never types."
+  (if (string-match-p "--provider-url\\|no model provider" text)
+      (concat text "\n" passepartout-chat--emacs-hint)
+    text))
 
 (defun passepartout-chat-cancel ()
   "Cancel the running turn of this chat buffer."
@@ -565,6 +1016,14 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
             ("plan" (passepartout-chat--plan-update (plist-get update :entries)))))))))
 
 (cl-defmethod passepartout--handle-notification
+  (_conn (_method (eql '_passepartout/usage)) params)
+  "Show the token use and cost in PARAMS in its chat buffer's mode line."
+  (when-let ((buffer (passepartout-chat--session-buffer params)))
+    (with-current-buffer buffer
+      (setq passepartout-chat--usage params)
+      (force-mode-line-update))))
+
+(cl-defmethod passepartout--handle-notification
   (_conn (_method (eql '_passepartout/session/status)) params)
   "Show the session status in PARAMS in its chat buffer's mode line."
   (when-let ((buffer (passepartout-chat--session-buffer params)))
@@ -586,6 +1045,15 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
    passepartout-chat--sessions))
 
 (add-hook 'passepartout-connection-died-hook #'passepartout-chat--daemon-died)
+
+(defun passepartout-chat--save-all ()
+  "Write every chat with unsaved text to its file (when Emacs exits)."
+  (maphash (lambda (_root buffer)
+             (when (and (buffer-live-p buffer) (buffer-modified-p buffer))
+               (with-current-buffer buffer (passepartout-chat-save))))
+           passepartout-chat--buffers))
+
+(add-hook 'kill-emacs-hook #'passepartout-chat--save-all)
 
 (provide 'passepartout-chat)
 ;;; passepartout-chat.el ends here

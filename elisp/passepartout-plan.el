@@ -40,9 +40,12 @@
 
 (defvar passepartout-plan-display)
 (declare-function passepartout-chat--tool-waiting "passepartout-chat"
-                  (tool-call-id plan-id))
+                  (tool-call-id plan-id &optional org))
 (declare-function passepartout-chat--tool-plan-resolved "passepartout-chat"
-                  (tool-call-id plan-id status))
+                  (tool-call-id plan-id status &optional edited))
+(declare-function passepartout-plans "passepartout")
+(declare-function passepartout-events "passepartout")
+(declare-function passepartout-restart "passepartout")
 (defvar passepartout-chat--sessions)
 
 (defvar passepartout-plan--plans (make-hash-table :test #'equal)
@@ -65,14 +68,32 @@ Each value is a plist: :plan (the daemon's plan object), :buffer,
   (let ((map (make-sparse-keymap)))
     (define-key map (kbd "C-c C-c") #'passepartout-plan-approve)
     (define-key map (kbd "C-c C-k") #'passepartout-plan-reject)
+    (define-key map (kbd "C-c C-p") #'passepartout-plans)
     map)
   "Keymap for `passepartout-plan-mode'.")
+
+(easy-menu-define passepartout-plan-menu passepartout-plan-mode-map
+  "Menu for passepartout flight plan buffers."
+  '("Flight-plan"
+    ["Approve (with my edits)" passepartout-plan-approve]
+    ["Reject..." passepartout-plan-reject]
+    "---"
+    ["All plans waiting" passepartout-plans]
+    ["Events (JSON-RPC log)" passepartout-events]
+    ["Restart the daemon" passepartout-restart]))
 
 (define-derived-mode passepartout-plan-mode org-mode "Flight-plan"
   "Major mode for a passepartout flight plan.
 Read why the agent wants the action, edit its src block if needed, then
 \\[passepartout-plan-approve] approves and \\[passepartout-plan-reject] rejects.
-Approving never evaluates the block in Emacs.
+Approving never evaluates the block in Emacs.  Undo only undoes your
+own edits: the plan's text is never in the undo list.
+
+Other commands (also in the Flight-plan menu):
+- \\[passepartout-plans] `passepartout-plans': every plan waiting for you.
+- `passepartout-events': the JSON-RPC messages (when turned on).
+- `passepartout-restart': stop the daemon and start it again; pending
+  plans are kept and offered again.
 
 \\{passepartout-plan-mode-map}"
   ;; The action is for the daemon's sandbox, not for Emacs: refuse Babel.
@@ -119,11 +140,15 @@ Approving never evaluates the block in Emacs.
   (format "*passepartout plan %s*" id))
 
 (defun passepartout-plan--show-org (org)
-  "Replace the current buffer's text with ORG, keeping point near."
+  "Replace the current buffer's text with ORG, keeping point near.
+The replacement is kept out of the undo list, which starts afresh: an
+undo must never take the plan away and leave an empty buffer to approve."
   (let ((inhibit-read-only t)
         (pos (point)))
-    (erase-buffer)
-    (insert org)
+    (let ((buffer-undo-list t))
+      (erase-buffer)
+      (insert org))
+    (setq buffer-undo-list nil)
     (goto-char (min pos (point-max)))
     (set-buffer-modified-p nil)))
 
@@ -154,9 +179,10 @@ Approving never evaluates the block in Emacs.
           (force-mode-line-update))))))
 
 (defun passepartout-plan--append (buffer heading body)
-  "Append an Org section HEADING with BODY to BUFFER."
+  "Append an Org section HEADING with BODY to BUFFER, outside the undo list."
   (with-current-buffer buffer
-    (let ((inhibit-read-only t))
+    (let ((inhibit-read-only t)
+          (buffer-undo-list t))
       (save-excursion
         (goto-char (point-max))
         (unless (bolp) (insert "\n"))
@@ -165,6 +191,17 @@ Approving never evaluates the block in Emacs.
 
 ;;;; Deciding
 
+(defun passepartout-plan--tell-chat (id status)
+  "Show STATUS of plan ID in its tool call's section of the chat, if open."
+  (when-let* ((entry (gethash id passepartout-plan--plans))
+              (chat (gethash (plist-get entry :session)
+                             (bound-and-true-p passepartout-chat--sessions))))
+    (when (buffer-live-p chat)
+      (with-current-buffer chat
+        (passepartout-chat--tool-plan-resolved
+         (plist-get (plist-get entry :plan) :toolCallId) id status
+         (plist-get entry :edited))))))
+
 (defun passepartout-plan--current-id ()
   "Return the plan id of the current buffer, or signal."
   (or passepartout-plan--id (user-error "Not a flight plan buffer")))
@@ -172,8 +209,8 @@ Approving never evaluates the block in Emacs.
 (defun passepartout-plan--decide (id decision org comment)
   "Send DECISION (\"approve\" or \"reject\") for plan ID.
 ORG is the buffer's text, COMMENT the person's reason, either may be nil."
-  (let ((entry (gethash id passepartout-plan--plans))
-        (buffer (current-buffer)))
+  (let* ((entry (gethash id passepartout-plan--plans))
+         (buffer (plist-get entry :buffer)))
     (unless (equal (plist-get entry :status) "pending")
       (user-error "Flight plan %s is already %s" id (plist-get entry :status)))
     (unless (passepartout--live-connection)
@@ -189,19 +226,27 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
      :timeout 30
      :success-fn
      (lambda (result)
-       (let ((status (or (plist-get result :status) decision)))
-         ;; plan/resolved may have arrived first: keep its final word.
+       (let ((status (or (plist-get result :status) decision))
+             (edited (eq (plist-get result :edited) t)))
+         (when edited
+           (puthash id (plist-put (gethash id passepartout-plan--plans) :edited t)
+                    passepartout-plan--plans))
+         ;; plan/resolved may have arrived first: then its text, which
+         ;; holds the decision, has replaced the buffer; keep its word.
          (when (member (plist-get (gethash id passepartout-plan--plans) :status)
                        '("approving" "rejecting"))
-           (passepartout-plan--set-status id status))
-         (when (buffer-live-p buffer)
-           (passepartout-plan--append
-            buffer "Decision"
-            (format "%s at %s%s%s\n" (capitalize status)
-                    (format-time-string "%F %T")
-                    (if (eq (plist-get result :edited) t) " (edited)" "")
-                    (if comment (format ": %s" comment) ""))))
-         (message "passepartout: flight plan %s %s" id status)))
+           (passepartout-plan--set-status id status)
+           (passepartout-plan--tell-chat id status)
+           (when (buffer-live-p buffer)
+             (passepartout-plan--append
+              buffer "Decision"
+              (format "%s at %s%s%s\n" (capitalize status)
+                      (format-time-string "%F %T")
+                      (if edited " (edited)" "")
+                      (if comment (format ": %s" comment) "")))))
+         (passepartout-plans--reprint)
+         (message "passepartout: flight plan %s %s%s" id status
+                  (if edited " (edited)" ""))))
      :error-fn
      (lambda (error)
        (let ((msg (passepartout--error-message error)))
@@ -241,6 +286,7 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
          (old (gethash id passepartout-plan--plans)))
     (puthash id (list :plan plan
                       :buffer (plist-get old :buffer)
+                      :edited (plist-get old :edited)
                       :session (plist-get plan :sessionId)
                       :status (or (plist-get plan :status) "pending"))
              passepartout-plan--plans)
@@ -255,7 +301,8 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
                                   (bound-and-true-p passepartout-chat--sessions))))
     (when (buffer-live-p session-buffer)
       (with-current-buffer session-buffer
-        (passepartout-chat--tool-waiting (plist-get plan :toolCallId) id)))
+        (passepartout-chat--tool-waiting (plist-get plan :toolCallId) id
+                                         (plist-get plan :org))))
     ;; A buffer already open (a re-offer after a restart) keeps any edits.
     (let ((buffer (passepartout-plan-buffer id)))
       (with-current-buffer buffer (setq buffer-read-only nil))
@@ -275,12 +322,6 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
          (org (plist-get params :org))
          (entry (gethash id passepartout-plan--plans)))
     (when entry
-      (let ((chat (gethash (plist-get entry :session)
-                           (bound-and-true-p passepartout-chat--sessions))))
-        (when (buffer-live-p chat)
-          (with-current-buffer chat
-            (passepartout-chat--tool-plan-resolved
-             (plist-get (plist-get entry :plan) :toolCallId) id status))))
       (let ((plan (plist-get entry :plan)))
         (when org (setq plan (plist-put plan :org org)))
         (puthash id (plist-put (plist-put entry :plan plan) :status status)
@@ -300,7 +341,9 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
                                    "\n#+end_example\n")
                          ""))))
             (setq buffer-read-only t)
-            (force-mode-line-update)))))
+            (force-mode-line-update))))
+      (passepartout-plan--tell-chat id status))
+    (passepartout-plans--reprint)
     (message "passepartout: flight plan %s %s" id status)
     (run-hook-with-args 'passepartout-plan-resolved-hook id)))
 
@@ -331,8 +374,12 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
                do (passepartout-plan--remember plan)))))
 
 (defun passepartout-plans--refresh ()
-  "Fill the table with the pending plans."
+  "Fill the table with the pending plans, as the daemon knows them."
   (passepartout-plans--sync)
+  (passepartout-plans--fill))
+
+(defun passepartout-plans--fill ()
+  "Fill the table with the plans Emacs knows to be pending."
   (setq tabulated-list-entries
         (let (rows)
           (maphash
@@ -346,6 +393,16 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
                        rows))))
            passepartout-plan--plans)
           rows)))
+
+(defun passepartout-plans--reprint ()
+  "Show the table of plans again from what Emacs knows, without asking.
+Called after each decision; it must not wait for the daemon, since it
+runs from the connection's process filter."
+  (when-let ((buffer (get-buffer "*passepartout plans*")))
+    (with-current-buffer buffer
+      (when (derived-mode-p 'passepartout-plans-mode)
+        (passepartout-plans--fill)
+        (tabulated-list-print t)))))
 
 (defun passepartout-plans-open ()
   "Open the flight plan on this line."

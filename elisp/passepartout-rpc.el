@@ -23,10 +23,13 @@
 ;; `jsonrpc-process-connection'.  There is a single daemon per Emacs:
 ;; sessions are per project, and one process serves them all.
 ;;
-;; Every JSON-RPC message is logged to the events buffer
+;; JSON-RPC messages can be logged to the events buffer
 ;; (`passepartout-events'); the daemon's standard error goes to the buffer
 ;; `*passepartout stderr*'.  API keys travel only in `initialize' and are
-;; scrubbed from the events buffer as soon as the message is logged.
+;; redacted before a message reaches the events buffer.  The events
+;; buffer is off by default (`passepartout-events-buffer-size' 0): it
+;; costs more than showing the answer.  When on, each message is one
+;; printed line, never pretty-printed.
 ;;
 ;; Notifications from the daemon are dispatched to the generic function
 ;; `passepartout--handle-notification', specialised on the method symbol
@@ -82,7 +85,11 @@ Functions take two arguments: the connection and a one-line reason.")
    (sandbox
     :initform nil
     :accessor passepartout--connection-sandbox
-    :documentation "The last `_passepartout/sandbox/status' params."))
+    :documentation "The last `_passepartout/sandbox/status' params.")
+   (announced
+    :initform nil
+    :accessor passepartout--connection-announced
+    :documentation "Non-nil once the plans waiting from before were announced."))
   :documentation "A connection to `passepartout serve'.")
 
 ;;;; Finding the daemon
@@ -119,32 +126,66 @@ Providers and hosts come from `passepartout-auth-hosts'."
           (setq keys (plist-put keys (intern (concat ":" provider)) key)))))
     keys))
 
-(defun passepartout--scrub-events (conn from)
-  "Replace CONN's secrets in its events buffer after position FROM."
-  (when-let ((secrets (passepartout--connection-secrets conn))
-             (buffer (jsonrpc-events-buffer conn)))
-    (when (buffer-live-p buffer)
-      (with-current-buffer buffer
-        (let ((inhibit-read-only t)
-              (case-fold-search nil))
-          (save-excursion
-            (dolist (secret secrets)
-              (goto-char (min from (point-max)))
-              (while (search-forward secret nil t)
-                (replace-match "<redacted>" t t)))))))))
+;;;; The events buffer
 
-(cl-defmethod jsonrpc-connection-send ((conn passepartout-connection)
-                                       &rest _args)
-  "Send a message on CONN and keep secrets out of the events buffer.
-jsonrpc logs every message it sends; a message carrying an API key is
-scrubbed right after, before Emacs can redisplay.  Only the part of the
-buffer this message added is searched."
-  (if (null (passepartout--connection-secrets conn))
-      (cl-call-next-method)
-    (let* ((buffer (jsonrpc-events-buffer conn))
-           (from (with-current-buffer buffer (point-max))))
-      (unwind-protect (cl-call-next-method)
-        (passepartout--scrub-events conn from)))))
+(defconst passepartout--events-trim-slack 4
+  "Trim the events buffer to 1 - 1/N of its limit when it overflows.
+Trimming in one go after many messages keeps its cost per message
+constant, where trimming one message at a time would walk the buffer
+on every message.")
+
+(defun passepartout--redact (conn text)
+  "Return TEXT with CONN's secrets replaced by <redacted>."
+  (let ((case-fold-search nil))
+    (dolist (secret (passepartout--connection-secrets conn) text)
+      (when (string-search secret text)
+        (setq text (string-replace secret "<redacted>" text))))))
+
+(defun passepartout--log-event (conn message type)
+  "Append MESSAGE (a plist), sent or received as TYPE, to CONN's events buffer.
+Each message is one `prin1'ed line, never `pp': on Emacs 28
+`pp-to-string' gets slower with every call (it leaks into
+`hook--depth-alist'), so a long session would slow down quadratically.
+Secrets are redacted before the text reaches the buffer."
+  (let ((max (jsonrpc--events-buffer-scrollback-size conn)))
+    (when (or (null max) (cl-plusp max))
+      (with-current-buffer (jsonrpc-events-buffer conn)
+        (let* ((inhibit-read-only t)
+               (method (plist-get message :method))
+               (id (plist-get message :id))
+               (error (plist-get message :error))
+               (kind (cond ((and method id) "request")
+                           (method "notification")
+                           (id "reply")
+                           (t "message")))
+               (line (passepartout--redact
+                      conn
+                      (format "[%s-%s]%s%s %s: %s\n"
+                              (or type 'internal) kind
+                              (if id (format " (id:%s)" id) "")
+                              (if error " ERROR" "")
+                              (format-time-string "%T.%3N")
+                              (let ((print-length nil) (print-level nil)
+                                    (print-escape-newlines t))
+                                (prin1-to-string message))))))
+          (save-excursion
+            (goto-char (point-max))
+            (insert (if error (propertize line 'face 'error) line)))
+          (when (and max (> (buffer-size) max))
+            (save-excursion
+              (goto-char (- (point-max)
+                            (- max (/ max passepartout--events-trim-slack))))
+              (forward-line 1)
+              (delete-region (point-min) (point)))))))))
+
+(defun passepartout--log-event-advice (log conn message &optional type)
+  "Log MESSAGE of TYPE on CONN our way if it is ours, else call LOG.
+Around advice on `jsonrpc--log-event', which pretty-prints."
+  (if (cl-typep conn 'passepartout-connection)
+      (passepartout--log-event conn message type)
+    (funcall log conn message type)))
+
+(advice-add 'jsonrpc--log-event :around #'passepartout--log-event-advice)
 
 ;;;; Starting and stopping
 
@@ -154,28 +195,62 @@ buffer this message added is searched."
        (jsonrpc-running-p passepartout--connection)
        passepartout--connection))
 
-(defun passepartout--stderr-tail (conn &optional lines)
-  "Return the last LINES (default 3) non-empty lines of CONN's stderr."
+(defconst passepartout--log-line-regexp
+  "^[0-9]\\{4\\}-[0-9][0-9]-[0-9][0-9]T[0-9:.]+Z +\\([A-Z]+\\) "
+  "A line of the daemon's log; group 1 is its level.")
+
+(defconst passepartout--stderr-error-lines 12
+  "At most this many lines of the daemon's last error are shown.")
+
+(defun passepartout--drain-stderr (conn)
+  "Read what is still in the pipe of CONN's standard error.
+A daemon's last words can arrive after the sentinel has seen it exit."
+  (when-let* ((buffer (ignore-errors (jsonrpc-stderr-buffer conn)))
+              (pipe (and (buffer-live-p buffer) (get-buffer-process buffer))))
+    (with-timeout (0.5 nil)
+      (while (process-live-p pipe)
+        (accept-process-output pipe 0.02)))))
+
+(defun passepartout--stderr-error (conn)
+  "Return the daemon's last error on CONN's stderr, or nil.
+That is its fatal message (from the last line starting with
+\"passepartout: \" to the end, so a multi-line message is whole) or,
+failing that, its last ERROR log line.  Ordinary log lines are never
+returned: they would explain nothing."
+  (passepartout--drain-stderr conn)
   (when-let ((buffer (ignore-errors (jsonrpc-stderr-buffer conn))))
     (when (buffer-live-p buffer)
       (with-current-buffer buffer
         (save-excursion
           (goto-char (point-max))
-          (skip-chars-backward " \t\n")
-          (let ((end (point)))
-            (forward-line (- 1 (or lines 3)))
-            (string-trim
-             (buffer-substring-no-properties (line-beginning-position) end))))))))
+          (cond
+           ((re-search-backward "^passepartout: " nil t)
+            (let ((start (point)) (lines 0))
+              ;; The message runs until the next log line.
+              (forward-line 1)
+              (while (and (not (eobp))
+                          (< (cl-incf lines) passepartout--stderr-error-lines)
+                          (not (looking-at-p passepartout--log-line-regexp)))
+                (forward-line 1))
+              (string-trim (buffer-substring-no-properties start (point)))))
+           ((re-search-backward
+             "^[0-9]\\{4\\}-[0-9][0-9]-[0-9][0-9]T[0-9:.]+Z +ERROR " nil t)
+            (string-trim (buffer-substring-no-properties
+                          (point) (line-end-position))))))))))
+
+(defun passepartout--exit-reason (conn)
+  "Return why the daemon behind CONN stopped, in a few words."
+  (let* ((proc (jsonrpc--process conn))
+         (code (process-exit-status proc))
+         (why (passepartout--stderr-error conn)))
+    (concat (if (eq (process-status proc) 'signal)
+                (format "was killed by signal %s" code)
+              (format "exited with status %s" code))
+            (if why (format " (%s)" why) ""))))
 
 (defun passepartout--on-shutdown (conn)
   "Tell the person that the daemon behind CONN stopped."
-  (let* ((proc (jsonrpc--process conn))
-         (status (process-exit-status proc))
-         (tail (passepartout--stderr-tail conn 1))
-         (reason (format "exited with status %s%s" status
-                         (if (and tail (not (string-empty-p tail)))
-                             (format " (%s)" tail)
-                           ""))))
+  (let ((reason (passepartout--exit-reason conn)))
     (unless passepartout--shutting-down
       (message "passepartout: the daemon %s; M-x passepartout restarts it"
                reason))
@@ -288,7 +363,10 @@ into the code.  A string value is returned as is."
               :stderr (get-buffer-create passepartout--stderr-buffer-name))))))
          (keys (passepartout--api-keys)))
     (with-current-buffer (jsonrpc-stderr-buffer conn)
-      (rename-buffer passepartout--stderr-buffer-name t))
+      (rename-buffer passepartout--stderr-buffer-name t)
+      ;; jsonrpc copies each stderr line into the events buffer, even
+      ;; when logging is off; the log has its own buffer already.
+      (kill-local-variable 'after-change-functions))
     (setq passepartout--connection conn
           passepartout--shutting-down nil)
     (cl-loop for (_provider key) on keys by #'cddr
@@ -300,12 +378,12 @@ into the code.  A string value is returned as is."
                                :timeout 30))
       (jsonrpc-error
        (let ((msg (or (alist-get 'jsonrpc-error-message (cdr err))
-                      (error-message-string err))))
-         (user-error "The passepartout daemon did not start: %s%s" msg
-                     (let ((tail (passepartout--stderr-tail conn 2)))
-                       (if (and tail (not (string-empty-p tail)))
-                           (format " (%s)" tail)
-                         ""))))))
+                      (error-message-string err)))
+             (why (passepartout--stderr-error conn)))
+         ;; The daemon's own words first: jsonrpc only knows it died.
+         (user-error "The passepartout daemon did not start: %s%s"
+                     (or why msg)
+                     (if why "" " (M-x passepartout-stderr shows its log)")))))
     (run-hook-with-args 'passepartout-connection-started-hook conn)
     conn))
 

@@ -35,10 +35,15 @@
 ;;   buffer of the current project.  Write under "* You", send with
 ;;   C-c C-c, cancel with C-c C-k.
 ;; - `passepartout-plans': list the flight plans waiting for you.  In a
-;;   plan buffer C-c C-c approves (edits included) and C-c C-k rejects.
+;;   plan buffer C-c C-c approves (edits included) and C-c C-k rejects;
+;;   in the chat, a waiting plan has the same keys on its lines.
+;; - `passepartout-chats': the saved chats (Org files); opening one
+;;   resumes its session.
+;; - `passepartout-menu': provider, model and settings for a session.
 ;; - `passepartout-new-skill': write a skill as a literate Org file,
 ;;   checked by the daemon as you type (`passepartout-skill-mode').
-;; - `passepartout-events': every JSON-RPC message exchanged.
+;; - `passepartout-events': the JSON-RPC messages exchanged (turns the
+;;   log on when it is off, its default).
 ;;
 ;; One daemon serves the whole Emacs; each project gets its own session.
 ;; API keys come from auth-source (see `passepartout-auth-hosts'), reach
@@ -52,6 +57,8 @@
 (require 'passepartout-chat)
 (require 'passepartout-plan)
 (require 'passepartout-skill)
+(require 'passepartout-chats)
+(require 'passepartout-menu)
 
 (defgroup passepartout nil
   "A local-first, safety-first LLM agent beside Emacs."
@@ -90,11 +97,31 @@ the line \"machine api.anthropic.com password sk-...\" in ~/.authinfo.gpg."
   :type '(alist :key-type (string :tag "Provider")
                 :value-type (string :tag "Host")))
 
-(defcustom passepartout-events-buffer-size (* 2 1024 1024)
-  "Characters kept in the events buffer (\[passepartout-events]).
-0 disables it, nil keeps everything.  Logging pretty-prints every
-message, which costs more than showing it: 0 makes streaming cheaper."
+(defcustom passepartout-events-buffer-size 0
+  "Characters kept in the events buffer (\\[passepartout-events]).
+0, the default, logs nothing: logging costs more than showing the
+answer.  nil keeps everything.  \\[passepartout-events] turns logging
+on for the running daemon when it is off."
   :type '(choice (const :tag "No limit" nil) integer))
+
+(defcustom passepartout-events-on-demand-size (* 2 1024 1024)
+  "Characters kept when \\[passepartout-events] turns the log on."
+  :type 'integer)
+
+(defcustom passepartout-chat-directory
+  (let ((xdg (getenv "XDG_DATA_HOME")))
+    (if (and xdg (file-name-absolute-p xdg))
+        (expand-file-name "passepartout/chats/" xdg)
+      (locate-user-emacs-file "passepartout/chats/")))
+  "Directory where each chat is saved as an Org file, or nil not to save.
+The default is $XDG_DATA_HOME/passepartout/chats/ when XDG_DATA_HOME is
+set, else passepartout/chats/ in `user-emacs-directory'."
+  :type '(choice (const :tag "Do not save chats" nil) directory))
+
+(defcustom passepartout-chat-save-interval 2
+  "Seconds between saves of a chat file while an answer streams.
+The file is also written when each turn ends."
+  :type 'number)
 
 (defun passepartout--project-root ()
   "Return the directory a session here is rooted at."
@@ -125,8 +152,11 @@ for DIRECTORY)."
 
 ;;;###autoload
 (defun passepartout-plans ()
-  "List the flight plans waiting for a decision."
+  "List the flight plans waiting for a decision.
+Start the daemon if it is not running: it knows the plans waiting from
+before."
   (interactive)
+  (passepartout--ensure-connection)
   (pop-to-buffer (passepartout-plans-list)))
 
 ;;;###autoload
@@ -149,10 +179,18 @@ Add it to `org-mode-hook' to check skills as you edit them."
 
 ;;;###autoload
 (defun passepartout-events ()
-  "Show every JSON-RPC message exchanged with the daemon; return the buffer."
+  "Show the JSON-RPC messages exchanged with the daemon; return the buffer.
+When the log is off (`passepartout-events-buffer-size' 0, the default),
+turn it on for the running daemon, keeping
+`passepartout-events-on-demand-size' characters."
   (interactive)
   (unless passepartout--connection
     (user-error "The passepartout daemon has not been started"))
+  (let ((size (jsonrpc--events-buffer-scrollback-size passepartout--connection)))
+    (when (and size (<= size 0))
+      (setf (jsonrpc--events-buffer-scrollback-size passepartout--connection)
+            passepartout-events-on-demand-size)
+      (message "passepartout: logging JSON-RPC messages from now on")))
   (pop-to-buffer (jsonrpc-events-buffer passepartout--connection))
   (current-buffer))
 

@@ -17,6 +17,7 @@ pub mod protocol;
 pub mod rpc;
 pub mod sandbox;
 pub mod server;
+pub mod session_config;
 pub mod setup;
 pub mod skills;
 pub mod tools;

@@ -29,6 +29,10 @@ pub const EXT_SKILLS_LIST: &str = "_passepartout/skills/list";
 pub const EXT_SKILLS_TRUST: &str = "_passepartout/skills/trust";
 pub const EXT_SESSION_STATUS: &str = "_passepartout/session/status";
 pub const EXT_SANDBOX_STATUS: &str = "_passepartout/sandbox/status";
+/// Request: the configured providers and the models each offers.
+pub const EXT_PROVIDERS: &str = "_passepartout/providers";
+/// Request: provider, model and output limit for one session's next turns.
+pub const EXT_SESSION_CONFIGURE: &str = "_passepartout/session/configure";
 /// Daemon → Emacs: evaluate a form (the emacs actuator).
 pub const EXT_EMACS_EVAL: &str = "_passepartout/emacs/eval";
 

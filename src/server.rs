@@ -618,6 +618,35 @@ pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
                 d.skills_trust(parse(&p)?)
             })
             .map(|_| ()),
+        module
+            .register_async_method(proto::EXT_PROVIDERS, |_, d, _| async move {
+                let providers = crate::session_config::effective_providers(
+                    &d.env.config.providers,
+                    &lock(&d.settings),
+                );
+                Ok::<_, ErrorObjectOwned>(crate::session_config::list(&providers).await)
+            })
+            .map(|_| ()),
+        module
+            .register_method(proto::EXT_SESSION_CONFIGURE, |p, d, _| {
+                let params: crate::session_config::ConfigureParams = parse(&p)?;
+                let session = d.session(&params.session_id)?;
+                let providers = crate::session_config::effective_providers(
+                    &d.env.config.providers,
+                    &lock(&d.settings),
+                );
+                let (cascade, chosen) = crate::session_config::configure(&providers, &params)
+                    .map_err(|e| invalid_params(e.to_string()))?;
+                session.set_models(cascade);
+                tracing::info!(session = %session.id, provider = %chosen.name, model = %chosen.model, "session configured");
+                Ok::<_, ErrorObjectOwned>(serde_json::json!({
+                    "sessionId": session.id,
+                    "provider": chosen.name,
+                    "model": chosen.model,
+                    "maxTokens": chosen.max_tokens,
+                }))
+            })
+            .map(|_| ()),
     ];
     for r in registered {
         // Names are static and distinct; a clash is a programming error.

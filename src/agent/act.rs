@@ -87,6 +87,7 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
         .record(AuditRecord::verdict(&a.session.id, &id, &judgement));
     tracing::info!(session = %a.session.id, tool = %call.name, decision = %judgement.decision, "gated");
     let mut asked = false;
+    let mut edited = false;
     let (approved, approved_hash) = match judgement.decision {
         Decision::Deny => return refuse(a, &id, denial(&judgement), ActStatus::Denied),
         Decision::Allow => {
@@ -122,7 +123,8 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
                     ..
                 } => {
                     let approved = *approved;
-                    if approved != action {
+                    edited = approved != action;
+                    if edited {
                         // An edited action is judged again; the person's
                         // approval covers "ask" but never overrides "deny".
                         let again = a.toolset.gates.evaluate(&approved, &gate_ctx);
@@ -163,11 +165,35 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
             execute(&id, &approved, a).await
         }
     };
+    // Only an action that ran: a refusal already says why nothing did.
+    let outcome = if edited && matches!(outcome.status, ActStatus::Executed | ActStatus::Failed) {
+        told_edited(outcome, &approved)
+    } else {
+        outcome
+    };
     if asked {
         settled(a, &id, outcome)
     } else {
         outcome
     }
+}
+
+/// The model must know when what ran is not what it proposed: a person
+/// edited the action in the flight plan. Its observation says so first,
+/// with the effect that ran (the chat already shows the edit).
+fn told_edited(mut acted: Acted, ran: &Action) -> Acted {
+    const SHOWN: usize = 2000;
+    let effect = serde_json::to_string(&ran.effect).unwrap_or_default();
+    let mut shown: String = effect.chars().take(SHOWN).collect();
+    if shown.len() < effect.len() {
+        shown.push('…');
+    }
+    acted.observation.text = format!(
+        "The person edited this action before approving it; what ran is their version, \
+         not your proposal: {shown}\nResult:\n{}",
+        acted.observation.text
+    );
+    acted
 }
 
 /// A refusal (gates, last mile, a person): recorded, then reported.

@@ -8,7 +8,9 @@ use std::sync::Mutex;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::llm::cascade::Cascade;
 use crate::llm::{ChatMessage, Usage};
+use std::sync::Arc;
 
 pub struct Session {
     pub id: String,
@@ -20,6 +22,9 @@ pub struct Session {
     next_turn: AtomicU64,
     usage: Mutex<Usage>,
     provider: Mutex<Option<String>>,
+    /// The session's own providers (`_passepartout/session/configure`),
+    /// used instead of the daemon's from the next turn on.
+    models: Mutex<Option<Arc<Cascade>>>,
 }
 
 impl Session {
@@ -32,6 +37,7 @@ impl Session {
             next_turn: AtomicU64::new(1),
             usage: Mutex::new(Usage::default()),
             provider: Mutex::new(None),
+            models: Mutex::new(None),
         }
     }
 
@@ -72,6 +78,16 @@ impl Session {
 
     pub fn provider(&self) -> Option<String> {
         lock(&self.provider).clone()
+    }
+
+    /// Give this session its own providers for its next turns.
+    pub fn set_models(&self, cascade: Cascade) {
+        *lock(&self.models) = Some(Arc::new(cascade));
+    }
+
+    /// The session's own providers, if it was given some.
+    pub fn models(&self) -> Option<Arc<Cascade>> {
+        lock(&self.models).clone()
     }
 }
 

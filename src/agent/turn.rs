@@ -49,7 +49,7 @@ pub async fn run_turn(
             let request = perceive::request(&history, &toolset, &session.cwd);
             report_status(sink, session, "thinking");
             tracing::debug!(session = %session.id, round, "reason");
-            let models = env.models();
+            let models = session.models().unwrap_or_else(|| env.models());
             let reasoned = match reason(&models, &request, sink, cancel.clone()).await {
                 Ok(r) => r,
                 Err(ReasonError::Cancelled) => return Ok(acp::StopReason::Cancelled),

@@ -14,12 +14,13 @@
 ;; - "insert+fontify": also fontifies the last screenful after each chunk,
 ;;   as redisplay would when the buffer is visible;
 ;; - "big history": the same after 2 MB of earlier conversation;
-;; - "daemon": optionally, when PASSEPARTOUT_BIN and
-;;   PASSEPARTOUT_FAKE_PROVIDER are executable, the same 2000 chunks
-;;   through the real daemon and the fake provider (wall and CPU time of
-;;   the whole turn), with the events buffer on (the default) and off
-;;   (`passepartout-events-buffer-size' 0): jsonrpc pretty-prints every
-;;   message it logs, which is most of the cost.
+;; - "daemon": when PASSEPARTOUT_BIN and PASSEPARTOUT_FAKE_PROVIDER are
+;;   executable, answers of 100 KB, 1 MB and 5 MB (BENCH_STREAM_KB="100
+;;   1000 5000") in 20-byte chunks through the real daemon and the fake
+;;   provider: Emacs CPU for the whole turn and per KB, which must stay
+;;   flat as the answer grows; then the first size again with the events
+;;   buffer on (one printed line per message, no `pp').  BENCH_STREAM_CHUNK
+;;   sets the bytes per notification (default 20).
 ;;
 ;; It prints figures and asserts nothing.
 
@@ -79,43 +80,78 @@ Print a line of figures under LABEL."
                        (if (> early 0) (/ late early) 0.0)
                        (- gcs-done gc)))))))
 
-(defun bench-stream--daemon (label events-size)
-  "Stream the same answer through the real daemon, if it is built.
-Print a line under LABEL; EVENTS-SIZE is `passepartout-events-buffer-size'."
+(defconst bench-stream--daemon-chunk-size
+  (max 20 (string-to-number (or (getenv "BENCH_STREAM_CHUNK") "20")))
+  "Bytes per chunk through the daemon (BENCH_STREAM_CHUNK, at least 20).
+At 20, 100 KB is 5,000 stream events, the stream gptel was measured on
+\(0.17-0.35 s of Emacs CPU); larger chunks show what fewer, coalesced
+notifications cost.")
+
+(defun bench-stream--daemon-chunk (i)
+  "The I-th chunk: words, with a line break now and then."
+  (let ((s (format "word %07d here. " i)))
+    (concat (substring s 0 19)
+            (make-string (- bench-stream--daemon-chunk-size 20) ?x)
+            (if (zerop (% i 20)) "\n" " "))))
+
+(defun bench-stream--daemon (label kilobytes events-size)
+  "Stream KILOBYTES of answer through the real daemon, if it is built.
+Print a line under LABEL with the Emacs CPU per KB; EVENTS-SIZE is
+`passepartout-events-buffer-size'.  Return the CPU seconds per KB."
   (let ((bin (expand-file-name (or (getenv "PASSEPARTOUT_BIN") "target/debug/passepartout")))
         (fake (expand-file-name (or (getenv "PASSEPARTOUT_FAKE_PROVIDER")
-                                    "target/debug/examples/fake_provider"))))
+                                    "target/debug/examples/fake_provider")))
+        (chunks (/ (* kilobytes 1000) bench-stream--daemon-chunk-size)))
     (if (not (and (file-executable-p bin) (file-executable-p fake)))
         (princ (format "daemon: skipped (%s or %s missing; cargo build --bins --examples)\n"
                        bin fake))
       (require 'passepartout-test-support
                (expand-file-name "passepartout-test-support.el"
                                  (file-name-directory (or load-file-name buffer-file-name))))
-      (let ((script
-             (list `(:type "open_ai" :delay_ms 0 :done t
-                           :chunks ,(vconcat
-                                     (cl-loop for i below bench-stream--chunks
-                                              collect `(:choices [(:index 0 :delta (:content ,(bench-stream--chunk i)))]))
-                                     (list `(:choices [(:index 0 :delta ,(make-hash-table) :finish_reason "stop")])))))))
+      ;; The script is written chunk by chunk to a file, never held as one
+      ;; Lisp structure: 250,000 live plists would make every garbage
+      ;; collection during the turn slower, and the figures with it.
+      (let ((script (make-temp-file "bench-script" nil ".json")))
+        (with-temp-file script
+          (insert "[{\"type\":\"open_ai\",\"delay_ms\":0,\"done\":true,\"chunks\":[")
+          (dotimes (i chunks)
+            (insert (json-serialize
+                     `(:choices [(:index 0 :delta (:content ,(bench-stream--daemon-chunk i)))]))
+                    ","))
+          (insert "{\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}]}]"))
+        (garbage-collect)
         (with-no-warnings
           (passepartout-test-with-daemon script
             (let* ((passepartout-events-buffer-size events-size)
                    (chat (passepartout project))
+                   (gc0 gc-elapsed)
                    (cpu0 (bench-stream--cpu))
-                   (wall0 (float-time)))
-              (with-current-buffer chat
-                (goto-char (point-max))
-                (insert "Write a long answer.")
-                (passepartout-chat-send))
-              (passepartout-test--wait-for
-                  (null (buffer-local-value 'passepartout-chat--stream chat))
-                120 "the end of the turn")
-              (princ (format "%-22s buffer %8d chars  cpu %7.1f ms  wall %7.1f ms for %d chunks\n"
-                             label
-                             (buffer-size chat)
-                             (* 1000 (- (bench-stream--cpu) cpu0))
-                             (* 1000 (- (float-time) wall0))
-                             bench-stream--chunks)))))))))
+                   (wall0 (float-time))
+                   (events 0))
+              (cl-letf* ((handler (symbol-function 'passepartout--dispatch-notification))
+                         ((symbol-function 'passepartout--dispatch-notification)
+                          (lambda (conn method params)
+                            (cl-incf events)
+                            (funcall handler conn method params))))
+                (with-current-buffer chat
+                  (goto-char (point-max))
+                  (insert "Write a long answer.")
+                  (passepartout-chat-send))
+                (passepartout-test--wait-for
+                    (null (buffer-local-value 'passepartout-chat--stream chat))
+                  1800 "the end of the turn"))
+              (let* ((cpu (- (bench-stream--cpu) cpu0))
+                     (size (with-current-buffer chat
+                             (- (point-max) (save-excursion
+                                              (goto-char (point-min))
+                                              (re-search-forward "^\\* passepartout\n")
+                                              (point)))))
+                     (per-kb (/ cpu (/ size 1000.0))))
+                (princ (format "%-26s %6d KB answer  %7d notifications  cpu %8.2f s (gc %5.2f s)  wall %7.2f s  cpu/KB %6.2f ms\n"
+                               label (/ size 1000) events cpu (- gc-elapsed gc0)
+                               (- (float-time) wall0) (* 1000 per-kb)))
+                (delete-file script)
+                per-kb))))))))
 
 (princ (format "Streaming %d chunks of %d bytes (%d KB) into a chat buffer, Emacs %s, Org %s\n"
                bench-stream--chunks bench-stream--chunk-size
@@ -125,7 +161,16 @@ Print a line under LABEL; EVENTS-SIZE is `passepartout-events-buffer-size'."
 (bench-stream--run "insert+fontify" 0 t)
 (bench-stream--run "insert, big history" (* 2 1024 1024) nil)
 (bench-stream--run "insert+fontify, big" (* 2 1024 1024) t)
-(bench-stream--daemon "daemon, events logged" (* 2 1024 1024))
-(bench-stream--daemon "daemon, no events" 0)
+
+(princ (format "\nThrough the real daemon and fake provider (%d-byte chunks; gptel: %s):\n"
+               bench-stream--daemon-chunk-size
+               (if (locate-library "gptel")
+                   "installed, but not driven by this benchmark"
+                 "not installed here; its anchor is 0.17-0.35 s for 100 KB / 5,000 events = 1.7-3.5 ms/KB")))
+(let ((sizes (mapcar #'string-to-number
+                     (split-string (or (getenv "BENCH_STREAM_KB") "100 1000 5000")))))
+  (dolist (kb sizes)
+    (bench-stream--daemon (format "daemon, events off") kb 0))
+  (bench-stream--daemon "daemon, events on (2 MB)" (car sizes) (* 2 1024 1024)))
 
 ;;; bench-stream.el ends here

@@ -89,10 +89,14 @@ Fail the test after TIMEOUT seconds (default 20), naming WHAT."
       (ert-fail (format "missing %s: run `cargo build --bins --examples' first" p)))))
 
 (defun passepartout-test--start-fake (script dir)
-  "Start the fake provider on SCRIPT (a list of replies) in DIR; return its URL."
+  "Start the fake provider on SCRIPT in DIR; return its URL.
+SCRIPT is a list of replies, or the name of a file holding their JSON
+array (the benchmark writes a big one without keeping it in memory)."
   (let ((file (expand-file-name "script.json" dir))
         (output (generate-new-buffer " *fake provider*")))
-    (with-temp-file file (insert (json-serialize (vconcat script))))
+    (if (stringp script)
+        (copy-file script file t)
+      (with-temp-file file (insert (json-serialize (vconcat script)))))
     (setq passepartout-test--fake-process
           (make-process :name "fake-provider"
                         :command (list passepartout-test--fake file
@@ -114,12 +118,10 @@ Fail the test after TIMEOUT seconds (default 20), naming WHAT."
     (when (file-exists-p file)
       (with-temp-buffer
         (insert-file-contents file)
-        (cl-loop while (not (eobp))
-                 for line = (buffer-substring (point) (line-end-position))
-                 unless (string-empty-p line)
-                 collect (json-parse-string line :object-type 'plist
-                                            :null-object nil :false-object :json-false)
-                 do (forward-line 1))))))
+        ;; Only whole lines: the fake provider may be writing the last one.
+        (cl-loop while (re-search-forward "^\\(.+\\)\n" nil t)
+                 collect (json-parse-string (match-string 1) :object-type 'plist
+                                            :null-object nil :false-object :json-false))))))
 
 (defun passepartout-test--cleanup ()
   "Stop everything a fixture started and forget its state."
@@ -137,7 +139,8 @@ Fail the test after TIMEOUT seconds (default 20), naming WHAT."
                             (when (buffer-live-p b) (kill-buffer b))))
            passepartout-plan--plans)
   (clrhash passepartout-plan--plans)
-  (dolist (name '(" *fake provider*" " *fake provider stderr*"))
+  (dolist (name '(" *fake provider*" " *fake provider stderr*"
+                  "*passepartout events*" "*passepartout plans*" "*passepartout chats*"))
     (when (get-buffer name) (kill-buffer name)))
   (when passepartout-test--dir
     (delete-directory passepartout-test--dir t)
@@ -165,6 +168,8 @@ In BODY, `project' is a fresh project directory (a git repository)."
              (list "serve" "--provider-url" (concat url "/v1") "--model" "fake"
                    "--state-dir" state))
             (passepartout-auth-hosts nil)
+            (passepartout-chat-directory (expand-file-name "chats/" passepartout-test--dir))
+            (passepartout-events-buffer-size 0)
             (passepartout-plan-display 'pop)
             (auth-sources nil))
        (ignore project)
@@ -173,6 +178,14 @@ In BODY, `project' is a fresh project directory (a git repository)."
        (make-directory state t)
        (unwind-protect (progn ,@body)
          (passepartout-test--cleanup)))))
+
+(defun passepartout-test--daemon-supports-load ()
+  "Non-nil when the running daemon says it can resume sessions.
+That is `agentCapabilities.loadSession' in its `initialize' answer."
+  (let ((conn (passepartout--ensure-connection)))
+    (eq t (plist-get (plist-get (passepartout--connection-server-info conn)
+                                :agentCapabilities)
+                     :loadSession))))
 
 (defun passepartout-test--chat (project)
   "Open the chat buffer of PROJECT and return it."

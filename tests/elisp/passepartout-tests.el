@@ -133,18 +133,27 @@
         (signal-process (process-id (jsonrpc--process passepartout--connection)) 'kill)
         (passepartout-test--wait-for (not (passepartout--live-connection)) 10 "death")
         (passepartout-test--wait-for
-            (string-match-p "^: The daemon exited with status 9"
+            (string-match-p "^: The daemon was killed by signal 9"
                             (passepartout-test--text chat))
           10 "the death note"))
-      (should (cl-some (lambda (m) (string-match-p "daemon exited.*M-x passepartout" m))
+      (should (cl-some (lambda (m) (string-match-p "daemon was killed by signal 9.*M-x passepartout" m))
                        messages))
+      ;; Fix (8): an ordinary log line is no explanation of a death.
+      (should-not (string-match-p "INFO\\|serving on stdio" (passepartout-test--text chat)))
+      (should-not (cl-some (lambda (m) (string-match-p "INFO" m)) messages))
       (with-current-buffer chat
         (should (string-match-p "\\[stopped" (passepartout-chat--mode-line))))
-      ;; Starting again gives the buffer a new session that works.
+      ;; Starting again resumes the session if the daemon can, else
+      ;; gives the buffer a new one and says so; either way it works.
       (passepartout-test--chat project)
       (should (passepartout--live-connection))
-      (should-not (equal old-session
+      (if (passepartout-test--daemon-supports-load)
+          (should (equal old-session
                          (buffer-local-value 'passepartout-chat--session-id chat)))
+        (should-not (equal old-session
+                           (buffer-local-value 'passepartout-chat--session-id chat)))
+        (should (string-match-p (format "^: Could not resume session %s" old-session)
+                                (passepartout-test--text chat))))
       (passepartout-test--send chat "Still there?")
       (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
       (should (string-match-p "^Back\\.$" (passepartout-test--text chat))))))
@@ -157,6 +166,7 @@
       (with-temp-file authinfo
         (insert "machine api.example.test login apikey password " secret "\n"))
       (let ((auth-sources (list authinfo))
+            (passepartout-events-buffer-size (* 1024 1024))
             (passepartout-auth-hosts '(("fake" . "api.example.test"))))
         (auth-source-forget-all-cached)
         (should (equal (passepartout--api-keys) (list :fake secret)))
@@ -174,14 +184,42 @@
 (ert-deftest passepartout-test-stderr-buffer ()
   "The daemon's standard error has its own visible buffer."
   (passepartout-test-with-daemon nil
-    (passepartout-test--chat project)
+    (let ((passepartout-events-buffer-size (* 1024 1024)))
+      (passepartout-test--chat project))
     (should (get-buffer passepartout--stderr-buffer-name))
     (should (eq (get-buffer passepartout--stderr-buffer-name)
                 (jsonrpc-stderr-buffer passepartout--connection)))
     (with-current-buffer (passepartout-events)
       (should (equal (buffer-name) "*passepartout events*"))
       (should (string-match-p "\\[client-request\\] (id:1)" (buffer-string)))
-      (should (string-match-p ":method \"initialize\"" (buffer-string))))))
+      (should (string-match-p ":method \"initialize\"" (buffer-string)))
+      ;; One line per message, never pretty-printed.
+      (goto-char (point-min))
+      (re-search-forward "^\\[client-request\\] (id:1) .*:method \"initialize\".*:protocolVersion 1.*$"))))
+
+(ert-deftest passepartout-test-events-off-by-default ()
+  "The events buffer logs nothing until `passepartout-events' turns it on."
+  (passepartout-test-with-daemon nil
+    (passepartout-test--chat project)
+    (should (equal passepartout-events-buffer-size 0))
+    (let ((events (jsonrpc-events-buffer passepartout--connection)))
+      (should-not (string-match-p "client-request" (with-current-buffer events (buffer-string))))
+      (let ((inhibit-message t)) (passepartout-events))
+      (jsonrpc-request passepartout--connection :_passepartout/plans/list nil)
+      (should (string-match-p "_passepartout/plans/list"
+                              (with-current-buffer events (buffer-string)))))))
+
+(ert-deftest passepartout-test-events-trimmed-in-bulk ()
+  "A full events buffer is trimmed at message boundaries, below its limit."
+  (passepartout-test-with-daemon nil
+    (let ((passepartout-events-buffer-size 4000))
+      (passepartout-test--chat project))
+    (dotimes (_ 40)
+      (jsonrpc-request passepartout--connection :_passepartout/plans/list nil))
+    (with-current-buffer (jsonrpc-events-buffer passepartout--connection)
+      (should (<= (buffer-size) 4000))
+      (goto-char (point-min))
+      (should (looking-at-p "\\[")))))
 
 (ert-deftest passepartout-test-start-failure-explained ()
   "A daemon that cannot start is reported with its own explanation."

@@ -33,8 +33,14 @@ PASSEPARTOUT_ELC_DIR=$elc_dir "$EMACS" -batch -Q -L elisp \
     --eval '(setq byte-compile-dest-file-function (lambda (f) (expand-file-name (concat (file-name-nondirectory f) "c") (getenv "PASSEPARTOUT_ELC_DIR"))))' \
     -f batch-byte-compile elisp/*.el
 
+# Every tests/elisp/*-tests.el file is part of the suite.
+load_tests=""
+for f in tests/elisp/*-tests.el; do
+    load_tests="$load_tests -l $f"
+done
+
+# shellcheck disable=SC2086
 "$EMACS" -batch -Q -L elisp -L tests/elisp \
-    -l ert -l tests/elisp/passepartout-tests.el \
-    -l tests/elisp/passepartout-trust-tests.el \
+    -l ert $load_tests \
     --eval '(defvar ert-selector t)' "$@" \
     --eval '(ert-run-tests-batch-and-exit ert-selector)'

@@ -56,7 +56,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::Response;
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::Router;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -68,6 +68,17 @@ pub const FAKE_INPUT_TOKENS: u64 = 11;
 pub const FAKE_OUTPUT_TOKENS: u64 = 7;
 /// Pause between chunks in the builders' replies.
 pub const BUILDER_DELAY_MS: u64 = 2;
+
+/// The models the fake server lists at `GET /v1/models` (OpenAI's shape).
+pub const FAKE_MODELS: [&str; 2] = ["fake-model", "fake-large"];
+
+async fn models() -> axum::Json<Value> {
+    let data: Vec<Value> = FAKE_MODELS
+        .iter()
+        .map(|id| json!({ "id": id, "object": "model" }))
+        .collect();
+    axum::Json(json!({ "object": "list", "data": data }))
+}
 
 /// One scripted answer to one request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -164,6 +175,7 @@ impl FakeProvider {
             .route("/v1/chat/completions", post(answer))
             .route("/chat/completions", post(answer))
             .route("/v1/messages", post(answer))
+            .route("/v1/models", get(models))
             .with_state(shared.clone());
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
