@@ -355,6 +355,8 @@ pub struct McpManager {
     limits: Limits,
     /// Global config.toml servers, started for every session.
     configured: Vec<ServerSpec>,
+    /// Configured entries that were refused, with why.
+    invalid: Vec<String>,
     sessions: Mutex<HashMap<String, Vec<Arc<Server>>>>,
 }
 
@@ -362,16 +364,21 @@ impl McpManager {
     /// Check the configured servers; a bad entry is logged and left out.
     pub fn new(config: &McpConfig) -> McpManager {
         let mut configured = Vec::new();
+        let mut invalid = Vec::new();
         for entry in &config.servers {
             match entry.to_spec() {
                 Ok(Some(spec)) => configured.push(spec),
                 Ok(None) => {}
-                Err(e) => tracing::error!("config.toml: {e}; the server is left out"),
+                Err(e) => {
+                    tracing::error!("config.toml: {e}; the server is left out");
+                    invalid.push(e.to_string());
+                }
             }
         }
         McpManager {
             limits: Limits::from(config),
             configured,
+            invalid,
             sessions: Mutex::default(),
         }
     }
@@ -489,4 +496,43 @@ impl McpManager {
             .collect();
         futures::future::join_all(all.iter().map(|s| s.stop())).await;
     }
+}
+
+/// `passepartout mcp list`: start the configured servers in `cwd`, print
+/// each one's state and tools, stop them. Exit status 1 when any entry is
+/// invalid or failed to start.
+pub async fn list_command(config: &McpConfig, cwd: &Path, out: &mut dyn std::io::Write) -> i32 {
+    let manager = McpManager::new(config);
+    let mut code = 0;
+    for problem in &manager.invalid {
+        let _ = writeln!(out, "invalid  {problem}");
+        code = 1;
+    }
+    if manager.configured.is_empty() {
+        if manager.invalid.is_empty() {
+            let _ = writeln!(
+                out,
+                "no MCP servers configured (add [[mcp.servers]] to config.toml)"
+            );
+        }
+        return code;
+    }
+    let statuses = match manager.start_session("mcp-list", cwd, &[]).await {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = writeln!(out, "{e}");
+            return 1;
+        }
+    };
+    for s in &statuses {
+        let _ = writeln!(out, "{}  {}  ({}, from {})", s.name, s.state, s.transport, s.origin);
+        for t in &s.tools {
+            let _ = writeln!(out, "  {t}");
+        }
+        if s.state != "running" {
+            code = 1;
+        }
+    }
+    manager.shutdown().await;
+    code
 }
