@@ -6,8 +6,9 @@
 //! timeout), `shout` (returns `n` bytes, to hit an output cap) and `crash`
 //! (the process exits mid-call).
 //!
-//! Flags: `--record FILE` appends one line per tool call to FILE, so a test
-//! can prove a call never reached the server; `--fail-start` writes a
+//! Flags: `--record FILE` appends `start PID` and then one line per tool
+//! call to FILE, so a test can prove a call never reached the server (and
+//! find the process); `--fail-start` writes a
 //! message to stderr and exits before speaking MCP; `--hang-start` never
 //! answers `initialize`.
 
@@ -101,9 +102,9 @@ async fn main() -> anyhow::Result<()> {
             other => anyhow::bail!("unknown argument {other}"),
         }
     }
-    let service = Echo { record }
-        .serve(rmcp::transport::stdio())
-        .await?;
+    let echo = Echo { record };
+    echo.note(&format!("start {}", std::process::id()));
+    let service = echo.serve(rmcp::transport::stdio()).await?;
     service.waiting().await?;
     Ok(())
 }

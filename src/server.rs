@@ -172,7 +172,10 @@ impl Daemon {
         let mut response = acp::NewSessionResponse::new(acp::SessionId::new(id));
         if !mcp.is_empty() {
             let mut meta = serde_json::Map::new();
-            meta.insert("passepartout".into(), serde_json::json!({ "mcpServers": mcp }));
+            meta.insert(
+                "passepartout".into(),
+                serde_json::json!({ "mcpServers": mcp }),
+            );
             response = response.meta(meta);
         }
         Ok(response)

@@ -53,7 +53,9 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
     let editor = EditorLink::default();
     actuators.register(Arc::new(EmacsActuator::new(editor.clone())));
     let mcp = Arc::new(crate::mcp::McpManager::new(&config.mcp));
-    actuators.register(Arc::new(crate::actuators::mcp::McpActuator::new(mcp.clone())));
+    actuators.register(Arc::new(crate::actuators::mcp::McpActuator::new(
+        mcp.clone(),
+    )));
     let memex_dir = config.memex_dir();
     actuators.register(Arc::new(MemexActuator::new(memex_dir)));
     let toolsets = Arc::new(SkillToolsets::new(SkillSources {

@@ -525,7 +525,11 @@ pub async fn list_command(config: &McpConfig, cwd: &Path, out: &mut dyn std::io:
         }
     };
     for s in &statuses {
-        let _ = writeln!(out, "{}  {}  ({}, from {})", s.name, s.state, s.transport, s.origin);
+        let _ = writeln!(
+            out,
+            "{}  {}  ({}, from {})",
+            s.name, s.state, s.transport, s.origin
+        );
         for t in &s.tools {
             let _ = writeln!(out, "  {t}");
         }

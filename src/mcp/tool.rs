@@ -152,7 +152,10 @@ mod tests {
 
     #[test]
     fn names_fit_the_providers_rules() {
-        assert_eq!(tool_name("echo", "echo").as_deref(), Some("mcp__echo__echo"));
+        assert_eq!(
+            tool_name("echo", "echo").as_deref(),
+            Some("mcp__echo__echo")
+        );
         assert_eq!(
             tool_name("fs", "read.file/v2").as_deref(),
             Some("mcp__fs__read_file_v2")
