@@ -10,7 +10,9 @@
 //! call to FILE, so a test can prove a call never reached the server (and
 //! find the process); `--fail-start` writes a
 //! message to stderr and exits before speaking MCP; `--hang-start` never
-//! answers `initialize`.
+//! answers `initialize`; `--http` serves MCP streamable HTTP on
+//! 127.0.0.1 instead of stdio and prints its URL as the first line of
+//! stdout.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -89,6 +91,7 @@ impl Echo {
 async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let mut record = None;
+    let mut http = false;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--record" => record = args.next().map(PathBuf::from),
@@ -96,6 +99,7 @@ async fn main() -> anyhow::Result<()> {
                 eprintln!("mcp_echo_server: refusing to start (--fail-start)");
                 std::process::exit(2);
             }
+            "--http" => http = true,
             "--hang-start" => {
                 tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
             }
@@ -104,7 +108,28 @@ async fn main() -> anyhow::Result<()> {
     }
     let echo = Echo { record };
     echo.note(&format!("start {}", std::process::id()));
+    if http {
+        return serve_http(echo).await;
+    }
     let service = echo.serve(rmcp::transport::stdio()).await?;
     service.waiting().await?;
+    Ok(())
+}
+
+/// Serve MCP streamable HTTP at `http://127.0.0.1:PORT/mcp` until killed.
+async fn serve_http(echo: Echo) -> anyhow::Result<()> {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let service = StreamableHttpService::new(
+        move || Ok(echo.clone()),
+        std::sync::Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    println!("http://{}/mcp", listener.local_addr()?);
+    let app = axum::Router::new().nest_service("/mcp", service);
+    axum::serve(listener, app).await?;
     Ok(())
 }

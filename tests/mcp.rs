@@ -413,3 +413,47 @@ async fn mcp_list_shows_state_and_tools() {
     assert!(text.contains("broken  failed: "), "{text}");
     assert!(text.contains("refusing to start"), "{text}");
 }
+
+#[tokio::test]
+async fn a_streamable_http_server_works_like_a_stdio_one() {
+    let s = Setup::new(vec![
+        fake::openai_tool_calls(&[("call_h", "mcp__web__echo", r#"{"text": "over http"}"#)]),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let mut server = tokio::process::Command::new(echo_server())
+        .arg("--record")
+        .arg(&s.record)
+        .arg("--http")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(server.stdout.take().unwrap()));
+    let url = tokio::time::timeout(harness::WAIT, lines.next_line())
+        .await
+        .expect("the server prints its URL")
+        .unwrap()
+        .expect("a URL line");
+    let mut c = s.spawn(None);
+    c.initialize(json!({})).await;
+    let r = new_session(
+        &mut c,
+        s.project.path(),
+        json!([{ "type": "http", "name": "web", "url": url, "headers": [{ "name": "X-Client", "value": "test" }] }]),
+    )
+    .await;
+    let sid = r["result"]["sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"))
+        .to_string();
+    assert_eq!(
+        r["result"]["_meta"]["passepartout"]["mcpServers"][0]["transport"],
+        format!("http: {url}")
+    );
+    prompt_and_answer(&mut c, &sid, "allow_once").await;
+    assert_eq!(tool_result(&s.fake, 1), "echo: over http");
+    assert_eq!(s.calls(), ["echo over http"]);
+    server.kill().await.unwrap();
+}
