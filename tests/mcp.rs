@@ -24,9 +24,19 @@ fn echo_server() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let status = std::process::Command::new(env!("CARGO"))
+            let mut cargo = std::process::Command::new(env!("CARGO"));
+            cargo
                 .args(["build", "--example", "mcp_echo_server"])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .current_dir(env!("CARGO_MANIFEST_DIR"));
+            // The test runs with cargo's per-package variables set; build
+            // scripts that watch them (ring's) would otherwise rebuild.
+            for (key, _) in std::env::vars_os() {
+                let key = key.to_string_lossy().into_owned();
+                if key.starts_with("CARGO_") && key != "CARGO_HOME" && key != "CARGO_TARGET_DIR" {
+                    cargo.env_remove(&key);
+                }
+            }
+            let status = cargo
                 .status()
                 .expect("run cargo build --example mcp_echo_server");
             assert!(status.success(), "building the example MCP server failed");
