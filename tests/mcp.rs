@@ -311,6 +311,23 @@ async fn a_server_that_fails_to_start_gives_a_clear_error() {
         message.contains("cannot run /nonexistent/server"),
         "{message}"
     );
+    // Limits are checked before anything is spawned.
+    let many: Vec<Value> = (0..9).map(|i| s.echo(&format!("e{i}"), &[])).collect();
+    let r = new_session(&mut c, s.project.path(), json!(many)).await;
+    let message = r["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(
+        message,
+        "9 MCP servers asked for, more than the limit of 8 per session (mcp.max_servers_per_session)"
+    );
+    let twins = json!([s.echo("a.b", &[]), s.echo("a_b", &[])]);
+    let r = new_session(&mut c, s.project.path(), twins).await;
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("`a_b`"),
+        "{r}"
+    );
+    assert!(s.server_pids().is_empty(), "nothing was started");
     // The daemon carries on.
     let r = new_session(&mut c, s.project.path(), json!([])).await;
     assert!(r["result"]["sessionId"].is_string(), "{r}");
@@ -402,7 +419,7 @@ async fn mcp_list_shows_state_and_tools() {
     std::fs::write(
         &config,
         format!(
-            "[mcp]\nstartup_timeout_secs = 5\n[[mcp.servers]]\nname = \"echo\"\ncommand = \"{0}\"\n[[mcp.servers]]\nname = \"broken\"\ncommand = \"{0}\"\nargs = [\"--fail-start\"]\n",
+            "[mcp]\nstartup_timeout_secs = 3\n[[mcp.servers]]\nname = \"echo\"\ncommand = \"{0}\"\n[[mcp.servers]]\nname = \"broken\"\ncommand = \"{0}\"\nargs = [\"--fail-start\"]\n[[mcp.servers]]\nname = \"slow\"\ncommand = \"{0}\"\nargs = [\"--hang-start\"]\n",
             echo_server().display()
         ),
     )
@@ -422,6 +439,10 @@ async fn mcp_list_shows_state_and_tools() {
     assert!(text.contains("\n  mcp__echo__echo\n"), "{text}");
     assert!(text.contains("broken  failed: "), "{text}");
     assert!(text.contains("refusing to start"), "{text}");
+    assert!(
+        text.contains("slow  failed: it did not start within 3 s (mcp.startup_timeout_secs)"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
