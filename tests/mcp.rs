@@ -488,3 +488,35 @@ async fn a_streamable_http_server_works_like_a_stdio_one() {
     assert_eq!(s.calls(), ["echo over http"]);
     server.kill().await.unwrap();
 }
+
+#[tokio::test]
+async fn in_emacs_an_mcp_call_is_a_flight_plan_like_any_other_action() {
+    let s = Setup::new(vec![
+        fake::openai_tool_calls(&[("call_p", "mcp__echo__echo", r#"{"text": "planned"}"#)]),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let mut c = s.spawn(None);
+    c.initialize(json!({ "flightPlans": true })).await;
+    let r = new_session(&mut c, s.project.path(), json!([s.echo("echo", &[])])).await;
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    let p = c.start_request("session/prompt", prompt(&sid, "go")).await;
+    let offer = c.wait_method("_passepartout/plan/offer").await;
+    let plan = &offer["params"]["plan"];
+    assert_eq!(plan["tool"], "mcp__echo__echo");
+    let org = plan["org"].as_str().unwrap().to_string();
+    assert!(org.contains("mcp_call") && org.contains("planned"), "{org}");
+    assert!(s.calls().is_empty(), "nothing runs before approval");
+    let id = plan["planId"].as_str().unwrap().to_string();
+    let r = c
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": id, "decision": "approve", "org": org }),
+        )
+        .await;
+    assert_eq!(r["result"]["status"], "approved", "{r}");
+    let done = c.wait_response(p).await;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    assert_eq!(tool_result(&s.fake, 1), "echo: planned");
+    assert_eq!(s.calls(), ["echo planned"]);
+}

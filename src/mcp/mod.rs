@@ -138,6 +138,11 @@ impl Server {
         message
     }
 
+    /// Started, not failed, and its connection still open.
+    pub fn is_running(&self) -> bool {
+        self.failure().is_none() && self.peer.as_ref().is_some_and(|p| !p.is_transport_closed())
+    }
+
     pub fn failure(&self) -> Option<String> {
         lock(&self.failure).clone()
     }
@@ -442,7 +447,7 @@ impl McpManager {
         let Some(servers) = sessions.get(session_id) else {
             return;
         };
-        for server in servers.iter().filter(|s| s.failure().is_none()) {
+        for server in servers.iter().filter(|s| s.is_running()) {
             for t in &server.tools {
                 match tool::to_tool(
                     &server.spec.name,
