@@ -310,6 +310,9 @@ async fn connect(
         }
         Transport::Http { url, headers } => {
             use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+            // reqwest is built without a default crypto provider (see
+            // setup.rs); `mcp list` does not go through setup, so make sure.
+            let _ = rustls::crypto::ring::default_provider().install_default();
             let mut custom = HashMap::new();
             for (k, v) in headers {
                 let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
