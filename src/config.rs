@@ -56,6 +56,8 @@ pub struct Config {
     /// auto`. Off (the default): they ask before every run. Only this file,
     /// outside every project, can turn it on.
     pub trust_project_tool_approval: bool,
+    /// MCP servers for every session, and the limits they run under.
+    pub mcp: crate::mcp::McpConfig,
 }
 
 impl Default for Config {
@@ -74,6 +76,7 @@ impl Default for Config {
             log_file: None,
             feed_back_messages: false,
             trust_project_tool_approval: false,
+            mcp: crate::mcp::McpConfig::default(),
         }
     }
 }

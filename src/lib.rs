@@ -12,6 +12,7 @@ pub mod control_surface;
 pub mod flight;
 pub mod gates;
 pub mod llm;
+pub mod mcp;
 pub mod plans;
 pub mod protocol;
 pub mod rpc;

@@ -72,6 +72,12 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// MCP servers from config.toml: `mcp list` starts them, shows their
+    /// state and tools, and stops them.
+    Mcp {
+        #[command(subcommand)]
+        command: McpCommand,
+    },
     /// Show the audit log.
     Audit {
         #[command(flatten)]
@@ -80,6 +86,12 @@ enum Command {
         #[arg(long)]
         tail: Option<usize>,
     },
+}
+
+#[derive(Subcommand)]
+enum McpCommand {
+    /// Start the configured MCP servers, list their state and tools, stop them.
+    List(ConfigFlags),
 }
 
 #[derive(Subcommand)]
@@ -199,6 +211,9 @@ fn main() -> ExitCode {
                 Err(e) => config_error(&e),
             },
             Command::Plans { flags, args } => plans(flags, args),
+            Command::Mcp {
+                command: McpCommand::List(flags),
+            } => mcp_list(flags).await,
             Command::Audit { flags, tail } => match load_config(&flags) {
                 Ok(config) => {
                     let path = config.state_dir().join("audit.jsonl");
@@ -258,6 +273,9 @@ async fn run(flags: ConfigFlags, prompt: String) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Err(e) = env.mcp.start_session("run", &cwd, &[]).await {
+        eprintln!("passepartout: {e}");
+    }
     let session = Session::new("run", cwd);
     let (_, cancel) = session.begin_turn();
     let ctrl_c = cancel.clone();
@@ -276,6 +294,7 @@ async fn run(flags: ConfigFlags, prompt: String) -> ExitCode {
     )
     .await;
     println!();
+    env.mcp.shutdown().await;
     match result {
         Ok(acp::StopReason::EndTurn) => ExitCode::SUCCESS,
         Ok(other) => {
@@ -335,6 +354,16 @@ fn skills_list(flags: ConfigFlags) -> ExitCode {
         )),
         Err(e) => config_error(&e),
     }
+}
+
+async fn mcp_list(flags: ConfigFlags) -> ExitCode {
+    init_logging("warn");
+    let config = match load_config(&flags) {
+        Ok(c) => c,
+        Err(e) => return config_error(&e),
+    };
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    exit_code(passepartout::mcp::list_command(&config.mcp, &cwd, &mut std::io::stdout()).await)
 }
 
 fn plans(flags: ConfigFlags, args: Vec<String>) -> ExitCode {

@@ -116,7 +116,9 @@ impl Daemon {
             self.desk.offer_pending();
         }
         let caps = acp::AgentCapabilities::new()
-            .prompt_capabilities(acp::PromptCapabilities::new().embedded_context(true));
+            .prompt_capabilities(acp::PromptCapabilities::new().embedded_context(true))
+            // stdio and streamable HTTP MCP servers (src/mcp); no SSE.
+            .mcp_capabilities(acp::McpCapabilities::new().http(true));
         let mut meta = serde_json::Map::new();
         meta.insert(
             "passepartout".into(),
@@ -136,7 +138,7 @@ impl Daemon {
         )
     }
 
-    fn new_session(
+    async fn new_session(
         &self,
         req: acp::NewSessionRequest,
     ) -> Result<acp::NewSessionResponse, ErrorObjectOwned> {
@@ -159,8 +161,25 @@ impl Daemon {
         let n = self.next_session.fetch_add(1, Ordering::Relaxed);
         let id = format!("s{n}-{}", std::process::id());
         tracing::info!(session = %id, cwd = %cwd.display(), "session/new");
+        // A server the client named that cannot start fails the request;
+        // the config's servers are reported in `_meta` whatever their state.
+        let mcp = self
+            .env
+            .mcp
+            .start_session(&id, &cwd, &req.mcp_servers)
+            .await
+            .map_err(|e| rpc_error(codes::INVALID_PARAMS, e.to_string()))?;
         lock(&self.sessions).insert(id.clone(), Arc::new(Session::new(id.clone(), cwd)));
-        Ok(acp::NewSessionResponse::new(acp::SessionId::new(id)))
+        let mut response = acp::NewSessionResponse::new(acp::SessionId::new(id));
+        if !mcp.is_empty() {
+            let mut meta = serde_json::Map::new();
+            meta.insert(
+                "passepartout".into(),
+                serde_json::json!({ "mcpServers": mcp }),
+            );
+            response = response.meta(meta);
+        }
+        Ok(response)
     }
 
     async fn prompt(
@@ -576,7 +595,9 @@ pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
             .register_method(proto::INITIALIZE, |p, d, _| d.initialize(parse(&p)?))
             .map(|_| ()),
         module
-            .register_method(proto::SESSION_NEW, |p, d, _| d.new_session(parse(&p)?))
+            .register_async_method(proto::SESSION_NEW, |p, d, _| async move {
+                d.new_session(parse(&p)?).await
+            })
             .map(|_| ()),
         module
             .register_async_method(proto::SESSION_PROMPT, |p, d, _| async move {
@@ -672,4 +693,5 @@ where
     crate::rpc::serve(reader, writer, out, rx, methods(daemon.clone()), on_note).await;
     daemon.env.editor.disconnect();
     daemon.cancel_all();
+    daemon.env.mcp.shutdown().await;
 }

@@ -52,6 +52,10 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
     actuators.set_default("system");
     let editor = EditorLink::default();
     actuators.register(Arc::new(EmacsActuator::new(editor.clone())));
+    let mcp = Arc::new(crate::mcp::McpManager::new(&config.mcp));
+    actuators.register(Arc::new(crate::actuators::mcp::McpActuator::new(
+        mcp.clone(),
+    )));
     let memex_dir = config.memex_dir();
     actuators.register(Arc::new(MemexActuator::new(memex_dir)));
     let toolsets = Arc::new(SkillToolsets::new(SkillSources {
@@ -80,6 +84,7 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
         sandbox,
         audit,
         editor,
+        mcp,
     })
 }
 

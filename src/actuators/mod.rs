@@ -7,6 +7,7 @@
 
 pub mod emacs;
 pub mod files;
+pub mod mcp;
 pub mod memex;
 pub mod shell;
 pub mod system;

@@ -143,6 +143,8 @@ pub struct AgentEnv {
     pub audit: Option<Arc<crate::audit::AuditLog>>,
     /// The connected Emacs, for the emacs actuator.
     pub editor: crate::actuators::emacs::EditorLink,
+    /// Each session's MCP servers (their tools join every turn's toolset).
+    pub mcp: Arc<crate::mcp::McpManager>,
 }
 
 impl AgentEnv {

@@ -36,7 +36,8 @@ pub async fn run_turn(
 ) -> Result<acp::StopReason, TurnError> {
     let sink: &dyn TurnSink = sink_handle.as_ref();
     let mut history = session.history.lock().await;
-    let toolset = env.toolsets.toolset(&session.cwd, &prompt);
+    let mut toolset = env.toolsets.toolset(&session.cwd, &prompt);
+    env.mcp.register_tools(&session.id, &mut toolset.tools);
     history.push(ChatMessage::user(prompt));
     let max_rounds = env.config.max_rounds;
     let result = async {

@@ -25,6 +25,8 @@ pub enum ToolSource {
     Builtin,
     /// Defined in an Org skill file.
     Skill { skill: String, path: PathBuf },
+    /// Offered by an MCP server of the session.
+    Mcp { server: String },
 }
 
 /// What a planner needs to know about the call's surroundings.

@@ -1,0 +1,76 @@
+//! The MCP actuator: performs `mcp_call` ops by calling a tool on one of
+//! the session's MCP servers, with the call's time limit and the output
+//! cap. A server that is gone, slow or failing gives an error result the
+//! model reads; the turn goes on.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::action::{Action, Effect};
+use crate::mcp::tool::{cap_text, result_text, OP_CALL, TARGET};
+use crate::mcp::{CallError, McpManager};
+
+use super::{ActContext, ActError, ActOutput, Actuator};
+
+pub struct McpActuator {
+    manager: Arc<McpManager>,
+}
+
+impl McpActuator {
+    pub fn new(manager: Arc<McpManager>) -> Self {
+        McpActuator { manager }
+    }
+}
+
+#[async_trait::async_trait]
+impl Actuator for McpActuator {
+    fn target(&self) -> &str {
+        TARGET
+    }
+
+    async fn execute(&self, action: &Action, ctx: &ActContext) -> Result<ActOutput, ActError> {
+        let unsupported = || ActError::Unsupported {
+            target: TARGET.into(),
+            effect: serde_json::to_string(&action.effect).unwrap_or_default(),
+        };
+        let Effect::Op { op, args } = &action.effect else {
+            return Err(unsupported());
+        };
+        if op != OP_CALL {
+            return Err(unsupported());
+        }
+        let (Some(server), Some(tool)) = (
+            args.get("server").and_then(|v| v.as_str()),
+            args.get("tool").and_then(|v| v.as_str()),
+        ) else {
+            return Err(ActError::Unavailable(
+                "an mcp_call needs `server` and `tool`".into(),
+            ));
+        };
+        let arguments = args
+            .get("arguments")
+            .cloned()
+            .unwrap_or(serde_json::Value::Null);
+        let limits = self.manager.limits();
+        let timeout = action
+            .timeout_secs
+            .map(Duration::from_secs)
+            .unwrap_or(limits.call);
+        let server = match self.manager.server(&ctx.session_id, server) {
+            Ok(s) => s,
+            Err(e) => return Ok(ActOutput::error(e.to_string())),
+        };
+        match server.call(tool, arguments, timeout, &ctx.cancel).await {
+            Ok(result) => {
+                let text = result_text(&result, limits.output_cap);
+                if result.is_error == Some(true) {
+                    Ok(ActOutput::error(text))
+                } else {
+                    Ok(ActOutput::ok(text))
+                }
+            }
+            Err(CallError::Cancelled) => Err(ActError::Cancelled),
+            Err(e) => Ok(ActOutput::error(cap_text(e.to_string(), limits.output_cap))),
+        }
+    }
+}

@@ -1,0 +1,550 @@
+//! The MCP client: each session's MCP servers, started when the session
+//! is created (the global config's `[[mcp.servers]]` plus the ACP client's
+//! `mcpServers`), listed, called by the `mcp` actuator, and stopped with
+//! the daemon.
+//!
+//! A server is a child process speaking MCP on stdio, or a streamable HTTP
+//! endpoint; both through the `rmcp` crate. Nothing a server does can take
+//! the daemon down: a server that fails to start, hangs, or dies mid-call
+//! becomes a state (`failed: …`, with the tail of its stderr) that `mcp
+//! list` and the tool result report.
+//!
+//! Limits: servers per session (`mcp.max_servers_per_session`), startup
+//! time (`mcp.startup_timeout_secs`), call time (`mcp.call_timeout_secs`)
+//! and result size (`mcp.output_cap_bytes`), each named in its error.
+
+pub mod config;
+pub mod tool;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{Peer, RunningService};
+use rmcp::{RoleClient, ServiceExt};
+use serde::Serialize;
+use tokio::io::AsyncBufReadExt;
+use tokio_util::sync::CancellationToken;
+
+pub use config::{McpConfig, McpServerConfig, Origin, ServerSpec, Transport};
+
+use crate::tools::ToolRegistry;
+
+/// How much of a server's stderr is kept for error messages.
+const STDERR_TAIL_BYTES: usize = 2048;
+/// How long a server gets to exit when it is stopped.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Environment variables a stdio server inherits from the daemon; all
+/// others (API keys among them) are withheld unless the entry names them.
+const INHERITED_ENV: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TMPDIR",
+    "TZ",
+];
+
+/// Why servers could not be started for a session.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum McpError {
+    #[error(transparent)]
+    Spec(#[from] config::SpecError),
+    #[error("MCP server `{name}` failed to start: {reason}")]
+    Start { name: String, reason: String },
+    #[error("{count} MCP servers asked for, more than the limit of {limit} per session (mcp.max_servers_per_session)")]
+    TooMany { count: usize, limit: usize },
+    #[error("two MCP servers are both named `{0}` in tool names; give them distinct names")]
+    DuplicateName(String),
+}
+
+/// Why one tool call did not produce a result.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CallError {
+    #[error("no MCP server `{0}` in this session")]
+    UnknownServer(String),
+    #[error("MCP server `{name}` is not running: {reason}")]
+    NotRunning { name: String, reason: String },
+    #[error("MCP server `{name}` did not answer within {secs} s (mcp.call_timeout_secs)")]
+    Timeout { name: String, secs: u64 },
+    #[error("MCP server `{name}`: {reason}")]
+    Failed { name: String, reason: String },
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// A server's state, for `mcp list` and the client.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServerStatus {
+    pub name: String,
+    pub origin: String,
+    /// `stdio: COMMAND ARGS` or `http: URL`.
+    pub transport: String,
+    /// `running`, `failed: REASON` or `stopped`.
+    pub state: String,
+    /// The tool names the model sees.
+    pub tools: Vec<String>,
+}
+
+/// The limits every server of a daemon runs under.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub startup: Duration,
+    pub call: Duration,
+    pub output_cap: usize,
+    pub max_servers: usize,
+}
+
+impl From<&McpConfig> for Limits {
+    fn from(c: &McpConfig) -> Self {
+        Limits {
+            startup: Duration::from_secs(c.startup_timeout_secs),
+            call: Duration::from_secs(c.call_timeout_secs),
+            output_cap: c.output_cap_bytes,
+            max_servers: c.max_servers_per_session,
+        }
+    }
+}
+
+type Service = RunningService<RoleClient, ()>;
+
+/// One connected (or failed) server.
+pub struct Server {
+    pub spec: ServerSpec,
+    tools: Vec<rmcp::model::Tool>,
+    peer: Option<Peer<RoleClient>>,
+    service: tokio::sync::Mutex<Option<Service>>,
+    failure: Mutex<Option<String>>,
+    stderr: Arc<Mutex<String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Server {
+    /// The failure, with the tail of the server's stderr when it said
+    /// anything.
+    fn failure_with_stderr(&self, reason: &str) -> String {
+        let tail = lock(&self.stderr).trim().to_string();
+        if tail.is_empty() {
+            reason.to_string()
+        } else {
+            format!("{reason}; its stderr ends with: {tail}")
+        }
+    }
+
+    fn fail(&self, reason: &str) -> String {
+        let message = self.failure_with_stderr(reason);
+        *lock(&self.failure) = Some(message.clone());
+        message
+    }
+
+    /// Started, not failed, and its connection still open.
+    pub fn is_running(&self) -> bool {
+        self.failure().is_none() && self.peer.as_ref().is_some_and(|p| !p.is_transport_closed())
+    }
+
+    pub fn failure(&self) -> Option<String> {
+        lock(&self.failure).clone()
+    }
+
+    pub fn status(&self) -> ServerStatus {
+        let state = match (self.failure(), &self.peer) {
+            (Some(f), _) => format!("failed: {f}"),
+            (None, Some(p)) if p.is_transport_closed() => "stopped".into(),
+            (None, Some(_)) => "running".into(),
+            (None, None) => "stopped".into(),
+        };
+        ServerStatus {
+            name: self.spec.name.clone(),
+            origin: self.spec.origin.to_string(),
+            transport: describe(&self.spec.transport),
+            state,
+            tools: self
+                .tools
+                .iter()
+                .filter_map(|t| tool::tool_name(&self.spec.prefix, &t.name))
+                .collect(),
+        }
+    }
+
+    /// Call one tool with a time limit; cancellation wins.
+    pub async fn call(
+        &self,
+        tool: &str,
+        arguments: serde_json::Value,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> Result<CallToolResult, CallError> {
+        let name = self.spec.name.clone();
+        if let Some(reason) = self.failure() {
+            return Err(CallError::NotRunning { name, reason });
+        }
+        let Some(peer) = &self.peer else {
+            return Err(CallError::NotRunning {
+                name,
+                reason: "it was stopped".into(),
+            });
+        };
+        let mut params = CallToolRequestParams::new(tool.to_string());
+        if let serde_json::Value::Object(map) = arguments {
+            params = params.with_arguments(map);
+        }
+        let answer = tokio::select! {
+            _ = cancel.cancelled() => return Err(CallError::Cancelled),
+            answer = tokio::time::timeout(timeout, peer.call_tool(params)) => answer,
+        };
+        match answer {
+            Err(_) => Err(CallError::Timeout {
+                name,
+                secs: timeout.as_secs(),
+            }),
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(e)) => {
+                if peer.is_transport_closed() || matches!(e, rmcp::ServiceError::TransportClosed) {
+                    // Give the stderr reader a moment to catch the last words.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let reason = self.fail(&format!("it stopped during the call ({e})"));
+                    Err(CallError::NotRunning { name, reason })
+                } else {
+                    Err(CallError::Failed {
+                        name,
+                        reason: e.to_string(),
+                    })
+                }
+            }
+        }
+    }
+
+    async fn stop(&self) {
+        let service = self.service.lock().await.take();
+        if let Some(service) = service {
+            if tokio::time::timeout(STOP_GRACE, service.cancel())
+                .await
+                .is_err()
+            {
+                tracing::warn!(server = %self.spec.name, "MCP server did not stop in time; killed");
+            }
+        }
+    }
+}
+
+/// `stdio: COMMAND ARGS` or `http: URL` (headers and env are not shown:
+/// they may hold secrets).
+fn describe(t: &Transport) -> String {
+    match t {
+        Transport::Stdio { command, args, .. } => {
+            let mut s = format!("stdio: {}", command.display());
+            for a in args {
+                s.push(' ');
+                s.push_str(a);
+            }
+            s
+        }
+        Transport::Http { url, .. } => format!("http: {url}"),
+    }
+}
+
+/// Start one server and list its tools within the startup limit. Never
+/// fails: a failure is kept in the server's state.
+pub async fn start(spec: ServerSpec, cwd: &Path, limits: Limits) -> Server {
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let connected = tokio::time::timeout(limits.startup, connect(&spec, cwd, stderr.clone())).await;
+    let (service, tools, failure) = match connected {
+        Ok(Ok((service, tools))) => (Some(service), tools, None),
+        Ok(Err(reason)) => (None, Vec::new(), Some(reason)),
+        Err(_) => (
+            None,
+            Vec::new(),
+            Some(format!(
+                "it did not start within {} s (mcp.startup_timeout_secs)",
+                limits.startup.as_secs()
+            )),
+        ),
+    };
+    let server = Server {
+        peer: service.as_ref().map(|s| s.peer().clone()),
+        spec,
+        tools,
+        service: tokio::sync::Mutex::new(service),
+        failure: Mutex::new(None),
+        stderr,
+    };
+    if let Some(reason) = failure {
+        // The stderr reader may still be draining the child's last words.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let message = server.fail(&reason);
+        tracing::warn!(server = %server.spec.name, "MCP server failed to start: {message}");
+    } else {
+        tracing::info!(server = %server.spec.name, tools = server.tools.len(), "MCP server started");
+    }
+    server
+}
+
+async fn connect(
+    spec: &ServerSpec,
+    cwd: &Path,
+    stderr: Arc<Mutex<String>>,
+) -> Result<(Service, Vec<rmcp::model::Tool>), String> {
+    let service = match &spec.transport {
+        Transport::Stdio { command, args, env } => {
+            let mut cmd = tokio::process::Command::new(command);
+            cmd.args(args).current_dir(cwd).env_clear();
+            for key in INHERITED_ENV {
+                if let Some(v) = std::env::var_os(key) {
+                    cmd.env(key, v);
+                }
+            }
+            cmd.envs(env);
+            let mut wrapped = process_wrap::tokio::CommandWrap::from(cmd);
+            // Its own process group, killed whole when the server goes.
+            wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
+            wrapped.wrap(process_wrap::tokio::KillOnDrop);
+            let (process, err) = rmcp::transport::TokioChildProcess::builder(wrapped)
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("cannot run {}: {e}", command.display()))?;
+            if let Some(err) = err {
+                tokio::spawn(keep_stderr_tail(spec.name.clone(), err, stderr));
+            }
+            ().serve(process).await.map_err(|e| e.to_string())?
+        }
+        Transport::Http { url, headers } => {
+            use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+            // reqwest is built without a default crypto provider (see
+            // setup.rs); `mcp list` does not go through setup, so make sure.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let mut custom = HashMap::new();
+            for (k, v) in headers {
+                let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
+                    .map_err(|e| format!("header `{k}`: {e}"))?;
+                let value = reqwest::header::HeaderValue::from_str(v)
+                    .map_err(|e| format!("header `{k}`: {e}"))?;
+                custom.insert(name, value);
+            }
+            let config =
+                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
+            let transport = rmcp::transport::StreamableHttpClientTransport::from_config(config);
+            ().serve(transport).await.map_err(|e| e.to_string())?
+        }
+    };
+    let tools = service
+        .list_all_tools()
+        .await
+        .map_err(|e| format!("listing its tools failed: {e}"))?;
+    Ok((service, tools))
+}
+
+/// Keep the last [`STDERR_TAIL_BYTES`] of a server's stderr and log it.
+async fn keep_stderr_tail(
+    name: String,
+    err: tokio::process::ChildStderr,
+    tail: Arc<Mutex<String>>,
+) {
+    let mut lines = tokio::io::BufReader::new(err).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::debug!(server = %name, "stderr: {line}");
+        let mut t = lock(&tail);
+        if !t.is_empty() {
+            t.push('\n');
+        }
+        t.push_str(&line);
+        if t.len() > STDERR_TAIL_BYTES {
+            let mut cut = t.len() - STDERR_TAIL_BYTES;
+            while !t.is_char_boundary(cut) {
+                cut += 1;
+            }
+            t.drain(..cut);
+        }
+    }
+}
+
+/// The servers of every session of a daemon.
+pub struct McpManager {
+    limits: Limits,
+    /// Global config.toml servers, started for every session.
+    configured: Vec<ServerSpec>,
+    /// Configured entries that were refused, with why.
+    invalid: Vec<String>,
+    sessions: Mutex<HashMap<String, Vec<Arc<Server>>>>,
+}
+
+impl McpManager {
+    /// Check the configured servers; a bad entry is logged and left out.
+    pub fn new(config: &McpConfig) -> McpManager {
+        let mut configured = Vec::new();
+        let mut invalid = Vec::new();
+        for entry in &config.servers {
+            match entry.to_spec() {
+                Ok(Some(spec)) => configured.push(spec),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::error!("config.toml: {e}; the server is left out");
+                    invalid.push(e.to_string());
+                }
+            }
+        }
+        McpManager {
+            limits: Limits::from(config),
+            configured,
+            invalid,
+            sessions: Mutex::default(),
+        }
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Start the configured servers and the client's for a session.
+    /// A client server that fails to start fails the whole call (and stops
+    /// the others); a configured server that fails stays listed as failed.
+    pub async fn start_session(
+        &self,
+        session_id: &str,
+        cwd: &Path,
+        client: &[crate::protocol::acp::McpServer],
+    ) -> Result<Vec<ServerStatus>, McpError> {
+        let mut specs = self.configured.clone();
+        for s in client {
+            specs.push(config::from_acp(s)?);
+        }
+        if specs.len() > self.limits.max_servers {
+            return Err(McpError::TooMany {
+                count: specs.len(),
+                limit: self.limits.max_servers,
+            });
+        }
+        let mut seen = BTreeMap::new();
+        for s in &specs {
+            if seen.insert(s.prefix.clone(), ()).is_some() {
+                return Err(McpError::DuplicateName(s.prefix.clone()));
+            }
+        }
+        if specs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let started: Vec<Server> =
+            futures::future::join_all(specs.into_iter().map(|s| start(s, cwd, self.limits))).await;
+        let started: Vec<Arc<Server>> = started.into_iter().map(Arc::new).collect();
+        let failed_client = started
+            .iter()
+            .find(|s| s.spec.origin == Origin::Client && s.failure().is_some());
+        if let Some(bad) = failed_client {
+            let error = McpError::Start {
+                name: bad.spec.name.clone(),
+                reason: bad.failure().unwrap_or_default(),
+            };
+            for s in &started {
+                s.stop().await;
+            }
+            return Err(error);
+        }
+        let statuses = started.iter().map(|s| s.status()).collect();
+        lock(&self.sessions).insert(session_id.to_string(), started);
+        Ok(statuses)
+    }
+
+    /// Add the session's MCP tools to a turn's toolset.
+    pub fn register_tools(&self, session_id: &str, tools: &mut ToolRegistry) {
+        let sessions = lock(&self.sessions);
+        let Some(servers) = sessions.get(session_id) else {
+            return;
+        };
+        for server in servers.iter().filter(|s| s.is_running()) {
+            for t in &server.tools {
+                match tool::to_tool(
+                    &server.spec.name,
+                    &server.spec.prefix,
+                    server.spec.approval,
+                    self.limits.call.as_secs(),
+                    t,
+                ) {
+                    Some(tool) => tools.register(tool),
+                    None => tracing::warn!(
+                        server = %server.spec.name,
+                        "MCP tool `{}` left out: its name does not fit in 64 characters",
+                        t.name
+                    ),
+                }
+            }
+        }
+    }
+
+    /// A server of a session, by its prefix.
+    pub fn server(&self, session_id: &str, prefix: &str) -> Result<Arc<Server>, CallError> {
+        lock(&self.sessions)
+            .get(session_id)
+            .and_then(|servers| servers.iter().find(|s| s.spec.prefix == prefix).cloned())
+            .ok_or_else(|| CallError::UnknownServer(prefix.to_string()))
+    }
+
+    /// The servers of a session (all sessions' when None).
+    pub fn status(&self, session_id: Option<&str>) -> Vec<ServerStatus> {
+        let sessions = lock(&self.sessions);
+        sessions
+            .iter()
+            .filter(|(id, _)| session_id.is_none_or(|s| s == id.as_str()))
+            .flat_map(|(_, servers)| servers.iter().map(|s| s.status()))
+            .collect()
+    }
+
+    /// Stop a session's servers.
+    pub async fn stop_session(&self, session_id: &str) {
+        let servers = lock(&self.sessions).remove(session_id);
+        for s in servers.into_iter().flatten() {
+            s.stop().await;
+        }
+    }
+
+    /// Stop every server (the daemon is going away).
+    pub async fn shutdown(&self) {
+        let all: Vec<Arc<Server>> = lock(&self.sessions)
+            .drain()
+            .flat_map(|(_, servers)| servers)
+            .collect();
+        futures::future::join_all(all.iter().map(|s| s.stop())).await;
+    }
+}
+
+/// `passepartout mcp list`: start the configured servers in `cwd`, print
+/// each one's state and tools, stop them. Exit status 1 when any entry is
+/// invalid or failed to start.
+pub async fn list_command(config: &McpConfig, cwd: &Path, out: &mut dyn std::io::Write) -> i32 {
+    let manager = McpManager::new(config);
+    let mut code = 0;
+    for problem in &manager.invalid {
+        let _ = writeln!(out, "invalid  {problem}");
+        code = 1;
+    }
+    if manager.configured.is_empty() {
+        if manager.invalid.is_empty() {
+            let _ = writeln!(
+                out,
+                "no MCP servers configured (add [[mcp.servers]] to config.toml)"
+            );
+        }
+        return code;
+    }
+    let statuses = match manager.start_session("mcp-list", cwd, &[]).await {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = writeln!(out, "{e}");
+            return 1;
+        }
+    };
+    for s in &statuses {
+        let _ = writeln!(
+            out,
+            "{}  {}  ({}, from {})",
+            s.name, s.state, s.transport, s.origin
+        );
+        for t in &s.tools {
+            let _ = writeln!(out, "  {t}");
+        }
+        if s.state != "running" {
+            code = 1;
+        }
+    }
+    manager.shutdown().await;
+    code
+}

@@ -1,0 +1,195 @@
+//! An MCP server's tools as passepartout tools: named
+//! `mcp__<server>__<tool>`, planned into an action for the `mcp` actuator
+//! (`Effect::Op { op: "mcp_call", args: {server, tool, arguments} }`), so
+//! they go through the same gates, approval and last-mile check as every
+//! other tool. A tool result becomes text with a cap.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use crate::action::{Action, Approval, Effect};
+use crate::llm::ToolSpec;
+use crate::tools::{PlanContext, Tool, ToolError, ToolPlanner, ToolSource};
+
+/// The actuator target of every MCP tool.
+pub const TARGET: &str = "mcp";
+/// The `op` of an MCP tool call.
+pub const OP_CALL: &str = "mcp_call";
+
+/// Longest tool name the providers accept (OpenAI: `^[a-zA-Z0-9_-]{1,64}$`).
+const MAX_TOOL_NAME: usize = 64;
+
+/// `mcp__<prefix>__<tool>`, with characters outside `[A-Za-z0-9_-]`
+/// replaced by `_`; `None` when it would exceed 64 characters.
+pub fn tool_name(prefix: &str, tool: &str) -> Option<String> {
+    let safe: String = tool
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let name = format!("mcp__{prefix}__{safe}");
+    (!safe.is_empty() && name.len() <= MAX_TOOL_NAME).then_some(name)
+}
+
+/// Plans a call of one server's tool.
+struct McpPlanner {
+    /// The server's prefix (unique within a session).
+    server: String,
+    /// The tool's name as the server knows it.
+    tool: String,
+}
+
+impl ToolPlanner for McpPlanner {
+    fn plan(&self, tool: &Tool, args: &Value, _ctx: &PlanContext) -> Result<Action, ToolError> {
+        Ok(Action {
+            tool: tool.spec.name.clone(),
+            target: TARGET.into(),
+            arguments: args.clone(),
+            effect: Effect::Op {
+                op: OP_CALL.into(),
+                args: json!({ "server": self.server, "tool": self.tool, "arguments": args }),
+            },
+            approval: tool.approval,
+            timeout_secs: tool.timeout_secs,
+        })
+    }
+}
+
+/// The passepartout tool for one MCP tool; `None` when its name cannot be
+/// expressed within the providers' limits.
+pub fn to_tool(
+    server_name: &str,
+    prefix: &str,
+    approval: Approval,
+    call_timeout_secs: u64,
+    tool: &rmcp::model::Tool,
+) -> Option<Tool> {
+    let name = tool_name(prefix, &tool.name)?;
+    let description = tool
+        .description
+        .as_deref()
+        .unwrap_or("(no description)")
+        .to_string();
+    Some(Tool {
+        spec: ToolSpec {
+            name,
+            description: format!("{description} (MCP server `{server_name}`)"),
+            parameters: Value::Object((*tool.input_schema).clone()),
+        },
+        kind: agent_client_protocol_schema::v1::ToolKind::Other,
+        approval,
+        timeout_secs: Some(call_timeout_secs),
+        source: ToolSource::Mcp {
+            server: server_name.to_string(),
+        },
+        planner: Arc::new(McpPlanner {
+            server: prefix.to_string(),
+            tool: tool.name.to_string(),
+        }),
+    })
+}
+
+/// The text the model sees for a tool result: text blocks as they are,
+/// other content described, structured content as JSON when there is no
+/// text; cut at `cap` bytes with the cap named.
+pub fn result_text(result: &rmcp::model::CallToolResult, cap: usize) -> String {
+    use rmcp::model::ContentBlock;
+    let mut parts: Vec<String> = Vec::new();
+    for block in &result.content {
+        match block {
+            ContentBlock::Text(t) => parts.push(t.text.clone()),
+            ContentBlock::Image(i) => parts.push(format!(
+                "[image {}, {} bytes of base64 omitted]",
+                i.mime_type,
+                i.data.len()
+            )),
+            ContentBlock::Audio(_) => parts.push("[audio omitted]".into()),
+            other => parts.push(serde_json::to_string(other).unwrap_or_default()),
+        }
+    }
+    if parts.is_empty() {
+        if let Some(structured) = &result.structured_content {
+            parts.push(structured.to_string());
+        }
+    }
+    cap_text(parts.join("\n"), cap)
+}
+
+/// Cut `text` at `cap` bytes (on a character boundary) and say so.
+pub fn cap_text(text: String, cap: usize) -> String {
+    if text.len() <= cap {
+        return text;
+    }
+    let mut end = cap;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}\n[output cut at {cap} bytes: the MCP output cap (mcp.output_cap_bytes); {} bytes dropped]",
+        &text[..end],
+        text.len() - end
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mcp_tool(name: &str) -> rmcp::model::Tool {
+        serde_json::from_value(json!({
+            "name": name,
+            "description": "Return the text",
+            "inputSchema": { "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn names_fit_the_providers_rules() {
+        assert_eq!(
+            tool_name("echo", "echo").as_deref(),
+            Some("mcp__echo__echo")
+        );
+        assert_eq!(
+            tool_name("fs", "read.file/v2").as_deref(),
+            Some("mcp__fs__read_file_v2")
+        );
+        assert_eq!(tool_name("fs", &"x".repeat(60)), None);
+        assert_eq!(tool_name("fs", ""), None);
+    }
+
+    #[test]
+    fn a_call_plans_into_an_mcp_op_that_asks() {
+        let tool = to_tool("echo", "echo", Approval::Ask, 7, &mcp_tool("echo")).unwrap();
+        assert_eq!(tool.spec.name, "mcp__echo__echo");
+        assert!(tool.spec.description.contains("MCP server `echo`"));
+        let ctx = PlanContext { cwd: "/tmp".into() };
+        let action = tool.plan(&json!({ "text": "hi" }), &ctx).unwrap();
+        assert_eq!(action.target, "mcp");
+        assert_eq!(action.approval, Approval::Ask);
+        assert_eq!(action.timeout_secs, Some(7));
+        assert_eq!(
+            action.effect,
+            Effect::Op {
+                op: "mcp_call".into(),
+                args: json!({ "server": "echo", "tool": "echo", "arguments": { "text": "hi" } })
+            }
+        );
+        // The server's schema is enforced before anything is asked.
+        assert!(tool.plan(&json!({}), &ctx).is_err());
+    }
+
+    #[test]
+    fn output_is_capped_with_the_cap_named() {
+        let text = cap_text("é".repeat(10), 5);
+        assert!(text.starts_with("éé\n"), "{text}");
+        assert!(text.contains("output cut at 5 bytes"), "{text}");
+        assert_eq!(cap_text("short".into(), 5), "short");
+    }
+}

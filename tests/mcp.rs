@@ -1,0 +1,522 @@
+//! The MCP client end to end: the real daemon, the fake provider over real
+//! HTTP, and a real MCP server process (`examples/mcp_echo_server.rs`,
+//! built with rmcp's server side) named in `session/new` or in
+//! config.toml. A tool of the server is offered to the model, asks the
+//! person (ACP `session/request_permission`), runs when allowed, never
+//! reaches the server when rejected, and is bounded by the call timeout
+//! and the output cap; a server that cannot start or that dies is reported,
+//! never a daemon crash.
+
+mod harness;
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use harness::{Client, Framing};
+use serde_json::{json, Value};
+use support::fake_provider::{self as fake, FakeProvider};
+
+/// The example MCP server, built once per test run (a no-op when fresh):
+/// `cargo test --test mcp` builds the daemon but not the examples.
+fn echo_server() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let mut cargo = std::process::Command::new(env!("CARGO"));
+            cargo
+                .args(["build", "--example", "mcp_echo_server"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"));
+            // The test runs with cargo's per-package variables set; build
+            // scripts that watch them (ring's) would otherwise rebuild.
+            for (key, _) in std::env::vars_os() {
+                let key = key.to_string_lossy().into_owned();
+                if key.starts_with("CARGO_") && key != "CARGO_HOME" && key != "CARGO_TARGET_DIR" {
+                    cargo.env_remove(&key);
+                }
+            }
+            let status = cargo
+                .status()
+                .expect("run cargo build --example mcp_echo_server");
+            assert!(status.success(), "building the example MCP server failed");
+            let bin = Path::new(harness::BIN)
+                .parent()
+                .expect("target dir")
+                .join("examples")
+                .join("mcp_echo_server");
+            assert!(bin.exists(), "{} missing", bin.display());
+            bin
+        })
+        .clone()
+}
+
+struct Setup {
+    home: tempfile::TempDir,
+    project: tempfile::TempDir,
+    fake: FakeProvider,
+    /// Where the echo server writes `start PID` and each call it receives.
+    record: PathBuf,
+}
+
+impl Setup {
+    async fn new(script: Vec<fake::Reply>) -> Setup {
+        let home = tempfile::tempdir().unwrap();
+        let record = home.path().join("calls.log");
+        Setup {
+            home,
+            project: tempfile::tempdir().unwrap(),
+            fake: FakeProvider::start(script).await,
+            record,
+        }
+    }
+
+    /// Start the daemon, with `config` (TOML) as its config file when given.
+    fn spawn(&self, config: Option<&str>) -> Client {
+        let url = self.fake.openai_url();
+        let mut args = vec![
+            "--provider-url".to_string(),
+            url,
+            "--model".into(),
+            "fake".into(),
+        ];
+        if let Some(text) = config {
+            let path = self.home.path().join("config.toml");
+            std::fs::write(&path, text).unwrap();
+            args.push("--config".into());
+            args.push(path.display().to_string());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Client::spawn(Framing::Ndjson, self.home.path(), &args)
+    }
+
+    /// The echo server as an ACP `McpServer` (stdio).
+    fn echo(&self, name: &str, extra: &[&str]) -> Value {
+        let mut args = vec!["--record".to_string(), self.record.display().to_string()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        json!({ "name": name, "command": echo_server(), "args": args, "env": [] })
+    }
+
+    fn calls(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.record)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.starts_with("start "))
+            .map(String::from)
+            .collect()
+    }
+
+    fn server_pids(&self) -> Vec<u32> {
+        std::fs::read_to_string(&self.record)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.strip_prefix("start ")?.parse().ok())
+            .collect()
+    }
+}
+
+async fn new_session(c: &mut Client, cwd: &Path, servers: Value) -> Value {
+    c.request("session/new", json!({ "cwd": cwd, "mcpServers": servers }))
+        .await
+}
+
+fn prompt(session: &str, text: &str) -> Value {
+    json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] })
+}
+
+/// The last tool result the model received in request `n`.
+fn tool_result(fake: &FakeProvider, n: usize) -> String {
+    let reqs = fake.requests();
+    let msgs = reqs[n].body["messages"].as_array().unwrap().clone();
+    let tool = msgs
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .unwrap_or_else(|| panic!("no tool message in {msgs:?}"));
+    tool["content"].as_str().unwrap().to_string()
+}
+
+fn offered_tools(fake: &FakeProvider, n: usize) -> Vec<String> {
+    fake.requests()[n].body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t["function"]["name"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Run a prompt whose single tool call asks; answer with `option`.
+async fn prompt_and_answer(c: &mut Client, sid: &str, option: &str) -> Value {
+    let p = c.start_request("session/prompt", prompt(sid, "go")).await;
+    let ask = c.wait_method("session/request_permission").await;
+    c.respond(
+        &ask["id"],
+        json!({ "outcome": { "outcome": "selected", "optionId": option } }),
+    )
+    .await;
+    let done = c.wait_response(p).await;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    ask
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie has exited; only a process that still runs counts.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+#[tokio::test]
+async fn an_mcp_tool_is_listed_asked_approved_run_and_its_result_reaches_the_model() {
+    let s = Setup::new(vec![
+        fake::openai_tool_calls(&[("call_e", "mcp__echo__echo", r#"{"text": "hello"}"#)]),
+        fake::openai_text("The server said hello."),
+    ])
+    .await;
+    let mut c = s.spawn(None);
+    let init = c
+        .request(
+            "initialize",
+            json!({ "protocolVersion": 1, "clientCapabilities": {} }),
+        )
+        .await;
+    assert_eq!(
+        init["result"]["agentCapabilities"]["mcpCapabilities"],
+        json!({ "http": true, "sse": false }),
+        "{init}"
+    );
+    let r = new_session(&mut c, s.project.path(), json!([s.echo("echo", &[])])).await;
+    let sid = r["result"]["sessionId"]
+        .as_str()
+        .expect("session")
+        .to_string();
+    let servers = &r["result"]["_meta"]["passepartout"]["mcpServers"];
+    assert_eq!(servers[0]["name"], "echo", "{r}");
+    assert_eq!(servers[0]["state"], "running", "{r}");
+    assert!(servers[0]["tools"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("mcp__echo__echo")));
+
+    let ask = prompt_and_answer(&mut c, &sid, "allow_once").await;
+    assert_eq!(ask["params"]["toolCall"]["toolCallId"], "call_e");
+    let why = ask["params"]["toolCall"]["content"].to_string();
+    assert!(why.contains("mcp__echo__echo"), "{why}");
+
+    let tools = offered_tools(&s.fake, 0);
+    for t in ["mcp__echo__echo", "mcp__echo__sleep", "read_file"] {
+        assert!(tools.contains(&t.to_string()), "{t} not in {tools:?}");
+    }
+    assert_eq!(tool_result(&s.fake, 1), "echo: hello");
+    assert_eq!(s.calls(), ["echo hello"]);
+    assert!(c.message_text().contains("The server said hello."));
+    let done: Vec<Value> = c
+        .updates("tool_call_update")
+        .into_iter()
+        .filter(|u| u["status"] == "completed")
+        .collect();
+    assert_eq!(done.len(), 1, "{done:?}");
+}
+
+#[tokio::test]
+async fn a_rejected_call_never_reaches_the_server() {
+    let s = Setup::new(vec![
+        fake::openai_tool_calls(&[("call_r", "mcp__echo__echo", r#"{"text": "secret"}"#)]),
+        fake::openai_text("Understood."),
+    ])
+    .await;
+    let mut c = s.spawn(None);
+    c.initialize(json!({})).await;
+    let r = new_session(&mut c, s.project.path(), json!([s.echo("echo", &[])])).await;
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    prompt_and_answer(&mut c, &sid, "reject_once").await;
+    let result = tool_result(&s.fake, 1);
+    assert!(result.contains("reject"), "{result}");
+    assert_eq!(s.calls(), Vec::<String>::new());
+    assert_eq!(s.server_pids().len(), 1, "the server did start");
+}
+
+#[tokio::test]
+async fn a_hanging_call_hits_the_timeout_and_a_big_result_the_cap() {
+    let s = Setup::new(vec![
+        fake::openai_tool_calls(&[("call_s", "mcp__echo__sleep", r#"{"secs": 30}"#)]),
+        fake::openai_text("It hung."),
+        fake::openai_tool_calls(&[("call_b", "mcp__echo__shout", r#"{"n": 5000}"#)]),
+        fake::openai_text("It was loud."),
+    ])
+    .await;
+    let mut c = s.spawn(Some(
+        "[mcp]\ncall_timeout_secs = 1\noutput_cap_bytes = 100\n",
+    ));
+    c.initialize(json!({})).await;
+    let r = new_session(&mut c, s.project.path(), json!([s.echo("echo", &[])])).await;
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    let started = std::time::Instant::now();
+    prompt_and_answer(&mut c, &sid, "allow_once").await;
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let result = tool_result(&s.fake, 1);
+    assert_eq!(
+        result,
+        "MCP server `echo` did not answer within 1 s (mcp.call_timeout_secs)"
+    );
+    prompt_and_answer(&mut c, &sid, "allow_once").await;
+    let result = tool_result(&s.fake, 3);
+    assert!(result.starts_with(&"A".repeat(100)), "{result}");
+    assert!(!result.contains(&"A".repeat(101)), "{result}");
+    assert!(
+        result.contains("output cut at 100 bytes: the MCP output cap (mcp.output_cap_bytes)"),
+        "{result}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_fails_to_start_gives_a_clear_error() {
+    let s = Setup::new(vec![]).await;
+    let mut c = s.spawn(None);
+    c.initialize(json!({})).await;
+    let r = new_session(
+        &mut c,
+        s.project.path(),
+        json!([s.echo("broken", &["--fail-start"])]),
+    )
+    .await;
+    let message = r["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert!(
+        message.starts_with("MCP server `broken` failed to start"),
+        "{message}"
+    );
+    assert!(
+        message.contains("refusing to start (--fail-start)"),
+        "{message}"
+    );
+    let r = new_session(
+        &mut c,
+        s.project.path(),
+        json!([{ "name": "nowhere", "command": "/nonexistent/server", "args": [], "env": [] }]),
+    )
+    .await;
+    let message = r["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert!(
+        message.contains("cannot run /nonexistent/server"),
+        "{message}"
+    );
+    // Limits are checked before anything is spawned.
+    let many: Vec<Value> = (0..9).map(|i| s.echo(&format!("e{i}"), &[])).collect();
+    let r = new_session(&mut c, s.project.path(), json!(many)).await;
+    let message = r["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(
+        message,
+        "9 MCP servers asked for, more than the limit of 8 per session (mcp.max_servers_per_session)"
+    );
+    let twins = json!([s.echo("a.b", &[]), s.echo("a_b", &[])]);
+    let r = new_session(&mut c, s.project.path(), twins).await;
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("`a_b`"),
+        "{r}"
+    );
+    assert!(s.server_pids().is_empty(), "nothing was started");
+    // The daemon carries on.
+    let r = new_session(&mut c, s.project.path(), json!([])).await;
+    assert!(r["result"]["sessionId"].is_string(), "{r}");
+}
+
+#[tokio::test]
+async fn a_crashed_server_is_reported_and_the_daemon_carries_on() {
+    let s = Setup::new(vec![
+        fake::openai_tool_calls(&[("call_c", "mcp__echo__crash", r#"{}"#)]),
+        fake::openai_text("It crashed."),
+        fake::openai_tool_calls(&[("call_e", "mcp__echo__echo", r#"{"text": "again"}"#)]),
+        fake::openai_text("Still gone."),
+    ])
+    .await;
+    let mut c = s.spawn(None);
+    c.initialize(json!({})).await;
+    let r = new_session(&mut c, s.project.path(), json!([s.echo("echo", &[])])).await;
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    prompt_and_answer(&mut c, &sid, "allow_always").await;
+    let result = tool_result(&s.fake, 1);
+    assert!(
+        result.starts_with("MCP server `echo` is not running: it stopped during the call"),
+        "{result}"
+    );
+    // The next turn no longer offers the dead server's tools; a call to
+    // one is answered, not fatal.
+    let p = c
+        .start_request("session/prompt", prompt(&sid, "again"))
+        .await;
+    let done = c.wait_response(p).await;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    assert!(!offered_tools(&s.fake, 2).contains(&"mcp__echo__echo".to_string()));
+    let result = tool_result(&s.fake, 3);
+    assert!(
+        result.contains("unknown tool `mcp__echo__echo`"),
+        "{result}"
+    );
+}
+
+#[tokio::test]
+async fn configured_servers_start_for_every_session_and_stop_with_the_daemon() {
+    let s = Setup::new(vec![
+        fake::openai_tool_calls(&[("call_a", "mcp__cfg__echo", r#"{"text": "auto"}"#)]),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let config = format!(
+        "[[mcp.servers]]\nname = \"cfg\"\ncommand = \"{}\"\nargs = [\"--record\", \"{}\"]\napproval = \"auto\"\n",
+        echo_server().display(),
+        s.record.display()
+    );
+    let mut c = s.spawn(Some(&config));
+    c.initialize(json!({})).await;
+    let r = new_session(&mut c, s.project.path(), json!([])).await;
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    assert_eq!(
+        r["result"]["_meta"]["passepartout"]["mcpServers"][0]["origin"],
+        "config"
+    );
+    // The person's own config said `approval = "auto"`: no question.
+    let done = c.request("session/prompt", prompt(&sid, "go")).await;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    assert_eq!(tool_result(&s.fake, 1), "echo: auto");
+    assert!(c
+        .backlog
+        .iter()
+        .all(|m| m["method"] != "session/request_permission"));
+
+    let pids = s.server_pids();
+    assert_eq!(pids.len(), 1);
+    assert!(alive(pids[0]));
+    c.close_stdin();
+    let status = tokio::time::timeout(harness::WAIT, c.child.wait())
+        .await
+        .expect("daemon exits")
+        .unwrap();
+    assert!(status.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while alive(pids[0]) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!alive(pids[0]), "the MCP server outlived the daemon");
+}
+
+#[tokio::test]
+async fn mcp_list_shows_state_and_tools() {
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[mcp]\nstartup_timeout_secs = 3\n[[mcp.servers]]\nname = \"echo\"\ncommand = \"{0}\"\n[[mcp.servers]]\nname = \"broken\"\ncommand = \"{0}\"\nargs = [\"--fail-start\"]\n[[mcp.servers]]\nname = \"slow\"\ncommand = \"{0}\"\nargs = [\"--hang-start\"]\n",
+            echo_server().display()
+        ),
+    )
+    .unwrap();
+    let out = tokio::process::Command::new(harness::BIN)
+        .args(["mcp", "list", "--config"])
+        .arg(&config)
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env("XDG_STATE_HOME", home.path().join("state"))
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("echo  running  (stdio: "), "{text}");
+    assert!(text.contains("\n  mcp__echo__echo\n"), "{text}");
+    assert!(text.contains("broken  failed: "), "{text}");
+    assert!(text.contains("refusing to start"), "{text}");
+    assert!(
+        text.contains("slow  failed: it did not start within 3 s (mcp.startup_timeout_secs)"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_streamable_http_server_works_like_a_stdio_one() {
+    let s = Setup::new(vec![
+        fake::openai_tool_calls(&[("call_h", "mcp__web__echo", r#"{"text": "over http"}"#)]),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let mut server = tokio::process::Command::new(echo_server())
+        .arg("--record")
+        .arg(&s.record)
+        .arg("--http")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(server.stdout.take().unwrap()));
+    let url = tokio::time::timeout(harness::WAIT, lines.next_line())
+        .await
+        .expect("the server prints its URL")
+        .unwrap()
+        .expect("a URL line");
+    let mut c = s.spawn(None);
+    c.initialize(json!({})).await;
+    let r = new_session(
+        &mut c,
+        s.project.path(),
+        json!([{ "type": "http", "name": "web", "url": url, "headers": [{ "name": "X-Client", "value": "test" }] }]),
+    )
+    .await;
+    let sid = r["result"]["sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"))
+        .to_string();
+    assert_eq!(
+        r["result"]["_meta"]["passepartout"]["mcpServers"][0]["transport"],
+        format!("http: {url}")
+    );
+    prompt_and_answer(&mut c, &sid, "allow_once").await;
+    assert_eq!(tool_result(&s.fake, 1), "echo: over http");
+    assert_eq!(s.calls(), ["echo over http"]);
+    server.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn in_emacs_an_mcp_call_is_a_flight_plan_like_any_other_action() {
+    let s = Setup::new(vec![
+        fake::openai_tool_calls(&[("call_p", "mcp__echo__echo", r#"{"text": "planned"}"#)]),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let mut c = s.spawn(None);
+    c.initialize(json!({ "flightPlans": true })).await;
+    let r = new_session(&mut c, s.project.path(), json!([s.echo("echo", &[])])).await;
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    let p = c.start_request("session/prompt", prompt(&sid, "go")).await;
+    let offer = c.wait_method("_passepartout/plan/offer").await;
+    let plan = &offer["params"]["plan"];
+    assert_eq!(plan["tool"], "mcp__echo__echo");
+    let org = plan["org"].as_str().unwrap().to_string();
+    assert!(org.contains("mcp_call") && org.contains("planned"), "{org}");
+    assert!(s.calls().is_empty(), "nothing runs before approval");
+    let id = plan["planId"].as_str().unwrap().to_string();
+    let r = c
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": id, "decision": "approve", "org": org }),
+        )
+        .await;
+    assert_eq!(r["result"]["status"], "approved", "{r}");
+    let done = c.wait_response(p).await;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    assert_eq!(tool_result(&s.fake, 1), "echo: planned");
+    assert_eq!(s.calls(), ["echo planned"]);
+}
