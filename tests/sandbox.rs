@@ -56,6 +56,8 @@ fn ctx(cwd: &Path) -> ActContext {
         cwd: cwd.to_path_buf(),
         cancel: CancellationToken::new(),
         say: None,
+        approved_by: None,
+        limits: Default::default(),
     }
 }
 

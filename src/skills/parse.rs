@@ -15,6 +15,7 @@ use serde_json::Value;
 use crate::action::Approval;
 use crate::gates::Decision;
 use crate::llm::ToolSpec;
+use crate::sandbox::limits::LimitOverrides;
 use crate::tools::{Tool, ToolSource};
 
 use super::diagnostic::{Diagnostic, Finding, LineIndex};
@@ -458,7 +459,9 @@ impl<'p> Parser<'p> {
     }
 
     fn tool(&mut self, h: &Headline, skill: &str) -> Option<Tool> {
-        const KNOWN: [&str; 5] = ["APPROVAL", "TIMEOUT", "KIND", "ACTUATOR", "NETWORK"];
+        const KNOWN: [&str; 6] = [
+            "APPROVAL", "TIMEOUT", "KIND", "ACTUATOR", "NETWORK", "LIMITS",
+        ];
         let errors_before = self.error_count();
         let name = h.title.clone();
         if !valid_tool_name(&name) {
@@ -519,6 +522,13 @@ impl<'p> Parser<'p> {
                 ),
             }
         }
+        let mut limits = LimitOverrides::default();
+        if let Some(p) = prop("LIMITS") {
+            match LimitOverrides::parse(&p.value) {
+                Ok(l) => limits = l,
+                Err(e) => self.error(p.value_offset, format!("`:LIMITS:` {e}")),
+            }
+        }
 
         let body = self.body(h, &name, prop("ACTUATOR"));
         let table = h.elements.iter().find_map(|e| match e {
@@ -544,6 +554,14 @@ impl<'p> Parser<'p> {
                 self.warning(
                     p.offset,
                     "`:NETWORK:` only matters for sh, bash and python bodies and `shell.run`",
+                );
+            }
+        }
+        if limits != LimitOverrides::default() && !runs_in_sandbox {
+            if let Some(p) = prop("LIMITS") {
+                self.warning(
+                    p.offset,
+                    "`:LIMITS:` only matters for sh, bash and python bodies and `shell.run`",
                 );
             }
         }
@@ -582,6 +600,7 @@ impl<'p> Parser<'p> {
                 body,
                 params,
                 network,
+                limits,
             }),
         })
     }
