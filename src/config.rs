@@ -52,6 +52,9 @@ pub struct Config {
     /// fed back to the model as the tool result. Off: the person already
     /// sees them; the model only hears they were delivered.
     pub feed_back_messages: bool,
+    /// Resource limits of every sandboxed run (`[sandbox_limits]`; a table
+    /// of its own because `sandbox` is already a string).
+    pub sandbox_limits: crate::sandbox::limits::ResourceLimits,
 }
 
 impl Default for Config {
@@ -69,6 +72,7 @@ impl Default for Config {
             builtin_skills: true,
             log_file: None,
             feed_back_messages: false,
+            sandbox_limits: Default::default(),
         }
     }
 }
