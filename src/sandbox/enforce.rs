@@ -85,7 +85,8 @@ impl std::fmt::Display for LimitHit {
 #[derive(Debug)]
 pub struct Enforcer {
     limits: ResourceLimits,
-    rlimits: Vec<(Resource, u64)>,
+    /// (resource, soft, hard)
+    rlimits: Vec<(Resource, u64, u64)>,
     cgroup: Option<RunCgroup>,
     disk: Option<(PathBuf, u64)>,
 }
@@ -122,12 +123,16 @@ impl Enforcer {
                 }
             }
         }
-        // Never raise a hard limit (EPERM for an unprivileged user).
+        // Never raise a hard limit (EPERM for an unprivileged user). CPU
+        // gets a second of grace above the soft limit: SIGXCPU at the soft
+        // one (which the shell reports, so the result can name the limit),
+        // SIGKILL at the hard one for a process that ignores it.
         let rlimits = rlimits
             .into_iter()
             .map(|(res, want)| {
                 let hard = getrlimit(res).maximum.unwrap_or(u64::MAX);
-                (res, want.min(hard))
+                let grace = u64::from(res == Resource::Cpu);
+                (res, want.min(hard), want.saturating_add(grace).min(hard))
             })
             .collect();
         let disk = limits
@@ -151,12 +156,12 @@ impl Enforcer {
         // fork, and allocates nothing.
         unsafe {
             cmd.pre_exec(move || {
-                for (res, n) in &rlimits {
+                for (res, soft, hard) in &rlimits {
                     rustix::process::setrlimit(
                         *res,
                         Rlimit {
-                            current: Some(*n),
-                            maximum: Some(*n),
+                            current: Some(*soft),
+                            maximum: Some(*hard),
                         },
                     )?;
                 }

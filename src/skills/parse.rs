@@ -1116,6 +1116,30 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn limits_property_reaches_the_planner_and_bad_values_are_errors() {
+        let text = "#+SKILL: build\n* make :tool:\n:PROPERTIES:\n:LIMITS: processes=512 \
+                    file_size=1G cpu=120\n:END:\nBuild it.\n#+begin_src sh\nmake\n#+end_src\n";
+        let (skill, diags) = parse_skill(Path::new("b.org"), text, Origin::User);
+        let skill = skill.unwrap_or_else(|| panic!("{diags:?}"));
+        let limits = skill.tools[0].planner.limits();
+        assert_eq!(limits.processes, Some(512));
+        assert_eq!(limits.file_size, Some(1024 * 1024 * 1024));
+        assert_eq!(limits.cpu_secs, Some(120));
+        assert_eq!(limits.open_files, None);
+
+        let bad = text.replace("processes=512", "forks=3");
+        let (skill, diags) = parse_skill(Path::new("b.org"), &bad, Origin::User);
+        assert!(skill.is_none());
+        let shown: Vec<String> = diags.iter().map(|d| d.to_string()).collect();
+        assert!(
+            shown
+                .iter()
+                .any(|d| d.contains("`:LIMITS:` unknown limit `forks`")),
+            "{shown:?}"
+        );
+    }
+
+    #[test]
     fn triggers_parse_to_always_never_or_a_case_insensitive_regex() {
         assert!(matches!(parse_trigger("always"), Ok(Trigger::Always)));
         assert!(matches!(parse_trigger("NEVER"), Ok(Trigger::Never)));
