@@ -10,7 +10,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use passepartout::sandbox::bwrap::{bwrap_args, bwrap_args_with, Boundary, SandboxSpec, SystemLayout};
+use passepartout::sandbox::bwrap::{
+    bwrap_args, bwrap_args_with, Boundary, SandboxSpec, SystemLayout,
+};
 use passepartout::sandbox::limits::ResourceLimits;
 use passepartout::sandbox::probe::{probe, SandboxStatus};
 use passepartout::sandbox::runner::{run, run_limited, RunLimits};

@@ -55,17 +55,25 @@ struct Daemon {
 /// in `project`, for an ACP client that is asked with
 /// `session/request_permission`.
 async fn daemon(project: &Path, script: Vec<Reply>) -> Daemon {
+    // The disk limit counts everything written to this filesystem, other
+    // programs' builds included: high here, small only where it is tested.
+    daemon_with(project, script, "100G").await
+}
+
+async fn daemon_with(project: &Path, script: Vec<Reply>, disk_write: &str) -> Daemon {
     let home = tempfile::tempdir().unwrap();
     let config_dir = home.path().join("config/passepartout");
     std::fs::create_dir_all(&config_dir).unwrap();
     std::fs::write(
         config_dir.join("config.toml"),
-        "shell_timeout_secs = 20\n\
+        format!(
+            "shell_timeout_secs = 20\n\
          [sandbox_limits]\n\
          processes = 64\n\
          file_size = \"1M\"\n\
-         disk_write = \"16M\"\n\
-         tmp_size = \"8M\"\n",
+         tmp_size = \"8M\"\n\
+         disk_write = \"{disk_write}\"\n"
+        ),
     )
     .unwrap();
     let fake = FakeProvider::start(script).await;
@@ -415,7 +423,7 @@ async fn many_files_stop_at_the_disk_limit() {
         return;
     }
     let project = tempfile::tempdir().unwrap();
-    let mut d = daemon(
+    let mut d = daemon_with(
         project.path(),
         vec![
             shell(
@@ -425,6 +433,7 @@ async fn many_files_stop_at_the_disk_limit() {
             ),
             fake::openai_text("done"),
         ],
+        "16M",
     )
     .await;
     d.turn().await;
