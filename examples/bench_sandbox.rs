@@ -201,13 +201,28 @@ async fn main() {
     row("+ control surface", &unlimited);
     let limited = time_bounded_runs(n, &program, &spec, &ResourceLimits::default()).await;
     row("+ control surface + limits", &limited);
+    // Signed: on a busy machine the noise can exceed the cost.
+    let delta = |a: Duration, b: Duration| (a.as_secs_f64() - b.as_secs_f64()) * 1000.0;
+    let binds = {
+        let m = SurfaceSnapshot::take(project.path());
+        m.mounts().pins.len() + m.mounts().read_only.len()
+    };
     println!(
-        "\ncontrol surface per spawn: mean {} ({} binds); limits per spawn: mean {}",
-        ms(unlimited.mean.saturating_sub(action.mean)),
-        {
-            let m = SurfaceSnapshot::take(project.path());
-            m.mounts().pins.len() + m.mounts().read_only.len()
-        },
-        ms(limited.mean.saturating_sub(unlimited.mean)),
+        "\ncontrol surface per spawn: mean {:+.2} ms, p50 {:+.2} ms ({binds} binds)\n\
+         limits per spawn:          mean {:+.2} ms, p50 {:+.2} ms",
+        delta(unlimited.mean, action.mean),
+        delta(unlimited.p50, action.p50),
+        delta(limited.mean, unlimited.mean),
+        delta(limited.p50, unlimited.p50),
+    );
+    // The host-side work alone, without the spawn: snapshot + sweep.
+    let started = Instant::now();
+    for _ in 0..n {
+        let surface = SurfaceSnapshot::take(project.path());
+        let _ = surface.sweep();
+    }
+    println!(
+        "snapshot + sweep alone:    mean {}",
+        ms(started.elapsed() / n as u32)
     );
 }
