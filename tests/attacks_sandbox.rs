@@ -503,3 +503,55 @@ fn unsafe_free_is_root() -> bool {
         })
         .unwrap_or(false)
 }
+
+/// A skill tool's `:LIMITS:` replaces the configured limits it names, for
+/// its own runs only: the configured file size is 1 MiB, the tool allows
+/// 2 MiB; the shell tool in the same turn is still held to 1 MiB.
+#[tokio::test]
+async fn a_skill_tool_sets_its_own_limits() {
+    if !bwrap_available() {
+        return;
+    }
+    let project = tempfile::tempdir().unwrap();
+    let mut d = daemon(
+        project.path(),
+        vec![
+            fake::openai_tool_calls(&[("c1", "fill", "{}")]),
+            shell("c2", "cat /dev/zero > small.bin"),
+            fake::openai_text("done"),
+        ],
+    )
+    .await;
+    // A user skill (user skills need no trust step), read at the next turn.
+    let skills = d._home.path().join("config/passepartout/skills");
+    std::fs::create_dir_all(&skills).unwrap();
+    std::fs::write(
+        skills.join("fill.org"),
+        "#+SKILL: fill\n\
+         * fill :tool:\n\
+         :PROPERTIES:\n\
+         :APPROVAL: auto\n\
+         :LIMITS: file_size=2M\n\
+         :END:\n\
+         Fill a file with zeros.\n\
+         #+begin_src bash\n\
+         cat /dev/zero > big.bin\n\
+         #+end_src\n",
+    )
+    .unwrap();
+    d.turn().await;
+    let results = d.tool_results();
+    assert!(
+        results[0].starts_with("stopped: a file reached the file size limit of 2 MiB"),
+        "{}",
+        results[0]
+    );
+    assert!(
+        results[1].starts_with("stopped: a file reached the file size limit of 1 MiB"),
+        "{}",
+        results[1]
+    );
+    let size = |name: &str| std::fs::metadata(project.path().join(name)).unwrap().len();
+    assert_eq!(size("big.bin"), 2 * 1024 * 1024);
+    assert_eq!(size("small.bin"), 1024 * 1024);
+}
