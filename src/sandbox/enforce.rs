@@ -375,15 +375,17 @@ fn own_process_count() -> u64 {
                 .bytes()
                 .all(|b| b.is_ascii_digit())
         })
-        .filter_map(|e| {
-            let status = std::fs::read_to_string(e.path().join("status")).ok()?;
-            let ours = e.metadata().ok()?.uid() == uid;
-            let threads: u64 = status
-                .lines()
-                .find_map(|l| l.strip_prefix("Threads:"))
-                .and_then(|n| n.trim().parse().ok())
-                .unwrap_or(1);
-            ours.then_some(threads)
+        .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
+        .map(|e| {
+            std::fs::read_to_string(e.path().join("status"))
+                .ok()
+                .and_then(|status| {
+                    status
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Threads:"))
+                        .and_then(|n| n.trim().parse().ok())
+                })
+                .unwrap_or(1)
         })
         .sum()
 }
