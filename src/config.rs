@@ -32,6 +32,9 @@ pub struct Config {
     /// Most reason→act rounds in one turn.
     pub max_rounds: u32,
     pub sandbox: SandboxSetting,
+    /// Resource limits of every sandboxed run (`[sandbox_limits]`; a table
+    /// of its own because `sandbox` is already a string).
+    pub sandbox_limits: crate::sandbox::limits::ResourceLimits,
     /// Default time limit for a shell action, in seconds.
     pub shell_timeout_secs: u64,
     /// Cap on captured stdout and stderr, each, in bytes.
@@ -52,9 +55,6 @@ pub struct Config {
     /// fed back to the model as the tool result. Off: the person already
     /// sees them; the model only hears they were delivered.
     pub feed_back_messages: bool,
-    /// Resource limits of every sandboxed run (`[sandbox_limits]`; a table
-    /// of its own because `sandbox` is already a string).
-    pub sandbox_limits: crate::sandbox::limits::ResourceLimits,
 }
 
 impl Default for Config {
@@ -63,6 +63,7 @@ impl Default for Config {
             providers: vec![ProviderConfig::default_local()],
             max_rounds: 10,
             sandbox: SandboxSetting::Bwrap,
+            sandbox_limits: Default::default(),
             shell_timeout_secs: 30,
             output_cap_bytes: 100 * 1024,
             network_allow: Vec::new(),
@@ -72,7 +73,6 @@ impl Default for Config {
             builtin_skills: true,
             log_file: None,
             feed_back_messages: false,
-            sandbox_limits: Default::default(),
         }
     }
 }

@@ -86,8 +86,8 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
     a.env
         .record(AuditRecord::verdict(&a.session.id, &id, &judgement));
     tracing::info!(session = %a.session.id, tool = %call.name, decision = %judgement.decision, "gated");
-    let mut asked = false;
     let mut approved_by = None;
+    let mut asked = false;
     let (approved, approved_hash) = match judgement.decision {
         Decision::Deny => return refuse(a, &id, denial(&judgement), ActStatus::Denied),
         Decision::Allow => {
