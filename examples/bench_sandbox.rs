@@ -1,15 +1,22 @@
 //! What the sandbox costs per command: N spawns of `true` directly, through
 //! bwrap with the real argument list, and a real action's shape
-//! (`bwrap … sh -c true`), all through the same runner.
+//! (`bwrap … sh -c true`), all through the same runner; then what the
+//! boundary adds: the resource limits (rlimits, a pids cgroup when one is
+//! writable, the disk watchdog) and the control surface (a snapshot of a
+//! git project before the run, its read-only binds, the sweep after).
 //!
 //! Run: `cargo run --release --example bench_sandbox [N]` (default 50).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use passepartout::sandbox::bwrap::{bwrap_args, SandboxSpec, SystemLayout};
+use passepartout::sandbox::bwrap::{
+    bwrap_args, bwrap_args_with, Boundary, SandboxSpec, SystemLayout,
+};
+use passepartout::sandbox::limits::ResourceLimits;
 use passepartout::sandbox::probe::{probe, SandboxStatus};
-use passepartout::sandbox::runner::{run, RunLimits};
+use passepartout::sandbox::runner::{run, run_limited, RunLimits};
+use passepartout::sandbox::surface::SurfaceSnapshot;
 use tokio_util::sync::CancellationToken;
 
 struct Stats {
@@ -64,6 +71,47 @@ async fn time_runs(n: usize, program: &str, args: &[String], cwd: &std::path::Pa
         .expect("run");
         samples.push(started.elapsed());
         assert_eq!(outcome.exit_code, Some(0), "{}", outcome.render());
+    }
+    stats(samples)
+}
+
+/// Runs as the shell actuator does them: snapshot the control surface,
+/// build the list with its binds, run with resource limits, sweep.
+async fn time_bounded_runs(
+    n: usize,
+    bwrap: &str,
+    spec: &SandboxSpec,
+    resources: &ResourceLimits,
+) -> Stats {
+    let limits = RunLimits::default();
+    let env = BTreeMap::new();
+    let layout = SystemLayout::probe();
+    let mut samples = Vec::with_capacity(n + 3);
+    for i in 0..n + 3 {
+        let started = Instant::now();
+        let surface = SurfaceSnapshot::take(&spec.cwd);
+        let boundary = Boundary {
+            surface: surface.mounts().clone(),
+            tmp_size: resources.tmp_size,
+        };
+        let args = bwrap_args_with(spec, &layout, &boundary).expect("argument list");
+        let outcome = run_limited(
+            bwrap,
+            &args,
+            &spec.cwd,
+            Some(&env),
+            &limits,
+            resources,
+            CancellationToken::new(),
+        )
+        .await
+        .expect("run");
+        let undone = surface.sweep();
+        if i >= 3 {
+            samples.push(started.elapsed());
+        }
+        assert_eq!(outcome.exit_code, Some(0), "{}", outcome.render());
+        assert!(undone.is_empty());
     }
     stats(samples)
 }
@@ -132,5 +180,49 @@ async fn main() {
         ms(sandboxed.mean.saturating_sub(plain.mean)),
         ms(sandboxed.p50.saturating_sub(plain.p50)),
         bare.len()
+    );
+
+    // The boundary, in a project with a repository and project skills.
+    let project = tempfile::tempdir().expect("temp dir");
+    let git = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(project.path())
+        .status();
+    if !git.is_ok_and(|s| s.success()) {
+        println!("(git is missing: the project has no .git)");
+    }
+    std::fs::create_dir_all(project.path().join(".passepartout/skills")).expect("skills dir");
+    let spec = SandboxSpec {
+        cwd: project.path().to_path_buf(),
+        ..spec
+    };
+    println!();
+    let unlimited = time_bounded_runs(n, &program, &spec, &ResourceLimits::none()).await;
+    row("+ control surface", &unlimited);
+    let limited = time_bounded_runs(n, &program, &spec, &ResourceLimits::default()).await;
+    row("+ control surface + limits", &limited);
+    // Signed: on a busy machine the noise can exceed the cost.
+    let delta = |a: Duration, b: Duration| (a.as_secs_f64() - b.as_secs_f64()) * 1000.0;
+    let binds = {
+        let m = SurfaceSnapshot::take(project.path());
+        m.mounts().pins.len() + m.mounts().read_only.len()
+    };
+    println!(
+        "\ncontrol surface per spawn: mean {:+.2} ms, p50 {:+.2} ms ({binds} binds)\n\
+         limits per spawn:          mean {:+.2} ms, p50 {:+.2} ms",
+        delta(unlimited.mean, action.mean),
+        delta(unlimited.p50, action.p50),
+        delta(limited.mean, unlimited.mean),
+        delta(limited.p50, unlimited.p50),
+    );
+    // The host-side work alone, without the spawn: snapshot + sweep.
+    let started = Instant::now();
+    for _ in 0..n {
+        let surface = SurfaceSnapshot::take(project.path());
+        let _ = surface.sweep();
+    }
+    println!(
+        "snapshot + sweep alone:    mean {}",
+        ms(started.elapsed() / n as u32)
     );
 }

@@ -32,6 +32,9 @@ pub struct Config {
     /// Most reason→act rounds in one turn.
     pub max_rounds: u32,
     pub sandbox: SandboxSetting,
+    /// Resource limits of every sandboxed run (`[sandbox_limits]`; a table
+    /// of its own because `sandbox` is already a string).
+    pub sandbox_limits: crate::sandbox::limits::ResourceLimits,
     /// Default time limit for a shell action, in seconds.
     pub shell_timeout_secs: u64,
     /// Cap on captured stdout and stderr, each, in bytes.
@@ -66,6 +69,7 @@ impl Default for Config {
             providers: vec![ProviderConfig::default_local()],
             max_rounds: 10,
             sandbox: SandboxSetting::Bwrap,
+            sandbox_limits: Default::default(),
             shell_timeout_secs: 30,
             output_cap_bytes: 100 * 1024,
             network_allow: Vec::new(),

@@ -27,6 +27,11 @@ pub const CONTROL_SURFACE: &[ControlEntry] = &[
         why: "the agent's own project skills, policy and settings",
     },
     ControlEntry {
+        path: ".git",
+        dir: false,
+        why: "a `.git` file (a linked worktree) points git at the repository, and so at the configuration and hooks, it uses on the host",
+    },
+    ControlEntry {
         path: ".git/config",
         dir: false,
         why: "git configuration can name programs git runs on the host (core.fsmonitor, core.pager, include.path)",
@@ -40,6 +45,26 @@ pub const CONTROL_SURFACE: &[ControlEntry] = &[
         path: ".git/info",
         dir: true,
         why: "git attributes and excludes can change what git runs and shows on the host",
+    },
+    ControlEntry {
+        path: ".git/config.worktree",
+        dir: false,
+        why: "per-worktree git configuration is read like .git/config",
+    },
+    ControlEntry {
+        path: ".git/commondir",
+        dir: false,
+        why: "a commondir file makes git read its configuration and hooks from another directory",
+    },
+    ControlEntry {
+        path: ".git/worktrees",
+        dir: true,
+        why: "linked worktrees' metadata (commondir, config.worktree) steers git in those worktrees on the host",
+    },
+    ControlEntry {
+        path: ".git/modules",
+        dir: true,
+        why: "submodule repositories have their own configuration and hooks that git runs on the host",
     },
     ControlEntry {
         path: ".gitmodules",
@@ -92,6 +117,18 @@ pub fn control_entry(rel: &Path) -> Option<&'static ControlEntry> {
     })
 }
 
+/// Whether other entries live beneath `entry` (`.git` holds `.git/config`,
+/// `.git/hooks`, ...). Such an entry is only control surface when it is not
+/// a directory: a `.git` *file* redirects git, a `.git` directory is the
+/// repository, whose dangerous parts are entries of their own.
+pub fn is_container(entry: &ControlEntry) -> bool {
+    CONTROL_SURFACE.iter().any(|other| {
+        other.path.len() > entry.path.len()
+            && other.path.starts_with(entry.path)
+            && other.path.as_bytes()[entry.path.len()] == b'/'
+    })
+}
+
 /// The control-surface entry for an absolute (or cwd-relative) path inside
 /// the project rooted at `root`.
 pub fn control_entry_in(root: &Path, path: &Path) -> Option<&'static ControlEntry> {
@@ -128,6 +165,8 @@ mod tests {
         for p in [
             "src/main.rs",
             ".git/objects/ab/cdef",
+            ".git/index",
+            ".git/refs/heads/main",
             ".gitignore",
             ".git/config.d",
             "docs/.envrc.md",
@@ -135,6 +174,24 @@ mod tests {
         ] {
             assert_eq!(control_entry(Path::new(p)), None, "{p}");
         }
+    }
+
+    #[test]
+    fn only_git_is_a_container() {
+        let containers: Vec<&str> = CONTROL_SURFACE
+            .iter()
+            .filter(|e| is_container(e))
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(containers, vec![".git"]);
+        assert_eq!(
+            control_entry(Path::new(".git/commondir")).map(|e| e.path),
+            Some(".git/commondir")
+        );
+        assert_eq!(
+            control_entry(Path::new(".git/modules/sub/hooks/post-checkout")).map(|e| e.path),
+            Some(".git/modules")
+        );
     }
 
     #[test]

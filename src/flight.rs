@@ -382,6 +382,8 @@ impl FlightDesk {
             cwd,
             cancel: CancellationToken::new(),
             say: None,
+            approved_by: plan.decision.as_ref().map(|d| d.by.clone()),
+            limits: Default::default(),
         };
         let (is_error, text) = match self.env.actuators.resolve(Some(&action.target), None) {
             Ok(actuator) => match actuator.execute(&action, &ctx).await {

@@ -39,7 +39,7 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
         timeout: Duration::from_secs(config.shell_timeout_secs),
         output_cap: config.output_cap_bytes,
     };
-    let shell = ShellActuator::new(mode, limits);
+    let shell = ShellActuator::new(mode, limits).with_resources(config.sandbox_limits);
     let sandbox = sandbox_report(&shell);
     if sandbox.available {
         tracing::info!("{}", sandbox.message);

@@ -56,6 +56,8 @@ fn ctx(cwd: &Path) -> ActContext {
         cwd: cwd.to_path_buf(),
         cancel: CancellationToken::new(),
         say: None,
+        approved_by: None,
+        limits: Default::default(),
     }
 }
 
@@ -809,4 +811,184 @@ fn probe_reports_this_machine() {
     if let SandboxStatus::Available { version, .. } = probe::probe() {
         assert!(!version.is_empty() && !version.starts_with("bubblewrap"));
     }
+}
+
+#[test]
+fn control_surface_and_tmp_size_whole_vector() {
+    use passepartout::sandbox::bwrap::{bwrap_args_with, Boundary};
+    use passepartout::sandbox::surface::SurfaceMounts;
+    let spec = SandboxSpec {
+        cwd: PathBuf::from("/home/ada/project"),
+        network: false,
+        extra_ro: vec![PathBuf::from("/home/ada/notes")],
+        extra_rw: vec![PathBuf::from("/home/ada/memex")],
+        env: BTreeMap::new(),
+        interpreter: "sh".into(),
+        script: "make".into(),
+        argv: vec![],
+    };
+    let boundary = Boundary {
+        surface: SurfaceMounts {
+            pins: vec![PathBuf::from("/home/ada/project/.git")],
+            read_only: vec![
+                PathBuf::from("/home/ada/project/.passepartout"),
+                PathBuf::from("/home/ada/project/.git/config"),
+                PathBuf::from("/home/ada/project/.git/hooks"),
+            ],
+        },
+        tmp_size: Some(8 * 1024 * 1024),
+    };
+    let args = bwrap_args_with(&spec, &SystemLayout::merged_usr(), &boundary).unwrap();
+    let want: Vec<String> = [
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-all",
+        "--cap-drop",
+        "ALL",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--symlink",
+        "usr/bin",
+        "/bin",
+        "--symlink",
+        "usr/sbin",
+        "/sbin",
+        "--symlink",
+        "usr/lib",
+        "/lib",
+        "--symlink",
+        "usr/lib64",
+        "/lib64",
+        "--ro-bind",
+        "/etc",
+        "/etc",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        "8388608",
+        "--tmpfs",
+        "/tmp",
+        "--dir",
+        "/tmp/home",
+        "--bind",
+        "/home/ada/project",
+        "/home/ada/project",
+        "--bind",
+        "/home/ada/memex",
+        "/home/ada/memex",
+        "--bind",
+        "/home/ada/project/.git",
+        "/home/ada/project/.git",
+        "--ro-bind",
+        "/home/ada/project/.passepartout",
+        "/home/ada/project/.passepartout",
+        "--ro-bind",
+        "/home/ada/project/.git/config",
+        "/home/ada/project/.git/config",
+        "--ro-bind",
+        "/home/ada/project/.git/hooks",
+        "/home/ada/project/.git/hooks",
+        "--ro-bind",
+        "/home/ada/notes",
+        "/home/ada/notes",
+        "--chdir",
+        "/home/ada/project",
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "--setenv",
+        "HOME",
+        "/tmp/home",
+        "--setenv",
+        "LANG",
+        "C.UTF-8",
+        "--setenv",
+        "TERM",
+        "dumb",
+        "--",
+        "sh",
+        "-c",
+        "make",
+        "sh",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(args, want);
+    // Without a boundary the list is the old one: no --size, no extra binds.
+    let plain = bwrap_args(&spec, &SystemLayout::merged_usr()).unwrap();
+    assert!(!plain.contains(&"--size".to_string()));
+    assert!(!plain.iter().any(|a| a.ends_with(".git")));
+}
+
+#[tokio::test]
+async fn tmp_is_bounded_and_control_paths_are_read_only_in_the_real_sandbox() {
+    use passepartout::sandbox::limits::ResourceLimits;
+    let _serial = SERIAL.lock().await;
+    let Some(shell) = sandboxed().await else {
+        return;
+    };
+    let shell = shell.with_resources(ResourceLimits {
+        tmp_size: Some(4 * 1024 * 1024),
+        ..ResourceLimits::default()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(".envrc"), "export OK=1\n").unwrap();
+    let out = shell
+        .execute(
+            &run_action("head -c 8000000 /dev/zero > /tmp/fill; echo rc=$?"),
+            &ctx(dir.path()),
+        )
+        .await
+        .unwrap();
+    assert!(out.text.contains("No space left on device"), "{}", out.text);
+    let out = shell
+        .execute(
+            &run_action("echo evil >> .envrc; rm -f .envrc; mv .envrc x; echo end"),
+            &ctx(dir.path()),
+        )
+        .await
+        .unwrap();
+    assert!(out.text.contains("Read-only file system"), "{}", out.text);
+    assert!(out.text.contains("Device or resource busy"), "{}", out.text);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join(".envrc")).unwrap(),
+        "export OK=1\n"
+    );
+    assert!(!dir.path().join("x").exists());
+}
+
+#[tokio::test]
+async fn cpu_time_is_limited_and_named() {
+    use passepartout::sandbox::limits::ResourceLimits;
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let resources = ResourceLimits {
+        cpu_secs: Some(1),
+        ..ResourceLimits::none()
+    };
+    let args = vec!["-c".to_string(), "while :; do :; done".to_string()];
+    let outcome = runner::run_limited(
+        "bash",
+        &args,
+        dir.path(),
+        None,
+        &RunLimits {
+            timeout: Duration::from_secs(20),
+            output_cap: 1000,
+        },
+        &resources,
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert!(!outcome.timed_out);
+    assert_eq!(
+        outcome.render().lines().next().unwrap(),
+        "stopped: a process used its 1 s of CPU time (limit `cpu`, RLIMIT_CPU) and was killed"
+    );
 }

@@ -1,11 +1,32 @@
-//! The files actuator: reads, lists, searches and writes inside the session's
-//! working directory. Paths were confined when the action was planned; they
-//! are confined again here because a flight-plan edit may have changed them.
+//! The files actuator: reads, lists, searches and writes inside the
+//! session's working directory, confined by the kernel.
+//!
+//! Paths were confined lexically when the action was planned; that says
+//! nothing about what is on disk when the action runs (a plan can wait for
+//! hours, and `ln -s .. up` makes `up/x` a path *outside* the project that
+//! reads like one inside). So every effect opens the working directory once
+//! and resolves the rest of the path beneath it with `openat2(2)` and
+//! `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`, at
+//! execution time: the kernel refuses any `..` that climbs out and any
+//! symlink on the way, including one swapped in after approval. Writes
+//! create missing directories the same way, one component at a time, and
+//! replace the file atomically (a temporary file in the same directory,
+//! then `renameat`), so a hard link to the old file is never written
+//! through. Writing a control-surface path ([`crate::control_surface`])
+//! needs a person's approval of this exact action.
 
+use std::ffi::OsStr;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
 
 use crate::action::{Action, Effect};
+use crate::control_surface::control_entry;
 use crate::tools::confine_to;
 
 use super::{ActContext, ActError, ActOutput, Actuator};
@@ -14,6 +35,10 @@ use super::{ActContext, ActError, ActOutput, Actuator};
 const MAX_READ_BYTES: u64 = 256 * 1024;
 /// Most directory entries or search hits listed.
 const MAX_ENTRIES: usize = 1000;
+/// How `openat2` resolves every path beneath the working directory.
+const BENEATH: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS);
 
 pub struct FilesActuator;
 
@@ -24,24 +49,11 @@ impl Actuator for FilesActuator {
     }
 
     async fn execute(&self, action: &Action, ctx: &ActContext) -> Result<ActOutput, ActError> {
-        let confine = |p: &Path| confine_to(&ctx.cwd, &p.to_string_lossy());
-        let out = match &action.effect {
-            Effect::ReadFile { path } => match confine(path) {
-                Ok(p) => read_file(&p).await,
-                Err(e) => ActOutput::error(e.to_string()),
-            },
-            Effect::ListDir { path } => match confine(path) {
-                Ok(p) => list_dir(&p, &ctx.cwd).await,
-                Err(e) => ActOutput::error(e.to_string()),
-            },
-            Effect::WriteFile { path, content } => match confine(path) {
-                Ok(p) => write_file(&p, content).await,
-                Err(e) => ActOutput::error(e.to_string()),
-            },
-            Effect::SearchText { path, pattern } => match confine(path) {
-                Ok(p) => search(&p, pattern, &ctx.cwd).await,
-                Err(e) => ActOutput::error(e.to_string()),
-            },
+        let (path, job): (&Path, Job) = match &action.effect {
+            Effect::ReadFile { path } => (path, Job::Read),
+            Effect::ListDir { path } => (path, Job::List),
+            Effect::WriteFile { path, content } => (path, Job::Write(content.clone())),
+            Effect::SearchText { path, pattern } => (path, Job::Search(pattern.clone())),
             other => {
                 return Err(ActError::Unsupported {
                     target: "files".into(),
@@ -49,7 +61,370 @@ impl Actuator for FilesActuator {
                 })
             }
         };
+        let cwd = ctx.cwd.clone();
+        let requested = path.to_path_buf();
+        let approved_by = ctx.approved_by.clone();
+        // Blocking file system calls, off the runtime's workers.
+        let out = tokio::task::spawn_blocking(move || {
+            perform(&cwd, &requested, job, approved_by.as_deref())
+        })
+        .await
+        .unwrap_or_else(|e| ActOutput::error(format!("the file operation failed: {e}")));
         Ok(out)
+    }
+}
+
+enum Job {
+    Read,
+    List,
+    Write(String),
+    Search(String),
+}
+
+fn perform(cwd: &Path, requested: &Path, job: Job, approved_by: Option<&str>) -> ActOutput {
+    let full = match confine_to(cwd, &requested.to_string_lossy()) {
+        Ok(p) => p,
+        Err(e) => return ActOutput::error(e.to_string()),
+    };
+    let rel = match full.strip_prefix(cwd) {
+        Ok(rel) => rel.to_path_buf(),
+        Err(_) => {
+            return ActOutput::error(format!(
+                "path `{}` is outside the working directory {}",
+                requested.display(),
+                cwd.display()
+            ))
+        }
+    };
+    let root = match rustix::fs::open(
+        cwd,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(e) => {
+            return ActOutput::error(format!(
+                "cannot open the working directory {}: {e}",
+                cwd.display()
+            ))
+        }
+    };
+    let shown = display(&rel);
+    match job {
+        Job::Read => read_file(&root, &rel, &shown),
+        Job::List => list_dir(&root, &rel, &shown),
+        Job::Search(pattern) => search(&root, &rel, &pattern),
+        Job::Write(content) => {
+            if let Some(entry) = control_entry(&rel) {
+                if approved_by.is_none() {
+                    return ActOutput::error(format!(
+                        "refused: `{shown}` is part of the project's control surface ({}); the \
+                         agent may change it only when a person approves this exact action. \
+                         Explain why the change is needed; the write is then offered to the \
+                         person as a flight plan.",
+                        entry.why
+                    ));
+                }
+            }
+            write_file(&root, &rel, &shown, &content, &full)
+        }
+    }
+}
+
+/// Why a path could not be opened beneath the working directory, in words
+/// for the model.
+fn refusal(shown: &str, doing: &str, e: Errno) -> String {
+    match e {
+        Errno::LOOP => format!(
+            "refused: `{shown}` goes through a symbolic link; the files tools follow no \
+             symbolic links, so that a path always names a file inside the project"
+        ),
+        Errno::XDEV => format!("refused: `{shown}` leads outside the working directory"),
+        Errno::NOSYS => format!(
+            "refused: this kernel has no openat2 (Linux 5.6 or later), which the files tools \
+             need to stay inside the project; `{shown}` was not {doing}"
+        ),
+        other => format!("cannot {doing} {shown}: {}", std::io::Error::from(other)),
+    }
+}
+
+fn open_beneath(dir: impl AsFd, rel: &Path, flags: OFlags) -> Result<OwnedFd, Errno> {
+    let rel: &Path = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
+    rustix::fs::openat2(dir, rel, flags | OFlags::CLOEXEC, Mode::empty(), BENEATH)
+}
+
+fn read_file(root: &OwnedFd, rel: &Path, shown: &str) -> ActOutput {
+    // O_NONBLOCK: a FIFO planted at the path must not hang the actuator.
+    let fd = match open_beneath(
+        root,
+        rel,
+        OFlags::RDONLY | OFlags::NOCTTY | OFlags::NONBLOCK,
+    ) {
+        Ok(fd) => fd,
+        Err(e) => return ActOutput::error(refusal(shown, "read", e)),
+    };
+    let st = match rustix::fs::fstat(&fd) {
+        Ok(st) => st,
+        Err(e) => return ActOutput::error(refusal(shown, "read", e)),
+    };
+    let kind = FileType::from_raw_mode(st.st_mode);
+    if kind == FileType::Directory {
+        return ActOutput::error(format!("{shown} is a directory; list it instead"));
+    }
+    if kind != FileType::RegularFile {
+        return ActOutput::error(format!("{shown} is not a regular file"));
+    }
+    let size = st.st_size as u64;
+    if size > MAX_READ_BYTES {
+        return ActOutput::error(format!(
+            "{shown} is {size} bytes, more than the {MAX_READ_BYTES}-byte read limit; search it \
+             instead"
+        ));
+    }
+    let mut bytes = Vec::new();
+    let file = std::fs::File::from(fd);
+    if let Err(e) = Read::take(file, MAX_READ_BYTES + 1).read_to_end(&mut bytes) {
+        return ActOutput::error(format!("cannot read {shown}: {e}"));
+    }
+    match String::from_utf8(bytes) {
+        Ok(text) => ActOutput::ok(text),
+        Err(_) => ActOutput::error(format!("{shown} is not UTF-8 text")),
+    }
+}
+
+/// The names in a directory opened for reading, sorted, with their types.
+fn entries(dir: &OwnedFd) -> Result<Vec<(Vec<u8>, FileType)>, Errno> {
+    let mut out = Vec::new();
+    let mut d = rustix::fs::Dir::read_from(dir)?;
+    while let Some(entry) = d.read() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes().to_vec();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let mut kind = entry.file_type();
+        if kind == FileType::Unknown {
+            if let Ok(st) = rustix::fs::statat(dir, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW) {
+                kind = FileType::from_raw_mode(st.st_mode);
+            }
+        }
+        out.push((name, kind));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+fn list_dir(root: &OwnedFd, rel: &Path, shown: &str) -> ActOutput {
+    let listed =
+        open_beneath(root, rel, OFlags::RDONLY | OFlags::DIRECTORY).and_then(|fd| entries(&fd));
+    let listed = match listed {
+        Ok(l) => l,
+        Err(e) => return ActOutput::error(refusal(shown, "list", e)),
+    };
+    let total = listed.len();
+    let mut text = format!("{shown}: {total} entries\n");
+    for (name, kind) in listed.iter().take(MAX_ENTRIES) {
+        let name = String::from_utf8_lossy(name);
+        let mark = match *kind {
+            FileType::Directory => "/",
+            FileType::Symlink => "@",
+            _ => "",
+        };
+        let _ = writeln!(text, "{name}{mark}");
+    }
+    if total > MAX_ENTRIES {
+        let _ = writeln!(text, "[… {} more entries not shown]", total - MAX_ENTRIES);
+    }
+    ActOutput::ok(text)
+}
+
+/// Plain substring search, line by line, over text files under `rel`.
+/// Symbolic links are skipped, never followed.
+fn search(root: &OwnedFd, rel: &Path, pattern: &str) -> ActOutput {
+    let shown = display(rel);
+    let start = match open_beneath(root, rel, OFlags::RDONLY | OFlags::NONBLOCK) {
+        Ok(fd) => fd,
+        Err(e) => return ActOutput::error(refusal(&shown, "search", e)),
+    };
+    let mut hits = Vec::new();
+    let is_dir = rustix::fs::fstat(&start)
+        .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory);
+    if !is_dir {
+        search_file(start, &shown, pattern, &mut hits);
+    } else {
+        let mut stack: Vec<(OwnedFd, PathBuf)> = vec![(start, rel.to_path_buf())];
+        while let Some((dir, dir_rel)) = stack.pop() {
+            if hits.len() >= MAX_ENTRIES {
+                break;
+            }
+            let Ok(listed) = entries(&dir) else {
+                continue;
+            };
+            let mut subdirs = Vec::new();
+            for (name, kind) in listed {
+                if hits.len() >= MAX_ENTRIES {
+                    break;
+                }
+                let name_os = OsStr::from_bytes(&name);
+                let child_rel = dir_rel.join(name_os);
+                match kind {
+                    FileType::Directory => {
+                        if matches!(name.as_slice(), b".git" | b"target" | b"node_modules") {
+                            continue;
+                        }
+                        if let Ok(fd) = open_beneath(
+                            &dir,
+                            Path::new(name_os),
+                            OFlags::RDONLY | OFlags::DIRECTORY,
+                        ) {
+                            subdirs.push((fd, child_rel));
+                        }
+                    }
+                    FileType::RegularFile => {
+                        if let Ok(fd) = open_beneath(
+                            &dir,
+                            Path::new(name_os),
+                            OFlags::RDONLY | OFlags::NONBLOCK,
+                        ) {
+                            search_file(fd, &display(&child_rel), pattern, &mut hits);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            // Depth first, in name order.
+            stack.extend(subdirs.into_iter().rev());
+        }
+    }
+    if hits.is_empty() {
+        ActOutput::ok(format!("no matches for `{pattern}`"))
+    } else {
+        ActOutput::ok(hits.join("\n"))
+    }
+}
+
+fn search_file(fd: OwnedFd, shown: &str, pattern: &str, hits: &mut Vec<String>) {
+    let Ok(st) = rustix::fs::fstat(&fd) else {
+        return;
+    };
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile
+        || st.st_size as u64 > MAX_READ_BYTES
+    {
+        return;
+    }
+    let mut text = String::new();
+    if std::fs::File::from(fd).read_to_string(&mut text).is_err() {
+        return;
+    }
+    for (n, line) in text.lines().enumerate() {
+        if line.contains(pattern) {
+            hits.push(format!("{shown}:{}: {}", n + 1, line.trim()));
+            if hits.len() >= MAX_ENTRIES {
+                break;
+            }
+        }
+    }
+}
+
+fn write_file(root: &OwnedFd, rel: &Path, shown: &str, content: &str, full: &Path) -> ActOutput {
+    let parts: Vec<&OsStr> = rel
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    let Some((name, parents)) = parts.split_last() else {
+        return ActOutput::error(format!("{shown} is a directory; name a file to write"));
+    };
+    // Walk (and create) the directories one component at a time, each
+    // opened beneath the one before: no symlink, no `..`, no escape.
+    let mut dir = match rustix::fs::openat(
+        root,
+        ".",
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(e) => return ActOutput::error(refusal(shown, "write", e)),
+    };
+    for part in parents {
+        let next = match open_beneath(&dir, Path::new(part), OFlags::PATH | OFlags::DIRECTORY) {
+            Err(Errno::NOENT) => {
+                match rustix::fs::mkdirat(&dir, *part, Mode::from_raw_mode(0o755)) {
+                    Ok(()) | Err(Errno::EXIST) => {}
+                    Err(e) => return ActOutput::error(refusal(shown, "write", e)),
+                }
+                open_beneath(&dir, Path::new(part), OFlags::PATH | OFlags::DIRECTORY)
+            }
+            other => other,
+        };
+        dir = match next {
+            Ok(fd) => fd,
+            Err(Errno::NOTDIR) => {
+                return ActOutput::error(format!(
+                    "cannot write {shown}: `{}` is not a directory",
+                    Path::new(part).display()
+                ))
+            }
+            Err(e) => return ActOutput::error(refusal(shown, "write", e)),
+        };
+    }
+    // The file itself: never a symlink, never a directory; keep its mode.
+    let mut mode = Mode::from_raw_mode(0o644);
+    match rustix::fs::statat(&dir, *name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => match FileType::from_raw_mode(st.st_mode) {
+            FileType::RegularFile => mode = Mode::from_raw_mode(st.st_mode & 0o7777),
+            FileType::Symlink => return ActOutput::error(refusal(shown, "write", Errno::LOOP)),
+            FileType::Directory => {
+                return ActOutput::error(format!("{shown} is a directory; name a file to write"))
+            }
+            _ => return ActOutput::error(format!("cannot write {shown}: not a regular file")),
+        },
+        Err(Errno::NOENT) => {}
+        Err(e) => return ActOutput::error(refusal(shown, "write", e)),
+    }
+    let tmp_name = format!(
+        ".{}.{}-{}.tmp",
+        Path::new(name).display(),
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0)
+    );
+    let tmp = match rustix::fs::openat(
+        &dir,
+        tmp_name.as_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        mode,
+    ) {
+        Ok(fd) => fd,
+        Err(e) => return ActOutput::error(refusal(shown, "write", e)),
+    };
+    let mut file = std::fs::File::from(tmp);
+    let written = file
+        .write_all(content.as_bytes())
+        .and_then(|()| file.sync_all());
+    drop(file);
+    let renamed = written.map_err(|e| e.to_string()).and_then(|()| {
+        rustix::fs::renameat(&dir, tmp_name.as_str(), &dir, *name)
+            .map_err(|e| refusal(shown, "write", e))
+    });
+    match renamed {
+        Ok(()) => ActOutput::ok(format!(
+            "wrote {} bytes to {}",
+            content.len(),
+            full.display()
+        )),
+        Err(e) => {
+            let _ = rustix::fs::unlinkat(&dir, tmp_name.as_str(), AtFlags::empty());
+            ActOutput::error(format!("cannot write {shown}: {e}"))
+        }
     }
 }
 
@@ -60,135 +435,126 @@ fn effect_name(e: &Effect) -> String {
         .unwrap_or_else(|| "this effect".into())
 }
 
-async fn read_file(path: &Path) -> ActOutput {
-    let meta = match tokio::fs::metadata(path).await {
-        Ok(m) => m,
-        Err(e) => return ActOutput::error(format!("cannot read {}: {e}", path.display())),
-    };
-    if meta.is_dir() {
-        return ActOutput::error(format!(
-            "{} is a directory; list it instead",
-            path.display()
-        ));
-    }
-    if meta.len() > MAX_READ_BYTES {
-        return ActOutput::error(format!(
-            "{} is {} bytes, more than the {MAX_READ_BYTES}-byte read limit; search it instead",
-            path.display(),
-            meta.len()
-        ));
-    }
-    match tokio::fs::read(path).await {
-        Ok(bytes) => match String::from_utf8(bytes) {
-            Ok(text) => ActOutput::ok(text),
-            Err(_) => ActOutput::error(format!("{} is not UTF-8 text", path.display())),
-        },
-        Err(e) => ActOutput::error(format!("cannot read {}: {e}", path.display())),
-    }
-}
-
-async fn list_dir(path: &Path, cwd: &Path) -> ActOutput {
-    let mut rd = match tokio::fs::read_dir(path).await {
-        Ok(rd) => rd,
-        Err(e) => return ActOutput::error(format!("cannot list {}: {e}", path.display())),
-    };
-    let mut entries = Vec::new();
-    while let Ok(Some(entry)) = rd.next_entry().await {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let is_dir = entry.file_type().await.map(|t| t.is_dir()).unwrap_or(false);
-        entries.push(if is_dir { format!("{name}/") } else { name });
-    }
-    entries.sort();
-    let total = entries.len();
-    entries.truncate(MAX_ENTRIES);
-    let shown = display_relative(path, cwd);
-    let mut text = format!("{shown}: {total} entries\n");
-    for e in &entries {
-        let _ = writeln!(text, "{e}");
-    }
-    if total > MAX_ENTRIES {
-        let _ = writeln!(text, "[… {} more entries not shown]", total - MAX_ENTRIES);
-    }
-    ActOutput::ok(text)
-}
-
-async fn write_file(path: &Path, content: &str) -> ActOutput {
-    if let Some(parent) = path.parent() {
-        if let Err(e) = tokio::fs::create_dir_all(parent).await {
-            return ActOutput::error(format!("cannot create {}: {e}", parent.display()));
-        }
-    }
-    match tokio::fs::write(path, content).await {
-        Ok(()) => ActOutput::ok(format!(
-            "wrote {} bytes to {}",
-            content.len(),
-            path.display()
-        )),
-        Err(e) => ActOutput::error(format!("cannot write {}: {e}", path.display())),
-    }
-}
-
-/// Plain substring search, line by line, over text files under `path`.
-async fn search(path: &Path, pattern: &str, cwd: &Path) -> ActOutput {
-    let path = path.to_path_buf();
-    let cwd = cwd.to_path_buf();
-    let needle = pattern.to_string();
-    let result = tokio::task::spawn_blocking(move || {
-        let pattern = needle;
-        let mut hits = Vec::new();
-        let mut stack = vec![path];
-        while let Some(p) = stack.pop() {
-            if hits.len() >= MAX_ENTRIES {
-                break;
-            }
-            let Ok(meta) = std::fs::symlink_metadata(&p) else {
-                continue;
-            };
-            if meta.is_dir() {
-                let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
-                if matches!(name.as_deref(), Some(".git" | "target" | "node_modules")) {
-                    continue;
-                }
-                if let Ok(rd) = std::fs::read_dir(&p) {
-                    let mut children: Vec<_> =
-                        rd.filter_map(Result::ok).map(|e| e.path()).collect();
-                    children.sort();
-                    stack.extend(children.into_iter().rev());
-                }
-            } else if meta.is_file() && meta.len() <= MAX_READ_BYTES {
-                let Ok(text) = std::fs::read_to_string(&p) else {
-                    continue;
-                };
-                for (n, line) in text.lines().enumerate() {
-                    if line.contains(&pattern) {
-                        hits.push(format!(
-                            "{}:{}: {}",
-                            display_relative(&p, &cwd),
-                            n + 1,
-                            line.trim()
-                        ));
-                        if hits.len() >= MAX_ENTRIES {
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-        hits
-    })
-    .await
-    .unwrap_or_default();
-    if result.is_empty() {
-        ActOutput::ok(format!("no matches for `{pattern}`"))
+/// A path relative to the working directory as shown to the model.
+fn display(rel: &Path) -> String {
+    if rel.as_os_str().is_empty() {
+        ".".into()
     } else {
-        ActOutput::ok(result.join("\n"))
+        rel.display().to_string()
     }
 }
 
-fn display_relative(path: &Path, cwd: &Path) -> String {
-    match path.strip_prefix(cwd) {
-        Ok(rel) if rel.as_os_str().is_empty() => ".".into(),
-        Ok(rel) => rel.display().to_string(),
-        Err(_) => path.display().to_string(),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(cwd: &Path, path: &str, job: Job, approved: bool) -> ActOutput {
+        perform(cwd, Path::new(path), job, approved.then_some("ada"))
+    }
+
+    #[test]
+    fn writes_create_directories_and_replace_atomically() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = run(dir.path(), "a/b/c.txt", Job::Write("one".into()), false);
+        assert!(!out.is_error, "{}", out.text);
+        std::fs::set_permissions(
+            dir.path().join("a/b/c.txt"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
+        // A hard link to the old file keeps the old content.
+        std::fs::hard_link(dir.path().join("a/b/c.txt"), dir.path().join("link")).unwrap();
+        let out = run(dir.path(), "a/b/c.txt", Job::Write("two".into()), false);
+        assert!(!out.is_error, "{}", out.text);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a/b/c.txt")).unwrap(),
+            "two"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("link")).unwrap(),
+            "one"
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join("a/b/c.txt"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let names = std::fs::read_dir(dir.path().join("a/b")).unwrap().count();
+        assert_eq!(names, 1, "no temporary file is left behind");
+    }
+
+    #[test]
+    fn symlinks_anywhere_on_the_path_are_refused() {
+        let outside = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("up")).unwrap();
+        std::fs::write(outside.path().join("secret"), "s").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), dir.path().join("s")).unwrap();
+        for (path, job) in [
+            ("up/x", Job::Write("x".into())),
+            ("up/new/x", Job::Write("x".into())),
+            ("s", Job::Write("x".into())),
+            ("up/secret", Job::Read),
+            ("s", Job::Read),
+            ("up", Job::List),
+            ("up", Job::Search("s".into())),
+        ] {
+            let out = run(dir.path(), path, job, true);
+            assert!(out.is_error, "{path}: {}", out.text);
+            // The planner's lexical check catches links that already lead
+            // out; the kernel catches the rest.
+            assert!(
+                out.text.contains("symbolic link") || out.text.contains("outside the working"),
+                "{path}: {}",
+                out.text
+            );
+        }
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 1);
+        assert_eq!(
+            std::fs::read_to_string(outside.path().join("secret")).unwrap(),
+            "s"
+        );
+    }
+
+    #[test]
+    fn control_surface_needs_a_person() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = run(dir.path(), ".envrc", Job::Write("x".into()), false);
+        assert!(out.is_error);
+        assert!(
+            out.text
+                .starts_with("refused: `.envrc` is part of the project's control surface (direnv"),
+            "{}",
+            out.text
+        );
+        assert!(!dir.path().join(".envrc").exists());
+        let out = run(
+            dir.path(),
+            ".passepartout/skills/x.org",
+            Job::Write("x".into()),
+            false,
+        );
+        assert!(out.is_error);
+        assert!(!dir.path().join(".passepartout").exists());
+        let out = run(dir.path(), ".envrc", Job::Write("x".into()), true);
+        assert!(!out.is_error, "{}", out.text);
+        // Reading is fine.
+        let out = run(dir.path(), ".envrc", Job::Read, false);
+        assert_eq!(out.text, "x");
+    }
+
+    #[test]
+    fn list_and_search_stay_inside_and_skip_links() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("src")).unwrap();
+        std::fs::write(dir.path().join("src/a.rs"), "fn main() {}\nneedle here\n").unwrap();
+        std::os::unix::fs::symlink("/etc", dir.path().join("etc")).unwrap();
+        let out = run(dir.path(), ".", Job::List, false);
+        assert_eq!(out.text, ".: 2 entries\netc@\nsrc/\n");
+        let out = run(dir.path(), ".", Job::Search("needle".into()), false);
+        assert_eq!(out.text, "src/a.rs:2: needle here");
+        let out = run(dir.path(), "src/a.rs", Job::Read, false);
+        assert!(out.text.contains("needle"));
     }
 }

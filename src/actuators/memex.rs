@@ -484,6 +484,8 @@ mod tests {
             cwd: dir.path().to_path_buf(),
             cancel: CancellationToken::new(),
             say: None,
+            approved_by: None,
+            limits: Default::default(),
         };
         let action = |effect| Action {
             tool: "remember".into(),

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::action::Action;
+use crate::sandbox::limits::LimitOverrides;
 
 /// What an actuator needs from the session it acts for.
 #[derive(Clone)]
@@ -28,6 +29,12 @@ pub struct ActContext {
     pub cancel: CancellationToken,
     /// Speak to the person of this session (the system actuator).
     pub say: Option<system::Say>,
+    /// Who approved this exact action, when a person did (a flight plan or
+    /// a permission request). The files actuator writes control-surface
+    /// paths only then.
+    pub approved_by: Option<String>,
+    /// The resource limits the calling tool sets for itself (`:LIMITS:`).
+    pub limits: LimitOverrides,
 }
 
 impl std::fmt::Debug for ActContext {
@@ -36,6 +43,8 @@ impl std::fmt::Debug for ActContext {
             .field("session_id", &self.session_id)
             .field("cwd", &self.cwd)
             .field("can_say", &self.say.is_some())
+            .field("approved_by", &self.approved_by)
+            .field("limits", &self.limits)
             .finish()
     }
 }

@@ -6,6 +6,11 @@
 //! when the actuator is built; if bubblewrap cannot run, every execution
 //! fails closed with the reason and the fix, unless the person explicitly
 //! chose `sandbox = "none"`, in which case every result says so first.
+//!
+//! Each sandboxed run is held to [`ResourceLimits`] (the configured ones,
+//! with the calling tool's `:LIMITS:` on top) and to the project's control
+//! surface: what exists is mounted read-only, what the run creates there
+//! is removed afterwards and reported (see [`crate::sandbox::surface`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -13,9 +18,11 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::action::{Action, Effect};
-use crate::sandbox::bwrap::{self, bwrap_args, SandboxSpec, SystemLayout};
+use crate::sandbox::bwrap::{self, bwrap_args_with, Boundary, SandboxSpec, SystemLayout};
+use crate::sandbox::limits::ResourceLimits;
 use crate::sandbox::probe::{self, SandboxStatus};
 use crate::sandbox::runner::{self, RunError, RunLimits, RunOutcome};
+use crate::sandbox::surface::{SurfaceSnapshot, Undone};
 
 use super::{ActContext, ActError, ActOutput, Actuator};
 
@@ -53,6 +60,7 @@ impl FromStr for SandboxMode {
 pub struct ShellActuator {
     mode: SandboxMode,
     limits: RunLimits,
+    resources: ResourceLimits,
     status: SandboxStatus,
     layout: SystemLayout,
     extra_ro: Vec<PathBuf>,
@@ -78,6 +86,7 @@ impl ShellActuator {
         ShellActuator {
             mode,
             limits,
+            resources: ResourceLimits::default(),
             status,
             layout,
             extra_ro: Vec::new(),
@@ -90,6 +99,13 @@ impl ShellActuator {
     pub fn with_binds(mut self, extra_ro: Vec<PathBuf>, extra_rw: Vec<PathBuf>) -> Self {
         self.extra_ro = extra_ro;
         self.extra_rw = extra_rw;
+        self
+    }
+
+    /// The resource limits of every run (before a tool's own `:LIMITS:`);
+    /// [`ResourceLimits::default`] unless set.
+    pub fn with_resources(mut self, resources: ResourceLimits) -> Self {
+        self.resources = resources;
         self
     }
 
@@ -107,33 +123,46 @@ impl ShellActuator {
         bwrap_path: &std::path::Path,
         spec: SandboxSpec,
         limits: &RunLimits,
+        resources: &ResourceLimits,
         ctx: &ActContext,
     ) -> Result<ActOutput, ActError> {
-        let args = match bwrap_args(&spec, &self.layout) {
+        // The control surface as it is now: what exists is mounted
+        // read-only, what does not is swept after the run.
+        let surface = SurfaceSnapshot::take(&ctx.cwd);
+        let boundary = Boundary {
+            surface: surface.mounts().clone(),
+            tmp_size: resources.tmp_size,
+        };
+        let args = match bwrap_args_with(&spec, &self.layout, &boundary) {
             Ok(args) => args,
             Err(e) => return Ok(ActOutput::error(format!("refused to run: {e}"))),
         };
         // bwrap needs nothing from our environment; --clearenv builds the
         // sandbox's own.
-        let outcome = runner::run(
+        let outcome = runner::run_limited(
             &bwrap_path.to_string_lossy(),
             &args,
             &ctx.cwd,
             Some(&BTreeMap::new()),
             limits,
+            resources,
             ctx.cancel.clone(),
         )
-        .await
-        .map_err(|e| {
+        .await;
+        // Every process of the sandbox is gone by now (bwrap's pid
+        // namespace dies with it), so nothing races the sweep.
+        let undone = surface.sweep();
+        let outcome = outcome.map_err(|e| {
             ActError::Unavailable(unavailable_message(&e.to_string(), probe::INSTALL_FIX))
         })?;
-        finish(outcome, None)
+        finish(outcome, None, &undone)
     }
 
     async fn run_unsandboxed(
         &self,
         spec: SandboxSpec,
         limits: &RunLimits,
+        resources: &ResourceLimits,
         ctx: &ActContext,
     ) -> Result<ActOutput, ActError> {
         let refused = |e: bwrap::SpecError| {
@@ -157,17 +186,18 @@ impl ShellActuator {
             .map(|(k, v)| (k.to_string(), v))
             .collect();
         env.extend(spec.env.clone());
-        let outcome = runner::run(
+        let outcome = runner::run_limited(
             &command[0],
             &command[1..],
             &ctx.cwd,
             Some(&env),
             limits,
+            resources,
             ctx.cancel.clone(),
         )
         .await;
         match outcome {
-            Ok(outcome) => finish(outcome, Some(UNSANDBOXED_WARNING)),
+            Ok(outcome) => finish(outcome, Some(UNSANDBOXED_WARNING), &[]),
             Err(e @ (RunError::Spawn { .. } | RunError::Wait { .. })) => {
                 Ok(ActOutput::error(format!("{UNSANDBOXED_WARNING}\n{e}")))
             }
@@ -218,10 +248,14 @@ impl Actuator for ShellActuator {
             script: script.clone(),
             argv: argv.clone(),
         };
+        let resources = self.resources.with(&ctx.limits);
         match (self.mode, &self.status) {
-            (SandboxMode::Unsandboxed, _) => self.run_unsandboxed(spec, &limits, ctx).await,
+            (SandboxMode::Unsandboxed, _) => {
+                self.run_unsandboxed(spec, &limits, &resources, ctx).await
+            }
             (SandboxMode::Bwrap, SandboxStatus::Available { bwrap, .. }) => {
-                self.run_sandboxed(bwrap, spec, &limits, ctx).await
+                self.run_sandboxed(bwrap, spec, &limits, &resources, ctx)
+                    .await
             }
             (SandboxMode::Bwrap, SandboxStatus::Unavailable { reason, fix }) => {
                 Err(ActError::Unavailable(unavailable_message(reason, fix)))
@@ -239,16 +273,30 @@ fn unavailable_message(reason: &str, fix: &str) -> String {
 }
 
 /// The outcome as the tool result: an error when the command did not exit
-/// 0, `Cancelled` when it was cancelled.
-fn finish(outcome: RunOutcome, warning: Option<&str>) -> Result<ActOutput, ActError> {
+/// 0 or when the sandbox had to undo a change to the control surface,
+/// `Cancelled` when it was cancelled.
+fn finish(
+    outcome: RunOutcome,
+    warning: Option<&str>,
+    undone: &[Undone],
+) -> Result<ActOutput, ActError> {
     if outcome.cancelled {
         return Err(ActError::Cancelled);
     }
-    let text = match warning {
+    let mut text = match warning {
         Some(w) => format!("{w}\n{}", outcome.render()),
         None => outcome.render(),
     };
-    Ok(if outcome.success() {
+    if !undone.is_empty() {
+        text.push_str(
+            "the sandbox undid changes to the control surface, which the agent may not change \
+             on its own (ask the person, e.g. with a flight plan):\n",
+        );
+        for u in undone {
+            text.push_str(&format!("- {u}\n"));
+        }
+    }
+    Ok(if outcome.success() && undone.is_empty() {
         ActOutput::ok(text)
     } else {
         ActOutput::error(text)

@@ -86,6 +86,7 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
     a.env
         .record(AuditRecord::verdict(&a.session.id, &id, &judgement));
     tracing::info!(session = %a.session.id, tool = %call.name, decision = %judgement.decision, "gated");
+    let mut approved_by = None;
     let mut asked = false;
     let mut edited = false;
     let (approved, approved_hash) = match judgement.decision {
@@ -120,8 +121,9 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
                 ApprovalOutcome::Approved {
                     action: approved,
                     hash,
-                    ..
+                    by,
                 } => {
+                    approved_by = Some(by);
                     let approved = *approved;
                     edited = approved != action;
                     if edited {
@@ -162,7 +164,7 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
         } else if let Err(why) = begin(a, asked, &id, &approved) {
             refuse(a, &id, why, ActStatus::Denied)
         } else {
-            execute(&id, &approved, a).await
+            execute(&id, &approved, a, approved_by).await
         }
     };
     // Only an action that ran: a refusal already says why nothing did.
@@ -217,7 +219,7 @@ fn settled(a: &ActEnv<'_>, id: &str, acted: Acted) -> Acted {
     acted
 }
 
-async fn execute(id: &str, action: &Action, a: &ActEnv<'_>) -> Acted {
+async fn execute(id: &str, action: &Action, a: &ActEnv<'_>, approved_by: Option<String>) -> Acted {
     let actuator = match a.env.actuators.resolve(Some(&action.target), None) {
         Ok(act) => act,
         Err(e) => return finish(a.sink, id, e.to_string(), ActStatus::Failed),
@@ -235,6 +237,9 @@ async fn execute(id: &str, action: &Action, a: &ActEnv<'_>) -> Acted {
             let chunk = acp::ContentChunk::new(format!("\n{text}\n").into());
             sink.update(acp::SessionUpdate::AgentMessageChunk(chunk));
         })),
+        approved_by,
+        limits: (a.toolset.tools.get(&action.tool))
+            .map_or_else(Default::default, |t| t.planner.limits()),
     };
     let result = actuator.execute(action, &ctx).await;
     match &result {

@@ -27,8 +27,11 @@
 //!   with the run instead of littering the project, and the real home
 //!   directory is never visible.
 //! - The working directory read-write at its own path, then extra
-//!   read-write binds, then extra read-only binds (last, so a read-only
-//!   carve-out inside a writable tree wins).
+//!   read-write binds, then the project's control surface (see
+//!   [`super::surface`]: existing control paths read-only, the directories
+//!   above them bound onto themselves so they cannot be renamed away), then
+//!   extra read-only binds (last, so a read-only carve-out inside a writable
+//!   tree wins). `/tmp` may be given a size (`--size`, bwrap ≥ 0.5).
 //! - `--clearenv`, then a minimal fixed environment, then the action's
 //!   variables.
 //! - `--` and the interpreter, with the script as ONE argument and the
@@ -36,6 +39,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
+
+use super::surface::SurfaceMounts;
 
 /// Interpreters an action may name. Each takes a script with `-c`.
 pub const ALLOWED_INTERPRETERS: &[&str] = &["bash", "sh", "python3"];
@@ -223,9 +228,33 @@ pub enum SpecError {
     Path { path: String, why: &'static str },
 }
 
+/// What a run adds to the policy beyond its spec: the project's control
+/// surface (probed on the host just before the run) and the size of the
+/// private `/tmp`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Boundary {
+    /// Control paths to bind read-only, and the directories to pin.
+    pub surface: SurfaceMounts,
+    /// Size of the `/tmp` tmpfs in bytes (`None`: the kernel's default, half
+    /// of the memory).
+    pub tmp_size: Option<u64>,
+}
+
 /// The bwrap arguments (without the `bwrap` program itself) that run
-/// `spec` under the policy described in this module's documentation.
+/// `spec` under the policy described in this module's documentation, with
+/// no control surface and the default `/tmp`.
 pub fn bwrap_args(spec: &SandboxSpec, system: &SystemLayout) -> Result<Vec<String>, SpecError> {
+    bwrap_args_with(spec, system, &Boundary::default())
+}
+
+/// [`bwrap_args`] with a [`Boundary`]: the control paths read-only over the
+/// writable working directory, their parent directories pinned, `/tmp`
+/// of a fixed size.
+pub fn bwrap_args_with(
+    spec: &SandboxSpec,
+    system: &SystemLayout,
+    boundary: &Boundary,
+) -> Result<Vec<String>, SpecError> {
     let command = interpreter_command(&spec.interpreter, &spec.script, &spec.argv)?;
     check_env(&spec.env)?;
     let cwd = bind_path(&spec.cwd)?;
@@ -239,6 +268,19 @@ pub fn bwrap_args(spec: &SandboxSpec, system: &SystemLayout) -> Result<Vec<Strin
         .iter()
         .map(|p| bind_path(p))
         .collect::<Result<Vec<_>, _>>()?;
+    let pins = boundary
+        .surface
+        .pins
+        .iter()
+        .map(|p| bind_path(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let surface_ro = boundary
+        .surface
+        .read_only
+        .iter()
+        .map(|p| bind_path(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let tmp_size = boundary.tmp_size.map(|n| n.to_string());
 
     let mut a: Vec<String> = Vec::new();
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
@@ -270,11 +312,23 @@ pub fn bwrap_args(spec: &SandboxSpec, system: &SystemLayout) -> Result<Vec<Strin
         }
     }
 
-    push(&["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
+    push(&["--proc", "/proc", "--dev", "/dev"]);
+    if let Some(size) = &tmp_size {
+        push(&["--size", size]);
+    }
+    push(&["--tmpfs", "/tmp"]);
     push(&["--dir", SANDBOX_HOME]);
     push(&["--bind", &cwd, &cwd]);
     for p in &extra_rw {
         push(&["--bind", p, p]);
+    }
+    // After every writable bind, so nothing re-exposes them: pinned parents
+    // (a mount point cannot be renamed away), then the control paths.
+    for p in &pins {
+        push(&["--bind", p, p]);
+    }
+    for p in &surface_ro {
+        push(&["--ro-bind", p, p]);
     }
     for p in &extra_ro {
         push(&["--ro-bind", p, p]);

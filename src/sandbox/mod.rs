@@ -7,9 +7,15 @@
 //! fails closed when the probe says the sandbox is unavailable.
 
 pub mod bwrap;
+pub mod enforce;
+pub mod limits;
 pub mod probe;
 pub mod runner;
+pub mod surface;
 
-pub use bwrap::{bwrap_args, SandboxSpec, SpecError, SystemEntry, SystemLayout};
+pub use bwrap::{
+    bwrap_args, bwrap_args_with, Boundary, SandboxSpec, SpecError, SystemEntry, SystemLayout,
+};
+pub use limits::{LimitOverrides, ResourceLimits};
 pub use probe::{probe, probe_with, SandboxStatus};
-pub use runner::{run, RunError, RunLimits, RunOutcome};
+pub use runner::{run, run_limited, RunError, RunLimits, RunOutcome};

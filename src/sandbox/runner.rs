@@ -1,4 +1,6 @@
-//! Run one program with a time limit, an output cap and cancellation.
+//! Run one program with a time limit, an output cap, resource limits
+//! ([`run_limited`], enforced as described in [`super::enforce`]) and
+//! cancellation.
 //!
 //! The runner knows nothing about sandboxes: it runs whatever program it is
 //! given (bwrap with its arguments, or an interpreter directly) and keeps
@@ -17,6 +19,9 @@ use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
+
+use super::enforce::{Enforcer, LimitHit, WATCH_EVERY};
+use super::limits::ResourceLimits;
 use tokio_util::sync::CancellationToken;
 
 /// How long to keep reading after the group was killed: enough for the
@@ -66,6 +71,9 @@ pub struct RunOutcome {
     pub duration: Duration,
     /// The limits the run was held to (for the messages in `render`).
     pub limits: RunLimits,
+    /// The resource limit the run ran into, if any (see
+    /// [`super::enforce`]).
+    pub stopped_by: Option<LimitHit>,
 }
 
 impl RunOutcome {
@@ -85,6 +93,8 @@ impl RunOutcome {
                 "timed out after {}: the command and every process it started were killed",
                 format_duration(self.limits.timeout)
             )
+        } else if let Some(hit) = self.stopped_by {
+            hit.to_string()
         } else {
             match (self.exit_code, self.signal) {
                 (Some(code), _) => format!("exit code: {code}"),
@@ -148,6 +158,45 @@ pub async fn run(
     limits: &RunLimits,
     cancel: CancellationToken,
 ) -> Result<RunOutcome, RunError> {
+    run_limited(
+        program,
+        args,
+        cwd,
+        env,
+        limits,
+        &ResourceLimits::none(),
+        cancel,
+    )
+    .await
+}
+
+/// [`run`], also held to `resources` (see [`super::enforce`]): rlimits set
+/// in the child before exec, a pids cgroup or RLIMIT_NPROC, and a watchdog
+/// that stops the run when the process or disk limit is reached.
+pub async fn run_limited(
+    program: &str,
+    args: &[String],
+    cwd: &Path,
+    env: Option<&BTreeMap<String, String>>,
+    limits: &RunLimits,
+    resources: &ResourceLimits,
+    cancel: CancellationToken,
+) -> Result<RunOutcome, RunError> {
+    let enforcer = Enforcer::prepare(resources, cwd);
+    let outcome = run_enforced(program, args, cwd, env, limits, &enforcer, cancel).await;
+    enforcer.finish().await;
+    outcome
+}
+
+async fn run_enforced(
+    program: &str,
+    args: &[String],
+    cwd: &Path,
+    env: Option<&BTreeMap<String, String>>,
+    limits: &RunLimits,
+    enforcer: &Enforcer,
+    cancel: CancellationToken,
+) -> Result<RunOutcome, RunError> {
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
         .current_dir(cwd)
@@ -160,6 +209,7 @@ pub async fn run(
     if let Some(env) = env {
         cmd.env_clear().envs(env);
     }
+    enforcer.install(&mut cmd);
     let started = Instant::now();
     let mut child = cmd.spawn().map_err(|e| RunError::Spawn {
         program: program.to_string(),
@@ -177,7 +227,21 @@ pub async fn run(
         Finished(std::io::Result<ExitStatus>),
         TimedOut,
         Cancelled,
+        Limit(LimitHit),
     }
+    // Resolves when a watched limit is reached; never, when none is watched.
+    let watchdog = async {
+        if !enforcer.watches() {
+            return std::future::pending().await;
+        }
+        let mut tick = tokio::time::interval(WATCH_EVERY);
+        loop {
+            tick.tick().await;
+            if let Some(hit) = enforcer.check() {
+                return hit;
+            }
+        }
+    };
     let ending = {
         // When the program exits, what it left running in its group dies
         // with it (as bwrap's pid namespace does), so a background job
@@ -200,12 +264,17 @@ pub async fn run(
             _ = cancel.cancelled() => Ending::Cancelled,
             status = work => Ending::Finished(status),
             _ = tokio::time::sleep(limits.timeout) => Ending::TimedOut,
+            hit = watchdog => Ending::Limit(hit),
         }
     };
 
+    let mut stopped_by = None;
     let (status, timed_out, cancelled) = match ending {
         Ending::Finished(status) => (status, false, false),
-        Ending::TimedOut | Ending::Cancelled => {
+        Ending::TimedOut | Ending::Cancelled | Ending::Limit(_) => {
+            if let Ending::Limit(hit) = ending {
+                stopped_by = Some(hit);
+            }
             group.kill();
             // Keep what the pipes still hold; the group is dead, so EOF
             // follows at once unless something escaped it.
@@ -236,6 +305,9 @@ pub async fn run(
 
     let (stdout, stdout_truncated_bytes) = out.finish();
     let (stderr, stderr_truncated_bytes) = err.finish();
+    if stopped_by.is_none() && !timed_out && !cancelled {
+        stopped_by = enforcer.recognise(status.code(), status.signal(), &stderr);
+    }
     Ok(RunOutcome {
         exit_code: status.code(),
         signal: status.signal(),
@@ -247,6 +319,7 @@ pub async fn run(
         cancelled,
         duration: started.elapsed(),
         limits: *limits,
+        stopped_by,
     })
 }
 
@@ -395,6 +468,7 @@ mod tests {
             cancelled: false,
             duration: Duration::from_millis(5),
             limits: RunLimits::default(),
+            stopped_by: None,
         }
     }
 

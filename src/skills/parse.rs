@@ -15,6 +15,7 @@ use serde_json::Value;
 use crate::action::Approval;
 use crate::gates::Decision;
 use crate::llm::ToolSpec;
+use crate::sandbox::limits::LimitOverrides;
 use crate::tools::{Tool, ToolSource};
 
 use super::diagnostic::{Diagnostic, Finding, LineIndex};
@@ -458,7 +459,9 @@ impl<'p> Parser<'p> {
     }
 
     fn tool(&mut self, h: &Headline, skill: &str) -> Option<Tool> {
-        const KNOWN: [&str; 5] = ["APPROVAL", "TIMEOUT", "KIND", "ACTUATOR", "NETWORK"];
+        const KNOWN: [&str; 6] = [
+            "APPROVAL", "TIMEOUT", "KIND", "ACTUATOR", "NETWORK", "LIMITS",
+        ];
         let errors_before = self.error_count();
         let name = h.title.clone();
         if !valid_tool_name(&name) {
@@ -519,6 +522,13 @@ impl<'p> Parser<'p> {
                 ),
             }
         }
+        let mut limits = LimitOverrides::default();
+        if let Some(p) = prop("LIMITS") {
+            match LimitOverrides::parse(&p.value) {
+                Ok(l) => limits = l,
+                Err(e) => self.error(p.value_offset, format!("`:LIMITS:` {e}")),
+            }
+        }
 
         let body = self.body(h, &name, prop("ACTUATOR"));
         let table = h.elements.iter().find_map(|e| match e {
@@ -544,6 +554,14 @@ impl<'p> Parser<'p> {
                 self.warning(
                     p.offset,
                     "`:NETWORK:` only matters for sh, bash and python bodies and `shell.run`",
+                );
+            }
+        }
+        if limits != LimitOverrides::default() && !runs_in_sandbox {
+            if let Some(p) = prop("LIMITS") {
+                self.warning(
+                    p.offset,
+                    "`:LIMITS:` only matters for sh, bash and python bodies and `shell.run`",
                 );
             }
         }
@@ -582,6 +600,7 @@ impl<'p> Parser<'p> {
                 body,
                 params,
                 network,
+                limits,
             }),
         })
     }
@@ -1095,6 +1114,30 @@ fn default_value(ty: ParamType, text: &str) -> Option<Value> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn limits_property_reaches_the_planner_and_bad_values_are_errors() {
+        let text = "#+SKILL: build\n* make :tool:\n:PROPERTIES:\n:LIMITS: processes=512 \
+                    file_size=1G cpu=120\n:END:\nBuild it.\n#+begin_src sh\nmake\n#+end_src\n";
+        let (skill, diags) = parse_skill(Path::new("b.org"), text, Origin::User);
+        let skill = skill.unwrap_or_else(|| panic!("{diags:?}"));
+        let limits = skill.tools[0].planner.limits();
+        assert_eq!(limits.processes, Some(512));
+        assert_eq!(limits.file_size, Some(1024 * 1024 * 1024));
+        assert_eq!(limits.cpu_secs, Some(120));
+        assert_eq!(limits.open_files, None);
+
+        let bad = text.replace("processes=512", "forks=3");
+        let (skill, diags) = parse_skill(Path::new("b.org"), &bad, Origin::User);
+        assert!(skill.is_none());
+        let shown: Vec<String> = diags.iter().map(|d| d.to_string()).collect();
+        assert!(
+            shown
+                .iter()
+                .any(|d| d.contains("`:LIMITS:` unknown limit `forks`")),
+            "{shown:?}"
+        );
+    }
 
     #[test]
     fn triggers_parse_to_always_never_or_a_case_insensitive_regex() {

@@ -320,6 +320,8 @@ pub struct SkillPlanner {
     pub params: Vec<Param>,
     /// Whether a `Run` effect may use the network (`:NETWORK: yes`).
     pub network: bool,
+    /// Resource limits for its runs (`:LIMITS:`).
+    pub limits: crate::sandbox::limits::LimitOverrides,
 }
 
 impl SkillPlanner {
@@ -445,6 +447,10 @@ impl ToolPlanner for SkillPlanner {
             approval: tool.approval.max(self.body.min_approval()),
             timeout_secs: tool.timeout_secs,
         })
+    }
+
+    fn limits(&self) -> crate::sandbox::limits::LimitOverrides {
+        self.limits
     }
 }
 

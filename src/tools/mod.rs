@@ -51,6 +51,11 @@ pub enum ToolError {
 /// Turns a model's arguments into an [`Action`].
 pub trait ToolPlanner: Send + Sync {
     fn plan(&self, tool: &Tool, args: &Value, ctx: &PlanContext) -> Result<Action, ToolError>;
+    /// The resource limits the tool sets for its sandboxed runs (a skill's
+    /// `:LIMITS:`); none by default.
+    fn limits(&self) -> crate::sandbox::limits::LimitOverrides {
+        Default::default()
+    }
 }
 
 /// A tool the model can call.

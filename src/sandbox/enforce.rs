@@ -1,0 +1,474 @@
+//! How [`ResourceLimits`] are enforced on one run, and how a limit that was
+//! hit is recognised and named.
+//!
+//! - **File size, CPU, open files, core dumps**: `setrlimit` in the child
+//!   before it executes bwrap (RLIMIT_FSIZE, RLIMIT_CPU, RLIMIT_NOFILE,
+//!   RLIMIT_CORE = 0); every process of the sandbox inherits them, and they
+//!   bind root too. A process over the file size gets SIGXFSZ, over its CPU
+//!   seconds SIGXCPU; the shell reports both, which is how the result names
+//!   them.
+//! - **Processes**: a pids cgroup when one is writable here (cgroup v1
+//!   `pids`, or a cgroup v2 directory whose `subtree_control` offers
+//!   `pids`): a fresh child cgroup per run with `pids.max`, joined by the
+//!   child before exec, watched through `pids.events` so the run is stopped
+//!   (not left spinning until its timeout) when a fork bomb reaches the
+//!   limit. Otherwise RLIMIT_NPROC, set to the processes this user already
+//!   runs plus the limit: the kernel counts NPROC per user across the host
+//!   (and the sandbox's user namespace inherits the value as the ceiling of
+//!   its parent level), so a bare limit would count the person's desktop
+//!   too. RLIMIT_NPROC does not bind root (the kernel exempts the initial
+//!   user namespace's root), measured on this machine: as root without a
+//!   writable pids cgroup the process limit is not enforced, and a warning
+//!   is logged.
+//! - **Disk**: the free space of the filesystem holding the working
+//!   directory is sampled every [`WATCH_EVERY`]; when it has dropped by more
+//!   than the limit the run is stopped. This bounds `cat /dev/urandom >
+//!   a; cat /dev/urandom > b; ...` which no per-file limit can; it also
+//!   counts what other programs write meanwhile, which errs on the safe side.
+//! - **`/tmp`**: a tmpfs of fixed size (`--size`), in [`super::bwrap`].
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use rustix::process::{getrlimit, Resource, Rlimit};
+
+use super::limits::{format_size, ResourceLimits};
+
+/// How often the watchdog looks at the pids cgroup and the disk.
+pub const WATCH_EVERY: Duration = Duration::from_millis(100);
+
+/// A limit a run reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitHit {
+    /// More processes than allowed were attempted (pids cgroup).
+    Processes(u64),
+    /// The disk's free space dropped by more than allowed.
+    DiskWrite(u64),
+    /// A file reached the size limit (RLIMIT_FSIZE).
+    FileSize(u64),
+    /// A process used up its CPU seconds (RLIMIT_CPU).
+    Cpu(u64),
+}
+
+impl std::fmt::Display for LimitHit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LimitHit::Processes(n) => write!(
+                f,
+                "stopped: the command tried to run more than {n} processes at once \
+                 (limit `processes`, pids cgroup); everything it started was killed"
+            ),
+            LimitHit::DiskWrite(n) => write!(
+                f,
+                "stopped: the command filled more than {} of the disk (limit `disk_write`); \
+                 everything it started was killed, what it wrote is still there",
+                format_size(*n)
+            ),
+            LimitHit::FileSize(n) => write!(
+                f,
+                "stopped: a file reached the file size limit of {} (limit `file_size`, \
+                 RLIMIT_FSIZE); the writing process was killed",
+                format_size(*n)
+            ),
+            LimitHit::Cpu(n) => write!(
+                f,
+                "stopped: a process used its {n} s of CPU time (limit `cpu`, RLIMIT_CPU) \
+                 and was killed"
+            ),
+        }
+    }
+}
+
+/// The limits of one run, made ready before the spawn.
+#[derive(Debug)]
+pub struct Enforcer {
+    limits: ResourceLimits,
+    /// (resource, soft, hard)
+    rlimits: Vec<(Resource, u64, u64)>,
+    cgroup: Option<RunCgroup>,
+    disk: Option<(PathBuf, u64)>,
+}
+
+#[derive(Debug)]
+struct RunCgroup {
+    dir: PathBuf,
+    /// `cgroup.procs` of the run's cgroup, as a C string for the child.
+    procs: std::ffi::CString,
+}
+
+impl Enforcer {
+    /// Prepare `limits` for a run in `cwd`. Creates the run's cgroup when
+    /// one is available; [`Enforcer::finish`] removes it.
+    pub fn prepare(limits: &ResourceLimits, cwd: &Path) -> Enforcer {
+        let mut rlimits = vec![(Resource::Core, 0)];
+        if let Some(n) = limits.file_size {
+            rlimits.push((Resource::Fsize, n));
+        }
+        if let Some(n) = limits.cpu_secs {
+            rlimits.push((Resource::Cpu, n));
+        }
+        if let Some(n) = limits.open_files {
+            rlimits.push((Resource::Nofile, n));
+        }
+        let mut cgroup = None;
+        if let Some(n) = limits.processes {
+            cgroup = RunCgroup::create(n);
+            if cgroup.is_none() {
+                if rustix::process::getuid().is_root() {
+                    warn_once();
+                } else {
+                    rlimits.push((Resource::Nproc, own_process_count().saturating_add(n)));
+                }
+            }
+        }
+        // Never raise a hard limit (EPERM for an unprivileged user). CPU
+        // gets a second of grace above the soft limit: SIGXCPU at the soft
+        // one (which the shell reports, so the result can name the limit),
+        // SIGKILL at the hard one for a process that ignores it.
+        let rlimits = rlimits
+            .into_iter()
+            .map(|(res, want)| {
+                let hard = getrlimit(res).maximum.unwrap_or(u64::MAX);
+                let grace = u64::from(res == Resource::Cpu);
+                (res, want.min(hard), want.saturating_add(grace).min(hard))
+            })
+            .collect();
+        let disk = limits
+            .disk_write
+            .and_then(|_| free_bytes(cwd).map(|free| (cwd.to_path_buf(), free)));
+        Enforcer {
+            limits: *limits,
+            rlimits,
+            cgroup,
+            disk,
+        }
+    }
+
+    /// Apply the limits in the child between fork and exec.
+    pub fn install(&self, cmd: &mut tokio::process::Command) {
+        let rlimits = self.rlimits.clone();
+        let procs = self.cgroup.as_ref().map(|c| c.procs.clone());
+        // SAFETY: the closure runs in the forked child before exec, where
+        // only async-signal-safe calls are allowed: it makes raw setrlimit,
+        // open, write and close system calls on data prepared before the
+        // fork, and allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                for (res, soft, hard) in &rlimits {
+                    rustix::process::setrlimit(
+                        *res,
+                        Rlimit {
+                            current: Some(*soft),
+                            maximum: Some(*hard),
+                        },
+                    )?;
+                }
+                if let Some(procs) = &procs {
+                    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                    if fd < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    let wrote = libc::write(fd, b"0\n".as_ptr().cast(), 2);
+                    let err = std::io::Error::last_os_error();
+                    libc::close(fd);
+                    if wrote < 0 {
+                        return Err(err);
+                    }
+                }
+                Ok(())
+            });
+        }
+    }
+
+    /// A limit the running command has reached, if any (called every
+    /// [`WATCH_EVERY`]).
+    pub fn check(&self) -> Option<LimitHit> {
+        if let (Some(cg), Some(n)) = (&self.cgroup, self.limits.processes) {
+            if cg.limit_events() > 0 {
+                return Some(LimitHit::Processes(n));
+            }
+        }
+        if let (Some((path, before)), Some(n)) = (&self.disk, self.limits.disk_write) {
+            if let Some(now) = free_bytes(path) {
+                if before.saturating_sub(now) > n {
+                    return Some(LimitHit::DiskWrite(n));
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether a watchdog is needed at all.
+    pub fn watches(&self) -> bool {
+        self.cgroup.is_some() || self.disk.is_some()
+    }
+
+    /// The limit an ended run ran into, read from how it ended: the signal
+    /// or the shell's exit code for it (128 + signal), or the message the
+    /// shell printed for a child killed by it.
+    pub fn recognise(
+        &self,
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+        stderr: &str,
+    ) -> Option<LimitHit> {
+        let by = |sig: i32, message: &str| {
+            signal == Some(sig) || exit_code == Some(128 + sig) || stderr.contains(message)
+        };
+        if let Some(n) = self.limits.file_size {
+            if by(libc::SIGXFSZ, "File size limit exceeded") {
+                return Some(LimitHit::FileSize(n));
+            }
+        }
+        if let Some(n) = self.limits.cpu_secs {
+            if by(libc::SIGXCPU, "CPU time limit exceeded") {
+                return Some(LimitHit::Cpu(n));
+            }
+        }
+        if let (Some(cg), Some(n)) = (&self.cgroup, self.limits.processes) {
+            if cg.limit_events() > 0 {
+                return Some(LimitHit::Processes(n));
+            }
+        }
+        None
+    }
+
+    /// Remove the run's cgroup once its processes are gone.
+    pub async fn finish(self) {
+        if let Some(cg) = self.cgroup {
+            for _ in 0..200 {
+                if std::fs::remove_dir(&cg.dir).is_ok() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            tracing::warn!(cgroup = %cg.dir.display(), "could not remove the run's cgroup");
+        }
+    }
+}
+
+impl RunCgroup {
+    /// A fresh pids cgroup with `pids.max = max`, or None when no pids
+    /// hierarchy is writable here.
+    fn create(max: u64) -> Option<RunCgroup> {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let parent = pids_parent()?;
+        let name = format!(
+            "passepartout-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let dir = parent.join(name);
+        std::fs::create_dir(&dir).ok()?;
+        if std::fs::write(dir.join("pids.max"), max.to_string()).is_err() {
+            let _ = std::fs::remove_dir(&dir);
+            return None;
+        }
+        let procs = std::ffi::CString::new(
+            dir.join("cgroup.procs")
+                .into_os_string()
+                .into_encoded_bytes(),
+        )
+        .ok()?;
+        Some(RunCgroup { dir, procs })
+    }
+
+    /// How many times a fork was refused for `pids.max` (`max N` in
+    /// `pids.events`).
+    fn limit_events(&self) -> u64 {
+        std::fs::read_to_string(self.dir.join("pids.events"))
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("max ").and_then(|n| n.trim().parse().ok()))
+            })
+            .unwrap_or(0)
+    }
+}
+
+/// The cgroup directory under which run cgroups with a pids controller can
+/// be made, found once per process.
+fn pids_parent() -> Option<PathBuf> {
+    static FOUND: OnceLock<Option<PathBuf>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+            let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+            find_pids_parent(&own, &mounts).filter(|dir| {
+                // Writable here? Try once with a probe directory.
+                let probe = dir.join(format!("passepartout-probe-{}", std::process::id()));
+                let ok = std::fs::create_dir(&probe).is_ok() && probe.join("pids.max").exists();
+                let _ = std::fs::remove_dir(&probe);
+                ok
+            })
+        })
+        .clone()
+}
+
+/// From `/proc/self/cgroup` and `/proc/self/mountinfo`: our cgroup in a v1
+/// `pids` hierarchy, else our v2 cgroup if its `subtree_control` enables
+/// `pids` for children.
+fn find_pids_parent(own: &str, mountinfo: &str) -> Option<PathBuf> {
+    // mountinfo: id parent major:minor root mountpoint opts... - fstype source superopts
+    let mounts: Vec<(String, String, String, String)> = mountinfo
+        .lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let left: Vec<&str> = left.split(' ').collect();
+            let right: Vec<&str> = right.split(' ').collect();
+            Some((
+                left.get(3)?.to_string(),
+                left.get(4)?.to_string(),
+                right.first()?.to_string(),
+                right.get(2).unwrap_or(&"").to_string(),
+            ))
+        })
+        .collect();
+    let join = |mount_root: &str, mountpoint: &str, path: &str| -> Option<PathBuf> {
+        let rel = path.strip_prefix(mount_root).unwrap_or(path);
+        let rel = rel.trim_start_matches('/');
+        Some(Path::new(mountpoint).join(rel))
+    };
+    for line in own.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if controllers.split(',').any(|c| c == "pids") {
+            if let Some((root, point, _, _)) = mounts
+                .iter()
+                .find(|(_, _, fs, opts)| fs == "cgroup" && opts.split(',').any(|o| o == "pids"))
+            {
+                return join(root, point, path);
+            }
+        }
+    }
+    for line in own.lines() {
+        if let Some(path) = line.strip_prefix("0::") {
+            for (root, point, fs, _) in &mounts {
+                if fs != "cgroup2" {
+                    continue;
+                }
+                let dir = join(root, point, path)?;
+                let enabled = std::fs::read_to_string(dir.join("cgroup.subtree_control"))
+                    .is_ok_and(|t| t.split_whitespace().any(|c| c == "pids"));
+                if enabled {
+                    return Some(dir);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Processes (and threads count too, for the kernel) this user runs now.
+fn own_process_count() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let uid = rustix::process::getuid().as_raw();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    rd.filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
+        .map(|e| {
+            std::fs::read_to_string(e.path().join("status"))
+                .ok()
+                .and_then(|status| {
+                    status
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Threads:"))
+                        .and_then(|n| n.trim().parse().ok())
+                })
+                .unwrap_or(1)
+        })
+        .sum()
+}
+
+/// Bytes available to unprivileged users on the filesystem holding `path`.
+fn free_bytes(path: &Path) -> Option<u64> {
+    let st = rustix::fs::statvfs(path).ok()?;
+    Some(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
+fn warn_once() {
+    static WARNED: OnceLock<()> = OnceLock::new();
+    WARNED.get_or_init(|| {
+        tracing::warn!(
+            "the sandbox's process limit is not enforced: running as root, where RLIMIT_NPROC \
+             does not apply, and no pids cgroup is writable"
+        );
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO_V1: &str = "\
+30 25 0:26 / /sys/fs/cgroup/memory rw,relatime shared:9 - cgroup cgroup rw,memory
+36 25 0:31 / /sys/fs/cgroup/pids rw,relatime shared:15 - cgroup cgroup rw,pids
+37 25 0:32 / /sys/fs/cgroup/unified rw,relatime shared:16 - cgroup2 cgroup2 rw
+";
+
+    #[test]
+    fn finds_a_v1_pids_hierarchy() {
+        let own = "9:name=systemd:/\n8:pids:/user.slice\n0::/\n";
+        assert_eq!(
+            find_pids_parent(own, MOUNTINFO_V1),
+            Some(PathBuf::from("/sys/fs/cgroup/pids/user.slice"))
+        );
+    }
+
+    #[test]
+    fn no_pids_controller_means_none() {
+        let own = "4:memory:/x\n";
+        let mounts = "30 25 0:26 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
+        assert_eq!(find_pids_parent(own, mounts), None);
+    }
+
+    #[test]
+    fn hits_are_named() {
+        assert_eq!(
+            LimitHit::FileSize(1024 * 1024).to_string(),
+            "stopped: a file reached the file size limit of 1 MiB (limit `file_size`, \
+             RLIMIT_FSIZE); the writing process was killed"
+        );
+        assert!(LimitHit::Processes(64)
+            .to_string()
+            .contains("more than 64 processes"));
+    }
+
+    #[test]
+    fn recognises_signals_and_shell_messages() {
+        let e = Enforcer {
+            limits: ResourceLimits::default(),
+            rlimits: vec![],
+            cgroup: None,
+            disk: None,
+        };
+        let fsize = ResourceLimits::default().file_size.unwrap();
+        assert_eq!(
+            e.recognise(Some(153), None, ""),
+            Some(LimitHit::FileSize(fsize))
+        );
+        assert_eq!(
+            e.recognise(
+                Some(1),
+                None,
+                "bash: line 1: 12 File size limit exceeded cat"
+            ),
+            Some(LimitHit::FileSize(fsize))
+        );
+        assert_eq!(
+            e.recognise(None, Some(libc::SIGXCPU), ""),
+            Some(LimitHit::Cpu(120))
+        );
+        assert_eq!(e.recognise(Some(0), None, "fine"), None);
+    }
+}

@@ -1,0 +1,303 @@
+//! The project's control surface as the sandbox sees it: which paths of
+//! [`crate::control_surface`] exist before a run (and so can be mounted
+//! read-only), and what to undo after the run for those that did not.
+//!
+//! The kernel does the work for paths that exist: each is bound read-only
+//! over the writable working directory, and every directory between the
+//! working directory and it is bound onto itself ("pinned"). A mount point
+//! cannot be renamed or removed (`EBUSY`), so `mv .git .git-old && mkdir
+//! .git` cannot slip a fresh, writable `.git/config` past the read-only one.
+//!
+//! A path that does not exist yet cannot be bound without creating a mount
+//! point on the host (bwrap would leave an empty `.envrc` or `.passepartout/`
+//! behind in the project). So those are checked when the run is over, when
+//! bubblewrap has killed every process of the sandbox: whatever the run
+//! created at a control path is removed, and the result says so. Symlinks
+//! among the control paths are recorded too and put back if the run
+//! replaced them. The window this leaves (a program on the host reading a
+//! control file the sandbox created, *during* the run) is documented in
+//! `docs/architecture.md`.
+//!
+//! `.git` may be a directory (the repository: its dangerous parts are
+//! entries of their own) or a file (a linked worktree's `gitdir:` pointer,
+//! bound read-only like any other file; the repository it points to is
+//! outside the working directory and not visible in the sandbox at all).
+
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+use crate::control_surface::{is_container, ControlEntry, CONTROL_SURFACE};
+
+/// What the sandbox must mount for the control surface, computed on the
+/// host before a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SurfaceMounts {
+    /// Directories bound read-write onto themselves so they cannot be
+    /// renamed or removed, shallowest first.
+    pub pins: Vec<PathBuf>,
+    /// Paths bound read-only, in order.
+    pub read_only: Vec<PathBuf>,
+}
+
+/// The state of the control surface before a run.
+#[derive(Debug, Clone)]
+pub struct SurfaceSnapshot {
+    root: PathBuf,
+    /// Entries that did not exist, with their path relative to the root.
+    missing: Vec<(&'static ControlEntry, PathBuf)>,
+    /// Symlinks among the control paths: path relative to the root, target.
+    links: Vec<(&'static ControlEntry, PathBuf, PathBuf)>,
+    mounts: SurfaceMounts,
+}
+
+/// One thing the sweep undid after a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Undone {
+    /// The control path, relative to the working directory.
+    pub path: String,
+    /// What was done: "removed" or "restored the symlink".
+    pub what: &'static str,
+    /// Why the path is control surface.
+    pub why: &'static str,
+}
+
+impl std::fmt::Display for Undone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} `{}` ({})", self.what, self.path, self.why)
+    }
+}
+
+impl SurfaceSnapshot {
+    /// Look at the control surface of the project rooted at `root`.
+    pub fn take(root: &Path) -> SurfaceSnapshot {
+        let canonical_root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+        let mut missing = Vec::new();
+        let mut links = Vec::new();
+        let mut pins: Vec<PathBuf> = Vec::new();
+        let mut read_only: Vec<PathBuf> = Vec::new();
+        for entry in CONTROL_SURFACE {
+            let rel = PathBuf::from(entry.path);
+            let path = root.join(&rel);
+            let meta = match std::fs::symlink_metadata(&path) {
+                Ok(m) => m,
+                Err(_) => {
+                    missing.push((entry, rel));
+                    continue;
+                }
+            };
+            if meta.file_type().is_symlink() {
+                if let Ok(target) = std::fs::read_link(&path) {
+                    links.push((entry, rel.clone(), target));
+                }
+            }
+            // Protect what the path really is, if it lies in the project;
+            // elsewhere it is not visible in the sandbox at all.
+            let Ok(real) = path.canonicalize() else {
+                continue;
+            };
+            let Ok(real_rel) = real.strip_prefix(&canonical_root) else {
+                continue;
+            };
+            if real_rel.as_os_str().is_empty() {
+                continue; // a link back to the root itself: nothing to bind
+            }
+            let inside = root.join(real_rel);
+            let container_dir = is_container(entry) && real.is_dir();
+            for ancestor in ancestors_beneath(real_rel) {
+                push_unique(&mut pins, root.join(ancestor));
+            }
+            if container_dir {
+                push_unique(&mut pins, inside);
+            } else {
+                push_unique(&mut read_only, inside);
+            }
+        }
+        pins.sort_by_key(|p| p.components().count());
+        SurfaceSnapshot {
+            root: root.to_path_buf(),
+            missing,
+            links,
+            mounts: SurfaceMounts { pins, read_only },
+        }
+    }
+
+    /// The mounts that protect the existing control paths.
+    pub fn mounts(&self) -> &SurfaceMounts {
+        &self.mounts
+    }
+
+    /// After the run (every sandboxed process is gone): remove what the run
+    /// created at control paths that did not exist, and put back symlinks
+    /// it replaced. Never follows a symlink out of the project.
+    pub fn sweep(&self) -> Vec<Undone> {
+        let mut undone = Vec::new();
+        for (entry, rel, target) in &self.links {
+            let path = self.root.join(rel);
+            let same = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink())
+                && std::fs::read_link(&path).is_ok_and(|t| &t == target);
+            if same {
+                continue;
+            }
+            if remove_any(&path).is_ok() && std::os::unix::fs::symlink(target, &path).is_ok() {
+                undone.push(Undone {
+                    path: entry.path.to_string(),
+                    what: "restored the symlink",
+                    why: entry.why,
+                });
+            }
+        }
+        for (entry, rel) in &self.missing {
+            let Some(path) = self.inside_root(rel) else {
+                continue;
+            };
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() && is_container(entry) {
+                continue; // a new repository: its own entries are swept one by one
+            }
+            if remove_any(&path).is_ok() {
+                undone.push(Undone {
+                    path: entry.path.to_string(),
+                    what: "removed",
+                    why: entry.why,
+                });
+            }
+        }
+        undone
+    }
+
+    /// `root/rel`, if every directory on the way is a real directory inside
+    /// the root (a symlinked ancestor that leaves the project yields None).
+    fn inside_root(&self, rel: &Path) -> Option<PathBuf> {
+        let canonical_root = self.root.canonicalize().ok()?;
+        let path = self.root.join(rel);
+        let parent = path.parent()?.canonicalize().ok()?;
+        if !parent.starts_with(&canonical_root) {
+            return None;
+        }
+        Some(parent.join(path.file_name()?))
+    }
+}
+
+/// Remove a file, a symlink (not what it points to) or a directory tree.
+fn remove_any(path: &Path) -> io::Result<()> {
+    let meta = std::fs::symlink_metadata(path)?;
+    if meta.is_dir() {
+        // std's remove_dir_all does not follow symlinks inside the tree.
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    }
+}
+
+/// The directories strictly between the root and `rel`: `a`, `a/b` for
+/// `a/b/c`.
+fn ancestors_beneath(rel: &Path) -> Vec<PathBuf> {
+    let parts: Vec<&std::ffi::OsStr> = rel
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    (1..parts.len())
+        .map(|n| parts[..n].iter().collect::<PathBuf>())
+        .collect()
+}
+
+fn push_unique(list: &mut Vec<PathBuf>, p: PathBuf) {
+    if !list.contains(&p) {
+        list.push(p);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn existing_paths_are_bound_and_their_parents_pinned() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+        std::fs::write(root.join(".git/config"), "[core]\n").unwrap();
+        std::fs::create_dir_all(root.join(".passepartout/skills")).unwrap();
+        std::fs::write(root.join(".envrc"), "").unwrap();
+        let snap = SurfaceSnapshot::take(root);
+        assert_eq!(
+            snap.mounts(),
+            &SurfaceMounts {
+                pins: vec![root.join(".git")],
+                read_only: vec![
+                    root.join(".passepartout"),
+                    root.join(".git/config"),
+                    root.join(".git/hooks"),
+                    root.join(".envrc"),
+                ],
+            }
+        );
+    }
+
+    #[test]
+    fn a_git_file_is_bound_read_only() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".git"), "gitdir: /elsewhere\n").unwrap();
+        let snap = SurfaceSnapshot::take(dir.path());
+        assert_eq!(snap.mounts().read_only, vec![dir.path().join(".git")]);
+        assert!(snap.mounts().pins.is_empty());
+    }
+
+    #[test]
+    fn sweep_removes_what_appeared_and_keeps_a_new_repository() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("keep.txt"), "x").unwrap();
+        let snap = SurfaceSnapshot::take(root);
+        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+        std::fs::create_dir_all(root.join(".git/objects")).unwrap();
+        std::fs::write(root.join(".git/config"), "[core]\n\tfsmonitor = x\n").unwrap();
+        std::fs::create_dir_all(root.join(".passepartout/skills")).unwrap();
+        std::fs::write(root.join(".passepartout/skills/shell.org"), "evil").unwrap();
+        let undone: Vec<String> = snap.sweep().iter().map(|u| u.path.clone()).collect();
+        assert_eq!(undone, vec![".passepartout", ".git/config", ".git/hooks"]);
+        assert!(!root.join(".passepartout").exists());
+        assert!(!root.join(".git/config").exists());
+        assert!(root.join(".git/objects").is_dir());
+        assert!(root.join("keep.txt").exists());
+    }
+
+    #[test]
+    fn sweep_never_follows_a_symlink_out_of_the_project() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(outside.path().join("hooks")).unwrap();
+        std::fs::write(outside.path().join("config"), "theirs").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let snap = SurfaceSnapshot::take(dir.path());
+        std::os::unix::fs::symlink(outside.path(), dir.path().join(".git")).unwrap();
+        let undone = snap.sweep();
+        assert_eq!(undone.len(), 1, "{undone:?}");
+        assert_eq!(undone[0].path, ".git");
+        assert!(outside.path().join("config").exists());
+        assert!(outside.path().join("hooks").is_dir());
+        assert!(std::fs::symlink_metadata(dir.path().join(".git")).is_err());
+    }
+
+    #[test]
+    fn sweep_restores_a_replaced_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("envrc.shared"), "ok").unwrap();
+        std::os::unix::fs::symlink("envrc.shared", root.join(".envrc")).unwrap();
+        let snap = SurfaceSnapshot::take(root);
+        assert_eq!(snap.mounts().read_only, vec![root.join("envrc.shared")]);
+        std::fs::remove_file(root.join(".envrc")).unwrap();
+        std::fs::write(root.join(".envrc"), "evil").unwrap();
+        let undone = snap.sweep();
+        assert_eq!(undone[0].what, "restored the symlink");
+        assert_eq!(
+            std::fs::read_link(root.join(".envrc")).unwrap(),
+            PathBuf::from("envrc.shared")
+        );
+    }
+}
