@@ -52,6 +52,8 @@ pub struct Config {
     /// fed back to the model as the tool result. Off: the person already
     /// sees them; the model only hears they were delivered.
     pub feed_back_messages: bool,
+    /// Checkpoints, effect gates and undo (`[checkpoints]`).
+    pub checkpoints: crate::checkpoint::CheckpointConfig,
 }
 
 impl Default for Config {
@@ -69,6 +71,7 @@ impl Default for Config {
             builtin_skills: true,
             log_file: None,
             feed_back_messages: false,
+            checkpoints: crate::checkpoint::CheckpointConfig::default(),
         }
     }
 }
