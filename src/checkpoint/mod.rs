@@ -12,6 +12,7 @@
 pub mod effect;
 pub mod gate;
 pub mod store;
+pub mod watch;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -325,6 +325,9 @@ fn describe_effect(action: &Action) -> String {
             }
         }
         Effect::Message { .. } => out.push_str("Shows you this message.\n"),
+        Effect::Op { op, args } if op == crate::checkpoint::watch::APPLY_OP => {
+            describe_held_effect(&mut out, args)
+        }
         Effect::Op { op, .. } => {
             let _ = writeln!(
                 out,
@@ -335,6 +338,25 @@ fn describe_effect(action: &Action) -> String {
         }
     }
     out
+}
+
+/// A change the effect gates held: what it did, as a summary and a diff.
+fn describe_held_effect(out: &mut String, args: &Value) {
+    let field = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or("");
+    out.push_str(
+        "The action already ran in the sandbox. What it did to the project was \
+         observed, then rolled back and held for you. Approving applies exactly \
+         this recorded change (the command is not run again), and refuses if the \
+         files changed since; rejecting leaves the project as it was.\n\n",
+    );
+    let _ = writeln!(out, "Effect: {}\n", verbatim(&one_line(field("summary"))));
+    let diff = field("diff");
+    if !diff.is_empty() {
+        out.push_str("#+begin_src diff -i\n");
+        out.push_str(&escape_block_body(diff.trim_end_matches('\n')));
+        out.push_str("\n#+end_src\n\n");
+    }
+    out.push_str("The block below names the recorded change (JSON).\n");
 }
 
 fn describe_decision(plan: &FlightPlan) -> String {
