@@ -27,6 +27,10 @@ pub const EXT_SKILLS_RELOAD: &str = "_passepartout/skills/reload";
 pub const EXT_SKILLS_LIST: &str = "_passepartout/skills/list";
 pub const EXT_SESSION_STATUS: &str = "_passepartout/session/status";
 pub const EXT_SANDBOX_STATUS: &str = "_passepartout/sandbox/status";
+/// Revert an applied checkpoint (request; see docs/checkpoints.md).
+pub const EXT_UNDO: &str = "_passepartout/undo";
+/// List a working directory's checkpoints (request).
+pub const EXT_HISTORY: &str = "_passepartout/history";
 /// Daemon → Emacs: evaluate a form (the emacs actuator).
 pub const EXT_EMACS_EVAL: &str = "_passepartout/emacs/eval";
 
@@ -120,4 +124,25 @@ pub fn client_settings(
 pub struct SandboxReport {
     pub available: bool,
     pub message: String,
+}
+
+/// `_passepartout/undo` parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UndoParams {
+    /// The working directory whose checkpoint to undo.
+    pub cwd: std::path::PathBuf,
+    /// The checkpoint (`c12`); absent: the last applied one.
+    #[serde(default)]
+    pub id: Option<String>,
+}
+
+/// `_passepartout/history` parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryParams {
+    pub cwd: std::path::PathBuf,
+    /// At most this many, newest first.
+    #[serde(default)]
+    pub limit: Option<usize>,
 }

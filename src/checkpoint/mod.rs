@@ -201,7 +201,9 @@ pub fn lock(cwd: &Path) -> Arc<tokio::sync::Mutex<()>> {
 impl Project {
     /// The checkpoints of `cwd`, under `<state_dir>/checkpoints`.
     pub fn open(state_dir: &Path, cwd: &Path, cfg: &CheckpointConfig) -> Result<Self, CheckpointError> {
-        let dir = Store::dir_for(&state_dir.join("checkpoints"), cwd);
+        // One store per directory, however it was spelled.
+        let canonical = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
+        let dir = Store::dir_for(&state_dir.join("checkpoints"), &canonical);
         let store = Store::open(&dir, cwd, cfg.untracked_cap_bytes)?;
         let records = dir.join("records");
         std::fs::create_dir_all(&records).map_err(|source| CheckpointError::Io {
@@ -374,6 +376,39 @@ impl Project {
         self.save(&undo)?;
         Ok(undo)
     }
+}
+
+/// The checkpoints of `cwd`, newest first (`limit`: at most that many).
+pub fn history(
+    state_dir: &Path,
+    cfg: &CheckpointConfig,
+    cwd: &Path,
+    limit: Option<usize>,
+) -> Result<Vec<Checkpoint>, CheckpointError> {
+    let project = Project::open(state_dir, cwd, cfg)?;
+    let mut all = project.list()?;
+    all.reverse();
+    all.truncate(limit.unwrap_or(usize::MAX));
+    Ok(all)
+}
+
+/// Undo checkpoint `id` of `cwd` (None: the last applied one). Returns the
+/// checkpoint it undid and the new checkpoint recording the undo.
+pub fn undo(
+    state_dir: &Path,
+    cfg: &CheckpointConfig,
+    cwd: &Path,
+    id: Option<&str>,
+    origin: &Origin,
+) -> Result<(Checkpoint, Checkpoint), CheckpointError> {
+    let project = Project::open(state_dir, cwd, cfg)?;
+    let target = match id {
+        Some(id) => project.load(id)?,
+        None => project.last_applied()?,
+    };
+    let undo = project.undo(&target.id, origin)?;
+    let undone = project.load(&target.id)?;
+    Ok((undone, undo))
 }
 
 fn wrong(cp: &Checkpoint, wanted: &str, verb: &str) -> CheckpointError {
