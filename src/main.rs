@@ -358,7 +358,9 @@ fn undo(flags: ConfigFlags, id: Option<String>) -> ExitCode {
         &origin,
     ) {
         Ok((undone, undo)) => {
-            if let Ok(log) = passepartout::audit::AuditLog::open(&config.state_dir().join("audit.jsonl")) {
+            if let Ok(log) =
+                passepartout::audit::AuditLog::open(&config.state_dir().join("audit.jsonl"))
+            {
                 let _ = log.append(&passepartout::audit::AuditRecord::effect(&undo));
             }
             println!("undid {}: {}", undone.id, undo.summary());

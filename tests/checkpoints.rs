@@ -48,7 +48,11 @@ fn project() -> tempfile::TempDir {
     std::fs::create_dir_all(p.join("src")).unwrap();
     std::fs::create_dir_all(p.join("data")).unwrap();
     std::fs::write(p.join("src/main.rs"), "fn main() {\n    lib::run();\n}\n").unwrap();
-    std::fs::write(p.join("src/lib.rs"), "pub fn run() {\n    println!(\"hi\");\n}\n").unwrap();
+    std::fs::write(
+        p.join("src/lib.rs"),
+        "pub fn run() {\n    println!(\"hi\");\n}\n",
+    )
+    .unwrap();
     std::fs::write(p.join("README.md"), "# demo\n").unwrap();
     std::fs::write(p.join("logo.bin"), [0u8, 159, 146, 150, 0, 1]).unwrap();
     for i in 0..24 {
@@ -67,7 +71,11 @@ fn tree(root: &Path) -> BTreeMap<String, Vec<u8>> {
         };
         for e in entries.flatten() {
             let path = e.path();
-            let rel = path.strip_prefix(root).unwrap().to_string_lossy().to_string();
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .to_string();
             if rel == ".git" {
                 continue;
             }
@@ -85,7 +93,14 @@ fn tree(root: &Path) -> BTreeMap<String, Vec<u8>> {
 
 fn bwrap_works() -> bool {
     Command::new("bwrap")
-        .args(["--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true"])
+        .args([
+            "--unshare-all",
+            "--die-with-parent",
+            "--ro-bind",
+            "/",
+            "/",
+            "true",
+        ])
         .status()
         .map(|s| s.success())
         .unwrap_or(false)
@@ -151,7 +166,10 @@ async fn held(command: &str) -> Held {
 /// The model's tool result (the last tool message of the last request).
 fn tool_result(fake: &FakeProvider) -> String {
     let reqs = fake.requests();
-    let msgs = reqs.last().unwrap().body["messages"].as_array().unwrap().clone();
+    let msgs = reqs.last().unwrap().body["messages"]
+        .as_array()
+        .unwrap()
+        .clone();
     let tool = msgs.iter().rev().find(|m| m["role"] == "tool").unwrap();
     tool["content"].as_str().unwrap().to_string()
 }
@@ -194,6 +212,12 @@ async fn held_approved_undone(command: &str, gone: &[&str], emptied: &[&str]) {
     let mut h = held(command).await;
     // Held: the project is exactly as it was (the change was rolled back).
     assert_eq!(tree(h.project.path()), h.original, "{command}: rolled back");
+    // The project's own repository is outside what checkpoints restore;
+    // the effect gates say when the action damaged it.
+    if gone.contains(&"README.md") {
+        let reasons = h.ask["params"]["toolCall"]["content"].to_string();
+        assert!(reasons.contains(".git"), "{reasons}");
+    }
     let summary = h.ask["params"]["toolCall"]["rawInput"]["args"]["summary"]
         .as_str()
         .unwrap()
@@ -204,7 +228,10 @@ async fn held_approved_undone(command: &str, gone: &[&str], emptied: &[&str]) {
         .unwrap()
         .to_string();
     for path in gone.iter().chain(emptied) {
-        assert!(diff.contains(path), "{command}: the diff names {path}: {diff}");
+        assert!(
+            diff.contains(path),
+            "{command}: the diff names {path}: {diff}"
+        );
     }
     // The person saw the held effect as ACP diff content before deciding.
     let shown: Vec<Value> = h
@@ -232,7 +259,11 @@ async fn held_approved_undone(command: &str, gone: &[&str], emptied: &[&str]) {
         assert!(!now.contains_key(*path), "{command}: {path} deleted");
     }
     for path in emptied {
-        assert_eq!(now.get(*path).map(Vec::len), Some(0), "{command}: {path} emptied");
+        assert_eq!(
+            now.get(*path).map(Vec::len),
+            Some(0),
+            "{command}: {path} emptied"
+        );
     }
     let told = tool_result(&h.fake);
     assert!(told.contains("held and rolled back"), "{told}");
@@ -248,10 +279,16 @@ async fn held_approved_undone(command: &str, gone: &[&str], emptied: &[&str]) {
     // c2, which redoes).
     let again = h
         .client
-        .request("_passepartout/undo", json!({ "cwd": h.project.path(), "id": "c1" }))
+        .request(
+            "_passepartout/undo",
+            json!({ "cwd": h.project.path(), "id": "c1" }),
+        )
         .await;
     assert!(
-        again["error"]["message"].as_str().unwrap_or("").contains("undone"),
+        again["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("undone"),
         "{again}"
     );
     let _ = &h.session;
@@ -261,7 +298,13 @@ async fn held_approved_undone(command: &str, gone: &[&str], emptied: &[&str]) {
 async fn find_delete_is_held_applied_on_approval_and_undone() {
     held_approved_undone(
         "find . -mindepth 1 -delete",
-        &["README.md", "src/main.rs", "src/lib.rs", "logo.bin", "data/00.txt"],
+        &[
+            "README.md",
+            "src/main.rs",
+            "src/lib.rs",
+            "logo.bin",
+            "data/00.txt",
+        ],
         &[],
     )
     .await;
@@ -279,7 +322,12 @@ async fn python_rmtree_of_the_cwd_is_held_applied_on_approval_and_undone() {
 
 #[tokio::test]
 async fn truncating_sources_is_held_applied_on_approval_and_undone() {
-    held_approved_undone("truncate -s 0 src/*.rs", &[], &["src/main.rs", "src/lib.rs"]).await;
+    held_approved_undone(
+        "truncate -s 0 src/*.rs",
+        &[],
+        &["src/main.rs", "src/lib.rs"],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -363,9 +411,12 @@ async fn a_small_change_runs_and_is_shown_as_a_diff_and_can_be_undone_from_the_c
     assert!(tool_result(&fake).contains("(checkpoint c1)"));
 
     // The audit log has the effect record.
-    let audit = std::fs::read_to_string(home.path().join("state/passepartout/audit.jsonl")).unwrap();
+    let audit =
+        std::fs::read_to_string(home.path().join("state/passepartout/audit.jsonl")).unwrap();
     assert!(
-        audit.lines().any(|l| l.contains("\"kind\":\"effect\"") && l.contains("\"c1\"")),
+        audit
+            .lines()
+            .any(|l| l.contains("\"kind\":\"effect\"") && l.contains("\"c1\"")),
         "{audit}"
     );
     drop(client);
@@ -383,19 +434,29 @@ async fn a_small_change_runs_and_is_shown_as_a_diff_and_can_be_undone_from_the_c
     };
     let h = cli(&["history"]);
     let listing = String::from_utf8_lossy(&h.stdout);
-    assert!(listing.contains("c1  applied") && listing.contains("~ src/lib.rs"), "{listing}");
+    assert!(
+        listing.contains("c1  applied") && listing.contains("~ src/lib.rs"),
+        "{listing}"
+    );
     // A file edited since: undo refuses and changes nothing.
     std::fs::write(project.path().join("NEW.md"), "mine\n").unwrap();
     let refused = cli(&["undo"]);
     assert!(!refused.status.success());
     let err = String::from_utf8_lossy(&refused.stderr);
-    assert!(err.contains("changed since") && err.contains("NEW.md"), "{err}");
+    assert!(
+        err.contains("changed since") && err.contains("NEW.md"),
+        "{err}"
+    );
     assert_eq!(
         std::fs::read_to_string(project.path().join("src/lib.rs")).unwrap(),
         "pub fn run() {}\n"
     );
     std::fs::write(project.path().join("NEW.md"), "new\n").unwrap();
     let ok = cli(&["undo", "c1"]);
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
     assert_eq!(tree(project.path()), original);
 }

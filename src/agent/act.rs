@@ -317,7 +317,14 @@ async fn effect_stage(
             );
             return finish_shown(a.sink, id, text, status, Some(shown));
         }
-        Err(e) => return finish(a.sink, id, format!("{text}\n(checkpoint task failed: {e})"), status),
+        Err(e) => {
+            return finish(
+                a.sink,
+                id,
+                format!("{text}\n(checkpoint task failed: {e})"),
+                status,
+            )
+        }
     };
     a.env.record(AuditRecord::effect(&checkpoint));
     let held_text = format!(
@@ -341,7 +348,11 @@ async fn effect_stage(
     ));
     let diff = project
         .store
-        .patch(&checkpoint.before, &checkpoint.after, cfg.max_diff_bytes as usize)
+        .patch(
+            &checkpoint.before,
+            &checkpoint.after,
+            cfg.max_diff_bytes as usize,
+        )
         .unwrap_or_else(|e| format!("(the diff could not be read: {e})"));
     let apply = crate::actuators::checkpoint::apply_action(
         &action.tool,
@@ -403,7 +414,8 @@ async fn effect_stage(
     if let Some(why) = refusal {
         let why = reject(format!("{held_text}\nNot applied: {why}")).await;
         let acted = refuse(a, id, why, ActStatus::Denied);
-        a.approver.settle(&a.session.id, id, &acted.status, &acted.observation.text);
+        a.approver
+            .settle(&a.session.id, id, &acted.status, &acted.observation.text);
         return acted;
     }
     let ctx = ActContext {
@@ -430,8 +442,7 @@ async fn effect_stage(
     }
     let final_status = if applied { status } else { ActStatus::Failed };
     let text = format!("{held_text}\nA person approved it: {applied_text}");
-    a.approver
-        .settle(&a.session.id, id, &final_status, &text);
+    a.approver.settle(&a.session.id, id, &final_status, &text);
     finish_shown(a.sink, id, text, final_status, Some(shown))
 }
 

@@ -43,6 +43,20 @@ pub struct ObservedEffect {
     /// Untracked files over the size cap that were not recorded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
+    /// Parts of the project's own `.git` (HEAD, objects, refs) the action
+    /// removed: checkpoints do not cover `.git` and cannot bring them back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub git_damage: Vec<String>,
+}
+
+/// Which of the project's vital `.git` entries exist (a cheap fingerprint
+/// taken before and after each action).
+pub fn git_vitals(cwd: &Path) -> Vec<String> {
+    ["HEAD", "objects", "refs"]
+        .iter()
+        .filter(|name| cwd.join(".git").join(name).exists())
+        .map(|name| format!(".git/{name}"))
+        .collect()
 }
 
 impl ObservedEffect {
@@ -75,12 +89,12 @@ impl ObservedEffect {
             .collect();
         Ok(ObservedEffect {
             changes,
-            skipped: vec![],
+            ..Default::default()
         })
     }
 
     pub fn is_empty(&self) -> bool {
-        self.changes.is_empty()
+        self.changes.is_empty() && self.git_damage.is_empty()
     }
 
     pub fn paths(&self, kind: ChangeKind) -> Vec<String> {
@@ -94,14 +108,22 @@ impl ObservedEffect {
     pub fn bytes_added(&self) -> u64 {
         self.changes
             .iter()
-            .map(|c| c.new_size.unwrap_or(0).saturating_sub(c.old_size.unwrap_or(0)))
+            .map(|c| {
+                c.new_size
+                    .unwrap_or(0)
+                    .saturating_sub(c.old_size.unwrap_or(0))
+            })
             .sum()
     }
 
     pub fn bytes_removed(&self) -> u64 {
         self.changes
             .iter()
-            .map(|c| c.old_size.unwrap_or(0).saturating_sub(c.new_size.unwrap_or(0)))
+            .map(|c| {
+                c.old_size
+                    .unwrap_or(0)
+                    .saturating_sub(c.new_size.unwrap_or(0))
+            })
             .sum()
     }
 
@@ -183,8 +205,8 @@ impl ObservedEffect {
                 .then(|| (text_of(&c.old), text_of(&c.new)));
             match diff {
                 Some((Some(old), Some(new))) => {
-                    let d = acp::Diff::new(cwd.join(&c.path), new.unwrap_or_default())
-                        .old_text(old);
+                    let d =
+                        acp::Diff::new(cwd.join(&c.path), new.unwrap_or_default()).old_text(old);
                     content.push(acp::ToolCallContent::Diff(d));
                 }
                 _ => left_out.push(c.path.clone()),
@@ -226,7 +248,7 @@ mod tests {
                 change("b", ChangeKind::Modified, Some(5), Some(0)),
                 change("c", ChangeKind::Deleted, Some(7), None),
             ],
-            skipped: vec![],
+            ..Default::default()
         };
         assert_eq!(
             e.summary("c3"),

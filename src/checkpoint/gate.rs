@@ -87,6 +87,17 @@ pub fn judge(
             ));
         }
     }
+    if !effect.git_damage.is_empty() {
+        out.push(Verdict::new(
+            Decision::Ask,
+            "effect-project-git",
+            format!(
+                "the action deleted {} of the project's .git; checkpoints restore the \
+                 working tree, not the repository",
+                effect.git_damage.join(", ")
+            ),
+        ));
+    }
     for c in &effect.changes {
         if let Some(entry) = control_entry(Path::new(&c.path)) {
             out.push(Verdict::new(
@@ -164,7 +175,7 @@ mod tests {
     fn gates(changes: Vec<FileChange>, a: &Action) -> Vec<String> {
         let e = ObservedEffect {
             changes,
-            skipped: vec![],
+            ..Default::default()
         };
         judge(&e, a, Path::new("/p"), &CheckpointConfig::default())
             .into_iter()

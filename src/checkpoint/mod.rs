@@ -191,8 +191,7 @@ pub fn observable(cwd: &Path) -> bool {
 /// One lock per working directory, held from the snapshot before an action
 /// to the snapshot after it (and by undo/apply).
 pub fn lock(cwd: &Path) -> Arc<tokio::sync::Mutex<()>> {
-    static LOCKS: OnceLock<Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>> =
-        OnceLock::new();
+    static LOCKS: OnceLock<Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>> = OnceLock::new();
     let map = LOCKS.get_or_init(Mutex::default);
     let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
     map.entry(cwd.to_path_buf()).or_default().clone()
@@ -200,7 +199,11 @@ pub fn lock(cwd: &Path) -> Arc<tokio::sync::Mutex<()>> {
 
 impl Project {
     /// The checkpoints of `cwd`, under `<state_dir>/checkpoints`.
-    pub fn open(state_dir: &Path, cwd: &Path, cfg: &CheckpointConfig) -> Result<Self, CheckpointError> {
+    pub fn open(
+        state_dir: &Path,
+        cwd: &Path,
+        cfg: &CheckpointConfig,
+    ) -> Result<Self, CheckpointError> {
         // One store per directory, however it was spelled.
         let canonical = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
         let dir = Store::dir_for(&state_dir.join("checkpoints"), &canonical);
@@ -231,6 +234,12 @@ impl Project {
         after: &store::Snapshot,
     ) -> Result<Option<Checkpoint>, CheckpointError> {
         let mut effect = ObservedEffect::between(&self.store, &before.tree, &after.tree)?;
+        effect.git_damage = before
+            .git_vitals
+            .iter()
+            .filter(|v| !after.git_vitals.contains(v))
+            .cloned()
+            .collect();
         effect.skipped = after
             .skipped
             .iter()
@@ -290,7 +299,9 @@ impl Project {
     }
 
     pub fn load(&self, id: &str) -> Result<Checkpoint, CheckpointError> {
-        let valid = id.strip_prefix('c').is_some_and(|n| n.parse::<u64>().is_ok());
+        let valid = id
+            .strip_prefix('c')
+            .is_some_and(|n| n.parse::<u64>().is_ok());
         if !valid {
             return Err(CheckpointError::Unknown(id.to_string()));
         }
@@ -312,7 +323,9 @@ impl Project {
     pub fn list(&self) -> Result<Vec<Checkpoint>, CheckpointError> {
         let mut ids = self.ids()?;
         ids.sort_unstable();
-        ids.into_iter().map(|n| self.load(&format!("c{n}"))).collect()
+        ids.into_iter()
+            .map(|n| self.load(&format!("c{n}")))
+            .collect()
     }
 
     /// Hold an applied change: put its paths back as they were (refusing if
@@ -446,7 +459,10 @@ mod tests {
         let after = p.store.snapshot().unwrap();
         let mut cp = p.record(&origin(), &before, &after).unwrap().unwrap();
         assert_eq!(cp.id, "c1");
-        assert_eq!(cp.effect.paths(ChangeKind::Deleted), ["src/a.rs", "src/b.rs"]);
+        assert_eq!(
+            cp.effect.paths(ChangeKind::Deleted),
+            ["src/a.rs", "src/b.rs"]
+        );
 
         p.hold(&mut cp, vec!["too many".into()]).unwrap();
         assert_eq!(std::fs::read_to_string(t.join("src/a.rs")).unwrap(), "a");

@@ -75,6 +75,8 @@ pub struct Snapshot {
     pub tree: String,
     /// Untracked files left out because they exceed the size cap.
     pub skipped: Vec<String>,
+    /// The project's vital `.git` entries present at the time.
+    pub git_vitals: Vec<String>,
 }
 
 /// The shadow repository for one working tree.
@@ -214,7 +216,12 @@ impl Store {
         let tree = String::from_utf8_lossy(&self.git(&["write-tree"])?)
             .trim()
             .to_string();
-        Ok(Snapshot { tree, skipped })
+        let git_vitals = super::effect::git_vitals(&self.work_tree);
+        Ok(Snapshot {
+            tree,
+            skipped,
+            git_vitals,
+        })
     }
 
     /// Keep untracked files over the size cap out of the store: they are
@@ -245,7 +252,8 @@ impl Store {
             }
         }
         large.sort();
-        let mut exclude = String::from("# written by passepartout: untracked files over the size cap\n");
+        let mut exclude =
+            String::from("# written by passepartout: untracked files over the size cap\n");
         for p in &large {
             exclude.push('/');
             exclude.push_str(&glob_escape(p));
@@ -264,7 +272,15 @@ impl Store {
         if before == after {
             return Ok(vec![]);
         }
-        let out = self.git(&["diff-tree", "-r", "-z", "--no-renames", "--raw", before, after])?;
+        let out = self.git(&[
+            "diff-tree",
+            "-r",
+            "-z",
+            "--no-renames",
+            "--raw",
+            before,
+            after,
+        ])?;
         parse_raw(&out)
     }
 
@@ -380,9 +396,7 @@ impl Store {
         let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
         let mut out = String::new();
         if let Some(mut stdout) = child.stdout.take() {
-            stdout
-                .read_to_string(&mut out)
-                .map_err(io(&self.git_dir))?;
+            stdout.read_to_string(&mut out).map_err(io(&self.git_dir))?;
         }
         let _ = writer.join();
         let _ = child.wait();
@@ -475,7 +489,10 @@ impl Store {
                     if e.kind() == std::io::ErrorKind::NotFound {
                         Ok(())
                     } else {
-                        Err(StoreError::Io { path: abs.clone(), source: e })
+                        Err(StoreError::Io {
+                            path: abs.clone(),
+                            source: e,
+                        })
                     }
                 })?;
                 if let Some(parent) = abs.parent() {
@@ -542,7 +559,10 @@ fn write_entry(abs: &Path, mode: &str, bytes: &[u8]) -> Result<(), StoreError> {
         let perm = if mode == "100755" { 0o755 } else { 0o644 };
         std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(perm)).map_err(io(&tmp))?;
     }
-    if std::fs::symlink_metadata(abs).map(|m| m.is_dir()).unwrap_or(false) {
+    if std::fs::symlink_metadata(abs)
+        .map(|m| m.is_dir())
+        .unwrap_or(false)
+    {
         let _ = std::fs::remove_file(&tmp);
         return Err(StoreError::Io {
             path: abs.to_path_buf(),
@@ -657,7 +677,10 @@ mod tests {
             .map(|c| (c.path.clone(), c.new.clone(), c.old.clone()))
             .collect();
         let err = s.restore(&back).unwrap_err().to_string();
-        assert!(err.contains("changed since") && err.contains("a.txt"), "{err}");
+        assert!(
+            err.contains("changed since") && err.contains("a.txt"),
+            "{err}"
+        );
         assert_eq!(std::fs::read_to_string(t.join("a.txt")).unwrap(), "three");
     }
 
@@ -690,6 +713,9 @@ mod tests {
     #[test]
     fn blob_ids_match_git() {
         // `printf 'hello\n' | git hash-object --stdin`
-        assert_eq!(blob_id(b"hello\n"), "ce013625030ba8dba906f756967f9e9ca394464a");
+        assert_eq!(
+            blob_id(b"hello\n"),
+            "ce013625030ba8dba906f756967f9e9ca394464a"
+        );
     }
 }
