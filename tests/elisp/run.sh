@@ -35,5 +35,6 @@ PASSEPARTOUT_ELC_DIR=$elc_dir "$EMACS" -batch -Q -L elisp \
 
 "$EMACS" -batch -Q -L elisp -L tests/elisp \
     -l ert -l tests/elisp/passepartout-tests.el \
+    -l tests/elisp/passepartout-history-tests.el \
     --eval '(defvar ert-selector t)' "$@" \
     --eval '(ert-run-tests-batch-and-exit ert-selector)'
