@@ -206,13 +206,16 @@ impl Store {
     /// Record the working tree as it is now.
     pub fn snapshot(&self) -> Result<Snapshot, StoreError> {
         let skipped = self.exclude_large_untracked()?;
-        self.git(&["add", "-A", "--ignore-errors", "--", "."])
-            .or_else(|e| match e {
-                // An unreadable file is skipped by --ignore-errors; git
-                // still exits non-zero. The tree is written below anyway.
-                StoreError::Git { ref stderr, .. } if stderr.contains("unable to") => Ok(vec![]),
-                e => Err(e),
-            })?;
+        match self.git(&["add", "-A", "--ignore-errors", "--", "."]) {
+            Ok(_) => {}
+            // Unreadable files and nested repositories without a commit are
+            // skipped (--ignore-errors adds everything else); git still
+            // exits non-zero. Those paths are not observed.
+            Err(StoreError::Git { stderr, .. }) => {
+                tracing::warn!(work_tree = %self.work_tree.display(), "checkpoint: some paths were not recorded: {stderr}");
+            }
+            Err(e) => return Err(e),
+        }
         let tree = String::from_utf8_lossy(&self.git(&["write-tree"])?)
             .trim()
             .to_string();
@@ -708,6 +711,27 @@ mod tests {
         assert!(snap.skipped.is_empty());
         let all = s.diff(EMPTY_TREE, &snap.tree).unwrap();
         assert!(all.iter().any(|c| c.path == "big.dat"));
+    }
+
+    #[test]
+    fn a_nested_repository_without_commits_does_not_stop_snapshots() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        std::fs::create_dir_all(t.join("sub")).unwrap();
+        let ok = Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(t.join("sub"))
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        std::fs::write(t.join("a.txt"), "a").unwrap();
+        let s = store(state.path(), t);
+        let snap = s.snapshot().unwrap();
+        let all = s.diff(EMPTY_TREE, &snap.tree).unwrap();
+        assert_eq!(all[0].path, "a.txt");
     }
 
     #[test]

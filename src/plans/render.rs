@@ -538,6 +538,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_held_effect_shows_its_diff_and_reads_back_unchanged() {
+        let diff = "diff --git a/src/a.rs b/src/a.rs\n--- a/src/a.rs\n+++ b/src/a.rs\n@@ -1 +0,0 @@\n-* fn a() {}\n#+end_src\n";
+        let action = crate::actuators::checkpoint::apply_action(
+            "shell",
+            "c4",
+            "0123abcd",
+            "changed 1 file: +0 ~1 −0 (checkpoint c4)",
+            diff,
+        );
+        let plan = FlightPlan::new("s", "call", "", action.clone(), vec![]);
+        let org = render(&plan);
+        assert!(org.contains("#+begin_src diff -i\n"), "{org}");
+        assert!(org.contains("\n,#+end_src\n"), "the diff cannot end its block: {org}");
+        assert!(org.contains("the command is not run again"), "{org}");
+        assert!(org.contains("=changed 1 file: +0 ~1 −0 (checkpoint c4)="), "{org}");
+        let back = crate::plans::parse_edited(&plan, &org).unwrap();
+        assert_eq!(back, action);
+        assert_eq!(back.content_hash(), action.content_hash());
+    }
+
+    #[test]
     fn block_bodies_escape_like_org() {
         assert_eq!(
             escape_block_body("* h\n#+end_src\n  #+x\n,* y\nplain\n#nope\n*"),
