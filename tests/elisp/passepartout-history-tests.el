@@ -83,7 +83,7 @@
                      "edited by the person\n"))
       ;; Nothing to undo is said plainly too.
       (let ((err (should-error (passepartout-undo "c99" project) :type 'user-error)))
-        (should (string-match-p "no checkpoint `c99'" (cadr err)))))))
+        (should (string-match-p "no checkpoint `c99`" (cadr err)))))))
 
 (provide 'passepartout-history-tests)
 ;;; passepartout-history-tests.el ends here
