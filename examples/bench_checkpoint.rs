@@ -51,11 +51,8 @@ fn main() {
             let before = project.store.snapshot().expect("before");
             let mid = start.elapsed();
             // The "action": one file changes.
-            std::fs::write(
-                tree.path().join("d0000/f0.txt"),
-                format!("changed {r}\n"),
-            )
-            .expect("write");
+            std::fs::write(tree.path().join("d0000/f0.txt"), format!("changed {r}\n"))
+                .expect("write");
             let start = Instant::now();
             let after = project.store.snapshot().expect("after");
             let cp = project.record(&origin, &before, &after).expect("record");

@@ -359,7 +359,7 @@ fn undo(flags: ConfigFlags, id: Option<String>) -> ExitCode {
     ) {
         Ok((undone, undo)) => {
             if let Ok(log) =
-                passepartout::audit::AuditLog::open(&config.state_dir().join("audit.jsonl"))
+                passepartout::audit::AuditLog::open(config.state_dir().join("audit.jsonl"))
             {
                 let _ = log.append(&passepartout::audit::AuditRecord::effect(&undo));
             }

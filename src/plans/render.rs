@@ -550,9 +550,15 @@ mod tests {
         let plan = FlightPlan::new("s", "call", "", action.clone(), vec![]);
         let org = render(&plan);
         assert!(org.contains("#+begin_src diff -i\n"), "{org}");
-        assert!(org.contains("\n,#+end_src\n"), "the diff cannot end its block: {org}");
+        assert!(
+            org.contains("\n,#+end_src\n"),
+            "the diff cannot end its block: {org}"
+        );
         assert!(org.contains("the command is not run again"), "{org}");
-        assert!(org.contains("=changed 1 file: +0 ~1 −0 (checkpoint c4)="), "{org}");
+        assert!(
+            org.contains("=changed 1 file: +0 ~1 −0 (checkpoint c4)="),
+            "{org}"
+        );
         let back = crate::plans::parse_edited(&plan, &org).unwrap();
         assert_eq!(back, action);
         assert_eq!(back.content_hash(), action.content_hash());
