@@ -460,3 +460,72 @@ async fn a_small_change_runs_and_is_shown_as_a_diff_and_can_be_undone_from_the_c
     );
     assert_eq!(tree(project.path()), original);
 }
+
+/// Through flight plans (the Emacs path): the held effect is a second plan
+/// whose Org document shows the diff; the first plan ends `executed`, the
+/// effect plan is approved with its Org text and applies the change.
+#[tokio::test]
+async fn with_flight_plans_the_held_effect_is_a_plan_showing_the_diff() {
+    if !bwrap_works() {
+        eprintln!("SKIPPED: bubblewrap cannot run here");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let project = project();
+    let original = tree(project.path());
+    let args = json!({ "command": "truncate -s 0 src/*.rs" }).to_string();
+    let fake = FakeProvider::start(vec![
+        fake::openai_tool_calls(&[("call_t", "shell", &args)]),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let url = fake.openai_url();
+    let mut c = Client::spawn(
+        Framing::ContentLength,
+        home.path(),
+        &["--provider-url", &url],
+    );
+    c.initialize(json!({ "flightPlans": true })).await;
+    let sid = c.new_session(project.path()).await;
+    let p = c
+        .start_request("session/prompt", prompt(&sid, "empty them"))
+        .await;
+    let effect_plan = loop {
+        let offer = c.wait_method("_passepartout/plan/offer").await;
+        let plan = offer["params"]["plan"].clone();
+        let org = plan["org"].as_str().unwrap().to_string();
+        if org.contains("apply_checkpoint") {
+            break plan;
+        }
+        assert_eq!(tree(project.path()), original);
+        let r = c
+            .request(
+                "_passepartout/plan/decide",
+                json!({ "planId": plan["planId"], "decision": "approve", "org": org }),
+            )
+            .await;
+        assert_eq!(r["result"]["status"], "approved", "{r}");
+        let resolved = c.wait_method("_passepartout/plan/resolved").await;
+        assert_eq!(resolved["params"]["status"], "executed", "{resolved}");
+    };
+    assert_eq!(tree(project.path()), original, "held: rolled back");
+    let org = effect_plan["org"].as_str().unwrap().to_string();
+    assert!(org.contains("#+begin_src diff"), "{org}");
+    assert!(org.contains("-    lib::run();"), "{org}");
+    assert!(org.contains("effect-truncates"), "{org}");
+    let r = c
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": effect_plan["planId"], "decision": "approve", "org": org }),
+        )
+        .await;
+    assert_eq!(r["result"]["status"], "approved", "{r}");
+    let resolved = c.wait_method("_passepartout/plan/resolved").await;
+    assert_eq!(resolved["params"]["planId"], effect_plan["planId"]);
+    assert_eq!(resolved["params"]["status"], "executed", "{resolved}");
+    assert_eq!(c.wait_response(p).await["result"]["stopReason"], "end_turn");
+    let now = tree(project.path());
+    assert_eq!(now["src/main.rs"].len(), 0);
+    assert_eq!(now["src/lib.rs"].len(), 0);
+    assert_eq!(now["README.md"], original["README.md"]);
+}
