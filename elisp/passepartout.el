@@ -59,6 +59,7 @@
 (require 'passepartout-skill)
 (require 'passepartout-chats)
 (require 'passepartout-menu)
+(require 'passepartout-history)
 
 (defgroup passepartout nil
   "A local-first, safety-first LLM agent beside Emacs."

@@ -93,6 +93,17 @@ pub enum AuditEvent {
         tool_call_id: String,
         reason: String,
     },
+    /// The observed effect of an action on the working tree (a checkpoint):
+    /// `status` is `applied`, `held`, `rejected` or `undone`.
+    Effect {
+        session: String,
+        tool_call_id: String,
+        checkpoint: String,
+        status: String,
+        summary: String,
+        /// Paths created, modified and deleted, and bytes added/removed.
+        effect: Value,
+    },
 }
 
 /// A timestamped event: one line of the log.
@@ -154,6 +165,18 @@ impl AuditRecord {
             tool_call_id: tool_call_id.into(),
             is_error,
             output: truncate_output(&redact(output)),
+        })
+    }
+
+    /// An `effect` record for a checkpoint.
+    pub fn effect(cp: &crate::checkpoint::Checkpoint) -> Self {
+        Self::now(AuditEvent::Effect {
+            session: cp.session_id.clone(),
+            tool_call_id: cp.tool_call_id.clone(),
+            checkpoint: cp.id.clone(),
+            status: cp.status.as_str().into(),
+            summary: cp.summary(),
+            effect: cp.effect.wire(&cp.id),
         })
     }
 
@@ -390,6 +413,12 @@ pub fn render(record: &AuditRecord) -> String {
             tool_call_id,
             reason,
         } => format!("denied  session {session}  call {tool_call_id}  {reason}"),
+        AuditEvent::Effect {
+            tool_call_id,
+            status,
+            summary,
+            ..
+        } => format!("effect  call {tool_call_id}  {status}  {summary}"),
     };
     format!("{ts}  {body}")
 }

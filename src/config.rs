@@ -61,6 +61,8 @@ pub struct Config {
     pub trust_project_tool_approval: bool,
     /// MCP servers for every session, and the limits they run under.
     pub mcp: crate::mcp::McpConfig,
+    /// Checkpoints, effect gates and undo (`[checkpoints]`).
+    pub checkpoints: crate::checkpoint::CheckpointConfig,
 }
 
 impl Default for Config {
@@ -81,6 +83,7 @@ impl Default for Config {
             feed_back_messages: false,
             trust_project_tool_approval: false,
             mcp: crate::mcp::McpConfig::default(),
+            checkpoints: crate::checkpoint::CheckpointConfig::default(),
         }
     }
 }

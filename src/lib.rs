@@ -6,6 +6,7 @@ pub mod action;
 pub mod actuators;
 pub mod agent;
 pub mod audit;
+pub mod checkpoint;
 pub mod cli_run;
 pub mod config;
 pub mod control_surface;

@@ -78,6 +78,27 @@ enum Command {
         #[command(subcommand)]
         command: McpCommand,
     },
+    /// Revert a checkpoint (an action's observed change) in the current
+    /// directory: ID like `c12`, or the last applied one. Refuses, changing
+    /// nothing, when the files changed since. An undo is itself a checkpoint.
+    Undo {
+        #[command(flatten)]
+        flags: ConfigFlags,
+        /// The checkpoint to undo (default: the last applied one).
+        id: Option<String>,
+    },
+    /// List the checkpoints of the current directory, newest first, with
+    /// their effects.
+    History {
+        #[command(flatten)]
+        flags: ConfigFlags,
+        /// Only the newest N.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Print JSON (one object per line) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show the audit log.
     Audit {
         #[command(flatten)]
@@ -214,6 +235,8 @@ fn main() -> ExitCode {
             Command::Mcp {
                 command: McpCommand::List(flags),
             } => mcp_list(flags).await,
+            Command::Undo { flags, id } => undo(flags, id),
+            Command::History { flags, limit, json } => history(flags, limit, json),
             Command::Audit { flags, tail } => match load_config(&flags) {
                 Ok(config) => {
                     let path = config.state_dir().join("audit.jsonl");
@@ -377,4 +400,107 @@ fn plans(flags: ConfigFlags, args: Vec<String>) -> ExitCode {
         &args,
         &mut std::io::stdout(),
     ))
+}
+
+fn current_dir() -> Result<PathBuf, ExitCode> {
+    std::env::current_dir()
+        .and_then(|d| d.canonicalize())
+        .map_err(|e| {
+            eprintln!("passepartout: cannot use the current directory: {e}");
+            ExitCode::from(2)
+        })
+}
+
+fn undo(flags: ConfigFlags, id: Option<String>) -> ExitCode {
+    let config = match load_config(&flags) {
+        Ok(c) => c,
+        Err(e) => return config_error(&e),
+    };
+    let cwd = match current_dir() {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
+    let origin = passepartout::checkpoint::Origin {
+        session_id: "cli".into(),
+        tool_call_id: String::new(),
+        tool: "undo".into(),
+    };
+    match passepartout::checkpoint::undo(
+        &config.state_dir(),
+        &config.checkpoints,
+        &cwd,
+        id.as_deref(),
+        &origin,
+    ) {
+        Ok((undone, undo)) => {
+            if let Ok(log) =
+                passepartout::audit::AuditLog::open(config.state_dir().join("audit.jsonl"))
+            {
+                let _ = log.append(&passepartout::audit::AuditRecord::effect(&undo));
+            }
+            println!("undid {}: {}", undone.id, undo.summary());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("passepartout: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn history(flags: ConfigFlags, limit: Option<usize>, json: bool) -> ExitCode {
+    let config = match load_config(&flags) {
+        Ok(c) => c,
+        Err(e) => return config_error(&e),
+    };
+    let cwd = match current_dir() {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
+    let list = match passepartout::checkpoint::history(
+        &config.state_dir(),
+        &config.checkpoints,
+        &cwd,
+        limit,
+    ) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("passepartout: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if list.is_empty() {
+        println!("no checkpoints for {}", cwd.display());
+    }
+    for cp in list {
+        if json {
+            println!("{}", cp.wire());
+            continue;
+        }
+        let undoes = cp
+            .undoes
+            .as_deref()
+            .map(|u| format!(" (undoes {u})"))
+            .unwrap_or_default();
+        println!(
+            "{}  {}  {}  {}{undoes}  {}",
+            cp.id,
+            cp.status.as_str(),
+            cp.created_at,
+            cp.tool,
+            cp.summary()
+        );
+        for c in cp.effect.changes.iter().take(10) {
+            let mark = match c.kind {
+                passepartout::checkpoint::ChangeKind::Created => '+',
+                passepartout::checkpoint::ChangeKind::Modified => '~',
+                passepartout::checkpoint::ChangeKind::Deleted => '-',
+            };
+            println!("    {mark} {}", c.path);
+        }
+        if cp.effect.changes.len() > 10 {
+            println!("    … {} more", cp.effect.changes.len() - 10);
+        }
+    }
+    ExitCode::SUCCESS
 }

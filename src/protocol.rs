@@ -33,6 +33,10 @@ pub const EXT_SANDBOX_STATUS: &str = "_passepartout/sandbox/status";
 pub const EXT_PROVIDERS: &str = "_passepartout/providers";
 /// Request: provider, model and output limit for one session's next turns.
 pub const EXT_SESSION_CONFIGURE: &str = "_passepartout/session/configure";
+/// Revert an applied checkpoint (request; see docs/checkpoints.md).
+pub const EXT_UNDO: &str = "_passepartout/undo";
+/// List a working directory's checkpoints (request).
+pub const EXT_HISTORY: &str = "_passepartout/history";
 /// Daemon → Emacs: evaluate a form (the emacs actuator).
 pub const EXT_EMACS_EVAL: &str = "_passepartout/emacs/eval";
 
@@ -142,4 +146,25 @@ pub fn client_settings(
 pub struct SandboxReport {
     pub available: bool,
     pub message: String,
+}
+
+/// `_passepartout/undo` parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UndoParams {
+    /// The working directory whose checkpoint to undo.
+    pub cwd: std::path::PathBuf,
+    /// The checkpoint (`c12`); absent: the last applied one.
+    #[serde(default)]
+    pub id: Option<String>,
+}
+
+/// `_passepartout/history` parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryParams {
+    pub cwd: std::path::PathBuf,
+    /// At most this many, newest first.
+    #[serde(default)]
+    pub limit: Option<usize>,
 }

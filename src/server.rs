@@ -500,6 +500,52 @@ struct CwdParams {
     cwd: Option<PathBuf>,
 }
 
+impl Daemon {
+    /// `_passepartout/undo`: revert a checkpoint; a refusal (files changed
+    /// since, nothing to undo) is a `REFUSED` error with the reason.
+    async fn undo(&self, params: proto::UndoParams) -> Result<Value, ErrorObjectOwned> {
+        let (state, cfg) = (
+            self.env.config.state_dir(),
+            self.env.config.checkpoints.clone(),
+        );
+        let cwd = params.cwd.clone();
+        let origin = crate::checkpoint::Origin {
+            session_id: "editor".into(),
+            tool_call_id: String::new(),
+            tool: "undo".into(),
+        };
+        let done = crate::checkpoint::watch::locked(&params.cwd, move || {
+            crate::checkpoint::undo(&state, &cfg, &cwd, params.id.as_deref(), &origin)
+        })
+        .await
+        .map_err(|e| rpc_error(codes::REFUSED, e.to_string()))?;
+        let (undone, undo) = done;
+        self.env.record(crate::audit::AuditRecord::effect(&undo));
+        Ok(serde_json::json!({
+            "undone": undone.id,
+            "checkpoint": undo.id,
+            "summary": undo.summary(),
+        }))
+    }
+
+    /// `_passepartout/history`: the checkpoints of a working directory.
+    async fn history(&self, params: proto::HistoryParams) -> Result<Value, ErrorObjectOwned> {
+        let (state, cfg) = (
+            self.env.config.state_dir(),
+            self.env.config.checkpoints.clone(),
+        );
+        let cwd = params.cwd.clone();
+        let list = crate::checkpoint::watch::locked(&params.cwd, move || {
+            crate::checkpoint::history(&state, &cfg, &cwd, params.limit)
+        })
+        .await
+        .map_err(|e| rpc_error(codes::INTERNAL_ERROR, e.to_string()))?;
+        Ok(serde_json::json!({
+            "checkpoints": list.iter().map(|c| c.wire()).collect::<Vec<_>>()
+        }))
+    }
+}
+
 fn cwd_param(params: &Params<'_>) -> Result<Option<PathBuf>, ErrorObjectOwned> {
     if params.as_str().is_none() {
         return Ok(None);
@@ -666,6 +712,16 @@ pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
                     "model": chosen.model,
                     "maxTokens": chosen.max_tokens,
                 }))
+            })
+            .map(|_| ()),
+        module
+            .register_async_method(proto::EXT_UNDO, |p, d, _| async move {
+                d.undo(parse(&p)?).await
+            })
+            .map(|_| ()),
+        module
+            .register_async_method(proto::EXT_HISTORY, |p, d, _| async move {
+                d.history(parse(&p)?).await
             })
             .map(|_| ()),
     ];

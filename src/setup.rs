@@ -58,6 +58,12 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
     )));
     let memex_dir = config.memex_dir();
     actuators.register(Arc::new(MemexActuator::new(memex_dir)));
+    actuators.register(Arc::new(
+        crate::actuators::checkpoint::CheckpointActuator::new(
+            config.state_dir(),
+            config.checkpoints.clone(),
+        ),
+    ));
     let toolsets = Arc::new(SkillToolsets::new(SkillSources {
         builtin: config.builtin_skills,
         user_dir: Some(config.user_skills_dir()),

@@ -158,7 +158,7 @@ async fn an_approved_plan_runs_and_its_result_reaches_the_model() {
         .collect();
     assert_eq!(
         kinds,
-        ["proposed", "verdict", "decision", "executed"],
+        ["proposed", "verdict", "decision", "executed", "effect"],
         "{audit}"
     );
 }

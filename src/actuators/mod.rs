@@ -5,6 +5,7 @@
 //! target of the source the request came from, else the configured default.
 //! No actuator is privileged; adding one is a `register` call.
 
+pub mod checkpoint;
 pub mod emacs;
 pub mod files;
 pub mod mcp;

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::action::Action;
 use crate::actuators::ActContext;
 use crate::audit::AuditRecord;
+use crate::checkpoint::{self, watch};
 use crate::gates::engine::Judgement;
 use crate::gates::Decision;
 use crate::llm::ToolCall;
@@ -164,7 +165,7 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
         } else if let Err(why) = begin(a, asked, &id, &approved) {
             refuse(a, &id, why, ActStatus::Denied)
         } else {
-            execute(&id, &approved, a, approved_by).await
+            execute(&id, &approved, a, asked, approved_by).await
         }
     };
     // Only an action that ran: a refusal already says why nothing did.
@@ -219,10 +220,35 @@ fn settled(a: &ActEnv<'_>, id: &str, acted: Acted) -> Acted {
     acted
 }
 
-async fn execute(id: &str, action: &Action, a: &ActEnv<'_>, approved_by: Option<String>) -> Acted {
+async fn execute(
+    id: &str,
+    action: &Action,
+    a: &ActEnv<'_>,
+    asked: bool,
+    approved_by: Option<String>,
+) -> Acted {
     let actuator = match a.env.actuators.resolve(Some(&action.target), None) {
         Ok(act) => act,
         Err(e) => return finish(a.sink, id, e.to_string(), ActStatus::Failed),
+    };
+    // Checkpoint before: the effect is observed, not guessed.
+    let origin = checkpoint::Origin {
+        session_id: a.session.id.clone(),
+        tool_call_id: id.to_string(),
+        tool: action.tool.clone(),
+    };
+    let config = &a.env.config;
+    let watch = match watch::begin(
+        &config.state_dir(),
+        &config.checkpoints,
+        &a.session.cwd,
+        action,
+        origin,
+    )
+    .await
+    {
+        Ok(w) => w,
+        Err(why) => return refuse(a, id, why, ActStatus::Denied),
     };
     let fields = acp::ToolCallUpdateFields::new().status(acp::ToolCallStatus::InProgress);
     a.sink.update(acp::SessionUpdate::ToolCallUpdate(
@@ -250,14 +276,14 @@ async fn execute(id: &str, action: &Action, a: &ActEnv<'_>, approved_by: Option<
             .env
             .record(AuditRecord::executed(id, true, &e.to_string())),
     }
-    match result {
+    let (text, status) = match result {
         Ok(out) if !actuator.feeds_back() && !out.is_error => {
             // The person has seen it; the model only hears it was delivered.
             let text = format!(
                 "delivered to the person ({} characters)",
                 out.text.chars().count()
             );
-            finish(a.sink, id, text, ActStatus::Executed)
+            (text, ActStatus::Executed)
         }
         Ok(out) => {
             let status = if out.is_error {
@@ -265,12 +291,237 @@ async fn execute(id: &str, action: &Action, a: &ActEnv<'_>, approved_by: Option<
             } else {
                 ActStatus::Executed
             };
-            finish(a.sink, id, out.text, status)
+            (out.text, status)
         }
-        Err(crate::actuators::ActError::Cancelled) => {
-            finish(a.sink, id, "cancelled".into(), ActStatus::Cancelled)
+        Err(crate::actuators::ActError::Cancelled) => ("cancelled".into(), ActStatus::Cancelled),
+        Err(e) => (e.to_string(), ActStatus::Failed),
+    };
+    // Checkpoint after: the effect, judged by the effect gates.
+    let Some(watch) = watch else {
+        return finish(a.sink, id, text, status);
+    };
+    match watch.finish().await {
+        Ok(None) => finish(a.sink, id, text, status),
+        Ok(Some(observed)) => effect_stage(a, id, action, text, status, observed, asked).await,
+        Err(e) => {
+            let text = format!("{text}\n(the effect could not be observed: {e})");
+            finish(a.sink, id, text, status)
         }
-        Err(e) => finish(a.sink, id, e.to_string(), ActStatus::Failed),
+    }
+}
+
+/// The second gate stage: what the action did. Allowed, the effect is
+/// shown and kept; held, it is rolled back at once and offered to a person
+/// as an apply action, through the same approval path every action takes.
+async fn effect_stage(
+    a: &ActEnv<'_>,
+    id: &str,
+    action: &Action,
+    text: String,
+    status: ActStatus,
+    observed: watch::Observed,
+    asked: bool,
+) -> Acted {
+    let watch::Observed {
+        project,
+        mut checkpoint,
+        guard,
+    } = observed;
+    let cfg = &a.env.config.checkpoints;
+    let verdicts = checkpoint::gate::judge(&checkpoint.effect, action, &a.session.cwd, cfg);
+    let shown = Shown::of(&project, &checkpoint, cfg);
+    if verdicts.is_empty() {
+        a.env.record(AuditRecord::effect(&checkpoint));
+        let text = format!("{text}\n{}", checkpoint.summary());
+        return finish_shown(a.sink, id, text, status, Some(shown));
+    }
+    let reasons: Vec<String> = verdicts.iter().map(|v| v.reason.clone()).collect();
+    let held = {
+        let (p, mut cp, r) = (project.clone(), checkpoint.clone(), reasons.clone());
+        tokio::task::spawn_blocking(move || p.hold(&mut cp, r).map(|_| cp)).await
+    };
+    drop(guard);
+    checkpoint = match held {
+        Ok(Ok(cp)) => cp,
+        Ok(Err(e)) => {
+            a.env.record(AuditRecord::effect(&checkpoint));
+            let text = format!(
+                "{text}\n{}\nThe effect gates would hold this change ({}), but it could not be \
+                 rolled back: {e}. It stays applied; undo it with checkpoint {}.",
+                checkpoint.summary(),
+                reasons.join("; "),
+                checkpoint.id
+            );
+            return finish_shown(a.sink, id, text, status, Some(shown));
+        }
+        Err(e) => {
+            return finish(
+                a.sink,
+                id,
+                format!("{text}\n(checkpoint task failed: {e})"),
+                status,
+            )
+        }
+    };
+    a.env.record(AuditRecord::effect(&checkpoint));
+    let held_text = format!(
+        "{text}\nThe effect of this action was held and rolled back: {}. {}",
+        reasons.join("; "),
+        checkpoint.summary()
+    );
+    if asked {
+        // The text-gate plan is done: the action ran. What follows is a
+        // new plan for its effect.
+        a.approver
+            .settle(&a.session.id, id, &ActStatus::Executed, &held_text);
+    }
+    // Show the held effect (diffs) while the person decides.
+    let fields = acp::ToolCallUpdateFields::new()
+        .status(acp::ToolCallStatus::Pending)
+        .content(shown.content_with(&held_text))
+        .locations(shown.locations.clone());
+    a.sink.update(acp::SessionUpdate::ToolCallUpdate(
+        acp::ToolCallUpdate::new(acp::ToolCallId::new(id.to_string()), fields),
+    ));
+    let diff = project
+        .store
+        .patch(
+            &checkpoint.before,
+            &checkpoint.after,
+            cfg.max_diff_bytes as usize,
+        )
+        .unwrap_or_else(|e| format!("(the diff could not be read: {e})"));
+    let apply = crate::actuators::checkpoint::apply_action(
+        &action.tool,
+        &checkpoint.id,
+        &checkpoint.after,
+        &checkpoint.summary(),
+        &diff,
+    );
+    super::report_status(a.sink, a.session, "waiting");
+    let request = ApprovalRequest {
+        session_id: a.session.id.clone(),
+        cwd: a.session.cwd.clone(),
+        tool_call_id: id.to_string(),
+        explanation: a.explanation.to_string(),
+        action: apply.clone(),
+        trace: verdicts,
+    };
+    let outcome = a.approver.approve(request, a.cancel.clone()).await;
+    super::report_status(a.sink, a.session, "acting");
+    let reject = |why: String| {
+        let (p, cid) = (project.clone(), checkpoint.id.clone());
+        async move {
+            if let Ok(Ok(cp)) = tokio::task::spawn_blocking(move || p.reject(&cid)).await {
+                a.env.record(AuditRecord::effect(&cp));
+            }
+            why
+        }
+    };
+    let approved = match outcome {
+        ApprovalOutcome::Cancelled => {
+            let why = reject(format!("{held_text}\nNot applied: the turn was cancelled.")).await;
+            return finish_shown(a.sink, id, why, ActStatus::Cancelled, Some(shown));
+        }
+        ApprovalOutcome::Rejected { comment, by } => {
+            let said = comment
+                .filter(|c| !c.trim().is_empty())
+                .map(|c| format!(": {c}"))
+                .unwrap_or_default();
+            let why = reject(format!(
+                "{held_text}\nThe person ({by}) rejected the change{said}. The project is as it was before the action."
+            ))
+            .await;
+            a.env.record(AuditRecord::denied(&a.session.id, id, &why));
+            return finish_shown(a.sink, id, why, ActStatus::Rejected, Some(shown));
+        }
+        ApprovalOutcome::Approved { action, hash, by } => (*action, hash, by),
+    };
+    let (approved, hash, approved_by) = approved;
+    let gate_ctx = a.env.gate_context(&a.session.cwd);
+    let refusal = if approved.content_hash() != hash {
+        Some("last-mile check failed: the change changed after it was approved".to_string())
+    } else if approved.target != crate::checkpoint::watch::TARGET {
+        Some("last-mile check failed: an approved effect must stay a checkpoint apply".into())
+    } else if a.toolset.gates.evaluate(&approved, &gate_ctx).decision == Decision::Deny {
+        Some("last-mile check failed: the gates deny applying this change".into())
+    } else {
+        a.approver.begin(&a.session.id, id, &approved).err()
+    };
+    if let Some(why) = refusal {
+        let why = reject(format!("{held_text}\nNot applied: {why}")).await;
+        let acted = refuse(a, id, why, ActStatus::Denied);
+        a.approver
+            .settle(&a.session.id, id, &acted.status, &acted.observation.text);
+        return acted;
+    }
+    let ctx = ActContext {
+        session_id: a.session.id.clone(),
+        cwd: a.session.cwd.clone(),
+        cancel: a.cancel.clone(),
+        say: None,
+        approved_by: Some(approved_by),
+        limits: Default::default(),
+    };
+    let out = match a.env.actuators.resolve(Some(&approved.target), None) {
+        Ok(actuator) => actuator.execute(&approved, &ctx).await,
+        Err(e) => Err(e),
+    };
+    let (applied_text, applied) = match out {
+        Ok(o) if !o.is_error => (o.text, true),
+        Ok(o) => (o.text, false),
+        Err(e) => (e.to_string(), false),
+    };
+    a.env
+        .record(AuditRecord::executed(id, !applied, &applied_text));
+    if applied {
+        if let Ok(cp) = project.load(&checkpoint.id) {
+            a.env.record(AuditRecord::effect(&cp));
+        }
+    }
+    let final_status = if applied { status } else { ActStatus::Failed };
+    let text = format!("{held_text}\nA person approved it: {applied_text}");
+    a.approver.settle(&a.session.id, id, &final_status, &text);
+    finish_shown(a.sink, id, text, final_status, Some(shown))
+}
+
+/// An effect as shown to the person and ACP clients: diff items, locations
+/// and the `effect` object of `raw_output`.
+struct Shown {
+    content: Vec<acp::ToolCallContent>,
+    locations: Vec<acp::ToolCallLocation>,
+    effect: Value,
+}
+
+impl Shown {
+    fn of(
+        project: &checkpoint::Project,
+        cp: &checkpoint::Checkpoint,
+        cfg: &checkpoint::CheckpointConfig,
+    ) -> Shown {
+        let cwd = project.cwd();
+        Shown {
+            content: cp.effect.acp_content(
+                &project.store,
+                cwd,
+                cfg.max_diff_files,
+                cfg.max_diff_bytes,
+            ),
+            locations: cp
+                .effect
+                .changes
+                .iter()
+                .take(cfg.max_diff_files.max(1) * 5)
+                .map(|c| acp::ToolCallLocation::new(cwd.join(&c.path)))
+                .collect(),
+            effect: cp.effect.wire(&cp.id),
+        }
+    }
+
+    fn content_with(&self, text: &str) -> Vec<acp::ToolCallContent> {
+        let mut all = vec![acp::ToolCallContent::from(text.to_string())];
+        all.extend(self.content.iter().cloned());
+        all
     }
 }
 
@@ -292,15 +543,35 @@ fn announce(sink: &dyn TurnSink, call: &ToolCall, title: &str, kind: acp::ToolKi
 }
 
 fn finish(sink: &dyn TurnSink, id: &str, text: String, status: ActStatus) -> Acted {
+    finish_shown(sink, id, text, status, None)
+}
+
+/// The final update of a call; with an observed effect, its diffs,
+/// locations and `raw_output.effect` too.
+fn finish_shown(
+    sink: &dyn TurnSink,
+    id: &str,
+    text: String,
+    status: ActStatus,
+    shown: Option<Shown>,
+) -> Acted {
     let acp_status = if status == ActStatus::Executed {
         acp::ToolCallStatus::Completed
     } else {
         acp::ToolCallStatus::Failed
     };
-    let fields = acp::ToolCallUpdateFields::new()
-        .status(acp_status)
-        .content(vec![acp::ToolCallContent::from(text.clone())])
-        .raw_output(serde_json::json!({ "outcome": format!("{status:?}").to_lowercase() }));
+    let mut raw = serde_json::json!({ "outcome": format!("{status:?}").to_lowercase() });
+    let mut fields = acp::ToolCallUpdateFields::new().status(acp_status);
+    match shown {
+        Some(shown) => {
+            raw["effect"] = shown.effect.clone();
+            fields = fields
+                .content(shown.content_with(&text))
+                .locations(shown.locations);
+        }
+        None => fields = fields.content(vec![acp::ToolCallContent::from(text.clone())]),
+    }
+    let fields = fields.raw_output(raw);
     sink.update(acp::SessionUpdate::ToolCallUpdate(
         acp::ToolCallUpdate::new(acp::ToolCallId::new(id.to_string()), fields),
     ));

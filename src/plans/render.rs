@@ -329,6 +329,9 @@ fn describe_effect(action: &Action) -> String {
             }
         }
         Effect::Message { .. } => out.push_str("Shows you this message.\n"),
+        Effect::Op { op, args } if op == crate::checkpoint::watch::APPLY_OP => {
+            describe_held_effect(&mut out, args)
+        }
         Effect::Op { op, .. } => {
             let _ = writeln!(
                 out,
@@ -339,6 +342,25 @@ fn describe_effect(action: &Action) -> String {
         }
     }
     out
+}
+
+/// A change the effect gates held: what it did, as a summary and a diff.
+fn describe_held_effect(out: &mut String, args: &Value) {
+    let field = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or("");
+    out.push_str(
+        "The action already ran in the sandbox. What it did to the project was \
+         observed, then rolled back and held for you. Approving applies exactly \
+         this recorded change (the command is not run again), and refuses if the \
+         files changed since; rejecting leaves the project as it was.\n\n",
+    );
+    let _ = writeln!(out, "Effect: {}\n", verbatim(&one_line(field("summary"))));
+    let diff = field("diff");
+    if !diff.is_empty() {
+        out.push_str("#+begin_src diff -i\n");
+        out.push_str(&escape_block_body(diff.trim_end_matches('\n')));
+        out.push_str("\n#+end_src\n\n");
+    }
+    out.push_str("The block below names the recorded change (JSON).\n");
 }
 
 fn describe_decision(plan: &FlightPlan) -> String {
@@ -518,6 +540,33 @@ fn verbatim(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_held_effect_shows_its_diff_and_reads_back_unchanged() {
+        let diff = "diff --git a/src/a.rs b/src/a.rs\n--- a/src/a.rs\n+++ b/src/a.rs\n@@ -1 +0,0 @@\n-* fn a() {}\n#+end_src\n";
+        let action = crate::actuators::checkpoint::apply_action(
+            "shell",
+            "c4",
+            "0123abcd",
+            "changed 1 file: +0 ~1 −0 (checkpoint c4)",
+            diff,
+        );
+        let plan = FlightPlan::new("s", "call", "", action.clone(), vec![]);
+        let org = render(&plan);
+        assert!(org.contains("#+begin_src diff -i\n"), "{org}");
+        assert!(
+            org.contains("\n,#+end_src\n"),
+            "the diff cannot end its block: {org}"
+        );
+        assert!(org.contains("the command is not run again"), "{org}");
+        assert!(
+            org.contains("=changed 1 file: +0 ~1 −0 (checkpoint c4)="),
+            "{org}"
+        );
+        let back = crate::plans::parse_edited(&plan, &org).unwrap();
+        assert_eq!(back, action);
+        assert_eq!(back.content_hash(), action.content_hash());
+    }
 
     #[test]
     fn block_bodies_escape_like_org() {

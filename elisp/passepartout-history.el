@@ -1,0 +1,123 @@
+;;; passepartout-history.el --- Checkpoints: history and undo  -*- lexical-binding: t; -*-
+
+;; This file is not part of GNU Emacs.
+
+;;; Commentary:
+
+;; Every action of the agent that changed the project is recorded by the
+;; daemon as a checkpoint (see docs/checkpoints.md).  `passepartout-history'
+;; lists the checkpoints of a project in a tabulated buffer;
+;; `passepartout-undo' reverts one (the one at point, or the last applied
+;; one).  The daemon refuses, changing nothing, when the files changed
+;; since; an undo is itself a checkpoint, so undoing it redoes the change.
+
+;;; Code:
+
+(require 'subr-x)
+(require 'jsonrpc)
+(require 'project)
+(require 'tabulated-list)
+(require 'passepartout-rpc)
+
+(defvar-local passepartout-history--directory nil
+  "The project directory whose checkpoints this buffer lists.")
+
+(defun passepartout-history--default-directory ()
+  "The project root of the current buffer, else `default-directory'."
+  (directory-file-name
+   (expand-file-name
+    (if-let ((proj (project-current)))
+        (project-root proj)
+      default-directory))))
+
+(defun passepartout-history--request (method params)
+  "Send METHOD with PARAMS to the daemon and wait for the result.
+A refusal from the daemon becomes a `user-error' with its reason."
+  (let ((conn (passepartout--ensure-connection)))
+    (condition-case err
+        (jsonrpc-request conn method params :timeout 60)
+      (jsonrpc-error
+       (user-error "passepartout: %s" (passepartout--error-message err))))))
+
+(defun passepartout-history--entries (directory)
+  "Tabulated entries for the checkpoints of DIRECTORY."
+  (let* ((result (passepartout-history--request
+                  :_passepartout/history (list :cwd directory)))
+         (checkpoints (append (plist-get result :checkpoints) nil)))
+    (mapcar
+     (lambda (cp)
+       (let ((id (plist-get cp :id)))
+         (list id
+               (vector id
+                       (plist-get cp :status)
+                       (or (plist-get cp :tool) "")
+                       (or (plist-get cp :createdAt) "")
+                       (concat (plist-get cp :summary)
+                               (if-let ((u (plist-get cp :undoes)))
+                                   (format " (undoes %s)" u)
+                                 ""))))))
+     checkpoints)))
+
+(defun passepartout-history--refresh ()
+  "Fetch the checkpoints again."
+  (setq tabulated-list-entries
+        (passepartout-history--entries passepartout-history--directory)))
+
+(defvar passepartout-history-mode-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "u") #'passepartout-undo)
+    map)
+  "Keymap of `passepartout-history-mode'.")
+
+(define-derived-mode passepartout-history-mode tabulated-list-mode
+  "Passepartout-History"
+  "The checkpoints of a project, newest first.
+\\<passepartout-history-mode-map>\\[passepartout-undo] undoes the checkpoint at point; \
+\\[revert-buffer] refreshes."
+  (setq tabulated-list-format
+        [("Id" 6 nil) ("Status" 9 t) ("Tool" 14 t) ("When" 25 t) ("Effect" 0 nil)])
+  (setq tabulated-list-padding 1)
+  (add-hook 'tabulated-list-revert-hook #'passepartout-history--refresh nil t)
+  (tabulated-list-init-header))
+
+;;;###autoload
+(defun passepartout-history (&optional directory)
+  "List the checkpoints of DIRECTORY (default: this project) and return the buffer."
+  (interactive)
+  (let* ((dir (directory-file-name
+               (expand-file-name
+                (or directory (passepartout-history--default-directory)))))
+         (buffer (get-buffer-create "*passepartout history*")))
+    (with-current-buffer buffer
+      (passepartout-history-mode)
+      (setq passepartout-history--directory dir)
+      (setq default-directory (file-name-as-directory dir))
+      (passepartout-history--refresh)
+      (tabulated-list-print))
+    (when (called-interactively-p 'interactive)
+      (pop-to-buffer buffer))
+    buffer))
+
+;;;###autoload
+(defun passepartout-undo (&optional id directory)
+  "Undo checkpoint ID of DIRECTORY.
+In the history buffer, ID is the checkpoint at point; elsewhere it is
+the last applied checkpoint of this project.  Returns the daemon's
+answer (a plist with :undone, :checkpoint and :summary)."
+  (interactive)
+  (let* ((in-history (derived-mode-p 'passepartout-history-mode))
+         (id (or id (and in-history (tabulated-list-get-id))))
+         (dir (or directory
+                  (and in-history passepartout-history--directory)
+                  (passepartout-history--default-directory)))
+         (params (append (list :cwd (directory-file-name (expand-file-name dir)))
+                         (and id (list :id id))))
+         (result (passepartout-history--request :_passepartout/undo params)))
+    (message "passepartout: undid %s: %s"
+             (plist-get result :undone) (plist-get result :summary))
+    (when in-history
+      (revert-buffer))
+    result))
+
+(provide 'passepartout-history)
+;;; passepartout-history.el ends here

@@ -1,0 +1,70 @@
+//! Checkpoint figures: what observing one action costs — the snapshot
+//! before, the snapshot after and the recorded effect — on working trees of
+//! 100, 10,000 and 100,000 small files with one file changed per action.
+//! Run with `cargo run --release --example bench_checkpoint`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use passepartout::checkpoint::{CheckpointConfig, Origin, Project};
+
+fn build_tree(root: &Path, files: usize) {
+    // 100 files per directory, like a source tree.
+    for i in 0..files {
+        let dir = root.join(format!("d{:04}", i / 100));
+        if i % 100 == 0 {
+            std::fs::create_dir_all(&dir).expect("mkdir");
+        }
+        std::fs::write(dir.join(format!("f{i}.txt")), format!("file {i}\n")).expect("write");
+    }
+    std::fs::write(root.join(".gitignore"), "target/\n").expect("write");
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn main() {
+    let origin = Origin {
+        session_id: "bench".into(),
+        tool_call_id: "call".into(),
+        tool: "shell".into(),
+    };
+    println!("files    first snapshot   per action p50   p95      (before + after + effect, 1 file changed)");
+    for (files, rounds) in [(100usize, 50usize), (10_000, 30), (100_000, 10)] {
+        let state = tempfile::tempdir().expect("tempdir");
+        let tree = tempfile::tempdir().expect("tempdir");
+        build_tree(tree.path(), files);
+        let project = Project::open(state.path(), tree.path(), &CheckpointConfig::default())
+            .expect("open the store");
+        let start = Instant::now();
+        project.store.snapshot().expect("first snapshot");
+        let first = start.elapsed();
+        let mut times = Vec::with_capacity(rounds);
+        for r in 0..rounds {
+            let start = Instant::now();
+            let before = project.store.snapshot().expect("before");
+            let mid = start.elapsed();
+            // The "action": one file changes.
+            std::fs::write(tree.path().join("d0000/f0.txt"), format!("changed {r}\n"))
+                .expect("write");
+            let start = Instant::now();
+            let after = project.store.snapshot().expect("after");
+            let cp = project.record(&origin, &before, &after).expect("record");
+            assert!(cp.is_some_and(|c| c.effect.changes.len() == 1));
+            times.push(mid + start.elapsed());
+        }
+        times.sort();
+        println!(
+            "{files:>7}  {:>14}   {:>14}   {:>8}",
+            ms(first),
+            ms(percentile(&times, 0.5)),
+            ms(percentile(&times, 0.95))
+        );
+    }
+}

@@ -1,0 +1,261 @@
+//! The observed effect of an action: which files it created, modified and
+//! deleted, with sizes, as read from two snapshots of the working tree — and
+//! the ways it is shown (a one-line summary, the `raw_output` record, ACP
+//! `diff` content).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::store::{Entry, RawChange, Store, StoreError};
+use crate::protocol::acp;
+
+/// What happened to one path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    Created,
+    Modified,
+    Deleted,
+}
+
+/// One changed file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileChange {
+    /// Relative to the working directory, `/`-separated.
+    pub path: String,
+    pub kind: ChangeKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old: Option<Entry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new: Option<Entry>,
+}
+
+/// Every change one action made.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObservedEffect {
+    pub changes: Vec<FileChange>,
+    /// Untracked files over the size cap that were not recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
+    /// Parts of the project's own `.git` (HEAD, objects, refs) the action
+    /// removed: checkpoints do not cover `.git` and cannot bring them back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub git_damage: Vec<String>,
+}
+
+/// Which of the project's vital `.git` entries exist (a cheap fingerprint
+/// taken before and after each action).
+pub fn git_vitals(cwd: &Path) -> Vec<String> {
+    ["HEAD", "objects", "refs"]
+        .iter()
+        .filter(|name| cwd.join(".git").join(name).exists())
+        .map(|name| format!(".git/{name}"))
+        .collect()
+}
+
+impl ObservedEffect {
+    /// Read the effect between two trees.
+    pub fn between(store: &Store, before: &str, after: &str) -> Result<Self, StoreError> {
+        let raw = store.diff(before, after)?;
+        let oids: Vec<&str> = raw
+            .iter()
+            .flat_map(|c| [c.old.as_ref(), c.new.as_ref()])
+            .flatten()
+            .filter(|e| e.mode != "160000")
+            .map(|e| e.oid.as_str())
+            .collect();
+        let sizes = store.sizes(&oids)?;
+        let size = |e: &Option<Entry>| e.as_ref().map(|e| sizes.get(&e.oid).copied().unwrap_or(0));
+        let changes = raw
+            .into_iter()
+            .map(|RawChange { path, old, new }| FileChange {
+                kind: match (&old, &new) {
+                    (None, _) => ChangeKind::Created,
+                    (_, None) => ChangeKind::Deleted,
+                    _ => ChangeKind::Modified,
+                },
+                old_size: size(&old),
+                new_size: size(&new),
+                path,
+                old,
+                new,
+            })
+            .collect();
+        Ok(ObservedEffect {
+            changes,
+            ..Default::default()
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty() && self.git_damage.is_empty()
+    }
+
+    pub fn paths(&self, kind: ChangeKind) -> Vec<String> {
+        self.changes
+            .iter()
+            .filter(|c| c.kind == kind)
+            .map(|c| c.path.clone())
+            .collect()
+    }
+
+    pub fn bytes_added(&self) -> u64 {
+        self.changes
+            .iter()
+            .map(|c| {
+                c.new_size
+                    .unwrap_or(0)
+                    .saturating_sub(c.old_size.unwrap_or(0))
+            })
+            .sum()
+    }
+
+    pub fn bytes_removed(&self) -> u64 {
+        self.changes
+            .iter()
+            .map(|c| {
+                c.old_size
+                    .unwrap_or(0)
+                    .saturating_sub(c.new_size.unwrap_or(0))
+            })
+            .sum()
+    }
+
+    /// "changed 3 files: +1 ~0 −2 (checkpoint c12)".
+    pub fn summary(&self, checkpoint: &str) -> String {
+        let n = self.changes.len();
+        let count = |k| self.changes.iter().filter(|c| c.kind == k).count();
+        format!(
+            "changed {n} file{}: +{} ~{} −{}, {} bytes added, {} removed (checkpoint {checkpoint})",
+            if n == 1 { "" } else { "s" },
+            count(ChangeKind::Created),
+            count(ChangeKind::Modified),
+            count(ChangeKind::Deleted),
+            self.bytes_added(),
+            self.bytes_removed(),
+        )
+    }
+
+    /// The `effect` object of a tool call's `raw_output` (the chat contract).
+    pub fn wire(&self, checkpoint: &str) -> Value {
+        json!({
+            "checkpoint": checkpoint,
+            "created": self.paths(ChangeKind::Created),
+            "modified": self.paths(ChangeKind::Modified),
+            "deleted": self.paths(ChangeKind::Deleted),
+            "bytes_added": self.bytes_added(),
+            "bytes_removed": self.bytes_removed(),
+            "skipped": self.skipped,
+        })
+    }
+
+    /// ACP content for the changes: a `diff` item per text file (at most
+    /// `max_files`, each side at most `max_bytes`), and one text line naming
+    /// what could not be shown as a diff (binaries, large files, the rest).
+    pub fn acp_content(
+        &self,
+        store: &Store,
+        cwd: &Path,
+        max_files: usize,
+        max_bytes: u64,
+    ) -> Vec<acp::ToolCallContent> {
+        let small = |s: Option<u64>| s.unwrap_or(0) <= max_bytes;
+        let shown: Vec<&FileChange> = self
+            .changes
+            .iter()
+            .filter(|c| small(c.old_size) && small(c.new_size))
+            .filter(|c| {
+                [&c.old, &c.new]
+                    .iter()
+                    .all(|e| e.as_ref().is_none_or(|e| e.mode.starts_with("100")))
+            })
+            .take(max_files)
+            .collect();
+        let oids: Vec<&str> = shown
+            .iter()
+            .flat_map(|c| [c.old.as_ref(), c.new.as_ref()])
+            .flatten()
+            .map(|e| e.oid.as_str())
+            .collect();
+        let blobs = store.blobs(&oids).unwrap_or_default();
+        let text_of = |e: &Option<Entry>| -> Option<Option<String>> {
+            match e {
+                None => Some(None),
+                Some(e) => {
+                    let bytes = blobs.get(&e.oid)?;
+                    if bytes.contains(&0) {
+                        return None;
+                    }
+                    String::from_utf8(bytes.clone()).ok().map(Some)
+                }
+            }
+        };
+        let mut content = Vec::new();
+        let mut left_out = Vec::new();
+        for c in &self.changes {
+            let diff = shown
+                .iter()
+                .any(|s| s.path == c.path)
+                .then(|| (text_of(&c.old), text_of(&c.new)));
+            match diff {
+                Some((Some(old), Some(new))) => {
+                    let d =
+                        acp::Diff::new(cwd.join(&c.path), new.unwrap_or_default()).old_text(old);
+                    content.push(acp::ToolCallContent::Diff(d));
+                }
+                _ => left_out.push(c.path.clone()),
+            }
+        }
+        if !left_out.is_empty() {
+            let more = left_out.len();
+            let names: Vec<String> = left_out.into_iter().take(20).collect();
+            content.push(acp::ToolCallContent::from(format!(
+                "not shown as a diff ({more} file(s): binary, large or over the limit): {}{}",
+                names.join(", "),
+                if more > 20 { ", …" } else { "" }
+            )));
+        }
+        content
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(path: &str, kind: ChangeKind, old: Option<u64>, new: Option<u64>) -> FileChange {
+        FileChange {
+            path: path.into(),
+            kind,
+            old_size: old,
+            new_size: new,
+            old: None,
+            new: None,
+        }
+    }
+
+    #[test]
+    fn summary_and_wire_count_bytes_both_ways() {
+        let e = ObservedEffect {
+            changes: vec![
+                change("a", ChangeKind::Created, None, Some(10)),
+                change("b", ChangeKind::Modified, Some(5), Some(0)),
+                change("c", ChangeKind::Deleted, Some(7), None),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            e.summary("c3"),
+            "changed 3 files: +1 ~1 −1, 10 bytes added, 12 removed (checkpoint c3)"
+        );
+        let w = e.wire("c3");
+        assert_eq!(w["deleted"], json!(["c"]));
+        assert_eq!(w["bytes_removed"], 12);
+    }
+}

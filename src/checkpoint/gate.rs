@@ -1,0 +1,228 @@
+//! Effect gates: the second gate stage, judging what an action *did* to the
+//! working tree rather than what its text seemed to say. Pure functions over
+//! an observed effect; the strictest verdict wins, as with the text gates.
+
+use std::path::{Component, Path, PathBuf};
+
+use crate::action::{Action, Effect};
+use crate::control_surface::control_entry;
+use crate::gates::verdict::Verdict;
+use crate::gates::Decision;
+
+use super::effect::{ChangeKind, ObservedEffect};
+use super::CheckpointConfig;
+
+/// Judge an observed effect. Returns every verdict that is not *allow*
+/// (empty: allow).
+pub fn judge(
+    effect: &ObservedEffect,
+    action: &Action,
+    cwd: &Path,
+    cfg: &CheckpointConfig,
+) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    let deleted: Vec<_> = effect
+        .changes
+        .iter()
+        .filter(|c| c.kind == ChangeKind::Deleted)
+        .collect();
+    if deleted.len() > cfg.max_deleted_files {
+        out.push(Verdict::new(
+            Decision::Ask,
+            "effect-deletes",
+            format!(
+                "the action deleted {} files (more than {}): {}",
+                deleted.len(),
+                cfg.max_deleted_files,
+                sample(deleted.iter().map(|c| c.path.as_str()))
+            ),
+        ));
+    }
+    let removed = effect.bytes_removed();
+    if removed > cfg.max_removed_bytes {
+        out.push(Verdict::new(
+            Decision::Ask,
+            "effect-deletes",
+            format!(
+                "the action removed {removed} bytes from the project (more than {})",
+                cfg.max_removed_bytes
+            ),
+        ));
+    }
+    let emptied: Vec<&str> = effect
+        .changes
+        .iter()
+        .filter(|c| c.kind == ChangeKind::Modified)
+        .filter(|c| c.old_size.unwrap_or(0) > 0 && c.new_size == Some(0))
+        .map(|c| c.path.as_str())
+        .collect();
+    if !emptied.is_empty() {
+        out.push(Verdict::new(
+            Decision::Ask,
+            "effect-truncates",
+            format!("the action emptied {}", sample(emptied.into_iter())),
+        ));
+    }
+    if let Effect::WriteFile { path, .. } = &action.effect {
+        let named = normalise(&if path.is_absolute() {
+            path.clone()
+        } else {
+            cwd.join(path)
+        });
+        let others: Vec<&str> = effect
+            .changes
+            .iter()
+            .filter(|c| normalise(&cwd.join(&c.path)) != named)
+            .map(|c| c.path.as_str())
+            .collect();
+        if !others.is_empty() {
+            out.push(Verdict::new(
+                Decision::Ask,
+                "effect-unnamed",
+                format!(
+                    "write_file named {} but also changed {}",
+                    path.display(),
+                    sample(others.into_iter())
+                ),
+            ));
+        }
+    }
+    if !effect.git_damage.is_empty() {
+        out.push(Verdict::new(
+            Decision::Ask,
+            "effect-project-git",
+            format!(
+                "the action deleted {} of the project's .git; checkpoints restore the \
+                 working tree, not the repository",
+                effect.git_damage.join(", ")
+            ),
+        ));
+    }
+    for c in &effect.changes {
+        if let Some(entry) = control_entry(Path::new(&c.path)) {
+            out.push(Verdict::new(
+                Decision::Ask,
+                "effect-control-surface",
+                format!("the action changed {} ({})", c.path, entry.why),
+            ));
+        }
+    }
+    out
+}
+
+fn sample<'a>(paths: impl Iterator<Item = &'a str>) -> String {
+    let all: Vec<&str> = paths.collect();
+    let mut shown = all.iter().take(5).copied().collect::<Vec<_>>().join(", ");
+    if all.len() > 5 {
+        shown.push_str(&format!(" and {} more", all.len() - 5));
+    }
+    shown
+}
+
+/// Remove `.` and resolve `..` lexically.
+fn normalise(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::effect::FileChange;
+    use super::*;
+    use serde_json::json;
+
+    fn change(path: &str, kind: ChangeKind, old: Option<u64>, new: Option<u64>) -> FileChange {
+        FileChange {
+            path: path.into(),
+            kind,
+            old_size: old,
+            new_size: new,
+            old: None,
+            new: None,
+        }
+    }
+
+    fn action(effect: Effect) -> Action {
+        Action {
+            tool: "t".into(),
+            target: "files".into(),
+            arguments: json!({}),
+            effect,
+            approval: crate::action::Approval::Auto,
+            timeout_secs: None,
+        }
+    }
+
+    fn shell() -> Action {
+        action(Effect::Run {
+            interpreter: "bash".into(),
+            script: "x".into(),
+            argv: vec![],
+            env: Default::default(),
+            network: false,
+        })
+    }
+
+    fn gates(changes: Vec<FileChange>, a: &Action) -> Vec<String> {
+        let e = ObservedEffect {
+            changes,
+            ..Default::default()
+        };
+        judge(&e, a, Path::new("/p"), &CheckpointConfig::default())
+            .into_iter()
+            .map(|v| v.gate)
+            .collect()
+    }
+
+    #[test]
+    fn a_few_small_changes_pass() {
+        let changes = vec![
+            change("a", ChangeKind::Created, None, Some(3)),
+            change("b", ChangeKind::Modified, Some(3), Some(4)),
+            change("c", ChangeKind::Deleted, Some(3), None),
+        ];
+        assert!(gates(changes, &shell()).is_empty());
+    }
+
+    #[test]
+    fn bulk_deletes_and_emptied_files_ask() {
+        let many: Vec<_> = (0..21)
+            .map(|i| change(&format!("f{i}"), ChangeKind::Deleted, Some(1), None))
+            .collect();
+        assert_eq!(gates(many, &shell()), ["effect-deletes"]);
+        let big = vec![change("big", ChangeKind::Deleted, Some(2 << 20), None)];
+        assert_eq!(gates(big, &shell()), ["effect-deletes"]);
+        let emptied = vec![change("src/a.rs", ChangeKind::Modified, Some(9), Some(0))];
+        assert_eq!(gates(emptied, &shell()), ["effect-truncates"]);
+    }
+
+    #[test]
+    fn write_file_may_change_only_the_path_it_named() {
+        let w = action(Effect::WriteFile {
+            path: "./a.txt".into(),
+            content: "x".into(),
+        });
+        let own = vec![change("a.txt", ChangeKind::Created, None, Some(1))];
+        assert!(gates(own, &w).is_empty());
+        let other = vec![
+            change("a.txt", ChangeKind::Created, None, Some(1)),
+            change("b.txt", ChangeKind::Created, None, Some(1)),
+        ];
+        assert_eq!(gates(other, &w), ["effect-unnamed"]);
+    }
+
+    #[test]
+    fn control_surface_changes_ask() {
+        let c = vec![change(".dir-locals.el", ChangeKind::Created, None, Some(1))];
+        assert_eq!(gates(c, &shell()), ["effect-control-surface"]);
+    }
+}

@@ -1,0 +1,482 @@
+//! Checkpoints: every action that can change the project is observed, not
+//! guessed. Before it runs the working tree is recorded in a shadow git
+//! store ([`store`]); after it, the exact effect is read ([`effect`]) and
+//! judged ([`gate`]). A held effect is rolled back at once and applied only
+//! when a person approves it; any applied effect can be undone.
+//!
+//! Records live in `<state>/checkpoints/<hash of cwd>/records/<id>.json`, ids
+//! are `c1`, `c2`, … per working directory. Actions on one working directory
+//! are serialised ([`lock`]) so that an effect is attributed to the one
+//! action that made it.
+
+pub mod effect;
+pub mod gate;
+pub mod store;
+pub mod watch;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serde::{Deserialize, Serialize};
+
+pub use effect::{ChangeKind, FileChange, ObservedEffect};
+pub use store::{Store, StoreError};
+
+/// The `[checkpoints]` table of the configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CheckpointConfig {
+    /// Observe actions at all. Off: no checkpoints, no effect gates, no undo.
+    pub enabled: bool,
+    /// Untracked files larger than this are not recorded (and reported).
+    pub untracked_cap_bytes: u64,
+    /// Ask when one action deletes more files than this.
+    pub max_deleted_files: usize,
+    /// Ask when one action removes more bytes than this.
+    pub max_removed_bytes: u64,
+    /// At most this many `diff` items per tool call.
+    pub max_diff_files: usize,
+    /// Files larger than this are summarised, not diffed; also the cap on
+    /// the diff shown in a flight plan.
+    pub max_diff_bytes: u64,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig {
+            enabled: true,
+            untracked_cap_bytes: 10 * 1024 * 1024,
+            max_deleted_files: 20,
+            max_removed_bytes: 1024 * 1024,
+            max_diff_files: 20,
+            max_diff_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// Errors of the checkpoint layer.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("no checkpoint `{0}` for this working directory")]
+    Unknown(String),
+    #[error("no checkpoints for this working directory")]
+    Empty,
+    #[error("checkpoint {id} is {status}; only {wanted} checkpoints can be {verb}")]
+    WrongStatus {
+        id: String,
+        status: String,
+        wanted: String,
+        verb: String,
+    },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("bad checkpoint record {path}: {message}")]
+    Record { path: PathBuf, message: String },
+}
+
+/// What became of a checkpointed change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointStatus {
+    /// The change is in the working tree.
+    Applied,
+    /// The effect gates held it: rolled back, waiting for a person.
+    Held,
+    /// A person rejected the held change; it stays rolled back.
+    Rejected,
+    /// Reverted by an undo (recorded as its own checkpoint).
+    Undone,
+}
+
+impl CheckpointStatus {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CheckpointStatus::Applied => "applied",
+            CheckpointStatus::Held => "held",
+            CheckpointStatus::Rejected => "rejected",
+            CheckpointStatus::Undone => "undone",
+        }
+    }
+}
+
+/// One observed change of the working tree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub id: String,
+    pub created_at: String,
+    pub session_id: String,
+    pub tool_call_id: String,
+    pub tool: String,
+    pub cwd: PathBuf,
+    /// Tree before and after the action.
+    pub before: String,
+    pub after: String,
+    pub effect: ObservedEffect,
+    pub status: CheckpointStatus,
+    /// The effect gates' reasons, when they held it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+    /// The checkpoint this one undid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undoes: Option<String>,
+}
+
+impl Checkpoint {
+    pub fn summary(&self) -> String {
+        self.effect.summary(&self.id)
+    }
+
+    /// `(path, expected now, wanted)` to go from `after` back to `before`.
+    fn backward(&self) -> Vec<(String, Option<store::Entry>, Option<store::Entry>)> {
+        self.effect
+            .changes
+            .iter()
+            .map(|c| (c.path.clone(), c.new.clone(), c.old.clone()))
+            .collect()
+    }
+
+    fn forward(&self) -> Vec<(String, Option<store::Entry>, Option<store::Entry>)> {
+        self.effect
+            .changes
+            .iter()
+            .map(|c| (c.path.clone(), c.old.clone(), c.new.clone()))
+            .collect()
+    }
+
+    /// The history listing's JSON form.
+    pub fn wire(&self) -> serde_json::Value {
+        serde_json::json!({
+            "id": self.id,
+            "createdAt": self.created_at,
+            "sessionId": self.session_id,
+            "toolCallId": self.tool_call_id,
+            "tool": self.tool,
+            "status": self.status.as_str(),
+            "summary": self.summary(),
+            "undoes": self.undoes,
+            "effect": self.effect.wire(&self.id),
+        })
+    }
+}
+
+/// Who made a change, for the record.
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    pub session_id: String,
+    pub tool_call_id: String,
+    pub tool: String,
+}
+
+/// The checkpoints of one working directory.
+#[derive(Debug, Clone)]
+pub struct Project {
+    pub store: Store,
+    records: PathBuf,
+    cwd: PathBuf,
+}
+
+/// Working directories that are never checkpointed: the file system root
+/// and the home directory (far too large, and not a project).
+pub fn observable(cwd: &Path) -> bool {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    cwd != Path::new("/") && Some(cwd) != home.as_deref() && cwd.is_dir()
+}
+
+/// One lock per working directory, held from the snapshot before an action
+/// to the snapshot after it (and by undo/apply).
+pub fn lock(cwd: &Path) -> Arc<tokio::sync::Mutex<()>> {
+    static LOCKS: OnceLock<Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>> = OnceLock::new();
+    let map = LOCKS.get_or_init(Mutex::default);
+    let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+    map.entry(cwd.to_path_buf()).or_default().clone()
+}
+
+impl Project {
+    /// The checkpoints of `cwd`, under `<state_dir>/checkpoints`.
+    pub fn open(
+        state_dir: &Path,
+        cwd: &Path,
+        cfg: &CheckpointConfig,
+    ) -> Result<Self, CheckpointError> {
+        // One store per directory, however it was spelled.
+        let canonical = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
+        let dir = Store::dir_for(&state_dir.join("checkpoints"), &canonical);
+        let store = Store::open(&dir, cwd, cfg.untracked_cap_bytes)?;
+        let records = dir.join("records");
+        std::fs::create_dir_all(&records).map_err(|source| CheckpointError::Io {
+            path: records.clone(),
+            source,
+        })?;
+        // Say which directory this store belongs to, for a person browsing.
+        let _ = std::fs::write(dir.join("worktree"), cwd.as_os_str().as_encoded_bytes());
+        Ok(Project {
+            store,
+            records,
+            cwd: cwd.to_path_buf(),
+        })
+    }
+
+    pub fn cwd(&self) -> &Path {
+        &self.cwd
+    }
+
+    /// Record a change between two trees; None when nothing changed.
+    pub fn record(
+        &self,
+        origin: &Origin,
+        before: &store::Snapshot,
+        after: &store::Snapshot,
+    ) -> Result<Option<Checkpoint>, CheckpointError> {
+        let mut effect = ObservedEffect::between(&self.store, &before.tree, &after.tree)?;
+        effect.git_damage = before
+            .git_vitals
+            .iter()
+            .filter(|v| !after.git_vitals.contains(v))
+            .cloned()
+            .collect();
+        effect.skipped = after
+            .skipped
+            .iter()
+            .filter(|p| !before.skipped.contains(p))
+            .cloned()
+            .collect();
+        if effect.is_empty() {
+            return Ok(None);
+        }
+        let cp = Checkpoint {
+            id: self.next_id()?,
+            created_at: crate::audit::rfc3339(std::time::SystemTime::now()),
+            session_id: origin.session_id.clone(),
+            tool_call_id: origin.tool_call_id.clone(),
+            tool: origin.tool.clone(),
+            cwd: self.cwd.clone(),
+            before: before.tree.clone(),
+            after: after.tree.clone(),
+            effect,
+            status: CheckpointStatus::Applied,
+            reasons: vec![],
+            undoes: None,
+        };
+        self.save(&cp)?;
+        Ok(Some(cp))
+    }
+
+    fn next_id(&self) -> Result<String, CheckpointError> {
+        let n = self.ids()?.into_iter().max().unwrap_or(0) + 1;
+        Ok(format!("c{n}"))
+    }
+
+    fn ids(&self) -> Result<Vec<u64>, CheckpointError> {
+        let entries = std::fs::read_dir(&self.records).map_err(|source| CheckpointError::Io {
+            path: self.records.clone(),
+            source,
+        })?;
+        Ok(entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().to_string();
+                name.strip_prefix('c')?.strip_suffix(".json")?.parse().ok()
+            })
+            .collect())
+    }
+
+    pub fn save(&self, cp: &Checkpoint) -> Result<(), CheckpointError> {
+        let path = self.records.join(format!("{}.json", cp.id));
+        let tmp = self.records.join(format!(".{}.json.tmp", cp.id));
+        let text = serde_json::to_string_pretty(cp).map_err(|e| CheckpointError::Record {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        std::fs::write(&tmp, text)
+            .and_then(|_| std::fs::rename(&tmp, &path))
+            .map_err(|source| CheckpointError::Io { path, source })
+    }
+
+    pub fn load(&self, id: &str) -> Result<Checkpoint, CheckpointError> {
+        let valid = id
+            .strip_prefix('c')
+            .is_some_and(|n| n.parse::<u64>().is_ok());
+        if !valid {
+            return Err(CheckpointError::Unknown(id.to_string()));
+        }
+        let path = self.records.join(format!("{id}.json"));
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(CheckpointError::Unknown(id.to_string()))
+            }
+            Err(source) => return Err(CheckpointError::Io { path, source }),
+        };
+        serde_json::from_str(&text).map_err(|e| CheckpointError::Record {
+            path,
+            message: e.to_string(),
+        })
+    }
+
+    /// Every checkpoint, oldest first.
+    pub fn list(&self) -> Result<Vec<Checkpoint>, CheckpointError> {
+        let mut ids = self.ids()?;
+        ids.sort_unstable();
+        ids.into_iter()
+            .map(|n| self.load(&format!("c{n}")))
+            .collect()
+    }
+
+    /// Hold an applied change: put its paths back as they were (refusing if
+    /// any changed since the after-snapshot).
+    pub fn hold(&self, cp: &mut Checkpoint, reasons: Vec<String>) -> Result<(), CheckpointError> {
+        self.store.restore(&cp.backward())?;
+        cp.status = CheckpointStatus::Held;
+        cp.reasons = reasons;
+        self.save(cp)
+    }
+
+    /// Apply a held change exactly as recorded (refusing if its paths are
+    /// no longer as they were before it).
+    pub fn apply(&self, id: &str) -> Result<Checkpoint, CheckpointError> {
+        let mut cp = self.load(id)?;
+        if cp.status != CheckpointStatus::Held {
+            return Err(wrong(&cp, "held", "applied"));
+        }
+        self.store.restore(&cp.forward())?;
+        cp.status = CheckpointStatus::Applied;
+        self.save(&cp)?;
+        Ok(cp)
+    }
+
+    /// A held change a person rejected: it stays rolled back.
+    pub fn reject(&self, id: &str) -> Result<Checkpoint, CheckpointError> {
+        let mut cp = self.load(id)?;
+        if cp.status == CheckpointStatus::Held {
+            cp.status = CheckpointStatus::Rejected;
+            self.save(&cp)?;
+        }
+        Ok(cp)
+    }
+
+    /// The last applied checkpoint (what `undo` with no id reverts).
+    pub fn last_applied(&self) -> Result<Checkpoint, CheckpointError> {
+        self.list()?
+            .into_iter()
+            .rev()
+            .find(|c| c.status == CheckpointStatus::Applied)
+            .ok_or(CheckpointError::Empty)
+    }
+
+    /// Revert an applied change to its before-state. The undo is itself a
+    /// checkpoint (undo it to redo).
+    pub fn undo(&self, id: &str, origin: &Origin) -> Result<Checkpoint, CheckpointError> {
+        let mut cp = self.load(id)?;
+        if cp.status != CheckpointStatus::Applied {
+            return Err(wrong(&cp, "applied", "undone"));
+        }
+        let before = self.store.snapshot()?;
+        self.store.restore(&cp.backward())?;
+        let after = self.store.snapshot()?;
+        cp.status = CheckpointStatus::Undone;
+        self.save(&cp)?;
+        let mut undo = match self.record(origin, &before, &after)? {
+            Some(u) => u,
+            None => return Ok(cp),
+        };
+        undo.undoes = Some(cp.id.clone());
+        self.save(&undo)?;
+        Ok(undo)
+    }
+}
+
+/// The checkpoints of `cwd`, newest first (`limit`: at most that many).
+pub fn history(
+    state_dir: &Path,
+    cfg: &CheckpointConfig,
+    cwd: &Path,
+    limit: Option<usize>,
+) -> Result<Vec<Checkpoint>, CheckpointError> {
+    let project = Project::open(state_dir, cwd, cfg)?;
+    let mut all = project.list()?;
+    all.reverse();
+    all.truncate(limit.unwrap_or(usize::MAX));
+    Ok(all)
+}
+
+/// Undo checkpoint `id` of `cwd` (None: the last applied one). Returns the
+/// checkpoint it undid and the new checkpoint recording the undo.
+pub fn undo(
+    state_dir: &Path,
+    cfg: &CheckpointConfig,
+    cwd: &Path,
+    id: Option<&str>,
+    origin: &Origin,
+) -> Result<(Checkpoint, Checkpoint), CheckpointError> {
+    let project = Project::open(state_dir, cwd, cfg)?;
+    let target = match id {
+        Some(id) => project.load(id)?,
+        None => project.last_applied()?,
+    };
+    let undo = project.undo(&target.id, origin)?;
+    let undone = project.load(&target.id)?;
+    Ok((undone, undo))
+}
+
+fn wrong(cp: &Checkpoint, wanted: &str, verb: &str) -> CheckpointError {
+    CheckpointError::WrongStatus {
+        id: cp.id.clone(),
+        status: cp.status.as_str().into(),
+        wanted: wanted.into(),
+        verb: verb.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origin() -> Origin {
+        Origin {
+            session_id: "s".into(),
+            tool_call_id: "t".into(),
+            tool: "shell".into(),
+        }
+    }
+
+    #[test]
+    fn hold_apply_undo_and_redo() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        std::fs::create_dir_all(t.join("src")).unwrap();
+        std::fs::write(t.join("src/a.rs"), "a").unwrap();
+        std::fs::write(t.join("src/b.rs"), "b").unwrap();
+        let p = Project::open(state.path(), t, &CheckpointConfig::default()).unwrap();
+        let before = p.store.snapshot().unwrap();
+        std::fs::remove_dir_all(t.join("src")).unwrap();
+        let after = p.store.snapshot().unwrap();
+        let mut cp = p.record(&origin(), &before, &after).unwrap().unwrap();
+        assert_eq!(cp.id, "c1");
+        assert_eq!(
+            cp.effect.paths(ChangeKind::Deleted),
+            ["src/a.rs", "src/b.rs"]
+        );
+
+        p.hold(&mut cp, vec!["too many".into()]).unwrap();
+        assert_eq!(std::fs::read_to_string(t.join("src/a.rs")).unwrap(), "a");
+        p.apply("c1").unwrap();
+        assert!(!t.join("src").exists());
+        let undo = p.undo("c1", &origin()).unwrap();
+        assert_eq!(undo.id, "c2");
+        assert_eq!(undo.undoes.as_deref(), Some("c1"));
+        assert_eq!(std::fs::read_to_string(t.join("src/b.rs")).unwrap(), "b");
+        // Undoing the undo is a redo.
+        p.undo("c2", &origin()).unwrap();
+        assert!(!t.join("src/a.rs").exists());
+        let err = p.undo("c1", &origin()).unwrap_err().to_string();
+        assert!(err.contains("undone"), "{err}");
+        assert_eq!(p.list().unwrap().len(), 3);
+    }
+}

@@ -1,0 +1,745 @@
+//! The shadow git store: snapshots of a project's working tree, kept in a
+//! git repository of the daemon's own under the state directory.
+//!
+//! Why the `git` binary and not gix: the store needs `add -A` with the
+//! index's stat cache and the untracked cache (what makes a snapshot of a
+//! 10,000-file tree cost milliseconds), `.gitignore` semantics exactly as the
+//! person's git applies them, and `diff-tree`; git does all of this in three
+//! processes, gix would be far more code for status/add at this scale.
+//!
+//! Isolation from the project's own repository is explicit: `GIT_DIR`,
+//! `GIT_WORK_TREE` and `GIT_INDEX_FILE` point at the shadow store; the global
+//! and system configuration are not read; hooks, fsmonitor and filters are
+//! switched off with `-c`; `$GIT_DIR/info/attributes` (which outranks the
+//! project's `.gitattributes`) turns off end-of-line conversion and filters,
+//! so a blob is exactly the bytes on disk and a restore is byte for byte.
+//! git never descends into a `.git` directory, so the project's repository
+//! is neither recorded nor touched.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use sha1::{Digest, Sha1};
+use sha2::Sha256;
+
+/// Errors of the shadow store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot run git: {0}")]
+    Spawn(std::io::Error),
+    #[error("git {args} failed: {stderr}")]
+    Git { args: String, stderr: String },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("unexpected git output: {0}")]
+    Parse(String),
+    #[error(
+        "refused: {count} file(s) changed since the checkpoint was recorded: {paths}; \
+         nothing was changed"
+    )]
+    ChangedSince { count: usize, paths: String },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// One entry of a tree: mode (`100644`, `100755`, `120000`, `160000`) and
+/// blob id. `None` means "no file at this path".
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Entry {
+    pub mode: String,
+    pub oid: String,
+}
+
+/// One path that differs between two trees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawChange {
+    pub path: String,
+    pub old: Option<Entry>,
+    pub new: Option<Entry>,
+}
+
+/// A snapshot of the working tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The tree id.
+    pub tree: String,
+    /// Untracked files left out because they exceed the size cap.
+    pub skipped: Vec<String>,
+    /// The project's vital `.git` entries present at the time.
+    pub git_vitals: Vec<String>,
+}
+
+/// The shadow repository for one working tree.
+#[derive(Debug, Clone)]
+pub struct Store {
+    git_dir: PathBuf,
+    index: PathBuf,
+    work_tree: PathBuf,
+    /// Untracked files larger than this are not recorded.
+    untracked_cap: u64,
+}
+
+/// The empty tree's id (sha1).
+pub const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+
+impl Store {
+    /// The store directory for a work tree: `<root>/<sha256(cwd)[..16]>`.
+    pub fn dir_for(root: &Path, work_tree: &Path) -> PathBuf {
+        let digest = Sha256::digest(work_tree.as_os_str().as_encoded_bytes());
+        let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+        root.join(hex)
+    }
+
+    /// Open (creating on first use) the shadow store for `work_tree` under
+    /// `dir`.
+    pub fn open(dir: &Path, work_tree: &Path, untracked_cap: u64) -> Result<Store, StoreError> {
+        let git_dir = dir.join("git");
+        let store = Store {
+            index: dir.join("index"),
+            git_dir,
+            work_tree: work_tree.to_path_buf(),
+            untracked_cap,
+        };
+        if !store.git_dir.join("HEAD").exists() {
+            std::fs::create_dir_all(dir).map_err(io(dir))?;
+            let out = Command::new("git")
+                .args(["init", "--quiet", "--bare"])
+                .arg(&store.git_dir)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("GIT_TEMPLATE_DIR", "")
+                .output()
+                .map_err(StoreError::Spawn)?;
+            if !out.status.success() {
+                return Err(StoreError::Git {
+                    args: "init".into(),
+                    stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                });
+            }
+            let info = store.git_dir.join("info");
+            std::fs::create_dir_all(&info).map_err(io(&info))?;
+            // Outranks the project's .gitattributes: blobs are the bytes on
+            // disk, with no end-of-line conversion and no filter programs.
+            let attributes = info.join("attributes");
+            std::fs::write(
+                &attributes,
+                "* -text -filter -ident -working-tree-encoding\n",
+            )
+            .map_err(io(&attributes))?;
+        }
+        Ok(store)
+    }
+
+    pub fn work_tree(&self) -> &Path {
+        &self.work_tree
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = Command::new("git");
+        for var in [
+            "GIT_DIR",
+            "GIT_WORK_TREE",
+            "GIT_INDEX_FILE",
+            "GIT_OBJECT_DIRECTORY",
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+            "GIT_CEILING_DIRECTORIES",
+            "GIT_NAMESPACE",
+        ] {
+            cmd.env_remove(var);
+        }
+        let excludes = self.work_tree.join(".git/info/exclude");
+        let excludes = if excludes.is_file() {
+            excludes
+        } else {
+            PathBuf::from("/dev/null")
+        };
+        cmd.env("GIT_DIR", &self.git_dir)
+            .env("GIT_WORK_TREE", &self.work_tree)
+            .env("GIT_INDEX_FILE", &self.index)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_ATTR_NOSYSTEM", "1")
+            .args(["-c", "core.bare=false"])
+            .args(["-c", "core.hooksPath=/dev/null"])
+            .args(["-c", "core.fsmonitor=false"])
+            .args(["-c", "core.untrackedCache=true"])
+            .args(["-c", "core.autocrlf=false"])
+            .args(["-c", "core.safecrlf=false"])
+            .args(["-c", "core.quotePath=false"])
+            .args(["-c", "core.symlinks=true"])
+            .args(["-c", "core.fileMode=true"])
+            .args(["-c", "gc.auto=0"])
+            .args(["-c", "index.version=4"])
+            .arg("-c")
+            .arg(format!("core.excludesFile={}", excludes.display()))
+            .current_dir(&self.work_tree)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    fn git(&self, args: &[&str]) -> Result<Vec<u8>, StoreError> {
+        let out = self
+            .command()
+            .args(args)
+            .output()
+            .map_err(StoreError::Spawn)?;
+        if !out.status.success() {
+            return Err(StoreError::Git {
+                args: args.join(" "),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok(out.stdout)
+    }
+
+    /// Record the working tree as it is now.
+    pub fn snapshot(&self) -> Result<Snapshot, StoreError> {
+        let skipped = self.exclude_large_untracked()?;
+        match self.git(&["add", "-A", "--ignore-errors", "--", "."]) {
+            Ok(_) => {}
+            // Unreadable files and nested repositories without a commit are
+            // skipped (--ignore-errors adds everything else); git still
+            // exits non-zero. Those paths are not observed.
+            Err(StoreError::Git { stderr, .. }) => {
+                tracing::warn!(work_tree = %self.work_tree.display(), "checkpoint: some paths were not recorded: {stderr}");
+            }
+            Err(e) => return Err(e),
+        }
+        let tree = String::from_utf8_lossy(&self.git(&["write-tree"])?)
+            .trim()
+            .to_string();
+        let git_vitals = super::effect::git_vitals(&self.work_tree);
+        Ok(Snapshot {
+            tree,
+            skipped,
+            git_vitals,
+        })
+    }
+
+    /// Keep untracked files over the size cap out of the store: they are
+    /// listed in the shadow store's own `info/exclude`, and re-examined at
+    /// every snapshot (a file that shrank is recorded again).
+    fn exclude_large_untracked(&self) -> Result<Vec<String>, StoreError> {
+        let exclude_path = self.git_dir.join("info/exclude");
+        let listed = self.git_dir.join("info/large-files");
+        let previous: Vec<String> = std::fs::read_to_string(&listed)
+            .map(|t| t.lines().map(str::to_string).collect())
+            .unwrap_or_default();
+        let mut large: Vec<String> = previous
+            .into_iter()
+            .filter(|p| {
+                std::fs::symlink_metadata(self.work_tree.join(p))
+                    .map(|m| m.is_file() && m.len() > self.untracked_cap)
+                    .unwrap_or(false)
+            })
+            .collect();
+        let others = self.git(&["ls-files", "-z", "--others", "--exclude-standard"])?;
+        for raw in others.split(|b| *b == 0).filter(|s| !s.is_empty()) {
+            let rel = String::from_utf8_lossy(raw).to_string();
+            let big = std::fs::symlink_metadata(self.work_tree.join(&rel))
+                .map(|m| m.is_file() && m.len() > self.untracked_cap)
+                .unwrap_or(false);
+            if big && !large.contains(&rel) {
+                large.push(rel);
+            }
+        }
+        large.sort();
+        let mut exclude =
+            String::from("# written by passepartout: untracked files over the size cap\n");
+        for p in &large {
+            exclude.push('/');
+            exclude.push_str(&glob_escape(p));
+            exclude.push('\n');
+        }
+        // Rewrite only on change: the untracked cache keys on this file.
+        if std::fs::read_to_string(&exclude_path).ok().as_deref() != Some(exclude.as_str()) {
+            std::fs::write(&exclude_path, &exclude).map_err(io(&exclude_path))?;
+            std::fs::write(&listed, large.join("\n")).map_err(io(&listed))?;
+        }
+        Ok(large)
+    }
+
+    /// Every path that differs between two trees.
+    pub fn diff(&self, before: &str, after: &str) -> Result<Vec<RawChange>, StoreError> {
+        if before == after {
+            return Ok(vec![]);
+        }
+        let out = self.git(&[
+            "diff-tree",
+            "-r",
+            "-z",
+            "--no-renames",
+            "--raw",
+            before,
+            after,
+        ])?;
+        parse_raw(&out)
+    }
+
+    /// A unified diff between two trees, at most `cap` bytes (cut at a line).
+    pub fn patch(&self, before: &str, after: &str, cap: usize) -> Result<String, StoreError> {
+        let mut child = self
+            .command()
+            .args([
+                "diff-tree",
+                "-r",
+                "-p",
+                "--no-renames",
+                "--no-color",
+                "--no-ext-diff",
+                "--no-textconv",
+                before,
+                after,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(StoreError::Spawn)?;
+        let mut buf = Vec::new();
+        if let Some(out) = child.stdout.take() {
+            out.take(cap as u64 + 1)
+                .read_to_end(&mut buf)
+                .map_err(io(&self.git_dir))?;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let mut text = String::from_utf8_lossy(&buf).to_string();
+        if buf.len() > cap {
+            let cut = text[..cap.min(text.len())].rfind('\n').unwrap_or(0);
+            text.truncate(cut);
+            text.push_str("\n… (diff cut at the size limit)\n");
+        }
+        Ok(text)
+    }
+
+    /// The contents of blobs, by id (one `cat-file --batch` process).
+    pub fn blobs(&self, oids: &[&str]) -> Result<BTreeMap<String, Vec<u8>>, StoreError> {
+        let mut result = BTreeMap::new();
+        if oids.is_empty() {
+            return Ok(result);
+        }
+        let mut child = self
+            .command()
+            .args(["cat-file", "--batch"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(StoreError::Spawn)?;
+        let mut input = String::new();
+        for oid in oids {
+            input.push_str(oid);
+            input.push('\n');
+        }
+        let mut stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| StoreError::Parse("no stdin".into()))?;
+        let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+        let mut out = Vec::new();
+        if let Some(mut stdout) = child.stdout.take() {
+            stdout.read_to_end(&mut out).map_err(io(&self.git_dir))?;
+        }
+        let _ = writer.join();
+        let _ = child.wait();
+        let mut rest = &out[..];
+        while !rest.is_empty() {
+            let nl = rest
+                .iter()
+                .position(|b| *b == b'\n')
+                .ok_or_else(|| StoreError::Parse("cat-file header".into()))?;
+            let header = String::from_utf8_lossy(&rest[..nl]).to_string();
+            rest = &rest[nl + 1..];
+            let parts: Vec<&str> = header.split(' ').collect();
+            if parts.len() < 3 {
+                continue; // "<oid> missing"
+            }
+            let size: usize = parts[2]
+                .parse()
+                .map_err(|_| StoreError::Parse(header.clone()))?;
+            if rest.len() < size + 1 {
+                return Err(StoreError::Parse("cat-file body".into()));
+            }
+            result.insert(parts[0].to_string(), rest[..size].to_vec());
+            rest = &rest[size + 1..];
+        }
+        Ok(result)
+    }
+
+    /// Sizes of blobs, by id.
+    pub fn sizes(&self, oids: &[&str]) -> Result<BTreeMap<String, u64>, StoreError> {
+        let mut result = BTreeMap::new();
+        if oids.is_empty() {
+            return Ok(result);
+        }
+        let mut child = self
+            .command()
+            .args(["cat-file", "--batch-check=%(objectname) %(objectsize)"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(StoreError::Spawn)?;
+        let input: String = oids.iter().map(|o| format!("{o}\n")).collect();
+        let mut stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| StoreError::Parse("no stdin".into()))?;
+        let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+        let mut out = String::new();
+        if let Some(mut stdout) = child.stdout.take() {
+            stdout.read_to_string(&mut out).map_err(io(&self.git_dir))?;
+        }
+        let _ = writer.join();
+        let _ = child.wait();
+        for line in out.lines() {
+            if let Some((oid, size)) = line.split_once(' ') {
+                if let Ok(n) = size.parse() {
+                    result.insert(oid.to_string(), n);
+                }
+            }
+        }
+        Ok(result)
+    }
+
+    /// What is at `rel` in the working tree now, as a tree entry.
+    pub fn current(&self, rel: &str) -> Result<Option<Entry>, StoreError> {
+        let path = self.work_tree.join(rel);
+        let meta = match std::fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => return Ok(None),
+            Err(source) => return Err(StoreError::Io { path, source }),
+        };
+        if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(&path).map_err(io(&path))?;
+            let bytes = target.as_os_str().as_encoded_bytes().to_vec();
+            return Ok(Some(Entry {
+                mode: "120000".into(),
+                oid: blob_id(&bytes),
+            }));
+        }
+        if meta.is_dir() {
+            // A directory where a file was: "something else is here".
+            return Ok(Some(Entry {
+                mode: "040000".into(),
+                oid: String::new(),
+            }));
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let bytes = std::fs::read(&path).map_err(io(&path))?;
+        let mode = if meta.permissions().mode() & 0o111 != 0 {
+            "100755"
+        } else {
+            "100644"
+        };
+        Ok(Some(Entry {
+            mode: mode.into(),
+            oid: blob_id(&bytes),
+        }))
+    }
+
+    /// Put the listed paths into the state `target` (None: no file), but
+    /// only if every one of them is still in the state `expect` — otherwise
+    /// refuse and change nothing. `(path, expect, target)`.
+    pub fn restore(
+        &self,
+        changes: &[(String, Option<Entry>, Option<Entry>)],
+    ) -> Result<(), StoreError> {
+        let mut differ = Vec::new();
+        for (path, expect, _) in changes {
+            let now = self.current(path)?;
+            if !same(&now, expect) {
+                differ.push(path.clone());
+            }
+        }
+        if !differ.is_empty() {
+            let count = differ.len();
+            let mut shown: Vec<String> = differ.into_iter().take(10).collect();
+            if count > 10 {
+                shown.push(format!("… {} more", count - 10));
+            }
+            return Err(StoreError::ChangedSince {
+                count,
+                paths: shown.join(", "),
+            });
+        }
+        let wanted: Vec<&str> = changes
+            .iter()
+            .filter_map(|(_, _, t)| t.as_ref())
+            .filter(|e| e.mode != "160000")
+            .map(|e| e.oid.as_str())
+            .collect();
+        let blobs = self.blobs(&wanted)?;
+        // Deletions first (a file may give way to a directory), deepest
+        // first; then writes.
+        let mut removed_dirs = Vec::new();
+        for (path, expect, target) in changes {
+            if target.is_none() && expect.is_some() {
+                let abs = self.work_tree.join(path);
+                std::fs::remove_file(&abs).or_else(|e| {
+                    if e.kind() == std::io::ErrorKind::NotFound {
+                        Ok(())
+                    } else {
+                        Err(StoreError::Io {
+                            path: abs.clone(),
+                            source: e,
+                        })
+                    }
+                })?;
+                if let Some(parent) = abs.parent() {
+                    removed_dirs.push(parent.to_path_buf());
+                }
+            }
+        }
+        for (path, _, target) in changes {
+            let Some(entry) = target else { continue };
+            if entry.mode == "160000" {
+                continue; // a submodule: its contents are its own repository's
+            }
+            let abs = self.work_tree.join(path);
+            let bytes = blobs
+                .get(&entry.oid)
+                .ok_or_else(|| StoreError::Parse(format!("blob {} is missing", entry.oid)))?;
+            if let Some(parent) = abs.parent() {
+                std::fs::create_dir_all(parent).map_err(io(parent))?;
+            }
+            write_entry(&abs, &entry.mode, bytes)?;
+        }
+        // Directories emptied by the deletions go too (git records no
+        // empty directories, so they were made by the action).
+        removed_dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+        for mut dir in removed_dirs {
+            while dir.starts_with(&self.work_tree) && dir != self.work_tree {
+                if std::fs::remove_dir(&dir).is_err() {
+                    break;
+                }
+                match dir.parent() {
+                    Some(p) => dir = p.to_path_buf(),
+                    None => break,
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn same(now: &Option<Entry>, expect: &Option<Entry>) -> bool {
+    match (now, expect) {
+        (None, None) => true,
+        (Some(a), Some(b)) if b.mode == "160000" => a.mode == "040000",
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
+}
+
+fn write_entry(abs: &Path, mode: &str, bytes: &[u8]) -> Result<(), StoreError> {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = abs.parent().unwrap_or(Path::new("."));
+    let name = abs
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let tmp = parent.join(format!(".{name}.passepartout-restore"));
+    let _ = std::fs::remove_file(&tmp);
+    if mode == "120000" {
+        use std::os::unix::ffi::OsStrExt;
+        let target = std::ffi::OsStr::from_bytes(bytes);
+        std::os::unix::fs::symlink(target, &tmp).map_err(io(&tmp))?;
+    } else {
+        std::fs::write(&tmp, bytes).map_err(io(&tmp))?;
+        let perm = if mode == "100755" { 0o755 } else { 0o644 };
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(perm)).map_err(io(&tmp))?;
+    }
+    if std::fs::symlink_metadata(abs)
+        .map(|m| m.is_dir())
+        .unwrap_or(false)
+    {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(StoreError::Io {
+            path: abs.to_path_buf(),
+            source: std::io::Error::other("a directory is in the way"),
+        });
+    }
+    std::fs::rename(&tmp, abs).map_err(io(abs))
+}
+
+/// git's blob id: sha1 over `blob <len>\0<bytes>`.
+pub fn blob_id(bytes: &[u8]) -> String {
+    let mut h = Sha1::new();
+    h.update(format!("blob {}\0", bytes.len()).as_bytes());
+    h.update(bytes);
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Escape gitignore pattern characters so a path matches only itself.
+fn glob_escape(path: &str) -> String {
+    let mut out = String::new();
+    for c in path.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\' | '!' | '#' | ' ') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Parse `diff-tree -r -z --raw`: `:m1 m2 o1 o2 S\0path\0`.
+fn parse_raw(out: &[u8]) -> Result<Vec<RawChange>, StoreError> {
+    let mut changes = Vec::new();
+    let mut fields = out.split(|b| *b == 0).filter(|s| !s.is_empty());
+    while let Some(meta) = fields.next() {
+        let meta = String::from_utf8_lossy(meta);
+        let path = fields
+            .next()
+            .ok_or_else(|| StoreError::Parse(meta.to_string()))?;
+        let path = String::from_utf8_lossy(path).to_string();
+        let parts: Vec<&str> = meta.trim_start_matches(':').split(' ').collect();
+        if parts.len() < 5 {
+            return Err(StoreError::Parse(meta.to_string()));
+        }
+        let entry = |mode: &str, oid: &str| {
+            (mode != "000000").then(|| Entry {
+                mode: mode.to_string(),
+                oid: oid.to_string(),
+            })
+        };
+        changes.push(RawChange {
+            path,
+            old: entry(parts[0], parts[2]),
+            new: entry(parts[1], parts[3]),
+        });
+    }
+    Ok(changes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(dir: &Path, tree: &Path) -> Store {
+        Store::open(dir, tree, 1024 * 1024).unwrap()
+    }
+
+    #[test]
+    fn snapshots_diff_and_restore_byte_for_byte() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        std::fs::create_dir_all(t.join("src")).unwrap();
+        std::fs::write(t.join("src/a.rs"), "fn a() {}\r\n").unwrap();
+        std::fs::write(t.join("b.bin"), [0u8, 1, 2, 255]).unwrap();
+        std::fs::write(t.join(".gitattributes"), "* text eol=crlf\n").unwrap();
+        let s = store(state.path(), t);
+        let before = s.snapshot().unwrap();
+
+        std::fs::remove_file(t.join("src/a.rs")).unwrap();
+        std::fs::write(t.join("b.bin"), "").unwrap();
+        std::fs::write(t.join("new.txt"), "new\n").unwrap();
+        let after = s.snapshot().unwrap();
+        let changes = s.diff(&before.tree, &after.tree).unwrap();
+        let paths: Vec<&str> = changes.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(paths, ["b.bin", "new.txt", "src/a.rs"]);
+
+        let back: Vec<_> = changes
+            .iter()
+            .map(|c| (c.path.clone(), c.new.clone(), c.old.clone()))
+            .collect();
+        s.restore(&back).unwrap();
+        assert_eq!(std::fs::read(t.join("src/a.rs")).unwrap(), b"fn a() {}\r\n");
+        assert_eq!(std::fs::read(t.join("b.bin")).unwrap(), [0u8, 1, 2, 255]);
+        assert!(!t.join("new.txt").exists());
+        assert_eq!(s.snapshot().unwrap().tree, before.tree);
+    }
+
+    #[test]
+    fn restore_refuses_when_a_file_changed_since() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        std::fs::write(t.join("a.txt"), "one").unwrap();
+        let s = store(state.path(), t);
+        let before = s.snapshot().unwrap();
+        std::fs::write(t.join("a.txt"), "two").unwrap();
+        let after = s.snapshot().unwrap();
+        let changes = s.diff(&before.tree, &after.tree).unwrap();
+        std::fs::write(t.join("a.txt"), "three").unwrap();
+        let back: Vec<_> = changes
+            .iter()
+            .map(|c| (c.path.clone(), c.new.clone(), c.old.clone()))
+            .collect();
+        let err = s.restore(&back).unwrap_err().to_string();
+        assert!(
+            err.contains("changed since") && err.contains("a.txt"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_to_string(t.join("a.txt")).unwrap(), "three");
+    }
+
+    #[test]
+    fn honours_gitignore_skips_large_untracked_and_never_records_dot_git() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        std::fs::create_dir_all(t.join(".git")).unwrap();
+        std::fs::write(t.join(".git/HEAD"), "ref: x").unwrap();
+        std::fs::write(t.join(".gitignore"), "target/\n").unwrap();
+        std::fs::create_dir_all(t.join("target")).unwrap();
+        std::fs::write(t.join("target/out"), "x").unwrap();
+        std::fs::write(t.join("big.dat"), vec![7u8; 2000]).unwrap();
+        std::fs::write(t.join("small.txt"), "s").unwrap();
+        let s = Store::open(state.path(), t, 1000).unwrap();
+        let snap = s.snapshot().unwrap();
+        assert_eq!(snap.skipped, ["big.dat"]);
+        let all = s.diff(EMPTY_TREE, &snap.tree).unwrap();
+        let paths: Vec<&str> = all.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(paths, [".gitignore", "small.txt"]);
+        // The big file shrinks: it is recorded from then on.
+        std::fs::write(t.join("big.dat"), "now small").unwrap();
+        let snap = s.snapshot().unwrap();
+        assert!(snap.skipped.is_empty());
+        let all = s.diff(EMPTY_TREE, &snap.tree).unwrap();
+        assert!(all.iter().any(|c| c.path == "big.dat"));
+    }
+
+    #[test]
+    fn a_nested_repository_without_commits_does_not_stop_snapshots() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        std::fs::create_dir_all(t.join("sub")).unwrap();
+        let ok = Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(t.join("sub"))
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        std::fs::write(t.join("a.txt"), "a").unwrap();
+        let s = store(state.path(), t);
+        let snap = s.snapshot().unwrap();
+        let all = s.diff(EMPTY_TREE, &snap.tree).unwrap();
+        assert_eq!(all[0].path, "a.txt");
+    }
+
+    #[test]
+    fn blob_ids_match_git() {
+        // `printf 'hello\n' | git hash-object --stdin`
+        assert_eq!(
+            blob_id(b"hello\n"),
+            "ce013625030ba8dba906f756967f9e9ca394464a"
+        );
+    }
+}

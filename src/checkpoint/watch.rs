@@ -1,0 +1,119 @@
+//! Watching one action: the snapshot before it, the snapshot after it, and
+//! the recorded checkpoint in between — with the working directory's lock
+//! held the whole time so that the effect belongs to this action alone.
+
+use std::path::Path;
+use tokio::sync::OwnedMutexGuard;
+
+use super::store::Snapshot;
+use super::{lock, observable, Checkpoint, CheckpointConfig, CheckpointError, Origin, Project};
+use crate::action::{Action, Effect};
+
+/// The target of the actuator that applies held changes (never watched: it
+/// is the change, already recorded).
+pub const TARGET: &str = "checkpoint";
+
+/// The `op` of an action that applies a held checkpoint.
+pub const APPLY_OP: &str = "apply_checkpoint";
+
+/// Whether an action can change the project: shell and skill scripts, file
+/// writes, and Emacs (which may save project files).
+pub fn watches(action: &Action) -> bool {
+    action.target != TARGET
+        && matches!(
+            action.effect,
+            Effect::Run { .. } | Effect::WriteFile { .. } | Effect::EvalElisp { .. }
+        )
+}
+
+/// An action under observation.
+pub struct Watch {
+    pub project: Project,
+    before: Snapshot,
+    origin: Origin,
+    guard: OwnedMutexGuard<()>,
+}
+
+/// The result of a watch: the recorded change (if any) and the lock, still
+/// held, so that a held change is rolled back before anything else runs.
+pub struct Observed {
+    pub project: Project,
+    pub checkpoint: Checkpoint,
+    pub guard: OwnedMutexGuard<()>,
+}
+
+/// Start watching. `Ok(None)`: this action or directory is not observed.
+/// `Err`: it should be, but the snapshot failed (the caller refuses to run
+/// the action: a change that cannot be undone is not made blind).
+pub async fn begin(
+    state_dir: &Path,
+    cfg: &CheckpointConfig,
+    cwd: &Path,
+    action: &Action,
+    origin: Origin,
+) -> Result<Option<Watch>, String> {
+    if !cfg.enabled || !watches(action) || !observable(cwd) {
+        return Ok(None);
+    }
+    let guard = lock(cwd).lock_owned().await;
+    let (state_dir, cwd, cfg) = (state_dir.to_path_buf(), cwd.to_path_buf(), cfg.clone());
+    let opened = tokio::task::spawn_blocking(move || {
+        let project = Project::open(&state_dir, &cwd, &cfg)?;
+        let before = project.store.snapshot()?;
+        Ok::<_, CheckpointError>((project, before))
+    })
+    .await;
+    match opened {
+        Ok(Ok((project, before))) => Ok(Some(Watch {
+            project,
+            before,
+            origin,
+            guard,
+        })),
+        Ok(Err(e)) => Err(format!(
+            "not run: the working tree could not be checkpointed before the action ({e}); \
+             set `[checkpoints] enabled = false` to run without checkpoints"
+        )),
+        Err(e) => Err(format!("not run: the checkpoint task failed: {e}")),
+    }
+}
+
+impl Watch {
+    /// Snapshot after the action and record what changed. `Ok(None)`:
+    /// nothing changed (the lock is released).
+    pub async fn finish(self) -> Result<Option<Observed>, String> {
+        let Watch {
+            project,
+            before,
+            origin,
+            guard,
+        } = self;
+        let p = project.clone();
+        let recorded = tokio::task::spawn_blocking(move || {
+            let after = p.store.snapshot()?;
+            p.record(&origin, &before, &after)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+        Ok(recorded.map(|checkpoint| Observed {
+            project,
+            checkpoint,
+            guard,
+        }))
+    }
+}
+
+/// Run blocking checkpoint work for `cwd` under its lock.
+pub async fn locked<T: Send + 'static>(
+    cwd: &Path,
+    work: impl FnOnce() -> Result<T, CheckpointError> + Send + 'static,
+) -> Result<T, CheckpointError> {
+    let _guard = lock(cwd).lock_owned().await;
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| CheckpointError::Io {
+            path: cwd.to_path_buf(),
+            source: std::io::Error::other(e.to_string()),
+        })?
+}

@@ -1,0 +1,531 @@
+//! Checkpoints end to end through the real binary, the real bubblewrap
+//! sandbox and the fake provider: a destructive command is *observed* — its
+//! effect on the working tree is held and rolled back, shown to the person as
+//! a diff, applied exactly on approval, and undone byte for byte.
+//!
+//! The text gates may already ask before these commands run (they are
+//! destructive on their face); the tests approve that first ask as an ACP
+//! client would (`allow_once`) and then assert that the *effect* stage holds
+//! the change a second time, with the project intact, as a
+//! `checkpoint`/`apply_checkpoint` permission request.
+
+mod harness;
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use harness::{Client, Framing};
+use serde_json::{json, Value};
+use support::fake_provider::{self as fake, FakeProvider};
+
+fn prompt(session: &str, text: &str) -> Value {
+    json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] })
+}
+
+/// A git project with sources, a README and enough data files that deleting
+/// them all is a bulk delete.
+fn project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(p)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.org")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.org")
+            .output()
+            .unwrap()
+            .status
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    std::fs::create_dir_all(p.join("src")).unwrap();
+    std::fs::create_dir_all(p.join("data")).unwrap();
+    std::fs::write(p.join("src/main.rs"), "fn main() {\n    lib::run();\n}\n").unwrap();
+    std::fs::write(
+        p.join("src/lib.rs"),
+        "pub fn run() {\n    println!(\"hi\");\n}\n",
+    )
+    .unwrap();
+    std::fs::write(p.join("README.md"), "# demo\n").unwrap();
+    std::fs::write(p.join("logo.bin"), [0u8, 159, 146, 150, 0, 1]).unwrap();
+    for i in 0..24 {
+        std::fs::write(p.join(format!("data/{i:02}.txt")), format!("row {i}\n")).unwrap();
+    }
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "init"]);
+    dir
+}
+
+/// Every file of the work tree (not `.git`) with its bytes.
+fn tree(root: &Path) -> BTreeMap<String, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .to_string();
+            if rel == ".git" {
+                continue;
+            }
+            if path.is_dir() {
+                walk(root, &path, out);
+            } else {
+                out.insert(rel, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+fn bwrap_works() -> bool {
+    Command::new("bwrap")
+        .args([
+            "--unshare-all",
+            "--die-with-parent",
+            "--ro-bind",
+            "/",
+            "/",
+            "true",
+        ])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+struct Held {
+    _home: tempfile::TempDir,
+    project: tempfile::TempDir,
+    fake: FakeProvider,
+    client: Client,
+    session: String,
+    prompt_id: u64,
+    /// The effect stage's permission request.
+    ask: Value,
+    original: BTreeMap<String, Vec<u8>>,
+}
+
+/// Run `command` through the shell tool and stop at the effect stage's ask.
+async fn held(command: &str) -> Held {
+    let home = tempfile::tempdir().unwrap();
+    let project = project();
+    let original = tree(project.path());
+    let args = json!({ "command": command }).to_string();
+    let fake = FakeProvider::start(vec![
+        fake::openai_tool_calls(&[("call_x", "shell", &args)]),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let url = fake.openai_url();
+    let mut client = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
+    client.initialize(json!({})).await;
+    let session = client.new_session(project.path()).await;
+    let prompt_id = client
+        .start_request("session/prompt", prompt(&session, "clean up"))
+        .await;
+    loop {
+        let ask = client.wait_method("session/request_permission").await;
+        let input = &ask["params"]["toolCall"]["rawInput"];
+        if input["op"] == "apply_checkpoint" {
+            return Held {
+                _home: home,
+                project,
+                fake,
+                client,
+                session,
+                prompt_id,
+                ask,
+                original,
+            };
+        }
+        // The text gates asked before the command ran: the project must be
+        // untouched so far; let it run so the effect stage can judge.
+        assert_eq!(tree(project.path()), original);
+        client
+            .respond(
+                &ask["id"],
+                json!({ "outcome": { "outcome": "selected", "optionId": "allow_once" } }),
+            )
+            .await;
+    }
+}
+
+/// The model's tool result (the last tool message of the last request).
+fn tool_result(fake: &FakeProvider) -> String {
+    let reqs = fake.requests();
+    let msgs = reqs.last().unwrap().body["messages"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let tool = msgs.iter().rev().find(|m| m["role"] == "tool").unwrap();
+    tool["content"].as_str().unwrap().to_string()
+}
+
+async fn decide(h: &mut Held, option: &str) {
+    let id = h.ask["id"].clone();
+    h.client
+        .respond(
+            &id,
+            json!({ "outcome": { "outcome": "selected", "optionId": option } }),
+        )
+        .await;
+    let done = h.client.wait_response(h.prompt_id).await;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+}
+
+/// The final `tool_call_update` of the call (the last one with a status
+/// of completed or failed).
+fn final_update(client: &Client) -> Value {
+    client
+        .updates("tool_call_update")
+        .into_iter()
+        .rev()
+        .find(|u| u["status"] == "completed" || u["status"] == "failed")
+        .expect("a final tool_call_update")
+}
+
+async fn undo(client: &mut Client, cwd: &Path) -> Value {
+    client
+        .request("_passepartout/undo", json!({ "cwd": cwd }))
+        .await
+}
+
+/// The three destructive commands from the issue, approved and undone.
+async fn held_approved_undone(command: &str, gone: &[&str], emptied: &[&str]) {
+    if !bwrap_works() {
+        eprintln!("SKIPPED: bubblewrap cannot run here");
+        return;
+    }
+    let mut h = held(command).await;
+    // Held: the project is exactly as it was (the change was rolled back).
+    assert_eq!(tree(h.project.path()), h.original, "{command}: rolled back");
+    // The project's own repository is outside what checkpoints restore;
+    // the effect gates say when the action damaged it.
+    if gone.contains(&"README.md") {
+        let reasons = h.ask["params"]["toolCall"]["content"].to_string();
+        assert!(reasons.contains(".git"), "{reasons}");
+    }
+    let summary = h.ask["params"]["toolCall"]["rawInput"]["args"]["summary"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(summary.contains("checkpoint c1"), "{summary}");
+    let diff = h.ask["params"]["toolCall"]["rawInput"]["args"]["diff"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for path in gone.iter().chain(emptied) {
+        assert!(
+            diff.contains(path),
+            "{command}: the diff names {path}: {diff}"
+        );
+    }
+    // The person saw the held effect as ACP diff content before deciding.
+    let shown: Vec<Value> = h
+        .client
+        .updates("tool_call_update")
+        .into_iter()
+        .filter(|u| u["status"] == "pending")
+        .flat_map(|u| u["content"].as_array().cloned().unwrap_or_default())
+        .filter(|c| c["type"] == "diff")
+        .collect();
+    let first = gone.first().or(emptied.first()).unwrap();
+    let abs = h.project.path().join(first);
+    let d = shown
+        .iter()
+        .find(|c| c["path"] == json!(abs))
+        .unwrap_or_else(|| panic!("no diff for {first} in {shown:?}"));
+    let old = String::from_utf8(h.original[*first].clone()).unwrap();
+    assert_eq!(d["oldText"], json!(old));
+    assert_eq!(d["newText"], "");
+
+    decide(&mut h, "allow_once").await;
+    // Approval applied exactly the recorded effect.
+    let now = tree(h.project.path());
+    for path in gone {
+        assert!(!now.contains_key(*path), "{command}: {path} deleted");
+    }
+    for path in emptied {
+        assert_eq!(
+            now.get(*path).map(Vec::len),
+            Some(0),
+            "{command}: {path} emptied"
+        );
+    }
+    let told = tool_result(&h.fake);
+    assert!(told.contains("held and rolled back"), "{told}");
+    assert!(told.contains("approved"), "{told}");
+    let last = final_update(&h.client);
+    assert_eq!(last["rawOutput"]["effect"]["checkpoint"], "c1");
+
+    // Undo restores the tree byte for byte.
+    let r = undo(&mut h.client, h.project.path()).await;
+    assert_eq!(r["result"]["undone"], "c1", "{r}");
+    assert_eq!(tree(h.project.path()), h.original, "{command}: undone");
+    // Undoing again refuses (c1 is undone; the last applied is the undo,
+    // c2, which redoes).
+    let again = h
+        .client
+        .request(
+            "_passepartout/undo",
+            json!({ "cwd": h.project.path(), "id": "c1" }),
+        )
+        .await;
+    assert!(
+        again["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("undone"),
+        "{again}"
+    );
+    let _ = &h.session;
+}
+
+#[tokio::test]
+async fn find_delete_is_held_applied_on_approval_and_undone() {
+    held_approved_undone(
+        "find . -mindepth 1 -delete",
+        &[
+            "README.md",
+            "src/main.rs",
+            "src/lib.rs",
+            "logo.bin",
+            "data/00.txt",
+        ],
+        &[],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn python_rmtree_of_the_cwd_is_held_applied_on_approval_and_undone() {
+    held_approved_undone(
+        "python3 -c 'import os, shutil; shutil.rmtree(os.getcwd())'",
+        &["README.md", "src/main.rs", "src/lib.rs", "data/23.txt"],
+        &[],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn truncating_sources_is_held_applied_on_approval_and_undone() {
+    held_approved_undone(
+        "truncate -s 0 src/*.rs",
+        &[],
+        &["src/main.rs", "src/lib.rs"],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_rejected_effect_leaves_the_project_as_it_was() {
+    if !bwrap_works() {
+        eprintln!("SKIPPED: bubblewrap cannot run here");
+        return;
+    }
+    let mut h = held("find . -mindepth 1 -delete").await;
+    decide(&mut h, "reject_once").await;
+    assert_eq!(tree(h.project.path()), h.original);
+    let told = tool_result(&h.fake);
+    assert!(told.contains("rejected"), "{told}");
+    assert!(told.contains("as it was before"), "{told}");
+    let r = h
+        .client
+        .request("_passepartout/history", json!({ "cwd": h.project.path() }))
+        .await;
+    assert_eq!(r["result"]["checkpoints"][0]["status"], "rejected", "{r}");
+}
+
+#[tokio::test]
+async fn a_small_change_runs_and_is_shown_as_a_diff_and_can_be_undone_from_the_cli() {
+    if !bwrap_works() {
+        eprintln!("SKIPPED: bubblewrap cannot run here");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let project = project();
+    let original = tree(project.path());
+    let args = json!({ "command": "printf 'pub fn run() {}\\n' > src/lib.rs; echo new > NEW.md" })
+        .to_string();
+    let fake = FakeProvider::start(vec![
+        fake::openai_tool_calls(&[("call_s", "shell", &args)]),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let url = fake.openai_url();
+    let mut client = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
+    client.initialize(json!({})).await;
+    let sid = client.new_session(project.path()).await;
+    let p = client
+        .start_request("session/prompt", prompt(&sid, "edit"))
+        .await;
+    loop {
+        let msg = client
+            .wait_for(|v| v["id"] == json!(p) || v["method"] == "session/request_permission")
+            .await;
+        if msg["id"] == json!(p) {
+            break;
+        }
+        client
+            .respond(
+                &msg["id"],
+                json!({ "outcome": { "outcome": "selected", "optionId": "allow_once" } }),
+            )
+            .await;
+        assert_ne!(
+            msg["params"]["toolCall"]["rawInput"]["op"], "apply_checkpoint",
+            "a small change must not be held"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("src/lib.rs")).unwrap(),
+        "pub fn run() {}\n"
+    );
+    let last = final_update(&client);
+    let effect = &last["rawOutput"]["effect"];
+    assert_eq!(effect["created"], json!(["NEW.md"]));
+    assert_eq!(effect["modified"], json!(["src/lib.rs"]));
+    let diffs: Vec<&Value> = last["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] == "diff")
+        .collect();
+    assert_eq!(diffs.len(), 2, "{last}");
+    assert!(last["locations"].as_array().unwrap().len() == 2, "{last}");
+    let text = last["content"][0]["content"]["text"].as_str().unwrap();
+    assert!(text.contains("changed 2 files: +1 ~1 −0"), "{text}");
+    assert!(tool_result(&fake).contains("(checkpoint c1)"));
+
+    // The audit log has the effect record.
+    let audit =
+        std::fs::read_to_string(home.path().join("state/passepartout/audit.jsonl")).unwrap();
+    assert!(
+        audit
+            .lines()
+            .any(|l| l.contains("\"kind\":\"effect\"") && l.contains("\"c1\"")),
+        "{audit}"
+    );
+    drop(client);
+
+    // The terminal: history lists it, undo reverts it.
+    let cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_passepartout"))
+            .args(args)
+            .current_dir(project.path())
+            .env("HOME", home.path())
+            .env("XDG_CONFIG_HOME", home.path().join("config"))
+            .env("XDG_STATE_HOME", home.path().join("state"))
+            .output()
+            .unwrap()
+    };
+    let h = cli(&["history"]);
+    let listing = String::from_utf8_lossy(&h.stdout);
+    assert!(
+        listing.contains("c1  applied") && listing.contains("~ src/lib.rs"),
+        "{listing}"
+    );
+    // A file edited since: undo refuses and changes nothing.
+    std::fs::write(project.path().join("NEW.md"), "mine\n").unwrap();
+    let refused = cli(&["undo"]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("changed since") && err.contains("NEW.md"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("src/lib.rs")).unwrap(),
+        "pub fn run() {}\n"
+    );
+    std::fs::write(project.path().join("NEW.md"), "new\n").unwrap();
+    let ok = cli(&["undo", "c1"]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert_eq!(tree(project.path()), original);
+}
+
+/// Through flight plans (the Emacs path): the held effect is a second plan
+/// whose Org document shows the diff; the first plan ends `executed`, the
+/// effect plan is approved with its Org text and applies the change.
+#[tokio::test]
+async fn with_flight_plans_the_held_effect_is_a_plan_showing_the_diff() {
+    if !bwrap_works() {
+        eprintln!("SKIPPED: bubblewrap cannot run here");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let project = project();
+    let original = tree(project.path());
+    let args = json!({ "command": "truncate -s 0 src/*.rs" }).to_string();
+    let fake = FakeProvider::start(vec![
+        fake::openai_tool_calls(&[("call_t", "shell", &args)]),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let url = fake.openai_url();
+    let mut c = Client::spawn(
+        Framing::ContentLength,
+        home.path(),
+        &["--provider-url", &url],
+    );
+    c.initialize(json!({ "flightPlans": true })).await;
+    let sid = c.new_session(project.path()).await;
+    let p = c
+        .start_request("session/prompt", prompt(&sid, "empty them"))
+        .await;
+    let effect_plan = loop {
+        let offer = c.wait_method("_passepartout/plan/offer").await;
+        let plan = offer["params"]["plan"].clone();
+        let org = plan["org"].as_str().unwrap().to_string();
+        if org.contains("apply_checkpoint") {
+            break plan;
+        }
+        assert_eq!(tree(project.path()), original);
+        let r = c
+            .request(
+                "_passepartout/plan/decide",
+                json!({ "planId": plan["planId"], "decision": "approve", "org": org }),
+            )
+            .await;
+        assert_eq!(r["result"]["status"], "approved", "{r}");
+        let resolved = c.wait_method("_passepartout/plan/resolved").await;
+        assert_eq!(resolved["params"]["status"], "executed", "{resolved}");
+    };
+    assert_eq!(tree(project.path()), original, "held: rolled back");
+    let org = effect_plan["org"].as_str().unwrap().to_string();
+    assert!(org.contains("#+begin_src diff"), "{org}");
+    assert!(org.contains("-    lib::run();"), "{org}");
+    assert!(org.contains("effect-truncates"), "{org}");
+    let r = c
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": effect_plan["planId"], "decision": "approve", "org": org }),
+        )
+        .await;
+    assert_eq!(r["result"]["status"], "approved", "{r}");
+    let resolved = c.wait_method("_passepartout/plan/resolved").await;
+    assert_eq!(resolved["params"]["planId"], effect_plan["planId"]);
+    assert_eq!(resolved["params"]["status"], "executed", "{resolved}");
+    assert_eq!(c.wait_response(p).await["result"]["stopReason"], "end_turn");
+    let now = tree(project.path());
+    assert_eq!(now["src/main.rs"].len(), 0);
+    assert_eq!(now["src/lib.rs"].len(), 0);
+    assert_eq!(now["README.md"], original["README.md"]);
+}

@@ -1,0 +1,89 @@
+;;; passepartout-history-tests.el --- ERT tests of checkpoint history and undo  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; Against the real daemon and the fake provider: an agent's shell action
+;; changes the project; `passepartout-history' lists the checkpoint with its
+;; effect; `passepartout-undo' reverts it, and refuses (changing nothing)
+;; when the file changed since.
+
+;;; Code:
+
+(require 'ert)
+(require 'passepartout-test-support)
+(require 'passepartout-history)
+
+(defun passepartout-history-test--run-to-idle (chat)
+  "Wait until CHAT's turn ends, approving any flight plan on the way."
+  (passepartout-test--wait-for
+      (progn
+        (maphash (lambda (id entry)
+                   (when (equal (plist-get entry :status) "pending")
+                     (with-current-buffer (passepartout-plan-buffer id)
+                       (passepartout-plan-approve))))
+                 passepartout-plan--plans)
+        (passepartout-test--idle-p chat))
+    60 "the end of the turn"))
+
+(defun passepartout-history-test--file (project name)
+  "The contents of NAME in PROJECT, or nil when it does not exist."
+  (let ((file (expand-file-name name project)))
+    (when (file-exists-p file)
+      (with-temp-buffer
+        (insert-file-contents-literally file)
+        (buffer-string)))))
+
+(ert-deftest passepartout-history-test-list-and-undo ()
+  "An agent's change is listed with its effect and undone from the history buffer."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--tool-reply
+             "call_w" "shell" '(:command "printf 'agent wrote this\\n' > notes.txt"))
+            (passepartout-test--text-reply "Written."))
+    (let ((chat (passepartout-test--chat project)))
+      (passepartout-test--send chat "Write notes.txt")
+      (passepartout-history-test--run-to-idle chat)
+      (should (equal (passepartout-history-test--file project "notes.txt")
+                     "agent wrote this\n"))
+      (let ((history (passepartout-history project)))
+        (with-current-buffer history
+          (should (eq major-mode 'passepartout-history-mode))
+          (goto-char (point-min))
+          (should (equal (tabulated-list-get-id) "c1"))
+          (let ((row (tabulated-list-get-entry)))
+            (should (equal (aref row 1) "applied"))
+            (should (equal (aref row 2) "shell"))
+            (should (string-match-p "changed 1 file: \\+1 ~0 −0" (aref row 4))))
+          ;; `u' on the row undoes it.
+          (should (eq (key-binding (kbd "u")) #'passepartout-undo))
+          (let ((result (call-interactively #'passepartout-undo)))
+            (should (equal (plist-get result :undone) "c1")))
+          (should-not (passepartout-history-test--file project "notes.txt"))
+          ;; The listing was refreshed: the undo is c2, c1 is undone.
+          (goto-char (point-min))
+          (should (equal (tabulated-list-get-id) "c2"))
+          (should (string-match-p "(undoes c1)" (aref (tabulated-list-get-entry) 4)))
+          (forward-line 1)
+          (should (equal (aref (tabulated-list-get-entry) 1) "undone")))))))
+
+(ert-deftest passepartout-history-test-undo-refuses-when-files-changed ()
+  "Undo refuses with the daemon's reason, and changes nothing, when the file was edited since."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--tool-reply
+             "call_w" "shell" '(:command "printf 'agent\\n' > notes.txt"))
+            (passepartout-test--text-reply "Written."))
+    (let ((chat (passepartout-test--chat project)))
+      (passepartout-test--send chat "Write notes.txt")
+      (passepartout-history-test--run-to-idle chat)
+      (with-temp-file (expand-file-name "notes.txt" project)
+        (insert "edited by the person\n"))
+      (let ((err (should-error (passepartout-undo nil project) :type 'user-error)))
+        (should (string-match-p "changed since" (cadr err)))
+        (should (string-match-p "notes.txt" (cadr err))))
+      (should (equal (passepartout-history-test--file project "notes.txt")
+                     "edited by the person\n"))
+      ;; Nothing to undo is said plainly too.
+      (let ((err (should-error (passepartout-undo "c99" project) :type 'user-error)))
+        (should (string-match-p "no checkpoint `c99`" (cadr err)))))))
+
+(provide 'passepartout-history-tests)
+;;; passepartout-history-tests.el ends here
