@@ -312,8 +312,12 @@ async fn find_delete_is_held_applied_on_approval_and_undone() {
 
 #[tokio::test]
 async fn python_rmtree_of_the_cwd_is_held_applied_on_approval_and_undone() {
+    // `ignore_errors`: the sandbox pins `.git` and its control files
+    // read-only, so a plain rmtree stops at the first of them, after deleting
+    // whatever came before it in directory order; a hostile model would pass
+    // it, and the effect stage must still hold everything else it deleted.
     held_approved_undone(
-        "python3 -c 'import os, shutil; shutil.rmtree(os.getcwd())'",
+        "python3 -c 'import os, shutil; shutil.rmtree(os.getcwd(), ignore_errors=True)'",
         &["README.md", "src/main.rs", "src/lib.rs", "data/23.txt"],
         &[],
     )
