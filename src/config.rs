@@ -31,6 +31,13 @@ pub struct Config {
     pub providers: Vec<ProviderConfig>,
     /// Most reason→act rounds in one turn.
     pub max_rounds: u32,
+    /// Most bytes of text and reasoning one model answer may stream; past
+    /// it the answer is cut and the turn ends with `max_tokens`.
+    pub max_answer_bytes: usize,
+    /// Longest a turn may run, waiting for a person included, in seconds;
+    /// past it the turn is stopped and the prompt fails with a message
+    /// naming this setting.
+    pub max_turn_secs: u64,
     pub sandbox: SandboxSetting,
     /// Default time limit for a shell action, in seconds.
     pub shell_timeout_secs: u64,
@@ -59,6 +66,8 @@ impl Default for Config {
         Config {
             providers: vec![ProviderConfig::default_local()],
             max_rounds: 10,
+            max_answer_bytes: 1024 * 1024,
+            max_turn_secs: 3600,
             sandbox: SandboxSetting::Bwrap,
             shell_timeout_secs: 30,
             output_cap_bytes: 100 * 1024,
@@ -120,6 +129,22 @@ fn xdg_dir(var: &str, fallback: &str) -> PathBuf {
         Some(v) if !v.is_empty() => PathBuf::from(v),
         _ => home_dir().join(fallback),
     }
+}
+
+/// Create `dir` (and its parents) readable by its owner only, and tighten
+/// it if it exists with wider permissions: the state directory holds
+/// commands, their output and plans.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let mode = std::fs::metadata(dir)?.permissions().mode();
+    if mode & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
 }
 
 pub fn home_dir() -> PathBuf {
@@ -237,6 +262,11 @@ impl Config {
         }
         if self.max_rounds == 0 {
             return Err(ConfigError::Invalid("max_rounds must be at least 1".into()));
+        }
+        if self.max_answer_bytes == 0 || self.max_turn_secs == 0 {
+            return Err(ConfigError::Invalid(
+                "max_answer_bytes and max_turn_secs must be at least 1".into(),
+            ));
         }
         Ok(())
     }

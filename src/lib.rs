@@ -19,5 +19,6 @@ pub mod sandbox;
 pub mod server;
 pub mod setup;
 pub mod skills;
+pub mod state_lock;
 pub mod tools;
 pub mod toolsets;

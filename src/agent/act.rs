@@ -160,7 +160,21 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
         } else if let Err(why) = begin(a, asked, &id, &approved) {
             refuse(a, &id, why, ActStatus::Denied)
         } else {
-            execute(&id, &approved, a).await
+            let plan_id = if asked {
+                a.approver.plan_id(&a.session.id, &id)
+            } else {
+                None
+            };
+            let x = ExecContext {
+                env: a.env,
+                session_id: &a.session.id,
+                cwd: &a.session.cwd,
+                plan_id: plan_id.as_deref(),
+                sink: a.sink,
+                sink_handle: Some(a.sink_handle.clone()),
+                cancel: a.cancel.clone(),
+            };
+            execute_action(&id, &approved, &x).await
         }
     };
     if asked {
@@ -191,34 +205,58 @@ fn settled(a: &ActEnv<'_>, id: &str, acted: Acted) -> Acted {
     acted
 }
 
-async fn execute(id: &str, action: &Action, a: &ActEnv<'_>) -> Acted {
-    let actuator = match a.env.actuators.resolve(Some(&action.target), None) {
+/// What running one action needs: the one execution path shared by a live
+/// turn and by the flight desk running an approved plan whose turn is gone
+/// (after a restart). The gates and the person have been consulted already.
+pub(crate) struct ExecContext<'a> {
+    pub env: &'a AgentEnv,
+    pub session_id: &'a str,
+    pub cwd: &'a std::path::Path,
+    /// The flight plan the action runs under, for the audit record.
+    pub plan_id: Option<&'a str>,
+    pub sink: &'a dyn TurnSink,
+    /// For actuators that speak to the person while running (None: nobody
+    /// is listening, e.g. a plan run after a restart).
+    pub sink_handle: Option<Arc<dyn TurnSink>>,
+    pub cancel: CancellationToken,
+}
+
+/// Run an approved action with the actuator for its target, record an
+/// `executed` audit record (session, plan, call), and report the result.
+pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_>) -> Acted {
+    let actuator = match x.env.actuators.resolve(Some(&action.target), None) {
         Ok(act) => act,
-        Err(e) => return finish(a.sink, id, e.to_string(), ActStatus::Failed),
+        Err(e) => return finish(x.sink, id, e.to_string(), ActStatus::Failed),
     };
     let fields = acp::ToolCallUpdateFields::new().status(acp::ToolCallStatus::InProgress);
-    a.sink.update(acp::SessionUpdate::ToolCallUpdate(
+    x.sink.update(acp::SessionUpdate::ToolCallUpdate(
         acp::ToolCallUpdate::new(acp::ToolCallId::new(id.to_string()), fields),
     ));
-    let sink = a.sink_handle.clone();
-    let ctx = ActContext {
-        session_id: a.session.id.clone(),
-        cwd: a.session.cwd.clone(),
-        cancel: a.cancel.clone(),
-        say: Some(Arc::new(move |text: &str| {
+    let say = x.sink_handle.clone().map(|sink| {
+        Arc::new(move |text: &str| {
             let chunk = acp::ContentChunk::new(format!("\n{text}\n").into());
             sink.update(acp::SessionUpdate::AgentMessageChunk(chunk));
-        })),
+        }) as crate::actuators::system::Say
+    });
+    let ctx = ActContext {
+        session_id: x.session_id.to_string(),
+        cwd: x.cwd.to_path_buf(),
+        cancel: x.cancel.clone(),
+        say,
     };
     let result = actuator.execute(action, &ctx).await;
-    match &result {
-        Ok(out) => a
-            .env
-            .record(AuditRecord::executed(id, out.is_error, &out.text)),
-        Err(e) => a
-            .env
-            .record(AuditRecord::executed(id, true, &e.to_string())),
-    }
+    let (is_error, output) = match &result {
+        Ok(out) => (out.is_error, out.text.clone()),
+        Err(e) => (true, e.to_string()),
+    };
+    x.env.record(AuditRecord::executed_in(
+        Some(x.session_id),
+        x.plan_id,
+        id,
+        is_error,
+        &output,
+    ));
+    let a = x;
     match result {
         Ok(out) if !actuator.feeds_back() && !out.is_error => {
             // The person has seen it; the model only hears it was delivered.
