@@ -151,7 +151,9 @@ impl Daemon {
             session_id: String,
         }
         let envelope: Envelope = serde_json::from_str(text).ok()?;
-        let session = lock(&self.sessions).get(&envelope.params.session_id)?.clone();
+        let session = lock(&self.sessions)
+            .get(&envelope.params.session_id)?
+            .clone();
         let order = lock(&self.orders)
             .entry(session.id.clone())
             .or_default()

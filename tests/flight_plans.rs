@@ -127,7 +127,7 @@ async fn an_approved_plan_runs_and_its_result_reaches_the_model() {
         .await;
     assert_eq!(
         r["result"],
-        json!({ "planId": id, "status": "approved", "edited": false }),
+        json!({ "planId": id, "status": "approved", "edited": false, "runs": "now: its turn is waiting" }),
         "{r}"
     );
     let done = c.wait_response(p).await;
@@ -144,9 +144,11 @@ async fn an_approved_plan_runs_and_its_result_reaches_the_model() {
         tool_result(&fake, 1)
     );
 
-    // The audit log has the whole story.
-    let audit =
-        std::fs::read_to_string(home.path().join("state/passepartout/audit.jsonl")).unwrap();
+    // The audit log has the whole story (written by its own thread).
+    let audit = audit_until(&home.path().join("state/passepartout/audit.jsonl"), |a| {
+        a.lines().count() >= 4
+    })
+    .await;
     let kinds: Vec<String> = audit
         .lines()
         .map(|l| {
@@ -436,8 +438,10 @@ async fn cancelling_a_turn_withdraws_its_pending_plan() {
         .request("_passepartout/plans/list", json!(null))
         .await;
     assert_eq!(list["result"]["plans"], json!([]), "{list}");
-    let audit =
-        std::fs::read_to_string(w.home.path().join("state/passepartout/audit.jsonl")).unwrap();
+    let audit = audit_until(&w.home.path().join("state/passepartout/audit.jsonl"), |a| {
+        a.contains("\"by\":\"cancel\"")
+    })
+    .await;
     let last: Value = serde_json::from_str(audit.lines().last().unwrap()).unwrap();
     assert_eq!(
         (last["kind"].clone(), last["by"].clone()),
@@ -445,4 +449,17 @@ async fn cancelling_a_turn_withdraws_its_pending_plan() {
         "{audit}"
     );
     assert!(!w.project.path().join("never.txt").exists());
+}
+
+/// The audit log once `ready` says it holds what the test waits for (its
+/// writer thread appends shortly after the daemon's reply).
+async fn audit_until(path: &std::path::Path, ready: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + harness::WAIT;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if ready(&text) || std::time::Instant::now() > deadline {
+            return text;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }

@@ -507,7 +507,9 @@ mod tests {
             assert_eq!(c.scanned, buf.len());
         }
         buf.extend_from_slice(b"\n");
-        assert!(matches!(c.decode(&mut buf).unwrap(), Some(Frame::Message(m)) if m.len() == 10_000));
+        assert!(
+            matches!(c.decode(&mut buf).unwrap(), Some(Frame::Message(m)) if m.len() == 10_000)
+        );
     }
 
     #[test]
@@ -517,7 +519,10 @@ mod tests {
         input.extend(vec![b'y'; MAX_HEADER_BYTES + 10]);
         input.extend_from_slice(b"\r\n\r\nContent-Length: 2\r\n\r\n{}");
         let frames = decode_all(&mut c, &input);
-        assert!(matches!(&frames[0], Frame::Garbage(m) if m.contains("header block")), "{frames:?}");
+        assert!(
+            matches!(&frames[0], Frame::Garbage(m) if m.contains("header block")),
+            "{frames:?}"
+        );
         assert_eq!(frames.last(), Some(&msg("{}")));
     }
 
