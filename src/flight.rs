@@ -62,7 +62,7 @@ pub struct FlightDesk {
 /// The pid of the daemon whose session made `plan` (session ids are
 /// `sN-PID`).
 fn owner_pid(plan: &FlightPlan) -> Option<u32> {
-    plan.session_id.rsplit_once('-')?.1.parse().ok()
+    state_lock::session_owner(&plan.session_id)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -109,6 +109,16 @@ pub fn holder(state_dir: &Path) -> Result<Holder, LockError> {
     Ok(Holder::Daemon(text.trim().parse().ok()))
 }
 
+/// The pid of the daemon that made a session id (`sN-PID`, see
+/// `session/new`); `None` for ids of any other shape.
+pub fn session_owner(session_id: &str) -> Option<u32> {
+    let (n, pid) = session_id.strip_prefix('s')?.split_once('-')?;
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
 /// Whether process `pid` exists (signal 0 checks without sending).
 pub fn process_alive(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
@@ -148,6 +158,14 @@ mod tests {
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&state), 0o700);
         assert_eq!(mode(&state.join(LOCK_FILE)), 0o600);
+    }
+
+    #[test]
+    fn session_owners() {
+        assert_eq!(session_owner("s12-4567"), Some(4567));
+        assert_eq!(session_owner("session-1"), None);
+        assert_eq!(session_owner("run"), None);
+        assert_eq!(session_owner("s-1"), None);
     }
 
     #[test]

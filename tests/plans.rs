@@ -1048,7 +1048,8 @@ mod cli {
             cli(&store, &["approve", &a.id, "--comment", "go ahead"]),
             (
                 0,
-                "fp-0123456789ab approved; the daemon will run it (or runs it at its next start).\n"
+                "fp-0123456789ab approved; no daemon is running: it runs when `passepartout \
+                 serve` next starts (e.g. when Emacs connects).\n"
                     .to_string()
             )
         );
@@ -1091,7 +1092,8 @@ mod cli {
             (
                 0,
                 "fp-0123456789ab approved with your edits (the gates check the edited action \
-                 again before it runs); the daemon will run it (or runs it at its next start).\n"
+                 again before it runs); no daemon is running: it runs when `passepartout serve` \
+                 next starts (e.g. when Emacs connects).\n"
                     .to_string()
             )
         );
