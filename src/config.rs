@@ -207,6 +207,13 @@ impl Config {
         };
         config.apply(&from_env);
         config.apply(cli);
+        if cli.provider_url.is_some() && cli.api_key.is_none() {
+            // --provider-url replaced the provider list, and with it the
+            // key PASSEPARTOUT_API_KEY had put on the first provider.
+            if let (Some(key), Some(first)) = (&from_env.api_key, config.providers.first_mut()) {
+                first.api_key = Some(key.clone());
+            }
+        }
         config.validate()?;
         Ok(config)
     }
@@ -424,6 +431,18 @@ model = "qwen"
             err.to_string(),
             "unknown sandbox \"docker\": use \"bwrap\" or \"none\""
         );
+    }
+
+    #[test]
+    fn the_api_key_from_the_environment_reaches_a_provider_url_flag() {
+        let cli = Overrides {
+            config_file: Some("/dev/null".into()),
+            provider_url: Some("http://127.0.0.1:9/v1".into()),
+            ..Default::default()
+        };
+        let c = Config::load_with(&cli, &env(&[("PASSEPARTOUT_API_KEY", "sk-from-env")])).unwrap();
+        assert_eq!(c.providers[0].base_url, "http://127.0.0.1:9/v1");
+        assert_eq!(c.providers[0].api_key.as_deref(), Some("sk-from-env"));
     }
 
     #[test]
