@@ -167,6 +167,10 @@ impl FlightDesk {
     async fn sweep(self: Arc<Self>) {
         let mut tick = tokio::time::interval(SWEEP);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The store is read only when its directory changed (every write
+        // is a rename into it) or the last sweep left work behind.
+        let mut seen: Option<std::time::SystemTime> = None;
+        let mut left_work = true;
         loop {
             tokio::select! {
                 _ = self.shutdown.cancelled() => return,
@@ -180,10 +184,18 @@ impl FlightDesk {
                 }
                 continue;
             }
+            let changed = std::fs::metadata(self.store.dir())
+                .and_then(|m| m.modified())
+                .ok();
+            if changed.is_some() && changed == seen && !left_work {
+                continue;
+            }
+            seen = changed;
             let approved = match self.store.approved() {
                 Ok(plans) => plans,
                 Err(_) => continue,
             };
+            left_work = !approved.is_empty();
             for plan in approved {
                 if !self.has_live_owner(&plan) {
                     let desk = self.clone();

@@ -262,6 +262,10 @@ async fn run(flags: ConfigFlags, prompt: String) -> ExitCode {
     )
     .await;
     println!();
+    if let Some(log) = &env.audit {
+        // The records of this turn reach the disk before the process ends.
+        log.flush();
+    }
     match result {
         Ok(acp::StopReason::EndTurn) => ExitCode::SUCCESS,
         Ok(other) => {

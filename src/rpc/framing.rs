@@ -262,6 +262,9 @@ fn find_header_start(src: &[u8], from: usize) -> Option<usize> {
 /// Length of the header block and of its terminating blank line.
 /// `from` is where the search may start (earlier bytes were looked at).
 fn find_header_end(src: &[u8], from: usize) -> Option<(usize, usize)> {
+    // A header block is short: never look past the limit (the buffer may
+    // hold many frames, and an LF-only separator never occurs in CRLF ones).
+    let src = &src[..src.len().min(MAX_HEADER_BYTES + 4)];
     let from = from.min(src.len());
     let crlf = src[from..]
         .windows(4)
