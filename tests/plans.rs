@@ -661,6 +661,15 @@ mod store {
             store.begin_execution(&other.id),
             Err(StoreError::Stale { .. })
         ));
+        // It does not stay `approved` forever: it failed, says why, and no
+        // daemon picks it up again.
+        let after = store.load(&other.id).unwrap();
+        assert_eq!(after.status, PlanStatus::Failed);
+        assert!(
+            after.result.as_ref().unwrap().output.contains("not run"),
+            "{after:?}"
+        );
+        assert!(store.approved().unwrap().is_empty());
     }
 
     #[test]

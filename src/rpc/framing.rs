@@ -270,7 +270,9 @@ fn find_header_end(src: &[u8], from: usize) -> Option<(usize, usize)> {
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
         .map(|i| (from + i, 4));
-    let lf = src[from..]
+    // An LF-only separator only matters if it comes before the CRLF one.
+    let lf_end = crlf.map_or(src.len(), |(i, _)| (i + 2).min(src.len()));
+    let lf = src[from..lf_end.max(from)]
         .windows(2)
         .position(|w| w == b"\n\n")
         .map(|i| (from + i, 2));
