@@ -1,8 +1,13 @@
 //! Daemon benchmarks; prints its figures.
 //!
-//! - cold start: spawning `passepartout serve` until its `initialize` reply;
+//! - cold start: spawning `passepartout serve` until its `initialize` reply
+//!   (the sandbox is not probed at startup: its trial run waits for the
+//!   first shell action);
+//! - exit: closing stdin until the process has exited;
 //! - transport: pipelined requests per second through the stdio transport,
-//!   in both framings;
+//!   in both framings, counting only replies (a trivial request: an unknown
+//!   method, answered -32601; and `initialize`, which also sends a status
+//!   notification); target ≥ 50,000 msg/s;
 //! - tool round trip: one turn of (model asks for a tool → tool runs → model
 //!   answers) with the fake provider answering instantly, i.e. the harness's
 //!   own overhead.
@@ -155,52 +160,80 @@ async fn main() {
     }
     println!("cold start → initialize reply: {}", stats(starts));
 
-    // Transport throughput, pipelined.
-    for (name, lsp) in [("Content-Length", true), ("NDJSON", false)] {
-        let mut d = Daemon::spawn(&[], home.path(), lsp);
-        d.send(&init(0)).await;
-        d.response(0).await;
-        let n = 20_000u64;
+    // Exit after end of input.
+    let mut exits = Vec::new();
+    for _ in 0..10 {
+        let mut d = Daemon::spawn(&[], home.path(), true);
+        d.send(&init(1)).await;
+        d.response(1).await;
+        let Daemon {
+            _child: mut child,
+            stdin,
+            ..
+        } = d;
         let t = Instant::now();
-        let writer = async {
-            let mut batch = String::new();
-            for id in 1..=n {
-                let body = init(id).to_string();
-                if lsp {
-                    batch.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
-                } else {
-                    batch.push_str(&body);
-                    batch.push('\n');
+        drop(stdin);
+        child.wait().await.unwrap();
+        exits.push(t.elapsed());
+    }
+    println!("exit after end of input: {}", stats(exits));
+
+    // Transport throughput, pipelined.
+    let trivial = |id: u64| json!({ "jsonrpc": "2.0", "id": id, "method": "bench/nothing" });
+    for (what, make) in [
+        ("trivial request", &trivial as &dyn Fn(u64) -> Value),
+        ("initialize", &init as &dyn Fn(u64) -> Value),
+    ] {
+        for (name, lsp) in [("Content-Length", true), ("NDJSON", false)] {
+            let mut d = Daemon::spawn(&[], home.path(), lsp);
+            d.send(&init(0)).await;
+            d.response(0).await;
+            let n = 50_000u64;
+            let t = Instant::now();
+            let writer = async {
+                let mut batch = String::new();
+                for id in 1..=n {
+                    let body = make(id).to_string();
+                    if lsp {
+                        batch.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+                    } else {
+                        batch.push_str(&body);
+                        batch.push('\n');
+                    }
+                }
+                batch
+            };
+            let batch = writer.await;
+            let Daemon {
+                stdin: mut input,
+                stdout,
+                _child,
+                lsp: l,
+            } = d;
+            let send = tokio::spawn(async move {
+                input.write_all(batch.as_bytes()).await.unwrap();
+                input
+            });
+            let mut reader = Daemon {
+                _child,
+                stdin: send.await.unwrap(),
+                stdout,
+                lsp: l,
+            };
+            let mut replies = 0;
+            while replies < n {
+                let m = reader.read().await;
+                if m.get("id").is_some() && m.get("method").is_none() {
+                    replies += 1;
                 }
             }
-            batch
-        };
-        let batch = writer.await;
-        let Daemon {
-            stdin: mut input,
-            stdout,
-            _child,
-            lsp: l,
-        } = d;
-        let send = tokio::spawn(async move {
-            input.write_all(batch.as_bytes()).await.unwrap();
-            input
-        });
-        let mut reader = Daemon {
-            _child,
-            stdin: send.await.unwrap(),
-            stdout,
-            lsp: l,
-        };
-        for _ in 0..n {
-            reader.read().await;
+            let secs = t.elapsed().as_secs_f64();
+            println!(
+                "transport ({name}, {what}): {n} request/response pairs in {:.2} s = {:.0} msg/s",
+                secs,
+                n as f64 / secs
+            );
         }
-        let secs = t.elapsed().as_secs_f64();
-        println!(
-            "transport ({name}): {n} request/response pairs in {:.2} s = {:.0} msg/s",
-            secs,
-            n as f64 / secs
-        );
     }
 
     // One tool round trip with an instant provider.

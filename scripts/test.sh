@@ -2,8 +2,32 @@
 # The whole test suite: Rust unit and integration tests (the real binary over
 # stdio, a fake provider on 127.0.0.1, real bwrap), then the Emacs ERT tests
 # in batch Emacs against the same binary. Ends with one tally line.
+#
+# The tests need emacs, bwrap and git. When one is missing: as root on a
+# Debian-like system they are installed with apt-get (non-interactive);
+# otherwise the script prints the exact command to run and stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+need_tools() {
+    local missing=() packages=()
+    command -v emacs >/dev/null 2>&1 || { missing+=(emacs); packages+=(emacs-nox); }
+    command -v bwrap >/dev/null 2>&1 || { missing+=(bwrap); packages+=(bubblewrap); }
+    command -v git >/dev/null 2>&1 || { missing+=(git); packages+=(git); }
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "test.sh: installing ${packages[*]} (missing: ${missing[*]})"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "${packages[@]}"
+        return 0
+    fi
+    echo "test.sh: the tests need ${missing[*]}, which are not on PATH. Install them with:" >&2
+    echo "    sudo apt-get install ${packages[*]}" >&2
+    echo "(other systems: install emacs 28.1+, bubblewrap and git with your package manager)" >&2
+    exit 2
+}
+need_tools
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -3,6 +3,11 @@
 //!
 //! One JSON object per line, each flushed to disk (`sync_data`) before
 //! `append` returns, so a crash loses at most the record being written.
+//! The daemon records through [`AuditLog::record`], which hands the line to
+//! one writer thread (in order, through a queue of [`QUEUE_LIMIT`] lines that
+//! makes callers wait when full), so the fsync never blocks the async
+//! runtime. The file is created `0600` in a `0700` directory: it holds
+//! commands and their output.
 //! Secrets are redacted with the secrets gate's patterns before anything is
 //! written; tool output is capped at 2 KB. The log lives at
 //! `$XDG_STATE_HOME/passepartout/audit.jsonl` (by default
@@ -12,7 +17,7 @@ use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -81,6 +86,13 @@ pub enum AuditEvent {
     },
     /// An actuator ran the action.
     Executed {
+        /// The session whose turn ran it (absent in records from before
+        /// sessions were recorded here).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session: Option<String>,
+        /// The flight plan it ran under, when a person approved it as one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        plan_id: Option<String>,
         tool_call_id: String,
         is_error: bool,
         /// Redacted and capped at [`OUTPUT_LIMIT`] bytes.
@@ -161,7 +173,20 @@ impl AuditRecord {
 
     /// An `executed` record; the output is redacted and capped.
     pub fn executed(tool_call_id: &str, is_error: bool, output: &str) -> Self {
+        Self::executed_in(None, None, tool_call_id, is_error, output)
+    }
+
+    /// An `executed` record naming the session and the flight plan.
+    pub fn executed_in(
+        session: Option<&str>,
+        plan_id: Option<&str>,
+        tool_call_id: &str,
+        is_error: bool,
+        output: &str,
+    ) -> Self {
         Self::now(AuditEvent::Executed {
+            session: session.map(str::to_string),
+            plan_id: plan_id.map(str::to_string),
             tool_call_id: tool_call_id.into(),
             is_error,
             output: truncate_output(&redact(output)),
@@ -267,7 +292,18 @@ pub fn default_path_from(xdg_state_home: Option<&OsStr>, home: Option<&OsStr>) -
 #[derive(Debug)]
 pub struct AuditLog {
     path: PathBuf,
-    file: Mutex<File>,
+    file: Arc<Mutex<File>>,
+    /// The writer thread's queue, started by the first `record`.
+    writer: OnceLock<mpsc::SyncSender<Queued>>,
+}
+
+/// Lines [`AuditLog::record`] may queue before callers wait.
+pub const QUEUE_LIMIT: usize = 4096;
+
+enum Queued {
+    Line(String),
+    /// Answered once every earlier line is on disk.
+    Flush(mpsc::Sender<()>),
 }
 
 impl AuditLog {
@@ -279,17 +315,84 @@ impl AuditLog {
             source,
         };
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(io)?;
+            crate::config::create_private_dir(parent).map_err(io)?;
         }
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(io)?;
+        let file = {
+            use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+            let file = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .open(&path)
+                .map_err(io)?;
+            // A log created by an older version may be world-readable.
+            let mode = file.metadata().map_err(io)?.permissions().mode();
+            if mode & 0o077 != 0 {
+                file.set_permissions(std::fs::Permissions::from_mode(0o600))
+                    .map_err(io)?;
+            }
+            file
+        };
         Ok(AuditLog {
             path,
-            file: Mutex::new(file),
+            file: Arc::new(Mutex::new(file)),
+            writer: OnceLock::new(),
         })
+    }
+
+    /// Queue a record for the writer thread (in order; waits only when
+    /// [`QUEUE_LIMIT`] lines are queued). For async callers: the fsync
+    /// happens off the runtime.
+    pub fn record(&self, record: &AuditRecord) -> Result<(), AuditError> {
+        let mut line = serde_json::to_string(record)?;
+        line.push('\n');
+        let writer = self.writer.get_or_init(|| self.start_writer());
+        if let Err(mpsc::SendError(Queued::Line(line))) = writer.send(Queued::Line(line)) {
+            // The thread is gone: write here rather than lose the record.
+            return self.write_line(&line);
+        }
+        Ok(())
+    }
+
+    /// Wait until every queued record is on disk.
+    pub fn flush(&self) {
+        if let Some(writer) = self.writer.get() {
+            let (tx, rx) = mpsc::channel();
+            if writer.send(Queued::Flush(tx)).is_ok() {
+                let _ = rx.recv();
+            }
+        }
+    }
+
+    fn start_writer(&self) -> mpsc::SyncSender<Queued> {
+        let (tx, rx) = mpsc::sync_channel::<Queued>(QUEUE_LIMIT);
+        let file = self.file.clone();
+        let path = self.path.clone();
+        let spawned = std::thread::Builder::new()
+            .name("audit-writer".into())
+            .spawn(move || {
+                let log = AuditLog {
+                    path,
+                    file,
+                    writer: OnceLock::new(),
+                };
+                for queued in rx {
+                    match queued {
+                        Queued::Line(line) => {
+                            if let Err(e) = log.write_line(&line) {
+                                tracing::error!("audit log: {e}");
+                            }
+                        }
+                        Queued::Flush(done) => {
+                            let _ = done.send(());
+                        }
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!("audit log: cannot start its writer thread: {e}; writing inline");
+        }
+        tx
     }
 
     /// Open the log at [`default_path`].
@@ -306,6 +409,10 @@ impl AuditLog {
     pub fn append(&self, record: &AuditRecord) -> Result<(), AuditError> {
         let mut line = serde_json::to_string(record)?;
         line.push('\n');
+        self.write_line(&line)
+    }
+
+    fn write_line(&self, line: &str) -> Result<(), AuditError> {
         let mut file = self.file.lock().map_err(|_| AuditError::Poisoned)?;
         let io = |source| AuditError::Io {
             path: self.path.clone(),
@@ -400,14 +507,26 @@ pub fn render(record: &AuditRecord) -> String {
             s
         }
         AuditEvent::Executed {
+            session,
+            plan_id,
             tool_call_id,
             is_error,
             output,
-        } => format!(
-            "executed  call {tool_call_id}  {}  {}",
-            if *is_error { "error" } else { "ok" },
-            first_line(output, 80)
-        ),
+        } => {
+            let mut s = String::from("executed  ");
+            if let Some(session) = session {
+                s.push_str(&format!("session {session}  "));
+            }
+            if let Some(plan) = plan_id {
+                s.push_str(&format!("plan {plan}  "));
+            }
+            s.push_str(&format!(
+                "call {tool_call_id}  {}  {}",
+                if *is_error { "error" } else { "ok" },
+                first_line(output, 80)
+            ));
+            s
+        }
         AuditEvent::Denied {
             session,
             tool_call_id,
@@ -430,6 +549,15 @@ pub fn render(record: &AuditRecord) -> String {
 pub fn print_command(path: &Path, out: &mut dyn Write, tail: Option<usize>) -> i32 {
     let file = match File::open(path) {
         Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // A fresh install: nothing has been recorded yet.
+            let _ = writeln!(
+                out,
+                "The audit log is empty: nothing has been recorded yet ({} does not exist).",
+                path.display()
+            );
+            return 0;
+        }
         Err(e) => {
             let _ = writeln!(out, "cannot read the audit log {}: {e}", path.display());
             return 1;
@@ -621,6 +749,8 @@ mod tests {
                 comment: Some("looks fine".into()),
             }),
             at(AuditEvent::Executed {
+                session: None,
+                plan_id: None,
                 tool_call_id: "c2".into(),
                 is_error: true,
                 output: "exit 1\nmore".into(),
@@ -663,10 +793,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("none.jsonl");
         let mut out = Vec::new();
-        assert_eq!(print_command(&missing, &mut out, None), 1);
+        assert_eq!(print_command(&missing, &mut out, None), 0);
         assert!(String::from_utf8(out)
             .unwrap()
-            .starts_with("cannot read the audit log"));
+            .starts_with("The audit log is empty"));
 
         let path = dir.path().join("bad.jsonl");
         std::fs::write(&path, "{\"ts\":\"x\"}\n").unwrap();

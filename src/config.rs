@@ -31,6 +31,13 @@ pub struct Config {
     pub providers: Vec<ProviderConfig>,
     /// Most reason→act rounds in one turn.
     pub max_rounds: u32,
+    /// Most bytes of text and reasoning one model answer may stream; past
+    /// it the answer is cut and the turn ends with `max_tokens`.
+    pub max_answer_bytes: usize,
+    /// Longest a turn may run, waiting for a person included, in seconds;
+    /// past it the turn is stopped and the prompt fails with a message
+    /// naming this setting.
+    pub max_turn_secs: u64,
     pub sandbox: SandboxSetting,
     /// Resource limits of every sandboxed run (`[sandbox_limits]`; a table
     /// of its own because `sandbox` is already a string).
@@ -70,6 +77,8 @@ impl Default for Config {
         Config {
             providers: vec![ProviderConfig::default_local()],
             max_rounds: 10,
+            max_answer_bytes: 1024 * 1024,
+            max_turn_secs: 3600,
             sandbox: SandboxSetting::Bwrap,
             sandbox_limits: Default::default(),
             shell_timeout_secs: 30,
@@ -137,6 +146,22 @@ fn xdg_dir(var: &str, fallback: &str) -> PathBuf {
     }
 }
 
+/// Create `dir` (and its parents) readable by its owner only, and tighten
+/// it if it exists with wider permissions: the state directory holds
+/// commands, their output and plans.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let mode = std::fs::metadata(dir)?.permissions().mode();
+    if mode & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
 pub fn home_dir() -> PathBuf {
     std::env::var_os("HOME")
         .map(PathBuf::from)
@@ -197,6 +222,13 @@ impl Config {
         };
         config.apply(&from_env);
         config.apply(cli);
+        if cli.provider_url.is_some() && cli.api_key.is_none() {
+            // --provider-url replaced the provider list, and with it the
+            // key PASSEPARTOUT_API_KEY had put on the first provider.
+            if let (Some(key), Some(first)) = (&from_env.api_key, config.providers.first_mut()) {
+                first.api_key = Some(key.clone());
+            }
+        }
         config.validate()?;
         Ok(config)
     }
@@ -252,6 +284,11 @@ impl Config {
         }
         if self.max_rounds == 0 {
             return Err(ConfigError::Invalid("max_rounds must be at least 1".into()));
+        }
+        if self.max_answer_bytes == 0 || self.max_turn_secs == 0 {
+            return Err(ConfigError::Invalid(
+                "max_answer_bytes and max_turn_secs must be at least 1".into(),
+            ));
         }
         Ok(())
     }
@@ -416,6 +453,18 @@ model = "qwen"
             err.to_string(),
             "unknown sandbox \"docker\": use \"bwrap\" or \"none\""
         );
+    }
+
+    #[test]
+    fn the_api_key_from_the_environment_reaches_a_provider_url_flag() {
+        let cli = Overrides {
+            config_file: Some("/dev/null".into()),
+            provider_url: Some("http://127.0.0.1:9/v1".into()),
+            ..Default::default()
+        };
+        let c = Config::load_with(&cli, &env(&[("PASSEPARTOUT_API_KEY", "sk-from-env")])).unwrap();
+        assert_eq!(c.providers[0].base_url, "http://127.0.0.1:9/v1");
+        assert_eq!(c.providers[0].api_key.as_deref(), Some("sk-from-env"));
     }
 
     #[test]

@@ -7,6 +7,17 @@
 //! store). A plan whose turn is gone (the daemon restarted) still runs,
 //! exactly once, when approved. Every outcome is announced with
 //! `_passepartout/plan/resolved`.
+//!
+//! One decider per state directory ([`crate::state_lock`]): only the daemon
+//! holding `daemon.lock` recovers plans at start and runs approved plans
+//! whose turn is gone; it also sweeps the store every [`SWEEP`] for plans
+//! approved from a terminal. A second daemon on the same directory serves
+//! the plans of its own turns only, and takes over when the holder exits.
+//! A plan belongs to the daemon whose session made it (the session id ends
+//! in that daemon's pid); while that daemon lives, no other runs the plan.
+//!
+//! When the editor goes away (end of input), waiting plans stay pending:
+//! [`FlightDesk::shut_down`] ends the waits without deciding anything.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,18 +29,21 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::action::Action;
-use crate::actuators::ActContext;
-use crate::agent::act::ActStatus;
-use crate::agent::{AgentEnv, ApprovalOutcome, ApprovalRequest};
+use crate::agent::act::{execute_action, ActStatus, ExecContext};
+use crate::agent::{AgentEnv, ApprovalOutcome, ApprovalRequest, NullSink};
 use crate::audit::{AuditRecord, PlanOutcome};
 use crate::gates::Decision;
 use crate::plans::store::{PlanStore, StoreError};
 use crate::plans::{render, FlightPlan, PlanResult, PlanStatus};
 use crate::protocol as proto;
 use crate::rpc::Outgoing;
+use crate::state_lock::{self, StateLock};
 
 /// How often a waiting turn looks for decisions made from a terminal.
 const STORE_POLL: Duration = Duration::from_millis(500);
+/// How often the lock holder looks for approved plans with no live turn
+/// (and a second daemon checks whether the lock became free).
+pub const SWEEP: Duration = Duration::from_secs(1);
 
 pub struct FlightDesk {
     env: Arc<AgentEnv>,
@@ -39,6 +53,16 @@ pub struct FlightDesk {
     waiters: Mutex<HashMap<String, oneshot::Sender<ApprovalOutcome>>>,
     /// Plan ids by `session/tool_call_id`, for begin/settle.
     by_call: Mutex<HashMap<String, String>>,
+    /// The state directory's lock, when this daemon is its decider.
+    lock: Mutex<Option<StateLock>>,
+    /// Fired when the editor goes away: waits end, plans stay pending.
+    shutdown: CancellationToken,
+}
+
+/// The pid of the daemon whose session made `plan` (session ids are
+/// `sN-PID`).
+fn owner_pid(plan: &FlightPlan) -> Option<u32> {
+    state_lock::session_owner(&plan.session_id)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -75,21 +99,114 @@ pub enum DecideError {
 
 impl FlightDesk {
     pub fn new(env: Arc<AgentEnv>, out: Outgoing) -> Arc<FlightDesk> {
-        let store = PlanStore::new(env.config.state_dir().join("plans"));
+        let state_dir = env.config.state_dir();
+        let store = PlanStore::new(state_dir.join("plans"));
+        let lock = match state_lock::try_acquire(&state_dir) {
+            Ok(Some(lock)) => Some(lock),
+            Ok(None) => {
+                tracing::warn!(
+                    "another daemon holds {}: this one runs only the plans of its own turns \
+                     until that daemon exits",
+                    state_dir.join(state_lock::LOCK_FILE).display()
+                );
+                None
+            }
+            Err(e) => {
+                tracing::error!("{e}; this daemon runs only the plans of its own turns");
+                None
+            }
+        };
         Arc::new(FlightDesk {
             env,
             out,
             store,
             waiters: Mutex::default(),
             by_call: Mutex::default(),
+            lock: Mutex::new(lock),
+            shutdown: CancellationToken::new(),
         })
     }
 
-    /// At daemon start: plans that were running when a daemon died are
-    /// marked interrupted (never re-run); plans approved from a terminal
-    /// while no daemon ran are run now, once.
+    /// Whether this daemon is the state directory's decider.
+    pub fn is_decider(&self) -> bool {
+        lock(&self.lock).is_some()
+    }
+
+    /// The editor went away: end every wait without deciding (the plans
+    /// stay pending for the next daemon or a terminal) and stop sweeping.
+    pub fn shut_down(&self) {
+        self.shutdown.cancel();
+    }
+
+    /// Whether a live turn (here or in another daemon) owns `plan`.
+    fn has_live_owner(&self, plan: &FlightPlan) -> bool {
+        match owner_pid(plan) {
+            Some(pid) if pid == std::process::id() => {
+                lock(&self.waiters).contains_key(&plan.id)
+                    || lock(&self.by_call).values().any(|id| *id == plan.id)
+            }
+            Some(pid) => state_lock::process_alive(pid),
+            None => false,
+        }
+    }
+
+    /// At daemon start (the decider only): plans that were running when a
+    /// daemon died are marked interrupted (never re-run); plans approved
+    /// from a terminal while no daemon ran are run now, once. Then the
+    /// sweep starts.
     pub fn recover(self: &Arc<Self>) {
-        let recovery = match self.store.recover() {
+        if self.is_decider() {
+            self.recover_now();
+        }
+        let desk = self.clone();
+        tokio::spawn(async move { desk.sweep().await });
+    }
+
+    /// Every [`SWEEP`]: take the lock over when it came free, and run
+    /// approved plans that no live turn will run.
+    async fn sweep(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(SWEEP);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The store is read only when its directory changed (every write
+        // is a rename into it) or the last sweep left work behind.
+        let mut seen: Option<std::time::SystemTime> = None;
+        let mut left_work = true;
+        loop {
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if !self.is_decider() {
+                if let Ok(Some(taken)) = state_lock::try_acquire(&self.env.config.state_dir()) {
+                    tracing::info!("the other daemon exited: this one is now the decider");
+                    *lock(&self.lock) = Some(taken);
+                    self.recover_now();
+                }
+                continue;
+            }
+            let changed = std::fs::metadata(self.store.dir())
+                .and_then(|m| m.modified())
+                .ok();
+            if changed.is_some() && changed == seen && !left_work {
+                continue;
+            }
+            seen = changed;
+            let approved = match self.store.approved() {
+                Ok(plans) => plans,
+                Err(_) => continue,
+            };
+            left_work = !approved.is_empty();
+            for plan in approved {
+                if !self.has_live_owner(&plan) {
+                    let desk = self.clone();
+                    tokio::spawn(async move { desk.run_orphan(plan).await });
+                }
+            }
+        }
+    }
+
+    fn recover_now(self: &Arc<Self>) {
+        let recovery = match self.store.recover_except(&|p| self.has_live_owner(p)) {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!("cannot read the flight plans: {e}");
@@ -157,6 +274,16 @@ impl FlightDesk {
         let mut poll = tokio::time::interval(STORE_POLL);
         loop {
             tokio::select! {
+                biased;
+                _ = self.shutdown.cancelled() => {
+                    // The editor went away: the plan stays pending, to be
+                    // offered again by the next daemon (and decidable from
+                    // a terminal meanwhile).
+                    lock(&self.waiters).remove(&id);
+                    self.forget(&plan);
+                    tracing::info!(plan = %id, "shutting down: the flight plan stays pending");
+                    return ApprovalOutcome::Cancelled;
+                }
                 _ = cancel.cancelled() => {
                     lock(&self.waiters).remove(&id);
                     let why = "the turn was cancelled";
@@ -241,12 +368,25 @@ impl FlightDesk {
             by,
             params.comment.as_deref(),
         ));
+        let waiter = lock(&self.waiters).remove(&outcome.plan.id);
+        let live_elsewhere = waiter.is_none() && self.has_live_owner(&outcome.plan);
+        let runs = if !outcome.approved {
+            "never"
+        } else if waiter.is_some() {
+            "now: its turn is waiting"
+        } else if live_elsewhere {
+            "now: the daemon whose turn made it runs it"
+        } else if self.is_decider() {
+            "now: its turn is gone, so this daemon runs it"
+        } else {
+            "soon: the daemon holding the state directory runs it"
+        };
         let result = json!({
             "planId": outcome.plan.id,
             "status": if outcome.approved { "approved" } else { "rejected" },
             "edited": outcome.edited,
+            "runs": runs,
         });
-        let waiter = lock(&self.waiters).remove(&outcome.plan.id);
         let decided = if outcome.approved {
             ApprovalOutcome::Approved {
                 hash: outcome.action.content_hash(),
@@ -265,7 +405,7 @@ impl FlightDesk {
             Some(tx) => {
                 let _ = tx.send(decided);
             }
-            None if outcome.approved => {
+            None if outcome.approved && !live_elsewhere && self.is_decider() => {
                 // Its turn is gone (the daemon restarted): run it here, once.
                 let desk = self.clone();
                 let plan = outcome.plan;
@@ -377,21 +517,24 @@ impl FlightDesk {
                 return;
             }
         };
-        let ctx = ActContext {
-            session_id: plan.session_id.clone(),
-            cwd,
+        // The same execution path as a live turn (one `executed` record
+        // with session and plan ids), only nobody watches it live.
+        let sink = NullSink;
+        let x = ExecContext {
+            env: &self.env,
+            session_id: &plan.session_id,
+            cwd: &cwd,
+            plan_id: Some(&plan.id),
+            sink: &sink,
+            sink_handle: None,
             cancel: CancellationToken::new(),
-            say: None,
             approved_by: plan.decision.as_ref().map(|d| d.by.clone()),
             limits: Default::default(),
+            live: None,
         };
-        let (is_error, text) = match self.env.actuators.resolve(Some(&action.target), None) {
-            Ok(actuator) => match actuator.execute(&action, &ctx).await {
-                Ok(out) => (out.is_error, out.text),
-                Err(e) => (true, e.to_string()),
-            },
-            Err(e) => (true, e.to_string()),
-        };
+        let acted = execute_action(&plan.tool_call_id, &action, &x).await;
+        let is_error = acted.status != ActStatus::Executed;
+        let text = acted.observation.text;
         match self
             .store
             .finish_execution(&plan.id, PlanResult::new(is_error, &text))
@@ -403,6 +546,11 @@ impl FlightDesk {
             ),
             Err(e) => tracing::error!(plan = %plan.id, "could not record the result: {e}"),
         }
+    }
+
+    /// The plan id of a live turn's call, for its audit record.
+    pub fn plan_of(&self, session: &str, call: &str) -> Option<String> {
+        lock(&self.by_call).get(&call_key(session, call)).cloned()
     }
 }
 

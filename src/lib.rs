@@ -22,5 +22,6 @@ pub mod server;
 pub mod session_config;
 pub mod setup;
 pub mod skills;
+pub mod state_lock;
 pub mod tools;
 pub mod toolsets;

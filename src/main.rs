@@ -166,11 +166,30 @@ fn overrides(f: &ConfigFlags) -> Result<Overrides, config::ConfigError> {
     })
 }
 
+/// Libraries whose debug and trace output carries whole requests (the
+/// `initialize` params with API keys, HTTP headers with bearer tokens):
+/// held at `info` whatever `PASSEPARTOUT_LOG` says.
+const QUIET_LIBRARIES: &[&str] = &[
+    "jsonrpsee=info",
+    "jsonrpsee_core=info",
+    "jsonrpsee_server=info",
+    "reqwest=info",
+    "hyper=info",
+    "hyper_util=info",
+    "h2=info",
+    "rustls=info",
+];
+
 fn init_logging(default: &str) {
-    let filter = std::env::var("PASSEPARTOUT_LOG")
+    let mut filter = std::env::var("PASSEPARTOUT_LOG")
         .ok()
         .and_then(|v| tracing_subscriber::EnvFilter::try_new(v).ok())
         .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default));
+    for directive in QUIET_LIBRARIES {
+        if let Ok(d) = directive.parse() {
+            filter = filter.add_directive(d);
+        }
+    }
     // Logs go to stderr only: stdout carries protocol frames.
     tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -269,8 +288,15 @@ async fn serve(flags: ConfigFlags) -> ExitCode {
         }
     };
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving on stdio");
+    let audit = env.audit.clone();
     passepartout::server::serve_on(env, tokio::io::stdin(), tokio::io::stdout()).await;
-    ExitCode::SUCCESS
+    if let Some(log) = audit {
+        // Records queued by the last turn reach the disk before we exit.
+        log.flush();
+    }
+    // Exit now: the runtime would otherwise wait for its blocking stdin
+    // reader, and nothing is left to do.
+    std::process::exit(0)
 }
 
 async fn run(flags: ConfigFlags, prompt: String) -> ExitCode {
@@ -318,6 +344,10 @@ async fn run(flags: ConfigFlags, prompt: String) -> ExitCode {
     .await;
     println!();
     env.mcp.shutdown().await;
+    if let Some(log) = &env.audit {
+        // The records of this turn reach the disk before the process ends.
+        log.flush();
+    }
     match result {
         Ok(acp::StopReason::EndTurn) => ExitCode::SUCCESS,
         Ok(other) => {

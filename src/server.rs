@@ -3,12 +3,20 @@
 //!
 //! Handlers are registered on a jsonrpsee [`RpcModule`]; [`crate::rpc::serve`]
 //! runs each request in its own task, so a long `session/prompt` never blocks
-//! `session/cancel` or a plan decision.
+//! `session/cancel` or a plan decision. Prompts to one session are queued in
+//! the order they arrived (a ticket taken on the reader task, see
+//! [`PromptOrder`]), at most [`MAX_QUEUED_PROMPTS`] deep.
+//!
+//! Streamed text is coalesced per session by [`RpcSink`]: the first chunk of
+//! a run goes out at once, later ones are merged and sent every
+//! [`COALESCE_WINDOW`] or [`COALESCE_BYTES`], whichever comes first, and always
+//! before any other update of the session and at the end of the turn.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use jsonrpsee::types::{ErrorObject, ErrorObjectOwned, Params};
 use jsonrpsee::RpcModule;
@@ -33,6 +41,75 @@ pub struct Daemon {
     /// per session, keyed by the action's content hash (never a tool name).
     remembered: Mutex<HashMap<String, HashMap<String, bool>>>,
     next_session: AtomicU64,
+    /// The arrival order of prompts, per session.
+    orders: Mutex<HashMap<String, Arc<PromptOrder>>>,
+}
+
+/// Prompts a session may have waiting behind its running turn.
+pub const MAX_QUEUED_PROMPTS: u64 = 64;
+
+/// First come, first served, per session: each prompt takes a ticket on
+/// the reader task (so in arrival order) and its turn starts when every
+/// earlier ticket is done.
+#[derive(Default)]
+pub struct PromptOrder {
+    issued: AtomicU64,
+    /// Tickets below `.0` are all done; `.1` holds later ones done early
+    /// (a prompt refused before its turn).
+    done: Mutex<(u64, std::collections::BTreeSet<u64>)>,
+    changed: tokio::sync::Notify,
+}
+
+impl PromptOrder {
+    fn take(&self) -> u64 {
+        self.issued.fetch_add(1, Ordering::SeqCst)
+    }
+
+    fn waiting(&self) -> u64 {
+        let done = lock(&self.done);
+        self.issued.load(Ordering::SeqCst) - done.0 - done.1.len() as u64
+    }
+
+    async fn wait_for(&self, ticket: u64) {
+        loop {
+            let changed = self.changed.notified();
+            if lock(&self.done).0 >= ticket {
+                return;
+            }
+            changed.await;
+        }
+    }
+
+    fn finish(&self, ticket: u64) {
+        let mut done = lock(&self.done);
+        done.1.insert(ticket);
+        loop {
+            let next = done.0;
+            if !done.1.remove(&next) {
+                break;
+            }
+            done.0 += 1;
+        }
+        drop(done);
+        self.changed.notify_waiters();
+    }
+}
+
+/// A prompt's place in its session's queue, taken when the request was
+/// read. Dropping it (the prompt finished or failed) lets the next one go.
+pub struct PromptTicket {
+    order: Arc<PromptOrder>,
+    ticket: u64,
+    turn: u64,
+    cancel: CancellationToken,
+    session: Arc<Session>,
+}
+
+impl Drop for PromptTicket {
+    fn drop(&mut self) {
+        self.session.end_turn(self.turn);
+        self.order.finish(self.ticket);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -58,6 +135,40 @@ impl Daemon {
             settings: Mutex::default(),
             remembered: Mutex::default(),
             next_session: AtomicU64::new(1),
+            orders: Mutex::default(),
+        })
+    }
+
+    /// On the reader task, in arrival order: a queue place for a prompt.
+    /// `None` for anything the prompt handler will refuse anyway.
+    fn ticket_for(&self, text: &str) -> Option<PromptTicket> {
+        #[derive(serde::Deserialize)]
+        struct Envelope {
+            params: PromptParams,
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct PromptParams {
+            session_id: String,
+        }
+        let envelope: Envelope = serde_json::from_str(text).ok()?;
+        let session = lock(&self.sessions)
+            .get(&envelope.params.session_id)?
+            .clone();
+        let order = lock(&self.orders)
+            .entry(session.id.clone())
+            .or_default()
+            .clone();
+        // The turn (and its cancel token) exists from now on, so a cancel
+        // that arrives before the turn starts still stops it.
+        let (turn, cancel) = session.begin_turn();
+        let ticket = order.take();
+        Some(PromptTicket {
+            order,
+            ticket,
+            turn,
+            cancel,
+            session,
         })
     }
 
@@ -185,23 +296,85 @@ impl Daemon {
     async fn prompt(
         self: Arc<Self>,
         req: acp::PromptRequest,
+        ticket: Option<PromptTicket>,
     ) -> Result<acp::PromptResponse, ErrorObjectOwned> {
         let session = self.session(&req.session_id.0)?;
+        let ticket = match ticket.filter(|t| t.session.id == session.id) {
+            Some(t) => t,
+            None => {
+                let order = lock(&self.orders)
+                    .entry(session.id.clone())
+                    .or_default()
+                    .clone();
+                let (turn, cancel) = session.begin_turn();
+                let ticket = order.take();
+                PromptTicket {
+                    order,
+                    ticket,
+                    turn,
+                    cancel,
+                    session: session.clone(),
+                }
+            }
+        };
         let text = prompt_text(&req.prompt);
         if text.trim().is_empty() {
             return Err(invalid_params("the prompt has no text"));
         }
-        let (turn_no, cancel) = session.begin_turn();
-        let sink = RpcSink {
-            out: self.out.clone(),
-            session_id: session.id.clone(),
-        };
+        if ticket.order.waiting() > MAX_QUEUED_PROMPTS {
+            return Err(rpc_error(
+                codes::REFUSED,
+                format!(
+                    "too many prompts queued for session {} (limit {MAX_QUEUED_PROMPTS}); wait for \
+                     the running ones or cancel them",
+                    session.id
+                ),
+            ));
+        }
+        tokio::select! {
+            _ = ticket.order.wait_for(ticket.ticket) => {}
+            // Cancelled while queued: it never starts.
+            _ = ticket.cancel.cancelled() => {
+                return Ok(acp::PromptResponse::new(acp::StopReason::Cancelled));
+            }
+        }
+        let sink = Arc::new(RpcSink::new(self.out.clone(), session.id.clone()));
         let approver = DaemonApprover {
             daemon: self.clone(),
         };
-        let result =
-            turn::run_turn(&self.env, &session, text, Arc::new(sink), &approver, cancel).await;
-        session.end_turn(turn_no);
+        // The turn's own token: cancelled by a person, or by the clock.
+        let turn_cancel = ticket.cancel.child_token();
+        let limit = Duration::from_secs(self.env.config.max_turn_secs);
+        let timed_out = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let timer = {
+            let (token, flag) = (turn_cancel.clone(), timed_out.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(limit).await;
+                flag.store(true, Ordering::SeqCst);
+                token.cancel();
+            })
+        };
+        let result = turn::run_turn(
+            &self.env,
+            &session,
+            text,
+            sink.clone(),
+            &approver,
+            turn_cancel,
+        )
+        .await;
+        timer.abort();
+        sink.flush();
+        drop(ticket);
+        if timed_out.load(Ordering::SeqCst) {
+            return Err(rpc_error(
+                codes::REFUSED,
+                format!(
+                    "the turn was stopped after {} s: it reached max_turn_secs",
+                    limit.as_secs()
+                ),
+            ));
+        }
         match result {
             Ok(stop) => Ok(acp::PromptResponse::new(stop)),
             Err(e) => Err(rpc_error(codes::PROVIDER_FAILED, e.to_string())),
@@ -571,21 +744,153 @@ fn prompt_text(blocks: &[acp::ContentBlock]) -> String {
     parts.join("\n\n")
 }
 
-/// Sends a session's updates as ACP notifications.
-pub struct RpcSink {
-    out: Outgoing,
-    session_id: String,
+/// Text chunks are merged for at most this long (the first of a run is
+/// never held back).
+pub const COALESCE_WINDOW: Duration = Duration::from_millis(20);
+/// ... or until this many bytes are waiting.
+pub const COALESCE_BYTES: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChunkKind {
+    Message,
+    Thought,
 }
 
-impl TurnSink for RpcSink {
-    fn update(&self, update: acp::SessionUpdate) {
+/// Text waiting to be sent, and whether a run of chunks is going on.
+#[derive(Default)]
+struct Coalesced {
+    kind: Option<ChunkKind>,
+    text: String,
+    in_run: bool,
+    timer_armed: bool,
+}
+
+/// Sends a session's updates as ACP notifications, coalescing text chunks.
+pub struct RpcSink {
+    inner: Arc<SinkInner>,
+}
+
+struct SinkInner {
+    out: Outgoing,
+    session_id: String,
+    /// Held while sending, so the timer's flush and the turn's own updates
+    /// cannot overtake each other.
+    pending: Mutex<Coalesced>,
+}
+
+/// A chunk made of plain text only (anything richer is sent as it is).
+fn plain_chunk(update: &acp::SessionUpdate) -> Option<(ChunkKind, &str)> {
+    let (kind, chunk) = match update {
+        acp::SessionUpdate::AgentMessageChunk(c) => (ChunkKind::Message, c),
+        acp::SessionUpdate::AgentThoughtChunk(c) => (ChunkKind::Thought, c),
+        _ => return None,
+    };
+    if chunk.message_id.is_some() || chunk.meta.is_some() {
+        return None;
+    }
+    match &chunk.content {
+        acp::ContentBlock::Text(t) if t.annotations.is_none() && t.meta.is_none() => {
+            Some((kind, t.text.as_str()))
+        }
+        _ => None,
+    }
+}
+
+impl SinkInner {
+    fn send(&self, update: acp::SessionUpdate) {
         self.out.notify(
             proto::SESSION_UPDATE,
             acp::SessionNotification::new(acp::SessionId::new(self.session_id.clone()), update),
         );
     }
+
+    fn send_text(&self, kind: ChunkKind, text: String) {
+        let chunk = acp::ContentChunk::new(text.into());
+        self.send(match kind {
+            ChunkKind::Message => acp::SessionUpdate::AgentMessageChunk(chunk),
+            ChunkKind::Thought => acp::SessionUpdate::AgentThoughtChunk(chunk),
+        });
+    }
+
+    /// Send what is waiting (caller holds the lock).
+    fn flush_locked(&self, pending: &mut Coalesced) {
+        if let Some(kind) = pending.kind {
+            if !pending.text.is_empty() {
+                self.send_text(kind, std::mem::take(&mut pending.text));
+            }
+        }
+    }
+}
+
+impl RpcSink {
+    pub fn new(out: Outgoing, session_id: String) -> Self {
+        RpcSink {
+            inner: Arc::new(SinkInner {
+                out,
+                session_id,
+                pending: Mutex::default(),
+            }),
+        }
+    }
+
+    /// Send any text still waiting and end the run (end of turn).
+    pub fn flush(&self) {
+        let mut pending = lock(&self.inner.pending);
+        self.inner.flush_locked(&mut pending);
+        pending.in_run = false;
+    }
+
+    fn chunk(&self, kind: ChunkKind, text: &str) {
+        let mut pending = lock(&self.inner.pending);
+        if pending.in_run && pending.kind == Some(kind) {
+            pending.text.push_str(text);
+            if pending.text.len() >= COALESCE_BYTES {
+                self.inner.flush_locked(&mut pending);
+            } else if !pending.timer_armed {
+                pending.timer_armed = true;
+                let inner = self.inner.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(COALESCE_WINDOW).await;
+                    let mut pending = lock(&inner.pending);
+                    pending.timer_armed = false;
+                    inner.flush_locked(&mut pending);
+                });
+            }
+            return;
+        }
+        // A new run (or the other kind of text): what waited goes first,
+        // and this first chunk is not held back.
+        self.inner.flush_locked(&mut pending);
+        pending.kind = Some(kind);
+        pending.in_run = true;
+        self.inner.send_text(kind, text.to_string());
+    }
+}
+
+impl TurnSink for RpcSink {
+    fn update(&self, update: acp::SessionUpdate) {
+        if let Some((kind, text)) = plain_chunk(&update) {
+            return self.chunk(kind, text);
+        }
+        let mut pending = lock(&self.inner.pending);
+        self.inner.flush_locked(&mut pending);
+        pending.in_run = false;
+        self.inner.send(update);
+    }
+
     fn status(&self, status: SessionStatus) {
-        self.out.notify(proto::EXT_SESSION_STATUS, status);
+        let mut pending = lock(&self.inner.pending);
+        self.inner.flush_locked(&mut pending);
+        pending.in_run = false;
+        self.inner.out.notify(proto::EXT_SESSION_STATUS, status);
+    }
+
+    fn room(&self) -> Option<futures::future::BoxFuture<'static, ()>> {
+        if !self.inner.out.congested() {
+            return None;
+        }
+        let out = self.inner.out.clone();
+        Some(Box::pin(async move { out.room().await }))
     }
 }
 
@@ -614,6 +919,10 @@ impl Approver for DaemonApprover {
         action: &crate::action::Action,
     ) -> Result<(), String> {
         self.daemon.desk.begin(session_id, tool_call_id, action)
+    }
+
+    fn plan_id(&self, session_id: &str, tool_call_id: &str) -> Option<String> {
+        self.daemon.desk.plan_of(session_id, tool_call_id)
     }
 
     fn settle(
@@ -647,7 +956,10 @@ pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
             .map(|_| ()),
         module
             .register_async_method(proto::SESSION_PROMPT, |p, d, _| async move {
-                d.prompt(parse(&p)?).await
+                let ticket = crate::rpc::request_ticket()
+                    .and_then(|t| t.downcast::<Mutex<Option<PromptTicket>>>().ok())
+                    .and_then(|t| lock(&t).take());
+                d.prompt(parse(&p)?, ticket).await
             })
             .map(|_| ()),
         module
@@ -740,13 +1052,30 @@ where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (out, rx) = Outgoing::channel();
+    let (out, queue) = Outgoing::channel();
     let daemon = Daemon::new(env, out.clone());
     daemon.desk.recover();
     let notify_daemon = daemon.clone();
-    let on_note: crate::rpc::NotificationHandler =
-        Arc::new(move |m: &str, p: Value| notify_daemon.on_notification(m, p));
-    crate::rpc::serve(reader, writer, out, rx, methods(daemon.clone()), on_note).await;
+    let ticket_daemon = daemon.clone();
+    let eof_daemon = daemon.clone();
+    let hooks = crate::rpc::Hooks {
+        on_notification: Arc::new(move |m: &str, p: Value| notify_daemon.on_notification(m, p)),
+        on_request: Some(Arc::new(move |method: &str, text: &str| {
+            if method != proto::SESSION_PROMPT {
+                return None;
+            }
+            let ticket = ticket_daemon.ticket_for(text)?;
+            Some(Arc::new(Mutex::new(Some(ticket))) as crate::rpc::Ticket)
+        })),
+        on_eof: Some(Arc::new(move || {
+            // The editor went away (quit, restart): stop the turns, but a
+            // plan waiting for a person stays pending for the next daemon.
+            eof_daemon.desk.shut_down();
+            eof_daemon.env.editor.disconnect();
+            eof_daemon.cancel_all();
+        })),
+    };
+    crate::rpc::serve(reader, writer, out, queue, methods(daemon.clone()), hooks).await;
     daemon.env.editor.disconnect();
     daemon.cancel_all();
     daemon.env.mcp.shutdown().await;

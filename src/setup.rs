@@ -1,19 +1,27 @@
 //! Assembling a working agent from a [`Config`]: providers, toolsets,
 //! gates, actuators. Shared by `serve` and `run`.
+//!
+//! Nothing slow happens here: the sandbox's trial run (a bwrap process,
+//! 10–20 ms) waits for the first shell action ([`LazyShell`]) and is cached
+//! for the life of the process; with `sandbox = "none"` it never happens.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use tokio::sync::OnceCell;
+
+use crate::action::Action;
 use crate::actuators::emacs::{EditorLink, EmacsActuator};
 use crate::actuators::files::FilesActuator;
 use crate::actuators::memex::MemexActuator;
 use crate::actuators::shell::{SandboxMode, ShellActuator};
 use crate::actuators::system::SystemActuator;
-use crate::actuators::ActuatorRegistry;
+use crate::actuators::{ActContext, ActError, ActOutput, Actuator, ActuatorRegistry};
 use crate::agent::AgentEnv;
 use crate::audit::AuditLog;
 use crate::config::{Config, SandboxSetting};
 use crate::protocol::SandboxReport;
+use crate::sandbox::limits::ResourceLimits;
 use crate::sandbox::runner::RunLimits;
 use crate::toolsets::{SkillSources, SkillToolsets};
 
@@ -39,8 +47,8 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
         timeout: Duration::from_secs(config.shell_timeout_secs),
         output_cap: config.output_cap_bytes,
     };
-    let shell = ShellActuator::new(mode, limits).with_resources(config.sandbox_limits);
-    let sandbox = sandbox_report(&shell);
+    let shell = LazyShell::new(mode, limits, config.sandbox_limits.clone());
+    let sandbox = startup_report(mode);
     if sandbox.available {
         tracing::info!("{}", sandbox.message);
     } else {
@@ -94,7 +102,100 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
     })
 }
 
-/// What to tell the person about the shell sandbox.
+/// The shell actuator, built (and the sandbox probed, in a blocking task)
+/// at its first action rather than at startup.
+pub struct LazyShell {
+    mode: SandboxMode,
+    limits: RunLimits,
+    resources: ResourceLimits,
+    shell: OnceCell<ShellActuator>,
+}
+
+impl LazyShell {
+    pub fn new(mode: SandboxMode, limits: RunLimits, resources: ResourceLimits) -> Self {
+        LazyShell {
+            mode,
+            limits,
+            resources,
+            shell: OnceCell::new(),
+        }
+    }
+
+    async fn shell(&self) -> Result<&ShellActuator, ActError> {
+        self.shell
+            .get_or_try_init(|| async {
+                // clone, not copy: the limits may grow fields that are not Copy.
+                #[allow(clippy::clone_on_copy)]
+                let (mode, limits) = (self.mode, self.limits.clone());
+                let resources = self.resources.clone();
+                let built = tokio::task::spawn_blocking(move || match mode {
+                    SandboxMode::Bwrap => ShellActuator::new(mode, limits),
+                    // No sandbox: nothing to probe.
+                    SandboxMode::Unsandboxed => ShellActuator::with_status(
+                        mode,
+                        limits,
+                        crate::sandbox::probe::SandboxStatus::Unavailable {
+                            reason: "not probed: sandbox = \"none\"".into(),
+                            fix: "set sandbox = \"bwrap\"".into(),
+                        },
+                        crate::sandbox::bwrap::SystemLayout::probe(),
+                    ),
+                })
+                .await
+                .map_err(|e| ActError::Unavailable(format!("the sandbox probe failed: {e}")))?
+                .with_resources(resources);
+                let report = sandbox_report(&built);
+                if built.mode() == SandboxMode::Bwrap {
+                    tracing::info!("first shell action: {}", report.message);
+                }
+                Ok(built)
+            })
+            .await
+    }
+}
+
+#[async_trait::async_trait]
+impl Actuator for LazyShell {
+    fn target(&self) -> &str {
+        "shell"
+    }
+
+    async fn execute(&self, action: &Action, ctx: &ActContext) -> Result<ActOutput, ActError> {
+        self.shell().await?.execute(action, ctx).await
+    }
+}
+
+/// What to tell the person about the shell sandbox at startup, without
+/// running bwrap: whether it is on `PATH` (its trial run comes with the
+/// first shell action, which fails closed with the reason if it fails).
+fn startup_report(mode: SandboxMode) -> SandboxReport {
+    match mode {
+        SandboxMode::Unsandboxed => SandboxReport {
+            available: true,
+            message:
+                "shell actions run WITHOUT a sandbox (sandbox = \"none\"); every result says so"
+                    .into(),
+        },
+        SandboxMode::Bwrap => match crate::sandbox::probe::locate_bwrap() {
+            Some(path) => SandboxReport {
+                available: true,
+                message: format!(
+                    "sandbox: bubblewrap at {} (checked by a trial run at the first shell action)",
+                    path.display()
+                ),
+            },
+            None => SandboxReport {
+                available: false,
+                message: format!(
+                    "shell actions are refused: bubblewrap (`bwrap`) was not found on PATH\nfix: {}",
+                    crate::sandbox::probe::INSTALL_FIX
+                ),
+            },
+        },
+    }
+}
+
+/// What to tell the person about the shell sandbox once probed.
 fn sandbox_report(shell: &ShellActuator) -> SandboxReport {
     let status = shell.sandbox_status();
     match shell.mode() {

@@ -127,7 +127,7 @@ async fn an_approved_plan_runs_and_its_result_reaches_the_model() {
         .await;
     assert_eq!(
         r["result"],
-        json!({ "planId": id, "status": "approved", "edited": false }),
+        json!({ "planId": id, "status": "approved", "edited": false, "runs": "now: its turn is waiting" }),
         "{r}"
     );
     let done = c.wait_response(p).await;
@@ -144,9 +144,11 @@ async fn an_approved_plan_runs_and_its_result_reaches_the_model() {
         tool_result(&fake, 1)
     );
 
-    // The audit log has the whole story.
-    let audit =
-        std::fs::read_to_string(home.path().join("state/passepartout/audit.jsonl")).unwrap();
+    // The audit log has the whole story (written by its own thread).
+    let audit = audit_until(&home.path().join("state/passepartout/audit.jsonl"), |a| {
+        a.lines().count() >= 4
+    })
+    .await;
     let kinds: Vec<String> = audit
         .lines()
         .map(|l| {
@@ -160,6 +162,12 @@ async fn an_approved_plan_runs_and_its_result_reaches_the_model() {
         kinds,
         ["proposed", "verdict", "decision", "executed", "effect"],
         "{audit}"
+    );
+    let executed: Value = serde_json::from_str(audit.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (executed["session"].clone(), executed["plan_id"].clone()),
+        (json!(sid), json!(id)),
+        "{executed}"
     );
 }
 
@@ -302,6 +310,21 @@ async fn a_plan_survives_sigkill_and_runs_exactly_once() {
     assert_eq!(r["result"]["status"], "approved", "{r}");
     let resolved = second.wait_method("_passepartout/plan/resolved").await;
     assert_eq!(resolved["params"]["status"], "executed", "{resolved}");
+    // The restart path writes the same `executed` record as a live turn.
+    let audit = audit_until(&home.path().join("state/passepartout/audit.jsonl"), |a| {
+        a.contains("\"kind\":\"executed\"")
+    })
+    .await;
+    let executed: Value = audit
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["kind"] == "executed")
+        .unwrap_or_else(|| panic!("no executed record in {audit}"));
+    assert_eq!(
+        (executed["plan_id"].clone(), executed["session"].clone()),
+        (json!(id), json!(sid)),
+        "{executed}"
+    );
     let r = second
         .request(
             "_passepartout/plan/decide",
@@ -436,8 +459,10 @@ async fn cancelling_a_turn_withdraws_its_pending_plan() {
         .request("_passepartout/plans/list", json!(null))
         .await;
     assert_eq!(list["result"]["plans"], json!([]), "{list}");
-    let audit =
-        std::fs::read_to_string(w.home.path().join("state/passepartout/audit.jsonl")).unwrap();
+    let audit = audit_until(&w.home.path().join("state/passepartout/audit.jsonl"), |a| {
+        a.contains("\"by\":\"cancel\"")
+    })
+    .await;
     let last: Value = serde_json::from_str(audit.lines().last().unwrap()).unwrap();
     assert_eq!(
         (last["kind"].clone(), last["by"].clone()),
@@ -445,4 +470,167 @@ async fn cancelling_a_turn_withdraws_its_pending_plan() {
         "{audit}"
     );
     assert!(!w.project.path().join("never.txt").exists());
+}
+
+/// The audit log once `ready` says it holds what the test waits for (its
+/// writer thread appends shortly after the daemon's reply).
+async fn audit_until(path: &std::path::Path, ready: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + harness::WAIT;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if ready(&text) || std::time::Instant::now() > deadline {
+            return text;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn closing_stdin_leaves_a_waiting_plan_pending() {
+    let mut w = waiting_on_a_write("kept.txt", "later\n").await;
+    // The editor quits: end of input.
+    w.client.close_stdin();
+    let status = tokio::time::timeout(harness::WAIT, w.client.child.wait())
+        .await
+        .expect("the daemon exits at end of input")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    let store =
+        passepartout::plans::store::PlanStore::new(w.home.path().join("state/passepartout/plans"));
+    let plan = store.load(&w.plan_id).unwrap();
+    assert_eq!(plan.status.as_str(), "pending", "{plan:?}");
+    let audit = std::fs::read_to_string(w.home.path().join("state/passepartout/audit.jsonl"))
+        .unwrap_or_default();
+    assert!(
+        !audit.contains("\"kind\":\"decision\""),
+        "no decision was recorded: {audit}"
+    );
+
+    // The next daemon offers it again, and approving it runs it.
+    let fake = FakeProvider::start(vec![]).await;
+    let mut next = spawn(w.home.path(), &fake);
+    next.initialize(json!({ "flightPlans": true })).await;
+    let offer = next.wait_method("_passepartout/plan/offer").await;
+    assert_eq!(offer["params"]["plan"]["planId"], json!(w.plan_id));
+    let r = next
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": w.plan_id, "decision": "approve" }),
+        )
+        .await;
+    assert_eq!(
+        r["result"]["runs"], "now: its turn is gone, so this daemon runs it",
+        "{r}"
+    );
+    let resolved = next.wait_method("_passepartout/plan/resolved").await;
+    assert_eq!(resolved["params"]["status"], "executed", "{resolved}");
+    assert_eq!(
+        std::fs::read_to_string(w.project.path().join("kept.txt")).unwrap(),
+        "later\n"
+    );
+}
+
+#[tokio::test]
+async fn a_second_daemon_leaves_the_first_daemons_plans_to_it() {
+    let mut w = waiting_on_a_write("first.txt", "from the first\n").await;
+    // A second daemon on the same state directory (a second Emacs).
+    let other = FakeProvider::start(vec![]).await;
+    let mut second = spawn(w.home.path(), &other);
+    second.initialize(json!({ "flightPlans": true })).await;
+    // The terminal knows who runs what.
+    let holder = w.client.child.id().unwrap();
+    let list = std::process::Command::new(harness::BIN)
+        .args(["plans", "list"])
+        .env("HOME", w.home.path())
+        .env("XDG_CONFIG_HOME", w.home.path().join("config"))
+        .env("XDG_STATE_HOME", w.home.path().join("state"))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&list.stdout).contains(&w.plan_id));
+    let lock =
+        std::fs::read_to_string(w.home.path().join("state/passepartout/daemon.lock")).unwrap();
+    assert_eq!(
+        lock.trim(),
+        holder.to_string(),
+        "the first daemon holds the lock"
+    );
+
+    // Approved through the second daemon: the first daemon's turn runs it
+    // and its model hears the result (not a rejection).
+    let r = second
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": w.plan_id, "decision": "approve" }),
+        )
+        .await;
+    assert_eq!(
+        r["result"]["runs"], "now: the daemon whose turn made it runs it",
+        "{r}"
+    );
+    let done = w.client.wait_response(w.prompt_id).await;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    assert!(
+        tool_result(&w.fake, 1).starts_with("wrote"),
+        "{}",
+        tool_result(&w.fake, 1)
+    );
+    assert_eq!(
+        std::fs::read_to_string(w.project.path().join("first.txt")).unwrap(),
+        "from the first\n"
+    );
+    let store =
+        passepartout::plans::store::PlanStore::new(w.home.path().join("state/passepartout/plans"));
+    assert_eq!(store.load(&w.plan_id).unwrap().status.as_str(), "executed");
+    assert_eq!(other.requests().len(), 0);
+}
+
+#[tokio::test]
+async fn a_second_daemon_does_not_interrupt_a_running_plan() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let args = json!({ "command": "sleep 2 && echo ran > slow.txt && git push origin main 2>/dev/null; true" })
+        .to_string();
+    let fake = FakeProvider::start(vec![
+        fake::openai_tool_calls(&[("c1", "shell", &args)]),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let mut first = Client::spawn(
+        Framing::ContentLength,
+        home.path(),
+        &["--provider-url", &fake.openai_url(), "--sandbox", "none"],
+    );
+    first.initialize(json!({ "flightPlans": true })).await;
+    let sid = first.new_session(project.path()).await;
+    let p = first
+        .start_request("session/prompt", prompt(&sid, "slow"))
+        .await;
+    let offer = first.wait_method("_passepartout/plan/offer").await;
+    let id = offer["params"]["plan"]["planId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = first
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": id, "decision": "approve" }),
+        )
+        .await;
+    assert_eq!(r["result"]["status"], "approved", "{r}");
+    first
+        .wait_for(|m| m["params"]["update"]["status"] == "in_progress")
+        .await;
+    // While it runs, a second daemon starts on the same state directory.
+    let mut second = spawn(home.path(), &fake);
+    second.initialize(json!({ "flightPlans": true })).await;
+    let done = first.wait_response(p).await;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    let store =
+        passepartout::plans::store::PlanStore::new(home.path().join("state/passepartout/plans"));
+    assert_eq!(store.load(&id).unwrap().status.as_str(), "executed");
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("slow.txt")).unwrap(),
+        "ran\n"
+    );
+    drop(second);
 }

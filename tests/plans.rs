@@ -661,6 +661,15 @@ mod store {
             store.begin_execution(&other.id),
             Err(StoreError::Stale { .. })
         ));
+        // It does not stay `approved` forever: it failed, says why, and no
+        // daemon picks it up again.
+        let after = store.load(&other.id).unwrap();
+        assert_eq!(after.status, PlanStatus::Failed);
+        assert!(
+            after.result.as_ref().unwrap().output.contains("not run"),
+            "{after:?}"
+        );
+        assert!(store.approved().unwrap().is_empty());
     }
 
     #[test]
@@ -1048,7 +1057,8 @@ mod cli {
             cli(&store, &["approve", &a.id, "--comment", "go ahead"]),
             (
                 0,
-                "fp-0123456789ab approved; the daemon will run it (or runs it at its next start).\n"
+                "fp-0123456789ab approved; no daemon is running: it runs when `passepartout \
+                 serve` next starts (e.g. when Emacs connects).\n"
                     .to_string()
             )
         );
@@ -1091,7 +1101,8 @@ mod cli {
             (
                 0,
                 "fp-0123456789ab approved with your edits (the gates check the edited action \
-                 again before it runs); the daemon will run it (or runs it at its next start).\n"
+                 again before it runs); no daemon is running: it runs when `passepartout serve` \
+                 next starts (e.g. when Emacs connects).\n"
                     .to_string()
             )
         );

@@ -165,7 +165,25 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
         } else if let Err(why) = begin(a, asked, &id, &approved) {
             refuse(a, &id, why, ActStatus::Denied)
         } else {
-            execute(&id, &approved, a, asked, approved_by).await
+            let plan_id = if asked {
+                a.approver.plan_id(&a.session.id, &id)
+            } else {
+                None
+            };
+            let x = ExecContext {
+                env: a.env,
+                session_id: &a.session.id,
+                cwd: &a.session.cwd,
+                plan_id: plan_id.as_deref(),
+                sink: a.sink,
+                sink_handle: Some(a.sink_handle.clone()),
+                cancel: a.cancel.clone(),
+                approved_by,
+                limits: (a.toolset.tools.get(&approved.tool))
+                    .map_or_else(Default::default, |t| t.planner.limits()),
+                live: Some(Live { act: a, asked }),
+            };
+            execute_action(&id, &approved, &x).await
         }
     };
     // Only an action that ran: a refusal already says why nothing did.
@@ -220,62 +238,96 @@ fn settled(a: &ActEnv<'_>, id: &str, acted: Acted) -> Acted {
     acted
 }
 
-async fn execute(
-    id: &str,
-    action: &Action,
-    a: &ActEnv<'_>,
-    asked: bool,
-    approved_by: Option<String>,
-) -> Acted {
-    let actuator = match a.env.actuators.resolve(Some(&action.target), None) {
+/// What running one action needs: the one execution path shared by a live
+/// turn and by the flight desk running an approved plan whose turn is gone
+/// (after a restart). The gates and the person have been consulted already.
+pub(crate) struct ExecContext<'a> {
+    pub env: &'a AgentEnv,
+    pub session_id: &'a str,
+    pub cwd: &'a std::path::Path,
+    /// The flight plan the action runs under, for the audit record.
+    pub plan_id: Option<&'a str>,
+    pub sink: &'a dyn TurnSink,
+    /// For actuators that speak to the person while running (None: nobody
+    /// is listening, e.g. a plan run after a restart).
+    pub sink_handle: Option<Arc<dyn TurnSink>>,
+    pub cancel: CancellationToken,
+    /// Who approved this exact action, when a person did.
+    pub approved_by: Option<String>,
+    /// The resource limits the calling tool sets for itself (`:LIMITS:`).
+    pub limits: crate::sandbox::LimitOverrides,
+    /// The live turn, when there is one: the effect stage can then ask a
+    /// person about what the action did. Without one (a plan run after its
+    /// turn is gone), a held effect stays rolled back.
+    pub live: Option<Live<'a>>,
+}
+
+/// A live turn behind an execution, and whether a person already approved
+/// the action itself.
+pub(crate) struct Live<'a> {
+    pub act: &'a ActEnv<'a>,
+    pub asked: bool,
+}
+
+/// Run an approved action with the actuator for its target, record an
+/// `executed` audit record (session, plan, call), and report the result.
+pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_>) -> Acted {
+    let actuator = match x.env.actuators.resolve(Some(&action.target), None) {
         Ok(act) => act,
-        Err(e) => return finish(a.sink, id, e.to_string(), ActStatus::Failed),
+        Err(e) => return finish(x.sink, id, e.to_string(), ActStatus::Failed),
     };
     // Checkpoint before: the effect is observed, not guessed.
     let origin = checkpoint::Origin {
-        session_id: a.session.id.clone(),
+        session_id: x.session_id.to_string(),
         tool_call_id: id.to_string(),
         tool: action.tool.clone(),
     };
-    let config = &a.env.config;
+    let config = &x.env.config;
     let watch = match watch::begin(
         &config.state_dir(),
         &config.checkpoints,
-        &a.session.cwd,
+        x.cwd,
         action,
         origin,
     )
     .await
     {
         Ok(w) => w,
-        Err(why) => return refuse(a, id, why, ActStatus::Denied),
+        Err(why) => {
+            x.env.record(AuditRecord::denied(x.session_id, id, &why));
+            return finish(x.sink, id, why, ActStatus::Denied);
+        }
     };
     let fields = acp::ToolCallUpdateFields::new().status(acp::ToolCallStatus::InProgress);
-    a.sink.update(acp::SessionUpdate::ToolCallUpdate(
+    x.sink.update(acp::SessionUpdate::ToolCallUpdate(
         acp::ToolCallUpdate::new(acp::ToolCallId::new(id.to_string()), fields),
     ));
-    let sink = a.sink_handle.clone();
-    let ctx = ActContext {
-        session_id: a.session.id.clone(),
-        cwd: a.session.cwd.clone(),
-        cancel: a.cancel.clone(),
-        say: Some(Arc::new(move |text: &str| {
+    let say = x.sink_handle.clone().map(|sink| {
+        Arc::new(move |text: &str| {
             let chunk = acp::ContentChunk::new(format!("\n{text}\n").into());
             sink.update(acp::SessionUpdate::AgentMessageChunk(chunk));
-        })),
-        approved_by,
-        limits: (a.toolset.tools.get(&action.tool))
-            .map_or_else(Default::default, |t| t.planner.limits()),
+        }) as crate::actuators::system::Say
+    });
+    let ctx = ActContext {
+        session_id: x.session_id.to_string(),
+        cwd: x.cwd.to_path_buf(),
+        cancel: x.cancel.clone(),
+        say,
+        approved_by: x.approved_by.clone(),
+        limits: x.limits.clone(),
     };
     let result = actuator.execute(action, &ctx).await;
-    match &result {
-        Ok(out) => a
-            .env
-            .record(AuditRecord::executed(id, out.is_error, &out.text)),
-        Err(e) => a
-            .env
-            .record(AuditRecord::executed(id, true, &e.to_string())),
-    }
+    let (is_error, output) = match &result {
+        Ok(out) => (out.is_error, out.text.clone()),
+        Err(e) => (true, e.to_string()),
+    };
+    x.env.record(AuditRecord::executed_in(
+        Some(x.session_id),
+        x.plan_id,
+        id,
+        is_error,
+        &output,
+    ));
     let (text, status) = match result {
         Ok(out) if !actuator.feeds_back() && !out.is_error => {
             // The person has seen it; the model only hears it was delivered.
@@ -298,14 +350,14 @@ async fn execute(
     };
     // Checkpoint after: the effect, judged by the effect gates.
     let Some(watch) = watch else {
-        return finish(a.sink, id, text, status);
+        return finish(x.sink, id, text, status);
     };
     match watch.finish().await {
-        Ok(None) => finish(a.sink, id, text, status),
-        Ok(Some(observed)) => effect_stage(a, id, action, text, status, observed, asked).await,
+        Ok(None) => finish(x.sink, id, text, status),
+        Ok(Some(observed)) => effect_stage(x, id, action, text, status, observed).await,
         Err(e) => {
             let text = format!("{text}\n(the effect could not be observed: {e})");
-            finish(a.sink, id, text, status)
+            finish(x.sink, id, text, status)
         }
     }
 }
@@ -314,26 +366,25 @@ async fn execute(
 /// shown and kept; held, it is rolled back at once and offered to a person
 /// as an apply action, through the same approval path every action takes.
 async fn effect_stage(
-    a: &ActEnv<'_>,
+    x: &ExecContext<'_>,
     id: &str,
     action: &Action,
     text: String,
     status: ActStatus,
     observed: watch::Observed,
-    asked: bool,
 ) -> Acted {
     let watch::Observed {
         project,
         mut checkpoint,
         guard,
     } = observed;
-    let cfg = &a.env.config.checkpoints;
-    let verdicts = checkpoint::gate::judge(&checkpoint.effect, action, &a.session.cwd, cfg);
+    let cfg = &x.env.config.checkpoints;
+    let verdicts = checkpoint::gate::judge(&checkpoint.effect, action, x.cwd, cfg);
     let shown = Shown::of(&project, &checkpoint, cfg);
     if verdicts.is_empty() {
-        a.env.record(AuditRecord::effect(&checkpoint));
+        x.env.record(AuditRecord::effect(&checkpoint));
         let text = format!("{text}\n{}", checkpoint.summary());
-        return finish_shown(a.sink, id, text, status, Some(shown));
+        return finish_shown(x.sink, id, text, status, Some(shown));
     }
     let reasons: Vec<String> = verdicts.iter().map(|v| v.reason.clone()).collect();
     let held = {
@@ -344,7 +395,7 @@ async fn effect_stage(
     checkpoint = match held {
         Ok(Ok(cp)) => cp,
         Ok(Err(e)) => {
-            a.env.record(AuditRecord::effect(&checkpoint));
+            x.env.record(AuditRecord::effect(&checkpoint));
             let text = format!(
                 "{text}\n{}\nThe effect gates would hold this change ({}), but it could not be \
                  rolled back: {e}. It stays applied; undo it with checkpoint {}.",
@@ -352,23 +403,39 @@ async fn effect_stage(
                 reasons.join("; "),
                 checkpoint.id
             );
-            return finish_shown(a.sink, id, text, status, Some(shown));
+            return finish_shown(x.sink, id, text, status, Some(shown));
         }
         Err(e) => {
             return finish(
-                a.sink,
+                x.sink,
                 id,
                 format!("{text}\n(checkpoint task failed: {e})"),
                 status,
             )
         }
     };
-    a.env.record(AuditRecord::effect(&checkpoint));
+    x.env.record(AuditRecord::effect(&checkpoint));
     let held_text = format!(
         "{text}\nThe effect of this action was held and rolled back: {}. {}",
         reasons.join("; "),
         checkpoint.summary()
     );
+    let Some(Live { act: a, asked }) = x.live.as_ref().map(|l| Live {
+        act: l.act,
+        asked: l.asked,
+    }) else {
+        // Nobody to ask: the plan ran after its turn was gone. Fail closed.
+        let why = format!(
+            "{held_text}\nNobody was there to approve the change, so it stays rolled back \
+             (checkpoint {}).",
+            checkpoint.id
+        );
+        let (p, cid) = (project.clone(), checkpoint.id.clone());
+        if let Ok(Ok(cp)) = tokio::task::spawn_blocking(move || p.reject(&cid)).await {
+            x.env.record(AuditRecord::effect(&cp));
+        }
+        return finish_shown(x.sink, id, why, ActStatus::Failed, Some(shown));
+    };
     if asked {
         // The text-gate plan is done: the action ran. What follows is a
         // new plan for its effect.

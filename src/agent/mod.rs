@@ -32,6 +32,21 @@ pub trait TurnSink: Send + Sync {
     fn update(&self, update: acp::SessionUpdate);
     /// The session's state changed (for mode lines).
     fn status(&self, status: SessionStatus);
+    /// Backpressure: `Some(wait)` when the person's side is behind and the
+    /// turn should wait before taking more from the model. The reason loop
+    /// awaits it (racing the cancel token) before each provider event.
+    fn room(&self) -> Option<futures::future::BoxFuture<'static, ()>> {
+        None
+    }
+}
+
+/// A sink for work nobody watches live (a plan run after a restart: its
+/// outcome is announced by the flight desk).
+pub struct NullSink;
+
+impl TurnSink for NullSink {
+    fn update(&self, _update: acp::SessionUpdate) {}
+    fn status(&self, _status: SessionStatus) {}
 }
 
 /// A question to a person about one action.
@@ -84,6 +99,11 @@ pub trait Approver: Send + Sync {
         _action: &Action,
     ) -> Result<(), String> {
         Ok(())
+    }
+
+    /// The flight plan an approved call runs under (for the audit record).
+    fn plan_id(&self, _session_id: &str, _tool_call_id: &str) -> Option<String> {
+        None
     }
 
     /// What became of an approved action (ran, failed, or was stopped by
@@ -159,10 +179,12 @@ impl AgentEnv {
         *self.models.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(cascade);
     }
 
-    /// Append to the audit log; a failure is logged, never fatal to a turn.
+    /// Append to the audit log (through its writer thread, so the fsync
+    /// stays off the async runtime); a failure is logged, never fatal to a
+    /// turn.
     pub fn record(&self, record: crate::audit::AuditRecord) {
         if let Some(log) = &self.audit {
-            if let Err(e) = log.append(&record) {
+            if let Err(e) = log.record(&record) {
                 tracing::error!("audit log: {e}");
             }
         }

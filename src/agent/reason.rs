@@ -38,11 +38,17 @@ pub enum ReasonError {
     },
 }
 
+/// Stream one answer. At most `max_answer_bytes` of text and reasoning are
+/// taken: past that the answer is cut (finish reason `Length`, calls
+/// dropped) and the person is told which setting cut it. Before each
+/// provider event the sink may ask the loop to wait (the client is behind);
+/// the wait races the cancel token, so a cancel is never held up.
 pub async fn reason(
     models: &Cascade,
     request: &ChatRequest,
     sink: &dyn TurnSink,
     cancel: CancellationToken,
+    max_answer_bytes: usize,
 ) -> Result<Reasoned, ReasonError> {
     let answered = match models.stream(request, cancel.clone()).await {
         Ok(a) => a,
@@ -61,6 +67,24 @@ pub async fn reason(
     };
     let mut events = answered.events;
     loop {
+        if let Some(room) = sink.room() {
+            tokio::select! {
+                _ = cancel.cancelled() => return Err(ReasonError::Cancelled),
+                _ = room => {}
+            }
+        }
+        if out.text.len() + out.reasoning.len() > max_answer_bytes {
+            let notice = format!(
+                "\n\n[answer cut: it passed max_answer_bytes = {max_answer_bytes} bytes]\n"
+            );
+            sink.update(acp::SessionUpdate::AgentMessageChunk(
+                acp::ContentChunk::new(notice.into()),
+            ));
+            tracing::warn!(provider = %out.provider, max_answer_bytes, "answer cut at its size limit");
+            out.calls.clear();
+            out.finish = Some(FinishReason::Length);
+            return Ok(out);
+        }
         let next = tokio::select! {
             _ = cancel.cancelled() => return Err(ReasonError::Cancelled),
             next = events.next() => next,

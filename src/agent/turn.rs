@@ -51,7 +51,15 @@ pub async fn run_turn(
             report_status(sink, session, "thinking");
             tracing::debug!(session = %session.id, round, "reason");
             let models = session.models().unwrap_or_else(|| env.models());
-            let reasoned = match reason(&models, &request, sink, cancel.clone()).await {
+            let reasoned = match reason(
+                &models,
+                &request,
+                sink,
+                cancel.clone(),
+                env.config.max_answer_bytes,
+            )
+            .await
+            {
                 Ok(r) => r,
                 Err(ReasonError::Cancelled) => return Ok(acp::StopReason::Cancelled),
                 Err(ReasonError::Provider { message, partial }) => {

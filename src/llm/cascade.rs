@@ -8,6 +8,12 @@
 //! the caller, errors included — replaying half an answer from another model
 //! would be worse than reporting the break.
 //!
+//! A provider that timed out (no answer within its idle timeout) is not
+//! retried at the same address: a server that sat silent for the whole
+//! timeout will most likely do it again, and three silent tries made a
+//! hung server cost the person three timeouts before the next provider or
+//! an error. It moves straight on to the next provider.
+//!
 //! A non-retryable failure (a 4xx other than 429, a configuration error)
 //! stops the cascade at once: a bad key or a malformed request will not get
 //! better at the next address, and the provider's own message is what the
@@ -211,7 +217,8 @@ impl Cascade {
                     ProviderError::Http { retry_after, .. } => *retry_after,
                     _ => None,
                 };
-                if retry >= entry.policy.max_retries {
+                let silent = matches!(error, ProviderError::Timeout { .. });
+                if retry >= entry.policy.max_retries || silent {
                     tracing::warn!(
                         provider = %label,
                         %error,

@@ -2,8 +2,10 @@
 //!
 //! `list` shows one line per plan, `show ID` prints the Org rendering,
 //! `approve ID` and `reject ID` record a decision (by `cli`). Approving
-//! here does not run anything: the daemon runs approved plans, now if it is
-//! running or at its next start. Output goes to the given writer; the
+//! here does not run anything: a daemon does, and `approve` says which one
+//! and when, from the state directory's lock (`daemon.lock`): the daemon
+//! whose turn made the plan if it still runs, else the lock holder within a
+//! second or two, else the next daemon at its start. Output goes to the given writer; the
 //! return value is the process exit code (0 ok, 1 failed, 2 bad usage).
 
 use std::io::Write;
@@ -90,8 +92,9 @@ fn run(store: &PlanStore, args: &[String], out: &mut dyn Write) -> Result<(), Fa
             };
             writeln!(
                 out,
-                "{} approved{edits}; the daemon will run it (or runs it at its next start).",
-                options.id
+                "{} approved{edits}; {}",
+                options.id,
+                who_runs(store, &outcome.plan)
             )?;
             Ok(())
         }
@@ -108,6 +111,30 @@ fn run(store: &PlanStore, args: &[String], out: &mut dyn Write) -> Result<(), Fa
             Ok(())
         }
         other => Err(Failure::Usage(format!("unknown plans command `{other}`"))),
+    }
+}
+
+/// Who will run an approved plan, and when (the truth at this moment).
+fn who_runs(store: &PlanStore, plan: &super::FlightPlan) -> String {
+    use crate::state_lock::{holder, process_alive, session_owner, Holder};
+    let owner = session_owner(&plan.session_id).filter(|pid| process_alive(*pid));
+    let state_dir = store.dir().parent().unwrap_or(store.dir());
+    match (owner, holder(state_dir)) {
+        (Some(pid), _) => {
+            format!("the daemon whose turn made it (pid {pid}) is running and runs it now.")
+        }
+        (None, Ok(Holder::Daemon(Some(pid)))) => format!(
+            "its turn is gone; the running daemon (pid {pid}) runs it within a few seconds."
+        ),
+        (None, Ok(Holder::Daemon(None))) => {
+            "its turn is gone; the running daemon runs it within a few seconds.".to_string()
+        }
+        (None, Ok(Holder::Nobody)) => {
+            "no daemon is running: it runs when `passepartout serve` next starts (e.g. when \
+             Emacs connects)."
+                .to_string()
+        }
+        (None, Err(e)) => format!("cannot tell whether a daemon is running ({e})."),
     }
 }
 

@@ -464,7 +464,18 @@ impl PlanStore {
         if plan.status != PlanStatus::Approved {
             return Err(StoreError::NotApproved(plan.status));
         }
-        check_hash(&plan)?;
+        if let Err(stale) = check_hash(&plan) {
+            // A record changed behind our back never runs: claim it so no
+            // one tries again, and say so in the plan.
+            let note = format!("refused by process {}: {stale}\n", std::process::id());
+            if create_marker(&lock, note.as_bytes()).is_ok() {
+                let mut failed = plan;
+                failed.status = PlanStatus::Failed;
+                failed.result = Some(PlanResult::new(true, &format!("not run: {stale}")));
+                self.save(&failed)?;
+            }
+            return Err(stale);
+        }
         let note = format!(
             "claimed by process {} at {}\n",
             std::process::id(),
@@ -502,7 +513,17 @@ impl PlanStore {
     /// run once; pending plans are returned to announce again. Renderings
     /// that are missing or out of date are rewritten.
     pub fn recover(&self) -> Result<Recovery, StoreError> {
-        let scan = self.scan()?;
+        self.recover_except(&|_| false)
+    }
+
+    /// [`PlanStore::recover`], leaving alone the plans `live` says a living
+    /// daemon's turn owns (a second daemon on the same directory).
+    pub fn recover_except(
+        &self,
+        live: &dyn Fn(&FlightPlan) -> bool,
+    ) -> Result<Recovery, StoreError> {
+        let mut scan = self.scan()?;
+        scan.plans.retain(|p| !live(p));
         let mut recovery = Recovery {
             problems: scan.problems,
             ..Recovery::default()

@@ -9,6 +9,13 @@
 //! Garbage never ends the stream: the decoder reports it as
 //! [`Frame::Garbage`] (so the server can answer `-32700`) and resynchronises on
 //! the next plausible frame.
+//!
+//! Memory is bounded by [`MAX_FRAME_BYTES`] in both framings: an NDJSON line
+//! that grows past it is reported and then thrown away as it arrives (never
+//! buffered), and a `Content-Length` above it is reported at once. Each
+//! byte is scanned once: the decoder remembers how far it has looked for a
+//! newline or a header end, so a long frame arriving in small reads costs
+//! linear, not quadratic, time.
 
 use std::io;
 use std::sync::{Arc, OnceLock};
@@ -53,19 +60,30 @@ pub const MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;
 
 const HEADER_NAME: &[u8] = b"content-length";
 
+/// A header block longer than this is garbage (real ones are ~40 bytes).
+const MAX_HEADER_BYTES: usize = 8 * 1024;
+
 /// A tokio-util codec for both framings.
 #[derive(Debug, Clone, Default)]
 pub struct FrameCodec {
     framing: FramingCell,
-    /// Bytes of an oversized body still to be thrown away.
-    skipping: usize,
+    /// Throwing input away until the next frame starts: the rest of an
+    /// oversized NDJSON line (until its newline), or the body of an
+    /// oversized Content-Length frame (until the next header). The body is
+    /// not skipped by its declared length: a lying length would swallow
+    /// every later request.
+    discarding: bool,
+    /// How many bytes at the front of the buffer are known to hold no
+    /// newline (NDJSON) or no header end (Content-Length).
+    scanned: usize,
 }
 
 impl FrameCodec {
     pub fn new(framing: FramingCell) -> Self {
         FrameCodec {
             framing,
-            skipping: 0,
+            discarding: false,
+            scanned: 0,
         }
     }
 
@@ -97,11 +115,33 @@ impl FrameCodec {
 
     fn decode_ndjson(&mut self, src: &mut BytesMut) -> Option<Frame> {
         loop {
-            let newline = src.iter().position(|&b| b == b'\n')?;
+            let from = self.scanned.min(src.len());
+            let Some(offset) = memchr_newline(&src[from..]) else {
+                self.scanned = src.len();
+                if self.discarding {
+                    src.clear();
+                    self.scanned = 0;
+                } else if src.len() > MAX_FRAME_BYTES {
+                    src.clear();
+                    self.scanned = 0;
+                    self.discarding = true;
+                    return Some(Frame::Garbage(format!(
+                        "line longer than the {MAX_FRAME_BYTES}-byte frame limit; skipped"
+                    )));
+                }
+                return None;
+            };
+            let newline = from + offset;
+            self.scanned = 0;
             let line = src.split_to(newline + 1);
-            if self.skipping > 0 {
-                self.skipping = 0;
+            if self.discarding {
+                self.discarding = false;
                 continue;
+            }
+            if line.len() - 1 > MAX_FRAME_BYTES {
+                return Some(Frame::Garbage(format!(
+                    "line longer than the {MAX_FRAME_BYTES}-byte frame limit; skipped"
+                )));
             }
             let text = &line[..line.len() - 1];
             let text = text.strip_suffix(b"\r").unwrap_or(text);
@@ -116,45 +156,79 @@ impl FrameCodec {
     }
 
     fn decode_content_length(&mut self, src: &mut BytesMut) -> Option<Frame> {
-        if self.skipping > 0 {
-            let n = self.skipping.min(src.len());
-            src.advance(n);
-            self.skipping -= n;
-            if self.skipping > 0 {
-                return None;
+        if self.discarding {
+            // The body of a refused frame: drop everything up to the next
+            // header, keeping a tail that could be a header cut in two.
+            match find_header_start(src, 0) {
+                Some(at) => {
+                    src.advance(at);
+                    self.discarding = false;
+                }
+                None => {
+                    let keep = HEADER_NAME.len().min(src.len());
+                    src.advance(src.len() - keep);
+                    return None;
+                }
             }
         }
         // Skip leading blank lines some clients leave between frames.
         let blank = src.iter().take_while(|b| b.is_ascii_whitespace()).count();
-        src.advance(blank);
+        if blank > 0 {
+            src.advance(blank);
+            self.scanned = 0;
+        }
         if src.is_empty() {
             return None;
         }
         let n = src.len().min(HEADER_NAME.len());
         if !src[..n].eq_ignore_ascii_case(&HEADER_NAME[..n]) {
+            self.scanned = 0;
             return Some(self.resync(src));
         }
-        let (header_len, sep_len) = find_header_end(src)?;
+        let found = find_header_end(src, self.scanned);
+        let too_long = match found {
+            Some((header_len, _)) => header_len > MAX_HEADER_BYTES,
+            None => src.len() > MAX_HEADER_BYTES,
+        };
+        if too_long {
+            self.scanned = 0;
+            src.advance(HEADER_NAME.len());
+            let mut frame = self.resync(src);
+            if let Frame::Garbage(why) = &mut frame {
+                *why = format!("header block longer than {MAX_HEADER_BYTES} bytes ({why})");
+            }
+            return Some(frame);
+        }
+        let Some((header_len, sep_len)) = found else {
+            // Remember how far we looked (minus a separator cut in two).
+            self.scanned = src.len().saturating_sub(3);
+            return None;
+        };
         let headers = String::from_utf8_lossy(&src[..header_len]).into_owned();
         let length = match parse_content_length(&headers) {
             Ok(len) => len,
             Err(msg) => {
                 src.advance(header_len + sep_len);
+                self.scanned = 0;
                 return Some(Frame::Garbage(msg));
             }
         };
         if length > MAX_FRAME_BYTES {
             src.advance(header_len + sep_len);
-            self.skipping = length;
+            self.scanned = 0;
+            self.discarding = true;
             return Some(Frame::Garbage(format!(
                 "frame of {length} bytes exceeds the {MAX_FRAME_BYTES}-byte limit"
             )));
         }
+        // The header end is known: do not look for it again.
+        self.scanned = header_len;
         let total = header_len + sep_len + length;
         if src.len() < total {
             src.reserve(total - src.len());
             return None;
         }
+        self.scanned = 0;
         src.advance(header_len + sep_len);
         let body = src.split_to(length);
         Some(match String::from_utf8(body.to_vec()) {
@@ -165,27 +239,43 @@ impl FrameCodec {
 
     /// Drop bytes up to the next line that starts a header, reporting them.
     fn resync(&mut self, src: &mut BytesMut) -> Frame {
-        let lower: Vec<u8> = src.iter().map(u8::to_ascii_lowercase).collect();
-        let next = lower
-            .windows(HEADER_NAME.len())
-            .enumerate()
-            .skip(1)
-            .find(|(i, w)| *w == HEADER_NAME && lower[i - 1] == b'\n')
-            .map(|(i, _)| i);
-        let cut = next.unwrap_or(src.len());
+        let cut = find_header_start(src, 1).unwrap_or(src.len());
         let junk = src.split_to(cut);
         let preview: String = String::from_utf8_lossy(&junk).chars().take(40).collect();
         Frame::Garbage(format!("expected a Content-Length header, got {preview:?}"))
     }
 }
 
+fn memchr_newline(bytes: &[u8]) -> Option<usize> {
+    bytes.iter().position(|&b| b == b'\n')
+}
+
+/// Where the next `Content-Length` header name starts, at or after `from`.
+fn find_header_start(src: &[u8], from: usize) -> Option<usize> {
+    if src.len() < HEADER_NAME.len() {
+        return None;
+    }
+    (from..=src.len() - HEADER_NAME.len())
+        .find(|&i| src[i..i + HEADER_NAME.len()].eq_ignore_ascii_case(HEADER_NAME))
+}
+
 /// Length of the header block and of its terminating blank line.
-fn find_header_end(src: &[u8]) -> Option<(usize, usize)> {
-    let crlf = src
+/// `from` is where the search may start (earlier bytes were looked at).
+fn find_header_end(src: &[u8], from: usize) -> Option<(usize, usize)> {
+    // A header block is short: never look past the limit (the buffer may
+    // hold many frames, and an LF-only separator never occurs in CRLF ones).
+    let src = &src[..src.len().min(MAX_HEADER_BYTES + 4)];
+    let from = from.min(src.len());
+    let crlf = src[from..]
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
-        .map(|i| (i, 4));
-    let lf = src.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2));
+        .map(|i| (from + i, 4));
+    // An LF-only separator only matters if it comes before the CRLF one.
+    let lf_end = crlf.map_or(src.len(), |(i, _)| (i + 2).min(src.len()));
+    let lf = src[from..lf_end.max(from)]
+        .windows(2)
+        .position(|w| w == b"\n\n")
+        .map(|i| (from + i, 2));
     match (crlf, lf) {
         (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
         (a, b) => a.or(b),
@@ -378,6 +468,67 @@ mod tests {
                 msg("{}")
             ]
         );
+    }
+
+    #[test]
+    fn a_lying_content_length_does_not_swallow_later_requests() {
+        let mut c = FrameCodec::fixed(Framing::ContentLength);
+        let input = b"Content-Length: 99999999999\r\n\r\n{\"id\":1}Content-Length: 2\r\n\r\n{}";
+        let frames = decode_all(&mut c, input);
+        assert_eq!(frames.len(), 2, "{frames:?}");
+        assert!(matches!(&frames[0], Frame::Garbage(m) if m.contains("99999999999")));
+        assert_eq!(frames[1], msg("{}"));
+    }
+
+    #[test]
+    fn an_endless_ndjson_line_is_dropped_not_buffered() {
+        let mut c = FrameCodec::fixed(Framing::Ndjson);
+        let mut buf = BytesMut::new();
+        let chunk = vec![b'x'; 1024 * 1024];
+        let mut garbage = 0;
+        for _ in 0..(MAX_FRAME_BYTES / chunk.len() + 8) {
+            buf.extend_from_slice(&chunk);
+            while let Some(f) = c.decode(&mut buf).unwrap() {
+                assert!(matches!(&f, Frame::Garbage(m) if m.contains("frame limit")));
+                garbage += 1;
+            }
+            assert!(buf.len() <= MAX_FRAME_BYTES + chunk.len());
+        }
+        assert_eq!(garbage, 1);
+        // The rest of the long line is thrown away as it arrives.
+        assert!(buf.len() <= chunk.len(), "{} bytes kept", buf.len());
+        buf.extend_from_slice(b"tail of the long line\n{\"a\":1}\n");
+        assert_eq!(c.decode(&mut buf).unwrap(), Some(msg("{\"a\":1}")));
+    }
+
+    #[test]
+    fn a_line_arriving_in_small_reads_is_scanned_once() {
+        let mut c = FrameCodec::fixed(Framing::Ndjson);
+        let mut buf = BytesMut::new();
+        for _ in 0..1000 {
+            buf.extend_from_slice(b"0123456789");
+            assert_eq!(c.decode(&mut buf).unwrap(), None);
+            // The codec remembers how far it looked.
+            assert_eq!(c.scanned, buf.len());
+        }
+        buf.extend_from_slice(b"\n");
+        assert!(
+            matches!(c.decode(&mut buf).unwrap(), Some(Frame::Message(m)) if m.len() == 10_000)
+        );
+    }
+
+    #[test]
+    fn an_endless_header_block_is_garbage() {
+        let mut c = FrameCodec::fixed(Framing::ContentLength);
+        let mut input = b"Content-Length: 2\r\nX: ".to_vec();
+        input.extend(vec![b'y'; MAX_HEADER_BYTES + 10]);
+        input.extend_from_slice(b"\r\n\r\nContent-Length: 2\r\n\r\n{}");
+        let frames = decode_all(&mut c, &input);
+        assert!(
+            matches!(&frames[0], Frame::Garbage(m) if m.contains("header block")),
+            "{frames:?}"
+        );
+        assert_eq!(frames.last(), Some(&msg("{}")));
     }
 
     #[test]

@@ -4,30 +4,64 @@
 //! One task reads frames and routes them; one task owns the writer. Incoming
 //! requests are dispatched through a jsonrpsee [`RpcModule`], each in its own
 //! task, because a handler may await the client (a permission answer) and must
-//! not block the reader. Notifications go to a plain callback. Requests the
-//! daemon sends to the client are correlated by id through a map of pending
-//! oneshot senders in [`Outgoing`].
+//! not block the reader. Notifications go to a plain callback, on the reader
+//! task, so `session/cancel` never waits behind output. Requests the daemon
+//! sends to the client are correlated by id through a map of pending oneshot
+//! senders in [`Outgoing`].
+//!
+//! Everything is bounded. The outgoing queue is measured in bytes: producers
+//! that can wait (the provider stream, request replies) wait while it holds
+//! more than [`QUEUE_HIGH_WATER`]; notifications that cannot wait are dropped,
+//! with a log line naming the limit, once it holds [`QUEUE_LIMIT`]. At most
+//! [`MAX_IN_FLIGHT`] requests run at once; more are refused with an error
+//! that names the limit. The writer batches whatever is queued into one
+//! write. At end of input the connection stops as soon as running requests
+//! have answered and the queue is written (no fixed grace period).
 
 pub mod framing;
 pub mod message;
 
+use std::any::Any;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{SinkExt, StreamExt};
+use bytes::BytesMut;
+use futures::StreamExt;
 use jsonrpsee::RpcModule;
 use serde::Serialize;
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, oneshot};
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
+use tokio_util::codec::{Encoder, FramedRead};
 
 use framing::{Frame, FrameCodec, FramingCell};
 use message::{codes, Incoming, RpcError};
 
 type Pending = Arc<Mutex<HashMap<String, oneshot::Sender<Result<Value, RpcError>>>>>;
+
+/// Producers that can wait do so while the outgoing queue holds more bytes
+/// than this (the client reads slower than the model writes).
+pub const QUEUE_HIGH_WATER: usize = 1024 * 1024;
+/// Notifications are dropped (and logged) while the queue holds this many
+/// bytes: only a client that stopped reading gets here.
+pub const QUEUE_LIMIT: usize = 32 * 1024 * 1024;
+/// Requests handled at once; more are refused with an error naming it.
+pub const MAX_IN_FLIGHT: usize = 1024;
+/// The writer hands the output this much at a time, at most.
+const WRITE_BATCH_BYTES: usize = 256 * 1024;
+/// How long, at end of input, running requests and the queue may take to
+/// finish before the connection stops anyway.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// How many bytes wait in the outgoing queue, and a wake-up for producers
+/// waiting for room.
+#[derive(Default)]
+struct QueueGauge {
+    bytes: AtomicUsize,
+    room: Notify,
+}
 
 /// The sending side of a connection: cheap to clone, shared by every task
 /// that talks to the client.
@@ -36,27 +70,68 @@ pub struct Outgoing {
     tx: mpsc::UnboundedSender<String>,
     pending: Pending,
     next_id: Arc<AtomicU64>,
+    gauge: Arc<QueueGauge>,
+}
+
+/// The receiving side of [`Outgoing::channel`], drained by the writer.
+pub struct OutgoingQueue {
+    rx: mpsc::UnboundedReceiver<String>,
+    gauge: Arc<QueueGauge>,
 }
 
 impl Outgoing {
     /// A new sender and the receiver the writer task drains.
-    pub fn channel() -> (Outgoing, mpsc::UnboundedReceiver<String>) {
+    pub fn channel() -> (Outgoing, OutgoingQueue) {
         let (tx, rx) = mpsc::unbounded_channel();
+        let gauge = Arc::new(QueueGauge::default());
         let out = Outgoing {
             tx,
             pending: Arc::default(),
             next_id: Arc::new(AtomicU64::new(1)),
+            gauge: gauge.clone(),
         };
-        (out, rx)
+        (out, OutgoingQueue { rx, gauge })
     }
 
-    /// Queue an already-serialised message.
+    /// Queue an already-serialised message (replies: never dropped; their
+    /// number is bounded by [`MAX_IN_FLIGHT`]).
     pub fn send_raw(&self, text: String) {
+        self.gauge.bytes.fetch_add(text.len(), Ordering::Relaxed);
         // A closed channel means the client is gone; there is no one to tell.
-        let _ = self.tx.send(text);
+        if let Err(lost) = self.tx.send(text) {
+            self.gauge.bytes.fetch_sub(lost.0.len(), Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes waiting to be written.
+    pub fn queued_bytes(&self) -> usize {
+        self.gauge.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Whether producers that can wait should wait ([`Outgoing::room`]).
+    pub fn congested(&self) -> bool {
+        self.queued_bytes() >= QUEUE_HIGH_WATER
+    }
+
+    /// Wait until the queue is below [`QUEUE_HIGH_WATER`].
+    pub async fn room(&self) {
+        loop {
+            let drained = self.gauge.room.notified();
+            if !self.congested() || self.tx.is_closed() {
+                return;
+            }
+            drained.await;
+        }
     }
 
     pub fn notify(&self, method: &str, params: impl Serialize) {
+        if self.queued_bytes() >= QUEUE_LIMIT {
+            tracing::warn!(
+                method,
+                "outgoing queue full (limit {QUEUE_LIMIT} bytes): the client is not reading; notification dropped"
+            );
+            return;
+        }
         match serde_json::to_value(params) {
             Ok(p) => self.send_raw(message::notification(method, &p)),
             Err(e) => tracing::error!(method, "cannot serialise notification: {e}"),
@@ -113,29 +188,72 @@ impl Outgoing {
 /// Callback for incoming notifications.
 pub type NotificationHandler = Arc<dyn Fn(&str, Value) + Send + Sync>;
 
+/// Something a request hook hands to its request's handler.
+pub type Ticket = Arc<dyn Any + Send + Sync>;
+
+/// Called on the reader task for each request, in arrival order, before the
+/// request gets its own task: `(method, request text)`. What it returns is
+/// available to the handler through [`request_ticket`]. The daemon uses it
+/// to queue prompts in the order they arrived.
+pub type RequestHook = Arc<dyn Fn(&str, &str) -> Option<Ticket> + Send + Sync>;
+
+tokio::task_local! {
+    static TICKET: Option<Ticket>;
+}
+
+/// The ticket the [`RequestHook`] gave the request being handled (only
+/// inside a request handler).
+pub fn request_ticket() -> Option<Ticket> {
+    TICKET.try_with(Clone::clone).ok().flatten()
+}
+
+/// What the connection calls besides the method table.
+#[derive(Clone)]
+pub struct Hooks {
+    pub on_notification: NotificationHandler,
+    pub on_request: Option<RequestHook>,
+    /// Input ended: called once, before waiting for running requests (the
+    /// daemon stops its turns here so they answer at once).
+    pub on_eof: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+impl Hooks {
+    pub fn notifications(on_notification: NotificationHandler) -> Self {
+        Hooks {
+            on_notification,
+            on_request: None,
+            on_eof: None,
+        }
+    }
+}
+
 /// Serve one connection until the reader reaches end of input.
 ///
-/// `outgoing`/`rx` come from [`Outgoing::channel`]; the same `outgoing` is
+/// `outgoing`/`queue` come from [`Outgoing::channel`]; the same `outgoing` is
 /// what handlers use to notify or call the client.
 pub async fn serve<R, W, C>(
     reader: R,
     writer: W,
     outgoing: Outgoing,
-    rx: mpsc::UnboundedReceiver<String>,
+    queue: OutgoingQueue,
     methods: RpcModule<C>,
-    on_notification: NotificationHandler,
+    hooks: Hooks,
 ) where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
     C: Send + Sync + 'static,
 {
     let framing = FramingCell::default();
-    let mut frames = FramedRead::new(reader, FrameCodec::new(framing.clone()));
+    let mut frames = FramedRead::with_capacity(reader, FrameCodec::new(framing.clone()), 64 * 1024);
+    let closing = tokio_util::sync::CancellationToken::new();
     let writer_task = tokio::spawn(write_loop(
-        FramedWrite::new(writer, FrameCodec::new(framing)),
-        rx,
+        writer,
+        FrameCodec::new(framing),
+        queue,
+        closing.clone(),
     ));
     let methods = Arc::new(methods);
+    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
 
     while let Some(frame) = frames.next().await {
         let text = match frame {
@@ -157,38 +275,101 @@ pub async fn serve<R, W, C>(
         match message::classify(&text) {
             Err(reply) => outgoing.send_raw(reply),
             Ok(Incoming::Response { id, result }) => outgoing.complete(&id, result),
-            Ok(Incoming::Notification { method, params }) => on_notification(&method, params),
-            Ok(Incoming::Request { method, text, .. }) => {
+            Ok(Incoming::Notification { method, params }) => {
+                (hooks.on_notification)(&method, params)
+            }
+            Ok(Incoming::Request { id, method, text }) => {
+                let Ok(permit) = in_flight.clone().try_acquire_owned() else {
+                    outgoing.send_raw(message::error_response(
+                        &id,
+                        codes::INTERNAL_ERROR,
+                        &format!(
+                            "too many requests in flight (limit {MAX_IN_FLIGHT}); wait for answers"
+                        ),
+                    ));
+                    continue;
+                };
+                let ticket = hooks.on_request.as_ref().and_then(|h| h(&method, &text));
                 let methods = methods.clone();
                 let out = outgoing.clone();
-                tokio::spawn(async move {
+                tokio::spawn(TICKET.scope(ticket, async move {
                     tracing::debug!(%method, "request");
-                    match methods.raw_json_request(&text, 1).await {
-                        Ok((response, _)) => out.send_raw(response.get().to_string()),
-                        Err(e) => out.send_raw(message::error_response(
+                    let reply = match methods.raw_json_request(&text, 1).await {
+                        Ok((response, _)) => response.get().to_string(),
+                        Err(e) => message::error_response(
                             &Value::Null,
                             codes::INVALID_REQUEST,
                             &e.to_string(),
-                        )),
-                    }
-                });
+                        ),
+                    };
+                    // A client that does not read makes its requests wait
+                    // here (bounded by the in-flight limit).
+                    out.room().await;
+                    out.send_raw(reply);
+                    drop(permit);
+                }));
             }
         }
     }
     tracing::info!("input closed; shutting down the connection");
+    if let Some(on_eof) = &hooks.on_eof {
+        on_eof();
+    }
     outgoing.fail_all();
-    // Give in-flight replies a moment to reach the client, then stop.
-    let _ = tokio::time::timeout(Duration::from_millis(200), writer_task).await;
+    // Running requests answer (their turns were just cancelled), then the
+    // queue is written out; both are bounded by the grace period.
+    let answered = in_flight.acquire_many(MAX_IN_FLIGHT as u32);
+    let _ = tokio::time::timeout(CLOSE_GRACE, answered).await;
+    closing.cancel();
+    let _ = tokio::time::timeout(CLOSE_GRACE, writer_task).await;
 }
 
+/// Own the writer: encode whatever is queued into one buffer and write it
+/// with one call. Ends when the queue closes, or, once `closing` fires,
+/// after writing what is queued.
 async fn write_loop<W: AsyncWrite + Unpin>(
-    mut sink: FramedWrite<W, FrameCodec>,
-    mut rx: mpsc::UnboundedReceiver<String>,
+    mut writer: W,
+    mut codec: FrameCodec,
+    mut queue: OutgoingQueue,
+    closing: tokio_util::sync::CancellationToken,
 ) {
-    while let Some(text) = rx.recv().await {
-        if let Err(e) = sink.send(text).await {
+    let mut buf = BytesMut::with_capacity(WRITE_BATCH_BYTES);
+    loop {
+        let first = tokio::select! {
+            biased;
+            next = queue.rx.recv() => next,
+            _ = closing.cancelled() => queue.rx.try_recv().ok(),
+        };
+        let Some(first) = first else { break };
+        let mut taken = first.len();
+        if codec.encode(first, &mut buf).is_err() {
+            break;
+        }
+        while buf.len() < WRITE_BATCH_BYTES {
+            match queue.rx.try_recv() {
+                Ok(text) => {
+                    taken += text.len();
+                    if codec.encode(text, &mut buf).is_err() {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        let written = async {
+            writer.write_all(&buf).await?;
+            writer.flush().await
+        }
+        .await;
+        buf.clear();
+        queue.gauge.bytes.fetch_sub(taken, Ordering::Relaxed);
+        queue.gauge.room.notify_waiters();
+        if let Err(e) = written {
             tracing::error!("writing output failed: {e}");
             break;
         }
     }
+    // Nobody writes any more: let waiting producers go.
+    queue.rx.close();
+    queue.gauge.room.notify_waiters();
 }

@@ -264,6 +264,12 @@ pub fn classify_failure(stderr: &str, sysctls: &Sysctls) -> (String, String) {
     (reason, fixes.join("; "))
 }
 
+/// Where `bwrap` is on `$PATH`, without running it (cheap: for the startup
+/// report; the trial run waits for the first shell action).
+pub fn locate_bwrap() -> Option<PathBuf> {
+    find_on_path("bwrap")
+}
+
 /// The first executable file called `name` in `$PATH`.
 fn find_on_path(name: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
