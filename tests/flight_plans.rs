@@ -163,7 +163,11 @@ async fn an_approved_plan_runs_and_its_result_reaches_the_model() {
         ["proposed", "verdict", "decision", "executed", "effect"],
         "{audit}"
     );
-    let executed: Value = serde_json::from_str(audit.lines().last().unwrap()).unwrap();
+    let executed: Value = audit
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["kind"] == "executed")
+        .unwrap();
     assert_eq!(
         (executed["session"].clone(), executed["plan_id"].clone()),
         (json!(sid), json!(id)),
