@@ -12,6 +12,7 @@ pub mod exfiltration;
 pub mod injection;
 pub mod protected_paths;
 pub mod secrets;
+pub mod shell;
 pub mod shell_words;
 pub mod verdict;
 

@@ -1,0 +1,339 @@
+//! What the literal commands of a script would do to the project: the
+//! commands that destroy or replace files without naming a dangerous path
+//! (`find -delete`, `truncate`, `dd of=`, `shred`), interpreter one-liners,
+//! a file written and then run by the same script, symlinks out of the
+//! project, writes to the control surface, and resource bombs.
+//!
+//! The destructive gate judges *where* a removal lands (root, home, the
+//! working directory); this module asks about *how*: each of these is an
+//! ordinary tool used in an unusual way, so the answer is *ask*, with the
+//! command named.
+
+use std::path::Path;
+
+use crate::control_surface::control_entry_in;
+use crate::gates::shell_words::{is_shell, Command, Script};
+use crate::gates::{Decision, GateContext};
+
+/// Interpreters whose `-c`/`-e` argument is a program.
+const ONE_LINER_FLAGS: &[(&str, &[&str])] = &[
+    ("python", &["-c"]),
+    ("perl", &["-e", "-E"]),
+    ("ruby", &["-e"]),
+    ("node", &["-e", "-p", "--eval", "--print"]),
+    ("nodejs", &["-e", "-p", "--eval", "--print"]),
+    ("deno", &["eval"]),
+    ("php", &["-r"]),
+    ("lua", &["-e"]),
+    ("Rscript", &["-e"]),
+    ("julia", &["-e"]),
+];
+
+/// Programs that destroy what they are handed; run by `xargs` or
+/// `find -exec`, their operands are only known at run time.
+const DESTROYERS: &[&str] = &[
+    "rm", "rmdir", "unlink", "shred", "truncate", "dd", "mv", "wipefs", "srm",
+];
+
+/// Devices that never run dry.
+const ENDLESS: &[&str] = &["/dev/zero", "/dev/urandom", "/dev/random", "/dev/full"];
+
+/// Every finding for the script's literal commands.
+pub fn findings(script: &Script, ctx: &GateContext) -> Vec<(Decision, String)> {
+    let mut out = Vec::new();
+    let mut written: Vec<std::path::PathBuf> = Vec::new();
+    for cmd in &script.commands {
+        one_command(cmd, ctx, &mut out);
+        runs_what_it_wrote(cmd, ctx, &written, &mut out);
+        for target in cmd.write_targets() {
+            let path = cmd.resolve(&target, ctx);
+            if let Some(entry) = control_entry_in(&ctx.cwd, &path) {
+                out.push((
+                    Decision::Ask,
+                    format!(
+                        "{} writes to {} in the project's control surface: {}",
+                        cmd.label(),
+                        entry.path,
+                        entry.why
+                    ),
+                ));
+            }
+            written.push(path);
+        }
+    }
+    out
+}
+
+fn one_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, String)>) {
+    let ask = |out: &mut Vec<(Decision, String)>, why: String| out.push((Decision::Ask, why));
+    match cmd.program.as_str() {
+        "find" => {
+            if cmd.args.iter().any(|a| a == "-delete") {
+                ask(out, "`find -delete` removes every file it matches".into());
+            }
+            let mut args = cmd.args.iter();
+            while let Some(a) = args.next() {
+                if matches!(a.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir") {
+                    if let Some(p) = args.next() {
+                        let base = p.rsplit('/').next().unwrap_or(p);
+                        if DESTROYERS.contains(&base) {
+                            ask(
+                                out,
+                                format!("`find {a} {base}` destroys every file it matches"),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        "truncate" => ask(out, "`truncate` empties or cuts the files it names".into()),
+        "shred" => ask(out, "`shred` destroys the files it names".into()),
+        "fallocate" => ask(out, "`fallocate` reserves disk space at once".into()),
+        "dd" => {
+            if let Some(of) = cmd.args.iter().find_map(|a| a.strip_prefix("of=")) {
+                if of != "/dev/null" {
+                    ask(out, format!("`dd of={of}` overwrites the file in place"));
+                }
+            }
+        }
+        "rm" | "rmdir" => {
+            for op in cmd.operands() {
+                let path = cmd.resolve(op, ctx);
+                if is_in_repository(&path, ctx) {
+                    ask(
+                        out,
+                        format!(
+                            "`{}` removes `{op}`, the project's git repository",
+                            cmd.program
+                        ),
+                    );
+                }
+            }
+        }
+        "cp" | "mv" | "install" => {
+            let ops = cmd.operands();
+            if ops.len() >= 2
+                && ops[..ops.len() - 1]
+                    .iter()
+                    .any(|o| ENDLESS.contains(o) || *o == "/dev/null")
+            {
+                ask(
+                    out,
+                    format!(
+                        "`{}` overwrites `{}` with a device's contents",
+                        cmd.program,
+                        ops[ops.len() - 1]
+                    ),
+                );
+            }
+        }
+        "ln" => symlink(cmd, ctx, out),
+        "git" => git_config(cmd, out),
+        "xargs" => {
+            if let Some(p) = cmd.args.iter().find(|a| !a.starts_with('-')) {
+                let base = p.rsplit('/').next().unwrap_or(p);
+                if DESTROYERS.contains(&base) {
+                    ask(
+                        out,
+                        format!("`xargs {base}` destroys files named only at run time"),
+                    );
+                }
+            }
+        }
+        _ => {}
+    }
+    if cmd.wrappers.iter().any(|w| w == "xargs") && DESTROYERS.contains(&cmd.program.as_str()) {
+        ask(
+            out,
+            format!(
+                "`xargs {}` destroys files named only at run time",
+                cmd.program
+            ),
+        );
+    }
+    if let Some(code) = one_liner(cmd) {
+        if !is_clearly_harmless(code) {
+            ask(
+                out,
+                format!(
+                    "a `{}` one-liner that can touch files or run programs: {}",
+                    cmd.program,
+                    shorten(code)
+                ),
+            );
+        }
+    }
+    resource_bomb(cmd, out);
+}
+
+/// The program text of `python3 -c CODE`, `perl -e CODE`, `node -e CODE`...
+pub fn one_liner(cmd: &Command) -> Option<&str> {
+    let stem = cmd
+        .program
+        .trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    let (_, flags) = ONE_LINER_FLAGS.iter().find(|(p, _)| *p == stem)?;
+    let mut args = cmd.args.iter();
+    while let Some(a) = args.next() {
+        if flags.contains(&a.as_str()) {
+            return args.next().map(String::as_str);
+        }
+        // `-c` glued into a cluster: `python3 -Sc CODE`, `perl -ne CODE`.
+        if let Some(cluster) = a.strip_prefix('-') {
+            if !a.starts_with("--")
+                && flags
+                    .iter()
+                    .any(|f| f.len() == 2 && cluster.ends_with(&f[1..]))
+            {
+                return args.next().map(String::as_str);
+            }
+        }
+    }
+    None
+}
+
+/// Code that can only compute and print: no imports, no file, process or
+/// network names, no dynamic evaluation. Anything else is not *clearly*
+/// harmless and is asked about.
+pub fn is_clearly_harmless(code: &str) -> bool {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let re = RE.get_or_init(|| {
+        crate::gates::shell_words::static_regex(
+            r"(?i)\b(?:import|__import__|open|exec|eval|compile|getattr|setattr|globals|locals|vars|builtins|require|system|spawn|popen|unlink|remove|rmtree|rmsync|rmdir|rename|file|dir|io|kernel|fs|os|subprocess|shutil|pathlib|socket|glob|write|syscall|fork|kill|child_process|fetch|http|https|net|urllib|requests|readfile|readfilesync|load|dlopen|ctypes|chr|fromcharcode|decode|b64decode|atob|unpack|do|qx|sysopen|binding|proc|exit|env|environ|deno|bun|truncate|chmod|link|symlink|mkdir)\b",
+        )
+    });
+    !re.is_match(code) && !code.contains('`') && !code.contains("$(")
+}
+
+/// `bash c.sh`, `./c.sh`, `source c.sh` or `python3 c.py` after the same
+/// script wrote that file: the analysis never saw what runs.
+fn runs_what_it_wrote(
+    cmd: &Command,
+    ctx: &GateContext,
+    written: &[std::path::PathBuf],
+    out: &mut Vec<(Decision, String)>,
+) {
+    if written.is_empty() {
+        return;
+    }
+    let mut candidates: Vec<&str> = Vec::new();
+    if cmd.program_path.contains('/') {
+        candidates.push(&cmd.program_path);
+    }
+    let stem = cmd
+        .program
+        .trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    let runs_files = is_shell(&cmd.program)
+        || matches!(cmd.program.as_str(), "source" | ".")
+        || ONE_LINER_FLAGS.iter().any(|(p, _)| *p == stem);
+    if runs_files {
+        if let Some(first) = cmd.operands().first() {
+            candidates.push(first);
+        }
+    }
+    for c in candidates {
+        let path = cmd.resolve(c, ctx);
+        if written.contains(&path) {
+            out.push((
+                Decision::Ask,
+                format!("runs `{c}`, which the same command wrote: what it does was never judged"),
+            ));
+        }
+    }
+}
+
+fn is_in_repository(path: &Path, ctx: &GateContext) -> bool {
+    ctx.cwd.is_absolute() && path.starts_with(ctx.cwd.join(".git"))
+}
+
+/// `ln -s TARGET LINK`: a link that points outside the project opens it to
+/// everything beneath the target.
+fn symlink(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, String)>) {
+    if !cmd.has_flag(&['s'], &["symbolic"]) {
+        return;
+    }
+    let ops = cmd.operands();
+    let Some(target) = ops.first() else {
+        return;
+    };
+    let link_dir = match ops.get(1) {
+        Some(link) => cmd
+            .resolve(link, ctx)
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| ctx.cwd.clone()),
+        None => ctx.cwd.clone(),
+    };
+    let anchored = target.starts_with('/') || target.starts_with('~') || target.starts_with('$');
+    let points_to = if anchored {
+        cmd.resolve(target, ctx)
+    } else {
+        crate::gates::shell_words::normalize(&link_dir.join(target))
+    };
+    if !(ctx.cwd.is_absolute() && points_to.starts_with(&ctx.cwd)) {
+        out.push((
+            Decision::Ask,
+            format!("`ln -s` makes a link to `{target}`, outside the project"),
+        ));
+    }
+}
+
+/// `git config` that writes the repository's configuration (not `--global`,
+/// not a read): git runs programs named there on the host.
+fn git_config(cmd: &Command, out: &mut Vec<(Decision, String)>) {
+    let mut args = cmd.args.iter().skip_while(|a| a.starts_with('-'));
+    if args.next().map(String::as_str) != Some("config") {
+        return;
+    }
+    let rest: Vec<&str> = args.map(String::as_str).collect();
+    let elsewhere = rest
+        .iter()
+        .any(|a| matches!(*a, "--global" | "--system" | "--file" | "-f"));
+    let reads = rest.iter().any(|a| {
+        matches!(
+            *a,
+            "--get" | "--get-all" | "--get-regexp" | "--list" | "-l" | "get" | "list"
+        )
+    });
+    let values = rest.iter().filter(|a| !a.starts_with('-')).count();
+    if !elsewhere && !reads && values >= 2 {
+        out.push((
+            Decision::Ask,
+            "`git config` writes .git/config in the project's control surface: git configuration can name programs git runs on the host".into(),
+        ));
+    }
+}
+
+/// Output from an endless source into a file, or a huge fixed size.
+fn resource_bomb(cmd: &Command, out: &mut Vec<(Decision, String)>) {
+    let to_file = cmd.write_targets().iter().any(|t| !t.starts_with("/dev/"));
+    let endless_input = cmd.program == "yes"
+        || (matches!(cmd.program.as_str(), "cat" | "tail" | "tr" | "pv")
+            && cmd.operands().iter().any(|o| ENDLESS.contains(o)));
+    if endless_input && to_file {
+        out.push((
+            Decision::Ask,
+            format!("{} writes an endless stream into a file", cmd.label()),
+        ));
+    }
+    if cmd.program == "head" {
+        let huge = cmd
+            .option_values(&["-c"], &["bytes"])
+            .iter()
+            .any(|v| v.ends_with(['G', 'T', 'P', 'E']) || v.trim().len() > 10);
+        if huge {
+            out.push((
+                Decision::Ask,
+                "`head -c` copies gigabytes or more".to_string(),
+            ));
+        }
+    }
+}
+
+fn shorten(text: &str) -> String {
+    const MAX: usize = 60;
+    if text.chars().count() <= MAX {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(MAX).collect();
+    format!("{head}…")
+}
