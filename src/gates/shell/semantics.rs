@@ -35,6 +35,74 @@ const DESTROYERS: &[&str] = &[
     "rm", "rmdir", "unlink", "shred", "truncate", "dd", "mv", "wipefs", "srm",
 ];
 
+/// `git config` keys that name no program, path or URL: setting them in the
+/// project is everyday work.
+const HARMLESS_GIT_KEYS: &[&str] = &[
+    "user.name",
+    "user.email",
+    "init.defaultbranch",
+    "pull.rebase",
+    "pull.ff",
+    "push.default",
+    "push.autosetupremote",
+    "merge.ff",
+    "rebase.autostash",
+    "fetch.prune",
+    "color.ui",
+    "log.date",
+    "commit.verbose",
+    "status.short",
+    "advice.detachedhead",
+];
+
+/// File patterns `find -delete` may clear without asking: build and editor
+/// leftovers, never sources.
+const DISPOSABLE: &[&str] = &[
+    "*.log",
+    "*.tmp",
+    "*.o",
+    "*.obj",
+    "*.pyc",
+    "*.pyo",
+    "*.class",
+    "*.orig",
+    "*.rej",
+    "*.bak",
+    "*.swp",
+    "*~",
+    "__pycache__",
+    ".DS_Store",
+    "*.d",
+    "*.profraw",
+];
+
+/// Python modules whose import alone touches no file, process or network.
+const HARMLESS_MODULES: &[&str] = &[
+    "json",
+    "math",
+    "sys",
+    "re",
+    "datetime",
+    "time",
+    "random",
+    "statistics",
+    "decimal",
+    "fractions",
+    "string",
+    "textwrap",
+    "itertools",
+    "functools",
+    "collections",
+    "platform",
+    "uuid",
+    "hashlib",
+    "requests",
+    "pprint",
+    "operator",
+    "calendar",
+    "unicodedata",
+];
+
 /// Devices that never run dry.
 const ENDLESS: &[&str] = &["/dev/zero", "/dev/urandom", "/dev/random", "/dev/full"];
 
@@ -58,7 +126,20 @@ pub fn findings(script: &Script, ctx: &GateContext) -> Vec<(Decision, String)> {
                     ),
                 ));
             }
-            written.push(path);
+            if !matches!(
+                cmd.program.as_str(),
+                "chmod"
+                    | "chown"
+                    | "chgrp"
+                    | "chattr"
+                    | "touch"
+                    | "mkdir"
+                    | "rm"
+                    | "rmdir"
+                    | "unlink"
+            ) {
+                written.push(path);
+            }
         }
     }
     out
@@ -67,6 +148,7 @@ pub fn findings(script: &Script, ctx: &GateContext) -> Vec<(Decision, String)> {
 fn one_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, String)>) {
     let ask = |out: &mut Vec<(Decision, String)>, why: String| out.push((Decision::Ask, why));
     match cmd.program.as_str() {
+        "find" if only_disposable(cmd) => {}
         "find" => {
             if cmd.args.iter().any(|a| a == "-delete") {
                 ask(out, "`find -delete` removes every file it matches".into());
@@ -91,7 +173,7 @@ fn one_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, String
         "fallocate" => ask(out, "`fallocate` reserves disk space at once".into()),
         "dd" => {
             if let Some(of) = cmd.args.iter().find_map(|a| a.strip_prefix("of=")) {
-                if of != "/dev/null" {
+                if of != "/dev/null" && !is_disk_image(of) {
                     ask(out, format!("`dd of={of}` overwrites the file in place"));
                 }
             }
@@ -198,10 +280,26 @@ pub fn is_clearly_harmless(code: &str) -> bool {
     static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     let re = RE.get_or_init(|| {
         crate::gates::shell_words::static_regex(
-            r"(?i)\b(?:import|__import__|open|exec|eval|compile|getattr|setattr|globals|locals|vars|builtins|require|system|spawn|popen|unlink|remove|rmtree|rmsync|rmdir|rename|file|dir|io|kernel|fs|os|subprocess|shutil|pathlib|socket|glob|write|syscall|fork|kill|child_process|fetch|http|https|net|urllib|requests|readfile|readfilesync|load|dlopen|ctypes|chr|fromcharcode|decode|b64decode|atob|unpack|do|qx|sysopen|binding|proc|exit|env|environ|deno|bun|truncate|chmod|link|symlink|mkdir)\b",
+            r"(?i)\b(?:import|__import__|open|exec|eval|compile|getattr|setattr|globals|locals|vars|builtins|require|system|spawn|popen|unlink|remove|rmtree|rmsync|rmdir|rename|file|dir|io|kernel|fs|os|subprocess|shutil|pathlib|socket|glob|write|syscall|fork|kill|child_process|readfile|readfilesync|load|dlopen|ctypes|chr|fromcharcode|decode|b64decode|atob|unpack|do|qx|sysopen|binding|proc|exit|env|environ|deno|bun|truncate|chmod|link|symlink|mkdir)\b",
         )
     });
-    !re.is_match(code) && !code.contains('`') && !code.contains("$(")
+    static IMPORTS: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let imports = IMPORTS.get_or_init(|| {
+        crate::gates::shell_words::static_regex(
+            r"(?m)(?:^|;)\s*import\s+([A-Za-z0-9_., ]+?)\s*(?:;|$)",
+        )
+    });
+    // Imports of harmless modules are fine; the rest of the code is judged.
+    let mut rest = code.to_string();
+    for caps in imports.captures_iter(code) {
+        let all_harmless = caps[1]
+            .split(',')
+            .all(|m| HARMLESS_MODULES.contains(&m.trim()));
+        if all_harmless {
+            rest = rest.replace(&caps[0], ";");
+        }
+    }
+    !re.is_match(&rest) && !rest.contains('`') && !rest.contains("$(")
 }
 
 /// `bash c.sh`, `./c.sh`, `source c.sh` or `python3 c.py` after the same
@@ -239,6 +337,25 @@ fn runs_what_it_wrote(
             ));
         }
     }
+}
+
+/// `dd of=disk.img`: writing an image file is what dd is for.
+fn is_disk_image(path: &str) -> bool {
+    [".img", ".iso", ".raw", ".bin", ".qcow2", ".vhd"]
+        .iter()
+        .any(|ext| path.ends_with(ext))
+}
+
+/// `find . -name '*.log' -delete`: every `-name` names a disposable kind.
+fn only_disposable(cmd: &Command) -> bool {
+    let mut patterns = Vec::new();
+    let mut args = cmd.args.iter();
+    while let Some(a) = args.next() {
+        if matches!(a.as_str(), "-name" | "-iname") {
+            patterns.extend(args.next());
+        }
+    }
+    !patterns.is_empty() && patterns.iter().all(|p| DISPOSABLE.contains(&p.as_str()))
 }
 
 fn is_in_repository(path: &Path, ctx: &GateContext) -> bool {
@@ -294,8 +411,15 @@ fn git_config(cmd: &Command, out: &mut Vec<(Decision, String)>) {
             "--get" | "--get-all" | "--get-regexp" | "--list" | "-l" | "get" | "list"
         )
     });
-    let values = rest.iter().filter(|a| !a.starts_with('-')).count();
-    if !elsewhere && !reads && values >= 2 {
+    let values: Vec<&str> = rest
+        .iter()
+        .copied()
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let harmless_key = values
+        .first()
+        .is_some_and(|k| HARMLESS_GIT_KEYS.contains(&k.to_ascii_lowercase().as_str()));
+    if !elsewhere && !reads && values.len() >= 2 && !harmless_key {
         out.push((
             Decision::Ask,
             "`git config` writes .git/config in the project's control surface: git configuration can name programs git runs on the host".into(),
