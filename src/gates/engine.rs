@@ -237,6 +237,7 @@ mod tests {
             [
                 "approval",
                 "destructive",
+                "shell",
                 "injection",
                 "exfiltration",
                 "protected_paths",

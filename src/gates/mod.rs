@@ -11,6 +11,7 @@ pub mod engine;
 pub mod exfiltration;
 pub mod injection;
 pub mod protected_paths;
+pub mod secret_reads;
 pub mod secrets;
 pub mod shell;
 pub mod shell_words;

@@ -13,7 +13,8 @@ use regex::Regex;
 
 use crate::action::{Action, Effect};
 use crate::gates::engine::verdict_from_findings;
-use crate::gates::shell_words::static_regex;
+use crate::gates::secret_reads;
+use crate::gates::shell_words::{script_of, static_regex};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
 /// One credential found in text.
@@ -234,8 +235,11 @@ impl Gate for SecretsGate {
         50
     }
 
-    fn check(&self, action: &Action, _ctx: &GateContext) -> Option<Verdict> {
-        let mut findings = Vec::new();
+    fn check(&self, action: &Action, ctx: &GateContext) -> Option<Verdict> {
+        let mut findings = secret_reads::effect_findings(&action.effect);
+        if let Some(script) = script_of(&action.effect, ctx) {
+            findings.extend(secret_reads::script_findings(&script));
+        }
         for (place, text) in outgoing_texts(&action.effect) {
             for f in scan(&text) {
                 findings.push((f.decision, format!("{} in {place}: {}", f.kind, f.redacted)));
