@@ -234,7 +234,7 @@ async fn execute(id: &str, action: &Action, a: &ActEnv<'_>) -> Acted {
             } else {
                 ActStatus::Executed
             };
-            finish(a.sink, id, out.text, status)
+            finish(a.sink, id, a.env.redact_output(out.text), status)
         }
         Err(crate::actuators::ActError::Cancelled) => {
             finish(a.sink, id, "cancelled".into(), ActStatus::Cancelled)
