@@ -112,6 +112,7 @@ pub fn findings(script: &Script, ctx: &GateContext) -> Vec<(Decision, String)> {
     let mut written: Vec<std::path::PathBuf> = Vec::new();
     for cmd in &script.commands {
         one_command(cmd, ctx, &mut out);
+        decoded_into_file(cmd, script, &mut out);
         runs_what_it_wrote(cmd, ctx, &written, &mut out);
         for target in cmd.write_targets() {
             let path = cmd.resolve(&target, ctx);
@@ -336,6 +337,66 @@ fn runs_what_it_wrote(
                 format!("runs `{c}`, which the same command wrote: what it does was never judged"),
             ));
         }
+    }
+}
+
+/// Whether a command decodes hidden text (`base64 -d`, `xxd -r`).
+fn decodes(cmd: &Command) -> bool {
+    match cmd.program.as_str() {
+        "base64" | "base32" | "basenc" => cmd.has_flag(&['d', 'D'], &["decode"]),
+        "xxd" => cmd.has_flag(&['r'], &["revert"]),
+        "uudecode" => true,
+        "openssl" => cmd.args.iter().any(|a| a == "-d" || a == "base64"),
+        _ => false,
+    }
+}
+
+/// A file name a later command could run as a program: a script extension
+/// or none at all (`c.sh`, `run`, not `logo.png`).
+fn could_run(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    match name.rsplit_once('.') {
+        None => true,
+        Some((_, ext)) => matches!(
+            ext,
+            "sh" | "bash"
+                | "zsh"
+                | "py"
+                | "pl"
+                | "rb"
+                | "js"
+                | "mjs"
+                | "php"
+                | "lua"
+                | "el"
+                | "bin"
+                | "run"
+                | "exe"
+        ),
+    }
+}
+
+/// `echo … | base64 -d > c.sh`: the file holds text nobody judged, and the
+/// next command may run it.
+fn decoded_into_file(cmd: &Command, script: &Script, out: &mut Vec<(Decision, String)>) {
+    let writes: Vec<String> = cmd
+        .redirects
+        .iter()
+        .filter(|r| r.writes() && !r.target.starts_with("/dev/") && could_run(&r.target))
+        .map(|r| r.target.clone())
+        .collect();
+    if writes.is_empty() {
+        return;
+    }
+    let fed_decoded = decodes(cmd) || script.upstream(cmd).any(decodes);
+    if fed_decoded {
+        out.push((
+            Decision::Ask,
+            format!(
+                "writes decoded data to `{}`: what it holds was never judged",
+                writes.join("`, `")
+            ),
+        ));
     }
 }
 
