@@ -522,3 +522,97 @@ fn shorten(text: &str) -> String {
     let head: String = text.chars().take(MAX).collect();
     format!("{head}…")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gates::shell_words::parse;
+
+    fn ctx() -> GateContext {
+        GateContext {
+            cwd: "/home/u/proj".into(),
+            home: Some("/home/u".into()),
+            network_allow: vec![],
+        }
+    }
+
+    fn reasons(script: &str) -> Vec<String> {
+        findings(&parse(script, Some(Path::new("/home/u"))), &ctx())
+            .into_iter()
+            .map(|(d, r)| {
+                assert_eq!(d, Decision::Ask, "{r}");
+                r
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ordinary_tools_used_destructively_are_named() {
+        assert_eq!(
+            reasons("find . -mindepth 1 -delete"),
+            ["`find -delete` removes every file it matches"]
+        );
+        assert!(reasons("find . -name '*.log' -delete").is_empty());
+        assert_eq!(
+            reasons("dd of=src/main.rs if=/dev/zero"),
+            ["`dd of=src/main.rs` overwrites the file in place"]
+        );
+        assert!(reasons("dd if=/dev/zero of=disk.img count=4").is_empty());
+        assert_eq!(
+            reasons("rm -rf ./.git/objects"),
+            ["`rm` removes `./.git/objects`, the project's git repository"]
+        );
+        assert_eq!(
+            reasons("ln -s .. up"),
+            ["`ln -s` makes a link to `..`, outside the project"]
+        );
+        assert!(reasons("ln -s ../lib/x.rs src/x.rs").is_empty());
+    }
+
+    #[test]
+    fn one_liners_ask_unless_clearly_harmless() {
+        assert!(is_clearly_harmless("print(1+1)"));
+        assert!(is_clearly_harmless(
+            "import json, sys; print(json.dumps([1]))"
+        ));
+        assert!(is_clearly_harmless("console.log(process.version)"));
+        assert!(!is_clearly_harmless("__import__('shutil').rmtree('.')"));
+        assert!(!is_clearly_harmless("import os; os.remove('x')"));
+        assert!(!is_clearly_harmless("print(open('.e'+'nv').read())"));
+        assert!(!is_clearly_harmless("unlink glob '*'"));
+        assert_eq!(reasons("python3 -c 'print(2)'"), Vec::<String>::new());
+        assert_eq!(reasons("perl -ne 'unlink $_'").len(), 1);
+    }
+
+    #[test]
+    fn running_what_the_script_wrote_asks() {
+        assert_eq!(
+            reasons("printf 'x' > x.sh; chmod +x x.sh; ./x.sh"),
+            ["runs `./x.sh`, which the same command wrote: what it does was never judged"]
+        );
+        assert!(reasons("chmod +x run.sh && ./run.sh").is_empty());
+        assert_eq!(
+            reasons("echo cm0K | base64 -d > c.sh"),
+            ["writes decoded data to `c.sh`: what it holds was never judged"]
+        );
+    }
+
+    #[test]
+    fn control_surface_and_git_config_writes_ask() {
+        assert_eq!(
+            reasons("echo x > .envrc"),
+            ["`echo` writes to .envrc in the project's control surface: direnv runs it in the person's shell"]
+        );
+        assert_eq!(reasons("git config core.pager less").len(), 1);
+        assert!(reasons("git config user.email a@b.c").is_empty());
+        assert!(reasons("git config --global core.pager less").is_empty());
+        assert!(reasons("git config --get core.pager").is_empty());
+    }
+
+    #[test]
+    fn resource_bombs_ask() {
+        assert_eq!(reasons("yes > f").len(), 1);
+        assert_eq!(reasons("cat /dev/urandom > big").len(), 1);
+        assert!(reasons("head -c 16 /dev/urandom | base64").is_empty());
+    }
+}
