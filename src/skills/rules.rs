@@ -11,7 +11,7 @@ use std::path::Path;
 use regex::Regex;
 
 use crate::action::{Action, Effect};
-use crate::gates::shell_words::script_of;
+use crate::gates::shell_words::{basename, is_shell, parse};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
 use super::diagnostic::Diagnostic;
@@ -82,8 +82,19 @@ pub fn subject(action: &Action) -> String {
 /// `/bin/rm -rf`, `sudo rm -rf` and `true; rm -rf x`.
 pub fn subjects(action: &Action) -> Vec<String> {
     let mut out = vec![subject(action)];
-    if let Some(script) = script_of(&action.effect, &GateContext::default()) {
-        for cmd in &script.commands {
+    // Parsed without the action's environment or argv: model-provided
+    // values (`ARG_*`) are data, and a rule about commands must not fire on
+    // text a value happens to contain.
+    if let Effect::Run {
+        interpreter,
+        script,
+        ..
+    } = &action.effect
+    {
+        if !is_shell(basename(interpreter)) {
+            return out;
+        }
+        for cmd in &parse(script, None).commands {
             let line = std::iter::once(cmd.program.as_str())
                 .chain(cmd.args.iter().map(String::as_str))
                 .collect::<Vec<_>>()
