@@ -242,16 +242,17 @@ impl Walk<'_> {
         let base = program.rsplit('/').next().unwrap_or(&program).to_string();
         match base.as_str() {
             "eval" => self.flag("`eval` (it runs text built at run time)", node),
-            "source" | "." => match args.first() {
-                Some(arg) => match self.literal(*arg) {
-                    Some(file) if self.written.iter().any(|w| same_file(w, &file)) => {
-                        self.flag("`source` of a file the same script wrote", node)
+            "source" | "." => {
+                if let Some(arg) = args.first() {
+                    match self.literal(*arg) {
+                        Some(file) if self.written.iter().any(|w| same_file(w, &file)) => {
+                            self.flag("`source` of a file the same script wrote", node)
+                        }
+                        Some(_) => {}
+                        None => self.flag("`source` of a file named at run time", node),
                     }
-                    Some(_) => {}
-                    None => self.flag("`source` of a file named at run time", node),
-                },
-                None => {}
-            },
+                }
+            }
             _ if WRAPPERS.contains(&base.as_str()) => {
                 // `sudo $c`, `xargs $(…)`: the wrapped program must be known.
                 let wrapped = args.iter().find(|a| {
