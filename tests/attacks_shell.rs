@@ -32,6 +32,7 @@ const CLASS_4: &[&str] = &[
     "dd of=src/main.rs if=/dev/zero bs=1 count=10",
     "echo cm0gLXJmIC4K | base64 -d > c.sh; bash c.sh",
     "echo cm0gLXJmIC4K | base64 -d > c.sh",
+    "printf 'rm -rf .\\n' > c.sh",
     "rm -rf .git",
 ];
 

@@ -351,9 +351,72 @@ fn decodes(cmd: &Command) -> bool {
     }
 }
 
+/// Scripts this command writes into a runnable file, with their text:
+/// `echo 'rm -rf .' > c.sh`, `printf … > run`, `cat > x.sh <<EOF`. A later
+/// `bash c.sh` runs text the gates never saw, so the text is judged now.
+pub fn written_scripts(cmd: &Command) -> Vec<(String, String)> {
+    let targets: Vec<String> = cmd
+        .redirects
+        .iter()
+        .filter(|r| r.writes() && could_run(&r.target))
+        .map(|r| r.target.clone())
+        .chain(
+            (cmd.program == "tee")
+                .then(|| {
+                    cmd.operands()
+                        .into_iter()
+                        .filter(|o| could_run(o))
+                        .map(String::from)
+                })
+                .into_iter()
+                .flatten(),
+        )
+        .collect();
+    if targets.is_empty() {
+        return Vec::new();
+    }
+    let text = match cmd.program.as_str() {
+        "echo" => cmd
+            .args
+            .iter()
+            .skip_while(|a| matches!(a.as_str(), "-n" | "-e" | "-E" | "-ne" | "-en"))
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(" "),
+        "printf" => cmd
+            .operands()
+            .first()
+            .map(|f| f.replace("\\n", "\n").replace("\\t", "\t"))
+            .unwrap_or_default(),
+        "cat" | "tee" => cmd.stdin_text.clone().unwrap_or_default(),
+        _ => return Vec::new(),
+    };
+    if text.trim().is_empty() {
+        return Vec::new();
+    }
+    targets
+        .into_iter()
+        .filter(|t| is_shell_script(t, &text))
+        .map(|t| (t, text.clone()))
+        .collect()
+}
+
+/// Whether a file holds shell text a later `bash FILE` or `./FILE` runs:
+/// a shell extension, no extension, or a shell `#!` line.
+pub fn is_shell_script(path: &str, text: &str) -> bool {
+    if let Some(first) = text.lines().next().filter(|l| l.starts_with("#!")) {
+        return first.ends_with("sh") || first.contains("sh ") || first.contains("bash");
+    }
+    let name = path.rsplit('/').next().unwrap_or(path);
+    match name.rsplit_once('.') {
+        None => true,
+        Some((_, ext)) => matches!(ext, "sh" | "bash" | "zsh" | "ksh"),
+    }
+}
+
 /// A file name a later command could run as a program: a script extension
 /// or none at all (`c.sh`, `run`, not `logo.png`).
-fn could_run(path: &str) -> bool {
+pub fn could_run(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
     match name.rsplit_once('.') {
         None => true,
@@ -607,6 +670,28 @@ mod tests {
         assert!(reasons("git config user.email a@b.c").is_empty());
         assert!(reasons("git config --global core.pager less").is_empty());
         assert!(reasons("git config --get core.pager").is_empty());
+    }
+
+    #[test]
+    fn scripts_written_for_later_are_found_with_their_text() {
+        let written = |s: &str| {
+            parse(s, None)
+                .commands
+                .iter()
+                .flat_map(written_scripts)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            written("printf 'rm -rf .\\n' > c.sh"),
+            [("c.sh".to_string(), "rm -rf .\n".to_string())]
+        );
+        assert_eq!(
+            written("echo -e 'find . -delete' > run"),
+            [("run".to_string(), "find . -delete".to_string())]
+        );
+        assert!(written("echo 'print(1)' > x.py").is_empty());
+        assert!(written("echo hello > out.txt").is_empty());
+        assert!(is_shell_script("x.py", "#!/bin/bash\nls"));
     }
 
     #[test]
