@@ -68,34 +68,50 @@ pub fn secret_matches(word: &str) -> Vec<&'static str> {
     if !name.contains(['*', '?', '[']) {
         return Vec::new();
     }
-    let mut re = String::from("^");
-    let mut in_class = false;
-    for c in name.chars() {
-        match c {
-            '*' if !in_class => re.push_str(".*"),
-            '?' if !in_class => re.push('.'),
-            '[' if !in_class => {
-                in_class = true;
-                re.push('[');
-            }
-            ']' if in_class => {
-                in_class = false;
-                re.push(']');
-            }
-            '!' if in_class && re.ends_with('[') => re.push('^'),
-            c => re.push_str(&regex::escape(&c.to_string())),
-        }
-    }
-    re.push('$');
-    let Ok(glob) = Regex::new(&re) else {
-        // A malformed class: bash would take it literally; we cannot tell.
-        return SECRET_NAMES.to_vec();
-    };
+    let glob: Vec<char> = name.chars().collect();
     SECRET_NAMES
         .iter()
         .copied()
-        .filter(|n| (name.starts_with('.') || !n.starts_with('.')) && glob.is_match(n))
+        .filter(|n| {
+            (name.starts_with('.') || !n.starts_with('.'))
+                && glob_matches(&glob, &n.chars().collect::<Vec<_>>())
+        })
         .collect()
+}
+
+/// Bash pattern matching of one name: `*`, `?`, `[abc]`, `[a-z]`, `[!x]`.
+/// An unterminated `[` is a literal, as in bash.
+fn glob_matches(glob: &[char], name: &[char]) -> bool {
+    match glob.first() {
+        None => name.is_empty(),
+        Some('*') => (0..=name.len()).any(|i| glob_matches(&glob[1..], &name[i..])),
+        Some('?') => !name.is_empty() && glob_matches(&glob[1..], &name[1..]),
+        Some('[') => match glob.iter().position(|&c| c == ']').filter(|&end| end > 1) {
+            Some(end) => {
+                let Some(&c) = name.first() else {
+                    return false;
+                };
+                let (negated, set) = match glob[1] {
+                    '!' | '^' => (true, &glob[2..end]),
+                    _ => (false, &glob[1..end]),
+                };
+                let mut hit = false;
+                let mut i = 0;
+                while i < set.len() {
+                    if i + 2 < set.len() && set[i + 1] == '-' {
+                        hit |= set[i] <= c && c <= set[i + 2];
+                        i += 3;
+                    } else {
+                        hit |= set[i] == c;
+                        i += 1;
+                    }
+                }
+                hit != negated && glob_matches(&glob[end + 1..], &name[1..])
+            }
+            None => name.first() == Some(&'[') && glob_matches(&glob[1..], &name[1..]),
+        },
+        Some(&g) => name.first() == Some(&g) && glob_matches(&glob[1..], &name[1..]),
+    }
 }
 
 /// Findings for reads of secrets in a script's commands.
@@ -252,6 +268,10 @@ mod tests {
         assert!(!secret_matches("*").contains(&".env"));
         assert!(secret_matches("src/*.rs").is_empty());
         assert!(secret_matches("plain").is_empty());
+        assert_eq!(secret_matches("[.]env"), Vec::<&str>::new());
+        assert_eq!(secret_matches(".[e]nv"), [".env"]);
+        assert_eq!(secret_matches("id_[!x]sa"), ["id_rsa"]);
+        assert!(secret_matches("[0-9]*").is_empty());
         assert!(asks("cat .e*"));
         assert!(asks("cat *"));
         assert!(!asks("ls -a .e*"));
