@@ -343,7 +343,7 @@ pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_
             } else {
                 ActStatus::Executed
             };
-            (out.text, status)
+            (x.env.redact_output(out.text), status)
         }
         Err(crate::actuators::ActError::Cancelled) => ("cancelled".into(), ActStatus::Cancelled),
         Err(e) => (e.to_string(), ActStatus::Failed),

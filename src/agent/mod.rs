@@ -190,6 +190,26 @@ impl AgentEnv {
         }
     }
 
+    /// Tool output as the model may read it: configured provider keys and
+    /// credential shapes replaced by `[redacted: …]`, with a note saying
+    /// how many were taken out.
+    pub fn redact_output(&self, text: String) -> String {
+        let known: Vec<String> = self
+            .config
+            .providers
+            .iter()
+            .filter_map(|p| p.resolved_key())
+            .collect();
+        let r = crate::gates::secrets::redact_output(&text, &known);
+        if r.hits == 0 {
+            return text;
+        }
+        format!(
+            "{}\n[passepartout: {} secret(s) redacted from this output]",
+            r.text, r.hits
+        )
+    }
+
     pub fn gate_context(&self, cwd: &Path) -> GateContext {
         GateContext {
             cwd: cwd.to_path_buf(),

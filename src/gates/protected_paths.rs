@@ -277,7 +277,7 @@ pub fn is_startup_path(path: &Path, ctx: &GateContext) -> bool {
             }
         }
     }
-    s.contains("/.git/hooks")
+    (s.contains("/.git/hooks") && !in_project(path, ctx))
         || s.starts_with("/var/spool/cron")
         || s.starts_with("/etc/cron")
         || s == "/etc/ld.so.preload"
@@ -285,6 +285,11 @@ pub fn is_startup_path(path: &Path, ctx: &GateContext) -> bool {
         || s.starts_with("/etc/bash")
         || s.starts_with("/etc/systemd")
         || s.starts_with("/etc/rc")
+}
+
+/// Whether a resolved path lies inside the working directory.
+fn in_project(path: &Path, ctx: &GateContext) -> bool {
+    ctx.cwd.is_absolute() && path.starts_with(&ctx.cwd)
 }
 
 /// Decision and reason for writing to a resolved path.
@@ -321,6 +326,19 @@ pub fn write_decision(path: &Path, ctx: &GateContext) -> Option<(Decision, Strin
                     format!("writes to {shown}, a start-up file that runs code later"),
                 ));
             }
+        }
+    }
+    if in_project(path, ctx) {
+        // The project's own hooks, git config, .envrc...: a person may
+        // approve the change (a flight plan), so ask rather than deny.
+        if let Some(entry) = crate::control_surface::control_entry_in(&ctx.cwd, path) {
+            return Some((
+                Decision::Ask,
+                format!(
+                    "writes to {shown} in the project's control surface: {}",
+                    entry.why
+                ),
+            ));
         }
     }
     if path.components().any(|c| c.as_os_str() == ".git")
@@ -604,8 +622,15 @@ mod tests {
         assert_eq!(
             write(".git/hooks/pre-commit"),
             Some((
+                Decision::Ask,
+                "writes to ~/proj/.git/hooks/pre-commit in the project's control surface: git hooks run on the host at the next commit, checkout or push".into()
+            ))
+        );
+        assert_eq!(
+            write("/home/u/other/.git/hooks/pre-commit"),
+            Some((
                 Decision::Deny,
-                "writes to ~/proj/.git/hooks/pre-commit, a git hook that runs code later".into()
+                "writes to ~/other/.git/hooks/pre-commit, a git hook that runs code later".into()
             ))
         );
         assert_eq!(write("/etc/hosts").map(|f| f.0), Some(Decision::Deny));

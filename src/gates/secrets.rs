@@ -13,7 +13,8 @@ use regex::Regex;
 
 use crate::action::{Action, Effect};
 use crate::gates::engine::verdict_from_findings;
-use crate::gates::shell_words::static_regex;
+use crate::gates::secret_reads;
+use crate::gates::shell_words::{script_of, static_regex};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
 /// One credential found in text.
@@ -182,6 +183,70 @@ pub fn redact(text: &str) -> String {
     out
 }
 
+/// Tool output after redaction, and how many secrets were taken out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redacted {
+    /// The output with each secret replaced by `[redacted: KIND]`.
+    pub text: String,
+    /// How many secrets were replaced.
+    pub hits: usize,
+}
+
+/// Known secrets shorter than this are not searched for: a short value
+/// would match ordinary text and says little about a key.
+const MIN_KNOWN_SECRET: usize = 8;
+
+/// Redact tool output before a hosted model reads it: every occurrence of
+/// a `known` secret (the configured provider keys), every credential shape
+/// [`scan`] recognises (`sk-…`, `AKIA…`, private key blocks, `*_KEY=`,
+/// `*_TOKEN=`, `*_SECRET=` assignments with random-looking values) and
+/// bearer tokens. Pure: the caller decides what to do with the count.
+pub fn redact_output(text: &str, known: &[String]) -> Redacted {
+    static BEARER: OnceLock<Regex> = OnceLock::new();
+    let bearer = BEARER.get_or_init(|| static_regex(r"(?i)\bbearer\s+([A-Za-z0-9._~+/=-]{16,})"));
+    let mut hits = 0;
+    let mut out = text.to_string();
+    for key in known.iter().filter(|k| k.len() >= MIN_KNOWN_SECRET) {
+        let n = out.matches(key.as_str()).count();
+        if n > 0 {
+            hits += n;
+            out = out.replace(key.as_str(), "[redacted: configured API key]");
+        }
+    }
+    let mut ranges: Vec<(std::ops::Range<usize>, &str)> =
+        scan(&out).into_iter().map(|f| (f.range, f.kind)).collect();
+    for caps in bearer.captures_iter(&out) {
+        if let Some(m) = caps.get(1) {
+            if !ranges
+                .iter()
+                .any(|(r, _)| r.start < m.end() && m.start() < r.end)
+            {
+                ranges.push((m.range(), "bearer token"));
+            }
+        }
+    }
+    if ranges.is_empty() {
+        return Redacted { text: out, hits };
+    }
+    ranges.sort_by_key(|(r, _)| r.start);
+    let mut redacted = String::with_capacity(out.len());
+    let mut at = 0;
+    for (range, kind) in ranges {
+        if range.start < at {
+            continue;
+        }
+        redacted.push_str(&out[at..range.start]);
+        redacted.push_str(&format!("[redacted: {kind}]"));
+        at = range.end;
+        hits += 1;
+    }
+    redacted.push_str(&out[at..]);
+    Redacted {
+        text: redacted,
+        hits,
+    }
+}
+
 /// The texts of an effect that leave the agent: what is written, run or sent.
 fn outgoing_texts(effect: &Effect) -> Vec<(String, String)> {
     match effect {
@@ -234,8 +299,11 @@ impl Gate for SecretsGate {
         50
     }
 
-    fn check(&self, action: &Action, _ctx: &GateContext) -> Option<Verdict> {
-        let mut findings = Vec::new();
+    fn check(&self, action: &Action, ctx: &GateContext) -> Option<Verdict> {
+        let mut findings = secret_reads::effect_findings(&action.effect);
+        if let Some(script) = script_of(&action.effect, ctx) {
+            findings.extend(secret_reads::script_findings(&script));
+        }
         for (place, text) in outgoing_texts(&action.effect) {
             for f in scan(&text) {
                 findings.push((f.decision, format!("{} in {place}: {}", f.kind, f.redacted)));
@@ -265,6 +333,31 @@ mod tests {
             timeout_secs: None,
         };
         SecretsGate.check(&action, &GateContext::default())
+    }
+
+    #[test]
+    fn output_redaction_takes_out_known_keys_and_shapes() {
+        let known = vec![
+            "local-provider-key-0123456789".to_string(),
+            "short".to_string(),
+        ];
+        let text = "OPENAI_API_KEY=local-provider-key-0123456789\n\
+                    aws AKIAIOSFODNN7EXAMPLE\n\
+                    GITHUB_TOKEN=Zx8Qw2Er5Ty7Ui9Op1As3Df\n\
+                    Authorization: Bearer abcdefghijklmnop1234\n\
+                    short words stay, and so does cargo test";
+        let r = redact_output(text, &known);
+        assert_eq!(r.hits, 4, "{}", r.text);
+        assert!(!r.text.contains("local-provider-key"));
+        assert!(!r.text.contains("AKIAIOSFODNN7EXAMPLE"));
+        assert!(!r.text.contains("Zx8Qw2Er5Ty7Ui9Op1As3Df"));
+        assert!(!r.text.contains("abcdefghijklmnop1234"));
+        assert!(r.text.contains("[redacted: configured API key]"));
+        assert!(r.text.contains("[redacted: AWS access key id]"));
+        assert!(r.text.contains("short words stay, and so does cargo test"));
+        let clean = redact_output("test result: ok. 3 passed", &known);
+        assert_eq!(clean.hits, 0);
+        assert_eq!(clean.text, "test result: ok. 3 passed");
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::path::Path;
 use regex::Regex;
 
 use crate::action::{Action, Effect};
+use crate::gates::shell_words::{basename, is_shell, parse};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
 use super::diagnostic::Diagnostic;
@@ -37,11 +38,17 @@ pub struct Rule {
 impl Rule {
     /// The verdict this rule gives `action`, if it applies.
     pub fn check(&self, action: &Action) -> Option<Verdict> {
+        self.check_subjects(action, &subjects(action))
+    }
+
+    /// Like [`check`](Self::check) with the subjects computed once for
+    /// every rule of a gate.
+    fn check_subjects(&self, action: &Action, subjects: &[String]) -> Option<Verdict> {
         if !glob_match(&self.tool, &action.tool) || !glob_match(&self.target, &action.target) {
             return None;
         }
         if let Some(re) = &self.pattern {
-            if !re.is_match(&subject(action)) {
+            if !subjects.iter().any(|s| re.is_match(s)) {
                 return None;
             }
         }
@@ -66,6 +73,38 @@ pub fn subject(action: &Action) -> String {
         Effect::EvalElisp { code, .. } => code.clone(),
         Effect::Message { .. } | Effect::Op { .. } => action.arguments.to_string(),
     }
+}
+
+/// Everything a rule's pattern is tried against: the [`subject`], and for
+/// shell text each normalised command as `program arg arg…` (quotes
+/// removed, wrappers such as `sudo`/`env` stripped, the program by its
+/// basename), so a rule against `rm -rf` also catches `"r"m -rf`,
+/// `/bin/rm -rf`, `sudo rm -rf` and `true; rm -rf x`.
+pub fn subjects(action: &Action) -> Vec<String> {
+    let mut out = vec![subject(action)];
+    // Parsed without the action's environment or argv: model-provided
+    // values (`ARG_*`) are data, and a rule about commands must not fire on
+    // text a value happens to contain.
+    if let Effect::Run {
+        interpreter,
+        script,
+        ..
+    } = &action.effect
+    {
+        if !is_shell(basename(interpreter)) {
+            return out;
+        }
+        for cmd in &parse(script, None).commands {
+            let line = std::iter::once(cmd.program.as_str())
+                .chain(cmd.args.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(" ");
+            if !out.contains(&line) {
+                out.push(line);
+            }
+        }
+    }
+    out
 }
 
 /// `*` any run of characters, `?` one character, everything else literal.
@@ -122,9 +161,10 @@ impl Gate for RuleGate {
     fn check(&self, action: &Action, _ctx: &GateContext) -> Option<Verdict> {
         // `max_by_key` keeps the last of equals; fold keeps the first, so the
         // reason shown is the first-written rule among the strictest.
+        let subjects = subjects(action);
         self.rules
             .iter()
-            .filter_map(|r| r.check(action))
+            .filter_map(|r| r.check_subjects(action, &subjects))
             .fold(None, |best: Option<Verdict>, v| match best {
                 Some(b) if b.decision >= v.decision => Some(b),
                 _ => Some(v),
@@ -216,6 +256,22 @@ mod tests {
         );
         assert_eq!(r.check(&run("shell", "git pull")), None);
         assert_eq!(r.check(&run("other", "git push")), None);
+    }
+
+    #[test]
+    fn rules_match_the_normalised_commands() {
+        let r = rule("rm", Decision::Deny, "*", r"^rm -rf\b");
+        for script in [
+            "rm -rf x",
+            "\"r\"m -rf x",
+            "/bin/rm -rf x",
+            "sudo rm -rf x",
+            "true; rm -rf x",
+            "bash -c 'rm -rf x'",
+        ] {
+            assert!(r.check(&run("shell", script)).is_some(), "{script}");
+        }
+        assert!(r.check(&run("shell", "echo rm -rf x")).is_none());
     }
 
     #[test]

@@ -1,0 +1,156 @@
+//! The shell gate: judges shell text by what a real parser and the literal
+//! commands say, failing closed.
+//!
+//! Two passes over one script. [`syntax`] parses it with tree-sitter-bash
+//! and names every construct that cannot be reduced to known words (brace
+//! expansion, computed or globbed program names, `eval`, `IFS`, `source` of
+//! a computed file, parse errors, unknown node kinds): each is *ask*, never
+//! *allow*. [`semantics`] reads the normalised commands
+//! ([`crate::gates::shell_words`]) for ordinary tools used destructively,
+//! interpreter one-liners, write-then-run, symlinks out of the project,
+//! writes to the control surface and resource bombs. Whole-file writes to
+//! the control surface (`Effect::WriteFile`) are asked about here too.
+
+pub mod semantics;
+pub mod syntax;
+
+use crate::action::{Action, Effect};
+use crate::control_surface::control_entry_in;
+use crate::gates::engine::verdict_from_findings;
+use crate::gates::shell_words::{basename, is_shell, resolve_path, script_of};
+use crate::gates::{
+    destructive::DestructiveGate, exfiltration::ExfiltrationGate, injection::InjectionGate,
+    protected_paths::ProtectedPathsGate,
+};
+use crate::gates::{Decision, Gate, GateContext, Verdict};
+
+/// Fails closed on shell text the analysis cannot see through.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ShellGate;
+
+impl Gate for ShellGate {
+    fn name(&self) -> &str {
+        "shell"
+    }
+
+    fn priority(&self) -> i32 {
+        15
+    }
+
+    fn check(&self, action: &Action, ctx: &GateContext) -> Option<Verdict> {
+        let mut findings: Vec<(Decision, String)> = Vec::new();
+        match &action.effect {
+            Effect::Run {
+                interpreter,
+                script,
+                ..
+            } => {
+                if is_shell(basename(interpreter)) {
+                    opaque(script, &mut findings);
+                }
+                if let Some(parsed) = script_of(&action.effect, ctx) {
+                    // Strings handed to nested shells are shell text too.
+                    for cmd in &parsed.commands {
+                        if is_shell(&cmd.program) {
+                            for inner in cmd.option_values(&["-c"], &[]) {
+                                opaque(inner, &mut findings);
+                            }
+                        }
+                    }
+                    findings.extend(semantics::findings(&parsed, ctx));
+                    for cmd in &parsed.commands {
+                        for (target, text) in semantics::written_scripts(cmd) {
+                            findings.extend(judge_script_for_later(&target, &text, ctx));
+                        }
+                    }
+                }
+            }
+            Effect::WriteFile { path, content } => {
+                let shown = path.to_string_lossy();
+                if semantics::is_shell_script(&shown, content) {
+                    findings.extend(judge_script_for_later(&shown, content, ctx));
+                }
+                let abs = resolve_path(&shown, ctx);
+                if let Some(entry) = control_entry_in(&ctx.cwd, &abs) {
+                    findings.push((
+                        Decision::Ask,
+                        format!(
+                            "writes {} in the project's control surface: {}",
+                            entry.path, entry.why
+                        ),
+                    ));
+                }
+            }
+            _ => {}
+        }
+        verdict_from_findings(self.name(), findings)
+    }
+}
+
+/// Judge a script written now as if it ran now, by the gates that read
+/// shell text (not recursively through this one's own write check): a
+/// later `bash c.sh` would otherwise run it unjudged.
+fn judge_script_for_later(target: &str, text: &str, ctx: &GateContext) -> Vec<(Decision, String)> {
+    let action = Action {
+        tool: "written script".into(),
+        target: "shell".into(),
+        arguments: serde_json::Value::Null,
+        effect: Effect::Run {
+            interpreter: "bash".into(),
+            script: text.to_string(),
+            argv: Vec::new(),
+            env: Default::default(),
+            network: false,
+        },
+        approval: crate::action::Approval::Auto,
+        timeout_secs: None,
+    };
+    let mut inner: Vec<(Decision, String)> = Vec::new();
+    opaque(text, &mut inner);
+    if let Some(parsed) = script_of(&action.effect, ctx) {
+        inner.extend(semantics::findings(&parsed, ctx));
+    }
+    // Secrets in the text are the secrets gate's business already.
+    let gates: [&dyn Gate; 4] = [
+        &DestructiveGate,
+        &InjectionGate,
+        &ExfiltrationGate,
+        &ProtectedPathsGate,
+    ];
+    inner.extend(
+        gates
+            .iter()
+            .filter_map(|g| g.check(&action, ctx))
+            .map(|v| (v.decision, format!("{}: {}", v.gate, v.reason))),
+    );
+    let Some(worst) = inner.iter().map(|(d, _)| *d).max() else {
+        return Vec::new();
+    };
+    if worst == Decision::Allow {
+        return Vec::new();
+    }
+    let why = inner
+        .into_iter()
+        .find(|(d, _)| *d == worst)
+        .map(|(_, r)| r)
+        .unwrap_or_default();
+    vec![(
+        Decision::Ask,
+        format!(
+            "writes `{target}`, a script that would be {} if run now ({why})",
+            match worst {
+                Decision::Deny => "denied",
+                _ => "held for approval",
+            }
+        ),
+    )]
+}
+
+fn opaque(script: &str, findings: &mut Vec<(Decision, String)>) {
+    for o in syntax::opaque_constructs(script) {
+        findings.push((
+            Decision::Ask,
+            format!("cannot judge {}: `{}`", o.construct, o.text),
+        ));
+    }
+}
