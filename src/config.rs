@@ -52,6 +52,54 @@ pub struct Config {
     /// fed back to the model as the tool result. Off: the person already
     /// sees them; the model only hears they were delivered.
     pub feed_back_messages: bool,
+    /// `[budget]`: hard limits in tokens and USD per turn, session, day.
+    pub budget: crate::budget::BudgetConfig,
+    /// `[prices."model"]`: USD per million tokens, over the defaults.
+    pub prices: BTreeMap<String, crate::budget::Price>,
+    /// `[context]`: when to compact a session's history.
+    pub context: ContextConfig,
+    /// `[sessions]`: the session journals.
+    pub sessions: SessionsConfig,
+}
+
+/// `[context]`: context-window management.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ContextConfig {
+    /// Compact when a request would fill more than this share of the
+    /// provider's context window.
+    pub compact_at: f64,
+    /// The window assumed for a provider with no `context_window` and a
+    /// model we know nothing about (conservative).
+    pub default_window: u64,
+}
+
+impl Default for ContextConfig {
+    fn default() -> Self {
+        ContextConfig {
+            compact_at: 0.75,
+            default_window: 16_384,
+        }
+    }
+}
+
+/// `[sessions]`: where and how much history is kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SessionsConfig {
+    /// Keep sessions on disk (`<state>/sessions`).
+    pub persist: bool,
+    /// A journal past this size is rewritten as one snapshot record.
+    pub max_file_bytes: u64,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        SessionsConfig {
+            persist: true,
+            max_file_bytes: crate::sessions::DEFAULT_CAP_BYTES,
+        }
+    }
 }
 
 impl Default for Config {
@@ -69,6 +117,10 @@ impl Default for Config {
             builtin_skills: true,
             log_file: None,
             feed_back_messages: false,
+            budget: crate::budget::BudgetConfig::default(),
+            prices: BTreeMap::new(),
+            context: ContextConfig::default(),
+            sessions: SessionsConfig::default(),
         }
     }
 }
@@ -237,6 +289,12 @@ impl Config {
         }
         if self.max_rounds == 0 {
             return Err(ConfigError::Invalid("max_rounds must be at least 1".into()));
+        }
+        if !(self.context.compact_at > 0.0 && self.context.compact_at <= 1.0) {
+            return Err(ConfigError::Invalid(format!(
+                "[context] compact_at must be a share between 0 and 1, got {}",
+                self.context.compact_at
+            )));
         }
         Ok(())
     }
