@@ -307,6 +307,11 @@ impl Accounts {
         }
     }
 
+    /// The uncached input cost of `tokens` on `model`.
+    pub fn input_cost(&self, model: &str, tokens: u64) -> f64 {
+        self.prices.input_cost(model, tokens)
+    }
+
     pub fn budget(&self) -> BudgetConfig {
         self.budget
             .read()

@@ -32,6 +32,9 @@ pub trait TurnSink: Send + Sync {
     fn update(&self, update: acp::SessionUpdate);
     /// The session's state changed (for mode lines).
     fn status(&self, status: SessionStatus);
+    /// An extension notification about the session (`_passepartout/usage`,
+    /// `_passepartout/session/compacted`). Default: dropped.
+    fn notify(&self, _method: &str, _params: serde_json::Value) {}
 }
 
 /// A question to a person about one action.
@@ -143,6 +146,10 @@ pub struct AgentEnv {
     pub audit: Option<Arc<crate::audit::AuditLog>>,
     /// The connected Emacs, for the emacs actuator.
     pub editor: crate::actuators::emacs::EditorLink,
+    /// Budgets, prices and the day's usage ledger.
+    pub accounts: Arc<crate::budget::Accounts>,
+    /// Where session journals live (None: sessions are not persisted).
+    pub sessions: Option<Arc<crate::sessions::SessionStore>>,
 }
 
 impl AgentEnv {

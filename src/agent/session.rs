@@ -1,5 +1,9 @@
 //! A session: a working directory, a conversation history, and at most one
 //! turn running at a time (a second prompt waits for the first).
+//!
+//! A session may have a [`Journal`]: then every event of its history is
+//! stored as it happens (see [`crate::sessions`]) and the session can be
+//! loaded again by a later daemon.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -8,7 +12,9 @@ use std::sync::Mutex;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::llm::{ChatMessage, Usage};
+use crate::budget::Spent;
+use crate::llm::{ChatMessage, Role, Usage};
+use crate::sessions::{Event, Journal, Loaded};
 
 pub struct Session {
     pub id: String,
@@ -19,7 +25,12 @@ pub struct Session {
     turns: Mutex<HashMap<u64, CancellationToken>>,
     next_turn: AtomicU64,
     usage: Mutex<Usage>,
+    spent: Mutex<Spent>,
     provider: Mutex<Option<String>>,
+    journal: Option<Journal>,
+    /// Why the last turn stopped early, beyond its ACP stop reason
+    /// (`budget`), for the response's `_meta`.
+    stop_detail: Mutex<Option<String>>,
 }
 
 impl Session {
@@ -31,7 +42,37 @@ impl Session {
             turns: Mutex::default(),
             next_turn: AtomicU64::new(1),
             usage: Mutex::new(Usage::default()),
+            spent: Mutex::new(Spent::default()),
             provider: Mutex::new(None),
+            journal: None,
+            stop_detail: Mutex::new(None),
+        }
+    }
+
+    /// Record this session's events in `journal`.
+    pub fn with_journal(mut self, journal: Journal) -> Self {
+        self.journal = Some(journal);
+        self
+    }
+
+    /// A session read back from its journal, continuing in `cwd`.
+    pub fn restored(loaded: Loaded, cwd: PathBuf, journal: Option<Journal>) -> Self {
+        let mut s = Session::new(loaded.id, cwd);
+        s.history = tokio::sync::Mutex::new(loaded.history);
+        s.usage = Mutex::new(loaded.usage);
+        s.spent = Mutex::new(Spent::from_usage(&loaded.usage, loaded.cost));
+        s.journal = journal;
+        s
+    }
+
+    pub fn journal(&self) -> Option<&Journal> {
+        self.journal.as_ref()
+    }
+
+    /// Store an event (no-op without a journal).
+    pub fn record(&self, event: Event) {
+        if let Some(j) = &self.journal {
+            j.append(event);
         }
     }
 
@@ -57,13 +98,22 @@ impl Session {
     }
 
     pub fn add_usage(&self, u: Usage) {
-        let mut total = lock(&self.usage);
-        total.input_tokens += u.input_tokens;
-        total.output_tokens += u.output_tokens;
+        lock(&self.usage).add(&u);
+    }
+
+    /// Add one request's usage and cost to the session's totals.
+    pub fn add_spent(&self, u: &Usage, cost: f64) {
+        self.add_usage(*u);
+        lock(&self.spent).add(u, cost);
     }
 
     pub fn usage(&self) -> Usage {
         *lock(&self.usage)
+    }
+
+    /// Tokens and cost spent by this session (across daemons when loaded).
+    pub fn spent(&self) -> Spent {
+        *lock(&self.spent)
     }
 
     pub fn set_provider(&self, label: String) {
@@ -73,6 +123,38 @@ impl Session {
     pub fn provider(&self) -> Option<String> {
         lock(&self.provider).clone()
     }
+
+    pub fn set_stop_detail(&self, detail: Option<String>) {
+        *lock(&self.stop_detail) = detail;
+    }
+
+    /// Why the last turn stopped early (`budget`), if it did.
+    pub fn stop_detail(&self) -> Option<String> {
+        lock(&self.stop_detail).clone()
+    }
+}
+
+/// Most characters of earlier prompts used to decide which skills are
+/// active.
+const ACTIVATION_CHARS: usize = 16 * 1024;
+
+/// The text skills' triggers are matched against: the session's prompts so
+/// far (most recent last, bounded) and `prompt`. A skill that came up once
+/// in a session stays active in it, so its tools stay offered for the
+/// calls already in the history, and the prompt prefix stays stable for
+/// caching.
+pub fn activation_text(history: &[ChatMessage], prompt: &str) -> String {
+    let mut parts: Vec<&str> = vec![prompt];
+    let mut used = prompt.len();
+    for m in history.iter().rev().filter(|m| m.role == Role::User) {
+        if used + m.content.len() > ACTIVATION_CHARS {
+            break;
+        }
+        used += m.content.len();
+        parts.push(&m.content);
+    }
+    parts.reverse();
+    parts.join("\n")
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
