@@ -444,7 +444,8 @@ impl Accounts {
         if b.is_empty() {
             return None;
         }
-        let left_tokens = |limit: Option<u64>, s: &Spent| limit.map(|l| l.saturating_sub(s.tokens()));
+        let left_tokens =
+            |limit: Option<u64>, s: &Spent| limit.map(|l| l.saturating_sub(s.tokens()));
         let left_cost = |limit: Option<f64>, s: &Spent| limit.map(|l| (l - s.cost).max(0.0));
         Some(serde_json::json!({
             "turnTokens": b.turn_tokens, "sessionTokens": b.session_tokens, "dayTokens": b.day_tokens,
@@ -552,8 +553,16 @@ mod tests {
     #[test]
     fn the_day_ledger_is_shared_through_the_file() {
         let tmp = tempfile::tempdir().unwrap();
-        let a = Accounts::new(BudgetConfig::default(), Prices::default(), Some(tmp.path().into()));
-        let b = Accounts::new(BudgetConfig::default(), Prices::default(), Some(tmp.path().into()));
+        let a = Accounts::new(
+            BudgetConfig::default(),
+            Prices::default(),
+            Some(tmp.path().into()),
+        );
+        let b = Accounts::new(
+            BudgetConfig::default(),
+            Prices::default(),
+            Some(tmp.path().into()),
+        );
         a.record("s1", "m", &usage(10, 5, 0, 0), 0.25);
         b.record("s2", "m", &usage(1, 1, 0, 0), 0.25);
         let day = a.day_spent();

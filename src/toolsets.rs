@@ -157,7 +157,7 @@ impl ToolsetSource for SkillToolsets {
         let set = entry.loader.current();
         let mut tools = ToolRegistry::new();
         builtin::register(&mut tools);
-        set.register_tools(&mut tools);
+        register_active_tools(&set, user_message, &mut tools);
         Toolset {
             tools,
             prompt: set.system_prompt(user_message),
@@ -174,5 +174,25 @@ impl ToolsetSource for SkillToolsets {
         let mut diagnostics = lock(&self.policy_diagnostics).clone();
         diagnostics.extend(set.diagnostics().iter().cloned());
         (set.list(), diagnostics)
+    }
+}
+
+/// Tool selection: only the tools of skills active for `user_message`
+/// (always-on, triggered, or mentioned as `@name`) are offered, so a
+/// thousand installed skills do not ride along with every request. A tool
+/// name offered by several active skills goes to the highest-ranked one
+/// (the clash rule of [`SkillSet::tools`]); a skill tool replaces a built-in
+/// of the same name.
+fn register_active_tools(set: &SkillSet, user_message: &str, registry: &mut ToolRegistry) {
+    let mut taken = std::collections::BTreeSet::new();
+    for skill in set.skills() {
+        if !skill.is_active(user_message) {
+            continue;
+        }
+        for tool in &skill.tools {
+            if taken.insert(tool.spec.name.clone()) {
+                registry.register(tool.clone());
+            }
+        }
     }
 }

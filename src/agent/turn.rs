@@ -74,7 +74,19 @@ pub async fn run_turn(
             let mut request = perceive::request(&history, &toolset, &session.cwd);
             let limit = (window as f64 * env.config.context.compact_at) as u64;
             if crate::budget::estimate_tokens(&request) > limit {
-                match compact(env, session, &mut history, &mut turn_start, &models, window, sink, &cancel, &mut spent).await {
+                match compact(
+                    env,
+                    session,
+                    &mut history,
+                    &mut turn_start,
+                    &models,
+                    window,
+                    sink,
+                    &cancel,
+                    &mut spent,
+                )
+                .await
+                {
                     Ok(()) => request = perceive::request(&history, &toolset, &session.cwd),
                     Err(Stop::Cancelled) => return Ok(acp::StopReason::Cancelled),
                     Err(Stop::Budget) => return Ok(acp::StopReason::MaxTokens),
@@ -90,13 +102,27 @@ pub async fn run_turn(
                 Err(ReasonError::Cancelled) => return Ok(acp::StopReason::Cancelled),
                 Err(ReasonError::Provider { message, partial }) => {
                     if !partial.text.is_empty() {
-                        push(session, &mut history, ChatMessage::assistant(partial.text.clone(), Vec::new()));
+                        push(
+                            session,
+                            &mut history,
+                            ChatMessage::assistant(partial.text.clone(), Vec::new()),
+                        );
                     }
                     return Err(TurnError::Provider(message));
                 }
             };
             let usage = measured_usage(&reasoned.usage, &request, &reasoned.text);
-            account(env, session, &models, &reasoned.provider, &usage, window, &mut spent, sink).await;
+            account(
+                env,
+                session,
+                &models,
+                &reasoned.provider,
+                &usage,
+                window,
+                &mut spent,
+                sink,
+            )
+            .await;
             session.set_provider(reasoned.provider.clone());
             push(
                 session,
@@ -142,7 +168,11 @@ pub async fn run_turn(
                 // Every call gets an answer in the history, even the ones
                 // skipped by a cancel: providers reject dangling calls.
                 if cancelled || cancel.is_cancelled() {
-                    push(session, &mut history, ChatMessage::tool_result(call.id.clone(), "cancelled", true));
+                    push(
+                        session,
+                        &mut history,
+                        ChatMessage::tool_result(call.id.clone(), "cancelled", true),
+                    );
                     cancelled = true;
                     continue;
                 }
@@ -279,8 +309,7 @@ async fn within_budget(
         Err(exceeded) => {
             let text = exceeded.to_string();
             tracing::warn!(session = %session.id, "{text}");
-            let update =
-                acp::SessionUpdate::AgentMessageChunk(acp::ContentChunk::new(text.into()));
+            let update = acp::SessionUpdate::AgentMessageChunk(acp::ContentChunk::new(text.into()));
             session.record(Event::Update {
                 update: serde_json::to_value(&update).unwrap_or_default(),
             });
@@ -342,9 +371,8 @@ async fn account(
         }),
     );
     sink.update(acp::SessionUpdate::UsageUpdate(
-        acp::UsageUpdate::new(usage.input_tokens + usage.output_tokens, window).cost(
-            acp::Cost::new(session_spent.cost, crate::budget::CURRENCY),
-        ),
+        acp::UsageUpdate::new(usage.input_tokens + usage.output_tokens, window)
+            .cost(acp::Cost::new(session_spent.cost, crate::budget::CURRENCY)),
     ));
 }
 
@@ -475,7 +503,9 @@ async fn summarise(
         }
     }
     if text.trim().is_empty() {
-        return Err(SummaryError::Failed("the model returned an empty summary".into()));
+        return Err(SummaryError::Failed(
+            "the model returned an empty summary".into(),
+        ));
     }
     Ok((answered.provider, text, usage))
 }

@@ -47,7 +47,9 @@ pub const MAX_ID_LEN: usize = 128;
 pub enum StoreError {
     #[error("session `{0}` not found")]
     NotFound(String),
-    #[error("`{0}` is not a valid session id (letters, digits, `-` and `_` only, at most {MAX_ID_LEN})")]
+    #[error(
+        "`{0}` is not a valid session id (letters, digits, `-` and `_` only, at most {MAX_ID_LEN})"
+    )]
     BadId(String),
     #[error("{path}: {source}")]
     Io {
@@ -219,11 +221,7 @@ impl SessionStore {
             .name("session-writer".into())
             .spawn(move || writer(rx))
             .map_err(io)?;
-        Ok(SessionStore {
-            dir,
-            cap_bytes,
-            tx,
-        })
+        Ok(SessionStore { dir, cap_bytes, tx })
     }
 
     pub fn dir(&self) -> &Path {
@@ -642,7 +640,10 @@ mod tests {
         assert_eq!(l.cwd, Path::new("/proj"));
         assert_eq!(
             l.history,
-            vec![ChatMessage::user("hi"), ChatMessage::assistant("hello", vec![])]
+            vec![
+                ChatMessage::user("hi"),
+                ChatMessage::assistant("hello", vec![])
+            ]
         );
         assert_eq!(
             l.replay,
