@@ -77,6 +77,19 @@ pub struct BudgetPatch {
     pub day_cost: Option<f64>,
 }
 
+impl From<&BudgetConfig> for BudgetPatch {
+    fn from(b: &BudgetConfig) -> Self {
+        BudgetPatch {
+            turn_tokens: b.turn_tokens,
+            session_tokens: b.session_tokens,
+            day_tokens: b.day_tokens,
+            turn_cost: b.turn_cost,
+            session_cost: b.session_cost,
+            day_cost: b.day_cost,
+        }
+    }
+}
+
 /// A model's price in USD per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

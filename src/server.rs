@@ -256,7 +256,7 @@ impl Daemon {
     fn budget_set(&self, patch: crate::budget::BudgetPatch) -> Value {
         let budget = self.env.accounts.set_budget(&patch);
         tracing::info!(?budget, "budget changed");
-        serde_json::to_value(budget).unwrap_or_default()
+        serde_json::to_value(crate::budget::BudgetPatch::from(&budget)).unwrap_or_default()
     }
 
     async fn prompt(
