@@ -79,6 +79,7 @@ pub async fn run_turn(
                     session,
                     &mut history,
                     &mut turn_start,
+                    &toolset,
                     &models,
                     window,
                     sink,
@@ -385,6 +386,7 @@ async fn compact(
     session: &Session,
     history: &mut Vec<ChatMessage>,
     turn_start: &mut usize,
+    toolset: &super::Toolset,
     models: &Cascade,
     window: u64,
     sink: &dyn TurnSink,
@@ -402,10 +404,8 @@ async fn compact(
     };
     // The fixed part (system prompt, tools) is what a request costs beyond
     // its history.
-    let toolset_overhead = {
-        let request = perceive::request(&[], &env.toolsets.toolset(&session.cwd, ""), &session.cwd);
-        crate::budget::estimate_tokens(&request)
-    };
+    let toolset_overhead =
+        crate::budget::estimate_tokens(&perceive::request(&[], toolset, &session.cwd));
     let before = size(history) + toolset_overhead;
     // Stage one: every tool result but the latest round's.
     let last_assistant = history
@@ -419,8 +419,10 @@ async fn compact(
         let older = &history[..*turn_start];
         let max_chars = (window as usize).saturating_mul(2); // about half the window
         let request = perceive::summary_request(older, max_chars);
-        if let Err(stop) = within_budget(env, session, models, spent, &request, sink).await {
-            let _ = stop;
+        if within_budget(env, session, models, spent, &request, sink)
+            .await
+            .is_err()
+        {
             return Err(Stop::Budget);
         }
         report_status(sink, session, "compacting");

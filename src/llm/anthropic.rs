@@ -439,6 +439,31 @@ mod tests {
     }
 
     #[test]
+    fn cache_reads_and_writes_are_reported_and_counted_as_input() {
+        let mut decoder = AnthropicDecoder::default();
+        let mut out = VecDeque::new();
+        for data in [
+            r#"{"type":"message_start","message":{"usage":{"input_tokens":20,"output_tokens":1,"cache_read_input_tokens":1000,"cache_creation_input_tokens":300}}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":42}}"#,
+        ] {
+            let event = Event {
+                data: data.to_string(),
+                ..Event::default()
+            };
+            decoder.event(&event, &mut out).unwrap();
+        }
+        assert_eq!(
+            out.pop_back(),
+            Some(StreamEvent::Usage(Usage {
+                input_tokens: 1320,
+                output_tokens: 42,
+                cache_read_tokens: 1000,
+                cache_write_tokens: 300,
+            }))
+        );
+    }
+
+    #[test]
     fn stop_reasons_map() {
         assert_eq!(stop_reason("end_turn"), FinishReason::Stop);
         assert_eq!(stop_reason("tool_use"), FinishReason::ToolCalls);

@@ -321,6 +321,26 @@ mod tests {
     }
 
     #[test]
+    fn cached_prompt_tokens_are_reported() {
+        let mut decoder = OpenAiDecoder::default();
+        let mut out = VecDeque::new();
+        feed(
+            &mut decoder,
+            r#"{"choices":[],"usage":{"prompt_tokens":900,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":768}}}"#,
+            &mut out,
+        );
+        assert_eq!(
+            out.pop_front(),
+            Some(StreamEvent::Usage(Usage {
+                input_tokens: 900,
+                output_tokens: 5,
+                cache_read_tokens: 768,
+                cache_write_tokens: 0,
+            }))
+        );
+    }
+
+    #[test]
     fn reassembles_interleaved_tool_calls() {
         let mut decoder = OpenAiDecoder::default();
         let mut out = VecDeque::new();
