@@ -107,7 +107,10 @@ fn request_size() {
         let _ = perceive::request(&[], &ts, &cwd);
         overhead.push(t.elapsed());
     }
-    println!("request size with {SKILLS} skill files ({} loaded):", set.len());
+    println!(
+        "request size with {SKILLS} skill files ({} loaded):",
+        set.len()
+    );
     println!(
         "  all skills' tools:    {:>5} tools, {:>8} bytes",
         all.tools.len(),
@@ -178,7 +181,13 @@ async fn long_session() {
         .collect();
     let fake = fake_provider::FakeProvider::start(script).await;
     let mut child = Command::new(binary())
-        .args(["serve", "--provider-url", &fake.openai_url(), "--model", "fake-model"])
+        .args([
+            "serve",
+            "--provider-url",
+            &fake.openai_url(),
+            "--model",
+            "fake-model",
+        ])
         .env("HOME", home.path())
         .env("XDG_CONFIG_HOME", home.path().join("config"))
         .env("XDG_STATE_HOME", home.path().join("state"))
@@ -197,13 +206,21 @@ async fn long_session() {
     };
     d.request("initialize", json!({"protocolVersion": 1})).await;
     let r = d
-        .request("session/new", json!({"cwd": project.path(), "mcpServers": []}))
+        .request(
+            "session/new",
+            json!({"cwd": project.path(), "mcpServers": []}),
+        )
         .await;
-    let sid = r["result"]["sessionId"].as_str().expect("session").to_string();
+    let sid = r["result"]["sessionId"]
+        .as_str()
+        .expect("session")
+        .to_string();
     let mut times = Vec::with_capacity(TURNS);
     let mut sizes = Vec::with_capacity(TURNS);
     for turn in 1..=TURNS {
-        let text = format!("Turn {turn}: please check the build output once more and tell me if anything changed.");
+        let text = format!(
+            "Turn {turn}: please check the build output once more and tell me if anything changed."
+        );
         let t = Instant::now();
         let r = d
             .request(
@@ -213,6 +230,9 @@ async fn long_session() {
             .await;
         times.push(t.elapsed());
         assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+        if turn % 50 == 0 {
+            eprintln!("  … turn {turn}: {:.2} ms", ms(t.elapsed()));
+        }
         let reqs = fake.requests();
         sizes.push(reqs.last().map(|r| r.body.to_string().len()).unwrap_or(0));
     }

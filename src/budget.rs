@@ -296,6 +296,11 @@ pub struct Accounts {
     ledger_dir: Option<PathBuf>,
     /// Day totals when there is no ledger directory.
     memory_day: Mutex<(String, Spent)>,
+    /// The last reading of today's ledger: (day, file length, totals). The
+    /// file is read again only when its length changed behind our back (an
+    /// other daemon wrote to it), so a check costs a `stat`, not a parse of
+    /// the whole day.
+    cached_day: Mutex<(String, u64, Spent)>,
 }
 
 /// Most bytes of a day's ledger read back (a day of heavy use is far less).
@@ -317,6 +322,7 @@ impl Accounts {
             prices,
             ledger_dir,
             memory_day: Mutex::new((String::new(), Spent::default())),
+            cached_day: Mutex::new((String::new(), 0, Spent::default())),
         }
     }
 
@@ -353,7 +359,14 @@ impl Accounts {
     pub fn day_spent(&self) -> Spent {
         let day = Self::today();
         match self.ledger_path(&day) {
-            Some(path) => read_ledger(&path),
+            Some(path) => {
+                let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                let mut cache = self.cached_day.lock().unwrap_or_else(|p| p.into_inner());
+                if cache.0 != day || cache.1 != len {
+                    *cache = (day, len, read_ledger(&path));
+                }
+                cache.2
+            }
             None => {
                 let m = self.memory_day.lock().unwrap_or_else(|p| p.into_inner());
                 if m.0 == day {
@@ -389,12 +402,21 @@ impl Accounts {
             }
             let mut text = serde_json::to_string(&line).map_err(std::io::Error::other)?;
             text.push('\n');
-            std::fs::OpenOptions::new()
+            let mut file = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .mode(0o600)
-                .open(&path)?
-                .write_all(text.as_bytes())
+                .open(&path)?;
+            let before = file.metadata()?.len();
+            file.write_all(text.as_bytes())?;
+            // Our own line: keep the cached totals current without a
+            // re-read, when the cache was current before it.
+            let mut cache = self.cached_day.lock().unwrap_or_else(|p| p.into_inner());
+            if cache.0 == day && cache.1 == before {
+                cache.1 = before + text.len() as u64;
+                cache.2.add(usage, cost);
+            }
+            Ok(())
         })();
         if let Err(e) = result {
             tracing::error!("usage ledger {}: {e}", path.display());

@@ -31,6 +31,8 @@ pub struct Session {
     /// Why the last turn stopped early, beyond its ACP stop reason
     /// (`budget`), for the response's `_meta`.
     stop_detail: Mutex<Option<String>>,
+    /// Skills active in an earlier turn (they stay active).
+    active_skills: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Session {
@@ -46,6 +48,7 @@ impl Session {
             provider: Mutex::new(None),
             journal: None,
             stop_detail: Mutex::new(None),
+            active_skills: Mutex::default(),
         }
     }
 
@@ -135,15 +138,60 @@ impl Session {
 }
 
 /// Most characters of earlier prompts used to decide which skills are
-/// active.
-const ACTIVATION_CHARS: usize = 16 * 1024;
+/// active when a session was loaded (it remembers no active skills yet).
+const ACTIVATION_CHARS: usize = 4 * 1024;
+/// Most skills a session remembers as active.
+const MAX_ACTIVE_SKILLS: usize = 256;
 
-/// The text skills' triggers are matched against: the session's prompts so
-/// far (most recent last, bounded) and `prompt`. A skill that came up once
-/// in a session stays active in it, so its tools stay offered for the
-/// calls already in the history, and the prompt prefix stays stable for
-/// caching.
-pub fn activation_text(history: &[ChatMessage], prompt: &str) -> String {
+impl Session {
+    /// The text skills' triggers are matched against: `prompt`, plus an
+    /// `@name` mention of every skill that was active earlier in this
+    /// session. A skill that came up once stays active, so its tools stay
+    /// offered for the calls already in the history and the prompt prefix
+    /// stays stable for caching. (Mentions, not the old prompts: matching
+    /// every trigger against a growing text made each turn slower.)
+    pub fn activation_text(&self, history: &[ChatMessage], prompt: &str) -> String {
+        let active = lock(&self.active_skills);
+        if active.is_empty() && !history.is_empty() {
+            return earlier_prompts(history, prompt);
+        }
+        let mut text = prompt.to_string();
+        for name in active.iter() {
+            text.push_str(" @");
+            text.push_str(name);
+        }
+        text
+    }
+
+    /// Remember the skills `toolset` came from (its skill tools and its
+    /// prompt sections).
+    pub fn remember_active(&self, toolset: &super::Toolset) {
+        let mut active = lock(&self.active_skills);
+        let from_tools = toolset
+            .tools
+            .names()
+            .filter_map(|n| toolset.tools.get(n))
+            .filter_map(|t| match &t.source {
+                crate::tools::ToolSource::Skill { skill, .. } => Some(skill.clone()),
+                crate::tools::ToolSource::Builtin => None,
+            })
+            .collect::<Vec<_>>();
+        let from_prompt = toolset
+            .prompt
+            .lines()
+            .filter_map(|l| l.strip_prefix("## skill: "))
+            .map(|n| n.trim().to_string());
+        for name in from_tools.into_iter().chain(from_prompt) {
+            if active.len() >= MAX_ACTIVE_SKILLS {
+                break;
+            }
+            active.insert(name);
+        }
+    }
+}
+
+/// The session's recent prompts (bounded) and `prompt`.
+fn earlier_prompts(history: &[ChatMessage], prompt: &str) -> String {
     let mut parts: Vec<&str> = vec![prompt];
     let mut used = prompt.len();
     for m in history.iter().rev().filter(|m| m.role == Role::User) {

@@ -53,8 +53,9 @@ pub async fn run_turn(
     let sink: &dyn TurnSink = sink_handle.as_ref();
     let mut history = session.history.lock().await;
     session.set_stop_detail(None);
-    let activation = super::session::activation_text(&history, &prompt);
+    let activation = session.activation_text(&history, &prompt);
     let toolset = env.toolsets.toolset(&session.cwd, &activation);
+    session.remember_active(&toolset);
     session.record(Event::Prompt {
         text: prompt.clone(),
     });
