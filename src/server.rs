@@ -63,7 +63,7 @@ impl Daemon {
     pub fn session(&self, id: &str) -> Result<Arc<Session>, ErrorObjectOwned> {
         lock(&self.sessions).get(id).cloned().ok_or_else(|| {
             invalid_params(format!(
-                "unknown session `{id}`: create one with session/new"
+                "unknown session `{id}`: create one with session/new, or load a stored one with session/load"
             ))
         })
     }
