@@ -596,10 +596,41 @@ pub fn read_session(path: &Path) -> Result<Loaded, StoreError> {
             message: "no `created` or `snapshot` record".into(),
         });
     }
+    loaded.history = answer_dangling_calls(std::mem::take(&mut loaded.history));
     for w in &loaded.warnings {
         tracing::warn!("{w}");
     }
     Ok(loaded)
+}
+
+/// The result given to a call whose daemon stopped before it finished.
+pub const INTERRUPTED: &str =
+    "interrupted: the daemon stopped before this call finished; it may or may not have run";
+
+/// Give every tool call an answer: a daemon killed between a call and its
+/// result leaves a call dangling, which providers reject.
+pub fn answer_dangling_calls(history: Vec<ChatMessage>) -> Vec<ChatMessage> {
+    let mut out = Vec::with_capacity(history.len());
+    let mut pending: Vec<String> = Vec::new();
+    for m in history {
+        if m.role == Role::Tool {
+            if let Some(id) = &m.tool_call_id {
+                pending.retain(|p| p != id);
+            }
+        } else {
+            for id in pending.drain(..) {
+                out.push(ChatMessage::tool_result(id, INTERRUPTED, true));
+            }
+        }
+        if m.role == Role::Assistant {
+            pending = m.tool_calls.iter().map(|c| c.id.clone()).collect();
+        }
+        out.push(m);
+    }
+    for id in pending {
+        out.push(ChatMessage::tool_result(id, INTERRUPTED, true));
+    }
+    out
 }
 
 /// The replay of a bare history (after a snapshot): prompts and answers.
@@ -697,6 +728,35 @@ mod tests {
             vec![ChatMessage::user("q4"), ChatMessage::user("q5")]
         );
         assert_eq!(l.cost, 0.5);
+    }
+
+    #[test]
+    fn calls_left_without_a_result_get_one() {
+        let call = |id: &str| crate::llm::ToolCall {
+            id: id.into(),
+            name: "shell".into(),
+            arguments: serde_json::json!({}),
+        };
+        let h = vec![
+            ChatMessage::user("go"),
+            ChatMessage::assistant("", vec![call("a"), call("b")]),
+            ChatMessage::tool_result("a", "done", false),
+            ChatMessage::user("again"),
+            ChatMessage::assistant("", vec![call("c")]),
+        ];
+        let fixed = answer_dangling_calls(h);
+        assert_eq!(
+            fixed,
+            vec![
+                ChatMessage::user("go"),
+                ChatMessage::assistant("", vec![call("a"), call("b")]),
+                ChatMessage::tool_result("a", "done", false),
+                ChatMessage::tool_result("b", INTERRUPTED, true),
+                ChatMessage::user("again"),
+                ChatMessage::assistant("", vec![call("c")]),
+                ChatMessage::tool_result("c", INTERRUPTED, true),
+            ]
+        );
     }
 
     #[test]
