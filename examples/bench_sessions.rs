@@ -8,7 +8,9 @@
 //!    provider answering at once, the same 1,000 skills installed, the
 //!    session journalled and fsync'd every turn): the latency of turns
 //!    around 10 and around 500, their ratio (target: within 1.2×), and the
-//!    request size at both points (compaction keeps it bounded).
+//!    request size at both points (compaction keeps it bounded). Turns
+//!    491–500 are measured alternating with turns 1–10 of a fresh session,
+//!    so both see the same machine load.
 //!
 //! `cargo build --bins && cargo run --example bench_sessions` (or both with
 //! `--release`); it drives the binary next to it.
@@ -215,27 +217,67 @@ async fn long_session() {
         .as_str()
         .expect("session")
         .to_string();
-    let mut times = Vec::with_capacity(TURNS);
-    let mut sizes = Vec::with_capacity(TURNS);
-    for turn in 1..=TURNS {
-        let text = format!(
-            "Turn {turn}: please check the build output once more and tell me if anything changed."
-        );
+    let prompt = |sid: &str, turn: usize| {
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": format!(
+            "Turn {turn}: please check the build output once more and tell me if anything changed.")}]})
+    };
+    let mut early_sizes = 0;
+    for turn in 1..=TURNS - 10 {
         let t = Instant::now();
-        let r = d
-            .request(
-                "session/prompt",
-                json!({"sessionId": sid, "prompt": [{"type": "text", "text": text}]}),
-            )
-            .await;
-        times.push(t.elapsed());
+        let r = d.request("session/prompt", prompt(&sid, turn)).await;
         assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
         if turn % 50 == 0 {
             eprintln!("  … turn {turn}: {:.2} ms", ms(t.elapsed()));
         }
-        let reqs = fake.requests();
-        sizes.push(reqs.last().map(|r| r.body.to_string().len()).unwrap_or(0));
+        if turn == 10 {
+            early_sizes = fake
+                .requests()
+                .last()
+                .map(|r| r.body.to_string().len())
+                .unwrap_or(0);
+        }
     }
+    // The last ten turns of the long session alternate with the first ten
+    // of a fresh one, so both are measured under the same machine load
+    // (this machine is shared; a drift over minutes would otherwise show
+    // as a difference between turn 10 and turn 500).
+    let r = d
+        .request(
+            "session/new",
+            json!({"cwd": project.path(), "mcpServers": []}),
+        )
+        .await;
+    let fresh = r["result"]["sessionId"]
+        .as_str()
+        .expect("session")
+        .to_string();
+    let (mut early, mut late) = (Vec::new(), Vec::new());
+    let (mut late_size, mut fresh_size) = (0, 0);
+    for i in 1..=10 {
+        let t = Instant::now();
+        let r = d.request("session/prompt", prompt(&fresh, i)).await;
+        early.push(t.elapsed());
+        assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+        fresh_size = fake
+            .requests()
+            .last()
+            .map(|r| r.body.to_string().len())
+            .unwrap_or(0);
+        let t = Instant::now();
+        let r = d
+            .request("session/prompt", prompt(&sid, TURNS - 10 + i))
+            .await;
+        late.push(t.elapsed());
+        assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+        late_size = fake
+            .requests()
+            .last()
+            .map(|r| r.body.to_string().len())
+            .unwrap_or(0);
+    }
+    // Turns 6..10 of the fresh session (the first ones load skills).
+    let early = median(early[5..].to_vec());
+    let late = median(late[5..].to_vec());
     let reqs = fake.requests();
     let compactions = reqs
         .iter()
@@ -245,18 +287,16 @@ async fn long_session() {
                 .is_some_and(|s| s.starts_with("You are compacting"))
         })
         .count();
-    let early = median(times[5..15].to_vec());
-    let late = median(times[TURNS - 10..].to_vec());
     println!("one session, {TURNS} turns, {SKILLS} skill files installed:");
     println!(
-        "  turn ~10:  median {:.2} ms, request {} bytes",
+        "  turn ~10:  median {:.2} ms, request {} bytes (at turn 10: {early_sizes} bytes)",
         ms(early),
-        sizes[9]
+        fresh_size
     );
     println!(
         "  turn ~500: median {:.2} ms, request {} bytes",
         ms(late),
-        sizes[TURNS - 1]
+        late_size
     );
     println!(
         "  ratio {:.2}× (target ≤ 1.2×); {} compactions; {} provider requests",
