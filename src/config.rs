@@ -70,6 +70,54 @@ pub struct Config {
     pub mcp: crate::mcp::McpConfig,
     /// Checkpoints, effect gates and undo (`[checkpoints]`).
     pub checkpoints: crate::checkpoint::CheckpointConfig,
+    /// `[budget]`: hard limits in tokens and USD per turn, session, day.
+    pub budget: crate::budget::BudgetConfig,
+    /// `[prices."model"]`: USD per million tokens, over the defaults.
+    pub prices: BTreeMap<String, crate::budget::Price>,
+    /// `[context]`: when to compact a session's history.
+    pub context: ContextConfig,
+    /// `[sessions]`: the session journals.
+    pub sessions: SessionsConfig,
+}
+
+/// `[context]`: context-window management.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ContextConfig {
+    /// Compact when a request would fill more than this share of the
+    /// provider's context window.
+    pub compact_at: f64,
+    /// The window assumed for a provider with no `context_window` and a
+    /// model we know nothing about (conservative).
+    pub default_window: u64,
+}
+
+impl Default for ContextConfig {
+    fn default() -> Self {
+        ContextConfig {
+            compact_at: 0.75,
+            default_window: 16_384,
+        }
+    }
+}
+
+/// `[sessions]`: where and how much history is kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SessionsConfig {
+    /// Keep sessions on disk (`<state>/sessions`).
+    pub persist: bool,
+    /// A journal past this size is rewritten as one snapshot record.
+    pub max_file_bytes: u64,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        SessionsConfig {
+            persist: true,
+            max_file_bytes: crate::sessions::DEFAULT_CAP_BYTES,
+        }
+    }
 }
 
 impl Default for Config {
@@ -93,6 +141,10 @@ impl Default for Config {
             trust_project_tool_approval: false,
             mcp: crate::mcp::McpConfig::default(),
             checkpoints: crate::checkpoint::CheckpointConfig::default(),
+            budget: crate::budget::BudgetConfig::default(),
+            prices: BTreeMap::new(),
+            context: ContextConfig::default(),
+            sessions: SessionsConfig::default(),
         }
     }
 }
@@ -289,6 +341,12 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "max_answer_bytes and max_turn_secs must be at least 1".into(),
             ));
+        }
+        if !(self.context.compact_at > 0.0 && self.context.compact_at <= 1.0) {
+            return Err(ConfigError::Invalid(format!(
+                "[context] compact_at must be a share between 0 and 1, got {}",
+                self.context.compact_at
+            )));
         }
         Ok(())
     }

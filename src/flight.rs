@@ -138,15 +138,18 @@ impl FlightDesk {
         self.shutdown.cancel();
     }
 
-    /// Whether a live turn (here or in another daemon) owns `plan`.
+    /// Whether a live turn (here or in another daemon) owns `plan`. A turn
+    /// of this daemon is found by its wait, whatever the session id says (a
+    /// session loaded from its journal keeps the id another daemon gave it).
     fn has_live_owner(&self, plan: &FlightPlan) -> bool {
+        if lock(&self.waiters).contains_key(&plan.id)
+            || lock(&self.by_call).values().any(|id| *id == plan.id)
+        {
+            return true;
+        }
         match owner_pid(plan) {
-            Some(pid) if pid == std::process::id() => {
-                lock(&self.waiters).contains_key(&plan.id)
-                    || lock(&self.by_call).values().any(|id| *id == plan.id)
-            }
-            Some(pid) => state_lock::process_alive(pid),
-            None => false,
+            Some(pid) if pid != std::process::id() => state_lock::process_alive(pid),
+            _ => false,
         }
     }
 

@@ -1,15 +1,19 @@
 //! The `passepartout` command: the daemon (`serve`), a headless turn
-//! (`run`), and the terminal side of skills, plans and the audit log.
+//! (`run`, `run --continue`), and the terminal side of sessions, skills,
+//! plans and the audit log.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+
+use std::io::Write as _;
 
 use clap::{Args, Parser, Subcommand};
 use passepartout::agent::{turn, Session};
 use passepartout::cli_run::{TerminalApprover, TerminalSink};
 use passepartout::config::{self, Config, Overrides};
 use passepartout::protocol::acp;
+use passepartout::sessions::Replay;
 
 #[derive(Parser)]
 #[command(
@@ -55,8 +59,18 @@ enum Command {
     Run {
         #[command(flatten)]
         flags: ConfigFlags,
+        /// Continue the most recent session of this directory.
+        #[arg(long = "continue", short = 'c')]
+        continue_last: bool,
         /// What to ask.
         prompt: String,
+    },
+    /// Stored sessions: list, show ID, resume ID PROMPT.
+    Sessions {
+        #[command(flatten)]
+        flags: ConfigFlags,
+        #[command(subcommand)]
+        command: SessionsCommand,
     },
     /// Check, list, trust or untrust skills.
     Skills {
@@ -113,6 +127,20 @@ enum Command {
 enum McpCommand {
     /// Start the configured MCP servers, list their state and tools, stop them.
     List(ConfigFlags),
+}
+
+#[derive(Subcommand)]
+enum SessionsCommand {
+    /// Every stored session, most recently active first.
+    List {
+        /// Only sessions of the current directory.
+        #[arg(long)]
+        here: bool,
+    },
+    /// A session's transcript and totals.
+    Show { id: String },
+    /// Run one more turn in a stored session (in its directory).
+    Resume { id: String, prompt: String },
 }
 
 #[derive(Subcommand)]
@@ -218,7 +246,19 @@ fn main() -> ExitCode {
     runtime.block_on(async move {
         match cli.command {
             Command::Serve(flags) => serve(flags).await,
-            Command::Run { flags, prompt } => run(flags, prompt).await,
+            Command::Run {
+                flags,
+                continue_last,
+                prompt,
+            } => {
+                let which = if continue_last {
+                    Which::Latest
+                } else {
+                    Which::New
+                };
+                run(flags, prompt, which).await
+            }
+            Command::Sessions { flags, command } => sessions(flags, command).await,
             Command::Skills {
                 command: SkillsCommand::Check { paths },
             } => exit_code(passepartout::skills::check_command(
@@ -299,7 +339,15 @@ async fn serve(flags: ConfigFlags) -> ExitCode {
     std::process::exit(0)
 }
 
-async fn run(flags: ConfigFlags, prompt: String) -> ExitCode {
+/// Which session a headless turn runs in.
+enum Which {
+    New,
+    /// The most recent session of the current directory.
+    Latest,
+    Id(String),
+}
+
+async fn run(flags: ConfigFlags, prompt: String, which: Which) -> ExitCode {
     init_logging("warn");
     let config = match load_config(&flags) {
         Ok(c) => c,
@@ -322,10 +370,16 @@ async fn run(flags: ConfigFlags, prompt: String) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = env.mcp.start_session("run", &cwd, &[]).await {
+    let session = match open_session(&env, cwd, which) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("passepartout: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = env.mcp.start_session(&session.id, &session.cwd, &[]).await {
         eprintln!("passepartout: {e}");
     }
-    let session = Session::new("run", cwd);
     let (_, cancel) = session.begin_turn();
     let ctrl_c = cancel.clone();
     tokio::spawn(async move {
@@ -348,8 +402,22 @@ async fn run(flags: ConfigFlags, prompt: String) -> ExitCode {
         // The records of this turn reach the disk before the process ends.
         log.flush();
     }
+    if session.journal().is_some() {
+        let spent = session.spent();
+        eprintln!(
+            "session {} ({} tokens, {:.4} {} so far; continue with `passepartout run --continue PROMPT`)",
+            session.id,
+            spent.tokens(),
+            spent.cost,
+            passepartout::budget::CURRENCY
+        );
+    }
     match result {
         Ok(acp::StopReason::EndTurn) => ExitCode::SUCCESS,
+        Ok(_) if session.stop_detail().as_deref() == Some(turn::BUDGET_STOP) => {
+            eprintln!("passepartout: stopped by a budget (see the message above)");
+            ExitCode::from(1)
+        }
         Ok(other) => {
             eprintln!(
                 "passepartout: the turn ended early: {}",
@@ -361,6 +429,129 @@ async fn run(flags: ConfigFlags, prompt: String) -> ExitCode {
             eprintln!("passepartout: {e}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// The session a headless turn runs in: a new journaled one, the latest
+/// of `cwd`, or a stored one by id (which keeps its own directory).
+fn open_session(
+    env: &passepartout::agent::AgentEnv,
+    cwd: PathBuf,
+    which: Which,
+) -> Result<Session, String> {
+    let Some(store) = &env.sessions else {
+        return match which {
+            Which::New => Ok(Session::new("run", cwd)),
+            _ => Err("sessions are not stored ([sessions] persist = false)".into()),
+        };
+    };
+    let id = match which {
+        Which::New => {
+            let id = passepartout::sessions::new_id(1);
+            let journal = store.create(&id, &cwd).map_err(|e| e.to_string())?;
+            return Ok(Session::new(id, cwd).with_journal(journal));
+        }
+        Which::Latest => match store.latest(&cwd) {
+            Some(s) => s.id,
+            None => {
+                return Err(format!(
+                    "no stored session in {}; run without --continue to start one",
+                    cwd.display()
+                ))
+            }
+        },
+        Which::Id(id) => id,
+    };
+    let loaded = store.load(&id).map_err(|e| e.to_string())?;
+    let journal = store.reopen(&id).map_err(|e| e.to_string())?;
+    let dir = loaded.cwd.clone();
+    Ok(Session::restored(loaded, dir, Some(journal)))
+}
+
+async fn sessions(flags: ConfigFlags, command: SessionsCommand) -> ExitCode {
+    if let SessionsCommand::Resume { id, prompt } = command {
+        return run(flags, prompt, Which::Id(id)).await;
+    }
+    let config = match load_config(&flags) {
+        Ok(c) => c,
+        Err(e) => return config_error(&e),
+    };
+    let store = match passepartout::sessions::SessionStore::open(
+        config.state_dir().join("sessions"),
+        config.sessions.max_file_bytes,
+    ) {
+        Ok(s) => s,
+        Err(e) => return config_error(&e.to_string()),
+    };
+    let mut out = std::io::stdout().lock();
+    match command {
+        SessionsCommand::List { here } => {
+            let cwd = std::env::current_dir().and_then(|d| d.canonicalize()).ok();
+            let list = store.list(if here { cwd.as_deref() } else { None });
+            if list.is_empty() {
+                let _ = writeln!(out, "no stored sessions in {}", store.dir().display());
+            }
+            for s in list {
+                let _ = writeln!(
+                    out,
+                    "{}  {}  {} turns  {} tokens  {:.4} {}  {}  {}",
+                    s.id,
+                    s.updated_at,
+                    s.turns,
+                    s.input_tokens + s.output_tokens,
+                    s.cost,
+                    passepartout::budget::CURRENCY,
+                    s.cwd.display(),
+                    s.title.unwrap_or_default()
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        SessionsCommand::Show { id } => match store.load(&id) {
+            Ok(l) => {
+                let _ = writeln!(out, "session {} in {}", l.id, l.cwd.display());
+                let _ = writeln!(
+                    out,
+                    "created {}, last active {}, {} turns, {} in / {} out tokens ({} cached), {:.4} {}\n",
+                    l.created_at,
+                    l.updated_at,
+                    l.turns,
+                    l.usage.input_tokens,
+                    l.usage.output_tokens,
+                    l.usage.cache_read_tokens,
+                    l.cost,
+                    passepartout::budget::CURRENCY
+                );
+                for item in &l.replay {
+                    let _ = match item {
+                        Replay::User(t) => writeln!(out, "> {}", t.replace('\n', "\n> ")),
+                        Replay::Agent(t) => writeln!(out, "{t}"),
+                        Replay::Thought(t) => writeln!(out, "({t})"),
+                        Replay::Update(u) => match u["sessionUpdate"].as_str() {
+                            Some("tool_call") => {
+                                writeln!(out, "  ⚙ {}", u["title"].as_str().unwrap_or(""))
+                            }
+                            Some("tool_call_update") => match u["status"].as_str() {
+                                Some(status @ ("completed" | "failed")) => {
+                                    writeln!(out, "    {status}")
+                                }
+                                _ => Ok(()),
+                            },
+                            Some("agent_message_chunk") => {
+                                writeln!(out, "{}", u["content"]["text"].as_str().unwrap_or(""))
+                            }
+                            _ => Ok(()),
+                        },
+                    };
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("passepartout: {e}");
+                ExitCode::from(1)
+            }
+        },
+        SessionsCommand::Resume { .. } => ExitCode::SUCCESS,
     }
 }
 

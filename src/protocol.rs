@@ -13,9 +13,15 @@ pub const INITIALIZE: &str = "initialize";
 pub const SESSION_NEW: &str = "session/new";
 pub const SESSION_PROMPT: &str = "session/prompt";
 pub const SESSION_CANCEL: &str = "session/cancel";
+pub const SESSION_LOAD: &str = "session/load";
+pub const SESSION_LIST: &str = "session/list";
 /// ACP notifications and requests (daemon → client).
 pub const SESSION_UPDATE: &str = "session/update";
 pub const SESSION_REQUEST_PERMISSION: &str = "session/request_permission";
+
+/// ACP's error code for an unknown resource (here: a session id that is
+/// not stored).
+pub const RESOURCE_NOT_FOUND: i32 = -32002;
 
 /// Extension methods.
 pub const EXT_PLAN_OFFER: &str = "_passepartout/plan/offer";
@@ -37,6 +43,12 @@ pub const EXT_SESSION_CONFIGURE: &str = "_passepartout/session/configure";
 pub const EXT_UNDO: &str = "_passepartout/undo";
 /// List a working directory's checkpoints (request).
 pub const EXT_HISTORY: &str = "_passepartout/history";
+/// Daemon → client after every provider request: tokens and cost.
+pub const EXT_USAGE: &str = crate::agent::turn::USAGE_NOTIFICATION;
+/// Daemon → client: a session's history was compacted.
+pub const EXT_SESSION_COMPACTED: &str = crate::agent::turn::COMPACTED_NOTIFICATION;
+/// Client → daemon: change the budgets of this daemon.
+pub const EXT_BUDGET_SET: &str = "_passepartout/budget/set";
 /// Daemon → Emacs: evaluate a form (the emacs actuator).
 pub const EXT_EMACS_EVAL: &str = "_passepartout/emacs/eval";
 

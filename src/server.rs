@@ -175,7 +175,7 @@ impl Daemon {
     pub fn session(&self, id: &str) -> Result<Arc<Session>, ErrorObjectOwned> {
         lock(&self.sessions).get(id).cloned().ok_or_else(|| {
             invalid_params(format!(
-                "unknown session `{id}`: create one with session/new"
+                "unknown session `{id}`: create one with session/new, or load a stored one with session/load"
             ))
         })
     }
@@ -229,7 +229,11 @@ impl Daemon {
         let caps = acp::AgentCapabilities::new()
             .prompt_capabilities(acp::PromptCapabilities::new().embedded_context(true))
             // stdio and streamable HTTP MCP servers (src/mcp); no SSE.
-            .mcp_capabilities(acp::McpCapabilities::new().http(true));
+            .mcp_capabilities(acp::McpCapabilities::new().http(true))
+            .load_session(self.env.sessions.is_some())
+            .session_capabilities(
+                acp::SessionCapabilities::new().list(acp::SessionListCapabilities::new()),
+            );
         let mut meta = serde_json::Map::new();
         meta.insert(
             "passepartout".into(),
@@ -253,24 +257,9 @@ impl Daemon {
         &self,
         req: acp::NewSessionRequest,
     ) -> Result<acp::NewSessionResponse, ErrorObjectOwned> {
-        let cwd: PathBuf = req.cwd;
-        if !cwd.is_absolute() {
-            return Err(invalid_params(format!(
-                "cwd must be an absolute path, got {}",
-                cwd.display()
-            )));
-        }
-        let cwd = cwd
-            .canonicalize()
-            .map_err(|e| invalid_params(format!("cwd {} is not usable: {e}", cwd.display())))?;
-        if !cwd.is_dir() {
-            return Err(invalid_params(format!(
-                "cwd {} is not a directory",
-                cwd.display()
-            )));
-        }
+        let cwd = usable_cwd(req.cwd)?;
         let n = self.next_session.fetch_add(1, Ordering::Relaxed);
-        let id = format!("s{n}-{}", std::process::id());
+        let id = crate::sessions::new_id(n);
         tracing::info!(session = %id, cwd = %cwd.display(), "session/new");
         // A server the client named that cannot start fails the request;
         // the config's servers are reported in `_meta` whatever their state.
@@ -280,7 +269,14 @@ impl Daemon {
             .start_session(&id, &cwd, &req.mcp_servers)
             .await
             .map_err(|e| rpc_error(codes::INVALID_PARAMS, e.to_string()))?;
-        lock(&self.sessions).insert(id.clone(), Arc::new(Session::new(id.clone(), cwd)));
+        let mut session = Session::new(id.clone(), cwd.clone());
+        if let Some(store) = &self.env.sessions {
+            match store.create(&id, &cwd) {
+                Ok(journal) => session = session.with_journal(journal),
+                Err(e) => tracing::error!(session = %id, "session will not be saved: {e}"),
+            }
+        }
+        lock(&self.sessions).insert(id.clone(), Arc::new(session));
         let mut response = acp::NewSessionResponse::new(acp::SessionId::new(id));
         if !mcp.is_empty() {
             let mut meta = serde_json::Map::new();
@@ -291,6 +287,107 @@ impl Daemon {
             response = response.meta(meta);
         }
         Ok(response)
+    }
+
+    /// ACP `session/load`: read the journal, replay it as `session/update`s
+    /// (before this response), and make the session live again.
+    fn load_session(
+        &self,
+        req: acp::LoadSessionRequest,
+    ) -> Result<acp::LoadSessionResponse, ErrorObjectOwned> {
+        let id = req.session_id.0.to_string();
+        let cwd = usable_cwd(req.cwd)?;
+        let store = self.env.sessions.as_ref().ok_or_else(|| {
+            rpc_error(
+                proto::RESOURCE_NOT_FOUND,
+                format!("session `{id}` not found: this daemon keeps no sessions ([sessions] persist = false)"),
+            )
+        })?;
+        let loaded = store.load(&id).map_err(|e| match e {
+            crate::sessions::StoreError::NotFound(_) => rpc_error(
+                proto::RESOURCE_NOT_FOUND,
+                format!("session `{id}` not found (session/list shows the stored ones)"),
+            ),
+            crate::sessions::StoreError::BadId(_) => invalid_params(e.to_string()),
+            other => rpc_error(codes::INTERNAL_ERROR, format!("session `{id}`: {other}")),
+        })?;
+        tracing::info!(session = %id, cwd = %cwd.display(), messages = loaded.history.len(), "session/load");
+        let replay = loaded.replay.clone();
+        let live = lock(&self.sessions).get(&id).cloned();
+        if live.is_none() {
+            let journal = store
+                .reopen(&id)
+                .map_err(|e| rpc_error(codes::INTERNAL_ERROR, e.to_string()))?;
+            let session = Session::restored(loaded, cwd, Some(journal));
+            lock(&self.sessions).insert(id.clone(), Arc::new(session));
+        }
+        let sink = RpcSink::new(self.out.clone(), id);
+        for item in replay {
+            match item {
+                crate::sessions::Replay::User(t) => sink.update(
+                    acp::SessionUpdate::UserMessageChunk(acp::ContentChunk::new(t.into())),
+                ),
+                crate::sessions::Replay::Agent(t) => sink.update(
+                    acp::SessionUpdate::AgentMessageChunk(acp::ContentChunk::new(t.into())),
+                ),
+                crate::sessions::Replay::Thought(t) => sink.update(
+                    acp::SessionUpdate::AgentThoughtChunk(acp::ContentChunk::new(t.into())),
+                ),
+                crate::sessions::Replay::Update(v) => {
+                    match serde_json::from_value::<acp::SessionUpdate>(v) {
+                        Ok(u) => sink.update(u),
+                        Err(e) => tracing::warn!("a stored update no longer reads: {e}"),
+                    }
+                }
+            }
+        }
+        // The replay comes before the response (clients rely on it):
+        // nothing may stay behind in the coalescing buffer.
+        sink.flush();
+        Ok(acp::LoadSessionResponse::new())
+    }
+
+    /// ACP `session/list`: stored sessions, most recently active first.
+    fn list_sessions(
+        &self,
+        req: acp::ListSessionsRequest,
+    ) -> Result<acp::ListSessionsResponse, ErrorObjectOwned> {
+        let Some(store) = &self.env.sessions else {
+            return Ok(acp::ListSessionsResponse::new(Vec::new()));
+        };
+        let all = store.list(req.cwd.as_deref());
+        let start: usize = match &req.cursor {
+            Some(c) => c
+                .parse()
+                .map_err(|_| invalid_params(format!("invalid cursor `{c}`")))?,
+            None => 0,
+        };
+        let page: Vec<acp::SessionInfo> = all
+            .iter()
+            .skip(start)
+            .take(LIST_PAGE)
+            .map(|s| {
+                let mut meta = serde_json::Map::new();
+                meta.insert(
+                    "passepartout".into(),
+                    serde_json::to_value(s).unwrap_or_default(),
+                );
+                acp::SessionInfo::new(acp::SessionId::new(s.id.clone()), s.cwd.clone())
+                    .title(s.title.clone())
+                    .updated_at(s.updated_at.clone())
+                    .meta(meta)
+            })
+            .collect();
+        let next = (start + LIST_PAGE < all.len()).then(|| (start + LIST_PAGE).to_string());
+        Ok(acp::ListSessionsResponse::new(page).next_cursor(next))
+    }
+
+    /// `_passepartout/budget/set`: change this daemon's budgets (until it
+    /// exits; config.toml keeps them for good). Returns the budgets now.
+    fn budget_set(&self, patch: crate::budget::BudgetPatch) -> Value {
+        let budget = self.env.accounts.set_budget(&patch);
+        tracing::info!(?budget, "budget changed");
+        serde_json::to_value(crate::budget::BudgetPatch::from(&budget)).unwrap_or_default()
     }
 
     async fn prompt(
@@ -376,7 +473,18 @@ impl Daemon {
             ));
         }
         match result {
-            Ok(stop) => Ok(acp::PromptResponse::new(stop)),
+            Ok(stop) => {
+                let mut response = acp::PromptResponse::new(stop);
+                if let Some(detail) = session.stop_detail() {
+                    let mut meta = serde_json::Map::new();
+                    meta.insert(
+                        "passepartout".into(),
+                        serde_json::json!({ "stopReason": detail }),
+                    );
+                    response = response.meta(meta);
+                }
+                Ok(response)
+            }
             Err(e) => Err(rpc_error(codes::PROVIDER_FAILED, e.to_string())),
         }
     }
@@ -543,6 +651,29 @@ impl Daemon {
             }
         }
     }
+}
+
+/// Sessions per `session/list` page.
+const LIST_PAGE: usize = 200;
+
+/// A client-given working directory: absolute, existing, a directory.
+fn usable_cwd(cwd: PathBuf) -> Result<PathBuf, ErrorObjectOwned> {
+    if !cwd.is_absolute() {
+        return Err(invalid_params(format!(
+            "cwd must be an absolute path, got {}",
+            cwd.display()
+        )));
+    }
+    let cwd = cwd
+        .canonicalize()
+        .map_err(|e| invalid_params(format!("cwd {} is not usable: {e}", cwd.display())))?;
+    if !cwd.is_dir() {
+        return Err(invalid_params(format!(
+            "cwd {} is not a directory",
+            cwd.display()
+        )));
+    }
+    Ok(cwd)
 }
 
 fn wire_diagnostics(diagnostics: &[crate::skills::Diagnostic]) -> Vec<proto::WireDiagnostic> {
@@ -892,6 +1023,11 @@ impl TurnSink for RpcSink {
         let out = self.inner.out.clone();
         Some(Box::pin(async move { out.room().await }))
     }
+    fn notify(&self, method: &str, params: Value) {
+        // After the text before it, like every other update.
+        self.flush();
+        self.inner.out.notify(method, params);
+    }
 }
 
 struct DaemonApprover {
@@ -952,6 +1088,25 @@ pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
         module
             .register_async_method(proto::SESSION_NEW, |p, d, _| async move {
                 d.new_session(parse(&p)?).await
+            })
+            .map(|_| ()),
+        module
+            .register_method(proto::SESSION_LOAD, |p, d, _| d.load_session(parse(&p)?))
+            .map(|_| ()),
+        module
+            .register_method(proto::SESSION_LIST, |p, d, _| {
+                let req = if p.as_str().is_none() {
+                    acp::ListSessionsRequest::new()
+                } else {
+                    p.parse::<Option<acp::ListSessionsRequest>>()?
+                        .unwrap_or_default()
+                };
+                d.list_sessions(req)
+            })
+            .map(|_| ()),
+        module
+            .register_method(proto::EXT_BUDGET_SET, |p, d, _| {
+                Ok::<_, ErrorObjectOwned>(d.budget_set(parse(&p)?))
             })
             .map(|_| ()),
         module

@@ -90,7 +90,29 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
             None
         }
     };
+    let state = config.state_dir();
+    let accounts = Arc::new(crate::budget::Accounts::new(
+        config.budget.clone(),
+        crate::budget::Prices::new(config.prices.clone()),
+        Some(state.join("usage")),
+    ));
+    let sessions = if config.sessions.persist {
+        match crate::sessions::SessionStore::open(
+            state.join("sessions"),
+            config.sessions.max_file_bytes,
+        ) {
+            Ok(store) => Some(Arc::new(store)),
+            Err(e) => {
+                tracing::error!("cannot open the session store: {e}; sessions will not be saved");
+                None
+            }
+        }
+    } else {
+        None
+    };
     Ok(AgentEnv {
+        accounts,
+        sessions,
         config,
         models: RwLock::new(Arc::new(cascade)),
         toolsets,

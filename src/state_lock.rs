@@ -109,14 +109,23 @@ pub fn holder(state_dir: &Path) -> Result<Holder, LockError> {
     Ok(Holder::Daemon(text.trim().parse().ok()))
 }
 
-/// The pid of the daemon that made a session id (`sN-PID`, see
-/// `session/new`); `None` for ids of any other shape.
+/// The pid of the daemon that made a session id: `sN-PID` (older
+/// daemons) or `YYYYMMDDTHHMMSS-PID-N` (see `sessions::new_id`); `None` for
+/// ids of any other shape.
 pub fn session_owner(session_id: &str) -> Option<u32> {
-    let (n, pid) = session_id.strip_prefix('s')?.split_once('-')?;
-    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if let Some((n, pid)) = session_id.strip_prefix('s').and_then(|r| r.split_once('-')) {
+        return if digits(n) { pid.parse().ok() } else { None };
     }
-    pid.parse().ok()
+    let mut parts = session_id.split('-');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(ts), Some(pid), Some(n), None)
+            if ts.len() == 15 && ts.as_bytes()[8] == b'T' && digits(pid) && digits(n) =>
+        {
+            pid.parse().ok()
+        }
+        _ => None,
+    }
 }
 
 /// Whether process `pid` exists (signal 0 checks without sending).
@@ -166,6 +175,8 @@ mod tests {
         assert_eq!(session_owner("session-1"), None);
         assert_eq!(session_owner("run"), None);
         assert_eq!(session_owner("s-1"), None);
+        assert_eq!(session_owner("20261123T181500-4567-3"), Some(4567));
+        assert_eq!(session_owner("20261123T181500-x-3"), None);
     }
 
     #[test]

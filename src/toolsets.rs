@@ -164,7 +164,7 @@ impl ToolsetSource for SkillToolsets {
         let set = entry.loader.current();
         let mut tools = ToolRegistry::new();
         builtin::register(&mut tools);
-        set.register_tools(&mut tools);
+        register_active_tools(&set, user_message, &mut tools);
         Toolset {
             tools,
             prompt: set.system_prompt(user_message),
@@ -181,5 +181,76 @@ impl ToolsetSource for SkillToolsets {
         let mut diagnostics = lock(&self.policy_diagnostics).clone();
         diagnostics.extend(set.diagnostics().iter().cloned());
         (set.list(), diagnostics)
+    }
+}
+
+/// Tool selection: only the tools of skills active for `user_message`
+/// (always-on, triggered, or mentioned as `@name`) are offered, so a
+/// thousand installed skills do not ride along with every request. A tool
+/// name offered by several active skills goes to the highest-ranked one
+/// (the clash rule of [`SkillSet::tools`]); a skill tool replaces a built-in
+/// of the same name.
+fn register_active_tools(set: &SkillSet, user_message: &str, registry: &mut ToolRegistry) {
+    let mut taken = std::collections::BTreeSet::new();
+    for skill in set.skills() {
+        if !skill.is_active(user_message) {
+            continue;
+        }
+        for tool in &skill.tools {
+            if taken.insert(tool.spec.name.clone()) {
+                registry.register(tool.clone());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn skill(name: &str, trigger: &str) -> String {
+        format!(
+            "#+TITLE: {name}\n#+SKILL: {name}\n#+DESCRIPTION: Test skill.\n#+TRIGGER: {trigger}\n\n\
+             * {name}_tool :tool:\n:PROPERTIES:\n:APPROVAL: auto\n:END:\nDoes a thing.\n\n\
+             | name | type   | required | description |\n|------+--------+----------+-------------|\n| path | string | yes      | A path.     |\n\n\
+             #+begin_src bash\necho \"$ARG_PATH\"\n#+end_src\n"
+        )
+    }
+
+    #[test]
+    fn only_active_skills_contribute_tools() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("skills");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("git.org"), skill("gitty", r"/\bcommit\b/")).unwrap();
+        std::fs::write(dir.join("base.org"), skill("basey", "always")).unwrap();
+        std::fs::write(dir.join("off.org"), skill("offy", "never")).unwrap();
+        let toolsets = SkillToolsets::new(SkillSources {
+            builtin: false,
+            user_dir: Some(dir),
+            policy_file: None,
+            trust_file: None,
+            project_auto_approval: false,
+        });
+        let names = |msg: &str| -> Vec<String> {
+            let t = toolsets.toolset(tmp.path(), msg);
+            t.tools.names().map(str::to_string).collect()
+        };
+        let plain = names("hello");
+        assert!(plain.contains(&"basey_tool".to_string()), "{plain:?}");
+        assert!(!plain.contains(&"gitty_tool".to_string()), "{plain:?}");
+        assert!(!plain.contains(&"offy_tool".to_string()), "{plain:?}");
+        let triggered = names("please commit this");
+        assert!(
+            triggered.contains(&"gitty_tool".to_string()),
+            "{triggered:?}"
+        );
+        let mentioned = names("use @offy");
+        assert!(
+            mentioned.contains(&"offy_tool".to_string()),
+            "{mentioned:?}"
+        );
+        // The built-in Rust tools are always there.
+        assert!(plain.contains(&"read_file".to_string()), "{plain:?}");
     }
 }

@@ -26,6 +26,8 @@ const GUARD: Duration = Duration::from_secs(5);
 const FAKE_USAGE: Usage = Usage {
     input_tokens: FAKE_INPUT_TOKENS,
     output_tokens: FAKE_OUTPUT_TOKENS,
+    cache_read_tokens: 0,
+    cache_write_tokens: 0,
 };
 
 fn openai(name: &str, base_url: &str) -> ProviderConfig {
@@ -718,7 +720,8 @@ async fn anthropic_request_has_the_wire_shape() {
             "max_tokens": 4096,
             "stream": true,
             "temperature": 0.5,
-            "system": "You are terse.",
+            "system": [{"type": "text", "text": "You are terse.",
+                        "cache_control": {"type": "ephemeral"}}],
             "messages": [
                 {"role": "user", "content": "read both"},
                 {"role": "assistant", "content": [
@@ -728,11 +731,13 @@ async fn anthropic_request_has_the_wire_shape() {
                 ]},
                 {"role": "user", "content": [
                     {"type": "tool_result", "tool_use_id": "t1", "content": "A", "is_error": false},
-                    {"type": "tool_result", "tool_use_id": "t2", "content": "no such file", "is_error": true},
+                    {"type": "tool_result", "tool_use_id": "t2", "content": "no such file", "is_error": true,
+                     "cache_control": {"type": "ephemeral"}},
                 ]},
             ],
             "tools": [{"name": "read_file", "description": "Read a file",
-                       "input_schema": {"type": "object"}}],
+                       "input_schema": {"type": "object"},
+                       "cache_control": {"type": "ephemeral"}}],
         })
     );
 }

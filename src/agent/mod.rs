@@ -32,6 +32,9 @@ pub trait TurnSink: Send + Sync {
     fn update(&self, update: acp::SessionUpdate);
     /// The session's state changed (for mode lines).
     fn status(&self, status: SessionStatus);
+    /// An extension notification about the session (`_passepartout/usage`,
+    /// `_passepartout/session/compacted`). Default: dropped.
+    fn notify(&self, _method: &str, _params: serde_json::Value) {}
     /// Backpressure: `Some(wait)` when the person's side is behind and the
     /// turn should wait before taking more from the model. The reason loop
     /// awaits it (racing the cancel token) before each provider event.
@@ -165,6 +168,10 @@ pub struct AgentEnv {
     pub editor: crate::actuators::emacs::EditorLink,
     /// Each session's MCP servers (their tools join every turn's toolset).
     pub mcp: Arc<crate::mcp::McpManager>,
+    /// Budgets, prices and the day's usage ledger.
+    pub accounts: Arc<crate::budget::Accounts>,
+    /// Where session journals live (None: sessions are not persisted).
+    pub sessions: Option<Arc<crate::sessions::SessionStore>>,
 }
 
 impl AgentEnv {

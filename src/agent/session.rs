@@ -1,5 +1,9 @@
 //! A session: a working directory, a conversation history, and at most one
 //! turn running at a time (a second prompt waits for the first).
+//!
+//! A session may have a [`Journal`]: then every event of its history is
+//! stored as it happens (see [`crate::sessions`]) and the session can be
+//! loaded again by a later daemon.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -8,9 +12,12 @@ use std::sync::Mutex;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::llm::cascade::Cascade;
-use crate::llm::{ChatMessage, Usage};
 use std::sync::Arc;
+
+use crate::budget::Spent;
+use crate::llm::cascade::Cascade;
+use crate::llm::{ChatMessage, Role, Usage};
+use crate::sessions::{Event, Journal, Loaded};
 
 pub struct Session {
     pub id: String,
@@ -21,10 +28,17 @@ pub struct Session {
     turns: Mutex<HashMap<u64, CancellationToken>>,
     next_turn: AtomicU64,
     usage: Mutex<Usage>,
+    spent: Mutex<Spent>,
     provider: Mutex<Option<String>>,
     /// The session's own providers (`_passepartout/session/configure`),
     /// used instead of the daemon's from the next turn on.
     models: Mutex<Option<Arc<Cascade>>>,
+    journal: Option<Journal>,
+    /// Why the last turn stopped early, beyond its ACP stop reason
+    /// (`budget`), for the response's `_meta`.
+    stop_detail: Mutex<Option<String>>,
+    /// Skills active in an earlier turn (they stay active).
+    active_skills: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Session {
@@ -36,8 +50,39 @@ impl Session {
             turns: Mutex::default(),
             next_turn: AtomicU64::new(1),
             usage: Mutex::new(Usage::default()),
+            spent: Mutex::new(Spent::default()),
             provider: Mutex::new(None),
             models: Mutex::new(None),
+            journal: None,
+            stop_detail: Mutex::new(None),
+            active_skills: Mutex::default(),
+        }
+    }
+
+    /// Record this session's events in `journal`.
+    pub fn with_journal(mut self, journal: Journal) -> Self {
+        self.journal = Some(journal);
+        self
+    }
+
+    /// A session read back from its journal, continuing in `cwd`.
+    pub fn restored(loaded: Loaded, cwd: PathBuf, journal: Option<Journal>) -> Self {
+        let mut s = Session::new(loaded.id, cwd);
+        s.history = tokio::sync::Mutex::new(loaded.history);
+        s.usage = Mutex::new(loaded.usage);
+        s.spent = Mutex::new(Spent::from_usage(&loaded.usage, loaded.cost));
+        s.journal = journal;
+        s
+    }
+
+    pub fn journal(&self) -> Option<&Journal> {
+        self.journal.as_ref()
+    }
+
+    /// Store an event (no-op without a journal).
+    pub fn record(&self, event: Event) {
+        if let Some(j) = &self.journal {
+            j.append(event);
         }
     }
 
@@ -63,13 +108,22 @@ impl Session {
     }
 
     pub fn add_usage(&self, u: Usage) {
-        let mut total = lock(&self.usage);
-        total.input_tokens += u.input_tokens;
-        total.output_tokens += u.output_tokens;
+        lock(&self.usage).add(&u);
+    }
+
+    /// Add one request's usage and cost to the session's totals.
+    pub fn add_spent(&self, u: &Usage, cost: f64) {
+        self.add_usage(*u);
+        lock(&self.spent).add(u, cost);
     }
 
     pub fn usage(&self) -> Usage {
         *lock(&self.usage)
+    }
+
+    /// Tokens and cost spent by this session (across daemons when loaded).
+    pub fn spent(&self) -> Spent {
+        *lock(&self.spent)
     }
 
     pub fn set_provider(&self, label: String) {
@@ -89,6 +143,83 @@ impl Session {
     pub fn models(&self) -> Option<Arc<Cascade>> {
         lock(&self.models).clone()
     }
+
+    pub fn set_stop_detail(&self, detail: Option<String>) {
+        *lock(&self.stop_detail) = detail;
+    }
+
+    /// Why the last turn stopped early (`budget`), if it did.
+    pub fn stop_detail(&self) -> Option<String> {
+        lock(&self.stop_detail).clone()
+    }
+}
+
+/// Most characters of earlier prompts used to decide which skills are
+/// active when a session was loaded (it remembers no active skills yet).
+const ACTIVATION_CHARS: usize = 4 * 1024;
+/// Most skills a session remembers as active.
+const MAX_ACTIVE_SKILLS: usize = 256;
+
+impl Session {
+    /// The text skills' triggers are matched against: `prompt`, plus an
+    /// `@name` mention of every skill that was active earlier in this
+    /// session. A skill that came up once stays active, so its tools stay
+    /// offered for the calls already in the history and the prompt prefix
+    /// stays stable for caching. (Mentions, not the old prompts: matching
+    /// every trigger against a growing text made each turn slower.)
+    pub fn activation_text(&self, history: &[ChatMessage], prompt: &str) -> String {
+        let active = lock(&self.active_skills);
+        if active.is_empty() && !history.is_empty() {
+            return earlier_prompts(history, prompt);
+        }
+        let mut text = prompt.to_string();
+        for name in active.iter() {
+            text.push_str(" @");
+            text.push_str(name);
+        }
+        text
+    }
+
+    /// Remember the skills `toolset` came from (its skill tools and its
+    /// prompt sections).
+    pub fn remember_active(&self, toolset: &super::Toolset) {
+        let mut active = lock(&self.active_skills);
+        let from_tools = toolset
+            .tools
+            .names()
+            .filter_map(|n| toolset.tools.get(n))
+            .filter_map(|t| match &t.source {
+                crate::tools::ToolSource::Skill { skill, .. } => Some(skill.clone()),
+                crate::tools::ToolSource::Builtin | crate::tools::ToolSource::Mcp { .. } => None,
+            })
+            .collect::<Vec<_>>();
+        let from_prompt = toolset
+            .prompt
+            .lines()
+            .filter_map(|l| l.strip_prefix("## skill: "))
+            .map(|n| n.trim().to_string());
+        for name in from_tools.into_iter().chain(from_prompt) {
+            if active.len() >= MAX_ACTIVE_SKILLS {
+                break;
+            }
+            active.insert(name);
+        }
+    }
+}
+
+/// The session's recent prompts (bounded) and `prompt`.
+fn earlier_prompts(history: &[ChatMessage], prompt: &str) -> String {
+    let mut parts: Vec<&str> = vec![prompt];
+    let mut used = prompt.len();
+    for m in history.iter().rev().filter(|m| m.role == Role::User) {
+        if used + m.content.len() > ACTIVATION_CHARS {
+            break;
+        }
+        used += m.content.len();
+        parts.push(&m.content);
+    }
+    parts.reverse();
+    parts.join("\n")
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

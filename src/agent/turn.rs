@@ -9,8 +9,11 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::llm::{ChatMessage, FinishReason};
-use crate::protocol::acp;
+use crate::budget::Spent;
+use crate::llm::cascade::Cascade;
+use crate::llm::{ChatMessage, ChatRequest, FinishReason, StreamEvent, Usage};
+use crate::protocol::{acp, SessionStatus};
+use crate::sessions::Event;
 
 use super::act::{act, ActEnv, ActStatus};
 use super::reason::{reason, ReasonError};
@@ -25,6 +28,14 @@ pub enum TurnError {
     Provider(String),
 }
 
+/// The extension notification sent after every provider request.
+pub const USAGE_NOTIFICATION: &str = "_passepartout/usage";
+/// The extension notification sent when a session's history was compacted.
+pub const COMPACTED_NOTIFICATION: &str = "_passepartout/session/compacted";
+/// `_meta.passepartout.stopReason` of a turn stopped by a budget (its ACP
+/// stop reason is `max_tokens`).
+pub const BUDGET_STOP: &str = "budget";
+
 /// Run one turn for `prompt` in `session`.
 pub async fn run_turn(
     env: &AgentEnv,
@@ -34,11 +45,24 @@ pub async fn run_turn(
     approver: &dyn Approver,
     cancel: CancellationToken,
 ) -> Result<acp::StopReason, TurnError> {
+    // Tool calls and plans are stored as they are shown, for the replay.
+    let sink_handle: Arc<dyn TurnSink> = Arc::new(RecordingSink {
+        inner: sink_handle,
+        journal: session.journal().cloned(),
+    });
     let sink: &dyn TurnSink = sink_handle.as_ref();
     let mut history = session.history.lock().await;
-    let mut toolset = env.toolsets.toolset(&session.cwd, &prompt);
+    session.set_stop_detail(None);
+    let activation = session.activation_text(&history, &prompt);
+    let mut toolset = env.toolsets.toolset(&session.cwd, &activation);
     env.mcp.register_tools(&session.id, &mut toolset.tools);
+    session.remember_active(&toolset);
+    session.record(Event::Prompt {
+        text: prompt.clone(),
+    });
     history.push(ChatMessage::user(prompt));
+    let mut turn_start = history.len() - 1;
+    let mut spent = Spent::default();
     let max_rounds = env.config.max_rounds;
     let result = async {
         let mut problems: Option<String> = None;
@@ -47,10 +71,35 @@ pub async fn run_turn(
                 return Ok(acp::StopReason::Cancelled);
             }
             tracing::debug!(session = %session.id, round, "perceive");
-            let request = perceive::request(&history, &toolset, &session.cwd);
+            let models = session.models().unwrap_or_else(|| env.models());
+            let window = context_window(env, &models);
+            let mut request = perceive::request(&history, &toolset, &session.cwd);
+            let limit = (window as f64 * env.config.context.compact_at) as u64;
+            if crate::budget::estimate_tokens(&request) > limit {
+                match compact(
+                    env,
+                    session,
+                    &mut history,
+                    &mut turn_start,
+                    &toolset,
+                    &models,
+                    window,
+                    sink,
+                    &cancel,
+                    &mut spent,
+                )
+                .await
+                {
+                    Ok(()) => request = perceive::request(&history, &toolset, &session.cwd),
+                    Err(Stop::Cancelled) => return Ok(acp::StopReason::Cancelled),
+                    Err(Stop::Budget) => return Ok(acp::StopReason::MaxTokens),
+                }
+            }
+            if let Err(stop) = within_budget(env, session, &models, &spent, &request, sink).await {
+                return Ok(stop);
+            }
             report_status(sink, session, "thinking");
             tracing::debug!(session = %session.id, round, "reason");
-            let models = session.models().unwrap_or_else(|| env.models());
             let reasoned = match reason(
                 &models,
                 &request,
@@ -64,17 +113,33 @@ pub async fn run_turn(
                 Err(ReasonError::Cancelled) => return Ok(acp::StopReason::Cancelled),
                 Err(ReasonError::Provider { message, partial }) => {
                     if !partial.text.is_empty() {
-                        history.push(ChatMessage::assistant(partial.text.clone(), Vec::new()));
+                        push(
+                            session,
+                            &mut history,
+                            ChatMessage::assistant(partial.text.clone(), Vec::new()),
+                        );
                     }
                     return Err(TurnError::Provider(message));
                 }
             };
-            session.add_usage(reasoned.usage);
+            let usage = measured_usage(&reasoned.usage, &request, &reasoned.text);
+            account(
+                env,
+                session,
+                &models,
+                &reasoned.provider,
+                &usage,
+                window,
+                &mut spent,
+                sink,
+            )
+            .await;
             session.set_provider(reasoned.provider.clone());
-            history.push(ChatMessage::assistant(
-                reasoned.text.clone(),
-                reasoned.calls.clone(),
-            ));
+            push(
+                session,
+                &mut history,
+                ChatMessage::assistant(reasoned.text.clone(), reasoned.calls.clone()),
+            );
             if !reasoned.call_errors.is_empty() {
                 // Unreadable text-protocol calls: tell the model what was
                 // wrong (after the results of the calls that did parse).
@@ -85,7 +150,7 @@ pub async fn run_turn(
             }
             if reasoned.calls.is_empty() {
                 if let Some(p) = problems.take() {
-                    history.push(ChatMessage::user(p));
+                    push(session, &mut history, ChatMessage::user(p));
                     continue;
                 }
                 return Ok(match reasoned.finish {
@@ -114,7 +179,11 @@ pub async fn run_turn(
                 // Every call gets an answer in the history, even the ones
                 // skipped by a cancel: providers reject dangling calls.
                 if cancelled || cancel.is_cancelled() {
-                    history.push(ChatMessage::tool_result(call.id.clone(), "cancelled", true));
+                    push(
+                        session,
+                        &mut history,
+                        ChatMessage::tool_result(call.id.clone(), "cancelled", true),
+                    );
                     cancelled = true;
                     continue;
                 }
@@ -122,21 +191,366 @@ pub async fn run_turn(
                 let acted = act(call, &act_env).await;
                 plan.mark(i, acp::PlanEntryStatus::Completed, sink);
                 cancelled |= acted.status == ActStatus::Cancelled;
-                history.push(acted.observation.into_message());
+                push(session, &mut history, acted.observation.into_message());
             }
             if cancelled {
                 return Ok(acp::StopReason::Cancelled);
             }
             if let Some(p) = problems.take() {
-                history.push(ChatMessage::user(p));
+                push(session, &mut history, ChatMessage::user(p));
             }
         }
         tracing::info!(session = %session.id, max_rounds, "round limit reached");
         Ok(acp::StopReason::MaxTurnRequests)
     }
     .await;
+    finish_journal(session, &history, &result).await;
     report_status(sink, session, "idle");
     result
+}
+
+/// Add a message to the history and to the journal.
+fn push(session: &Session, history: &mut Vec<ChatMessage>, message: ChatMessage) {
+    session.record(Event::Message {
+        message: message.clone(),
+    });
+    history.push(message);
+}
+
+/// The turn's end in the journal, made durable (fsync) before the caller
+/// answers; past the size cap the journal becomes one snapshot.
+async fn finish_journal(
+    session: &Session,
+    history: &[ChatMessage],
+    result: &Result<acp::StopReason, TurnError>,
+) {
+    let Some(journal) = session.journal() else {
+        return;
+    };
+    let stop_reason = match result {
+        Ok(stop) => serde_json::to_value(stop)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_else(|| "unknown".into()),
+        Err(_) => "error".into(),
+    };
+    journal.append(Event::TurnEnd { stop_reason });
+    match journal.sync().await {
+        Ok(size) if size > journal.cap_bytes() => {
+            let spent = session.spent();
+            tracing::info!(session = %session.id, size, cap = journal.cap_bytes(), "session journal past its cap: rewriting it as a snapshot");
+            if let Err(e) = journal
+                .snapshot(&session.cwd, history, session.usage(), spent.cost)
+                .await
+            {
+                tracing::error!(session = %session.id, "session snapshot failed: {e}");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::error!(session = %session.id, "session journal: {e}"),
+    }
+}
+
+/// The window a request must fit: the smallest of the cascade's providers
+/// (any of them may end up answering).
+fn context_window(env: &AgentEnv, models: &Cascade) -> u64 {
+    models
+        .providers()
+        .map(|p| {
+            p.context_window()
+                .or_else(|| perceive::known_window(p.model()))
+                .unwrap_or(env.config.context.default_window)
+        })
+        .min()
+        .unwrap_or(env.config.context.default_window)
+}
+
+/// The model behind a provider label (for its price).
+fn model_of(models: &Cascade, label: &str) -> String {
+    models
+        .providers()
+        .find(|p| p.label() == label)
+        .map(|p| p.model().to_string())
+        .unwrap_or_default()
+}
+
+/// The provider's own usage; when it reported none (some local servers),
+/// the estimate, so budgets still advance.
+fn measured_usage(reported: &Usage, request: &ChatRequest, answer: &str) -> Usage {
+    if reported.input_tokens > 0 || reported.output_tokens > 0 {
+        return *reported;
+    }
+    Usage {
+        input_tokens: crate::budget::estimate_tokens(request),
+        output_tokens: answer.len().div_ceil(4) as u64,
+        ..Usage::default()
+    }
+}
+
+enum Stop {
+    Cancelled,
+    Budget,
+}
+
+/// Refuse to send `request` when it would exceed a budget: the person is
+/// told why and how to raise it, and the turn ends (`max_tokens`).
+async fn within_budget(
+    env: &AgentEnv,
+    session: &Session,
+    models: &Cascade,
+    spent: &Spent,
+    request: &ChatRequest,
+    sink: &dyn TurnSink,
+) -> Result<(), acp::StopReason> {
+    if env.accounts.budget().is_empty() {
+        return Ok(());
+    }
+    let tokens = crate::budget::estimate_tokens(request);
+    // Priced at the dearest provider of the cascade: any may answer.
+    let cost = models
+        .providers()
+        .map(|p| env.accounts.input_cost(p.model(), tokens))
+        .fold(0.0, f64::max);
+    let day = day_spent(env).await;
+    match env
+        .accounts
+        .check(spent, &session.spent(), &day, tokens, cost)
+    {
+        Ok(()) => Ok(()),
+        Err(exceeded) => {
+            let text = exceeded.to_string();
+            tracing::warn!(session = %session.id, "{text}");
+            let update = acp::SessionUpdate::AgentMessageChunk(acp::ContentChunk::new(text.into()));
+            session.record(Event::Update {
+                update: serde_json::to_value(&update).unwrap_or_default(),
+            });
+            sink.update(update);
+            session.set_stop_detail(Some(BUDGET_STOP.into()));
+            Err(acp::StopReason::MaxTokens)
+        }
+    }
+}
+
+async fn day_spent(env: &AgentEnv) -> Spent {
+    let accounts = env.accounts.clone();
+    tokio::task::spawn_blocking(move || accounts.day_spent())
+        .await
+        .unwrap_or_default()
+}
+
+/// Count one request: session and turn totals, the journal, the day
+/// ledger, and the notifications (`_passepartout/usage`, ACP
+/// `usage_update`).
+#[allow(clippy::too_many_arguments)]
+async fn account(
+    env: &AgentEnv,
+    session: &Session,
+    models: &Cascade,
+    provider: &str,
+    usage: &Usage,
+    window: u64,
+    spent: &mut Spent,
+    sink: &dyn TurnSink,
+) {
+    let model = model_of(models, provider);
+    let cost = env.accounts.prices.cost(&model, usage);
+    spent.add(usage, cost);
+    session.add_spent(usage, cost);
+    session.record(Event::Usage {
+        model: model.clone(),
+        usage: *usage,
+        cost,
+    });
+    let accounts = env.accounts.clone();
+    let (id, u) = (session.id.clone(), *usage);
+    let day = tokio::task::spawn_blocking(move || {
+        accounts.record(&id, &model, &u, cost);
+        accounts.day_spent()
+    })
+    .await
+    .unwrap_or_default();
+    let session_spent = session.spent();
+    sink.notify(
+        USAGE_NOTIFICATION,
+        serde_json::json!({
+            "sessionId": session.id,
+            "turn": spent,
+            "session": session_spent,
+            "day": day,
+            "currency": crate::budget::CURRENCY,
+            "budget": env.accounts.budget_report(spent, &session_spent, &day),
+        }),
+    );
+    sink.update(acp::SessionUpdate::UsageUpdate(
+        acp::UsageUpdate::new(usage.input_tokens + usage.output_tokens, window)
+            .cost(acp::Cost::new(session_spent.cost, crate::budget::CURRENCY)),
+    ));
+}
+
+/// Make the history fit: first trim old tool outputs, then (if still too
+/// big) summarise the turns before this one with one request to the model.
+/// The result is recorded in the journal and announced to the client.
+#[allow(clippy::too_many_arguments)]
+async fn compact(
+    env: &AgentEnv,
+    session: &Session,
+    history: &mut Vec<ChatMessage>,
+    turn_start: &mut usize,
+    toolset: &super::Toolset,
+    models: &Cascade,
+    window: u64,
+    sink: &dyn TurnSink,
+    cancel: &CancellationToken,
+    spent: &mut Spent,
+) -> Result<(), Stop> {
+    let limit = (window as f64 * env.config.context.compact_at) as u64;
+    let size = |h: &[ChatMessage]| {
+        crate::budget::estimate_tokens(&ChatRequest {
+            messages: h.to_vec(),
+            tools: Vec::new(),
+            max_tokens: None,
+            temperature: None,
+        })
+    };
+    // The fixed part (system prompt, tools) is what a request costs beyond
+    // its history.
+    let toolset_overhead =
+        crate::budget::estimate_tokens(&perceive::request(&[], toolset, &session.cwd));
+    let before = size(history) + toolset_overhead;
+    // Stage one: every tool result but the latest round's.
+    let last_assistant = history
+        .iter()
+        .rposition(|m| m.role == crate::llm::Role::Assistant)
+        .unwrap_or(0);
+    let trimmed = perceive::trim_tool_outputs(history, last_assistant);
+    let mut summary = String::new();
+    if size(history) + toolset_overhead > limit && *turn_start > 0 {
+        // Stage two: summarise the turns before this one.
+        let older = &history[..*turn_start];
+        let max_chars = (window as usize).saturating_mul(2); // about half the window
+        let request = perceive::summary_request(older, max_chars);
+        if within_budget(env, session, models, spent, &request, sink)
+            .await
+            .is_err()
+        {
+            return Err(Stop::Budget);
+        }
+        report_status(sink, session, "compacting");
+        match summarise(models, &request, cancel).await {
+            Ok((provider, text, usage)) => {
+                let usage = measured_usage(&usage, &request, &text);
+                account(env, session, models, &provider, &usage, window, spent, sink).await;
+                summary = text;
+                let kept = history[*turn_start..].to_vec();
+                *history = perceive::compacted_history(&summary, &kept);
+                *turn_start = 2;
+            }
+            Err(SummaryError::Cancelled) => return Err(Stop::Cancelled),
+            Err(SummaryError::Failed(e)) => {
+                // Sending the long request is still better than nothing:
+                // the provider will say if it does not fit.
+                tracing::warn!(session = %session.id, "compaction summary failed: {e}");
+            }
+        }
+    }
+    let after = size(history) + toolset_overhead;
+    if trimmed == 0 && summary.is_empty() {
+        tracing::warn!(session = %session.id, before, limit, "history is over the compaction limit and nothing could be compacted");
+        return Ok(());
+    }
+    tracing::info!(session = %session.id, before, after, trimmed, summarised = !summary.is_empty(), "history compacted");
+    session.record(Event::Compacted {
+        summary: summary.clone(),
+        history: history.clone(),
+        tokens_before: before,
+        tokens_after: after,
+    });
+    sink.notify(
+        COMPACTED_NOTIFICATION,
+        serde_json::json!({
+            "sessionId": session.id,
+            "tokensBefore": before,
+            "tokensAfter": after,
+            "window": window,
+            "trimmedToolOutputs": trimmed,
+            "summary": if summary.is_empty() { serde_json::Value::Null } else { summary.clone().into() },
+        }),
+    );
+    Ok(())
+}
+
+#[derive(Debug)]
+enum SummaryError {
+    Cancelled,
+    Failed(String),
+}
+
+/// Ask the cascade for the summary, collecting its text (not shown as the
+/// agent's answer).
+async fn summarise(
+    models: &Cascade,
+    request: &ChatRequest,
+    cancel: &CancellationToken,
+) -> Result<(String, String, Usage), SummaryError> {
+    use futures::StreamExt;
+    let answered = match models.stream(request, cancel.clone()).await {
+        Ok(a) => a,
+        Err(crate::llm::CascadeError::Cancelled) => return Err(SummaryError::Cancelled),
+        Err(e) => return Err(SummaryError::Failed(e.to_string())),
+    };
+    let mut text = String::new();
+    let mut usage = Usage::default();
+    let mut events = answered.events;
+    loop {
+        let next = tokio::select! {
+            _ = cancel.cancelled() => return Err(SummaryError::Cancelled),
+            next = events.next() => next,
+        };
+        match next {
+            None | Some(Ok(StreamEvent::Finish(_))) => break,
+            Some(Ok(StreamEvent::TextDelta(t))) => text.push_str(&t),
+            Some(Ok(StreamEvent::Usage(u))) => usage = u,
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(SummaryError::Failed(e.to_string())),
+        }
+    }
+    if text.trim().is_empty() {
+        return Err(SummaryError::Failed(
+            "the model returned an empty summary".into(),
+        ));
+    }
+    Ok((answered.provider, text, usage))
+}
+
+/// Forwards everything; stores the updates a replay must show again
+/// (tool calls, their updates, plans).
+struct RecordingSink {
+    inner: Arc<dyn TurnSink>,
+    journal: Option<crate::sessions::Journal>,
+}
+
+impl TurnSink for RecordingSink {
+    fn update(&self, update: acp::SessionUpdate) {
+        if let Some(j) = &self.journal {
+            if matches!(
+                update,
+                acp::SessionUpdate::ToolCall(_)
+                    | acp::SessionUpdate::ToolCallUpdate(_)
+                    | acp::SessionUpdate::Plan(_)
+            ) {
+                if let Ok(value) = serde_json::to_value(&update) {
+                    j.append(Event::Update { update: value });
+                }
+            }
+        }
+        self.inner.update(update);
+    }
+    fn status(&self, status: SessionStatus) {
+        self.inner.status(status);
+    }
+    fn notify(&self, method: &str, params: serde_json::Value) {
+        self.inner.notify(method, params);
+    }
 }
 
 /// The ACP `plan` of a round with several tool calls: one entry per call,

@@ -33,6 +33,7 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 /// A provider speaking the Anthropic Messages API.
 pub struct AnthropicProvider {
     endpoint: Endpoint,
+    context_window: Option<u64>,
 }
 
 impl AnthropicProvider {
@@ -40,6 +41,7 @@ impl AnthropicProvider {
     pub fn new(config: &ProviderConfig) -> Result<Self, ProviderError> {
         Ok(AnthropicProvider {
             endpoint: Endpoint::from_config(config)?,
+            context_window: config.context_window,
         })
     }
 
@@ -75,11 +77,19 @@ impl AnthropicProvider {
             "stream": true,
             "messages": wire_messages(request),
         });
+        // Prompt caching: the prefix (tools, then system, as Anthropic
+        // orders them) is stable between rounds, so breakpoints go on the
+        // last tool, on the system block, and on the last message: the
+        // next round reads everything up to there from the cache.
         if !system.is_empty() {
-            body["system"] = json!(system.join("\n\n"));
+            body["system"] = json!([{
+                "type": "text",
+                "text": system.join("\n\n"),
+                "cache_control": {"type": "ephemeral"},
+            }]);
         }
         if !request.tools.is_empty() {
-            body["tools"] = request
+            let mut tools: Vec<Value> = request
                 .tools
                 .iter()
                 .map(|tool| {
@@ -90,7 +100,12 @@ impl AnthropicProvider {
                     })
                 })
                 .collect();
+            if let Some(last) = tools.last_mut() {
+                last["cache_control"] = json!({"type": "ephemeral"});
+            }
+            body["tools"] = Value::Array(tools);
         }
+        mark_last_message_cached(&mut body["messages"]);
         if let Some(temperature) = request.temperature {
             body["temperature"] = json!(temperature);
         }
@@ -110,6 +125,10 @@ impl Provider for AnthropicProvider {
 
     fn native_tools(&self) -> bool {
         self.endpoint.native_tools
+    }
+
+    fn context_window(&self) -> Option<u64> {
+        self.context_window
     }
 
     async fn stream(
@@ -198,6 +217,24 @@ fn wire_messages(request: &ChatRequest) -> Vec<Value> {
     wire
 }
 
+/// Put a cache breakpoint on the last content block of the last message
+/// (a plain string content becomes one text block to carry it). Anthropic
+/// allows four breakpoints; we use three.
+fn mark_last_message_cached(messages: &mut Value) {
+    let Some(last) = messages.as_array_mut().and_then(|m| m.last_mut()) else {
+        return;
+    };
+    if let Some(text) = last["content"].as_str().map(str::to_string) {
+        if text.is_empty() {
+            return;
+        }
+        last["content"] = json!([{"type": "text", "text": text}]);
+    }
+    if let Some(block) = last["content"].as_array_mut().and_then(|b| b.last_mut()) {
+        block["cache_control"] = json!({"type": "ephemeral"});
+    }
+}
+
 /// A `tool_use` block being filled by `input_json_delta` fragments.
 #[derive(Debug)]
 struct OpenToolUse {
@@ -211,7 +248,21 @@ struct OpenToolUse {
 pub(crate) struct AnthropicDecoder {
     tool_uses: HashMap<u64, OpenToolUse>,
     usage: Usage,
+    /// `input_tokens` as Anthropic reports it: without cache reads/writes.
+    uncached_input: u64,
     stop_reason: Option<FinishReason>,
+}
+
+impl AnthropicDecoder {
+    /// Read the prompt-cache counters when a usage object carries them.
+    fn cache_usage(&mut self, usage: &Value) {
+        if let Some(read) = usage["cache_read_input_tokens"].as_u64() {
+            self.usage.cache_read_tokens = read;
+        }
+        if let Some(written) = usage["cache_creation_input_tokens"].as_u64() {
+            self.usage.cache_write_tokens = written;
+        }
+    }
 }
 
 impl WireDecoder for AnthropicDecoder {
@@ -229,7 +280,11 @@ impl WireDecoder for AnthropicDecoder {
         match kind {
             "message_start" => {
                 let usage = &json["message"]["usage"];
-                self.usage.input_tokens = usage["input_tokens"].as_u64().unwrap_or(0);
+                self.cache_usage(usage);
+                self.uncached_input = usage["input_tokens"].as_u64().unwrap_or(0);
+                self.usage.input_tokens = self.uncached_input
+                    + self.usage.cache_read_tokens
+                    + self.usage.cache_write_tokens;
                 self.usage.output_tokens = usage["output_tokens"].as_u64().unwrap_or(0);
             }
             "content_block_start" => {
@@ -292,9 +347,15 @@ impl WireDecoder for AnthropicDecoder {
                 if let Some(output) = usage["output_tokens"].as_u64() {
                     self.usage.output_tokens = output;
                 }
+                self.cache_usage(usage);
                 if let Some(input) = usage["input_tokens"].as_u64() {
-                    self.usage.input_tokens = input;
+                    self.uncached_input = input;
                 }
+                // Anthropic's `input_tokens` leaves out the cached part;
+                // ours counts every prompt token.
+                self.usage.input_tokens = self.uncached_input
+                    + self.usage.cache_read_tokens
+                    + self.usage.cache_write_tokens;
                 out.push_back(StreamEvent::Usage(self.usage));
             }
             "message_stop" => return Ok(Flow::Complete),
@@ -374,6 +435,31 @@ mod tests {
                 ]}),
                 json!({"role": "user", "content": "thanks"}),
             ]
+        );
+    }
+
+    #[test]
+    fn cache_reads_and_writes_are_reported_and_counted_as_input() {
+        let mut decoder = AnthropicDecoder::default();
+        let mut out = VecDeque::new();
+        for data in [
+            r#"{"type":"message_start","message":{"usage":{"input_tokens":20,"output_tokens":1,"cache_read_input_tokens":1000,"cache_creation_input_tokens":300}}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":42}}"#,
+        ] {
+            let event = Event {
+                data: data.to_string(),
+                ..Event::default()
+            };
+            decoder.event(&event, &mut out).unwrap();
+        }
+        assert_eq!(
+            out.pop_back(),
+            Some(StreamEvent::Usage(Usage {
+                input_tokens: 1320,
+                output_tokens: 42,
+                cache_read_tokens: 1000,
+                cache_write_tokens: 300,
+            }))
         );
     }
 

@@ -84,6 +84,10 @@ pub struct ProviderConfig {
     /// defaults to 4096).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// The model's context window in tokens; when absent, known hosted
+    /// models get theirs and anything else `[context] default_window`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
     /// Extra HTTP headers sent with every request (e.g. for a proxy).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
@@ -120,6 +124,7 @@ impl fmt::Debug for ProviderConfig {
             .field("idle_timeout_secs", &self.idle_timeout_secs)
             .field("max_retries", &self.max_retries)
             .field("max_tokens", &self.max_tokens)
+            .field("context_window", &self.context_window)
             .field("headers", &headers)
             .finish()
     }
@@ -145,6 +150,7 @@ impl ProviderConfig {
             idle_timeout_secs: default_idle_timeout(),
             max_retries: default_max_retries(),
             max_tokens: None,
+            context_window: None,
             headers: BTreeMap::new(),
         }
     }

@@ -101,11 +101,35 @@ pub struct ToolCall {
     pub arguments: Value,
 }
 
-/// Token accounting reported by a provider.
+/// Token accounting reported by a provider, from its own usage fields.
+///
+/// `input_tokens` counts every prompt token, cached or not; the cache
+/// figures say how many of them were read from (or written to) the
+/// provider's prompt cache: Anthropic `cache_read_input_tokens` /
+/// `cache_creation_input_tokens`, OpenAI
+/// `prompt_tokens_details.cached_tokens`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    #[serde(default)]
+    pub cache_write_tokens: u64,
+}
+
+impl Usage {
+    /// Add `other` to these totals.
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cache_read_tokens += other.cache_read_tokens;
+        self.cache_write_tokens += other.cache_write_tokens;
+    }
+
+    pub fn total_tokens(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
 }
 
 /// Why the model stopped producing this response.
@@ -210,6 +234,10 @@ pub trait Provider: Send + Sync {
     /// Whether the model takes tools natively (function calling). When false
     /// the loop uses the text tool protocol instead.
     fn native_tools(&self) -> bool;
+    /// The configured context window in tokens, when there is one.
+    fn context_window(&self) -> Option<u64> {
+        None
+    }
     /// Send the request; `Ok` means the server accepted it and streaming began.
     async fn stream(
         &self,

@@ -26,6 +26,7 @@ use super::{
 /// A provider speaking OpenAI-compatible streaming chat completions.
 pub struct OpenAiProvider {
     endpoint: Endpoint,
+    context_window: Option<u64>,
 }
 
 impl OpenAiProvider {
@@ -34,6 +35,7 @@ impl OpenAiProvider {
     pub fn new(config: &ProviderConfig) -> Result<Self, ProviderError> {
         Ok(OpenAiProvider {
             endpoint: Endpoint::from_config(config)?,
+            context_window: config.context_window,
         })
     }
 
@@ -70,6 +72,10 @@ impl Provider for OpenAiProvider {
 
     fn native_tools(&self) -> bool {
         self.endpoint.native_tools
+    }
+
+    fn context_window(&self) -> Option<u64> {
+        self.context_window
     }
 
     async fn stream(
@@ -169,6 +175,13 @@ impl OpenAiDecoder {
             out.push_back(StreamEvent::Usage(Usage {
                 input_tokens: usage["prompt_tokens"].as_u64().unwrap_or(0),
                 output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
+                // OpenAI caches long prompt prefixes by itself and reports
+                // the hits here; DeepSeek says `prompt_cache_hit_tokens`.
+                cache_read_tokens: usage["prompt_tokens_details"]["cached_tokens"]
+                    .as_u64()
+                    .or_else(|| usage["prompt_cache_hit_tokens"].as_u64())
+                    .unwrap_or(0),
+                cache_write_tokens: 0,
             }));
         }
         let Some(choice) = chunk.get("choices").and_then(|c| c.get(0)) else {
@@ -305,6 +318,26 @@ mod tests {
             ..Event::default()
         };
         decoder.event(&event, out).unwrap()
+    }
+
+    #[test]
+    fn cached_prompt_tokens_are_reported() {
+        let mut decoder = OpenAiDecoder::default();
+        let mut out = VecDeque::new();
+        feed(
+            &mut decoder,
+            r#"{"choices":[],"usage":{"prompt_tokens":900,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":768}}}"#,
+            &mut out,
+        );
+        assert_eq!(
+            out.pop_front(),
+            Some(StreamEvent::Usage(Usage {
+                input_tokens: 900,
+                output_tokens: 5,
+                cache_read_tokens: 768,
+                cache_write_tokens: 0,
+            }))
+        );
     }
 
     #[test]

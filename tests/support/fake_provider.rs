@@ -630,3 +630,65 @@ pub fn disconnect_after(reply: Reply, after: usize) -> Reply {
         delay_ms: BUILDER_DELAY_MS,
     }
 }
+
+/// `reply` with its usage replaced, as a provider with prompt caching
+/// reports it: for OpenAI streams `prompt_tokens` / `completion_tokens` and
+/// `prompt_tokens_details.cached_tokens`; for Anthropic streams
+/// `input_tokens` (the uncached part, as Anthropic counts it),
+/// `cache_read_input_tokens` and `cache_creation_input_tokens` in
+/// `message_start`, `output_tokens` in `message_delta`. Other replies are
+/// returned unchanged.
+pub fn with_usage(
+    reply: Reply,
+    input: u64,
+    output: u64,
+    cache_read: u64,
+    cache_write: u64,
+) -> Reply {
+    match reply {
+        Reply::OpenAi {
+            mut chunks,
+            delay_ms,
+            done,
+        } => {
+            for chunk in &mut chunks {
+                if chunk.get("usage").is_some_and(Value::is_object) {
+                    chunk["usage"] = json!({
+                        "prompt_tokens": input,
+                        "completion_tokens": output,
+                        "total_tokens": input + output,
+                        "prompt_tokens_details": {"cached_tokens": cache_read},
+                    });
+                }
+            }
+            Reply::OpenAi {
+                chunks,
+                delay_ms,
+                done,
+            }
+        }
+        Reply::Anthropic {
+            mut events,
+            delay_ms,
+        } => {
+            for event in &mut events {
+                match event["type"].as_str() {
+                    Some("message_start") => {
+                        event["message"]["usage"] = json!({
+                            "input_tokens": input.saturating_sub(cache_read + cache_write),
+                            "output_tokens": 1,
+                            "cache_read_input_tokens": cache_read,
+                            "cache_creation_input_tokens": cache_write,
+                        });
+                    }
+                    Some("message_delta") => {
+                        event["usage"] = json!({"output_tokens": output});
+                    }
+                    _ => {}
+                }
+            }
+            Reply::Anthropic { events, delay_ms }
+        }
+        other => other,
+    }
+}

@@ -1,0 +1,776 @@
+//! Persistent sessions: every session's history as an append-only JSON
+//! Lines journal, `<state>/sessions/<id>.jsonl`, one record per event,
+//! written as it happens.
+//!
+//! - **Crash-safe.** Each record is one `write` of one line with `O_APPEND`;
+//!   the file is fsync'd at every turn boundary (the prompt's response is
+//!   sent only after that). A torn last line (a crash mid-write) is skipped
+//!   on read with a warning; so is any other unreadable line, so one bad
+//!   record never loses a session.
+//! - **Private.** Files are 0600 in a 0700 directory: histories hold
+//!   whatever the person and the tools said.
+//! - **Off the runtime.** One writer thread owns the files; the async side
+//!   only sends it lines (a bounded channel of [`QUEUE_LIMIT`] records).
+//! - **Bounded.** Past [`Journal::cap_bytes`] (default [`DEFAULT_CAP_BYTES`])
+//!   the journal is rewritten at the next turn boundary as one `snapshot`
+//!   record holding the current history and usage totals (atomic rename):
+//!   the history the model sees is kept whole, the step-by-step replay of
+//!   older turns (tool call cards) is not.
+//!
+//! Reading a journal ([`read_session`]) rebuilds the model's history
+//! (`prompt`, `message`, `compacted`, `snapshot` records) and the replay a
+//! client is shown on `session/load` (`prompt`, assistant text, and the
+//! `tool_call`/`tool_call_update`/`plan` updates exactly as they were sent).
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::llm::{ChatMessage, Role, Usage};
+
+/// Default size past which a journal is rewritten as a snapshot: 32 MiB.
+pub const DEFAULT_CAP_BYTES: u64 = 32 * 1024 * 1024;
+/// Records waiting for the writer thread before senders wait for it.
+pub const QUEUE_LIMIT: usize = 4096;
+/// Longest session id accepted (ids become file names).
+pub const MAX_ID_LEN: usize = 128;
+
+/// Problems with the session store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("session `{0}` not found")]
+    NotFound(String),
+    #[error(
+        "`{0}` is not a valid session id (letters, digits, `-` and `_` only, at most {MAX_ID_LEN})"
+    )]
+    BadId(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Corrupt { path: PathBuf, message: String },
+    #[error("the session writer has stopped")]
+    WriterGone,
+}
+
+/// One event of a session, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Event {
+    /// The first record of every journal.
+    Created {
+        id: String,
+        cwd: PathBuf,
+        version: String,
+    },
+    /// The person's prompt (starts a turn).
+    Prompt { text: String },
+    /// A message added to the model's history (assistant answers, tool
+    /// results, feedback about unreadable calls).
+    Message { message: ChatMessage },
+    /// An ACP `session/update` as sent (`tool_call`, `tool_call_update`,
+    /// `plan`), replayed verbatim by `session/load`.
+    Update { update: Value },
+    /// One provider request's usage and cost.
+    Usage {
+        model: String,
+        usage: Usage,
+        cost: f64,
+    },
+    /// Older turns were compacted: `history` replaces the history so far.
+    Compacted {
+        summary: String,
+        history: Vec<ChatMessage>,
+        tokens_before: u64,
+        tokens_after: u64,
+    },
+    /// A turn ended.
+    TurnEnd { stop_reason: String },
+    /// The journal was rewritten (past its size cap): the whole state.
+    Snapshot {
+        id: String,
+        cwd: PathBuf,
+        history: Vec<ChatMessage>,
+        usage: Usage,
+        cost: f64,
+    },
+}
+
+/// A stored line: when, and what.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub at: String,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+/// What a client is shown again on `session/load`, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Replay {
+    User(String),
+    Agent(String),
+    Thought(String),
+    Update(Value),
+}
+
+/// A session read back from its journal.
+#[derive(Debug, Clone, Default)]
+pub struct Loaded {
+    pub id: String,
+    pub cwd: PathBuf,
+    pub created_at: String,
+    pub updated_at: String,
+    /// The first prompt, shortened: a title for lists.
+    pub title: Option<String>,
+    pub history: Vec<ChatMessage>,
+    pub replay: Vec<Replay>,
+    pub usage: Usage,
+    pub cost: f64,
+    pub turns: u64,
+    /// Lines skipped (torn or unreadable), for the log.
+    pub warnings: Vec<String>,
+}
+
+/// A line of `session/list` / `sessions list`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub id: String,
+    pub cwd: PathBuf,
+    pub title: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub turns: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost: f64,
+}
+
+/// Whether `id` is safe as a file name (no separators, no dots).
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_ID_LEN
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// A fresh session id: the UTC time, the process id and a counter
+/// (`20261123T181500-4242-1`): unique across restarts, sortable by age.
+pub fn new_id(counter: u64) -> String {
+    let ts = crate::audit::rfc3339(SystemTime::now());
+    let compact: String = ts
+        .chars()
+        .take(19)
+        .filter(|c| *c != '-' && *c != ':')
+        .collect();
+    format!("{compact}-{}-{counter}", std::process::id())
+}
+
+enum Command {
+    Append {
+        path: PathBuf,
+        line: String,
+    },
+    Sync {
+        path: PathBuf,
+        done: tokio::sync::oneshot::Sender<Result<u64, String>>,
+    },
+    Replace {
+        path: PathBuf,
+        text: String,
+        done: tokio::sync::oneshot::Sender<Result<u64, String>>,
+    },
+}
+
+/// The directory of journals plus the writer thread.
+#[derive(Debug)]
+pub struct SessionStore {
+    dir: PathBuf,
+    cap_bytes: u64,
+    tx: SyncSender<Command>,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Command")
+    }
+}
+
+impl SessionStore {
+    /// Open (creating `dir` with mode 0700) and start the writer thread.
+    pub fn open(dir: impl Into<PathBuf>, cap_bytes: u64) -> Result<SessionStore, StoreError> {
+        let dir = dir.into();
+        let io = |source| StoreError::Io {
+            path: dir.clone(),
+            source,
+        };
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+        let (tx, rx) = sync_channel(QUEUE_LIMIT);
+        std::thread::Builder::new()
+            .name("session-writer".into())
+            .spawn(move || writer(rx))
+            .map_err(io)?;
+        Ok(SessionStore { dir, cap_bytes, tx })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn path_of(&self, id: &str) -> Result<PathBuf, StoreError> {
+        if !valid_id(id) {
+            return Err(StoreError::BadId(id.to_string()));
+        }
+        Ok(self.dir.join(format!("{id}.jsonl")))
+    }
+
+    /// Start the journal of a new session (its `created` record).
+    pub fn create(
+        self: &std::sync::Arc<Self>,
+        id: &str,
+        cwd: &Path,
+    ) -> Result<Journal, StoreError> {
+        let journal = Journal {
+            store: self.clone(),
+            path: self.path_of(id)?,
+            id: id.to_string(),
+        };
+        journal.append(Event::Created {
+            id: id.to_string(),
+            cwd: cwd.to_path_buf(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        });
+        Ok(journal)
+    }
+
+    /// The journal of an existing session, for appending.
+    pub fn reopen(self: &std::sync::Arc<Self>, id: &str) -> Result<Journal, StoreError> {
+        let path = self.path_of(id)?;
+        if !path.is_file() {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        Ok(Journal {
+            store: self.clone(),
+            path,
+            id: id.to_string(),
+        })
+    }
+
+    /// Read a session back.
+    pub fn load(&self, id: &str) -> Result<Loaded, StoreError> {
+        let path = self.path_of(id)?;
+        if !path.is_file() {
+            return Err(StoreError::NotFound(id.to_string()));
+        }
+        read_session(&path)
+    }
+
+    /// Every stored session, most recently active first; `cwd` filters.
+    pub fn list(&self, cwd: Option<&Path>) -> Vec<Summary> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let mut out: Vec<Summary> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+            .filter_map(|p| match read_session(&p) {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    tracing::warn!("skipping {}: {e}", p.display());
+                    None
+                }
+            })
+            .filter(|l| cwd.is_none_or(|c| l.cwd == c))
+            .map(|l| Summary {
+                id: l.id,
+                cwd: l.cwd,
+                title: l.title,
+                created_at: l.created_at,
+                updated_at: l.updated_at,
+                turns: l.turns,
+                input_tokens: l.usage.input_tokens,
+                output_tokens: l.usage.output_tokens,
+                cost: l.cost,
+            })
+            .collect();
+        out.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.id.cmp(&a.id)));
+        out
+    }
+
+    /// The most recently active session in `cwd`.
+    pub fn latest(&self, cwd: &Path) -> Option<Summary> {
+        self.list(Some(cwd)).into_iter().next()
+    }
+}
+
+/// The append side of one session's journal.
+#[derive(Debug, Clone)]
+pub struct Journal {
+    store: std::sync::Arc<SessionStore>,
+    path: PathBuf,
+    id: String,
+}
+
+impl Journal {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn cap_bytes(&self) -> u64 {
+        self.store.cap_bytes
+    }
+
+    /// Queue one record (written at once by the writer thread, without
+    /// fsync). Waits only when [`QUEUE_LIMIT`] records are already queued.
+    pub fn append(&self, event: Event) {
+        let record = Record {
+            at: crate::audit::rfc3339(SystemTime::now()),
+            event,
+        };
+        let mut line = match serde_json::to_string(&record) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(session = %self.id, "cannot encode a session record: {e}");
+                return;
+            }
+        };
+        line.push('\n');
+        if self
+            .store
+            .tx
+            .send(Command::Append {
+                path: self.path.clone(),
+                line,
+            })
+            .is_err()
+        {
+            tracing::error!(session = %self.id, "the session writer has stopped; history not saved");
+        }
+    }
+
+    /// Flush everything queued so far to disk (fsync); the file's size.
+    pub async fn sync(&self) -> Result<u64, StoreError> {
+        let (done, rx) = tokio::sync::oneshot::channel();
+        self.store
+            .tx
+            .send(Command::Sync {
+                path: self.path.clone(),
+                done,
+            })
+            .map_err(|_| StoreError::WriterGone)?;
+        self.answer(rx).await
+    }
+
+    /// Replace the journal with one snapshot record (atomic rename).
+    pub async fn snapshot(
+        &self,
+        cwd: &Path,
+        history: &[ChatMessage],
+        usage: Usage,
+        cost: f64,
+    ) -> Result<u64, StoreError> {
+        let record = Record {
+            at: crate::audit::rfc3339(SystemTime::now()),
+            event: Event::Snapshot {
+                id: self.id.clone(),
+                cwd: cwd.to_path_buf(),
+                history: history.to_vec(),
+                usage,
+                cost,
+            },
+        };
+        let mut text = serde_json::to_string(&record).map_err(|e| StoreError::Corrupt {
+            path: self.path.clone(),
+            message: e.to_string(),
+        })?;
+        text.push('\n');
+        let (done, rx) = tokio::sync::oneshot::channel();
+        self.store
+            .tx
+            .send(Command::Replace {
+                path: self.path.clone(),
+                text,
+                done,
+            })
+            .map_err(|_| StoreError::WriterGone)?;
+        self.answer(rx).await
+    }
+
+    async fn answer(
+        &self,
+        rx: tokio::sync::oneshot::Receiver<Result<u64, String>>,
+    ) -> Result<u64, StoreError> {
+        match rx.await {
+            Ok(Ok(size)) => Ok(size),
+            Ok(Err(message)) => Err(StoreError::Corrupt {
+                path: self.path.clone(),
+                message,
+            }),
+            Err(_) => Err(StoreError::WriterGone),
+        }
+    }
+}
+
+/// Files kept open by the writer; beyond this many the cache is emptied.
+const OPEN_FILES: usize = 64;
+
+fn open_append(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+}
+
+fn writer(rx: Receiver<Command>) {
+    let mut files: HashMap<PathBuf, File> = HashMap::new();
+    while let Ok(command) = rx.recv() {
+        match command {
+            Command::Append { path, line } => {
+                if files.len() >= OPEN_FILES && !files.contains_key(&path) {
+                    files.clear();
+                }
+                let file = match files.entry(path.clone()) {
+                    std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(v) => match open_append(&path) {
+                        Ok(f) => v.insert(f),
+                        Err(e) => {
+                            tracing::error!("cannot open {}: {e}", path.display());
+                            continue;
+                        }
+                    },
+                };
+                if let Err(e) = file.write_all(line.as_bytes()) {
+                    tracing::error!("cannot write {}: {e}", path.display());
+                }
+            }
+            Command::Sync { path, done } => {
+                let result = match files.get(&path) {
+                    Some(f) => f
+                        .sync_data()
+                        .and_then(|_| f.metadata())
+                        .map(|m| m.len())
+                        .map_err(|e| e.to_string()),
+                    None => std::fs::metadata(&path)
+                        .map(|m| m.len())
+                        .map_err(|e| e.to_string()),
+                };
+                let _ = done.send(result);
+            }
+            Command::Replace { path, text, done } => {
+                files.remove(&path);
+                let _ = done.send(replace(&path, &text).map_err(|e| e.to_string()));
+            }
+        }
+    }
+}
+
+fn replace(path: &Path, text: &str) -> std::io::Result<u64> {
+    let tmp = path.with_extension("jsonl.tmp");
+    let mut f = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(text.len() as u64)
+}
+
+/// Characters of the first prompt kept as a session's title.
+const TITLE_CHARS: usize = 80;
+
+/// Read a journal: the history, the replay, the totals. Unreadable lines
+/// are skipped with a warning (the last one is usually a torn write).
+pub fn read_session(path: &Path) -> Result<Loaded, StoreError> {
+    let file = File::open(path).map_err(|source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut loaded = Loaded::default();
+    let mut seen_header = false;
+    for (n, line) in BufReader::new(file).lines().enumerate() {
+        let line = match line {
+            Ok(l) => l,
+            Err(e) => {
+                loaded
+                    .warnings
+                    .push(format!("{}:{}: {e}", path.display(), n + 1));
+                break;
+            }
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record: Record = match serde_json::from_str(&line) {
+            Ok(r) => r,
+            Err(e) => {
+                loaded.warnings.push(format!(
+                    "{}:{}: unreadable record skipped ({e})",
+                    path.display(),
+                    n + 1
+                ));
+                continue;
+            }
+        };
+        loaded.updated_at = record.at.clone();
+        match record.event {
+            Event::Created { id, cwd, .. } => {
+                loaded.id = id;
+                loaded.cwd = cwd;
+                loaded.created_at = record.at;
+                seen_header = true;
+            }
+            Event::Snapshot {
+                id,
+                cwd,
+                history,
+                usage,
+                cost,
+            } => {
+                loaded.id = id;
+                loaded.cwd = cwd;
+                if loaded.created_at.is_empty() {
+                    loaded.created_at = record.at;
+                }
+                loaded.replay = replay_of(&history);
+                loaded.history = history;
+                loaded.usage = usage;
+                loaded.cost = cost;
+                seen_header = true;
+            }
+            Event::Prompt { text } => {
+                if loaded.title.is_none() {
+                    let first = text.lines().next().unwrap_or("");
+                    loaded.title = Some(first.chars().take(TITLE_CHARS).collect());
+                }
+                loaded.replay.push(Replay::User(text.clone()));
+                loaded.history.push(ChatMessage::user(text));
+            }
+            Event::Message { message } => {
+                if message.role == Role::Assistant && !message.content.is_empty() {
+                    loaded.replay.push(Replay::Agent(message.content.clone()));
+                }
+                loaded.history.push(message);
+            }
+            Event::Update { update } => loaded.replay.push(Replay::Update(update)),
+            Event::Usage { usage, cost, .. } => {
+                loaded.usage.add(&usage);
+                loaded.cost += cost;
+            }
+            Event::Compacted {
+                summary, history, ..
+            } => {
+                loaded
+                    .replay
+                    .push(Replay::Thought(format!("(context compacted)\n{summary}")));
+                loaded.history = history;
+            }
+            Event::TurnEnd { .. } => loaded.turns += 1,
+        }
+    }
+    if !seen_header {
+        return Err(StoreError::Corrupt {
+            path: path.to_path_buf(),
+            message: "no `created` or `snapshot` record".into(),
+        });
+    }
+    loaded.history = answer_dangling_calls(std::mem::take(&mut loaded.history));
+    for w in &loaded.warnings {
+        tracing::warn!("{w}");
+    }
+    Ok(loaded)
+}
+
+/// The result given to a call whose daemon stopped before it finished.
+pub const INTERRUPTED: &str =
+    "interrupted: the daemon stopped before this call finished; it may or may not have run";
+
+/// Give every tool call an answer: a daemon killed between a call and its
+/// result leaves a call dangling, which providers reject.
+pub fn answer_dangling_calls(history: Vec<ChatMessage>) -> Vec<ChatMessage> {
+    let mut out = Vec::with_capacity(history.len());
+    let mut pending: Vec<String> = Vec::new();
+    for m in history {
+        if m.role == Role::Tool {
+            if let Some(id) = &m.tool_call_id {
+                pending.retain(|p| p != id);
+            }
+        } else {
+            for id in pending.drain(..) {
+                out.push(ChatMessage::tool_result(id, INTERRUPTED, true));
+            }
+        }
+        if m.role == Role::Assistant {
+            pending = m.tool_calls.iter().map(|c| c.id.clone()).collect();
+        }
+        out.push(m);
+    }
+    for id in pending {
+        out.push(ChatMessage::tool_result(id, INTERRUPTED, true));
+    }
+    out
+}
+
+/// The replay of a bare history (after a snapshot): prompts and answers.
+fn replay_of(history: &[ChatMessage]) -> Vec<Replay> {
+    history
+        .iter()
+        .filter_map(|m| match m.role {
+            Role::User => Some(Replay::User(m.content.clone())),
+            Role::Assistant if !m.content.is_empty() => Some(Replay::Agent(m.content.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn store(dir: &Path) -> Arc<SessionStore> {
+        Arc::new(SessionStore::open(dir.join("sessions"), DEFAULT_CAP_BYTES).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_journal_reads_back_into_history_and_replay() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = store(tmp.path());
+        let j = store.create("s1", Path::new("/proj")).unwrap();
+        j.append(Event::Prompt { text: "hi".into() });
+        j.append(Event::Message {
+            message: ChatMessage::assistant("hello", vec![]),
+        });
+        j.append(Event::TurnEnd {
+            stop_reason: "end_turn".into(),
+        });
+        j.sync().await.unwrap();
+        let l = store.load("s1").unwrap();
+        assert_eq!(l.cwd, Path::new("/proj"));
+        assert_eq!(
+            l.history,
+            vec![
+                ChatMessage::user("hi"),
+                ChatMessage::assistant("hello", vec![])
+            ]
+        );
+        assert_eq!(
+            l.replay,
+            vec![Replay::User("hi".into()), Replay::Agent("hello".into())]
+        );
+        assert_eq!(l.turns, 1);
+        assert_eq!(l.title.as_deref(), Some("hi"));
+        let mode = std::fs::metadata(j.path()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let mode = std::fs::metadata(store.dir()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+    }
+
+    #[tokio::test]
+    async fn a_torn_last_line_is_skipped_with_a_warning() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = store(tmp.path());
+        let j = store.create("s2", Path::new("/p")).unwrap();
+        j.append(Event::Prompt { text: "one".into() });
+        j.sync().await.unwrap();
+        let mut f = OpenOptions::new().append(true).open(j.path()).unwrap();
+        f.write_all(br#"{"at":"x","kind":"prompt","te"#).unwrap();
+        let l = store.load("s2").unwrap();
+        assert_eq!(l.history, vec![ChatMessage::user("one")]);
+        assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+        assert!(l.warnings[0].contains(":3:"), "{:?}", l.warnings);
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_replaces_the_journal_and_keeps_the_history() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = store(tmp.path());
+        let j = store.create("s3", Path::new("/p")).unwrap();
+        for i in 0..5 {
+            j.append(Event::Prompt {
+                text: format!("q{i}"),
+            });
+        }
+        let before = j.sync().await.unwrap();
+        let history = vec![ChatMessage::user("q4")];
+        let after = j
+            .snapshot(Path::new("/p"), &history, Usage::default(), 0.5)
+            .await
+            .unwrap();
+        assert!(after < before);
+        j.append(Event::Prompt { text: "q5".into() });
+        j.sync().await.unwrap();
+        let l = store.load("s3").unwrap();
+        assert_eq!(
+            l.history,
+            vec![ChatMessage::user("q4"), ChatMessage::user("q5")]
+        );
+        assert_eq!(l.cost, 0.5);
+    }
+
+    #[test]
+    fn calls_left_without_a_result_get_one() {
+        let call = |id: &str| crate::llm::ToolCall {
+            id: id.into(),
+            name: "shell".into(),
+            arguments: serde_json::json!({}),
+        };
+        let h = vec![
+            ChatMessage::user("go"),
+            ChatMessage::assistant("", vec![call("a"), call("b")]),
+            ChatMessage::tool_result("a", "done", false),
+            ChatMessage::user("again"),
+            ChatMessage::assistant("", vec![call("c")]),
+        ];
+        let fixed = answer_dangling_calls(h);
+        assert_eq!(
+            fixed,
+            vec![
+                ChatMessage::user("go"),
+                ChatMessage::assistant("", vec![call("a"), call("b")]),
+                ChatMessage::tool_result("a", "done", false),
+                ChatMessage::tool_result("b", INTERRUPTED, true),
+                ChatMessage::user("again"),
+                ChatMessage::assistant("", vec![call("c")]),
+                ChatMessage::tool_result("c", INTERRUPTED, true),
+            ]
+        );
+    }
+
+    #[test]
+    fn ids_that_could_escape_the_directory_are_refused() {
+        for bad in ["", "../x", "a/b", "a.b", &"x".repeat(200)] {
+            assert!(!valid_id(bad), "{bad}");
+        }
+        assert!(valid_id(&new_id(3)));
+        let tmp = tempfile::tempdir().unwrap();
+        let store = store(tmp.path());
+        assert!(matches!(
+            store.load("../../etc/passwd"),
+            Err(StoreError::BadId(_))
+        ));
+        assert!(matches!(store.load("nope"), Err(StoreError::NotFound(_))));
+    }
+}
