@@ -47,7 +47,7 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
         timeout: Duration::from_secs(config.shell_timeout_secs),
         output_cap: config.output_cap_bytes,
     };
-    let shell = LazyShell::new(mode, limits, config.sandbox_limits.clone());
+    let shell = LazyShell::new(mode, limits, config.sandbox_limits);
     let sandbox = startup_report(mode);
     if sandbox.available {
         tracing::info!("{}", sandbox.message);
@@ -149,7 +149,7 @@ impl LazyShell {
                 // clone, not copy: the limits may grow fields that are not Copy.
                 #[allow(clippy::clone_on_copy)]
                 let (mode, limits) = (self.mode, self.limits.clone());
-                let resources = self.resources.clone();
+                let resources = self.resources;
                 let built = tokio::task::spawn_blocking(move || match mode {
                     SandboxMode::Bwrap => ShellActuator::new(mode, limits),
                     // No sandbox: nothing to probe.

@@ -314,7 +314,7 @@ pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_
         cancel: x.cancel.clone(),
         say,
         approved_by: x.approved_by.clone(),
-        limits: x.limits.clone(),
+        limits: x.limits,
     };
     let result = actuator.execute(action, &ctx).await;
     let (is_error, output) = match &result {

@@ -159,7 +159,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// `256 MiB`, `1 GiB`, `512 KiB`, `100 bytes`.
 pub fn format_size(n: u64) -> String {
     for (size, unit) in [(GIB, "GiB"), (MIB, "MiB"), (1024, "KiB")] {
-        if n >= size && n % size == 0 {
+        if n >= size && n.is_multiple_of(size) {
             return format!("{} {unit}", n / size);
         }
     }
