@@ -53,7 +53,10 @@ pub(crate) struct Endpoint {
     pub max_tokens: Option<u32>,
     idle_timeout: Duration,
     headers: HeaderMap,
-    client: reqwest::Client,
+    connect_timeout: Duration,
+    /// Built at the first request, not at startup: building it loads the
+    /// system's CA certificates, which cost most of a cold start.
+    client: std::sync::OnceLock<reqwest::Client>,
 }
 
 impl Endpoint {
@@ -105,8 +108,18 @@ impl Endpoint {
             max_tokens: config.max_tokens,
             idle_timeout: Duration::from_secs(config.idle_timeout_secs.max(1)),
             headers,
-            client: http_client(Duration::from_secs(config.connect_timeout_secs.max(1)))?,
+            connect_timeout: Duration::from_secs(config.connect_timeout_secs.max(1)),
+            client: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The HTTP client, built on first use.
+    fn client(&self) -> Result<&reqwest::Client, ProviderError> {
+        if let Some(client) = self.client.get() {
+            return Ok(client);
+        }
+        let built = http_client(self.connect_timeout)?;
+        Ok(self.client.get_or_init(|| built))
     }
 
     /// `name (base_url)`, the label every log line and error uses.
@@ -134,7 +147,7 @@ impl Endpoint {
         for (name, value) in &self.headers {
             headers.insert(name.clone(), value.clone());
         }
-        let send = self.client.post(url).headers(headers).json(body).send();
+        let send = self.client()?.post(url).headers(headers).json(body).send();
         let response = tokio::select! {
             biased;
             _ = cancel.cancelled() => return Err(ProviderError::Cancelled),
