@@ -121,6 +121,13 @@ Print a line under LABEL with the Emacs CPU per KB; EVENTS-SIZE is
           (insert "{\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}]}]"))
         (garbage-collect)
         (with-no-warnings
+         ;; The daemon cuts an answer at `max_answer_bytes' (1 MiB by
+         ;; default); the benchmark's answers may be larger.
+         (let* ((config (make-temp-file "bench-config" nil ".toml"
+                                        (format "max_answer_bytes = %d\n"
+                                                (* 2 kilobytes 1000))))
+                (process-environment (cons (concat "PASSEPARTOUT_CONFIG=" config)
+                                           process-environment)))
           (passepartout-test-with-daemon script
             (let* ((passepartout-events-buffer-size events-size)
                    (chat (passepartout project))
@@ -151,7 +158,8 @@ Print a line under LABEL with the Emacs CPU per KB; EVENTS-SIZE is
                                label (/ size 1000) events cpu (- gc-elapsed gc0)
                                (- (float-time) wall0) (* 1000 per-kb)))
                 (delete-file script)
-                per-kb))))))))
+                (delete-file config)
+                per-kb)))))))))
 
 (princ (format "Streaming %d chunks of %d bytes (%d KB) into a chat buffer, Emacs %s, Org %s\n"
                bench-stream--chunks bench-stream--chunk-size
