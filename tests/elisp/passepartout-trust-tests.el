@@ -73,5 +73,36 @@ echo deployed
       (should (eq (plist-get (passepartout-trust-test--project-skill project) :trusted)
                   :json-false)))))
 
+(ert-deftest passepartout-test-skill-lock-files-are-not-skills ()
+  "Editing a skill leaves an Emacs lock file beside it; reloading ignores it.
+Fix (6) of the Emacs issue: `.#x.org' used to be read as a broken skill."
+  (passepartout-test-with-daemon nil
+    (let* ((dir (expand-file-name "passepartout/skills/" (concat home ".config/")))
+           (file (expand-file-name "tidy.org" dir))
+           (create-lockfiles t))
+      (make-directory dir t)
+      (with-temp-file file
+        (insert (replace-regexp-in-string "deploy" "tidy" passepartout-trust-test--skill)))
+      (with-current-buffer (find-file-noselect file)
+        (unwind-protect
+            (progn
+              ;; A modified buffer visiting the file: Emacs takes the lock.
+              (goto-char (point-max))
+              (insert "\nMore prose.\n")
+              (should (file-symlink-p (expand-file-name ".#tidy.org" dir)))
+              (jsonrpc-request (passepartout--ensure-connection)
+                               :_passepartout/skills/reload
+                               (list :cwd (expand-file-name project)))
+              (let* ((result (jsonrpc-request (passepartout--ensure-connection)
+                                              :_passepartout/skills/list
+                                              (list :cwd (expand-file-name project))))
+                     (files (mapcar (lambda (d) (or (plist-get d :path) ""))
+                                    (append (plist-get result :diagnostics) nil))))
+                (should (seq-find (lambda (sk) (equal (plist-get sk :name) "tidy"))
+                                  (plist-get result :skills)))
+                (should-not (seq-find (lambda (f) (string-match-p "\\.#" f)) files))))
+          (set-buffer-modified-p nil)
+          (kill-buffer))))))
+
 (provide 'passepartout-trust-tests)
 ;;; passepartout-trust-tests.el ends here
