@@ -420,10 +420,7 @@ async fn effect_stage(
         reasons.join("; "),
         checkpoint.summary()
     );
-    let Some(Live { act: a, asked }) = x.live.as_ref().map(|l| Live {
-        act: l.act,
-        asked: l.asked,
-    }) else {
+    let Some(&Live { act: a, asked }) = x.live.as_ref() else {
         // Nobody to ask: the plan ran after its turn was gone. Fail closed.
         let why = format!(
             "{held_text}\nNobody was there to approve the change, so it stays rolled back \
