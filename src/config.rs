@@ -2,8 +2,9 @@
 //! then command-line flags (later wins); the editor may add provider settings
 //! and API keys at `initialize`.
 //!
-//! The defaults need no file at all: one local OpenAI-compatible provider at
-//! Ollama's address, the bubblewrap sandbox, ten rounds per turn.
+//! The defaults need no file at all: no provider (so one is discovered at
+//! startup, see [`crate::llm::discovery`]), the bubblewrap sandbox, ten
+//! rounds per turn.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,8 +28,16 @@ pub enum SandboxSetting {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Providers in cascade order.
+    /// Providers in cascade order. Empty: discover one at startup.
     pub providers: Vec<ProviderConfig>,
+    /// Set at startup when `providers` is empty: what discovery found (never
+    /// read from the file).
+    #[serde(skip)]
+    pub discovery: Option<std::sync::Arc<crate::llm::discovery::Discovery>>,
+    /// The model `--model` or `PASSEPARTOUT_MODEL` asked for when no
+    /// provider is configured: discovery uses it for what it finds.
+    #[serde(skip)]
+    pub discovery_model: Option<String>,
     /// Most reason→act rounds in one turn.
     pub max_rounds: u32,
     /// Most bytes of text and reasoning one model answer may stream; past
@@ -123,7 +132,9 @@ impl Default for SessionsConfig {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            providers: vec![ProviderConfig::default_local()],
+            providers: Vec::new(),
+            discovery: None,
+            discovery_model: None,
             max_rounds: 10,
             max_answer_bytes: 1024 * 1024,
             max_turn_secs: 3600,
@@ -309,6 +320,9 @@ impl Config {
             }
             self.providers = vec![p];
         }
+        if self.providers.is_empty() && o.model.is_some() {
+            self.discovery_model = o.model.clone();
+        }
         if let Some(first) = self.providers.first_mut() {
             if let Some(model) = &o.model {
                 first.model = model.clone();
@@ -329,11 +343,6 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.providers.is_empty() {
-            return Err(ConfigError::Invalid(
-                "no provider configured: add a [[providers]] table or pass --provider-url".into(),
-            ));
-        }
         if self.max_rounds == 0 {
             return Err(ConfigError::Invalid("max_rounds must be at least 1".into()));
         }
@@ -526,9 +535,16 @@ model = "qwen"
     }
 
     #[test]
-    fn the_default_points_at_a_local_server() {
+    fn the_default_configures_no_provider_so_one_is_discovered() {
         let c = Config::default();
-        assert_eq!(c.providers[0].base_url, "http://127.0.0.1:11434/v1");
+        assert!(c.providers.is_empty());
+        let cli = Overrides {
+            config_file: Some("/dev/null".into()),
+            ..Default::default()
+        };
+        let c = Config::load_with(&cli, &env(&[("PASSEPARTOUT_MODEL", "qwen3")])).unwrap();
+        assert!(c.providers.is_empty());
+        assert_eq!(c.discovery_model.as_deref(), Some("qwen3"));
         assert_eq!(
             (c.max_rounds, c.shell_timeout_secs, c.output_cap_bytes),
             (10, 30, 102400)

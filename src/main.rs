@@ -113,6 +113,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The model providers: the configured ones, or (none configured) what
+    /// discovery finds — every candidate, found or not and why — each with
+    /// the models its server lists.
+    Providers {
+        #[command(flatten)]
+        flags: ConfigFlags,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show the audit log.
     Audit {
         #[command(flatten)]
@@ -231,6 +241,26 @@ fn load_config(flags: &ConfigFlags) -> Result<Config, String> {
     Config::load(&o).map_err(|e| e.to_string())
 }
 
+/// The configuration, with a provider discovered when it names none.
+async fn load_discovered_config(flags: &ConfigFlags) -> Result<Config, String> {
+    let mut config = load_config(flags)?;
+    passepartout::setup::discover_if_unconfigured(&mut config)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(config)
+}
+
+async fn providers(flags: ConfigFlags, json: bool) -> ExitCode {
+    init_logging("warn");
+    match load_discovered_config(&flags).await {
+        Ok(config) => exit_code(
+            passepartout::session_config::providers_command(&config, json, &mut std::io::stdout())
+                .await,
+        ),
+        Err(e) => config_error(&e),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -296,6 +326,7 @@ fn main() -> ExitCode {
             } => mcp_list(flags).await,
             Command::Undo { flags, id } => undo(flags, id),
             Command::History { flags, limit, json } => history(flags, limit, json),
+            Command::Providers { flags, json } => providers(flags, json).await,
             Command::Audit { flags, tail } => match load_config(&flags) {
                 Ok(config) => {
                     let path = config.state_dir().join("audit.jsonl");
@@ -313,13 +344,20 @@ fn main() -> ExitCode {
 
 async fn serve(flags: ConfigFlags) -> ExitCode {
     init_logging("warn,passepartout=info");
-    let config = match load_config(&flags) {
+    let config = match load_discovered_config(&flags).await {
         Ok(c) => c,
         Err(e) => {
             eprintln!("passepartout: {e}");
             return ExitCode::from(2);
         }
     };
+    if let Some(report) = config.discovery.as_ref().map(|d| d.report()) {
+        match report.announcement() {
+            Some(text) => tracing::info!("{text}"),
+            // Not fatal: the editor may send providers, or a server may start.
+            None => tracing::warn!("{}", report.failure_message()),
+        }
+    }
     let env = match passepartout::setup::build_env(config) {
         Ok(env) => Arc::new(env),
         Err(e) => {
@@ -349,13 +387,22 @@ enum Which {
 
 async fn run(flags: ConfigFlags, prompt: String, which: Which) -> ExitCode {
     init_logging("warn");
-    let config = match load_config(&flags) {
+    let config = match load_discovered_config(&flags).await {
         Ok(c) => c,
         Err(e) => {
             eprintln!("passepartout: {e}");
             return ExitCode::from(2);
         }
     };
+    if let Some(report) = config.discovery.as_ref().map(|d| d.report()) {
+        match report.announcement() {
+            Some(text) => eprintln!("passepartout: {text}"),
+            None => {
+                eprintln!("passepartout: {}", report.failure_message());
+                return ExitCode::from(2);
+            }
+        }
+    }
     let env = match passepartout::setup::build_env(config) {
         Ok(env) => env,
         Err(e) => {

@@ -191,21 +191,27 @@ impl Daemon {
         lock(&self.settings).flight_plans
     }
 
+    /// The daemon's provider discovery, when it is what serves prompts: no
+    /// provider configured and none sent by the editor.
+    fn discovery(&self) -> Option<&crate::llm::discovery::Discovery> {
+        if lock(&self.settings).providers.is_some() {
+            return None;
+        }
+        self.env.config.discovery.as_deref()
+    }
+
     fn initialize(
         &self,
         req: acp::InitializeRequest,
     ) -> Result<acp::InitializeResponse, ErrorObjectOwned> {
         let settings = proto::client_settings(req.meta.as_ref()).map_err(invalid_params)?;
-        let mut providers = settings
-            .providers
-            .clone()
-            .unwrap_or_else(|| self.env.config.providers.clone());
-        for p in &mut providers {
-            if let Some(key) = settings.api_keys.get(&p.name) {
-                p.api_key = Some(key.clone());
-            }
-        }
-        if settings.providers.is_some() || !settings.api_keys.is_empty() {
+        let configured = crate::session_config::configured(&self.env.config);
+        let providers = crate::session_config::effective_providers(&configured, &settings);
+        // Keys alone for a discovered provider change nothing: its key comes
+        // from the environment, and rebuilding would drop the re-probing.
+        if settings.providers.is_some()
+            || (!settings.api_keys.is_empty() && !self.env.config.providers.is_empty())
+        {
             let cascade = crate::llm::config::build_cascade(&providers)
                 .map_err(|e| invalid_params(format!("provider settings from the editor: {e}")))?;
             self.env.set_models(cascade);
@@ -240,6 +246,7 @@ impl Daemon {
             serde_json::json!({
                 "version": env!("CARGO_PKG_VERSION"),
                 "providers": providers.iter().map(|p| format!("{} ({})", p.name, p.base_url)).collect::<Vec<_>>(),
+                "discovery": self.discovery().map(|d| d.report().to_json()),
             }),
         );
         Ok(
@@ -433,6 +440,15 @@ impl Daemon {
             // Cancelled while queued: it never starts.
             _ = ticket.cancel.cancelled() => {
                 return Ok(acp::PromptResponse::new(acp::StopReason::Cancelled));
+            }
+        }
+        // Nothing configured and nothing found yet: look again (bounded),
+        // else fail with every candidate tried and its fix.
+        if session.models().is_none() {
+            if let Some(discovery) = self.discovery() {
+                if let Err(why) = discovery.ensure().await {
+                    return Err(rpc_error(codes::PROVIDER_FAILED, why));
+                }
             }
         }
         let sink = Arc::new(RpcSink::new(self.out.clone(), session.id.clone()));
@@ -1155,10 +1171,12 @@ pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
         module
             .register_async_method(proto::EXT_PROVIDERS, |_, d, _| async move {
                 let providers = crate::session_config::effective_providers(
-                    &d.env.config.providers,
+                    &crate::session_config::configured(&d.env.config),
                     &lock(&d.settings),
                 );
-                Ok::<_, ErrorObjectOwned>(crate::session_config::list(&providers).await)
+                Ok::<_, ErrorObjectOwned>(
+                    crate::session_config::list(&providers, d.discovery()).await,
+                )
             })
             .map(|_| ()),
         module
@@ -1166,7 +1184,7 @@ pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
                 let params: crate::session_config::ConfigureParams = parse(&p)?;
                 let session = d.session(&params.session_id)?;
                 let providers = crate::session_config::effective_providers(
-                    &d.env.config.providers,
+                    &crate::session_config::configured(&d.env.config),
                     &lock(&d.settings),
                 );
                 let (cascade, chosen) = crate::session_config::configure(&providers, &params)

@@ -5,22 +5,18 @@
 //! its server offers when it answers `GET …/models` within
 //! [`MODELS_TIMEOUT`]; `_passepartout/session/configure` gives one session a
 //! cascade of its own — a provider, its model replaced, its output limit
-//! set — for its next turns. Nothing is written to the configuration file
+//! set — for its next turns. With no provider configured, the list is the
+//! one [`Discovery`] found. Nothing is written to the configuration file
 //! and the daemon keeps running: other sessions are untouched.
-
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::llm::cascade::Cascade;
 use crate::llm::config::{build_cascade, ProviderConfig, ProviderKind};
+use crate::llm::discovery::{list_models, Discovery};
 
-/// How long one provider may take to list its models.
-pub const MODELS_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// At most this many models are listed per provider.
-pub const MAX_MODELS: usize = 500;
+pub use crate::llm::discovery::{MAX_MODELS, MODELS_TIMEOUT};
 
 /// `_passepartout/session/configure` params.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -47,6 +43,20 @@ pub enum ConfigureError {
     EmptyModel,
     #[error("cannot use this provider: {0}")]
     Build(String),
+}
+
+/// The providers of the configuration, or, when it names none, the one
+/// discovery found (none while nothing answers).
+pub fn configured(config: &crate::config::Config) -> Vec<ProviderConfig> {
+    if !config.providers.is_empty() {
+        return config.providers.clone();
+    }
+    config
+        .discovery
+        .as_ref()
+        .and_then(|d| d.current_config())
+        .into_iter()
+        .collect()
 }
 
 /// The providers a session may choose from: the editor's list when it
@@ -113,9 +123,12 @@ fn names(providers: &[ProviderConfig]) -> String {
 }
 
 /// The `_passepartout/providers` answer: every provider, with its models
-/// when its server lists them in time (asked all at once).
-pub async fn list(providers: &[ProviderConfig]) -> Value {
-    let lookups = providers.iter().map(models_of);
+/// when its server lists them in time (asked all at once). With
+/// `discovery` (no provider configured, none sent by the editor), the
+/// provider it found is marked `"discovered": true` and the whole report
+/// is under `discovery`.
+pub async fn list(providers: &[ProviderConfig], discovery: Option<&Discovery>) -> Value {
+    let lookups = providers.iter().map(list_models);
     let models = futures::future::join_all(lookups).await;
     let entries: Vec<Value> = providers
         .iter()
@@ -133,62 +146,93 @@ pub async fn list(providers: &[ProviderConfig]) -> Value {
                 "maxTokens": p.max_tokens,
                 "models": models,
                 "modelsError": error,
+                "discovered": discovery.is_some(),
             })
         })
         .collect();
-    json!({ "providers": entries })
-}
-
-/// Ask a provider's server for its models; a clear reason when it cannot.
-async fn models_of(p: &ProviderConfig) -> Result<Vec<String>, String> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::builder()
-        .timeout(MODELS_TIMEOUT)
-        .build()
-        .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
-    let base = p.effective_base_url();
-    let (url, request) = match p.kind {
-        ProviderKind::OpenAi => {
-            let url = format!("{base}/models");
-            let mut r = client.get(&url);
-            if let Some(key) = p.resolved_key() {
-                r = r.bearer_auth(key);
-            }
-            (url, r)
-        }
-        ProviderKind::Anthropic => {
-            let url = format!("{base}/v1/models");
-            let mut r = client.get(&url).header("anthropic-version", "2023-06-01");
-            if let Some(key) = p.resolved_key() {
-                r = r.header("x-api-key", key);
-            }
-            (url, r)
-        }
-    };
-    let response = request.send().await.map_err(|e| format!("{url}: {e}"))?;
-    if !response.status().is_success() {
-        return Err(format!("{url}: HTTP {}", response.status()));
+    match discovery {
+        Some(d) => json!({ "providers": entries, "discovery": d.report().to_json() }),
+        None => json!({ "providers": entries }),
     }
-    let body: Value = response
-        .json()
-        .await
-        .map_err(|e| format!("{url}: not a model list: {e}"))?;
-    Ok(model_ids(&body))
 }
 
-/// The ids in an OpenAI or Anthropic model list (`{"data": [{"id": …}]}`).
-fn model_ids(body: &Value) -> Vec<String> {
-    body.get("data")
-        .and_then(Value::as_array)
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|m| m.get("id").and_then(Value::as_str))
-                .take(MAX_MODELS)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
+/// `passepartout providers`: the configured providers, or what discovery
+/// found (every candidate, found or not and why), each with the models its
+/// server lists. Exit status 1 when there is no provider at all.
+pub async fn providers_command(
+    config: &crate::config::Config,
+    as_json: bool,
+    out: &mut impl std::io::Write,
+) -> i32 {
+    let providers = configured(config);
+    let discovery = match config.providers.is_empty() {
+        true => config.discovery.as_deref(),
+        false => None,
+    };
+    let mut listing = list(&providers, discovery).await;
+    listing["configured"] = json!(!config.providers.is_empty());
+    let status = if providers.is_empty() { 1 } else { 0 };
+    if as_json {
+        let _ = writeln!(out, "{listing}");
+        return status;
+    }
+    let _ = match discovery {
+        None => writeln!(out, "configured providers, in cascade order:"),
+        Some(_) => writeln!(
+            out,
+            "no provider configured; looked for one (the first found is used):"
+        ),
+    };
+    if let Some(d) = discovery {
+        for (c, o) in &d.report().entries {
+            let found = matches!(o, crate::llm::discovery::Outcome::Found { .. });
+            let _ = writeln!(
+                out,
+                "  {} {:<17} {:<32} {}",
+                if found { "+" } else { "-" },
+                c.name,
+                c.base_url,
+                o.describe()
+            );
+            if !found {
+                let _ = writeln!(out, "      fix: {}", c.fix);
+            }
+        }
+    }
+    for p in listing["providers"].as_array().into_iter().flatten() {
+        let text = |key: &str| p[key].as_str().unwrap_or("").to_string();
+        let _ = writeln!(
+            out,
+            "{} {} ({}) at {}, model {}",
+            if discovery.is_some() {
+                "using"
+            } else {
+                "provider"
+            },
+            text("name"),
+            text("kind"),
+            text("baseUrl"),
+            text("model")
+        );
+        let models: Vec<&str> = p["models"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let _ = match p["modelsError"].as_str() {
+            Some(why) => writeln!(out, "    models: cannot list them ({why})"),
+            None => writeln!(out, "    models: {}", models.join(", ")),
+        };
+    }
+    if let (Some(_), true) = (discovery, providers.is_empty()) {
+        let _ = writeln!(
+            out,
+            "none found: start one of the above, or set a key.\n{}",
+            crate::llm::discovery::PIN_HINT
+        );
+    }
+    status
 }
 
 #[cfg(test)]
@@ -241,14 +285,5 @@ mod tests {
         assert_eq!(e.to_string(), "unknown provider `zz`; configured: a");
         let e = configure(&providers, &params(None, Some("  "))).unwrap_err();
         assert_eq!(e.to_string(), "the model name is empty");
-    }
-
-    #[test]
-    fn model_ids_read_both_wire_formats() {
-        let body: Value =
-            serde_json::from_str(r#"{"object":"list","data":[{"id":"a"},{"id":"b","x":1},{}]}"#)
-                .unwrap();
-        assert_eq!(model_ids(&body), vec!["a", "b"]);
-        assert!(model_ids(&json!({"error": "no"})).is_empty());
     }
 }

@@ -1,5 +1,7 @@
 //! Assembling a working agent from a [`Config`]: providers, toolsets,
-//! gates, actuators. Shared by `serve` and `run`.
+//! gates, actuators. Shared by `serve` and `run`. With no provider
+//! configured, [`discover_if_unconfigured`] finds one first (the only step
+//! that may wait, at most [`crate::llm::discovery::PROBE_BUDGET`]).
 //!
 //! Nothing slow happens here: the sandbox's trial run (a bwrap process,
 //! 10–20 ms) waits for the first shell action ([`LazyShell`]) and is cached
@@ -30,13 +32,35 @@ use crate::toolsets::{SkillSources, SkillToolsets};
 pub enum SetupError {
     #[error("provider configuration: {0}")]
     Provider(#[from] crate::llm::ProviderError),
+    #[error("provider discovery: {0}")]
+    Discovery(#[from] crate::llm::discovery::DiscoveryError),
+}
+
+/// With no provider configured, probe the usual servers and keys (see
+/// [`crate::llm::discovery`]) and keep the result in `config.discovery`;
+/// a configuration that names providers is left untouched. Finding
+/// nothing is not an error here: `run` reports it, a daemon reports it at
+/// each prompt (and probes again then).
+pub async fn discover_if_unconfigured(config: &mut Config) -> Result<(), SetupError> {
+    if !config.providers.is_empty() || config.discovery.is_some() {
+        return Ok(());
+    }
+    let candidates = crate::llm::discovery::candidates_from_env()?;
+    let discovery =
+        crate::llm::discovery::Discovery::start(candidates, config.discovery_model.clone()).await;
+    config.discovery = Some(discovery);
+    Ok(())
 }
 
 /// Build the agent environment.
 pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
     // reqwest is built without a default crypto provider: install ring's.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let cascade = crate::llm::config::build_cascade(&config.providers)?;
+    let cascade = match (&config.discovery, config.providers.is_empty()) {
+        (Some(discovery), true) => crate::llm::Cascade::new()
+            .with_provider(discovery.provider(), crate::llm::RetryPolicy::default()),
+        _ => crate::llm::config::build_cascade(&config.providers)?,
+    };
     let mut actuators = ActuatorRegistry::new();
     actuators.register(Arc::new(FilesActuator));
     let mode = match config.sandbox {

@@ -249,6 +249,7 @@ pub trait Provider: Send + Sync {
 pub mod anthropic;
 pub mod cascade;
 pub mod config;
+pub mod discovery;
 pub mod openai;
 mod sse;
 
