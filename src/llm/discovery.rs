@@ -555,6 +555,8 @@ struct Found {
 pub struct Discovery {
     candidates: Vec<Candidate>,
     preferred_model: Option<String>,
+    /// At most one probe per this interval ([`REPROBE_INTERVAL`]).
+    reprobe_interval: Duration,
     report: Mutex<(Report, Instant)>,
     /// Serialises probes: prompts failing together wait for one probe.
     probing: tokio::sync::Mutex<()>,
@@ -577,10 +579,20 @@ impl fmt::Debug for Discovery {
 impl Discovery {
     /// Probe `candidates` once and keep the result.
     pub async fn start(candidates: Vec<Candidate>, preferred_model: Option<String>) -> Arc<Self> {
+        Self::start_with_interval(candidates, preferred_model, REPROBE_INTERVAL).await
+    }
+
+    /// [`start`](Self::start) with another re-probe interval (tests).
+    pub async fn start_with_interval(
+        candidates: Vec<Candidate>,
+        preferred_model: Option<String>,
+        reprobe_interval: Duration,
+    ) -> Arc<Self> {
         let report = probe(&candidates, preferred_model.as_deref()).await;
         let discovery = Arc::new(Discovery {
             candidates,
             preferred_model,
+            reprobe_interval,
             report: Mutex::new((report.clone(), Instant::now())),
             probing: tokio::sync::Mutex::new(()),
             found: std::array::from_fn(|_| OnceLock::new()),
@@ -644,7 +656,7 @@ impl Discovery {
     /// [`REPROBE_INTERVAL`]; true when the provider in use changed.
     pub async fn reprobe(&self) -> bool {
         let _guard = self.probing.lock().await;
-        if lock(&self.report).1.elapsed() < REPROBE_INTERVAL {
+        if lock(&self.report).1.elapsed() < self.reprobe_interval {
             return false;
         }
         let report = probe(&self.candidates, self.preferred_model.as_deref()).await;
@@ -921,6 +933,110 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A one-route HTTP server on `port` answering `GET /v1/models` with
+    /// `models`, until dropped.
+    async fn model_server(port: u16, models: &'static str) -> tokio::task::JoinHandle<()> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut buf = [0u8; 2048];
+                let _ = stream.read(&mut buf).await;
+                let body = format!(r#"{{"object":"list","data":[{{"id":"{models}"}}]}}"#);
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(body.as_bytes()).await;
+            }
+        })
+    }
+
+    fn closed_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    fn only_ollama_at(port: u16) -> Vec<Candidate> {
+        candidates(Some(&format!(
+            "ollama=http://127.0.0.1:{port}/v1,llama.cpp=,lmstudio=,vllm=,anthropic=,openai=,openrouter=,deepseek="
+        )))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_server_started_later_is_found_by_the_next_probe() {
+        let port = closed_port();
+        let discovery =
+            Discovery::start_with_interval(only_ollama_at(port), None, Duration::ZERO).await;
+        assert_eq!(discovery.current_config(), None);
+        let provider = discovery.provider();
+        assert_eq!(provider.model(), "");
+        let server = model_server(port, "qwen3").await;
+        let found = discovery.ensure().await.unwrap();
+        assert_eq!(
+            (found.name.as_str(), found.model.as_str()),
+            ("ollama", "qwen3")
+        );
+        assert_eq!(provider.model(), "qwen3");
+        assert_eq!(
+            provider.label(),
+            format!("ollama (http://127.0.0.1:{port}/v1)")
+        );
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn when_the_server_in_use_goes_away_the_next_one_found_takes_over() {
+        let (first, second) = (closed_port(), closed_port());
+        let list = candidates(Some(&format!(
+            "ollama=http://127.0.0.1:{first}/v1,llama.cpp=http://127.0.0.1:{second}/v1,lmstudio=,vllm=,anthropic=,openai=,openrouter=,deepseek="
+        )))
+        .unwrap();
+        let ollama = model_server(first, "qwen3").await;
+        let discovery = Discovery::start_with_interval(list, None, Duration::ZERO).await;
+        let provider = discovery.provider();
+        assert_eq!(provider.model(), "qwen3");
+        ollama.abort();
+        let _ = ollama.await;
+        let llama = model_server(second, "gemma3").await;
+        let request = ChatRequest {
+            messages: vec![super::super::ChatMessage::user("hi")],
+            tools: Vec::new(),
+            max_tokens: None,
+            temperature: None,
+        };
+        // The chat goes to the new server (which only knows model lists, so
+        // the stream itself may fail): what matters is who is asked.
+        let _ = provider.stream(&request, CancellationToken::new()).await;
+        assert_eq!(provider.model(), "gemma3");
+        assert_eq!(
+            discovery.current_config().map(|c| c.name),
+            Some("llama.cpp".to_string())
+        );
+        llama.abort();
+    }
+
+    #[tokio::test]
+    async fn probes_are_rate_limited() {
+        let port = closed_port();
+        let discovery =
+            Discovery::start_with_interval(only_ollama_at(port), None, Duration::from_secs(3600))
+                .await;
+        let server = model_server(port, "qwen3").await;
+        // Within the interval the cached "nothing found" stands.
+        let why = discovery.ensure().await.unwrap_err();
+        assert!(why.contains("fix: ollama serve"), "{why}");
+        assert!(!discovery.reprobe().await);
+        server.abort();
     }
 
     #[test]
