@@ -1039,6 +1039,16 @@ mod tests {
         server.abort();
     }
 
+    #[tokio::test]
+    async fn a_server_that_never_answers_times_out_within_the_budget() {
+        // Accepted by the kernel (backlog), never read: the request hangs.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = silent.local_addr().unwrap().port();
+        let report = probe(&only_ollama_at(port), None).await;
+        assert_eq!(report.entries[0].1, Outcome::TimedOut);
+        drop(silent);
+    }
+
     #[test]
     fn model_ids_read_both_wire_formats() {
         let body: Value =
