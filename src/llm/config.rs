@@ -155,8 +155,9 @@ impl ProviderConfig {
         }
     }
 
-    /// The local-first default: Ollama's OpenAI-compatible endpoint on this
-    /// machine with `llama3.2`.
+    /// Ollama's OpenAI-compatible endpoint on this machine with `llama3.2`.
+    /// Not a default any more: with no provider configured, one is
+    /// discovered instead ([`super::discovery`]).
     pub fn default_local() -> Self {
         Self::new(
             "ollama",
