@@ -356,3 +356,16 @@ async fn providers_lists_a_configured_provider_without_discovering() {
     );
     assert!(stdout.contains("[[providers]]"), "{stdout}");
 }
+
+#[tokio::test]
+async fn a_model_asked_for_is_used_with_the_discovered_server() {
+    let server = FakeProvider::start(vec![fake::openai_text("big answer")]).await;
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = command(home.path(), &hosts(Some(&server.openai_url()), None), &[]);
+    cmd.args(["run", "--model", "fake-large", "Use the big one"]);
+    let (code, stdout, stderr) = output(cmd).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout.trim(), "big answer");
+    assert!(stderr.contains("model fake-large (found;"), "{stderr}");
+    assert_eq!(server.requests()[0].body["model"], "fake-large");
+}
