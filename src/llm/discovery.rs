@@ -98,7 +98,6 @@ pub struct Candidate {
     pub name: String,
     /// What a person calls it, e.g. `llama.cpp server`.
     pub title: String,
-    #[serde(serialize_with = "kind_name")]
     pub kind: ProviderKind,
     pub base_url: String,
     /// For a hosted provider: the variable holding its key.
@@ -107,13 +106,6 @@ pub struct Candidate {
     pub default_model: Option<String>,
     /// One line telling a person how to make this candidate answer.
     pub fix: String,
-}
-
-fn kind_name<S: serde::Serializer>(kind: &ProviderKind, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(match kind {
-        ProviderKind::OpenAi => "openai",
-        ProviderKind::Anthropic => "anthropic",
-    })
 }
 
 /// The default candidates, in the order they are preferred. Hosted default
@@ -279,7 +271,7 @@ impl Outcome {
 }
 
 /// Every candidate and what it said, in the order of preference.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Report {
     pub entries: Vec<(Candidate, Outcome)>,
 }
