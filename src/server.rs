@@ -219,6 +219,10 @@ impl Daemon {
         if settings.emacs {
             self.env.editor.connect(self.out.clone());
         }
+        // Reads and writes go through the client's buffers when offered.
+        self.env
+            .client_fs
+            .connect(self.out.clone(), &req.client_capabilities.fs);
         *lock(&self.settings) = settings;
         self.out
             .notify(proto::EXT_SANDBOX_STATUS, &self.env.sandbox);
@@ -1227,6 +1231,7 @@ where
             // plan waiting for a person stays pending for the next daemon.
             eof_daemon.desk.shut_down();
             eof_daemon.env.editor.disconnect();
+            eof_daemon.env.client_fs.disconnect();
             eof_daemon.cancel_all();
         })),
     };

@@ -38,7 +38,8 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cascade = crate::llm::config::build_cascade(&config.providers)?;
     let mut actuators = ActuatorRegistry::new();
-    actuators.register(Arc::new(FilesActuator));
+    let client_fs = crate::actuators::client_fs::ClientFsLink::default();
+    actuators.register(Arc::new(FilesActuator::new(client_fs.clone())));
     let mode = match config.sandbox {
         SandboxSetting::Bwrap => SandboxMode::Bwrap,
         SandboxSetting::None => SandboxMode::Unsandboxed,
@@ -120,6 +121,7 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
         sandbox,
         audit,
         editor,
+        client_fs,
         mcp,
     })
 }
