@@ -294,8 +294,9 @@ impl Daemon {
     }
 
     /// ACP `session/load`: read the journal, replay it as `session/update`s
-    /// (before this response), and make the session live again.
-    fn load_session(
+    /// (before this response), make the session live again, and start the
+    /// MCP servers the request names (and config.toml's), as `session/new`.
+    async fn load_session(
         &self,
         req: acp::LoadSessionRequest,
     ) -> Result<acp::LoadSessionResponse, ErrorObjectOwned> {
@@ -316,6 +317,15 @@ impl Daemon {
             other => rpc_error(codes::INTERNAL_ERROR, format!("session `{id}`: {other}")),
         })?;
         tracing::info!(session = %id, cwd = %cwd.display(), messages = loaded.history.len(), "session/load");
+        // A session loaded again gets the servers of this request, not the
+        // earlier ones (those stop first).
+        self.env.mcp.stop_session(&id).await;
+        let mcp = self
+            .env
+            .mcp
+            .start_session(&id, &cwd, &req.mcp_servers)
+            .await
+            .map_err(|e| rpc_error(codes::INVALID_PARAMS, e.to_string()))?;
         let replay = loaded.replay.clone();
         let live = lock(&self.sessions).get(&id).cloned();
         if live.is_none() {
@@ -348,7 +358,16 @@ impl Daemon {
         // The replay comes before the response (clients rely on it):
         // nothing may stay behind in the coalescing buffer.
         sink.flush();
-        Ok(acp::LoadSessionResponse::new())
+        let mut response = acp::LoadSessionResponse::new();
+        if !mcp.is_empty() {
+            let mut meta = serde_json::Map::new();
+            meta.insert(
+                "passepartout".into(),
+                serde_json::json!({ "mcpServers": mcp }),
+            );
+            response = response.meta(meta);
+        }
+        Ok(response)
     }
 
     /// ACP `session/list`: stored sessions, most recently active first.
@@ -1095,7 +1114,9 @@ pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
             })
             .map(|_| ()),
         module
-            .register_method(proto::SESSION_LOAD, |p, d, _| d.load_session(parse(&p)?))
+            .register_async_method(proto::SESSION_LOAD, |p, d, _| async move {
+                d.load_session(parse(&p)?).await
+            })
             .map(|_| ()),
         module
             .register_method(proto::SESSION_LIST, |p, d, _| {

@@ -520,3 +520,35 @@ async fn in_emacs_an_mcp_call_is_a_flight_plan_like_any_other_action() {
     assert_eq!(tool_result(&s.fake, 1), "echo: planned");
     assert_eq!(s.calls(), ["echo planned"]);
 }
+
+#[tokio::test]
+async fn session_load_starts_the_servers_it_names() {
+    let s = Setup::new(vec![
+        fake::openai_tool_calls(&[("call_l", "mcp__echo__echo", r#"{"text": "loaded"}"#)]),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let mut c = s.spawn(None);
+    c.initialize(json!({})).await;
+    let sid = c.new_session(s.project.path()).await;
+    c.child.start_kill().unwrap();
+    c.child.wait().await.unwrap();
+    assert!(s.server_pids().is_empty());
+
+    let mut c = s.spawn(None);
+    c.initialize(json!({})).await;
+    let r = c
+        .request(
+            "session/load",
+            json!({ "sessionId": sid, "cwd": s.project.path(), "mcpServers": [s.echo("echo", &[])] }),
+        )
+        .await;
+    let servers = &r["result"]["_meta"]["passepartout"]["mcpServers"];
+    assert_eq!(servers[0]["name"], "echo", "{r}");
+    assert_eq!(servers[0]["state"], "running", "{r}");
+    assert_eq!(s.server_pids().len(), 1);
+    prompt_and_answer(&mut c, &sid, "allow_once").await;
+    assert!(offered_tools(&s.fake, 0).contains(&"mcp__echo__echo".to_string()));
+    assert_eq!(tool_result(&s.fake, 1), "echo: loaded");
+    assert_eq!(s.calls().len(), 1);
+}
