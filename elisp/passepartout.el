@@ -54,6 +54,7 @@
 (require 'cl-lib)
 (require 'project)
 (require 'passepartout-rpc)
+(require 'passepartout-fs)
 (require 'passepartout-chat)
 (require 'passepartout-plan)
 (require 'passepartout-skill)
