@@ -61,7 +61,10 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
     actuators.set_default("system");
     let editor = EditorLink::default();
     actuators.register(Arc::new(EmacsActuator::new(editor.clone())));
-    let mcp = Arc::new(crate::mcp::McpManager::new(&config.mcp));
+    let mcp = Arc::new(
+        crate::mcp::McpManager::new(&config.mcp)
+            .with_project_trust(config.trust_file(), config.trust_project_tool_approval),
+    );
     actuators.register(Arc::new(crate::actuators::mcp::McpActuator::new(
         mcp.clone(),
     )));
