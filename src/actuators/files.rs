@@ -740,4 +740,33 @@ mod tests {
         let out = run(dir.path(), "src/a.rs", Job::Read, false);
         assert!(out.text.contains("needle"));
     }
+
+    #[test]
+    fn resolving_for_the_client_checks_like_the_disk_and_gives_the_kernel_path() {
+        let outside = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "a").unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("up")).unwrap();
+        let out = run(dir.path(), "a.txt", Job::ResolveRead, false);
+        assert_eq!(out.text, root.join("a.txt").display().to_string());
+        // A write's directories are created; nothing is written.
+        let out = run(dir.path(), "new/dir/b.txt", Job::ResolveWrite, false);
+        assert_eq!(out.text, root.join("new/dir/b.txt").display().to_string());
+        assert!(dir.path().join("new/dir").is_dir());
+        assert!(!dir.path().join("new/dir/b.txt").exists());
+        for (path, job) in [
+            ("up/x", Job::ResolveRead),
+            ("up/x", Job::ResolveWrite),
+            ("missing.txt", Job::ResolveRead),
+            (".", Job::ResolveRead),
+            (".envrc", Job::ResolveWrite),
+        ] {
+            let out = run(dir.path(), path, job, false);
+            assert!(out.is_error, "{path}: {}", out.text);
+        }
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+        let out = run(dir.path(), ".envrc", Job::ResolveWrite, true);
+        assert_eq!(out.text, root.join(".envrc").display().to_string());
+    }
 }
