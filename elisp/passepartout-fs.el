@@ -24,7 +24,11 @@
 ;; The agent's read of a file open in a buffer sees the buffer's text,
 ;; saved or not; its write of such a file replaces the buffer's text in
 ;; one undo step, keeping point where it can, and saves the buffer, so
-;; the disk holds the text when the daemon's checkpoints look.
+;; the disk holds the text when the daemon's checkpoints look.  An
+;; unmodified buffer older than its file is not read (the disk is), and
+;; reverted before a write; a buffer with unsaved changes whose file also
+;; changed on disk is a conflict: the write is refused, nothing is lost,
+;; and nothing prompts inside the connection's process filter.
 ;;
 ;; The daemon checked the path before sending it (beneath the session's
 ;; directory, no symbolic link, the control surface only with a
@@ -65,12 +69,22 @@ A relative path, or one that goes through a symbolic link, is refused."
         (if limit (forward-line limit) (goto-char (point-max)))
         (buffer-substring-no-properties start (point))))))
 
+(defun passepartout-fs--current-buffer (path)
+  "The buffer visiting PATH whose text is current, or nil.
+A buffer with unsaved changes is current; an unmodified one only while
+the file on disk has not changed since it was read (else the disk is
+newer, and a read should see the disk)."
+  (when-let ((buffer (find-buffer-visiting path)))
+    (and (or (buffer-modified-p buffer)
+             (verify-visited-file-modtime buffer))
+         buffer)))
+
 (cl-defmethod passepartout--handle-request
   (_conn (_method (eql 'fs/read_text_file)) params)
   "Return the text of the file in PARAMS: its buffer's if one visits it.
 Honours PARAMS' `line' (1-based) and `limit' (lines)."
   (let* ((path (passepartout-fs--checked-path params))
-         (buffer (find-buffer-visiting path))
+         (buffer (passepartout-fs--current-buffer path))
          (text (cond
                 (buffer
                  (with-current-buffer buffer
@@ -115,6 +129,15 @@ The buffer is saved: the daemon looks at the disk after the answer."
       (jsonrpc-error :code -32602 :message "fs: `content' must be a string"))
     (if buffer
         (with-current-buffer buffer
+          (unless (verify-visited-file-modtime buffer)
+            ;; The file changed on disk since the buffer read it: never
+            ;; prompt inside the connection's filter.
+            (if (buffer-modified-p)
+                (jsonrpc-error
+                 :code -32000
+                 :message (format "fs: %s has unsaved changes in Emacs and changed on disk too; save or revert it first"
+                                  path))
+              (revert-buffer t t t)))
           (passepartout-fs--replace-buffer-text text)
           ;; Save exactly the agent's text: no final newline added and no
           ;; hooks rewriting it, or the disk would differ from the buffer.

@@ -120,6 +120,53 @@
       (delete-directory dir t)
       (delete-directory outside t))))
 
+(ert-deftest passepartout-fs-test-stale-buffers-and-conflicts ()
+  "An unmodified buffer older than its file is not read; a conflict is refused."
+  (let* ((dir (file-name-as-directory (file-truename (make-temp-file "passepartout-fs" t))))
+         (file (expand-file-name "f.txt" dir)))
+    (unwind-protect
+        (progn
+          (with-temp-file file (insert "old\n"))
+          (passepartout-fs-test--with-buffer buffer file
+            ;; Changed on disk behind the buffer's back.
+            (with-temp-file file (insert "new on disk\n"))
+            (set-file-times file (time-add nil 10))
+            (should (equal (plist-get (passepartout--handle-request
+                                       nil 'fs/read_text_file (list :path file))
+                                      :content)
+                           "new on disk\n"))
+            ;; Unsaved edits, then the file changes on disk: the edits are
+            ;; what a read sees, and a write is refused, losing nothing.
+            (with-current-buffer buffer
+              (revert-buffer t t t)
+              (goto-char (point-min))
+              (insert "mine "))
+            (with-temp-file file (insert "newer\n"))
+            (set-file-times file (time-add nil 20))
+            (should (equal (plist-get (passepartout--handle-request
+                                       nil 'fs/read_text_file (list :path file))
+                                      :content)
+                           "mine new on disk\n"))
+            (should-error (passepartout--handle-request
+                           nil 'fs/write_text_file (list :path file :content "agent\n"))
+                          :type 'jsonrpc-error)
+            (with-current-buffer buffer
+              (should (equal (buffer-string) "mine new on disk\n")))
+            (with-temp-buffer
+              (insert-file-contents file)
+              (should (equal (buffer-string) "newer\n")))
+            ;; Unmodified but stale: reverted, then written and saved.
+            (with-current-buffer buffer (set-buffer-modified-p nil))
+            (passepartout--handle-request
+             nil 'fs/write_text_file (list :path file :content "agent\n"))
+            (with-current-buffer buffer
+              (should (equal (buffer-string) "agent\n"))
+              (should-not (buffer-modified-p)))
+            (with-temp-buffer
+              (insert-file-contents file)
+              (should (equal (buffer-string) "agent\n")))))
+      (delete-directory dir t))))
+
 (ert-deftest passepartout-fs-test-read-honours-line-and-limit ()
   "`line' (1-based) and `limit' select lines of the text."
   (should (equal (passepartout-fs--lines "a\nb\nc\nd\n" 2 2) "b\nc\n"))
