@@ -55,6 +55,7 @@
 (require 'project)
 (require 'passepartout-rpc)
 (require 'passepartout-fs)
+(require 'passepartout-mcp)
 (require 'passepartout-chat)
 (require 'passepartout-plan)
 (require 'passepartout-skill)

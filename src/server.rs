@@ -1097,6 +1097,15 @@ impl Approver for DaemonApprover {
     }
 }
 
+/// `_passepartout/mcp/trust`: the project, and the SHA-256 of the
+/// `.passepartout/config.toml` bytes the person was shown.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct McpTrustParams {
+    cwd: PathBuf,
+    expected_sha256: String,
+}
+
 fn parse<T: serde::de::DeserializeOwned>(params: &Params<'_>) -> Result<T, ErrorObjectOwned> {
     params.parse::<T>()
 }
@@ -1175,6 +1184,20 @@ pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
         module
             .register_method(proto::EXT_SKILLS_TRUST, |p, d, _| {
                 d.skills_trust(parse(&p)?)
+            })
+            .map(|_| ()),
+        module
+            .register_method(crate::mcp::project::EXT_MCP_TRUST, |p, d, _| {
+                let params: McpTrustParams = parse(&p)?;
+                let cwd = usable_cwd(params.cwd)?;
+                let config = &d.env.config;
+                crate::mcp::project::trust_shown(
+                    &cwd,
+                    &config.trust_file(),
+                    config.trust_project_tool_approval,
+                    &params.expected_sha256,
+                )
+                .map_err(|m| rpc_error(codes::REFUSED, m))
             })
             .map(|_| ()),
         module

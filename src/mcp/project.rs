@@ -23,6 +23,10 @@ use super::config::{McpServerConfig, Origin, ServerSpec};
 use crate::action::Approval;
 use crate::skills::trust::{sha256_hex, TrustState, TrustStore};
 
+/// Extension method: trust a project's config from the editor, by the
+/// hash of the bytes the person was shown.
+pub const EXT_MCP_TRUST: &str = "_passepartout/mcp/trust";
+
 /// The project file, relative to the working directory.
 pub const PROJECT_CONFIG: &str = ".passepartout/config.toml";
 /// The largest project config read, in bytes.
@@ -164,6 +168,52 @@ fn inside(path: &Path, dir: &Path) -> bool {
         .unwrap_or_else(|| path.to_path_buf());
     let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
     path.starts_with(dir)
+}
+
+/// What [`trust_shown`] recorded.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TrustedConfig {
+    pub path: PathBuf,
+    pub sha256: String,
+    /// The servers the file names.
+    pub servers: Vec<String>,
+}
+
+/// Trust the project file in `cwd` when its bytes still hash to
+/// `expected_sha256` (what the person was shown). Refused, with why, when
+/// the file is missing, invalid, changed, or the store lies in the project.
+pub fn trust_shown(
+    cwd: &Path,
+    trust_file: &Path,
+    keep_auto: bool,
+    expected_sha256: &str,
+) -> Result<TrustedConfig, String> {
+    let shown = cwd.join(PROJECT_CONFIG);
+    let (canonical, bytes) = read_project_file(cwd)?
+        .ok_or_else(|| format!("no project config at {}", shown.display()))?;
+    let sha256 = sha256_hex(&bytes);
+    if !sha256.eq_ignore_ascii_case(expected_sha256) {
+        return Err(format!(
+            "{} changed since it was shown (sha256 {sha256} now, {expected_sha256} shown); look at it again",
+            shown.display()
+        ));
+    }
+    let specs = parse_servers(&bytes, keep_auto)
+        .map_err(|e| format!("{}: {e}; not trusted: fix it first", shown.display()))?;
+    if inside(trust_file, cwd) {
+        return Err(format!(
+            "the trust store {} lies inside the project, where the agent can write; move the state directory out of it",
+            trust_file.display()
+        ));
+    }
+    TrustStore::new(trust_file)
+        .trust(&canonical, &bytes)
+        .map_err(|e| e.to_string())?;
+    Ok(TrustedConfig {
+        path: shown,
+        sha256,
+        servers: specs.into_iter().map(|s| s.name).collect(),
+    })
 }
 
 /// `passepartout mcp trust [--yes] [PATH]`: show the servers the project
