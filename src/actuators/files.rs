@@ -127,31 +127,31 @@ async fn through_client(
         return Ok(Delegated::Done(resolved));
     }
     let absolute = PathBuf::from(&resolved.text);
-    let answer = match job {
+    match job {
         Job::Write(content) => {
-            client_fs::write(&out, &ctx.session_id, &absolute, content, &ctx.cancel)
-                .await
-                .map(|()| None)
+            match client_fs::write(&out, &ctx.session_id, &absolute, content, &ctx.cancel).await {
+                Ok(()) => Ok(Delegated::Done(
+                    settle_client_write(ctx, path, content, &absolute).await,
+                )),
+                Err(e) => client_failed(e),
+            }
         }
-        _ => client_fs::read(&out, &ctx.session_id, &absolute, &ctx.cancel)
-            .await
-            .map(Some),
-    };
-    match answer {
-        Ok(Some(text)) => Ok(Delegated::Done(ActOutput::ok(text))),
-        Ok(None) => {
-            let Job::Write(content) = job else {
-                return Ok(Delegated::Done(ActOutput::error("unreachable".to_string())));
-            };
-            Ok(Delegated::Done(
-                settle_client_write(ctx, path, content, &absolute).await,
-            ))
-        }
-        Err(ClientFsError::Cancelled) => Err(ActError::Cancelled),
-        Err(e @ ClientFsError::NotImplemented { .. }) => {
+        _ => match client_fs::read(&out, &ctx.session_id, &absolute, &ctx.cancel).await {
+            Ok(text) => Ok(Delegated::Done(ActOutput::ok(text))),
+            Err(e) => client_failed(e),
+        },
+    }
+}
+
+/// Only *method not found* goes back to the disk; any other client error
+/// is the action's error, never a silent disk fallback.
+fn client_failed(e: ClientFsError) -> Result<Delegated, ActError> {
+    match e {
+        ClientFsError::Cancelled => Err(ActError::Cancelled),
+        ClientFsError::NotImplemented { .. } => {
             Ok(Delegated::Disk(Some(format!("{e}; done on disk instead"))))
         }
-        Err(e) => Ok(Delegated::Done(ActOutput::error(e.to_string()))),
+        other => Ok(Delegated::Done(ActOutput::error(other.to_string()))),
     }
 }
 
