@@ -531,7 +531,21 @@ async fn session_load_starts_the_servers_it_names() {
     let mut c = s.spawn(None);
     c.initialize(json!({})).await;
     let sid = c.new_session(s.project.path()).await;
-    c.child.start_kill().unwrap();
+    // The journal is written by its own thread: wait for its first record.
+    let journal = s
+        .home
+        .path()
+        .join(format!("state/passepartout/sessions/{sid}.jsonl"));
+    let deadline = std::time::Instant::now() + harness::WAIT;
+    while !std::fs::read_to_string(&journal).is_ok_and(|t| t.contains('\n')) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no journal at {}",
+            journal.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.close_stdin();
     c.child.wait().await.unwrap();
     assert!(s.server_pids().is_empty());
 
