@@ -618,6 +618,29 @@ async fn project_servers_start_only_when_their_exact_file_is_trusted() {
         "{state}"
     );
     assert!(s.server_pids().is_empty(), "an untrusted server started");
+    // `mcp list` in the project says the same, and is not a failure.
+    let home = s.home.path();
+    let list = tokio::process::Command::new(harness::BIN)
+        .args(["mcp", "list"])
+        .current_dir(s.project.path())
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env_remove("PASSEPARTOUT_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    let listed = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        listed.contains("proj  untrusted: run `passepartout mcp trust ")
+            && listed.contains("(from project)"),
+        "{listed}"
+    );
+    assert_eq!(list.status.code(), Some(0), "{listed}");
+    assert!(
+        s.server_pids().is_empty(),
+        "mcp list started an untrusted server"
+    );
 
     // Trusted: started for the next session, and its tool asks.
     let said = mcp_trust(&s, &file).await;

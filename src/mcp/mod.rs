@@ -623,11 +623,13 @@ pub async fn list_command(
         }
     };
     for s in &statuses {
-        let _ = writeln!(
-            out,
-            "{}  {}  ({}, from {})",
-            s.name, s.state, s.transport, s.origin
-        );
+        // Entries that never started (untrusted, refused) have no transport.
+        let from = if s.transport.is_empty() {
+            format!("from {}", s.origin)
+        } else {
+            format!("{}, from {}", s.transport, s.origin)
+        };
+        let _ = writeln!(out, "{}  {}  ({from})", s.name, s.state);
         for t in &s.tools {
             let _ = writeln!(out, "  {t}");
         }
