@@ -164,8 +164,11 @@ async fn settle_client_write(
     content: &str,
     absolute: &Path,
 ) -> ActOutput {
-    let on_disk = blocking(ctx, path, Job::Read).await;
-    if !on_disk.is_error && on_disk.text == content {
+    let (cwd, requested, expected) = (ctx.cwd.clone(), path.to_path_buf(), content.to_string());
+    let saved = tokio::task::spawn_blocking(move || disk_holds(&cwd, &requested, &expected))
+        .await
+        .unwrap_or(false);
+    if saved {
         return ActOutput::ok(format!(
             "wrote {} bytes to {} (through the editor)",
             content.len(),
@@ -180,6 +183,30 @@ async fn settle_client_write(
         );
     }
     out
+}
+
+/// Whether the file at `requested` (resolved beneath `cwd` like every
+/// effect) holds exactly `content`; reads at most one byte more than that.
+fn disk_holds(cwd: &Path, requested: &Path, content: &str) -> bool {
+    let Ok(full) = confine_to(cwd, &requested.to_string_lossy()) else {
+        return false;
+    };
+    let Ok(rel) = full.strip_prefix(cwd) else {
+        return false;
+    };
+    let opened = rustix::fs::open(
+        cwd,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .and_then(|root| open_beneath(&root, rel, OFlags::RDONLY | OFlags::NONBLOCK));
+    let Ok(fd) = opened else {
+        return false;
+    };
+    let mut bytes = Vec::new();
+    let read =
+        Read::take(std::fs::File::from(fd), content.len() as u64 + 1).read_to_end(&mut bytes);
+    read.is_ok() && bytes == content.as_bytes()
 }
 
 enum Job {
