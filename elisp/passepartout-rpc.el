@@ -323,8 +323,9 @@ into the code.  A string value is returned as is."
 (defun passepartout--initialize-params (keys)
   "Return the params of `initialize', with API KEYS when non-nil."
   (list :protocolVersion 1
-        :clientCapabilities (list :fs (list :readTextFile :json-false
-                                            :writeTextFile :json-false)
+        ;; fs/*: answered in passepartout-fs.el (buffers, then files).
+        :clientCapabilities (list :fs (list :readTextFile t
+                                            :writeTextFile t)
                                   :terminal :json-false)
         :clientInfo (list :name "emacs" :version emacs-version)
         :_meta (list :passepartout

@@ -54,6 +54,8 @@
 (require 'cl-lib)
 (require 'project)
 (require 'passepartout-rpc)
+(require 'passepartout-fs)
+(require 'passepartout-mcp)
 (require 'passepartout-chat)
 (require 'passepartout-plan)
 (require 'passepartout-skill)

@@ -137,6 +137,18 @@ enum Command {
 enum McpCommand {
     /// Start the configured MCP servers, list their state and tools, stop them.
     List(ConfigFlags),
+    /// Trust a project's `.passepartout/config.toml` (its `[[mcp.servers]]`)
+    /// with exactly its current content, after showing what it starts.
+    Trust {
+        #[command(flatten)]
+        flags: ConfigFlags,
+        /// Do not ask for confirmation.
+        #[arg(long, short)]
+        yes: bool,
+        /// The project directory or its `.passepartout/config.toml`
+        /// (default: the current directory).
+        path: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -324,6 +336,9 @@ fn main() -> ExitCode {
             Command::Mcp {
                 command: McpCommand::List(flags),
             } => mcp_list(flags).await,
+            Command::Mcp {
+                command: McpCommand::Trust { flags, yes, path },
+            } => mcp_trust(flags, yes, path),
             Command::Undo { flags, id } => undo(flags, id),
             Command::History { flags, limit, json } => history(flags, limit, json),
             Command::Providers { flags, json } => providers(flags, json).await,
@@ -654,7 +669,52 @@ async fn mcp_list(flags: ConfigFlags) -> ExitCode {
         Err(e) => return config_error(&e),
     };
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    exit_code(passepartout::mcp::list_command(&config.mcp, &cwd, &mut std::io::stdout()).await)
+    exit_code(
+        passepartout::mcp::list_command(
+            &config.mcp,
+            config.trust_file(),
+            config.trust_project_tool_approval,
+            &cwd,
+            &mut std::io::stdout(),
+        )
+        .await,
+    )
+}
+
+fn mcp_trust(flags: ConfigFlags, yes: bool, path: Option<PathBuf>) -> ExitCode {
+    init_logging("warn");
+    let config = match load_config(&flags) {
+        Ok(c) => c,
+        Err(e) => return config_error(&e),
+    };
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let given = path.map_or(cwd.clone(), |p| cwd.join(p));
+    // The project file names its project: <project>/.passepartout/config.toml.
+    let project = if given.is_dir() {
+        given
+    } else {
+        match given.parent().and_then(std::path::Path::parent) {
+            Some(p) if given.ends_with(passepartout::mcp::project::PROJECT_CONFIG) => {
+                p.to_path_buf()
+            }
+            _ => {
+                eprintln!(
+                    "passepartout: {} is neither a project directory nor its {}",
+                    given.display(),
+                    passepartout::mcp::project::PROJECT_CONFIG
+                );
+                return ExitCode::from(2);
+            }
+        }
+    };
+    exit_code(passepartout::mcp::project::trust_command(
+        &project,
+        &config.trust_file(),
+        config.trust_project_tool_approval,
+        yes,
+        &mut std::io::stdin().lock(),
+        &mut std::io::stdout(),
+    ))
 }
 
 fn plans(flags: ConfigFlags, args: Vec<String>) -> ExitCode {

@@ -225,6 +225,10 @@ impl Daemon {
         if settings.emacs {
             self.env.editor.connect(self.out.clone());
         }
+        // Reads and writes go through the client's buffers when offered.
+        self.env
+            .client_fs
+            .connect(self.out.clone(), &req.client_capabilities.fs);
         *lock(&self.settings) = settings;
         self.out
             .notify(proto::EXT_SANDBOX_STATUS, &self.env.sandbox);
@@ -297,8 +301,9 @@ impl Daemon {
     }
 
     /// ACP `session/load`: read the journal, replay it as `session/update`s
-    /// (before this response), and make the session live again.
-    fn load_session(
+    /// (before this response), make the session live again, and start the
+    /// MCP servers the request names (and config.toml's), as `session/new`.
+    async fn load_session(
         &self,
         req: acp::LoadSessionRequest,
     ) -> Result<acp::LoadSessionResponse, ErrorObjectOwned> {
@@ -319,6 +324,15 @@ impl Daemon {
             other => rpc_error(codes::INTERNAL_ERROR, format!("session `{id}`: {other}")),
         })?;
         tracing::info!(session = %id, cwd = %cwd.display(), messages = loaded.history.len(), "session/load");
+        // A session loaded again gets the servers of this request, not the
+        // earlier ones (those stop first).
+        self.env.mcp.stop_session(&id).await;
+        let mcp = self
+            .env
+            .mcp
+            .start_session(&id, &cwd, &req.mcp_servers)
+            .await
+            .map_err(|e| rpc_error(codes::INVALID_PARAMS, e.to_string()))?;
         let replay = loaded.replay.clone();
         let live = lock(&self.sessions).get(&id).cloned();
         if live.is_none() {
@@ -351,7 +365,16 @@ impl Daemon {
         // The replay comes before the response (clients rely on it):
         // nothing may stay behind in the coalescing buffer.
         sink.flush();
-        Ok(acp::LoadSessionResponse::new())
+        let mut response = acp::LoadSessionResponse::new();
+        if !mcp.is_empty() {
+            let mut meta = serde_json::Map::new();
+            meta.insert(
+                "passepartout".into(),
+                serde_json::json!({ "mcpServers": mcp }),
+            );
+            response = response.meta(meta);
+        }
+        Ok(response)
     }
 
     /// ACP `session/list`: stored sessions, most recently active first.
@@ -1090,6 +1113,15 @@ impl Approver for DaemonApprover {
     }
 }
 
+/// `_passepartout/mcp/trust`: the project, and the SHA-256 of the
+/// `.passepartout/config.toml` bytes the person was shown.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct McpTrustParams {
+    cwd: PathBuf,
+    expected_sha256: String,
+}
+
 fn parse<T: serde::de::DeserializeOwned>(params: &Params<'_>) -> Result<T, ErrorObjectOwned> {
     params.parse::<T>()
 }
@@ -1107,7 +1139,9 @@ pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
             })
             .map(|_| ()),
         module
-            .register_method(proto::SESSION_LOAD, |p, d, _| d.load_session(parse(&p)?))
+            .register_async_method(proto::SESSION_LOAD, |p, d, _| async move {
+                d.load_session(parse(&p)?).await
+            })
             .map(|_| ()),
         module
             .register_method(proto::SESSION_LIST, |p, d, _| {
@@ -1166,6 +1200,20 @@ pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
         module
             .register_method(proto::EXT_SKILLS_TRUST, |p, d, _| {
                 d.skills_trust(parse(&p)?)
+            })
+            .map(|_| ()),
+        module
+            .register_method(crate::mcp::project::EXT_MCP_TRUST, |p, d, _| {
+                let params: McpTrustParams = parse(&p)?;
+                let cwd = usable_cwd(params.cwd)?;
+                let config = &d.env.config;
+                crate::mcp::project::trust_shown(
+                    &cwd,
+                    &config.trust_file(),
+                    config.trust_project_tool_approval,
+                    &params.expected_sha256,
+                )
+                .map_err(|m| rpc_error(codes::REFUSED, m))
             })
             .map(|_| ()),
         module
@@ -1245,6 +1293,7 @@ where
             // plan waiting for a person stays pending for the next daemon.
             eof_daemon.desk.shut_down();
             eof_daemon.env.editor.disconnect();
+            eof_daemon.env.client_fs.disconnect();
             eof_daemon.cancel_all();
         })),
     };

@@ -62,7 +62,8 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
         _ => crate::llm::config::build_cascade(&config.providers)?,
     };
     let mut actuators = ActuatorRegistry::new();
-    actuators.register(Arc::new(FilesActuator));
+    let client_fs = crate::actuators::client_fs::ClientFsLink::default();
+    actuators.register(Arc::new(FilesActuator::new(client_fs.clone())));
     let mode = match config.sandbox {
         SandboxSetting::Bwrap => SandboxMode::Bwrap,
         SandboxSetting::None => SandboxMode::Unsandboxed,
@@ -84,7 +85,10 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
     actuators.set_default("system");
     let editor = EditorLink::default();
     actuators.register(Arc::new(EmacsActuator::new(editor.clone())));
-    let mcp = Arc::new(crate::mcp::McpManager::new(&config.mcp));
+    let mcp = Arc::new(
+        crate::mcp::McpManager::new(&config.mcp)
+            .with_project_trust(config.trust_file(), config.trust_project_tool_approval),
+    );
     actuators.register(Arc::new(crate::actuators::mcp::McpActuator::new(
         mcp.clone(),
     )));
@@ -144,6 +148,7 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
         sandbox,
         audit,
         editor,
+        client_fs,
         mcp,
     })
 }

@@ -520,3 +520,205 @@ async fn in_emacs_an_mcp_call_is_a_flight_plan_like_any_other_action() {
     assert_eq!(tool_result(&s.fake, 1), "echo: planned");
     assert_eq!(s.calls(), ["echo planned"]);
 }
+
+#[tokio::test]
+async fn session_load_starts_the_servers_it_names() {
+    let s = Setup::new(vec![
+        fake::openai_tool_calls(&[("call_l", "mcp__echo__echo", r#"{"text": "loaded"}"#)]),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let mut c = s.spawn(None);
+    c.initialize(json!({})).await;
+    let sid = c.new_session(s.project.path()).await;
+    // The journal is written by its own thread: wait for its first record.
+    let journal = s
+        .home
+        .path()
+        .join(format!("state/passepartout/sessions/{sid}.jsonl"));
+    let deadline = std::time::Instant::now() + harness::WAIT;
+    while !std::fs::read_to_string(&journal).is_ok_and(|t| t.contains('\n')) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no journal at {}",
+            journal.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.close_stdin();
+    c.child.wait().await.unwrap();
+    assert!(s.server_pids().is_empty());
+
+    let mut c = s.spawn(None);
+    c.initialize(json!({})).await;
+    let r = c
+        .request(
+            "session/load",
+            json!({ "sessionId": sid, "cwd": s.project.path(), "mcpServers": [s.echo("echo", &[])] }),
+        )
+        .await;
+    let servers = &r["result"]["_meta"]["passepartout"]["mcpServers"];
+    assert_eq!(servers[0]["name"], "echo", "{r}");
+    assert_eq!(servers[0]["state"], "running", "{r}");
+    assert_eq!(s.server_pids().len(), 1);
+    prompt_and_answer(&mut c, &sid, "allow_once").await;
+    assert!(offered_tools(&s.fake, 0).contains(&"mcp__echo__echo".to_string()));
+    assert_eq!(tool_result(&s.fake, 1), "echo: loaded");
+    assert_eq!(s.calls().len(), 1);
+}
+
+/// `passepartout mcp trust --yes PATH` with the test's isolated HOME.
+async fn mcp_trust(s: &Setup, path: &Path) -> String {
+    let home = s.home.path();
+    let out = tokio::process::Command::new(harness::BIN)
+        .args(["mcp", "trust", "--yes"])
+        .arg(path)
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env_remove("PASSEPARTOUT_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}");
+    text
+}
+
+#[tokio::test]
+async fn project_servers_start_only_when_their_exact_file_is_trusted() {
+    let s = Setup::new(vec![
+        fake::openai_tool_calls(&[("call_p", "mcp__proj__echo", r#"{"text": "from project"}"#)]),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let dir = s.project.path().join(".passepartout");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("config.toml");
+    // `approval = "auto"` from a project is not kept: its tools ask.
+    let text = format!(
+        "[[mcp.servers]]\nname = \"proj\"\ncommand = \"{}\"\nargs = [\"--record\", \"{}\"]\napproval = \"auto\"\n",
+        echo_server().display(),
+        s.record.display()
+    );
+    std::fs::write(&file, &text).unwrap();
+
+    // Untrusted: not started, and the session says how to trust it.
+    let mut c = s.spawn(None);
+    c.initialize(json!({})).await;
+    let r = new_session(&mut c, s.project.path(), json!([])).await;
+    let servers = &r["result"]["_meta"]["passepartout"]["mcpServers"];
+    assert_eq!(servers[0]["name"], "proj", "{r}");
+    assert_eq!(servers[0]["origin"], "project", "{r}");
+    let state = servers[0]["state"].as_str().unwrap();
+    assert!(
+        state.starts_with("untrusted: run `passepartout mcp trust ")
+            && state.contains(".passepartout/config.toml"),
+        "{state}"
+    );
+    assert!(s.server_pids().is_empty(), "an untrusted server started");
+    // `mcp list` in the project says the same, and is not a failure.
+    let home = s.home.path();
+    let list = tokio::process::Command::new(harness::BIN)
+        .args(["mcp", "list"])
+        .current_dir(s.project.path())
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env_remove("PASSEPARTOUT_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    let listed = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        listed.contains("proj  untrusted: run `passepartout mcp trust ")
+            && listed.contains("(from project)"),
+        "{listed}"
+    );
+    assert_eq!(list.status.code(), Some(0), "{listed}");
+    assert!(
+        s.server_pids().is_empty(),
+        "mcp list started an untrusted server"
+    );
+
+    // Trusted: started for the next session, and its tool asks.
+    let said = mcp_trust(&s, &file).await;
+    assert!(
+        said.contains("proj  stdio: ") && said.contains("(approval: ask)"),
+        "{said}"
+    );
+    let r = new_session(&mut c, s.project.path(), json!([])).await;
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    let servers = &r["result"]["_meta"]["passepartout"]["mcpServers"];
+    assert_eq!(
+        (&servers[0]["name"], &servers[0]["state"]),
+        (&json!("proj"), &json!("running")),
+        "{r}"
+    );
+    let ask = prompt_and_answer(&mut c, &sid, "allow_once").await;
+    assert_eq!(ask["params"]["sessionId"], sid.as_str());
+    assert_eq!(tool_result(&s.fake, 1), "echo: from project");
+
+    // Changed by one byte: untrusted again.
+    std::fs::write(&file, format!("{text}\n")).unwrap();
+    let pids = s.server_pids().len();
+    let r = new_session(&mut c, s.project.path(), json!([])).await;
+    let state = r["result"]["_meta"]["passepartout"]["mcpServers"][0]["state"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        state.starts_with("changed since trusted; untrusted: run"),
+        "{state}"
+    );
+    assert_eq!(
+        s.server_pids().len(),
+        pids,
+        "a changed file started a server"
+    );
+}
+
+#[tokio::test]
+async fn a_project_entry_never_replaces_a_global_one() {
+    let s = Setup::new(vec![]).await;
+    let global_record = s.home.path().join("global.log");
+    let config = format!(
+        "[[mcp.servers]]\nname = \"echo\"\ncommand = \"{}\"\nargs = [\"--record\", \"{}\"]\n",
+        echo_server().display(),
+        global_record.display()
+    );
+    let dir = s.project.path().join(".passepartout");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("config.toml"),
+        format!(
+            "[[mcp.servers]]\nname = \"echo\"\ncommand = \"{}\"\nargs = [\"--record\", \"{}\"]\n",
+            echo_server().display(),
+            s.record.display()
+        ),
+    )
+    .unwrap();
+    mcp_trust(&s, s.project.path()).await;
+    let mut c = s.spawn(Some(&config));
+    c.initialize(json!({})).await;
+    let r = new_session(&mut c, s.project.path(), json!([])).await;
+    let servers = r["result"]["_meta"]["passepartout"]["mcpServers"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(servers.len(), 2, "{r}");
+    assert_eq!(
+        (&servers[0]["origin"], &servers[0]["state"]),
+        (&json!("config"), &json!("running"))
+    );
+    assert_eq!(servers[1]["origin"], "project");
+    assert!(
+        servers[1]["state"]
+            .as_str()
+            .unwrap()
+            .starts_with("refused: the name `echo` is already used"),
+        "{r}"
+    );
+    assert!(s.server_pids().is_empty(), "the project's server started");
+}

@@ -29,6 +29,7 @@ use crate::action::{Action, Effect};
 use crate::control_surface::control_entry;
 use crate::tools::confine_to;
 
+use super::client_fs::{self, ClientFsError, ClientFsLink};
 use super::{ActContext, ActError, ActOutput, Actuator};
 
 /// Largest file the actuator will return whole to the model.
@@ -40,7 +41,18 @@ const BENEATH: ResolveFlags = ResolveFlags::BENEATH
     .union(ResolveFlags::NO_SYMLINKS)
     .union(ResolveFlags::NO_MAGICLINKS);
 
-pub struct FilesActuator;
+/// The files actuator; reads and writes go through the client's fs when
+/// it offers one ([`super::client_fs`]).
+#[derive(Default)]
+pub struct FilesActuator {
+    client: ClientFsLink,
+}
+
+impl FilesActuator {
+    pub fn new(client: ClientFsLink) -> Self {
+        FilesActuator { client }
+    }
+}
 
 #[async_trait::async_trait]
 impl Actuator for FilesActuator {
@@ -61,17 +73,140 @@ impl Actuator for FilesActuator {
                 })
             }
         };
-        let cwd = ctx.cwd.clone();
-        let requested = path.to_path_buf();
-        let approved_by = ctx.approved_by.clone();
-        // Blocking file system calls, off the runtime's workers.
-        let out = tokio::task::spawn_blocking(move || {
-            perform(&cwd, &requested, job, approved_by.as_deref())
-        })
-        .await
-        .unwrap_or_else(|e| ActOutput::error(format!("the file operation failed: {e}")));
+        // Through the editor when it offers its fs: same checks first.
+        let note = match through_client(&self.client, path, &job, ctx).await? {
+            Delegated::Done(out) => return Ok(out),
+            Delegated::Disk(note) => note,
+        };
+        let mut out = blocking(ctx, path, job).await;
+        if let Some(note) = note {
+            out.text = format!("{}\n[{note}]", out.text);
+        }
         Ok(out)
     }
+}
+
+/// [`perform`] off the runtime's workers (blocking file system calls).
+async fn blocking(ctx: &ActContext, path: &Path, job: Job) -> ActOutput {
+    let cwd = ctx.cwd.clone();
+    let requested = path.to_path_buf();
+    let approved_by = ctx.approved_by.clone();
+    tokio::task::spawn_blocking(move || perform(&cwd, &requested, job, approved_by.as_deref()))
+        .await
+        .unwrap_or_else(|e| ActOutput::error(format!("the file operation failed: {e}")))
+}
+
+/// Whether the client's fs did the job, or the disk must (with a note why).
+enum Delegated {
+    Done(ActOutput),
+    Disk(Option<String>),
+}
+
+/// Read or write through the client's fs when it offers the method: the
+/// path is resolved and checked by [`perform`] exactly as for the disk,
+/// and only the kernel-resolved absolute path reaches the client.
+async fn through_client(
+    link: &ClientFsLink,
+    path: &Path,
+    job: &Job,
+    ctx: &ActContext,
+) -> Result<Delegated, ActError> {
+    let (out, check) = match job {
+        Job::Read => match link.reader() {
+            Some(out) => (out, Job::ResolveRead),
+            None => return Ok(Delegated::Disk(None)),
+        },
+        Job::Write(_) => match link.writer() {
+            Some(out) => (out, Job::ResolveWrite),
+            None => return Ok(Delegated::Disk(None)),
+        },
+        _ => return Ok(Delegated::Disk(None)),
+    };
+    let resolved = blocking(ctx, path, check).await;
+    if resolved.is_error {
+        return Ok(Delegated::Done(resolved));
+    }
+    let absolute = PathBuf::from(&resolved.text);
+    match job {
+        Job::Write(content) => {
+            match client_fs::write(&out, &ctx.session_id, &absolute, content, &ctx.cancel).await {
+                Ok(()) => Ok(Delegated::Done(
+                    settle_client_write(ctx, path, content, &absolute).await,
+                )),
+                Err(e) => client_failed(e),
+            }
+        }
+        _ => match client_fs::read(&out, &ctx.session_id, &absolute, &ctx.cancel).await {
+            Ok(text) => Ok(Delegated::Done(ActOutput::ok(text))),
+            Err(e) => client_failed(e),
+        },
+    }
+}
+
+/// Only *method not found* goes back to the disk; any other client error
+/// is the action's error, never a silent disk fallback.
+fn client_failed(e: ClientFsError) -> Result<Delegated, ActError> {
+    match e {
+        ClientFsError::Cancelled => Err(ActError::Cancelled),
+        ClientFsError::NotImplemented { .. } => {
+            Ok(Delegated::Disk(Some(format!("{e}; done on disk instead"))))
+        }
+        other => Ok(Delegated::Done(ActOutput::error(other.to_string()))),
+    }
+}
+
+/// After the client wrote: the disk must hold the text (checkpoints and the
+/// shell see the disk). When it does not (a client that keeps the buffer
+/// unsaved), write it atomically beneath the working directory ourselves.
+async fn settle_client_write(
+    ctx: &ActContext,
+    path: &Path,
+    content: &str,
+    absolute: &Path,
+) -> ActOutput {
+    let (cwd, requested, expected) = (ctx.cwd.clone(), path.to_path_buf(), content.to_string());
+    let saved = tokio::task::spawn_blocking(move || disk_holds(&cwd, &requested, &expected))
+        .await
+        .unwrap_or(false);
+    if saved {
+        return ActOutput::ok(format!(
+            "wrote {} bytes to {} (through the editor)",
+            content.len(),
+            absolute.display()
+        ));
+    }
+    let mut out = blocking(ctx, path, Job::Write(content.to_string())).await;
+    if !out.is_error {
+        out.text = format!(
+            "{} (the editor took the text but did not save it; written to disk too)",
+            out.text
+        );
+    }
+    out
+}
+
+/// Whether the file at `requested` (resolved beneath `cwd` like every
+/// effect) holds exactly `content`; reads at most one byte more than that.
+fn disk_holds(cwd: &Path, requested: &Path, content: &str) -> bool {
+    let Ok(full) = confine_to(cwd, &requested.to_string_lossy()) else {
+        return false;
+    };
+    let Ok(rel) = full.strip_prefix(cwd) else {
+        return false;
+    };
+    let opened = rustix::fs::open(
+        cwd,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .and_then(|root| open_beneath(&root, rel, OFlags::RDONLY | OFlags::NONBLOCK));
+    let Ok(fd) = opened else {
+        return false;
+    };
+    let mut bytes = Vec::new();
+    let read =
+        Read::take(std::fs::File::from(fd), content.len() as u64 + 1).read_to_end(&mut bytes);
+    read.is_ok() && bytes == content.as_bytes()
 }
 
 enum Job {
@@ -79,6 +214,12 @@ enum Job {
     List,
     Write(String),
     Search(String),
+    /// The checks of a read, no reading: the absolute path the kernel
+    /// resolved, for the client's fs.
+    ResolveRead,
+    /// The checks of a write (directories created), no writing: the
+    /// absolute path, for the client's fs.
+    ResolveWrite,
 }
 
 fn perform(cwd: &Path, requested: &Path, job: Job, approved_by: Option<&str>) -> ActOutput {
@@ -114,7 +255,8 @@ fn perform(cwd: &Path, requested: &Path, job: Job, approved_by: Option<&str>) ->
         Job::Read => read_file(&root, &rel, &shown),
         Job::List => list_dir(&root, &rel, &shown),
         Job::Search(pattern) => search(&root, &rel, &pattern),
-        Job::Write(content) => {
+        Job::ResolveRead => resolve_read(&root, &rel, &shown),
+        Job::Write(_) | Job::ResolveWrite => {
             if let Some(entry) = control_entry(&rel) {
                 if approved_by.is_none() {
                     return ActOutput::error(format!(
@@ -126,7 +268,10 @@ fn perform(cwd: &Path, requested: &Path, job: Job, approved_by: Option<&str>) ->
                     ));
                 }
             }
-            write_file(&root, &rel, &shown, &content, &full)
+            match job {
+                Job::Write(content) => write_file(&root, &rel, &shown, &content, &full),
+                _ => resolve_write(&root, &rel, &shown),
+            }
         }
     }
 }
@@ -330,7 +475,14 @@ fn search_file(fd: OwnedFd, shown: &str, pattern: &str, hits: &mut Vec<String>) 
     }
 }
 
-fn write_file(root: &OwnedFd, rel: &Path, shown: &str, content: &str, full: &Path) -> ActOutput {
+/// The directory a write lands in (created one component at a time,
+/// each beneath the one before: no symlink, no `..`, no escape), the file's
+/// name in it, and the mode to keep.
+fn open_parent<'a>(
+    root: &OwnedFd,
+    rel: &'a Path,
+    shown: &str,
+) -> Result<(OwnedFd, &'a OsStr, Mode), ActOutput> {
     let parts: Vec<&OsStr> = rel
         .components()
         .filter_map(|c| match c {
@@ -339,7 +491,9 @@ fn write_file(root: &OwnedFd, rel: &Path, shown: &str, content: &str, full: &Pat
         })
         .collect();
     let Some((name, parents)) = parts.split_last() else {
-        return ActOutput::error(format!("{shown} is a directory; name a file to write"));
+        return Err(ActOutput::error(format!(
+            "{shown} is a directory; name a file to write"
+        )));
     };
     // Walk (and create) the directories one component at a time, each
     // opened beneath the one before: no symlink, no `..`, no escape.
@@ -350,14 +504,14 @@ fn write_file(root: &OwnedFd, rel: &Path, shown: &str, content: &str, full: &Pat
         Mode::empty(),
     ) {
         Ok(fd) => fd,
-        Err(e) => return ActOutput::error(refusal(shown, "write", e)),
+        Err(e) => return Err(ActOutput::error(refusal(shown, "write", e))),
     };
     for part in parents {
         let next = match open_beneath(&dir, Path::new(part), OFlags::PATH | OFlags::DIRECTORY) {
             Err(Errno::NOENT) => {
                 match rustix::fs::mkdirat(&dir, *part, Mode::from_raw_mode(0o755)) {
                     Ok(()) | Err(Errno::EXIST) => {}
-                    Err(e) => return ActOutput::error(refusal(shown, "write", e)),
+                    Err(e) => return Err(ActOutput::error(refusal(shown, "write", e))),
                 }
                 open_beneath(&dir, Path::new(part), OFlags::PATH | OFlags::DIRECTORY)
             }
@@ -366,12 +520,12 @@ fn write_file(root: &OwnedFd, rel: &Path, shown: &str, content: &str, full: &Pat
         dir = match next {
             Ok(fd) => fd,
             Err(Errno::NOTDIR) => {
-                return ActOutput::error(format!(
+                return Err(ActOutput::error(format!(
                     "cannot write {shown}: `{}` is not a directory",
                     Path::new(part).display()
-                ))
+                )))
             }
-            Err(e) => return ActOutput::error(refusal(shown, "write", e)),
+            Err(e) => return Err(ActOutput::error(refusal(shown, "write", e))),
         };
     }
     // The file itself: never a symlink, never a directory; keep its mode.
@@ -379,15 +533,71 @@ fn write_file(root: &OwnedFd, rel: &Path, shown: &str, content: &str, full: &Pat
     match rustix::fs::statat(&dir, *name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => match FileType::from_raw_mode(st.st_mode) {
             FileType::RegularFile => mode = Mode::from_raw_mode(st.st_mode & 0o7777),
-            FileType::Symlink => return ActOutput::error(refusal(shown, "write", Errno::LOOP)),
-            FileType::Directory => {
-                return ActOutput::error(format!("{shown} is a directory; name a file to write"))
+            FileType::Symlink => {
+                return Err(ActOutput::error(refusal(shown, "write", Errno::LOOP)))
             }
-            _ => return ActOutput::error(format!("cannot write {shown}: not a regular file")),
+            FileType::Directory => {
+                return Err(ActOutput::error(format!(
+                    "{shown} is a directory; name a file to write"
+                )))
+            }
+            _ => {
+                return Err(ActOutput::error(format!(
+                    "cannot write {shown}: not a regular file"
+                )))
+            }
         },
         Err(Errno::NOENT) => {}
-        Err(e) => return ActOutput::error(refusal(shown, "write", e)),
+        Err(e) => return Err(ActOutput::error(refusal(shown, "write", e))),
     }
+    Ok((dir, name, mode))
+}
+
+/// The checks of a read, and the absolute path of the file the kernel
+/// opened (for the client's fs).
+fn resolve_read(root: &OwnedFd, rel: &Path, shown: &str) -> ActOutput {
+    let fd = match open_beneath(root, rel, OFlags::PATH) {
+        Ok(fd) => fd,
+        Err(e) => return ActOutput::error(refusal(shown, "read", e)),
+    };
+    match rustix::fs::fstat(&fd).map(|st| FileType::from_raw_mode(st.st_mode)) {
+        Ok(FileType::RegularFile) => {}
+        Ok(FileType::Directory) => {
+            return ActOutput::error(format!("{shown} is a directory; list it instead"))
+        }
+        Ok(_) => return ActOutput::error(format!("{shown} is not a regular file")),
+        Err(e) => return ActOutput::error(refusal(shown, "read", e)),
+    }
+    match fd_path(&fd) {
+        Ok(p) => ActOutput::ok(p.display().to_string()),
+        Err(e) => ActOutput::error(format!("cannot resolve {shown}: {e}")),
+    }
+}
+
+/// The checks of a write (directories created), and the absolute path the
+/// file will have (for the client's fs).
+fn resolve_write(root: &OwnedFd, rel: &Path, shown: &str) -> ActOutput {
+    let (dir, name, _) = match open_parent(root, rel, shown) {
+        Ok(parent) => parent,
+        Err(refused) => return refused,
+    };
+    match fd_path(&dir) {
+        Ok(p) => ActOutput::ok(p.join(name).display().to_string()),
+        Err(e) => ActOutput::error(format!("cannot resolve {shown}: {e}")),
+    }
+}
+
+/// The path the kernel holds for an open file: canonical, no symlinks.
+fn fd_path(fd: &OwnedFd) -> std::io::Result<PathBuf> {
+    use std::os::fd::AsRawFd;
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+fn write_file(root: &OwnedFd, rel: &Path, shown: &str, content: &str, full: &Path) -> ActOutput {
+    let (dir, name, mode) = match open_parent(root, rel, shown) {
+        Ok(parent) => parent,
+        Err(refused) => return refused,
+    };
     let tmp_name = format!(
         ".{}.{}-{}.tmp",
         Path::new(name).display(),
@@ -412,7 +622,7 @@ fn write_file(root: &OwnedFd, rel: &Path, shown: &str, content: &str, full: &Pat
         .and_then(|()| file.sync_all());
     drop(file);
     let renamed = written.map_err(|e| e.to_string()).and_then(|()| {
-        rustix::fs::renameat(&dir, tmp_name.as_str(), &dir, *name)
+        rustix::fs::renameat(&dir, tmp_name.as_str(), &dir, name)
             .map_err(|e| refusal(shown, "write", e))
     });
     match renamed {
@@ -556,5 +766,34 @@ mod tests {
         assert_eq!(out.text, "src/a.rs:2: needle here");
         let out = run(dir.path(), "src/a.rs", Job::Read, false);
         assert!(out.text.contains("needle"));
+    }
+
+    #[test]
+    fn resolving_for_the_client_checks_like_the_disk_and_gives_the_kernel_path() {
+        let outside = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "a").unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("up")).unwrap();
+        let out = run(dir.path(), "a.txt", Job::ResolveRead, false);
+        assert_eq!(out.text, root.join("a.txt").display().to_string());
+        // A write's directories are created; nothing is written.
+        let out = run(dir.path(), "new/dir/b.txt", Job::ResolveWrite, false);
+        assert_eq!(out.text, root.join("new/dir/b.txt").display().to_string());
+        assert!(dir.path().join("new/dir").is_dir());
+        assert!(!dir.path().join("new/dir/b.txt").exists());
+        for (path, job) in [
+            ("up/x", Job::ResolveRead),
+            ("up/x", Job::ResolveWrite),
+            ("missing.txt", Job::ResolveRead),
+            (".", Job::ResolveRead),
+            (".envrc", Job::ResolveWrite),
+        ] {
+            let out = run(dir.path(), path, job, false);
+            assert!(out.is_error, "{path}: {}", out.text);
+        }
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+        let out = run(dir.path(), ".envrc", Job::ResolveWrite, true);
+        assert_eq!(out.text, root.join(".envrc").display().to_string());
     }
 }

@@ -6,6 +6,7 @@
 //! No actuator is privileged; adding one is a `register` call.
 
 pub mod checkpoint;
+pub mod client_fs;
 pub mod emacs;
 pub mod files;
 pub mod mcp;

@@ -166,6 +166,8 @@ pub struct AgentEnv {
     pub audit: Option<Arc<crate::audit::AuditLog>>,
     /// The connected Emacs, for the emacs actuator.
     pub editor: crate::actuators::emacs::EditorLink,
+    /// The client's `fs/*` methods, when it offers them (files actuator).
+    pub client_fs: crate::actuators::client_fs::ClientFsLink,
     /// Each session's MCP servers (their tools join every turn's toolset).
     pub mcp: Arc<crate::mcp::McpManager>,
     /// Budgets, prices and the day's usage ledger.

@@ -88,8 +88,10 @@ pub enum Transport {
 pub enum Origin {
     /// The person's global config.toml.
     Config,
-    /// The ACP client's `session/new`.
+    /// The ACP client's `session/new` or `session/load`.
     Client,
+    /// The project's `.passepartout/config.toml`, trusted by the person.
+    Project,
 }
 
 impl std::fmt::Display for Origin {
@@ -97,6 +99,7 @@ impl std::fmt::Display for Origin {
         f.write_str(match self {
             Origin::Config => "config",
             Origin::Client => "session/new",
+            Origin::Project => "project",
         })
     }
 }

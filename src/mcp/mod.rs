@@ -14,6 +14,7 @@
 //! and result size (`mcp.output_cap_bytes`), each named in its error.
 
 pub mod config;
+pub mod project;
 pub mod tool;
 
 use std::collections::{BTreeMap, HashMap};
@@ -366,6 +367,11 @@ pub struct McpManager {
     /// Configured entries that were refused, with why.
     invalid: Vec<String>,
     sessions: Mutex<HashMap<String, Vec<Arc<Server>>>>,
+    /// The trust store project configs are judged against (None: no
+    /// project server ever starts).
+    trust_file: Option<std::path::PathBuf>,
+    /// Whether trusted project entries keep `approval = "auto"`.
+    project_auto_approval: bool,
 }
 
 impl McpManager {
@@ -388,6 +394,80 @@ impl McpManager {
             configured,
             invalid,
             sessions: Mutex::default(),
+            trust_file: None,
+            project_auto_approval: false,
+        }
+    }
+
+    /// Start the servers of a project's `.passepartout/config.toml` when
+    /// the trust store at `trust_file` trusts its exact content.
+    pub fn with_project_trust(mut self, trust_file: std::path::PathBuf, keep_auto: bool) -> Self {
+        self.trust_file = Some(trust_file);
+        self.project_auto_approval = keep_auto;
+        self
+    }
+
+    /// The project's trusted servers whose names are free, and the status
+    /// lines of those that will not start (untrusted, invalid, name taken).
+    fn project_specs(
+        &self,
+        cwd: &Path,
+        taken: &[ServerSpec],
+    ) -> (Vec<ServerSpec>, Vec<ServerStatus>) {
+        let refused = |name: String, state: String| ServerStatus {
+            name,
+            origin: Origin::Project.to_string(),
+            transport: String::new(),
+            state,
+            tools: Vec::new(),
+        };
+        match project::project_servers(cwd, self.trust_file.as_deref(), self.project_auto_approval)
+        {
+            project::ProjectServers::None => (Vec::new(), Vec::new()),
+            project::ProjectServers::Invalid { path, problem } => {
+                tracing::warn!(
+                    "{}: {problem}; no project MCP server starts",
+                    path.display()
+                );
+                (
+                    Vec::new(),
+                    vec![refused(
+                        path.display().to_string(),
+                        format!("invalid: {problem}"),
+                    )],
+                )
+            }
+            project::ProjectServers::Untrusted {
+                path,
+                names,
+                changed,
+            } => {
+                let why = if changed {
+                    format!("changed since trusted; {}", project::trust_hint(&path))
+                } else {
+                    project::trust_hint(&path)
+                };
+                let statuses = names.into_iter().map(|n| refused(n, why.clone())).collect();
+                (Vec::new(), statuses)
+            }
+            project::ProjectServers::Trusted(specs) => {
+                let mut keep = Vec::new();
+                let mut statuses = Vec::new();
+                for spec in specs {
+                    if taken.iter().any(|t| t.prefix == spec.prefix) {
+                        statuses.push(refused(
+                            spec.name.clone(),
+                            format!(
+                                "refused: the name `{}` is already used by the global config or the client; a project entry never replaces one",
+                                spec.name
+                            ),
+                        ));
+                    } else {
+                        keep.push(spec);
+                    }
+                }
+                (keep, statuses)
+            }
         }
     }
 
@@ -408,6 +488,8 @@ impl McpManager {
         for s in client {
             specs.push(config::from_acp(s)?);
         }
+        let (project_specs, not_started) = self.project_specs(cwd, &specs);
+        specs.extend(project_specs);
         if specs.len() > self.limits.max_servers {
             return Err(McpError::TooMany {
                 count: specs.len(),
@@ -421,7 +503,7 @@ impl McpManager {
             }
         }
         if specs.is_empty() {
-            return Ok(Vec::new());
+            return Ok(not_started);
         }
         let started: Vec<Server> =
             futures::future::join_all(specs.into_iter().map(|s| start(s, cwd, self.limits))).await;
@@ -439,7 +521,8 @@ impl McpManager {
             }
             return Err(error);
         }
-        let statuses = started.iter().map(|s| s.status()).collect();
+        let mut statuses: Vec<ServerStatus> = started.iter().map(|s| s.status()).collect();
+        statuses.extend(not_started);
         lock(&self.sessions).insert(session_id.to_string(), started);
         Ok(statuses)
     }
@@ -509,14 +592,21 @@ impl McpManager {
 /// `passepartout mcp list`: start the configured servers in `cwd`, print
 /// each one's state and tools, stop them. Exit status 1 when any entry is
 /// invalid or failed to start.
-pub async fn list_command(config: &McpConfig, cwd: &Path, out: &mut dyn std::io::Write) -> i32 {
-    let manager = McpManager::new(config);
+pub async fn list_command(
+    config: &McpConfig,
+    trust_file: std::path::PathBuf,
+    keep_auto: bool,
+    cwd: &Path,
+    out: &mut dyn std::io::Write,
+) -> i32 {
+    let manager = McpManager::new(config).with_project_trust(trust_file, keep_auto);
     let mut code = 0;
     for problem in &manager.invalid {
         let _ = writeln!(out, "invalid  {problem}");
         code = 1;
     }
-    if manager.configured.is_empty() {
+    let in_project = project::project_servers(cwd, None, false) != project::ProjectServers::None;
+    if manager.configured.is_empty() && !in_project {
         if manager.invalid.is_empty() {
             let _ = writeln!(
                 out,
@@ -533,15 +623,18 @@ pub async fn list_command(config: &McpConfig, cwd: &Path, out: &mut dyn std::io:
         }
     };
     for s in &statuses {
-        let _ = writeln!(
-            out,
-            "{}  {}  ({}, from {})",
-            s.name, s.state, s.transport, s.origin
-        );
+        // Entries that never started (untrusted, refused) have no transport.
+        let from = if s.transport.is_empty() {
+            format!("from {}", s.origin)
+        } else {
+            format!("{}, from {}", s.transport, s.origin)
+        };
+        let _ = writeln!(out, "{}  {}  ({from})", s.name, s.state);
         for t in &s.tools {
             let _ = writeln!(out, "  {t}");
         }
-        if s.state != "running" {
+        // An untrusted project entry is the person's choice, not a failure.
+        if s.state != "running" && !s.state.starts_with("untrusted") {
             code = 1;
         }
     }

@@ -1,0 +1,375 @@
+//! MCP servers a project names in `<cwd>/.passepartout/config.toml`
+//! (`[[mcp.servers]]`), started only when the person trusts that file's
+//! exact content.
+//!
+//! The file lives inside the working directory, which the agent (and
+//! anyone who sends the person a repository) can write, and a server entry
+//! runs a program on the host. So it gets the same trust as a project
+//! skill: the skills' trust store ([`crate::skills::trust`]), keyed by the
+//! file's canonical path and the SHA-256 of its bytes, the bytes hashed
+//! being the bytes parsed. Any change makes it untrusted again. A store
+//! inside the project is ignored (the agent could forge it). A trusted
+//! entry's `approval = "auto"` is kept only when the person's own config
+//! says `trust_project_tool_approval = true`, as for project skill tools.
+//! A project entry never replaces a global one: a name the global config
+//! (or the client) already uses is refused.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::config::{McpServerConfig, Origin, ServerSpec};
+use crate::action::Approval;
+use crate::skills::trust::{sha256_hex, TrustState, TrustStore};
+
+/// Extension method: trust a project's config from the editor, by the
+/// hash of the bytes the person was shown.
+pub const EXT_MCP_TRUST: &str = "_passepartout/mcp/trust";
+
+/// The project file, relative to the working directory.
+pub const PROJECT_CONFIG: &str = ".passepartout/config.toml";
+/// The largest project config read, in bytes.
+pub const MAX_PROJECT_CONFIG_BYTES: u64 = 256 * 1024;
+
+/// The part of the project file this module reads. Other top-level
+/// sections are left to whoever reads them; inside `[mcp]` only `servers`
+/// is accepted (limits are the person's, not the project's).
+#[derive(Debug, Default, Deserialize)]
+struct ProjectFile {
+    #[serde(default)]
+    mcp: ProjectMcp,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProjectMcp {
+    #[serde(default)]
+    servers: Vec<McpServerConfig>,
+}
+
+/// What a project's config says about MCP servers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProjectServers {
+    /// No project config, or one without servers.
+    None,
+    /// Servers named in a file the person has not trusted (or that changed
+    /// since); none of them start.
+    Untrusted {
+        path: PathBuf,
+        names: Vec<String>,
+        changed: bool,
+    },
+    /// The file cannot be used (unreadable, too big, bad TOML, bad entry).
+    Invalid { path: PathBuf, problem: String },
+    /// Trusted servers, ready to start.
+    Trusted(Vec<ServerSpec>),
+}
+
+/// How to trust the project file, said the same way everywhere.
+pub fn trust_hint(path: &Path) -> String {
+    format!(
+        "untrusted: run `passepartout mcp trust {}` after reading it",
+        path.display()
+    )
+}
+
+/// The project file's bytes and canonical path (`None`: no file).
+pub fn read_project_file(cwd: &Path) -> Result<Option<(PathBuf, Vec<u8>)>, String> {
+    let path = cwd.join(PROJECT_CONFIG);
+    let file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let mut bytes = Vec::new();
+    file.take(MAX_PROJECT_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if bytes.len() as u64 > MAX_PROJECT_CONFIG_BYTES {
+        return Err(format!(
+            "{}: more than the {MAX_PROJECT_CONFIG_BYTES}-byte project config limit",
+            path.display()
+        ));
+    }
+    let canonical = path
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(Some((canonical, bytes)))
+}
+
+/// The server entries in the project file's bytes (disabled ones left out).
+pub fn parse_servers(bytes: &[u8], keep_auto: bool) -> Result<Vec<ServerSpec>, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())?;
+    let file: ProjectFile = toml::from_str(text).map_err(|e| e.to_string())?;
+    let mut specs = Vec::new();
+    for entry in &file.mcp.servers {
+        if let Some(mut spec) = entry.to_spec().map_err(|e| e.to_string())? {
+            spec.origin = Origin::Project;
+            if spec.approval == Approval::Auto && !keep_auto {
+                spec.approval = Approval::Ask;
+            }
+            specs.push(spec);
+        }
+    }
+    Ok(specs)
+}
+
+/// The project's servers for a session in `cwd`, judged against the trust
+/// store at `trust_file` (`None`: nothing is trusted).
+pub fn project_servers(cwd: &Path, trust_file: Option<&Path>, keep_auto: bool) -> ProjectServers {
+    let shown = cwd.join(PROJECT_CONFIG);
+    let (canonical, bytes) = match read_project_file(cwd) {
+        Ok(Some(found)) => found,
+        Ok(None) => return ProjectServers::None,
+        Err(problem) => {
+            return ProjectServers::Invalid {
+                path: shown,
+                problem,
+            }
+        }
+    };
+    // Parse the very bytes that are hashed.
+    let specs = match parse_servers(&bytes, keep_auto) {
+        Ok(s) if s.is_empty() => return ProjectServers::None,
+        Ok(s) => s,
+        Err(problem) => {
+            return ProjectServers::Invalid {
+                path: shown,
+                problem,
+            }
+        }
+    };
+    let state = match trust_file {
+        // A store the agent can write proves nothing.
+        Some(store) if !inside(store, cwd) => match TrustStore::new(store).load() {
+            Ok(t) => t.state(&canonical, &sha256_hex(&bytes)),
+            Err(e) => {
+                tracing::error!("{e}");
+                TrustState::Unknown
+            }
+        },
+        _ => TrustState::Unknown,
+    };
+    match state {
+        TrustState::Trusted => ProjectServers::Trusted(specs),
+        other => ProjectServers::Untrusted {
+            path: shown,
+            names: specs.into_iter().map(|s| s.name).collect(),
+            changed: other == TrustState::Changed,
+        },
+    }
+}
+
+fn inside(path: &Path, dir: &Path) -> bool {
+    let path = path
+        .parent()
+        .and_then(|p| p.canonicalize().ok())
+        .unwrap_or_else(|| path.to_path_buf());
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    path.starts_with(dir)
+}
+
+/// What [`trust_shown`] recorded.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TrustedConfig {
+    pub path: PathBuf,
+    pub sha256: String,
+    /// The servers the file names.
+    pub servers: Vec<String>,
+}
+
+/// Trust the project file in `cwd` when its bytes still hash to
+/// `expected_sha256` (what the person was shown). Refused, with why, when
+/// the file is missing, invalid, changed, or the store lies in the project.
+pub fn trust_shown(
+    cwd: &Path,
+    trust_file: &Path,
+    keep_auto: bool,
+    expected_sha256: &str,
+) -> Result<TrustedConfig, String> {
+    let shown = cwd.join(PROJECT_CONFIG);
+    let (canonical, bytes) = read_project_file(cwd)?
+        .ok_or_else(|| format!("no project config at {}", shown.display()))?;
+    let sha256 = sha256_hex(&bytes);
+    if !sha256.eq_ignore_ascii_case(expected_sha256) {
+        return Err(format!(
+            "{} changed since it was shown (sha256 {sha256} now, {expected_sha256} shown); look at it again",
+            shown.display()
+        ));
+    }
+    let specs = parse_servers(&bytes, keep_auto)
+        .map_err(|e| format!("{}: {e}; not trusted: fix it first", shown.display()))?;
+    if inside(trust_file, cwd) {
+        return Err(format!(
+            "the trust store {} lies inside the project, where the agent can write; move the state directory out of it",
+            trust_file.display()
+        ));
+    }
+    TrustStore::new(trust_file)
+        .trust(&canonical, &bytes)
+        .map_err(|e| e.to_string())?;
+    Ok(TrustedConfig {
+        path: shown,
+        sha256,
+        servers: specs.into_iter().map(|s| s.name).collect(),
+    })
+}
+
+/// `passepartout mcp trust [--yes] [PATH]`: show the servers the project
+/// file names, ask once (unless `assume_yes`), then record its canonical
+/// path and the SHA-256 of the very bytes shown. Returns the exit code.
+pub fn trust_command(
+    cwd: &Path,
+    trust_file: &Path,
+    keep_auto: bool,
+    assume_yes: bool,
+    input: &mut dyn std::io::BufRead,
+    out: &mut dyn std::io::Write,
+) -> i32 {
+    let shown = cwd.join(PROJECT_CONFIG);
+    let (canonical, bytes) = match read_project_file(cwd) {
+        Ok(Some(found)) => found,
+        Ok(None) => {
+            let _ = writeln!(out, "no project config at {}", shown.display());
+            return 1;
+        }
+        Err(e) => {
+            let _ = writeln!(out, "{e}");
+            return 1;
+        }
+    };
+    let specs = match parse_servers(&bytes, keep_auto) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = writeln!(out, "{}: {e}\n  not trusted: fix it first", shown.display());
+            return 1;
+        }
+    };
+    let _ = writeln!(
+        out,
+        "{} (sha256 {}) starts {} MCP server{} on this machine:",
+        shown.display(),
+        sha256_hex(&bytes),
+        specs.len(),
+        if specs.len() == 1 { "" } else { "s" }
+    );
+    for s in &specs {
+        let _ = writeln!(
+            out,
+            "  {}  {}  (approval: {})",
+            s.name,
+            super::describe(&s.transport),
+            match s.approval {
+                Approval::Auto => "auto",
+                Approval::Ask => "ask",
+                Approval::Never => "never",
+            }
+        );
+    }
+    if !assume_yes {
+        let _ = write!(out, "Trust this file with exactly this content? [y/N] ");
+        let _ = out.flush();
+        let mut answer = String::new();
+        let _ = input.read_line(&mut answer);
+        if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+            let _ = writeln!(out, "nothing trusted");
+            return 1;
+        }
+    }
+    if inside(trust_file, cwd) {
+        let _ = writeln!(
+            out,
+            "the trust store {} lies inside the project, where the agent can write; move the state directory out of it",
+            trust_file.display()
+        );
+        return 1;
+    }
+    match TrustStore::new(trust_file).trust(&canonical, &bytes) {
+        Ok(sha) => {
+            let _ = writeln!(out, "trusted {} (sha256 {sha})", shown.display());
+            0
+        }
+        Err(e) => {
+            let _ = writeln!(out, "{e}");
+            1
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(cwd: &Path, text: &str) {
+        std::fs::create_dir_all(cwd.join(".passepartout")).unwrap();
+        std::fs::write(cwd.join(PROJECT_CONFIG), text).unwrap();
+    }
+
+    const ONE: &str =
+        "[[mcp.servers]]\nname = \"p\"\ncommand = \"/bin/true\"\napproval = \"auto\"\n";
+
+    #[test]
+    fn trust_follows_the_exact_bytes_and_auto_needs_the_person() {
+        let project = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let store = state.path().join("trusted-skills.json");
+        assert_eq!(
+            project_servers(project.path(), Some(&store), false),
+            ProjectServers::None
+        );
+        write(project.path(), ONE);
+        assert!(matches!(
+            project_servers(project.path(), Some(&store), false),
+            ProjectServers::Untrusted { changed: false, ref names, .. } if names == &["p"]
+        ));
+        let mut out = Vec::new();
+        let code = trust_command(project.path(), &store, false, true, &mut &b""[..], &mut out);
+        assert_eq!(code, 0, "{}", String::from_utf8_lossy(&out));
+        match project_servers(project.path(), Some(&store), false) {
+            ProjectServers::Trusted(specs) => {
+                assert_eq!(specs[0].origin, Origin::Project);
+                assert_eq!(specs[0].approval, Approval::Ask);
+            }
+            other => panic!("{other:?}"),
+        }
+        match project_servers(project.path(), Some(&store), true) {
+            ProjectServers::Trusted(specs) => assert_eq!(specs[0].approval, Approval::Auto),
+            other => panic!("{other:?}"),
+        }
+        write(project.path(), &ONE.replace("true", "false"));
+        assert!(matches!(
+            project_servers(project.path(), Some(&store), false),
+            ProjectServers::Untrusted { changed: true, .. }
+        ));
+    }
+
+    #[test]
+    fn limits_and_a_store_inside_the_project_are_refused() {
+        let project = tempfile::tempdir().unwrap();
+        write(
+            project.path(),
+            "[mcp]\ncall_timeout_secs = 9999\n[[mcp.servers]]\nname = \"p\"\ncommand = \"/bin/true\"\n",
+        );
+        assert!(matches!(
+            project_servers(project.path(), None, false),
+            ProjectServers::Invalid { .. }
+        ));
+        write(project.path(), ONE);
+        let inner = project.path().join("state/trusted-skills.json");
+        let mut out = Vec::new();
+        let code = trust_command(project.path(), &inner, false, true, &mut &b""[..], &mut out);
+        assert_eq!(code, 1);
+        // Even a store planted there by hand is not believed.
+        TrustStore::new(&inner)
+            .trust(
+                &project.path().join(PROJECT_CONFIG).canonicalize().unwrap(),
+                ONE.as_bytes(),
+            )
+            .unwrap();
+        assert!(matches!(
+            project_servers(project.path(), Some(&inner), false),
+            ProjectServers::Untrusted { .. }
+        ));
+    }
+}

@@ -1,0 +1,51 @@
+;;; passepartout-mcp-tests.el --- ERT tests: trusting a project's MCP servers  -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; `passepartout-mcp-trust' against the real daemon: the hash of the
+;; bytes shown lands in the trust store; a file changed between showing
+;; and trusting is refused and nothing is recorded.
+
+;;; Code:
+
+(require 'ert)
+(require 'passepartout-test-support)
+(require 'passepartout-mcp)
+
+(defun passepartout-mcp-test--store ()
+  "The trust store's entries, as an alist of path to sha256 (or nil)."
+  ;; The fixture passes --state-dir: the store lives there.
+  (let ((file (expand-file-name "state/trusted-skills.json" passepartout-test--dir)))
+    (when (file-exists-p file)
+      (let ((json (with-temp-buffer
+                    (insert-file-contents file)
+                    (json-parse-buffer :object-type 'alist))))
+        (mapcar (lambda (e) (cons (symbol-name (car e)) (alist-get 'sha256 (cdr e))))
+                (alist-get 'skills json))))))
+
+(ert-deftest passepartout-mcp-test-trust-records-the-shown-bytes ()
+  "Trusting records the file's canonical path with the hash of what was shown."
+  (passepartout-test-with-daemon nil
+    (let* ((dir (expand-file-name ".passepartout" project))
+           (file (expand-file-name "config.toml" dir))
+           (text "[[mcp.servers]]\nname = \"tools\"\ncommand = \"/bin/true\"\n"))
+      (make-directory dir t)
+      (with-temp-file file (insert text))
+      (cl-letf (((symbol-function 'yes-or-no-p) (lambda (&rest _) t)))
+        (let ((result (passepartout-mcp-trust project)))
+          (should (equal (append (plist-get result :servers) nil) '("tools")))))
+      (should (equal (passepartout-mcp-test--store)
+                     (list (cons (file-truename file)
+                                 (secure-hash 'sha256 text)))))
+      ;; Changed between showing and trusting: refused, store unchanged.
+      (cl-letf (((symbol-function 'yes-or-no-p)
+                 (lambda (&rest _)
+                   (with-temp-file file (insert text "# more\n"))
+                   t)))
+        (let ((err (should-error (passepartout-mcp-trust project) :type 'user-error)))
+          (should (string-match-p "changed since it was shown" (cadr err)))))
+      (should (equal (cdar (passepartout-mcp-test--store))
+                     (secure-hash 'sha256 text))))))
+
+(provide 'passepartout-mcp-tests)
+;;; passepartout-mcp-tests.el ends here
