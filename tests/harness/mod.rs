@@ -51,6 +51,12 @@ impl Client {
             .env_remove("PASSEPARTOUT_PROVIDER_URL")
             .env_remove("PASSEPARTOUT_MODEL")
             .env_remove("PASSEPARTOUT_CONFIG")
+            // Sealed from the machine: a daemon started without a provider
+            // must not find a developer's local server or hosted key.
+            .env(
+                "PASSEPARTOUT_DISCOVERY_HOSTS",
+                "ollama=,llama.cpp=,lmstudio=,vllm=,anthropic=,openai=,openrouter=,deepseek=",
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
