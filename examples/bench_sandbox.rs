@@ -150,6 +150,7 @@ async fn main() {
     };
     let spec = SandboxSpec {
         cwd: cwd.to_path_buf(),
+        read_only: false,
         network: false,
         extra_ro: vec![],
         extra_rw: vec![],
@@ -194,6 +195,7 @@ async fn main() {
     std::fs::create_dir_all(project.path().join(".passepartout/skills")).expect("skills dir");
     let spec = SandboxSpec {
         cwd: project.path().to_path_buf(),
+        read_only: false,
         ..spec
     };
     println!();

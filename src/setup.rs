@@ -37,6 +37,8 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
     // reqwest is built without a default crypto provider: install ring's.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cascade = crate::llm::config::build_cascade(&config.providers)?;
+    // The daemon's own directories, protected by every layer.
+    crate::control_surface::set_host_paths(crate::control_surface::host_paths_of(&config));
     let mut actuators = ActuatorRegistry::new();
     actuators.register(Arc::new(FilesActuator));
     let mode = match config.sandbox {

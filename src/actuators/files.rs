@@ -115,6 +115,13 @@ fn perform(cwd: &Path, requested: &Path, job: Job, approved_by: Option<&str>) ->
         Job::List => list_dir(&root, &rel, &shown),
         Job::Search(pattern) => search(&root, &rel, &pattern),
         Job::Write(content) => {
+            if let Some(host) = crate::control_surface::host_entry(&full) {
+                return ActOutput::error(format!(
+                    "refused: `{shown}` is one of the agent's own files ({}); the agent never \
+                     writes them, even with approval. The person can edit it themselves.",
+                    host.why
+                ));
+            }
             if let Some(entry) = control_entry(&rel) {
                 if approved_by.is_none() {
                     return ActOutput::error(format!(

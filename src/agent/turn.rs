@@ -240,7 +240,13 @@ async fn finish_journal(
             let spent = session.spent();
             tracing::info!(session = %session.id, size, cap = journal.cap_bytes(), "session journal past its cap: rewriting it as a snapshot");
             if let Err(e) = journal
-                .snapshot(&session.cwd, history, session.usage(), spent.cost)
+                .snapshot(
+                    &session.cwd,
+                    history,
+                    session.usage(),
+                    spent.cost,
+                    Some(session.mode()),
+                )
                 .await
             {
                 tracing::error!(session = %session.id, "session snapshot failed: {e}");
