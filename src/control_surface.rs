@@ -191,10 +191,7 @@ pub fn set_host_paths(paths: Vec<HostPath>) {
 
 /// The host paths in force.
 pub fn host_paths() -> Vec<HostPath> {
-    HOST_PATHS
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone()
+    HOST_PATHS.read().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
 /// The host path an absolute path falls under, if any. The path is

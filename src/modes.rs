@@ -30,8 +30,7 @@ use crate::protocol::acp;
 pub const GATE: &str = "mode";
 
 /// What the model reads when the read-only mode denies an action.
-pub const READ_ONLY_REASON: &str =
-    "the session is in read-only mode; the person can switch modes";
+pub const READ_ONLY_REASON: &str = "the session is in read-only mode; the person can switch modes";
 
 /// A session mode. The default is [`Mode::Auto`], today's behaviour.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -222,7 +221,10 @@ mod tests {
             assert_eq!(serde_json::to_value(m).unwrap(), m.id());
         }
         let e = "yolo".parse::<Mode>().unwrap_err().to_string();
-        assert_eq!(e, "unknown mode `yolo`; the modes are: read-only, ask, auto");
+        assert_eq!(
+            e,
+            "unknown mode `yolo`; the modes are: read-only, ask, auto"
+        );
         assert_eq!(Mode::default(), Mode::Auto);
     }
 

@@ -269,7 +269,8 @@ impl Daemon {
             .start_session(&id, &cwd, &req.mcp_servers)
             .await
             .map_err(|e| rpc_error(codes::INVALID_PARAMS, e.to_string()))?;
-        let mut session = Session::new(id.clone(), cwd.clone());
+        let mode = self.env.config.default_mode;
+        let mut session = Session::new(id.clone(), cwd.clone()).with_mode(mode);
         if let Some(store) = &self.env.sessions {
             match store.create(&id, &cwd) {
                 Ok(journal) => session = session.with_journal(journal),
@@ -277,7 +278,8 @@ impl Daemon {
             }
         }
         lock(&self.sessions).insert(id.clone(), Arc::new(session));
-        let mut response = acp::NewSessionResponse::new(acp::SessionId::new(id));
+        let mut response =
+            acp::NewSessionResponse::new(acp::SessionId::new(id)).modes(mode.state());
         if !mcp.is_empty() {
             let mut meta = serde_json::Map::new();
             meta.insert(
@@ -313,14 +315,25 @@ impl Daemon {
         })?;
         tracing::info!(session = %id, cwd = %cwd.display(), messages = loaded.history.len(), "session/load");
         let replay = loaded.replay.clone();
+        let session_mode_recorded = loaded.mode;
         let live = lock(&self.sessions).get(&id).cloned();
-        if live.is_none() {
-            let journal = store
-                .reopen(&id)
-                .map_err(|e| rpc_error(codes::INTERNAL_ERROR, e.to_string()))?;
-            let session = Session::restored(loaded, cwd, Some(journal));
-            lock(&self.sessions).insert(id.clone(), Arc::new(session));
-        }
+        let mode = match live {
+            Some(session) => session.mode(),
+            None => {
+                let journal = store
+                    .reopen(&id)
+                    .map_err(|e| rpc_error(codes::INTERNAL_ERROR, e.to_string()))?;
+                let session = Session::restored(loaded, cwd, Some(journal));
+                // Never switched: the configured default, as for a new one.
+                let session = match session_mode_recorded {
+                    Some(_) => session,
+                    None => session.with_mode(self.env.config.default_mode),
+                };
+                let mode = session.mode();
+                lock(&self.sessions).insert(id.clone(), Arc::new(session));
+                mode
+            }
+        };
         let sink = RpcSink::new(self.out.clone(), id);
         for item in replay {
             match item {
@@ -344,7 +357,29 @@ impl Daemon {
         // The replay comes before the response (clients rely on it):
         // nothing may stay behind in the coalescing buffer.
         sink.flush();
-        Ok(acp::LoadSessionResponse::new())
+        Ok(acp::LoadSessionResponse::new().modes(mode.state()))
+    }
+
+    /// ACP `session/set_mode`: switch, record it, tell the client. The next
+    /// action is judged in the new mode (a running turn included).
+    fn set_mode(
+        &self,
+        req: acp::SetSessionModeRequest,
+    ) -> Result<acp::SetSessionModeResponse, ErrorObjectOwned> {
+        let session = self.session(&req.session_id.0)?;
+        let mode: crate::modes::Mode = req
+            .mode_id
+            .0
+            .parse()
+            .map_err(|e: crate::modes::UnknownMode| invalid_params(e.to_string()))?;
+        session.set_mode(mode);
+        tracing::info!(session = %session.id, mode = %mode, "session/set_mode");
+        let sink = RpcSink::new(self.out.clone(), session.id.clone());
+        sink.update(acp::SessionUpdate::CurrentModeUpdate(
+            acp::CurrentModeUpdate::new(mode.id()),
+        ));
+        sink.flush();
+        Ok(acp::SetSessionModeResponse::new())
     }
 
     /// ACP `session/list`: stored sessions, most recently active first.
@@ -1092,6 +1127,11 @@ pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
             .map(|_| ()),
         module
             .register_method(proto::SESSION_LOAD, |p, d, _| d.load_session(parse(&p)?))
+            .map(|_| ()),
+        module
+            .register_method(proto::SESSION_SET_MODE, |p, d, _| {
+                d.set_mode(parse(&p)?)
+            })
             .map(|_| ()),
         module
             .register_method(proto::SESSION_LIST, |p, d, _| {

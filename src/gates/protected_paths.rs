@@ -329,10 +329,7 @@ pub fn write_decision(path: &Path, ctx: &GateContext) -> Option<(Decision, Strin
         }
     }
     if let Some(host) = crate::control_surface::host_entry(path) {
-        return Some((
-            Decision::Ask,
-            format!("writes to {shown}, {}", host.why),
-        ));
+        return Some((Decision::Ask, format!("writes to {shown}, {}", host.why)));
     }
     if in_project(path, ctx) {
         // The project's own hooks, git config, .envrc...: a person may

@@ -326,7 +326,11 @@ pub fn bwrap_args_with(
     // Read-only mode: everything writable becomes read-only, and pins
     // (writable binds of directories inside the project) are left out —
     // a read-only tree cannot be renamed anyway.
-    let writable = if spec.read_only { "--ro-bind" } else { "--bind" };
+    let writable = if spec.read_only {
+        "--ro-bind"
+    } else {
+        "--bind"
+    };
     push(&[writable, &cwd, &cwd]);
     for p in &extra_rw {
         push(&[writable, p, p]);
