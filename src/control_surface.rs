@@ -267,7 +267,7 @@ mod tests {
             Some("config")
         );
         assert_eq!(host_entry(&home.join(".config/other")), None);
-        let within: Vec<&str> = host_paths_within(&[home.clone()])
+        let within: Vec<&str> = host_paths_within(std::slice::from_ref(&home))
             .iter()
             .map(|h| h.why)
             .collect();
