@@ -47,7 +47,12 @@ pub fn expand_command(
     let Some((name, args)) = crate::skills::slash_command(&prompt) else {
         return (prompt, None);
     };
-    match env.toolsets.commands(cwd).into_iter().find(|c| c.name == name) {
+    match env
+        .toolsets
+        .commands(cwd)
+        .into_iter()
+        .find(|c| c.name == name)
+    {
         Some(command) => (command.expand(args), Some(command.skill)),
         None => (prompt, None),
     }

@@ -209,7 +209,10 @@ mod command_tests {
 
     #[test]
     fn slash_commands_are_recognised_only_in_their_shape() {
-        assert_eq!(slash_command("/review src/lib.rs"), Some(("review", " src/lib.rs")));
+        assert_eq!(
+            slash_command("/review src/lib.rs"),
+            Some(("review", " src/lib.rs"))
+        );
         assert_eq!(slash_command("  /explain"), Some(("explain", "")));
         assert_eq!(slash_command("/etc/hosts is odd"), None);
         assert_eq!(slash_command("please /review"), None);

@@ -1349,8 +1349,9 @@ Body.
         assert!(skill.is_none());
         let shown: Vec<String> = diags.iter().map(|d| d.to_string()).collect();
         assert!(
-            shown.iter().any(|d| d.starts_with("rev.org:4:")
-                && d.contains("command name `bad name!`")),
+            shown
+                .iter()
+                .any(|d| d.starts_with("rev.org:4:") && d.contains("command name `bad name!`")),
             "{shown:?}"
         );
         assert!(
