@@ -226,7 +226,7 @@ Run from `org-ctrl-c-ctrl-c-hook'."
     (remhash passepartout-chat--root passepartout-chat--buffers)))
 
 (defun passepartout-chat--mode-line ()
-  "Return the mode-line text: session state, provider and tokens."
+  "Return the mode-line text: session state and mode, provider and tokens."
   (let* ((status passepartout-chat--status)
          (state (cond ((not (passepartout--live-connection)) "stopped")
                       (status (plist-get status :state))
@@ -235,11 +235,10 @@ Run from `org-ctrl-c-ctrl-c-hook'."
          (provider (plist-get status :provider))
          (in (plist-get status :inputTokens))
          (out (plist-get status :outputTokens)))
-    (concat " ["
+    (concat " [" state
             (if-let ((mode (plist-get passepartout-chat--modes :currentModeId)))
-                (concat mode " ")
+                (concat " " mode)
               "")
-            state
             (if (and provider (not (string-empty-p provider)))
                 (concat " " (car (split-string provider " (")))
               "")

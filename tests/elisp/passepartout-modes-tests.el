@@ -24,7 +24,7 @@
         (should (equal (plist-get passepartout-chat--modes :currentModeId) "auto"))
         (let ((inhibit-message t))
           (passepartout-set-mode "read-only"))
-        (should (string-match-p "\\[read-only "
+        (should (string-match-p "\\[[a-z]+ read-only"
                                 (passepartout-chat--mode-line))))
       (passepartout-test--send chat "Write out.txt")
       (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
