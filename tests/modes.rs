@@ -358,3 +358,48 @@ async fn the_daemons_own_files_are_out_of_reach_of_a_session_in_home() {
     );
     assert_eq!(std::fs::read_to_string(&trust).unwrap(), "{}");
 }
+
+#[tokio::test]
+async fn run_mode_read_only_uses_the_same_machinery() {
+    if !bwrap_available() {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("f"), "original\n").unwrap();
+    let fake = FakeProvider::start(vec![
+        shell("c1", "echo x > f"),
+        fake::openai_text("could not"),
+    ])
+    .await;
+    let run = |mode: &str| {
+        let mut cmd = tokio::process::Command::new(harness::BIN);
+        cmd.args(["run", "--provider-url", &fake.openai_url(), "--mode", mode])
+            .arg("change f")
+            .current_dir(project.path())
+            .env("HOME", home.path())
+            .env("XDG_CONFIG_HOME", home.path().join("config"))
+            .env("XDG_STATE_HOME", home.path().join("state"))
+            .env("XDG_DATA_HOME", home.path().join("data"));
+        cmd
+    };
+    let out = run("read-only").output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        tool_results(&fake)[0].contains("Read-only file system"),
+        "{:?}",
+        tool_results(&fake)
+    );
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("f")).unwrap(),
+        "original\n"
+    );
+    let out = run("yolo").output().await.unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("read-only, ask, auto"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
