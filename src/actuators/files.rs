@@ -61,6 +61,10 @@ impl Actuator for FilesActuator {
                 })
             }
         };
+        if ctx.read_only && matches!(job, Job::Write(_)) {
+            // The mode gate denied it already; this is the second lock.
+            return Ok(ActOutput::error(crate::modes::READ_ONLY_REASON));
+        }
         let cwd = ctx.cwd.clone();
         let requested = path.to_path_buf();
         let approved_by = ctx.approved_by.clone();

@@ -701,6 +701,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_last_mode_recorded_is_restored_and_a_snapshot_keeps_it() {
+        use crate::modes::Mode;
+        let tmp = tempfile::tempdir().unwrap();
+        let store = store(tmp.path());
+        let j = store.create("sm", Path::new("/p")).unwrap();
+        j.sync().await.unwrap();
+        assert_eq!(store.load("sm").unwrap().mode, None);
+        j.append(Event::Mode { mode: Mode::Ask });
+        j.append(Event::Mode {
+            mode: Mode::ReadOnly,
+        });
+        j.sync().await.unwrap();
+        assert_eq!(store.load("sm").unwrap().mode, Some(Mode::ReadOnly));
+        let line = std::fs::read_to_string(j.path()).unwrap();
+        assert!(
+            line.contains(r#""kind":"mode","mode":"read-only""#),
+            "{line}"
+        );
+        j.snapshot(Path::new("/p"), &[], Usage::default(), 0.0, Some(Mode::Ask))
+            .await
+            .unwrap();
+        assert_eq!(store.load("sm").unwrap().mode, Some(Mode::Ask));
+    }
+
+    #[tokio::test]
     async fn a_torn_last_line_is_skipped_with_a_warning() {
         let tmp = tempfile::tempdir().unwrap();
         let store = store(tmp.path());
