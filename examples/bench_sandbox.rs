@@ -93,6 +93,7 @@ async fn time_bounded_runs(
         let boundary = Boundary {
             surface: surface.mounts().clone(),
             tmp_size: resources.tmp_size,
+            hidden: vec![],
         };
         let args = bwrap_args_with(spec, &layout, &boundary).expect("argument list");
         let outcome = run_limited(

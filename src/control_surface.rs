@@ -209,9 +209,11 @@ pub fn host_entry(path: &Path) -> Option<HostPath> {
 }
 
 /// The host paths inside any of `binds` (the sandbox's writable binds):
-/// those to mount read-only over them.
+/// those to hide over them. Only the outermost of nested ones (the user
+/// skills inside the config directory): hiding the outer one hides both,
+/// and nothing can be mounted inside a read-only tmpfs.
 pub fn host_paths_within(binds: &[PathBuf]) -> Vec<HostPath> {
-    host_paths()
+    let inside: Vec<HostPath> = host_paths()
         .into_iter()
         .filter(|h| {
             binds.iter().any(|b| {
@@ -219,6 +221,15 @@ pub fn host_paths_within(binds: &[PathBuf]) -> Vec<HostPath> {
                 h.path.starts_with(&b)
             })
         })
+        .collect();
+    inside
+        .iter()
+        .filter(|h| {
+            !inside
+                .iter()
+                .any(|outer| outer.path != h.path && h.path.starts_with(&outer.path))
+        })
+        .cloned()
         .collect()
 }
 
@@ -257,6 +268,10 @@ mod tests {
                 path: state.clone(),
                 why: "state",
             },
+            HostPath {
+                path: config.join("skills"),
+                why: "skills",
+            },
         ]);
         assert_eq!(
             host_entry(&config.join("config.toml")).map(|h| h.why),
@@ -271,6 +286,7 @@ mod tests {
             .iter()
             .map(|h| h.why)
             .collect();
+        // The skills directory is hidden with the config directory.
         assert_eq!(within, vec!["config", "state"]);
         assert!(host_paths_within(&[home.join("project")]).is_empty());
         set_host_paths(Vec::new());

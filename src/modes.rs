@@ -6,8 +6,9 @@
 //! - `read-only`: nothing in the project can change. Shell runs see the
 //!   working directory bound read-only by bubblewrap (the kernel refuses the
 //!   write, not a guess about the text), file writes, Emacs evaluation, MCP
-//!   tools and skill tools that are not declared reads are denied, and a run
-//!   without a sandbox is refused by the shell actuator.
+//!   tools, runs granted network and skill tools acting outside the sandbox
+//!   that are not declared reads are denied, and a run without a sandbox is
+//!   refused by the shell actuator.
 //! - `ask`: every action except a declared read asks the person first,
 //!   whatever the gates said.
 //! - `auto`: actions the gates allow run in the sandbox without asking
@@ -117,8 +118,12 @@ impl Mode {
                 let allowed = match &action.effect {
                     _ if reads => true,
                     // The sandbox binds the project read-only: the kernel
-                    // enforces it, whatever the script says.
-                    Effect::Run { .. } => action.target == "shell",
+                    // enforces it, whatever the script says. The bind says
+                    // nothing about the network (`git push`, a POST), so a
+                    // run granted network must be a declared read.
+                    Effect::Run { network, .. } => {
+                        action.target == "shell" && (!network || declared_read)
+                    }
                     Effect::WriteFile { .. } => false,
                     // Emacs, MCP, memex and skill ops: only what their
                     // author declared a read.
@@ -236,6 +241,12 @@ mod tests {
         // A write stays a write whatever its tool claims to be.
         assert_eq!(decision(m, &write(), Read), Some(Decision::Deny));
         assert_eq!(decision(m, &run(), Execute), None);
+        let mut online = run();
+        if let Effect::Run { network, .. } = &mut online.effect {
+            *network = true;
+        }
+        assert_eq!(decision(m, &online, Execute), Some(Decision::Deny));
+        assert_eq!(decision(m, &online, Read), None);
         assert_eq!(decision(m, &read(), Read), None);
         let eval = action(
             "emacs",

@@ -4,7 +4,7 @@
 //! read-only mode is enforced by the kernel (the project is bound
 //! read-only) and by a denial the model reads, the ask mode asks for an
 //! otherwise automatic command, and the daemon's own files stay out of
-//! reach of a session in `$HOME`.
+//! reach (hidden and unwritable) of a session in `$HOME`.
 
 mod harness;
 mod support;
@@ -318,6 +318,10 @@ async fn the_daemons_own_files_are_out_of_reach_of_a_session_in_home() {
             "echo '{\"trusted\": []}' > state/passepartout/trusted-skills.json",
         ),
         shell("c4", "echo fine > notes.txt"),
+        shell(
+            "c5",
+            "cat config/passepartout/config.toml state/passepartout/trusted-skills.json; ls -A state/passepartout | wc -l",
+        ),
         fake::openai_text("done"),
     ])
     .await;
@@ -326,7 +330,13 @@ async fn the_daemons_own_files_are_out_of_reach_of_a_session_in_home() {
     let sid = c.new_session(&home_path).await;
     let asked = turn(&mut c, &sid).await;
     let results = tool_results(&fake);
-    assert_eq!(results.len(), 4, "{results:?}");
+    assert_eq!(results.len(), 5, "{results:?}");
+    // Hidden, not only read-only: past output and keys stay unread.
+    assert!(
+        !results[4].contains("max_rounds") && results[4].contains("No such file"),
+        "{}",
+        results[4]
+    );
     assert!(
         results[0].contains("Read-only file system"),
         "{}",

@@ -840,6 +840,7 @@ fn control_surface_and_tmp_size_whole_vector() {
             ],
         },
         tmp_size: Some(8 * 1024 * 1024),
+        hidden: vec![],
     };
     let args = bwrap_args_with(&spec, &SystemLayout::merged_usr(), &boundary).unwrap();
     let want: Vec<String> = [

@@ -129,10 +129,11 @@ impl ShellActuator {
         // The control surface as it is now: what exists is mounted
         // read-only, what does not is swept after the run.
         let surface = SurfaceSnapshot::take(&ctx.cwd);
-        let mut mounts = surface.mounts().clone();
+        let mut hidden = Vec::new();
         // The daemon's own directories inside a writable bind (a session
-        // in `$HOME`): read-only too. One that does not exist yet is
-        // created first (empty, private), or the run could create it.
+        // in `$HOME`): hidden. One that does not exist yet is created
+        // first (empty, private): the mount needs it, and otherwise the
+        // run could create it.
         let mut writable = vec![spec.cwd.clone()];
         writable.extend(spec.extra_rw.iter().cloned());
         for host in crate::control_surface::host_paths_within(&writable) {
@@ -144,11 +145,12 @@ impl ShellActuator {
                     host.why
                 )));
             }
-            mounts.read_only.push(host.path);
+            hidden.push(host.path);
         }
         let boundary = Boundary {
-            surface: mounts,
+            surface: surface.mounts().clone(),
             tmp_size: resources.tmp_size,
+            hidden,
         };
         let args = match bwrap_args_with(&spec, &self.layout, &boundary) {
             Ok(args) => args,

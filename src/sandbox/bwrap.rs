@@ -31,7 +31,9 @@
 //!   [`super::surface`]: existing control paths read-only, the directories
 //!   above them bound onto themselves so they cannot be renamed away), then
 //!   extra read-only binds (last, so a read-only carve-out inside a writable
-//!   tree wins). `/tmp` may be given a size (`--size`, bwrap ≥ 0.5).
+//!   tree wins). `/tmp` may be given a size (`--size`, bwrap ≥ 0.5). The
+//!   daemon's own directories, when they lie inside a writable bind, are
+//!   hidden behind an empty read-only tmpfs.
 //! - `--clearenv`, then a minimal fixed environment, then the action's
 //!   variables.
 //! - `--` and the interpreter, with the script as ONE argument and the
@@ -243,6 +245,11 @@ pub struct Boundary {
     /// Size of the `/tmp` tmpfs in bytes (`None`: the kernel's default, half
     /// of the memory).
     pub tmp_size: Option<u64>,
+    /// Directories inside a writable bind to hide behind an empty,
+    /// read-only tmpfs: the daemon's own files (config, skills, state,
+    /// memex) when a session runs in `$HOME`; see
+    /// [`crate::control_surface::host_paths_within`]. They must exist.
+    pub hidden: Vec<PathBuf>,
 }
 
 /// The bwrap arguments (without the `bwrap` program itself) that run
@@ -286,6 +293,11 @@ pub fn bwrap_args_with(
         .map(|p| bind_path(p))
         .collect::<Result<Vec<_>, _>>()?;
     let tmp_size = boundary.tmp_size.map(|n| n.to_string());
+    let hidden = boundary
+        .hidden
+        .iter()
+        .map(|p| bind_path(p))
+        .collect::<Result<Vec<_>, _>>()?;
 
     let mut a: Vec<String> = Vec::new();
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
@@ -344,6 +356,11 @@ pub fn bwrap_args_with(
     }
     for p in &surface_ro {
         push(&["--ro-bind", p, p]);
+    }
+    // The daemon's own directories: not even readable (past tool output,
+    // keys in config.toml), and nothing can be created there.
+    for p in &hidden {
+        push(&["--tmpfs", p, "--remount-ro", p]);
     }
     for p in &extra_ro {
         push(&["--ro-bind", p, p]);
@@ -569,6 +586,7 @@ mod tests {
                 read_only: vec![PathBuf::from("/home/ada/project/.git/config")],
             },
             tmp_size: None,
+            hidden: vec![PathBuf::from("/home/ada/project/.local/state/passepartout")],
         };
         let args = bwrap_args_with(&s, &SystemLayout::merged_usr(), &boundary).unwrap();
         let want = expected(&[
@@ -586,6 +604,10 @@ mod tests {
                 "--ro-bind",
                 "/home/ada/project/.git/config",
                 "/home/ada/project/.git/config",
+                "--tmpfs",
+                "/home/ada/project/.local/state/passepartout",
+                "--remount-ro",
+                "/home/ada/project/.local/state/passepartout",
                 "--ro-bind",
                 "/opt/docs",
                 "/opt/docs",
