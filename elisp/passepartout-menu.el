@@ -163,7 +163,7 @@ applied again when the chat is resumed."
     (passepartout-menu--max-tokens)
     ("g" "Refresh the model lists" passepartout-menu-refresh-models :transient t)
     (passepartout-menu-apply)
-    ("m" "Session mode (read-only, ask, auto)" passepartout-set-mode)]
+    ("M" "Session mode (read-only, ask, auto)" passepartout-set-mode)]
    ["Elsewhere"
     ("P" "Flight plans waiting" passepartout-plans)
     ("c" "Saved chats" passepartout-chats)
