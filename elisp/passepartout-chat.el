@@ -120,6 +120,12 @@ The value may also be a cons (thought . HEADING-MARKER) for reasoning.")
 (defvar-local passepartout-chat--save-timer nil
   "Timer that saves the chat file while an answer streams, or nil.")
 
+(defvar-local passepartout-chat--modes nil
+  "The session's modes as the daemon advertised them (`SessionModeState').")
+
+(defvar-local passepartout-chat--commands nil
+  "The slash commands the daemon announced for this session (a list).")
+
 (defconst passepartout-chat--keywords
   '((sequence "PENDING" "RUNNING" "WAITING" "|" "DONE" "FAILED"))
   "Org TODO keywords showing tool call status.")
@@ -157,6 +163,7 @@ The value may also be a cons (thought . HEADING-MARKER) for reasoning.")
     ["Cancel turn" passepartout-chat-cancel :active passepartout-chat--stream]
     "---"
     ["Provider and model..." passepartout-menu]
+    ["Session mode..." passepartout-set-mode]
     ["Flight plans waiting" passepartout-plans]
     ["Saved chats" passepartout-chats]
     "---"
@@ -177,6 +184,9 @@ Other commands (also in the Passepartout menu):
 \\<passepartout-chat-mode-map>
 - \\[passepartout-plans] `passepartout-plans': the flight plans waiting for you.
 - \\[passepartout-menu] `passepartout-menu': provider, model and settings for this session.
+- \\[passepartout-set-mode] `passepartout-set-mode': the session mode (read-only, ask, auto).
+- Typing `/' at the start of the prompt completes the slash commands of
+  the skills (\\[completion-at-point]).
 - `passepartout-chats': saved chats; opening one resumes it.
 - `passepartout-events': the JSON-RPC messages (off by default, see
   `passepartout-events-buffer-size').
@@ -190,6 +200,7 @@ The chat is saved to an Org file in `passepartout-chat-directory'.
   (org-set-regexps-and-options)
   (setq-local passepartout-chat--tools (make-hash-table :test #'equal))
   (setq-local mode-line-process '(:eval (passepartout-chat--mode-line)))
+  (add-hook 'completion-at-point-functions #'passepartout-chat--command-capf nil t)
   ;; Code the model writes is shown, never run by a stray C-c C-c.
   (setq-local org-confirm-babel-evaluate t)
   (add-hook 'org-ctrl-c-ctrl-c-hook #'passepartout-chat--ctrl-c-ctrl-c nil t)
@@ -215,7 +226,7 @@ Run from `org-ctrl-c-ctrl-c-hook'."
     (remhash passepartout-chat--root passepartout-chat--buffers)))
 
 (defun passepartout-chat--mode-line ()
-  "Return the mode-line text: session state, provider and tokens."
+  "Return the mode-line text: session state and mode, provider and tokens."
   (let* ((status passepartout-chat--status)
          (state (cond ((not (passepartout--live-connection)) "stopped")
                       (status (plist-get status :state))
@@ -225,6 +236,9 @@ Run from `org-ctrl-c-ctrl-c-hook'."
          (in (plist-get status :inputTokens))
          (out (plist-get status :outputTokens)))
     (concat " [" state
+            (if-let ((mode (plist-get passepartout-chat--modes :currentModeId)))
+                (concat " " mode)
+              "")
             (if (and provider (not (string-empty-p provider)))
                 (concat " " (car (split-string provider " (")))
               "")
@@ -425,11 +439,13 @@ Updates the daemon replays before answering are ignored: the buffer
 already shows the transcript (no turn is streaming, so they have no place)."
   (condition-case err
       (progn
-        (jsonrpc-request conn :session/load
-                         (list :sessionId id
-                               :cwd (directory-file-name passepartout-chat--root)
-                               :mcpServers [])
-                         :timeout 30)
+        (setq passepartout-chat--modes
+              (plist-get (jsonrpc-request conn :session/load
+                                          (list :sessionId id
+                                                :cwd (directory-file-name passepartout-chat--root)
+                                                :mcpServers [])
+                                          :timeout 30)
+                         :modes))
         nil)
     (jsonrpc-error (passepartout--error-message err))))
 
@@ -445,11 +461,12 @@ the daemon cannot, a new session starts and the chat says so."
              (refused (and old (passepartout-chat--load-session conn old)))
              (id (if (and old (not refused))
                      old
-                   (plist-get (jsonrpc-request conn :session/new
+                   (let ((new (jsonrpc-request conn :session/new
                                                (list :cwd (directory-file-name
                                                            passepartout-chat--root)
-                                                     :mcpServers []))
-                              :sessionId))))
+                                                     :mcpServers []))))
+                     (setq passepartout-chat--modes (plist-get new :modes))
+                     (plist-get new :sessionId)))))
         (when (and passepartout-chat--session-id
                    (not (equal id passepartout-chat--session-id)))
           (remhash passepartout-chat--session-id passepartout-chat--sessions))
@@ -1002,6 +1019,16 @@ The daemon names its command-line flags, which an Emacs user never types."
   (when-let ((buffer (passepartout-chat--session-buffer params)))
     (with-current-buffer buffer
       (let ((update (plist-get params :update)))
+        ;; Session state arrives whether a turn runs or not.
+        (pcase (plist-get update :sessionUpdate)
+          ("current_mode_update"
+           (setq passepartout-chat--modes
+                 (plist-put (copy-sequence passepartout-chat--modes)
+                            :currentModeId (plist-get update :currentModeId)))
+           (force-mode-line-update))
+          ("available_commands_update"
+           (setq passepartout-chat--commands
+                 (append (plist-get update :availableCommands) nil))))
         ;; Updates after the turn ended (or before it began) have no place.
         (when passepartout-chat--stream
           (pcase (plist-get update :sessionUpdate)
@@ -1030,6 +1057,62 @@ The daemon names its command-line flags, which an Emacs user never types."
     (with-current-buffer buffer
       (setq passepartout-chat--status params)
       (force-mode-line-update))))
+
+;;;; Session modes and slash commands
+
+(defun passepartout-set-mode (mode-id)
+  "Switch this chat's session to the mode MODE-ID.
+Interactively, choose among the modes the daemon advertised: read-only
+\(nothing in the project can change), ask (every action but a read asks
+you) or auto (what the gates allow runs in the sandbox).  The next action
+is judged in the new mode."
+  (interactive
+   (progn
+     (unless (derived-mode-p 'passepartout-chat-mode)
+       (user-error "Not in a passepartout chat buffer"))
+     (passepartout-chat--ensure-session)
+     (let* ((modes (append (plist-get passepartout-chat--modes :availableModes) nil))
+            (choices (mapcar (lambda (m)
+                               (cons (format "%s — %s" (plist-get m :id)
+                                             (or (plist-get m :description) ""))
+                                     (plist-get m :id)))
+                             modes))
+            (choice (completing-read
+                     (format "Mode (now %s): "
+                             (plist-get passepartout-chat--modes :currentModeId))
+                     choices nil t)))
+       (list (or (cdr (assoc choice choices)) choice)))))
+  (let ((id (passepartout-chat--ensure-session)))
+    ;; The mode line follows the daemon's `current_mode_update', sent
+    ;; before this answer.
+    (jsonrpc-request passepartout-chat--connection :session/set_mode
+                     (list :sessionId id :modeId mode-id))
+    (message "passepartout: session mode %s" mode-id)))
+
+(defun passepartout-chat--command-capf ()
+  "Complete a slash command at the start of the prompt.
+For `completion-at-point-functions': the commands come from the skills,
+as the daemon announced them."
+  (when (and passepartout-chat--prompt passepartout-chat--commands
+             (>= (point) passepartout-chat--prompt))
+    (save-excursion
+      (let ((end (point)))
+        (skip-chars-backward "A-Za-z0-9_-")
+        (when (and (eq (char-before) ?/)
+                   (save-excursion
+                     (backward-char)
+                     (skip-chars-backward " \t\n")
+                     (<= (point) passepartout-chat--prompt)))
+          (let ((table (mapcar (lambda (c) (plist-get c :name))
+                               passepartout-chat--commands))
+                (commands passepartout-chat--commands))
+            (list (point) end table
+                  :exclusive 'no
+                  :annotation-function
+                  (lambda (name)
+                    (when-let ((c (seq-find (lambda (c) (equal (plist-get c :name) name))
+                                            commands)))
+                      (concat "  " (plist-get c :description)))))))))))
 
 (defun passepartout-chat--daemon-died (_conn reason)
   "Tell every chat buffer that the daemon stopped, for REASON."

@@ -162,7 +162,8 @@ applied again when the chat is resumed."
     (passepartout-menu--model)
     (passepartout-menu--max-tokens)
     ("g" "Refresh the model lists" passepartout-menu-refresh-models :transient t)
-    (passepartout-menu-apply)]
+    (passepartout-menu-apply)
+    ("M" "Session mode (read-only, ask, auto)" passepartout-set-mode)]
    ["Elsewhere"
     ("P" "Flight plans waiting" passepartout-plans)
     ("c" "Saved chats" passepartout-chats)

@@ -93,6 +93,7 @@ async fn time_bounded_runs(
         let boundary = Boundary {
             surface: surface.mounts().clone(),
             tmp_size: resources.tmp_size,
+            hidden: vec![],
         };
         let args = bwrap_args_with(spec, &layout, &boundary).expect("argument list");
         let outcome = run_limited(
@@ -150,6 +151,7 @@ async fn main() {
     };
     let spec = SandboxSpec {
         cwd: cwd.to_path_buf(),
+        read_only: false,
         network: false,
         extra_ro: vec![],
         extra_rw: vec![],
@@ -194,6 +196,7 @@ async fn main() {
     std::fs::create_dir_all(project.path().join(".passepartout/skills")).expect("skills dir");
     let spec = SandboxSpec {
         cwd: project.path().to_path_buf(),
+        read_only: false,
         ..spec
     };
     println!();

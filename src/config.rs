@@ -48,6 +48,9 @@ pub struct Config {
     /// naming this setting.
     pub max_turn_secs: u64,
     pub sandbox: SandboxSetting,
+    /// The mode a new session starts in (`read-only`, `ask`, `auto`; see
+    /// [`crate::modes`]). `auto`: the gates decide, as before modes.
+    pub default_mode: crate::modes::Mode,
     /// Resource limits of every sandboxed run (`[sandbox_limits]`; a table
     /// of its own because `sandbox` is already a string).
     pub sandbox_limits: crate::sandbox::limits::ResourceLimits,
@@ -139,6 +142,7 @@ impl Default for Config {
             max_answer_bytes: 1024 * 1024,
             max_turn_secs: 3600,
             sandbox: SandboxSetting::Bwrap,
+            default_mode: crate::modes::Mode::Auto,
             sandbox_limits: Default::default(),
             shell_timeout_secs: 30,
             output_cap_bytes: 100 * 1024,

@@ -5,8 +5,17 @@
 //! paths read-only, the files actuator refuses to write them without a
 //! person's approval, and the gates turn any write to them into *ask*. Keeping
 //! the list here (and not in each layer) is what keeps the layers in step.
+//!
+//! Beside the project-relative entries live the *host paths*: the daemon's
+//! own directories (configuration, user skills, state with plans, audit,
+//! sessions, checkpoints and the trust store, memex). They are outside most
+//! projects, but a session whose working directory is `$HOME` (or one of
+//! their ancestors) would otherwise have them inside its writable bind. The
+//! sandbox binds each one read-only when it falls inside a writable bind,
+//! the files actuator refuses to write them, and the gates ask.
 
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
+use std::sync::RwLock;
 
 /// A control-surface entry, relative to the project root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,9 +149,148 @@ pub fn control_entry_in(root: &Path, path: &Path) -> Option<&'static ControlEntr
     control_entry(rel)
 }
 
+/// One of the daemon's own directories on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPath {
+    /// Absolute, as configured (and canonicalized when it exists).
+    pub path: PathBuf,
+    /// What it holds, as shown to the model and the person.
+    pub why: &'static str,
+}
+
+/// The daemon's own directories for `config`: config dir, user skills,
+/// state dir (plans, audit, sessions, checkpoints, trust store), memex.
+pub fn host_paths_of(config: &crate::config::Config) -> Vec<HostPath> {
+    let mut out: Vec<HostPath> = Vec::new();
+    let mut add = |path: PathBuf, why: &'static str| {
+        let path = path.canonicalize().unwrap_or(path);
+        if path.is_absolute() && !out.iter().any(|h| h.path == path) {
+            out.push(HostPath { path, why });
+        }
+    };
+    add(
+        crate::config::config_dir(),
+        "the agent's own configuration and policy",
+    );
+    add(config.user_skills_dir(), "the agent's own user skills");
+    add(
+        config.state_dir(),
+        "the agent's own state: flight plans, audit log, sessions, checkpoints and the trust store",
+    );
+    add(config.memex_dir(), "the agent's memex notes");
+    out
+}
+
+/// The host paths in force (set once the configuration is known).
+static HOST_PATHS: RwLock<Vec<HostPath>> = RwLock::new(Vec::new());
+
+/// Make `paths` the host paths every layer protects.
+pub fn set_host_paths(paths: Vec<HostPath>) {
+    *HOST_PATHS.write().unwrap_or_else(|p| p.into_inner()) = paths;
+}
+
+/// The host paths in force.
+pub fn host_paths() -> Vec<HostPath> {
+    HOST_PATHS.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// The host path an absolute path falls under, if any. The path is
+/// compared as given and, when it exists (or its parent does), canonically,
+/// so `~/./.config/x` or a symlinked home do not slip past.
+pub fn host_entry(path: &Path) -> Option<HostPath> {
+    let canonical = path.canonicalize().ok().or_else(|| {
+        let parent = path.parent()?.canonicalize().ok()?;
+        Some(parent.join(path.file_name()?))
+    });
+    let lexical = normalize(path);
+    host_paths().into_iter().find(|h| {
+        lexical.starts_with(&h.path) || canonical.as_ref().is_some_and(|c| c.starts_with(&h.path))
+    })
+}
+
+/// The host paths inside any of `binds` (the sandbox's writable binds):
+/// those to hide over them. Only the outermost of nested ones (the user
+/// skills inside the config directory): hiding the outer one hides both,
+/// and nothing can be mounted inside a read-only tmpfs.
+pub fn host_paths_within(binds: &[PathBuf]) -> Vec<HostPath> {
+    let inside: Vec<HostPath> = host_paths()
+        .into_iter()
+        .filter(|h| {
+            binds.iter().any(|b| {
+                let b = b.canonicalize().unwrap_or_else(|_| b.clone());
+                h.path.starts_with(&b)
+            })
+        })
+        .collect();
+    inside
+        .iter()
+        .filter(|h| {
+            !inside
+                .iter()
+                .any(|outer| outer.path != h.path && h.path.starts_with(&outer.path))
+        })
+        .cloned()
+        .collect()
+}
+
+/// `.` dropped and `..` applied, without touching the disk.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_paths_cover_what_is_beneath_them_and_the_binds_that_contain_them() {
+        let home = tempfile::tempdir().unwrap();
+        let home = home.path().canonicalize().unwrap();
+        let config = home.join(".config/passepartout");
+        std::fs::create_dir_all(&config).unwrap();
+        let state = home.join("state");
+        set_host_paths(vec![
+            HostPath {
+                path: config.clone(),
+                why: "config",
+            },
+            HostPath {
+                path: state.clone(),
+                why: "state",
+            },
+            HostPath {
+                path: config.join("skills"),
+                why: "skills",
+            },
+        ]);
+        assert_eq!(
+            host_entry(&config.join("config.toml")).map(|h| h.why),
+            Some("config")
+        );
+        assert_eq!(
+            host_entry(&home.join(".config/./passepartout/../passepartout/x")).map(|h| h.why),
+            Some("config")
+        );
+        assert_eq!(host_entry(&home.join(".config/other")), None);
+        let within: Vec<&str> = host_paths_within(std::slice::from_ref(&home))
+            .iter()
+            .map(|h| h.why)
+            .collect();
+        // The skills directory is hidden with the config directory.
+        assert_eq!(within, vec!["config", "state"]);
+        assert!(host_paths_within(&[home.join("project")]).is_empty());
+        set_host_paths(Vec::new());
+    }
 
     #[test]
     fn directories_cover_what_is_beneath_them() {

@@ -532,6 +532,9 @@ impl FlightDesk {
             sink_handle: None,
             cancel: CancellationToken::new(),
             approved_by: plan.decision.as_ref().map(|d| d.by.clone()),
+            // A person approved this exact action; its turn (and session
+            // mode) is gone.
+            read_only: false,
             limits: Default::default(),
             live: None,
         };

@@ -15,6 +15,7 @@ pub mod flight;
 pub mod gates;
 pub mod llm;
 pub mod mcp;
+pub mod modes;
 pub mod plans;
 pub mod protocol;
 pub mod rpc;

@@ -62,6 +62,10 @@ enum Command {
         /// Continue the most recent session of this directory.
         #[arg(long = "continue", short = 'c')]
         continue_last: bool,
+        /// Session mode: read-only, ask or auto (default: `default_mode`
+        /// in config.toml, else auto).
+        #[arg(long)]
+        mode: Option<passepartout::modes::Mode>,
         /// What to ask.
         prompt: String,
     },
@@ -291,6 +295,7 @@ fn main() -> ExitCode {
             Command::Run {
                 flags,
                 continue_last,
+                mode,
                 prompt,
             } => {
                 let which = if continue_last {
@@ -298,7 +303,7 @@ fn main() -> ExitCode {
                 } else {
                     Which::New
                 };
-                run(flags, prompt, which).await
+                run(flags, prompt, which, mode).await
             }
             Command::Sessions { flags, command } => sessions(flags, command).await,
             Command::Skills {
@@ -400,7 +405,12 @@ enum Which {
     Id(String),
 }
 
-async fn run(flags: ConfigFlags, prompt: String, which: Which) -> ExitCode {
+async fn run(
+    flags: ConfigFlags,
+    prompt: String,
+    which: Which,
+    mode: Option<passepartout::modes::Mode>,
+) -> ExitCode {
     init_logging("warn");
     let config = match load_discovered_config(&flags).await {
         Ok(c) => c,
@@ -439,6 +449,9 @@ async fn run(flags: ConfigFlags, prompt: String, which: Which) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(mode) = mode {
+        session.set_mode(mode);
+    }
     if let Err(e) = env.mcp.start_session(&session.id, &session.cwd, &[]).await {
         eprintln!("passepartout: {e}");
     }
@@ -503,7 +516,7 @@ fn open_session(
 ) -> Result<Session, String> {
     let Some(store) = &env.sessions else {
         return match which {
-            Which::New => Ok(Session::new("run", cwd)),
+            Which::New => Ok(Session::new("run", cwd).with_mode(env.config.default_mode)),
             _ => Err("sessions are not stored ([sessions] persist = false)".into()),
         };
     };
@@ -511,7 +524,9 @@ fn open_session(
         Which::New => {
             let id = passepartout::sessions::new_id(1);
             let journal = store.create(&id, &cwd).map_err(|e| e.to_string())?;
-            return Ok(Session::new(id, cwd).with_journal(journal));
+            return Ok(Session::new(id, cwd)
+                .with_mode(env.config.default_mode)
+                .with_journal(journal));
         }
         Which::Latest => match store.latest(&cwd) {
             Some(s) => s.id,
@@ -527,12 +542,18 @@ fn open_session(
     let loaded = store.load(&id).map_err(|e| e.to_string())?;
     let journal = store.reopen(&id).map_err(|e| e.to_string())?;
     let dir = loaded.cwd.clone();
-    Ok(Session::restored(loaded, dir, Some(journal)))
+    let recorded = loaded.mode;
+    let session = Session::restored(loaded, dir, Some(journal));
+    // Never switched: the configured default, as for a new session.
+    Ok(match recorded {
+        Some(_) => session,
+        None => session.with_mode(env.config.default_mode),
+    })
 }
 
 async fn sessions(flags: ConfigFlags, command: SessionsCommand) -> ExitCode {
     if let SessionsCommand::Resume { id, prompt } = command {
-        return run(flags, prompt, Which::Id(id)).await;
+        return run(flags, prompt, Which::Id(id), None).await;
     }
     let config = match load_config(&flags) {
         Ok(c) => c,

@@ -15,6 +15,7 @@ pub const SESSION_PROMPT: &str = "session/prompt";
 pub const SESSION_CANCEL: &str = "session/cancel";
 pub const SESSION_LOAD: &str = "session/load";
 pub const SESSION_LIST: &str = "session/list";
+pub const SESSION_SET_MODE: &str = "session/set_mode";
 /// ACP notifications and requests (daemon → client).
 pub const SESSION_UPDATE: &str = "session/update";
 pub const SESSION_REQUEST_PERMISSION: &str = "session/request_permission";

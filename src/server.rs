@@ -43,6 +43,25 @@ pub struct Daemon {
     next_session: AtomicU64,
     /// The arrival order of prompts, per session.
     orders: Mutex<HashMap<String, Arc<PromptOrder>>>,
+    /// The slash commands last announced to each session.
+    commands_sent: Mutex<HashMap<String, Vec<acp::AvailableCommand>>>,
+}
+
+/// How long the first `available_commands_update` waits after
+/// `session/new`: a client learns the session id from the response, so
+/// the update should come after it (the writer sends in queue order, and
+/// the response is queued when the handler returns).
+const COMMANDS_AFTER_NEW: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// A skill command as ACP announces it.
+fn wire_command(c: &crate::skills::Command) -> acp::AvailableCommand {
+    let mut wire = acp::AvailableCommand::new(c.name.clone(), c.description.clone());
+    if let Some(hint) = &c.input_hint {
+        wire = wire.input(acp::AvailableCommandInput::Unstructured(
+            acp::UnstructuredCommandInput::new(hint.clone()),
+        ));
+    }
+    wire
 }
 
 /// Prompts a session may have waiting behind its running turn.
@@ -136,6 +155,7 @@ impl Daemon {
             remembered: Mutex::default(),
             next_session: AtomicU64::new(1),
             orders: Mutex::default(),
+            commands_sent: Mutex::default(),
         })
     }
 
@@ -170,6 +190,32 @@ impl Daemon {
             cancel,
             session,
         })
+    }
+
+    /// The `available_commands_update` for `session` when its commands
+    /// differ from the last ones announced (always, with `force`).
+    fn commands_update(&self, session: &Session, force: bool) -> Option<acp::SessionUpdate> {
+        let commands: Vec<acp::AvailableCommand> = (self.env.toolsets.commands(&session.cwd))
+            .iter()
+            .map(wire_command)
+            .collect();
+        let mut sent = lock(&self.commands_sent);
+        if !force && sent.get(&session.id) == Some(&commands) {
+            return None;
+        }
+        sent.insert(session.id.clone(), commands.clone());
+        Some(acp::SessionUpdate::AvailableCommandsUpdate(
+            acp::AvailableCommandsUpdate::new(commands),
+        ))
+    }
+
+    /// Announce `session`'s slash commands now, when they changed.
+    fn announce_commands(&self, session: &Session, force: bool) {
+        if let Some(update) = self.commands_update(session, force) {
+            let sink = RpcSink::new(self.out.clone(), session.id.clone());
+            sink.update(update);
+            sink.flush();
+        }
     }
 
     pub fn session(&self, id: &str) -> Result<Arc<Session>, ErrorObjectOwned> {
@@ -280,15 +326,26 @@ impl Daemon {
             .start_session(&id, &cwd, &req.mcp_servers)
             .await
             .map_err(|e| rpc_error(codes::INVALID_PARAMS, e.to_string()))?;
-        let mut session = Session::new(id.clone(), cwd.clone());
+        let mode = self.env.config.default_mode;
+        let mut session = Session::new(id.clone(), cwd.clone()).with_mode(mode);
         if let Some(store) = &self.env.sessions {
             match store.create(&id, &cwd) {
                 Ok(journal) => session = session.with_journal(journal),
                 Err(e) => tracing::error!(session = %id, "session will not be saved: {e}"),
             }
         }
-        lock(&self.sessions).insert(id.clone(), Arc::new(session));
-        let mut response = acp::NewSessionResponse::new(acp::SessionId::new(id));
+        let session = Arc::new(session);
+        lock(&self.sessions).insert(id.clone(), session.clone());
+        if let Some(update) = self.commands_update(&session, true) {
+            let sink = RpcSink::new(self.out.clone(), id.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(COMMANDS_AFTER_NEW).await;
+                sink.update(update);
+                sink.flush();
+            });
+        }
+        let mut response =
+            acp::NewSessionResponse::new(acp::SessionId::new(id)).modes(mode.state());
         if !mcp.is_empty() {
             let mut meta = serde_json::Map::new();
             meta.insert(
@@ -334,15 +391,26 @@ impl Daemon {
             .await
             .map_err(|e| rpc_error(codes::INVALID_PARAMS, e.to_string()))?;
         let replay = loaded.replay.clone();
+        let session_mode_recorded = loaded.mode;
         let live = lock(&self.sessions).get(&id).cloned();
-        if live.is_none() {
-            let journal = store
-                .reopen(&id)
-                .map_err(|e| rpc_error(codes::INTERNAL_ERROR, e.to_string()))?;
-            let session = Session::restored(loaded, cwd, Some(journal));
-            lock(&self.sessions).insert(id.clone(), Arc::new(session));
-        }
-        let sink = RpcSink::new(self.out.clone(), id);
+        let mode = match live {
+            Some(session) => session.mode(),
+            None => {
+                let journal = store
+                    .reopen(&id)
+                    .map_err(|e| rpc_error(codes::INTERNAL_ERROR, e.to_string()))?;
+                let session = Session::restored(loaded, cwd, Some(journal));
+                // Never switched: the configured default, as for a new one.
+                let session = match session_mode_recorded {
+                    Some(_) => session,
+                    None => session.with_mode(self.env.config.default_mode),
+                };
+                let mode = session.mode();
+                lock(&self.sessions).insert(id.clone(), Arc::new(session));
+                mode
+            }
+        };
+        let sink = RpcSink::new(self.out.clone(), id.clone());
         for item in replay {
             match item {
                 crate::sessions::Replay::User(t) => sink.update(
@@ -365,7 +433,12 @@ impl Daemon {
         // The replay comes before the response (clients rely on it):
         // nothing may stay behind in the coalescing buffer.
         sink.flush();
-        let mut response = acp::LoadSessionResponse::new();
+        let live = lock(&self.sessions).get(&id).cloned();
+        if let Some(session) = live {
+            // The client knows this id already: no need to wait.
+            self.announce_commands(&session, true);
+        }
+        let mut response = acp::LoadSessionResponse::new().modes(mode.state());
         if !mcp.is_empty() {
             let mut meta = serde_json::Map::new();
             meta.insert(
@@ -375,6 +448,28 @@ impl Daemon {
             response = response.meta(meta);
         }
         Ok(response)
+    }
+
+    /// ACP `session/set_mode`: switch, record it, tell the client. The next
+    /// action is judged in the new mode (a running turn included).
+    fn set_mode(
+        &self,
+        req: acp::SetSessionModeRequest,
+    ) -> Result<acp::SetSessionModeResponse, ErrorObjectOwned> {
+        let session = self.session(&req.session_id.0)?;
+        let mode: crate::modes::Mode = req
+            .mode_id
+            .0
+            .parse()
+            .map_err(|e: crate::modes::UnknownMode| invalid_params(e.to_string()))?;
+        session.set_mode(mode);
+        tracing::info!(session = %session.id, mode = %mode, "session/set_mode");
+        let sink = RpcSink::new(self.out.clone(), session.id.clone());
+        sink.update(acp::SessionUpdate::CurrentModeUpdate(
+            acp::CurrentModeUpdate::new(mode.id()),
+        ));
+        sink.flush();
+        Ok(acp::SetSessionModeResponse::new())
     }
 
     /// ACP `session/list`: stored sessions, most recently active first.
@@ -448,6 +543,8 @@ impl Daemon {
         if text.trim().is_empty() {
             return Err(invalid_params("the prompt has no text"));
         }
+        // Skill files edited since: the client's `/` completion follows.
+        self.announce_commands(&session, false);
         if ticket.order.waiting() > MAX_QUEUED_PROMPTS {
             return Err(rpc_error(
                 codes::REFUSED,
@@ -737,6 +834,10 @@ impl Daemon {
     fn skills_reload(&self, cwd: Option<PathBuf>) -> Value {
         let cwd = cwd.or_else(|| lock(&self.sessions).values().next().map(|s| s.cwd.clone()));
         let (names, diagnostics) = self.env.toolsets.reload(cwd.as_deref());
+        let live: Vec<Arc<Session>> = lock(&self.sessions).values().cloned().collect();
+        for session in live {
+            self.announce_commands(&session, false);
+        }
         serde_json::json!({ "skills": names, "diagnostics": wire_diagnostics(&diagnostics) })
     }
 
@@ -1141,6 +1242,11 @@ pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
         module
             .register_async_method(proto::SESSION_LOAD, |p, d, _| async move {
                 d.load_session(parse(&p)?).await
+            })
+            .map(|_| ()),
+        module
+            .register_method(proto::SESSION_SET_MODE, |p, d, _| {
+                d.set_mode(parse(&p)?)
             })
             .map(|_| ()),
         module

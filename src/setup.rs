@@ -61,6 +61,8 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
             .with_provider(discovery.provider(), crate::llm::RetryPolicy::default()),
         _ => crate::llm::config::build_cascade(&config.providers)?,
     };
+    // The daemon's own directories, protected by every layer.
+    crate::control_surface::set_host_paths(crate::control_surface::host_paths_of(&config));
     let mut actuators = ActuatorRegistry::new();
     let client_fs = crate::actuators::client_fs::ClientFsLink::default();
     actuators.register(Arc::new(FilesActuator::new(client_fs.clone())));

@@ -176,6 +176,10 @@ impl ToolsetSource for SkillToolsets {
         self.reload_all(cwd)
     }
 
+    fn commands(&self, cwd: &Path) -> Vec<crate::skills::Command> {
+        self.skills(cwd).commands()
+    }
+
     fn list(&self, cwd: &Path) -> (Vec<SkillSummary>, Vec<Diagnostic>) {
         let set = self.skills(cwd);
         let mut diagnostics = lock(&self.policy_diagnostics).clone();

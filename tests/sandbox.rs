@@ -57,6 +57,7 @@ fn ctx(cwd: &Path) -> ActContext {
         cancel: CancellationToken::new(),
         say: None,
         approved_by: None,
+        read_only: false,
         limits: Default::default(),
     }
 }
@@ -420,6 +421,7 @@ async fn ten_megabytes_of_output_keep_memory_flat() {
         Some(bwrap) => {
             let spec = SandboxSpec {
                 cwd: dir.path().to_path_buf(),
+                read_only: false,
                 network: false,
                 extra_ro: vec![],
                 extra_rw: vec![],
@@ -819,6 +821,7 @@ fn control_surface_and_tmp_size_whole_vector() {
     use passepartout::sandbox::surface::SurfaceMounts;
     let spec = SandboxSpec {
         cwd: PathBuf::from("/home/ada/project"),
+        read_only: false,
         network: false,
         extra_ro: vec![PathBuf::from("/home/ada/notes")],
         extra_rw: vec![PathBuf::from("/home/ada/memex")],
@@ -837,6 +840,7 @@ fn control_surface_and_tmp_size_whole_vector() {
             ],
         },
         tmp_size: Some(8 * 1024 * 1024),
+        hidden: vec![],
     };
     let args = bwrap_args_with(&spec, &SystemLayout::merged_usr(), &boundary).unwrap();
     let want: Vec<String> = [

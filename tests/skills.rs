@@ -57,7 +57,7 @@ fn valid_corpus_files_load_with_exactly_the_expected_diagnostics() {
 #[test]
 fn broken_corpus_files_do_not_load_and_say_exactly_why() {
     let files = corpus("broken");
-    assert_eq!(files.len(), 9);
+    assert_eq!(files.len(), 10);
     for path in files {
         assert!(check_expected(&path).is_none(), "{} loaded", path.display());
     }
@@ -613,6 +613,7 @@ fn a_directory_with_broken_and_good_files_loads_the_good_ones() {
     assert_eq!(
         broken_files.into_iter().collect::<Vec<_>>(),
         vec![
+            "bad-command.org",
             "bad-metadata.org",
             "bad-param-table.org",
             "bad-property.org",

@@ -73,6 +73,10 @@ impl Actuator for FilesActuator {
                 })
             }
         };
+        if ctx.read_only && matches!(job, Job::Write(_)) {
+            // The mode gate denied it already; this is the second lock.
+            return Ok(ActOutput::error(crate::modes::READ_ONLY_REASON));
+        }
         // Through the editor when it offers its fs: same checks first.
         let note = match through_client(&self.client, path, &job, ctx).await? {
             Delegated::Done(out) => return Ok(out),
@@ -257,6 +261,13 @@ fn perform(cwd: &Path, requested: &Path, job: Job, approved_by: Option<&str>) ->
         Job::Search(pattern) => search(&root, &rel, &pattern),
         Job::ResolveRead => resolve_read(&root, &rel, &shown),
         Job::Write(_) | Job::ResolveWrite => {
+            if let Some(host) = crate::control_surface::host_entry(&full) {
+                return ActOutput::error(format!(
+                    "refused: `{shown}` is one of the agent's own files ({}); the agent never \
+                     writes them, even with approval. The person can edit it themselves.",
+                    host.why
+                ));
+            }
             if let Some(entry) = control_entry(&rel) {
                 if approved_by.is_none() {
                     return ActOutput::error(format!(

@@ -485,6 +485,7 @@ mod tests {
             cancel: CancellationToken::new(),
             say: None,
             approved_by: None,
+            read_only: false,
             limits: Default::default(),
         };
         let action = |effect| Action {

@@ -35,6 +35,10 @@ pub struct ActContext {
     /// a permission request). The files actuator writes control-surface
     /// paths only then.
     pub approved_by: Option<String>,
+    /// The session is in read-only mode: the shell binds the working
+    /// directory read-only (and will not run unsandboxed), the files
+    /// actuator writes nothing.
+    pub read_only: bool,
     /// The resource limits the calling tool sets for itself (`:LIMITS:`).
     pub limits: LimitOverrides,
 }
@@ -46,6 +50,7 @@ impl std::fmt::Debug for ActContext {
             .field("cwd", &self.cwd)
             .field("can_say", &self.say.is_some())
             .field("approved_by", &self.approved_by)
+            .field("read_only", &self.read_only)
             .field("limits", &self.limits)
             .finish()
     }

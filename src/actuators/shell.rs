@@ -129,9 +129,28 @@ impl ShellActuator {
         // The control surface as it is now: what exists is mounted
         // read-only, what does not is swept after the run.
         let surface = SurfaceSnapshot::take(&ctx.cwd);
+        let mut hidden = Vec::new();
+        // The daemon's own directories inside a writable bind (a session
+        // in `$HOME`): hidden. One that does not exist yet is created
+        // first (empty, private): the mount needs it, and otherwise the
+        // run could create it.
+        let mut writable = vec![spec.cwd.clone()];
+        writable.extend(spec.extra_rw.iter().cloned());
+        for host in crate::control_surface::host_paths_within(&writable) {
+            if let Err(e) = crate::config::create_private_dir(&host.path) {
+                return Ok(ActOutput::error(format!(
+                    "refused to run: {} ({}) lies inside the working directory and could not \
+                     be protected: {e}",
+                    host.path.display(),
+                    host.why
+                )));
+            }
+            hidden.push(host.path);
+        }
         let boundary = Boundary {
             surface: surface.mounts().clone(),
             tmp_size: resources.tmp_size,
+            hidden,
         };
         let args = match bwrap_args_with(&spec, &self.layout, &boundary) {
             Ok(args) => args,
@@ -240,6 +259,7 @@ impl Actuator for ShellActuator {
         }
         let spec = SandboxSpec {
             cwd: ctx.cwd.clone(),
+            read_only: ctx.read_only,
             network: *network,
             extra_ro: self.extra_ro.clone(),
             extra_rw: self.extra_rw.clone(),
@@ -250,6 +270,12 @@ impl Actuator for ShellActuator {
         };
         let resources = self.resources.with(&ctx.limits);
         match (self.mode, &self.status) {
+            // Read-only mode is kept by the sandbox's read-only bind;
+            // without one nothing would keep it.
+            (SandboxMode::Unsandboxed, _) if ctx.read_only => Ok(ActOutput::error(
+                "refused to run: the session is in read-only mode and commands run without a                  sandbox (sandbox = \"none\"), so nothing would keep the project unchanged; \
+                 the person can switch modes",
+            )),
             (SandboxMode::Unsandboxed, _) => {
                 self.run_unsandboxed(spec, &limits, &resources, ctx).await
             }

@@ -83,7 +83,7 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
         .record(AuditRecord::proposed(&a.session.id, &id, &action));
 
     let gate_ctx = a.env.gate_context(&a.session.cwd);
-    let judgement = a.toolset.gates.evaluate(&action, &gate_ctx);
+    let judgement = judge(a, &action, &gate_ctx);
     a.env
         .record(AuditRecord::verdict(&a.session.id, &id, &judgement));
     tracing::info!(session = %a.session.id, tool = %call.name, decision = %judgement.decision, "gated");
@@ -130,7 +130,7 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
                     if edited {
                         // An edited action is judged again; the person's
                         // approval covers "ask" but never overrides "deny".
-                        let again = a.toolset.gates.evaluate(&approved, &gate_ctx);
+                        let again = judge(a, &approved, &gate_ctx);
                         if again.decision == Decision::Deny {
                             return settled(
                                 a,
@@ -154,7 +154,7 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
                 .to_string();
         refuse(a, &id, text, ActStatus::Denied)
     } else {
-        let last = a.toolset.gates.evaluate(&approved, &gate_ctx);
+        let last = judge(a, &approved, &gate_ctx);
         if last.decision == Decision::Deny {
             refuse(
                 a,
@@ -179,6 +179,7 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
                 sink_handle: Some(a.sink_handle.clone()),
                 cancel: a.cancel.clone(),
                 approved_by,
+                read_only: a.session.mode().read_only(),
                 limits: (a.toolset.tools.get(&approved.tool))
                     .map_or_else(Default::default, |t| t.planner.limits()),
                 live: Some(Live { act: a, asked }),
@@ -196,6 +197,22 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
         settled(a, &id, outcome)
     } else {
         outcome
+    }
+}
+
+/// The gates' judgement with the session mode's verdict beside it: the
+/// strictest wins, so a mode only tightens. The mode is read now, so a
+/// switch takes effect at the next action (and at the last mile).
+fn judge(a: &ActEnv<'_>, action: &Action, gate_ctx: &crate::gates::GateContext) -> Judgement {
+    let judgement = a.toolset.gates.evaluate(action, gate_ctx);
+    let kind = (a.toolset.tools.get(&action.tool)).map_or(acp::ToolKind::Other, |t| t.kind);
+    match a.session.mode().verdict(action, kind) {
+        Some(verdict) => {
+            let mut trace = judgement.trace;
+            trace.push(verdict);
+            Judgement::from_trace(trace)
+        }
+        None => judgement,
     }
 }
 
@@ -254,6 +271,8 @@ pub(crate) struct ExecContext<'a> {
     pub cancel: CancellationToken,
     /// Who approved this exact action, when a person did.
     pub approved_by: Option<String>,
+    /// The session is in read-only mode (see [`crate::modes`]).
+    pub read_only: bool,
     /// The resource limits the calling tool sets for itself (`:LIMITS:`).
     pub limits: crate::sandbox::LimitOverrides,
     /// The live turn, when there is one: the effect stage can then ask a
@@ -314,6 +333,7 @@ pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_
         cancel: x.cancel.clone(),
         say,
         approved_by: x.approved_by.clone(),
+        read_only: x.read_only,
         limits: x.limits,
     };
     let result = actuator.execute(action, &ctx).await;
@@ -525,6 +545,7 @@ async fn effect_stage(
         cancel: a.cancel.clone(),
         say: None,
         approved_by: Some(approved_by),
+        read_only: a.session.mode().read_only(),
         limits: Default::default(),
     };
     let out = match a.env.actuators.resolve(Some(&approved.target), None) {

@@ -141,6 +141,12 @@ pub trait ToolsetSource: Send + Sync {
         (Vec::new(), Vec::new())
     }
 
+    /// The slash commands skills declare for `cwd`. Sources without
+    /// skills have none.
+    fn commands(&self, _cwd: &Path) -> Vec<crate::skills::Command> {
+        Vec::new()
+    }
+
     /// What is loaded for `cwd`, for `skills list`.
     fn list(
         &self,

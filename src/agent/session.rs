@@ -39,6 +39,9 @@ pub struct Session {
     stop_detail: Mutex<Option<String>>,
     /// Skills active in an earlier turn (they stay active).
     active_skills: Mutex<std::collections::BTreeSet<String>>,
+    /// The session mode, read afresh by every action (a switch takes
+    /// effect at the next one).
+    mode: Mutex<crate::modes::Mode>,
 }
 
 impl Session {
@@ -56,7 +59,25 @@ impl Session {
             journal: None,
             stop_detail: Mutex::new(None),
             active_skills: Mutex::default(),
+            mode: Mutex::default(),
         }
+    }
+
+    /// Start in `mode` (the configured default, or the one restored).
+    pub fn with_mode(self, mode: crate::modes::Mode) -> Self {
+        *lock(&self.mode) = mode;
+        self
+    }
+
+    pub fn mode(&self) -> crate::modes::Mode {
+        *lock(&self.mode)
+    }
+
+    /// Switch modes and record the switch in the journal, so that
+    /// `session/load` restores it.
+    pub fn set_mode(&self, mode: crate::modes::Mode) {
+        *lock(&self.mode) = mode;
+        self.record(Event::Mode { mode });
     }
 
     /// Record this session's events in `journal`.
@@ -72,6 +93,9 @@ impl Session {
         s.usage = Mutex::new(loaded.usage);
         s.spent = Mutex::new(Spent::from_usage(&loaded.usage, loaded.cost));
         s.journal = journal;
+        if let Some(mode) = loaded.mode {
+            s = s.with_mode(mode);
+        }
         s
     }
 

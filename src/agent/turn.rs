@@ -36,6 +36,28 @@ pub const COMPACTED_NOTIFICATION: &str = "_passepartout/session/compacted";
 /// stop reason is `max_tokens`).
 pub const BUDGET_STOP: &str = "budget";
 
+/// `prompt` with a leading `/name args` expanded into the command's
+/// template, and the skill that declares it; unchanged when no loaded
+/// skill declares `name`.
+pub fn expand_command(
+    env: &AgentEnv,
+    cwd: &std::path::Path,
+    prompt: String,
+) -> (String, Option<String>) {
+    let Some((name, args)) = crate::skills::slash_command(&prompt) else {
+        return (prompt, None);
+    };
+    match env
+        .toolsets
+        .commands(cwd)
+        .into_iter()
+        .find(|c| c.name == name)
+    {
+        Some(command) => (command.expand(args), Some(command.skill)),
+        None => (prompt, None),
+    }
+}
+
 /// Run one turn for `prompt` in `session`.
 pub async fn run_turn(
     env: &AgentEnv,
@@ -53,7 +75,14 @@ pub async fn run_turn(
     let sink: &dyn TurnSink = sink_handle.as_ref();
     let mut history = session.history.lock().await;
     session.set_stop_detail(None);
-    let activation = session.activation_text(&history, &prompt);
+    // `/name args`: a skill's command becomes its prompt and activates the
+    // skill; an unknown name goes to the model unchanged.
+    let (prompt, command_skill) = expand_command(env, &session.cwd, prompt);
+    let mut activation = session.activation_text(&history, &prompt);
+    if let Some(skill) = command_skill {
+        activation.push_str(" @");
+        activation.push_str(&skill);
+    }
     let mut toolset = env.toolsets.toolset(&session.cwd, &activation);
     env.mcp.register_tools(&session.id, &mut toolset.tools);
     session.remember_active(&toolset);
@@ -240,7 +269,13 @@ async fn finish_journal(
             let spent = session.spent();
             tracing::info!(session = %session.id, size, cap = journal.cap_bytes(), "session journal past its cap: rewriting it as a snapshot");
             if let Err(e) = journal
-                .snapshot(&session.cwd, history, session.usage(), spent.cost)
+                .snapshot(
+                    &session.cwd,
+                    history,
+                    session.usage(),
+                    spent.cost,
+                    Some(session.mode()),
+                )
                 .await
             {
                 tracing::error!(session = %session.id, "session snapshot failed: {e}");

@@ -328,6 +328,9 @@ pub fn write_decision(path: &Path, ctx: &GateContext) -> Option<(Decision, Strin
             }
         }
     }
+    if let Some(host) = crate::control_surface::host_entry(path) {
+        return Some((Decision::Ask, format!("writes to {shown}, {}", host.why)));
+    }
     if in_project(path, ctx) {
         // The project's own hooks, git config, .envrc...: a person may
         // approve the change (a flight plan), so ask rather than deny.

@@ -31,7 +31,9 @@
 //!   [`super::surface`]: existing control paths read-only, the directories
 //!   above them bound onto themselves so they cannot be renamed away), then
 //!   extra read-only binds (last, so a read-only carve-out inside a writable
-//!   tree wins). `/tmp` may be given a size (`--size`, bwrap ≥ 0.5).
+//!   tree wins). `/tmp` may be given a size (`--size`, bwrap ≥ 0.5). The
+//!   daemon's own directories, when they lie inside a writable bind, are
+//!   hidden behind an empty read-only tmpfs.
 //! - `--clearenv`, then a minimal fixed environment, then the action's
 //!   variables.
 //! - `--` and the interpreter, with the script as ONE argument and the
@@ -77,6 +79,11 @@ const RESERVED_ENV_PREFIXES: &[&str] = &["LD_", "PYTHON", "BASH_FUNC_"];
 pub struct SandboxSpec {
     /// Working directory, bound read-write at the same path. Absolute.
     pub cwd: PathBuf,
+    /// Bind the working directory read-only instead (the `read-only`
+    /// session mode): the extra read-write binds become read-only too and
+    /// no directory is pinned writable, so nothing the run can reach on the
+    /// host changes. The kernel enforces it (`EROFS`).
+    pub read_only: bool,
     /// Whether the network namespace is shared with the host.
     pub network: bool,
     /// Further paths visible read-only at the same path.
@@ -238,6 +245,11 @@ pub struct Boundary {
     /// Size of the `/tmp` tmpfs in bytes (`None`: the kernel's default, half
     /// of the memory).
     pub tmp_size: Option<u64>,
+    /// Directories inside a writable bind to hide behind an empty,
+    /// read-only tmpfs: the daemon's own files (config, skills, state,
+    /// memex) when a session runs in `$HOME`; see
+    /// [`crate::control_surface::host_paths_within`]. They must exist.
+    pub hidden: Vec<PathBuf>,
 }
 
 /// The bwrap arguments (without the `bwrap` program itself) that run
@@ -281,6 +293,11 @@ pub fn bwrap_args_with(
         .map(|p| bind_path(p))
         .collect::<Result<Vec<_>, _>>()?;
     let tmp_size = boundary.tmp_size.map(|n| n.to_string());
+    let hidden = boundary
+        .hidden
+        .iter()
+        .map(|p| bind_path(p))
+        .collect::<Result<Vec<_>, _>>()?;
 
     let mut a: Vec<String> = Vec::new();
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
@@ -318,17 +335,32 @@ pub fn bwrap_args_with(
     }
     push(&["--tmpfs", "/tmp"]);
     push(&["--dir", SANDBOX_HOME]);
-    push(&["--bind", &cwd, &cwd]);
+    // Read-only mode: everything writable becomes read-only, and pins
+    // (writable binds of directories inside the project) are left out —
+    // a read-only tree cannot be renamed anyway.
+    let writable = if spec.read_only {
+        "--ro-bind"
+    } else {
+        "--bind"
+    };
+    push(&[writable, &cwd, &cwd]);
     for p in &extra_rw {
-        push(&["--bind", p, p]);
+        push(&[writable, p, p]);
     }
     // After every writable bind, so nothing re-exposes them: pinned parents
     // (a mount point cannot be renamed away), then the control paths.
-    for p in &pins {
-        push(&["--bind", p, p]);
+    if !spec.read_only {
+        for p in &pins {
+            push(&["--bind", p, p]);
+        }
     }
     for p in &surface_ro {
         push(&["--ro-bind", p, p]);
+    }
+    // The daemon's own directories: not even readable (past tool output,
+    // keys in config.toml), and nothing can be created there.
+    for p in &hidden {
+        push(&["--tmpfs", p, "--remount-ro", p]);
     }
     for p in &extra_ro {
         push(&["--ro-bind", p, p]);
@@ -453,6 +485,7 @@ mod tests {
     fn spec(interpreter: &str, script: &str) -> SandboxSpec {
         SandboxSpec {
             cwd: PathBuf::from("/home/ada/project"),
+            read_only: false,
             network: false,
             extra_ro: vec![],
             extra_rw: vec![],
@@ -537,6 +570,52 @@ mod tests {
             ],
             BASE_ENV,
             &["--", "bash", "-c", "ls -la", "bash"],
+        ]);
+        assert_eq!(args, want);
+    }
+
+    #[test]
+    fn read_only_mode_binds_everything_writable_read_only_whole_vector() {
+        let mut s = spec("bash", "echo x > f");
+        s.read_only = true;
+        s.extra_rw = vec![PathBuf::from("/home/ada/memex")];
+        s.extra_ro = vec![PathBuf::from("/opt/docs")];
+        let boundary = Boundary {
+            surface: SurfaceMounts {
+                pins: vec![PathBuf::from("/home/ada/project/.git")],
+                read_only: vec![PathBuf::from("/home/ada/project/.git/config")],
+            },
+            tmp_size: None,
+            hidden: vec![PathBuf::from("/home/ada/project/.local/state/passepartout")],
+        };
+        let args = bwrap_args_with(&s, &SystemLayout::merged_usr(), &boundary).unwrap();
+        let want = expected(&[
+            &["--die-with-parent", "--new-session", "--unshare-all"],
+            SYSTEM,
+            FS,
+            &[
+                "--ro-bind",
+                "/home/ada/project",
+                "/home/ada/project",
+                "--ro-bind",
+                "/home/ada/memex",
+                "/home/ada/memex",
+                // No writable pin of `.git`; the control path stays read-only.
+                "--ro-bind",
+                "/home/ada/project/.git/config",
+                "/home/ada/project/.git/config",
+                "--tmpfs",
+                "/home/ada/project/.local/state/passepartout",
+                "--remount-ro",
+                "/home/ada/project/.local/state/passepartout",
+                "--ro-bind",
+                "/opt/docs",
+                "/opt/docs",
+                "--chdir",
+                "/home/ada/project",
+            ],
+            BASE_ENV,
+            &["--", "bash", "-c", "echo x > f", "bash"],
         ]);
         assert_eq!(args, want);
     }

@@ -123,6 +123,7 @@ pub fn probe_with(bwrap: &Path) -> SandboxStatus {
 fn trial_args() -> Result<Vec<String>, String> {
     let spec = SandboxSpec {
         cwd: std::env::temp_dir(),
+        read_only: false,
         network: false,
         extra_ro: vec![],
         extra_rw: vec![],

@@ -95,6 +95,8 @@ pub enum Event {
     },
     /// A turn ended.
     TurnEnd { stop_reason: String },
+    /// The session switched modes (`session/set_mode`).
+    Mode { mode: crate::modes::Mode },
     /// The journal was rewritten (past its size cap): the whole state.
     Snapshot {
         id: String,
@@ -102,6 +104,9 @@ pub enum Event {
         history: Vec<ChatMessage>,
         usage: Usage,
         cost: f64,
+        /// The mode at the time of the snapshot (absent before modes).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mode: Option<crate::modes::Mode>,
     },
 }
 
@@ -136,6 +141,8 @@ pub struct Loaded {
     pub usage: Usage,
     pub cost: f64,
     pub turns: u64,
+    /// The last mode recorded (`None`: never switched; the default applies).
+    pub mode: Option<crate::modes::Mode>,
     /// Lines skipped (torn or unreadable), for the log.
     pub warnings: Vec<String>,
 }
@@ -384,6 +391,7 @@ impl Journal {
         history: &[ChatMessage],
         usage: Usage,
         cost: f64,
+        mode: Option<crate::modes::Mode>,
     ) -> Result<u64, StoreError> {
         let record = Record {
             at: crate::audit::rfc3339(SystemTime::now()),
@@ -393,6 +401,7 @@ impl Journal {
                 history: history.to_vec(),
                 usage,
                 cost,
+                mode,
             },
         };
         let mut text = serde_json::to_string(&record).map_err(|e| StoreError::Corrupt {
@@ -548,8 +557,10 @@ pub fn read_session(path: &Path) -> Result<Loaded, StoreError> {
                 history,
                 usage,
                 cost,
+                mode,
             } => {
                 loaded.id = id;
+                loaded.mode = mode.or(loaded.mode);
                 loaded.cwd = cwd;
                 if loaded.created_at.is_empty() {
                     loaded.created_at = record.at;
@@ -588,6 +599,7 @@ pub fn read_session(path: &Path) -> Result<Loaded, StoreError> {
                 loaded.history = history;
             }
             Event::TurnEnd { .. } => loaded.turns += 1,
+            Event::Mode { mode } => loaded.mode = Some(mode),
         }
     }
     if !seen_header {
@@ -689,6 +701,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_last_mode_recorded_is_restored_and_a_snapshot_keeps_it() {
+        use crate::modes::Mode;
+        let tmp = tempfile::tempdir().unwrap();
+        let store = store(tmp.path());
+        let j = store.create("sm", Path::new("/p")).unwrap();
+        j.sync().await.unwrap();
+        assert_eq!(store.load("sm").unwrap().mode, None);
+        j.append(Event::Mode { mode: Mode::Ask });
+        j.append(Event::Mode {
+            mode: Mode::ReadOnly,
+        });
+        j.sync().await.unwrap();
+        assert_eq!(store.load("sm").unwrap().mode, Some(Mode::ReadOnly));
+        let line = std::fs::read_to_string(j.path()).unwrap();
+        assert!(
+            line.contains(r#""kind":"mode","mode":"read-only""#),
+            "{line}"
+        );
+        j.snapshot(Path::new("/p"), &[], Usage::default(), 0.0, Some(Mode::Ask))
+            .await
+            .unwrap();
+        assert_eq!(store.load("sm").unwrap().mode, Some(Mode::Ask));
+    }
+
+    #[tokio::test]
     async fn a_torn_last_line_is_skipped_with_a_warning() {
         let tmp = tempfile::tempdir().unwrap();
         let store = store(tmp.path());
@@ -716,7 +753,7 @@ mod tests {
         let before = j.sync().await.unwrap();
         let history = vec![ChatMessage::user("q4")];
         let after = j
-            .snapshot(Path::new("/p"), &history, Usage::default(), 0.5)
+            .snapshot(Path::new("/p"), &history, Usage::default(), 0.5, None)
             .await
             .unwrap();
         assert!(after < before);

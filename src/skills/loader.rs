@@ -576,6 +576,18 @@ impl SkillSet {
     }
 
     /// The names of the skills in effect (trusted ones only), deduplicated.
+    /// Every slash command, highest-ranked skill first; a name declared
+    /// twice goes to the higher-ranked skill (as tool names do).
+    pub fn commands(&self) -> Vec<super::Command> {
+        let mut seen = BTreeSet::new();
+        self.ranked()
+            .into_iter()
+            .flat_map(|s| s.commands.iter())
+            .filter(|c| seen.insert(c.name.clone()))
+            .cloned()
+            .collect()
+    }
+
     pub fn names(&self) -> Vec<String> {
         let mut seen = BTreeSet::new();
         self.ranked()

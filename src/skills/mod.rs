@@ -98,8 +98,60 @@ pub struct Skill {
     pub prompt: String,
     pub tools: Vec<Tool>,
     pub rules: Vec<Rule>,
+    /// Slash commands (`:command:` headings).
+    pub commands: Vec<Command>,
     pub path: PathBuf,
     pub origin: Origin,
+}
+
+/// The placeholder a command template replaces with what the person typed
+/// after `/name`.
+pub const ARGUMENTS: &str = "$ARGUMENTS";
+
+/// A slash command a skill declares: `/name args` in a prompt becomes the
+/// template with [`ARGUMENTS`] replaced, and activates the skill.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Command {
+    /// The name typed after `/`.
+    pub name: String,
+    /// One line for clients' completion lists (`:DESCRIPTION:`).
+    pub description: String,
+    /// A hint shown while the arguments are missing (`:INPUT:`).
+    pub input_hint: Option<String>,
+    /// The prompt the command stands for.
+    pub template: String,
+    /// The skill that declares it.
+    pub skill: String,
+}
+
+impl Command {
+    /// The prompt for `/name arguments`: the template with the arguments in
+    /// place of every [`ARGUMENTS`], or after it (blank line between) when
+    /// the template has no placeholder and arguments were given.
+    pub fn expand(&self, arguments: &str) -> String {
+        let arguments = arguments.trim();
+        if self.template.contains(ARGUMENTS) {
+            self.template.replace(ARGUMENTS, arguments)
+        } else if arguments.is_empty() {
+            self.template.clone()
+        } else {
+            format!("{}\n\n{arguments}", self.template)
+        }
+    }
+}
+
+/// `/name rest` at the start of `prompt`: the name and the rest. `None`
+/// when the prompt does not start with a slash command's shape (`/` then a
+/// name, then whitespace or the end), e.g. a path like `/etc/hosts`.
+pub fn slash_command(prompt: &str) -> Option<(&str, &str)> {
+    let rest = prompt.trim_start().strip_prefix('/')?;
+    let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+    let name = &rest[..end];
+    let valid = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'));
+    valid.then(|| (name, &rest[end..]))
 }
 
 impl Skill {
@@ -148,5 +200,37 @@ mod tests {
         assert!(!mentions("please @github", "git"));
         assert!(!mentions("mail a@git", "git"));
         assert!(!mentions("git status", "git"));
+    }
+}
+
+#[cfg(test)]
+mod command_tests {
+    use super::*;
+
+    #[test]
+    fn slash_commands_are_recognised_only_in_their_shape() {
+        assert_eq!(
+            slash_command("/review src/lib.rs"),
+            Some(("review", " src/lib.rs"))
+        );
+        assert_eq!(slash_command("  /explain"), Some(("explain", "")));
+        assert_eq!(slash_command("/etc/hosts is odd"), None);
+        assert_eq!(slash_command("please /review"), None);
+        assert_eq!(slash_command("/"), None);
+    }
+
+    #[test]
+    fn arguments_go_in_place_of_the_placeholder_or_after_the_template() {
+        let mut c = Command {
+            name: "x".into(),
+            description: "d".into(),
+            input_hint: None,
+            template: "Explain $ARGUMENTS simply.".into(),
+            skill: "s".into(),
+        };
+        assert_eq!(c.expand("lifetimes"), "Explain lifetimes simply.");
+        c.template = "Explain the project.".into();
+        assert_eq!(c.expand(""), "Explain the project.");
+        assert_eq!(c.expand("briefly"), "Explain the project.\n\nbriefly");
     }
 }

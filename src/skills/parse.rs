@@ -130,6 +130,7 @@ fn skill_from_text(path: &Path, text: &str, origin: Origin) -> (Option<Skill>, V
     let mut prompts = Vec::new();
     let mut tools = Vec::new();
     let mut rules = Vec::new();
+    let mut commands: Vec<super::Command> = Vec::new();
     for (i, h) in file.headlines.iter().enumerate() {
         if p.is_commented(&file, i) {
             continue;
@@ -160,17 +161,35 @@ fn skill_from_text(path: &Path, text: &str, origin: Origin) -> (Option<Skill>, V
                 }
             }
             Some(Role::Rules) => rules.extend(p.rules_under(&file, i)),
+            Some(Role::Command) => {
+                if let Some(command) = p.command(h, &meta.name) {
+                    if commands.iter().any(|c| c.name == command.name) {
+                        p.findings.push(Finding::error(
+                            h.title_offset,
+                            format!("command `/{}` is defined twice in this file", command.name),
+                        ));
+                    } else {
+                        commands.push(command);
+                    }
+                }
+            }
             Some(Role::Conflict) => p.findings.push(Finding::error(
                 h.title_offset,
-                "a heading can carry only one of the tags :prompt:, :tool:, :rules:",
+                "a heading can carry only one of the tags :prompt:, :tool:, :rules:, :command:",
             )),
             None => {}
         }
     }
-    if prompts.is_empty() && tools.is_empty() && rules.is_empty() && !p.has_errors() {
+    if prompts.is_empty()
+        && tools.is_empty()
+        && rules.is_empty()
+        && commands.is_empty()
+        && !p.has_errors()
+    {
         p.findings.push(Finding::warning(
             0,
-            "this file defines no prompt, tool or rule: tag a heading :prompt:, :tool: or :rules:",
+            "this file defines no prompt, tool, rule or command: tag a heading :prompt:, :tool:, \
+             :rules: or :command:",
         ));
     }
     if p.has_errors() {
@@ -184,6 +203,7 @@ fn skill_from_text(path: &Path, text: &str, origin: Origin) -> (Option<Skill>, V
         prompt: prompts.join("\n\n"),
         tools,
         rules,
+        commands,
         path: path.to_path_buf(),
         origin,
     };
@@ -195,6 +215,7 @@ enum Role {
     Prompt,
     Tool,
     Rules,
+    Command,
     Conflict,
 }
 
@@ -205,6 +226,7 @@ fn role(h: &Headline) -> Option<Role> {
             "prompt" => Role::Prompt,
             "tool" => Role::Tool,
             "rules" => Role::Rules,
+            "command" => Role::Command,
             _ => continue,
         };
         found = match found {
@@ -214,6 +236,25 @@ fn role(h: &Headline) -> Option<Role> {
         };
     }
     found
+}
+
+/// A section's text without its leading `:PROPERTIES:` drawer.
+fn without_drawer(section: &str) -> String {
+    let mut lines = section.lines().peekable();
+    while lines.peek().is_some_and(|l| l.trim().is_empty()) {
+        lines.next();
+    }
+    if lines
+        .peek()
+        .is_some_and(|l| l.trim().eq_ignore_ascii_case(":PROPERTIES:"))
+    {
+        for l in lines.by_ref() {
+            if l.trim().eq_ignore_ascii_case(":END:") {
+                break;
+            }
+        }
+    }
+    lines.collect::<Vec<_>>().join("\n")
 }
 
 /// The section text minus Org comment lines (notes to the author, not the
@@ -456,6 +497,52 @@ impl<'p> Parser<'p> {
                 );
             }
         }
+    }
+
+    /// A `:command:` heading: the title is the name, `:DESCRIPTION:` is
+    /// required, `:INPUT:` optional, the section (drawer and comments left
+    /// out) is the template.
+    fn command(&mut self, h: &Headline, skill: &str) -> Option<super::Command> {
+        let errors_before = self.error_count();
+        self.known_properties(&h.properties, &["DESCRIPTION", "INPUT"]);
+        let name = h.title.clone();
+        if !valid_tool_name(&name) {
+            self.error(
+                h.title_offset,
+                format!("command name `{name}` must be letters, digits, `_` or `-` (at most 64), starting with a letter or `_`"),
+            );
+        }
+        let prop = |key: &str| {
+            h.properties
+                .iter()
+                .find(|p| p.key.eq_ignore_ascii_case(key))
+                .map(|p| p.value.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let description = prop("DESCRIPTION");
+        if description.is_none() {
+            self.error(
+                h.title_offset,
+                format!("command `/{name}` needs a :DESCRIPTION: property (one line, shown in completion lists)"),
+            );
+        }
+        let template = prompt_text(&without_drawer(&h.section_text));
+        if template.is_empty() {
+            self.error(
+                h.title_offset,
+                format!("command `/{name}` has no template: write the prompt it stands for under the heading (use $ARGUMENTS for what follows the name)"),
+            );
+        }
+        if self.error_count() > errors_before {
+            return None;
+        }
+        Some(super::Command {
+            name,
+            description: description.unwrap_or_default(),
+            input_hint: prop("INPUT"),
+            template,
+            skill: skill.to_string(),
+        })
     }
 
     fn tool(&mut self, h: &Headline, skill: &str) -> Option<Tool> {
@@ -1213,5 +1300,71 @@ mod tests {
             json!({ "type": "object", "properties": {}, "required": [] })
         );
         assert_eq!(skill.tools[0].kind, ToolKind::Execute);
+    }
+
+    #[test]
+    fn a_command_heading_becomes_a_slash_command() {
+        let text = "#+SKILL: rev
+* review :command:
+:PROPERTIES:
+:DESCRIPTION: Review the changes
+:INPUT: what to focus on
+:END:
+# a note for authors
+Review the uncommitted changes.
+Focus on: $ARGUMENTS
+";
+        let (skill, diags) = parse_skill(Path::new("rev.org"), text, Origin::User);
+        assert_eq!(diags, vec![]);
+        let c = &skill.unwrap().commands[0];
+        assert_eq!(
+            c,
+            &crate::skills::Command {
+                name: "review".into(),
+                description: "Review the changes".into(),
+                input_hint: Some("what to focus on".into()),
+                template: "Review the uncommitted changes.\nFocus on: $ARGUMENTS".into(),
+                skill: "rev".into(),
+            }
+        );
+        assert_eq!(
+            c.expand(" errors "),
+            "Review the uncommitted changes.\nFocus on: errors"
+        );
+    }
+
+    #[test]
+    fn a_command_without_description_or_template_is_an_error_at_its_line() {
+        let text = "#+SKILL: rev
+#+DESCRIPTION: x
+
+* bad name! :command:
+Body.
+* empty :command:
+:PROPERTIES:
+:DESCRIPTION: nothing
+:END:
+";
+        let (skill, diags) = parse_skill(Path::new("rev.org"), text, Origin::User);
+        assert!(skill.is_none());
+        let shown: Vec<String> = diags.iter().map(|d| d.to_string()).collect();
+        assert!(
+            shown
+                .iter()
+                .any(|d| d.starts_with("rev.org:4:") && d.contains("command name `bad name!`")),
+            "{shown:?}"
+        );
+        assert!(
+            shown
+                .iter()
+                .any(|d| d.starts_with("rev.org:4:") && d.contains("needs a :DESCRIPTION:")),
+            "{shown:?}"
+        );
+        assert!(
+            shown
+                .iter()
+                .any(|d| d.starts_with("rev.org:6:") && d.contains("has no template")),
+            "{shown:?}"
+        );
     }
 }
