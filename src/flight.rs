@@ -93,6 +93,9 @@ pub fn wire(plan: &FlightPlan) -> Value {
 pub enum DecideError {
     #[error("{0}")]
     Refused(String),
+    /// No plan with that id (ACP's "resource not found").
+    #[error("{0}")]
+    NotFound(String),
     #[error("{0}")]
     BadEdit(String),
 }
@@ -332,7 +335,10 @@ impl FlightDesk {
         let plan = self
             .store
             .load(&params.plan_id)
-            .map_err(|e| DecideError::Refused(e.to_string()))?;
+            .map_err(|e| match e {
+                StoreError::NotFound(_) => DecideError::NotFound(e.to_string()),
+                other => DecideError::Refused(other.to_string()),
+            })?;
         let cwd = plan.cwd.clone().unwrap_or_else(|| PathBuf::from("/"));
         let env = self.env.clone();
         let check = move |a: &Action| -> Result<(), String> {

@@ -194,38 +194,6 @@ fn overrides(f: &ConfigFlags) -> Result<Overrides, config::ConfigError> {
     })
 }
 
-/// Libraries whose debug and trace output carries whole requests (the
-/// `initialize` params with API keys, HTTP headers with bearer tokens):
-/// held at `info` whatever `PASSEPARTOUT_LOG` says.
-const QUIET_LIBRARIES: &[&str] = &[
-    "jsonrpsee=info",
-    "jsonrpsee_core=info",
-    "jsonrpsee_server=info",
-    "reqwest=info",
-    "hyper=info",
-    "hyper_util=info",
-    "h2=info",
-    "rustls=info",
-];
-
-fn init_logging(default: &str) {
-    let mut filter = std::env::var("PASSEPARTOUT_LOG")
-        .ok()
-        .and_then(|v| tracing_subscriber::EnvFilter::try_new(v).ok())
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default));
-    for directive in QUIET_LIBRARIES {
-        if let Ok(d) = directive.parse() {
-            filter = filter.add_directive(d);
-        }
-    }
-    // Logs go to stderr only: stdout carries protocol frames.
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
-}
-
 fn load_config(flags: &ConfigFlags) -> Result<Config, String> {
     let o = overrides(flags).map_err(|e| e.to_string())?;
     Config::load(&o).map_err(|e| e.to_string())
@@ -312,7 +280,6 @@ fn main() -> ExitCode {
 }
 
 async fn serve(flags: ConfigFlags) -> ExitCode {
-    init_logging("warn,passepartout=info");
     let config = match load_config(&flags) {
         Ok(c) => c,
         Err(e) => {
@@ -320,6 +287,16 @@ async fn serve(flags: ConfigFlags) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Warnings to stderr (ACP clients show each stderr line as an error),
+    // everything else to the log file.
+    let log_path = config
+        .log_file
+        .clone()
+        .unwrap_or_else(|| passepartout::logging::default_log_file(&config.state_dir()));
+    let (log_guard, opened) = passepartout::logging::init_daemon(&log_path);
+    if let Err(e) = opened {
+        tracing::warn!("{e}; logging to stderr only");
+    }
     let env = match passepartout::setup::build_env(config) {
         Ok(env) => Arc::new(env),
         Err(e) => {
@@ -334,6 +311,9 @@ async fn serve(flags: ConfigFlags) -> ExitCode {
         // Records queued by the last turn reach the disk before we exit.
         log.flush();
     }
+    tracing::info!("stopped");
+    // `exit` runs no destructors: write out the queued log lines first.
+    drop(log_guard);
     // Exit now: the runtime would otherwise wait for its blocking stdin
     // reader, and nothing is left to do.
     std::process::exit(0)
@@ -348,7 +328,7 @@ enum Which {
 }
 
 async fn run(flags: ConfigFlags, prompt: String, which: Which) -> ExitCode {
-    init_logging("warn");
+    passepartout::logging::init_stderr("warn");
     let config = match load_config(&flags) {
         Ok(c) => c,
         Err(e) => {
@@ -601,7 +581,7 @@ fn skills_list(flags: ConfigFlags) -> ExitCode {
 }
 
 async fn mcp_list(flags: ConfigFlags) -> ExitCode {
-    init_logging("warn");
+    passepartout::logging::init_stderr("warn");
     let config = match load_config(&flags) {
         Ok(c) => c,
         Err(e) => return config_error(&e),

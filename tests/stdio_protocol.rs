@@ -66,7 +66,8 @@ async fn check_errors_and_recovery(framing: Framing) {
             json!({ "sessionId": "nope", "prompt": [{ "type": "text", "text": "hi" }] }),
         )
         .await;
-    assert_eq!(r["error"]["code"], -32602);
+    // ACP: an unknown session is "resource not found".
+    assert_eq!(r["error"]["code"], -32002, "{r}");
     assert!(
         r["error"]["message"]
             .as_str()
@@ -143,4 +144,89 @@ async fn null_params_are_accepted_where_optional() {
         .request("initialize", json!({ "protocolVersion": 1, "_meta": null }))
         .await;
     assert_eq!(r["result"]["protocolVersion"], 1, "{r}");
+}
+
+/// The `id` member of a reply, as the daemon wrote it.
+fn raw_id(text: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct IdOnly<'a> {
+        #[serde(borrow)]
+        id: &'a serde_json::value::RawValue,
+        method: Option<String>,
+    }
+    let parsed: IdOnly = serde_json::from_str(text).ok()?;
+    parsed.method.is_none().then(|| parsed.id.get().to_string())
+}
+
+/// Read until a reply (a message with an id and no method) arrives.
+async fn next_reply(c: &mut Client) -> (String, serde_json::Value) {
+    loop {
+        let text = c.read_text().await.expect("a reply before EOF");
+        if let Some(id) = raw_id(&text) {
+            let value = serde_json::from_str(&text).unwrap();
+            return (id, value);
+        }
+    }
+}
+
+async fn check_ids_echoed_as_sent(framing: Framing) {
+    let home = tempfile::tempdir().unwrap();
+    let mut c = Client::spawn(framing, home.path(), &[]);
+    for id in [
+        "-1",
+        "1.5",
+        "18446744073709551616",
+        "1e3",
+        "\"x\"",
+        "0",
+        "-0",
+        "\"\\u00e9\"",
+        "null",
+    ] {
+        // Success, method not found, invalid params, and a bad envelope:
+        // every reply carries the id byte for byte.
+        let cases = [
+            (
+                r#""method":"initialize","params":{"protocolVersion":1}"#,
+                None,
+            ),
+            (r#""method":"no/such/method","params":{}"#, Some(-32601)),
+            (r#""method":"session/new","params":{"mcpServers":[]}"#, Some(-32602)),
+            (r#""method":"session/new","params":3"#, Some(-32600)),
+        ];
+        for (rest, code) in cases {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":{id},{rest}}}"#);
+            let bytes = match framing {
+                Framing::Ndjson => format!("{body}\n"),
+                Framing::ContentLength => {
+                    format!("Content-Length: {}\r\n\r\n{body}", body.len())
+                }
+            };
+            c.send_raw(bytes.as_bytes()).await;
+            let (got, reply) = next_reply(&mut c).await;
+            assert_eq!(got, id, "{framing:?} {rest}: {reply}");
+            match code {
+                None => assert_eq!(reply["result"]["protocolVersion"], 1, "{reply}"),
+                Some(code) => assert_eq!(reply["error"]["code"], code, "{reply}"),
+            }
+        }
+    }
+    // Only an unreadable frame gets `id: null`.
+    let bytes: &[u8] = match framing {
+        Framing::Ndjson => b"{\"id\":-1,\n",
+        Framing::ContentLength => b"Content-Length: 9\r\n\r\n{\"id\":-1,",
+    };
+    c.send_raw(bytes).await;
+    let (got, reply) = next_reply(&mut c).await;
+    assert_eq!((got.as_str(), reply["error"]["code"].clone()), ("null", json!(-32700)));
+}
+
+#[tokio::test]
+async fn ids_are_echoed_as_sent_ndjson() {
+    check_ids_echoed_as_sent(Framing::Ndjson).await;
+}
+
+#[tokio::test]
+async fn ids_are_echoed_as_sent_content_length() {
+    check_ids_echoed_as_sent(Framing::ContentLength).await;
 }
