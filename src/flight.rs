@@ -332,13 +332,10 @@ impl FlightDesk {
         by: &str,
     ) -> Result<Value, DecideError> {
         let approve = params.decision == proto::PlanVerdict::Approve;
-        let plan = self
-            .store
-            .load(&params.plan_id)
-            .map_err(|e| match e {
-                StoreError::NotFound(_) => DecideError::NotFound(e.to_string()),
-                other => DecideError::Refused(other.to_string()),
-            })?;
+        let plan = self.store.load(&params.plan_id).map_err(|e| match e {
+            StoreError::NotFound(_) => DecideError::NotFound(e.to_string()),
+            other => DecideError::Refused(other.to_string()),
+        })?;
         let cwd = plan.cwd.clone().unwrap_or_else(|| PathBuf::from("/"));
         let env = self.env.clone();
         let check = move |a: &Action| -> Result<(), String> {

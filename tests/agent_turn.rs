@@ -225,7 +225,10 @@ async fn cancel_stops_a_turn_promptly_and_other_sessions_carry_on() {
     // The session is usable again afterwards.
     let r = c.request("session/prompt", prompt(&a, "again")).await;
     assert_eq!(
-        (r["error"]["code"].clone(), r["error"]["data"]["kind"].clone()),
+        (
+            r["error"]["code"].clone(),
+            r["error"]["data"]["kind"].clone()
+        ),
         (json!(-32603), json!("provider_failed")),
         "script exhausted → provider error: {r}"
     );

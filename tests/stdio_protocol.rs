@@ -191,7 +191,10 @@ async fn check_ids_echoed_as_sent(framing: Framing) {
                 None,
             ),
             (r#""method":"no/such/method","params":{}"#, Some(-32601)),
-            (r#""method":"session/new","params":{"mcpServers":[]}"#, Some(-32602)),
+            (
+                r#""method":"session/new","params":{"mcpServers":[]}"#,
+                Some(-32602),
+            ),
             (r#""method":"session/new","params":3"#, Some(-32600)),
         ];
         for (rest, code) in cases {
@@ -218,7 +221,10 @@ async fn check_ids_echoed_as_sent(framing: Framing) {
     };
     c.send_raw(bytes).await;
     let (got, reply) = next_reply(&mut c).await;
-    assert_eq!((got.as_str(), reply["error"]["code"].clone()), ("null", json!(-32700)));
+    assert_eq!(
+        (got.as_str(), reply["error"]["code"].clone()),
+        ("null", json!(-32700))
+    );
 }
 
 #[tokio::test]

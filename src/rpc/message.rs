@@ -320,7 +320,16 @@ mod tests {
 
     #[test]
     fn ids_are_kept_as_written() {
-        for id in ["-1", "1.5", "18446744073709551616", "1e3", "\"x\"", "0", "null", "1.0"] {
+        for id in [
+            "-1",
+            "1.5",
+            "18446744073709551616",
+            "1e3",
+            "\"x\"",
+            "0",
+            "null",
+            "1.0",
+        ] {
             let text = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"m"}}"#);
             let Incoming::Request { id: got, text, .. } = classify(&text).unwrap() else {
                 panic!("not a request: {id}");
@@ -329,8 +338,12 @@ mod tests {
             let internal = with_internal_id(&text, 7).unwrap();
             let v: Value = serde_json::from_str(&internal).unwrap();
             assert_eq!(v["id"], 7);
-            let reply = reply_with_client_id(r#"{"jsonrpc":"2.0","id":7,"result":{"a":[1]}}"#, &got);
-            assert_eq!(reply, format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"a":[1]}}}}"#));
+            let reply =
+                reply_with_client_id(r#"{"jsonrpc":"2.0","id":7,"result":{"a":[1]}}"#, &got);
+            assert_eq!(
+                reply,
+                format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"a":[1]}}}}"#)
+            );
             let reply = reply_with_client_id(
                 r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32601,"message":"x"}}"#,
                 &got,
@@ -341,7 +354,10 @@ mod tests {
             );
         }
         // A `null` result stays a result.
-        let reply = reply_with_client_id(r#"{"jsonrpc":"2.0","id":7,"result":null}"#, &ClientId::null());
+        let reply = reply_with_client_id(
+            r#"{"jsonrpc":"2.0","id":7,"result":null}"#,
+            &ClientId::null(),
+        );
         assert_eq!(reply, r#"{"jsonrpc":"2.0","id":null,"result":null}"#);
         // An invalid request still echoes the id it could read.
         let e = err_of(r#"{"id":-2.5,"method":"x"}"#);

@@ -300,14 +300,10 @@ pub async fn serve<R, W, C>(
                     tracing::debug!(%method, "request");
                     let reply = match message::with_internal_id(&text, internal) {
                         Ok(text) => match methods.raw_json_request(&text, 1).await {
-                            Ok((response, _)) => {
-                                message::reply_with_client_id(response.get(), &id)
+                            Ok((response, _)) => message::reply_with_client_id(response.get(), &id),
+                            Err(e) => {
+                                message::error_response(&id, codes::INVALID_REQUEST, &e.to_string())
                             }
-                            Err(e) => message::error_response(
-                                &id,
-                                codes::INVALID_REQUEST,
-                                &e.to_string(),
-                            ),
                         },
                         Err(e) => message::error_response(
                             &id,
