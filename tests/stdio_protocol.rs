@@ -236,3 +236,104 @@ async fn ids_are_echoed_as_sent_ndjson() {
 async fn ids_are_echoed_as_sent_content_length() {
     check_ids_echoed_as_sent(Framing::ContentLength).await;
 }
+
+/// Run the daemon on `input` (NDJSON) to the end; returns (stdout, stderr).
+fn run_daemon(home: &std::path::Path, log_env: Option<&str>, input: &str) -> (String, String) {
+    use std::io::Write;
+    let mut cmd = std::process::Command::new(harness::BIN);
+    cmd.arg("serve")
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env_remove("PASSEPARTOUT_LOG")
+        .env_remove("PASSEPARTOUT_CONFIG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if let Some(filter) = log_env {
+        cmd.env("PASSEPARTOUT_LOG", filter);
+    }
+    let mut child = cmd.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    (
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+fn find_file(dir: &std::path::Path, name: &str) -> Option<std::path::PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if let Some(found) = find_file(&path, name) {
+                return Some(found);
+            }
+        } else if path.file_name().is_some_and(|n| n == name) {
+            return Some(path);
+        }
+    }
+    None
+}
+
+#[test]
+fn info_goes_to_the_log_file_and_stderr_stays_quiet() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let input = format!(
+        "{}\n{}\n",
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}),
+        json!({"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":project.path(),"mcpServers":[]}}),
+    );
+    let (stdout, stderr) = run_daemon(home.path(), None, &input);
+    assert!(stdout.contains("\"sessionId\""), "{stdout}");
+    // acp.el shows every stderr line as an error: nothing but warnings.
+    assert_eq!(stderr, "", "stderr must be quiet by default");
+    let log = find_file(home.path(), "passepartout.log").expect("a log file under the state dir");
+    assert!(log.parent().unwrap().ends_with("logs"), "{}", log.display());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("session/new"), "{text}");
+    assert!(text.contains("INFO"), "{text}");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&log), 0o600);
+    assert_eq!(mode(log.parent().unwrap()), 0o700);
+
+    // PASSEPARTOUT_LOG still decides: INFO is back on stderr.
+    let (_, stderr) = run_daemon(home.path(), Some("info"), &input);
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("INFO") && l.contains("session/new")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn log_file_in_the_config_moves_the_log() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let target = home.path().join("elsewhere").join("daemon.log");
+    let config_dir = home.path().join("config").join("passepartout");
+    std::fs::create_dir_all(&config_dir).unwrap();
+    std::fs::write(
+        config_dir.join("config.toml"),
+        format!("log_file = {:?}\n", target.display().to_string()),
+    )
+    .unwrap();
+    let input = format!(
+        "{}\n",
+        json!({"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":project.path(),"mcpServers":[]}}),
+    );
+    let (_, stderr) = run_daemon(home.path(), None, &input);
+    assert_eq!(stderr, "");
+    let text = std::fs::read_to_string(&target).unwrap();
+    assert!(text.contains("session/new"), "{text}");
+}
