@@ -491,11 +491,9 @@ impl Daemon {
             // ACP has no code for "the model failed": an internal error
             // whose `data.kind` says so (docs/protocol.md, error codes).
             Err(e) => {
-                let providers = crate::session_config::effective_providers(
-                    &self.env.config.providers,
-                    &lock(&self.settings),
-                );
-                let names: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
+                // The cascade the turn used, as each provider labels itself.
+                let cascade = session.models().unwrap_or_else(|| self.env.models());
+                let names: Vec<String> = cascade.providers().map(|p| p.label()).collect();
                 Err(ErrorObject::owned(
                     codes::INTERNAL_ERROR,
                     e.to_string(),

@@ -265,6 +265,11 @@ async fn when_no_provider_answers_the_error_names_the_addresses_and_the_fix() {
     assert_eq!(r["error"]["code"], -32603, "{r}");
     assert_eq!(r["error"]["data"]["kind"], "provider_failed", "{r}");
     assert!(msg.contains(&dead), "{msg}");
+    let tried = r["error"]["data"]["providers"].as_array().unwrap();
+    assert!(
+        tried.iter().any(|p| p.as_str().unwrap().contains(&dead)),
+        "{r}"
+    );
     assert!(
         msg.contains("PASSEPARTOUT_PROVIDER_URL") && msg.contains("config.toml"),
         "{msg}"
