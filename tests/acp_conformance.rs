@@ -13,10 +13,11 @@
 //! objects against ACP's `Error`. `_passepartout/*` messages are extensions:
 //! only their JSON-RPC envelope is checked.
 //!
-//! The client is a plain NDJSON one (the test harness), not the
-//! `agent-client-protocol` SDK: the SDK would pull a second copy of the
-//! schema crate and an async runtime adapter, and checking raw lines is
-//! what shows a schema break; see docs/protocol.md.
+//! Two clients drive it: the test harness speaking raw NDJSON (which covers
+//! a rejected permission, an unknown session and the set_mode part), and the
+//! official Rust SDK (`agent-client-protocol` 5.0.0, built on the same
+//! `=1.15.1` schema crate) through its `Lines` transport, every line it
+//! reads validated on the way in.
 
 mod harness;
 mod support;
@@ -461,4 +462,211 @@ async fn set_mode_matches_the_schema() {
         .await;
     assert!(r.get("error").is_some(), "{r}");
     c.assert_conformant();
+}
+
+/// The official Rust ACP SDK (`agent-client-protocol`) as the client: it
+/// parses every message into its own types (a second, independent check),
+/// while every line it reads from the daemon is also validated against the
+/// schema on the way in.
+#[tokio::test]
+async fn the_official_rust_sdk_drives_a_session() {
+    use agent_client_protocol::v1::schema::{
+        CancelNotification, ContentBlock, InitializeRequest, ListSessionsRequest,
+        LoadSessionRequest, NewSessionRequest, PermissionOptionKind, PromptRequest,
+        RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
+        SelectedPermissionOutcome, SessionNotification, StopReason, TextContent,
+    };
+    use agent_client_protocol::{Agent, Lines};
+    use futures::StreamExt;
+    use std::sync::{Arc, Mutex};
+    use tokio::io::AsyncWriteExt;
+
+    let schema = Arc::new(AcpSchema::new());
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let command = json!({ "command": "echo sdk > sdk.txt; git push origin main" }).to_string();
+    let fake = FakeProvider::start(vec![
+        fake::openai_tool_calls(&[("call_1", "shell", &command)]),
+        fake::openai_text("Done."),
+        fake::Reply::Hang {},
+    ])
+    .await;
+    let url = fake.openai_url();
+    let mut child = tokio::process::Command::new(harness::BIN)
+        .args(["serve", "--provider-url", &url, "--model", "fake-model"])
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env("XDG_STATE_HOME", home.path().join("state"))
+        .env("XDG_DATA_HOME", home.path().join("data"))
+        .env("PASSEPARTOUT_LOG", "warn")
+        .env_remove("PASSEPARTOUT_CONFIG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+
+    // What the SDK sends (id → method, for checking responses) and what it
+    // reads, each line validated before the SDK sees it.
+    let sent: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+    let problems: Arc<Mutex<Vec<String>>> = Arc::default();
+    let checked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let outgoing = futures::sink::unfold(
+        (stdin, sent.clone()),
+        |(mut stdin, sent), line: String| async move {
+            let line = line.trim_end_matches('\n').to_string();
+            let msg: Value = serde_json::from_str(&line).unwrap();
+            if let (Some(id), Some(method)) = (msg.get("id"), msg["method"].as_str()) {
+                sent.lock()
+                    .unwrap()
+                    .insert(id.to_string(), method.to_string());
+            }
+            stdin.write_all(line.as_bytes()).await?;
+            stdin.write_all(b"\n").await?;
+            stdin.flush().await?;
+            Ok::<_, std::io::Error>((stdin, sent))
+        },
+    );
+    let incoming = tokio_stream_lines(stdout).map({
+        let (schema, sent, problems, checked) = (
+            schema.clone(),
+            sent.clone(),
+            problems.clone(),
+            checked.clone(),
+        );
+        move |line: std::io::Result<String>| {
+            if let Ok(line) = &line {
+                checked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let verdict = serde_json::from_str::<Value>(line)
+                    .map_err(|e| format!("not JSON: {e}"))
+                    .and_then(|msg| schema.validate(&msg, &sent.lock().unwrap()));
+                if let Err(why) = verdict {
+                    problems
+                        .lock()
+                        .unwrap()
+                        .push(format!("{why}\n    in {line}"));
+                }
+            }
+            line
+        }
+    });
+    let transport = Lines::new(Box::pin(outgoing), incoming);
+
+    let updates: Arc<Mutex<Vec<SessionNotification>>> = Arc::default();
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let cwd = project.path().to_path_buf();
+    let result = agent_client_protocol::Client
+        .v1()
+        .on_receive_notification(
+            {
+                let updates = updates.clone();
+                async move |n: SessionNotification, _cx| {
+                    updates.lock().unwrap().push(n);
+                    Ok(())
+                }
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .on_receive_request(
+            {
+                let asked = asked.clone();
+                async move |request: RequestPermissionRequest, responder, _connection| {
+                    asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let option = request
+                        .options
+                        .iter()
+                        .find(|o| o.kind == PermissionOptionKind::AllowOnce)
+                        .map(|o| o.option_id.clone())
+                        .expect("an allow_once option");
+                    responder.respond(RequestPermissionResponse::new(
+                        RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(option)),
+                    ))
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .connect_with(
+            transport,
+            async move |connection: agent_client_protocol::v1::ConnectionTo<Agent>| {
+                let init = connection
+                    .send_request(InitializeRequest::new(
+                        agent_client_protocol::schema::ProtocolVersion::V1,
+                    ))
+                    .block_task()
+                    .await?;
+                assert!(init.agent_capabilities.load_session, "{init:?}");
+                let session = connection
+                    .send_request(NewSessionRequest::new(cwd.clone()))
+                    .block_task()
+                    .await?
+                    .session_id;
+                let text = |t: &str| vec![ContentBlock::Text(TextContent::new(t.to_string()))];
+                let done = connection
+                    .send_request(PromptRequest::new(session.clone(), text("write sdk.txt")))
+                    .block_task()
+                    .await?;
+                assert_eq!(done.stop_reason, StopReason::EndTurn);
+                // Cancel a turn whose provider hangs.
+                let pending = connection
+                    .send_request(PromptRequest::new(session.clone(), text("take your time")))
+                    .block_task();
+                let cancel = {
+                    let connection = connection.clone();
+                    let session = session.clone();
+                    async move {
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        connection.send_notification(CancelNotification::new(session))
+                    }
+                };
+                let (cancelled, sent_cancel) = futures::join!(pending, cancel);
+                sent_cancel?;
+                assert_eq!(cancelled?.stop_reason, StopReason::Cancelled);
+                let listed = connection
+                    .send_request(ListSessionsRequest::new())
+                    .block_task()
+                    .await?;
+                assert!(listed.sessions.iter().any(|s| s.session_id == session));
+                connection
+                    .send_request(LoadSessionRequest::new(session.clone(), cwd.clone()))
+                    .block_task()
+                    .await?;
+                Ok(())
+            },
+        )
+        .await;
+    result.unwrap_or_else(|e| panic!("the SDK client failed: {e:?}"));
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("sdk.txt")).unwrap(),
+        "sdk\n"
+    );
+    assert!(
+        asked.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "no permission was asked"
+    );
+    assert!(!updates.lock().unwrap().is_empty());
+    let problems = problems.lock().unwrap();
+    assert!(
+        problems.is_empty(),
+        "{} message(s) break the ACP schema:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+    assert!(checked.load(std::sync::atomic::Ordering::Relaxed) > 10);
+}
+
+/// The daemon's stdout as a stream of lines.
+fn tokio_stream_lines(
+    stdout: tokio::process::ChildStdout,
+) -> impl futures::Stream<Item = std::io::Result<String>> + Send + 'static {
+    use tokio::io::AsyncBufReadExt;
+    let lines = tokio::io::BufReader::new(stdout).lines();
+    futures::stream::unfold(lines, |mut lines| async move {
+        match lines.next_line().await {
+            Ok(Some(line)) => Some((Ok(line), lines)),
+            Ok(None) => None,
+            Err(e) => Some((Err(e), lines)),
+        }
+    })
 }
