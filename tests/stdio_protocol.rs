@@ -337,3 +337,21 @@ fn log_file_in_the_config_moves_the_log() {
     let text = std::fs::read_to_string(&target).unwrap();
     assert!(text.contains("session/new"), "{text}");
 }
+
+#[test]
+fn the_log_file_never_shows_api_keys_even_at_trace() {
+    let home = tempfile::tempdir().unwrap();
+    let init = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": 1,
+        "_meta": { "passepartout": { "apiKeys": { "local": "sk-very-secret-777" } } } } });
+    let (stdout, stderr) = run_daemon(home.path(), Some("trace"), &format!("{init}\n"));
+    assert!(stdout.contains("\"id\":1"), "{stdout}");
+    let log = find_file(home.path(), "passepartout.log").expect("a log file");
+    let text = std::fs::read_to_string(log).unwrap();
+    assert!(
+        text.contains("TRACE") || text.contains("DEBUG"),
+        "tracing is on"
+    );
+    assert!(!text.contains("sk-very-secret-777"), "{text}");
+    assert!(!stderr.contains("sk-very-secret-777"), "{stderr}");
+}
