@@ -355,3 +355,39 @@ fn the_log_file_never_shows_api_keys_even_at_trace() {
     assert!(!text.contains("sk-very-secret-777"), "{text}");
     assert!(!stderr.contains("sk-very-secret-777"), "{stderr}");
 }
+
+#[tokio::test]
+async fn unknown_resources_are_acp_resource_not_found() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let mut c = Client::spawn(Framing::Ndjson, home.path(), &[]);
+    c.initialize(json!({})).await;
+    let r = c
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": "fp-0123456789ab", "decision": "approve" }),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32002, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("fp-0123456789ab"),
+        "{r}"
+    );
+    let r = c
+        .request(
+            "_passepartout/undo",
+            json!({ "cwd": project.path(), "id": "c999" }),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32002, "{r}");
+    let r = c
+        .request(
+            "session/load",
+            json!({ "sessionId": "s-none", "cwd": project.path(), "mcpServers": [] }),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32002, "{r}");
+}
