@@ -174,11 +174,10 @@ impl Daemon {
 
     pub fn session(&self, id: &str) -> Result<Arc<Session>, ErrorObjectOwned> {
         lock(&self.sessions).get(id).cloned().ok_or_else(|| {
+            let hint = "create one with session/new, or load a stored one with session/load";
             rpc_error(
                 proto::RESOURCE_NOT_FOUND,
-                format!(
-                "unknown session `{id}`: create one with session/new, or load a stored one with session/load"
-            ),
+                format!("unknown session `{id}`: {hint}"),
             )
         })
     }
