@@ -311,7 +311,7 @@ into the code.  A string value is returned as is."
     (condition-case err
         (let ((value (eval (passepartout--read-forms code) (or bindings t))))
           (list :value (if (stringp value) value (prin1-to-string value))))
-      (error (jsonrpc-error :code -32000 :message (error-message-string err))))))
+      (error (jsonrpc-error :code -32603 :message (error-message-string err))))))
 
 (cl-defmethod passepartout--handle-notification
   (conn (_method (eql '_passepartout/sandbox/status)) params)

@@ -68,7 +68,8 @@ pub struct Config {
     pub skills_dir: Option<PathBuf>,
     /// Load the skills embedded in the binary.
     pub builtin_skills: bool,
-    /// Log file (besides stderr); `None`: stderr only.
+    /// The daemon's log file (stderr only gets warnings); `None`:
+    /// `<state_dir>/logs/passepartout.log`. Rotated at 10 MiB, 3 kept.
     pub log_file: Option<PathBuf>,
     /// Whether messages shown to the person (the system actuator) are also
     /// fed back to the model as the tool result. Off: the person already

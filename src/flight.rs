@@ -93,6 +93,9 @@ pub fn wire(plan: &FlightPlan) -> Value {
 pub enum DecideError {
     #[error("{0}")]
     Refused(String),
+    /// No plan with that id (ACP's "resource not found").
+    #[error("{0}")]
+    NotFound(String),
     #[error("{0}")]
     BadEdit(String),
 }
@@ -329,10 +332,10 @@ impl FlightDesk {
         by: &str,
     ) -> Result<Value, DecideError> {
         let approve = params.decision == proto::PlanVerdict::Approve;
-        let plan = self
-            .store
-            .load(&params.plan_id)
-            .map_err(|e| DecideError::Refused(e.to_string()))?;
+        let plan = self.store.load(&params.plan_id).map_err(|e| match e {
+            StoreError::NotFound(_) => DecideError::NotFound(e.to_string()),
+            other => DecideError::Refused(other.to_string()),
+        })?;
         let cwd = plan.cwd.clone().unwrap_or_else(|| PathBuf::from("/"));
         let env = self.env.clone();
         let check = move |a: &Action| -> Result<(), String> {

@@ -14,6 +14,7 @@ pub mod control_surface;
 pub mod flight;
 pub mod gates;
 pub mod llm;
+pub mod logging;
 pub mod mcp;
 pub mod modes;
 pub mod plans;

@@ -220,38 +220,6 @@ fn overrides(f: &ConfigFlags) -> Result<Overrides, config::ConfigError> {
     })
 }
 
-/// Libraries whose debug and trace output carries whole requests (the
-/// `initialize` params with API keys, HTTP headers with bearer tokens):
-/// held at `info` whatever `PASSEPARTOUT_LOG` says.
-const QUIET_LIBRARIES: &[&str] = &[
-    "jsonrpsee=info",
-    "jsonrpsee_core=info",
-    "jsonrpsee_server=info",
-    "reqwest=info",
-    "hyper=info",
-    "hyper_util=info",
-    "h2=info",
-    "rustls=info",
-];
-
-fn init_logging(default: &str) {
-    let mut filter = std::env::var("PASSEPARTOUT_LOG")
-        .ok()
-        .and_then(|v| tracing_subscriber::EnvFilter::try_new(v).ok())
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default));
-    for directive in QUIET_LIBRARIES {
-        if let Ok(d) = directive.parse() {
-            filter = filter.add_directive(d);
-        }
-    }
-    // Logs go to stderr only: stdout carries protocol frames.
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
-}
-
 fn load_config(flags: &ConfigFlags) -> Result<Config, String> {
     let o = overrides(flags).map_err(|e| e.to_string())?;
     Config::load(&o).map_err(|e| e.to_string())
@@ -267,7 +235,7 @@ async fn load_discovered_config(flags: &ConfigFlags) -> Result<Config, String> {
 }
 
 async fn providers(flags: ConfigFlags, json: bool) -> ExitCode {
-    init_logging("warn");
+    passepartout::logging::init_stderr("warn");
     match load_discovered_config(&flags).await {
         Ok(config) => exit_code(
             passepartout::session_config::providers_command(&config, json, &mut std::io::stdout())
@@ -363,7 +331,6 @@ fn main() -> ExitCode {
 }
 
 async fn serve(flags: ConfigFlags) -> ExitCode {
-    init_logging("warn,passepartout=info");
     let config = match load_discovered_config(&flags).await {
         Ok(c) => c,
         Err(e) => {
@@ -371,11 +338,23 @@ async fn serve(flags: ConfigFlags) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Warnings to stderr (ACP clients show each stderr line as an error),
+    // everything else to the log file.
+    let log_path = config
+        .log_file
+        .clone()
+        .unwrap_or_else(|| passepartout::logging::default_log_file(&config.state_dir()));
+    let (log_guard, opened) = passepartout::logging::init_daemon(&log_path);
+    if let Err(e) = opened {
+        tracing::warn!("{e}; logging to stderr only");
+    }
     if let Some(report) = config.discovery.as_ref().map(|d| d.report()) {
         match report.announcement() {
             Some(text) => tracing::info!("{text}"),
-            // Not fatal: the editor may send providers, or a server may start.
-            None => tracing::warn!("{}", report.failure_message()),
+            // Not fatal, and not for stderr (ACP clients show every stderr
+            // line as an error): the editor may send providers or a server
+            // may start; a prompt that finds none fails with this same list.
+            None => tracing::info!("{}", report.failure_message()),
         }
     }
     let env = match passepartout::setup::build_env(config) {
@@ -392,6 +371,9 @@ async fn serve(flags: ConfigFlags) -> ExitCode {
         // Records queued by the last turn reach the disk before we exit.
         log.flush();
     }
+    tracing::info!("stopped");
+    // `exit` runs no destructors: write out the queued log lines first.
+    drop(log_guard);
     // Exit now: the runtime would otherwise wait for its blocking stdin
     // reader, and nothing is left to do.
     std::process::exit(0)
@@ -411,7 +393,7 @@ async fn run(
     which: Which,
     mode: Option<passepartout::modes::Mode>,
 ) -> ExitCode {
-    init_logging("warn");
+    passepartout::logging::init_stderr("warn");
     let config = match load_discovered_config(&flags).await {
         Ok(c) => c,
         Err(e) => {
@@ -684,7 +666,7 @@ fn skills_list(flags: ConfigFlags) -> ExitCode {
 }
 
 async fn mcp_list(flags: ConfigFlags) -> ExitCode {
-    init_logging("warn");
+    passepartout::logging::init_stderr("warn");
     let config = match load_config(&flags) {
         Ok(c) => c,
         Err(e) => return config_error(&e),
@@ -703,7 +685,7 @@ async fn mcp_list(flags: ConfigFlags) -> ExitCode {
 }
 
 fn mcp_trust(flags: ConfigFlags, yes: bool, path: Option<PathBuf>) -> ExitCode {
-    init_logging("warn");
+    passepartout::logging::init_stderr("warn");
     let config = match load_config(&flags) {
         Ok(c) => c,
         Err(e) => return config_error(&e),

@@ -20,9 +20,9 @@ pub const SESSION_SET_MODE: &str = "session/set_mode";
 pub const SESSION_UPDATE: &str = "session/update";
 pub const SESSION_REQUEST_PERMISSION: &str = "session/request_permission";
 
-/// ACP's error code for an unknown resource (here: a session id that is
-/// not stored).
-pub const RESOURCE_NOT_FOUND: i32 = -32002;
+/// ACP's error code for an unknown resource (a session, a flight plan, a
+/// checkpoint).
+pub const RESOURCE_NOT_FOUND: i32 = crate::rpc::message::codes::RESOURCE_NOT_FOUND;
 
 /// Extension methods.
 pub const EXT_PLAN_OFFER: &str = "_passepartout/plan/offer";

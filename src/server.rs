@@ -220,9 +220,11 @@ impl Daemon {
 
     pub fn session(&self, id: &str) -> Result<Arc<Session>, ErrorObjectOwned> {
         lock(&self.sessions).get(id).cloned().ok_or_else(|| {
-            invalid_params(format!(
-                "unknown session `{id}`: create one with session/new, or load a stored one with session/load"
-            ))
+            let hint = "create one with session/new, or load a stored one with session/load";
+            rpc_error(
+                proto::RESOURCE_NOT_FOUND,
+                format!("unknown session `{id}`: {hint}"),
+            )
         })
     }
 
@@ -567,7 +569,17 @@ impl Daemon {
         if session.models().is_none() {
             if let Some(discovery) = self.discovery() {
                 if let Err(why) = discovery.ensure().await {
-                    return Err(rpc_error(codes::PROVIDER_FAILED, why));
+                    let tried: Vec<String> = discovery
+                        .report()
+                        .entries
+                        .iter()
+                        .map(|(c, _)| format!("{} ({})", c.name, c.base_url))
+                        .collect();
+                    return Err(ErrorObject::owned(
+                        codes::INTERNAL_ERROR,
+                        why,
+                        Some(serde_json::json!({ "kind": "provider_failed", "providers": tried })),
+                    ));
                 }
             }
         }
@@ -621,7 +633,18 @@ impl Daemon {
                 }
                 Ok(response)
             }
-            Err(e) => Err(rpc_error(codes::PROVIDER_FAILED, e.to_string())),
+            // ACP has no code for "the model failed": an internal error
+            // whose `data.kind` says so (docs/protocol.md, error codes).
+            Err(e) => {
+                // The cascade the turn used, as each provider labels itself.
+                let cascade = session.models().unwrap_or_else(|| self.env.models());
+                let names: Vec<String> = cascade.providers().map(|p| p.label()).collect();
+                Err(ErrorObject::owned(
+                    codes::INTERNAL_ERROR,
+                    e.to_string(),
+                    Some(serde_json::json!({ "kind": "provider_failed", "providers": names })),
+                ))
+            }
         }
     }
 
@@ -962,7 +985,12 @@ impl Daemon {
             crate::checkpoint::undo(&state, &cfg, &cwd, params.id.as_deref(), &origin)
         })
         .await
-        .map_err(|e| rpc_error(codes::REFUSED, e.to_string()))?;
+        .map_err(|e| match e {
+            crate::checkpoint::CheckpointError::Unknown(_) => {
+                rpc_error(proto::RESOURCE_NOT_FOUND, e.to_string())
+            }
+            other => rpc_error(codes::REFUSED, other.to_string()),
+        })?;
         let (undone, undo) = done;
         self.env.record(crate::audit::AuditRecord::effect(&undo));
         Ok(serde_json::json!({
@@ -1277,6 +1305,7 @@ pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
             .register_method(proto::EXT_PLAN_DECIDE, |p, d, _| {
                 d.desk.decide(parse(&p)?, "emacs").map_err(|e| match e {
                     DecideError::Refused(m) => rpc_error(codes::REFUSED, m),
+                    DecideError::NotFound(m) => rpc_error(proto::RESOURCE_NOT_FOUND, m),
                     DecideError::BadEdit(m) => invalid_params(m),
                 })
             })

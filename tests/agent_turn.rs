@@ -225,7 +225,11 @@ async fn cancel_stops_a_turn_promptly_and_other_sessions_carry_on() {
     // The session is usable again afterwards.
     let r = c.request("session/prompt", prompt(&a, "again")).await;
     assert_eq!(
-        r["error"]["code"], -32002,
+        (
+            r["error"]["code"].clone(),
+            r["error"]["data"]["kind"].clone()
+        ),
+        (json!(-32603), json!("provider_failed")),
         "script exhausted → provider error: {r}"
     );
 }
@@ -237,7 +241,8 @@ async fn provider_errors_surface_their_own_message() {
     c.initialize(json!({})).await;
     let sid = c.new_session(s.project.path()).await;
     let r = c.request("session/prompt", prompt(&sid, "hi")).await;
-    assert_eq!(r["error"]["code"], -32002, "{r}");
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    assert_eq!(r["error"]["data"]["kind"], "provider_failed", "{r}");
     let msg = r["error"]["message"].as_str().unwrap();
     assert!(msg.contains("model `fake-model` not found"), "{msg}");
 }
@@ -257,8 +262,14 @@ async fn when_no_provider_answers_the_error_names_the_addresses_and_the_fix() {
         .as_str()
         .unwrap_or_default()
         .to_string();
-    assert_eq!(r["error"]["code"], -32002, "{r}");
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    assert_eq!(r["error"]["data"]["kind"], "provider_failed", "{r}");
     assert!(msg.contains(&dead), "{msg}");
+    let tried = r["error"]["data"]["providers"].as_array().unwrap();
+    assert!(
+        tried.iter().any(|p| p.as_str().unwrap().contains(&dead)),
+        "{r}"
+    );
     assert!(
         msg.contains("PASSEPARTOUT_PROVIDER_URL") && msg.contains("config.toml"),
         "{msg}"

@@ -234,7 +234,13 @@ async fn when_nothing_answers_a_prompt_fails_with_the_provider_error_and_the_lis
     );
     let sid = d.new_session(&home.path().join("project")).await;
     let r = d.request("session/prompt", prompt(&sid, "hi")).await;
-    assert_eq!(r["error"]["code"], json!(codes::PROVIDER_FAILED), "{r}");
+    assert_eq!(r["error"]["code"], json!(codes::INTERNAL_ERROR), "{r}");
+    assert_eq!(r["error"]["data"]["kind"], json!("provider_failed"), "{r}");
+    assert_eq!(
+        r["error"]["data"]["providers"].as_array().map(Vec::len),
+        Some(8),
+        "every candidate is named: {r}"
+    );
     let message = r["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("fix: ollama serve"), "{message}");
     assert!(

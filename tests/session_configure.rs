@@ -127,5 +127,6 @@ async fn configure_refuses_what_it_cannot_use() {
             json!({ "sessionId": "s-none", "model": "x" }),
         )
         .await;
-    assert_eq!(r["error"]["code"], -32602, "{r}");
+    // ACP: an unknown session is "resource not found".
+    assert_eq!(r["error"]["code"], -32002, "{r}");
 }

@@ -37,7 +37,7 @@ use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use tokio_util::codec::{Encoder, FramedRead};
 
 use framing::{Frame, FrameCodec, FramingCell};
-use message::{codes, Incoming, RpcError};
+use message::{codes, ClientId, Incoming, RpcError};
 
 type Pending = Arc<Mutex<HashMap<String, oneshot::Sender<Result<Value, RpcError>>>>>;
 
@@ -254,6 +254,8 @@ pub async fn serve<R, W, C>(
     ));
     let methods = Arc::new(methods);
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    // The ids jsonrpsee sees; the client's own go back on each reply.
+    let mut next_internal_id: u64 = 0;
 
     while let Some(frame) = frames.next().await {
         let text = match frame {
@@ -261,7 +263,7 @@ pub async fn serve<R, W, C>(
             Ok(Frame::Garbage(why)) => {
                 tracing::warn!("unreadable input: {why}");
                 outgoing.send_raw(message::error_response(
-                    &Value::Null,
+                    &ClientId::null(),
                     codes::PARSE_ERROR,
                     &format!("parse error: {why}"),
                 ));
@@ -290,16 +292,23 @@ pub async fn serve<R, W, C>(
                     continue;
                 };
                 let ticket = hooks.on_request.as_ref().and_then(|h| h(&method, &text));
+                next_internal_id += 1;
+                let internal = next_internal_id;
                 let methods = methods.clone();
                 let out = outgoing.clone();
                 tokio::spawn(TICKET.scope(ticket, async move {
                     tracing::debug!(%method, "request");
-                    let reply = match methods.raw_json_request(&text, 1).await {
-                        Ok((response, _)) => response.get().to_string(),
+                    let reply = match message::with_internal_id(&text, internal) {
+                        Ok(text) => match methods.raw_json_request(&text, 1).await {
+                            Ok((response, _)) => message::reply_with_client_id(response.get(), &id),
+                            Err(e) => {
+                                message::error_response(&id, codes::INVALID_REQUEST, &e.to_string())
+                            }
+                        },
                         Err(e) => message::error_response(
-                            &Value::Null,
-                            codes::INVALID_REQUEST,
-                            &e.to_string(),
+                            &id,
+                            codes::INTERNAL_ERROR,
+                            &format!("cannot re-address the request: {e}"),
                         ),
                     };
                     // A client that does not read makes its requests wait

@@ -628,7 +628,7 @@ This tool has no body.
                                     :bindings (:buffer "nope")))
                            :type 'jsonrpc-error)))
     (should (equal (alist-get 'jsonrpc-error-message (cdr err)) "No buffer named nope"))
-    (should (equal (alist-get 'jsonrpc-error-code (cdr err)) -32000)))
+    (should (equal (alist-get 'jsonrpc-error-code (cdr err)) -32603)))
   (let ((err (should-error (passepartout--handle-request nil 'session/request_permission nil)
                            :type 'jsonrpc-error)))
     (should (equal (alist-get 'jsonrpc-error-code (cdr err)) -32601))))

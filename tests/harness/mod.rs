@@ -101,16 +101,26 @@ impl Client {
     }
 
     async fn read_inner(&mut self) -> Option<Value> {
+        let text = self.read_text_inner().await?;
+        Some(serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad message {text:?}: {e}")))
+    }
+
+    /// Read the next message's text exactly as the daemon wrote it (None at
+    /// EOF): for checks that a `Value` would blur, like a reply's raw id.
+    pub async fn read_text(&mut self) -> Option<String> {
+        tokio::time::timeout(WAIT, self.read_text_inner())
+            .await
+            .expect("timed out waiting for a message")
+    }
+
+    async fn read_text_inner(&mut self) -> Option<String> {
         match self.framing {
             Framing::Ndjson => {
                 let mut line = String::new();
                 if self.stdout.read_line(&mut line).await.ok()? == 0 {
                     return None;
                 }
-                Some(
-                    serde_json::from_str(&line)
-                        .unwrap_or_else(|e| panic!("bad line {line:?}: {e}")),
-                )
+                Some(line.trim_end_matches(['\r', '\n']).to_string())
             }
             Framing::ContentLength => {
                 let mut len = None;
@@ -129,7 +139,7 @@ impl Client {
                 }
                 let mut body = vec![0; len.expect("Content-Length header")];
                 self.stdout.read_exact(&mut body).await.ok()?;
-                Some(serde_json::from_slice(&body).expect("json body"))
+                Some(String::from_utf8(body).expect("UTF-8 body"))
             }
         }
     }

@@ -1,0 +1,285 @@
+//! Where the daemon's log lines go.
+//!
+//! stderr gets warnings and errors only: ACP clients such as acp.el (under
+//! agent-shell) show every stderr line of the agent as an error. The full
+//! record (`info` for passepartout, `warn` for libraries) goes to a log file,
+//! `<state_dir>/logs/passepartout.log` unless `log_file` says otherwise.
+//! `PASSEPARTOUT_LOG` (an `EnvFilter`) sets both filters, as it always did.
+//!
+//! The file is written by tracing-appender's worker thread through a bounded,
+//! lossy queue, so a slow disk never blocks a turn; lines dropped because the
+//! queue was full are counted and the count is written into the file with the
+//! next line that gets through. The file rotates by size ([`RotatingFile`]):
+//! tracing-appender only rotates by time, and a daemon that lives for weeks
+//! in one Emacs needs a bound on bytes, not on days.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+/// The log file rotates when it would grow past this many bytes.
+pub const ROTATE_BYTES: u64 = 10 * 1024 * 1024;
+/// Rotated files kept (`passepartout.log.1` … `.3`).
+pub const KEEP_ROTATED: usize = 3;
+/// Lines waiting for the writer thread; more are dropped and counted.
+pub const QUEUE_LINES: usize = 16 * 1024;
+
+/// The stderr filter when `PASSEPARTOUT_LOG` is not set. rmcp reports an
+/// MCP server that exits or closes its pipe at ERROR; our mcp module says
+/// what matters about a server, so rmcp stays off stderr.
+pub const STDERR_DEFAULT: &str = "warn,rmcp=off";
+/// The log file's filter when `PASSEPARTOUT_LOG` is not set.
+pub const FILE_DEFAULT: &str = "warn,passepartout=info";
+
+/// Libraries whose debug and trace output carries whole requests (the
+/// `initialize` params with API keys, HTTP headers with bearer tokens):
+/// held at `info` whatever `PASSEPARTOUT_LOG` says.
+const QUIET_LIBRARIES: &[&str] = &[
+    "jsonrpsee=info",
+    "jsonrpsee_core=info",
+    "jsonrpsee_server=info",
+    "reqwest=info",
+    "hyper=info",
+    "hyper_util=info",
+    "h2=info",
+    "rustls=info",
+];
+
+/// Why the log file could not be opened (the daemon then logs to stderr
+/// only, and says so there).
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("cannot open the log file {path}: {source}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The default log file under a state directory.
+pub fn default_log_file(state_dir: &Path) -> PathBuf {
+    state_dir.join("logs").join("passepartout.log")
+}
+
+/// `PASSEPARTOUT_LOG` if set and valid, else `default`; secrets-carrying
+/// libraries are held at `info` either way.
+fn filter(default: &str) -> EnvFilter {
+    let mut filter = std::env::var("PASSEPARTOUT_LOG")
+        .ok()
+        .and_then(|v| EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| EnvFilter::new(default));
+    for directive in QUIET_LIBRARIES {
+        if let Ok(d) = directive.parse() {
+            filter = filter.add_directive(d);
+        }
+    }
+    filter
+}
+
+/// Keeps the log file's writer thread alive; dropping it writes out what is
+/// queued (bounded by tracing-appender's own shutdown timeout).
+pub struct LogGuard {
+    _worker: Option<WorkerGuard>,
+}
+
+/// Log to stderr only, at `default` unless `PASSEPARTOUT_LOG` says otherwise
+/// (the one-shot commands: `run`, `undo`, ...).
+pub fn init_stderr(default: &str) {
+    // stdout carries protocol frames or command output: stderr only.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter(default))
+        .with_writer(io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
+/// The daemon's logging: warnings to stderr, the full record to `path`.
+/// If the file cannot be opened, stderr alone is set up and the error is
+/// returned for the caller to report.
+pub fn init_daemon(path: &Path) -> (LogGuard, Result<(), LogError>) {
+    let stderr = tracing_subscriber::fmt::layer()
+        .with_writer(io::stderr)
+        .with_ansi(false)
+        .with_filter(filter(STDERR_DEFAULT));
+    let file = match RotatingFile::open(path, ROTATE_BYTES, KEEP_ROTATED) {
+        Ok(f) => f,
+        Err(source) => {
+            let _ = tracing_subscriber::registry().with(stderr).try_init();
+            let error = LogError::Open {
+                path: path.to_path_buf(),
+                source,
+            };
+            return (LogGuard { _worker: None }, Err(error));
+        }
+    };
+    let dropped = file.dropped.clone();
+    let (writer, worker) = NonBlockingBuilder::default()
+        .buffered_lines_limit(QUEUE_LINES)
+        .lossy(true)
+        .thread_name("passepartout-log")
+        .finish(file);
+    let _ = dropped.set(writer.error_counter());
+    let file_layer = tracing_subscriber::fmt::layer()
+        .with_writer(writer)
+        .with_ansi(false)
+        .with_filter(filter(FILE_DEFAULT));
+    let _ = tracing_subscriber::registry()
+        .with(stderr)
+        .with(file_layer)
+        .try_init();
+    (
+        LogGuard {
+            _worker: Some(worker),
+        },
+        Ok(()),
+    )
+}
+
+/// A log file that rotates by size: when a write would take it past
+/// `limit` bytes, `name` becomes `name.1` (`.1` becomes `.2`, …, keeping
+/// `keep`) and a new `name` is started. Created 0600 in a 0700 directory:
+/// log lines name files, commands and sessions.
+pub struct RotatingFile {
+    path: PathBuf,
+    file: File,
+    written: u64,
+    limit: u64,
+    keep: usize,
+    /// The queue's count of dropped lines (set once the queue exists).
+    dropped: Arc<OnceLock<ErrorCounter>>,
+    reported: usize,
+}
+
+impl RotatingFile {
+    pub fn open(path: &Path, limit: u64, keep: usize) -> io::Result<RotatingFile> {
+        if let Some(dir) = path.parent() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
+        }
+        let file = open_append(path)?;
+        let written = file.metadata()?.len();
+        Ok(RotatingFile {
+            path: path.to_path_buf(),
+            file,
+            written,
+            limit,
+            keep,
+            dropped: Arc::default(),
+            reported: 0,
+        })
+    }
+
+    fn rotated(&self, n: usize) -> PathBuf {
+        let mut name = self.path.clone().into_os_string();
+        name.push(format!(".{n}"));
+        PathBuf::from(name)
+    }
+
+    fn rotate(&mut self) -> io::Result<()> {
+        self.file.flush()?;
+        if self.keep == 0 {
+            self.file = OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(&self.path)?;
+        } else {
+            for n in (1..self.keep).rev() {
+                let from = self.rotated(n);
+                if from.exists() {
+                    fs::rename(&from, self.rotated(n + 1))?;
+                }
+            }
+            fs::rename(&self.path, self.rotated(1))?;
+            self.file = open_append(&self.path)?;
+        }
+        self.written = 0;
+        Ok(())
+    }
+
+    fn write_counted(&mut self, buf: &[u8]) -> io::Result<()> {
+        if self.written > 0 && self.written + buf.len() as u64 > self.limit {
+            self.rotate()?;
+        }
+        self.file.write_all(buf)?;
+        self.written += buf.len() as u64;
+        Ok(())
+    }
+}
+
+fn open_append(path: &Path) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)?;
+    // An existing file keeps its mode on open: tighten it.
+    file.set_permissions(fs::Permissions::from_mode(0o600))?;
+    Ok(file)
+}
+
+impl Write for RotatingFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let dropped = self.dropped.get().map_or(0, ErrorCounter::dropped_lines);
+        if dropped > self.reported {
+            let note = format!(
+                "passepartout: {} log lines dropped: the log queue was full (limit {QUEUE_LINES} lines)\n",
+                dropped - self.reported
+            );
+            self.reported = dropped;
+            self.write_counted(note.as_bytes())?;
+        }
+        self.write_counted(buf)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rotates_by_size_and_keeps_a_bounded_number_of_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("logs").join("p.log");
+        let mut f = RotatingFile::open(&path, 100, 2).unwrap();
+        for i in 0..10 {
+            f.write_all(format!("{i:0>39}\n").as_bytes()).unwrap(); // 40 bytes a line
+        }
+        f.flush().unwrap();
+        // 10 lines of 40 bytes, 2 per file: the last 2 files kept + current.
+        let current = fs::read_to_string(&path).unwrap();
+        assert_eq!(current.lines().count(), 2, "{current}");
+        assert!(current.ends_with(&format!("{:0>39}\n", 9)));
+        assert!(dir.path().join("logs/p.log.1").exists());
+        assert!(dir.path().join("logs/p.log.2").exists());
+        assert!(!dir.path().join("logs/p.log.3").exists());
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(&dir.path().join("logs")), 0o700);
+    }
+
+    #[test]
+    fn reopening_counts_what_is_already_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.log");
+        fs::write(&path, vec![b'x'; 90]).unwrap();
+        let mut f = RotatingFile::open(&path, 100, 1).unwrap();
+        f.write_all(&[b'y'; 20]).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), vec![b'y'; 20]);
+        assert_eq!(fs::read(dir.path().join("p.log.1")).unwrap().len(), 90);
+    }
+}
