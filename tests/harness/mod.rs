@@ -16,6 +16,9 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_passepartout");
 /// How long any single wait may take before the test fails (generous: CI
 /// machines are slow; this bounds hangs, it does not measure speed).
 pub const WAIT: Duration = Duration::from_secs(20);
+/// The longest a test waits for one response or message in all, however
+/// many other messages arrive meanwhile.
+pub const TOTAL_WAIT: Duration = Duration::from_secs(180);
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Framing {
@@ -170,12 +173,32 @@ impl Client {
         {
             return self.backlog.remove(pos);
         }
+        let deadline = tokio::time::Instant::now() + TOTAL_WAIT;
         loop {
             let msg = self.read().await.expect("daemon closed its output");
             if msg.get("id") == Some(&json!(id)) && msg.get("method").is_none() {
                 return msg;
             }
             self.backlog.push(msg);
+            self.check_deadline(deadline, &format!("the response to request {id}"));
+        }
+    }
+
+    /// A daemon that keeps talking but never gives what a test waits for
+    /// fails the test (with what it said last) instead of hanging it.
+    fn check_deadline(&self, deadline: tokio::time::Instant, what: &str) {
+        if tokio::time::Instant::now() > deadline {
+            let tail: Vec<String> = self
+                .backlog
+                .iter()
+                .rev()
+                .take(5)
+                .map(|m| m.to_string().chars().take(300).collect())
+                .collect();
+            panic!(
+                "waited {TOTAL_WAIT:?} for {what}; {} other messages came, the last: {tail:#?}",
+                self.backlog.len()
+            );
         }
     }
 
@@ -184,12 +207,14 @@ impl Client {
         if let Some(pos) = self.backlog.iter().position(&pred) {
             return self.backlog.remove(pos);
         }
+        let deadline = tokio::time::Instant::now() + TOTAL_WAIT;
         loop {
             let msg = self.read().await.expect("daemon closed its output");
             if pred(&msg) {
                 return msg;
             }
             self.backlog.push(msg);
+            self.check_deadline(deadline, "a matching message");
         }
     }
 
