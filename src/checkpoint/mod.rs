@@ -11,6 +11,7 @@
 
 pub mod effect;
 pub mod gate;
+pub mod scan;
 pub mod store;
 pub mod watch;
 
@@ -40,6 +41,10 @@ pub struct CheckpointConfig {
     /// Files larger than this are summarised, not diffed; also the cap on
     /// the diff shown in a flight plan.
     pub max_diff_bytes: u64,
+    /// Globs (gitignore syntax) of ignored files that are recorded anyway
+    /// (under `untracked_cap_bytes`); modifying or deleting one is an
+    /// effect the gates ask about.
+    pub precious: Vec<String>,
 }
 
 impl Default for CheckpointConfig {
@@ -51,6 +56,21 @@ impl Default for CheckpointConfig {
             max_removed_bytes: 1024 * 1024,
             max_diff_files: 20,
             max_diff_bytes: 64 * 1024,
+            precious: [
+                ".env",
+                ".env.*",
+                ".envrc",
+                "*.pem",
+                "*.key",
+                "id_rsa*",
+                "id_ed25519*",
+                "id_ecdsa*",
+                "*.sqlite",
+                "*.sqlite3",
+                "*.db",
+            ]
+            .map(String::from)
+            .to_vec(),
         }
     }
 }
@@ -207,7 +227,8 @@ impl Project {
         // One store per directory, however it was spelled.
         let canonical = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
         let dir = Store::dir_for(&state_dir.join("checkpoints"), &canonical);
-        let store = Store::open(&dir, cwd, cfg.untracked_cap_bytes)?;
+        let store =
+            Store::open(&dir, cwd, cfg.untracked_cap_bytes)?.with_precious(cfg.precious.clone());
         let records = dir.join("records");
         std::fs::create_dir_all(&records).map_err(|source| CheckpointError::Io {
             path: records.clone(),
@@ -233,7 +254,7 @@ impl Project {
         before: &store::Snapshot,
         after: &store::Snapshot,
     ) -> Result<Option<Checkpoint>, CheckpointError> {
-        let mut effect = ObservedEffect::between(&self.store, &before.tree, &after.tree)?;
+        let mut effect = ObservedEffect::between_snapshots(before, after);
         effect.git_damage = before
             .git_vitals
             .iter()
