@@ -34,6 +34,7 @@ fn main() {
         session_id: "bench".into(),
         tool_call_id: "call".into(),
         tool: "shell".into(),
+        turn: None,
     };
     println!("files    first snapshot   per action p50   p95      (before + after + effect, 1 file changed)");
     for (files, rounds) in [(100usize, 50usize), (10_000, 30), (100_000, 10)] {

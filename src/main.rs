@@ -100,6 +100,10 @@ enum Command {
         flags: ConfigFlags,
         /// The checkpoint to undo (default: the last applied one).
         id: Option<String>,
+        /// Undo a whole turn (all its checkpoints, all or nothing): TURN
+        /// from `history`, default the last turn that changed the directory.
+        #[arg(long, value_name = "TURN", num_args = 0..=1, default_missing_value = "last", conflicts_with = "id")]
+        turn: Option<String>,
     },
     /// List the checkpoints of the current directory, newest first, with
     /// their effects.
@@ -294,7 +298,7 @@ fn main() -> ExitCode {
             Command::Mcp {
                 command: McpCommand::List(flags),
             } => mcp_list(flags).await,
-            Command::Undo { flags, id } => undo(flags, id),
+            Command::Undo { flags, id, turn } => undo(flags, id, turn),
             Command::History { flags, limit, json } => history(flags, limit, json),
             Command::Audit { flags, tail } => match load_config(&flags) {
                 Ok(config) => {
@@ -632,7 +636,7 @@ fn current_dir() -> Result<PathBuf, ExitCode> {
         })
 }
 
-fn undo(flags: ConfigFlags, id: Option<String>) -> ExitCode {
+fn undo(flags: ConfigFlags, id: Option<String>, turn: Option<String>) -> ExitCode {
     let config = match load_config(&flags) {
         Ok(c) => c,
         Err(e) => return config_error(&e),
@@ -645,7 +649,41 @@ fn undo(flags: ConfigFlags, id: Option<String>) -> ExitCode {
         session_id: "cli".into(),
         tool_call_id: String::new(),
         tool: "undo".into(),
+        turn: None,
     };
+    if let Some(turn) = turn {
+        let turn = Some(turn).filter(|t| t != "last");
+        return match passepartout::checkpoint::undo_turn(
+            &config.state_dir(),
+            &config.checkpoints,
+            &cwd,
+            turn.as_deref(),
+            &origin,
+        ) {
+            Ok((turn, undone, undo)) => {
+                let ids: Vec<&str> = undone.iter().map(|c| c.id.as_str()).collect();
+                match undo {
+                    Some(u) => {
+                        if let Ok(log) = passepartout::audit::AuditLog::open(
+                            config.state_dir().join("audit.jsonl"),
+                        ) {
+                            let _ = log.append(&passepartout::audit::AuditRecord::effect(&u));
+                        }
+                        println!("undid turn {turn} ({}): {}", ids.join(", "), u.summary());
+                    }
+                    None => println!(
+                        "undid turn {turn} ({}): nothing left to change",
+                        ids.join(", ")
+                    ),
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("passepartout: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     match passepartout::checkpoint::undo(
         &config.state_dir(),
         &config.checkpoints,
@@ -704,10 +742,11 @@ fn history(flags: ConfigFlags, limit: Option<usize>, json: bool) -> ExitCode {
             .map(|u| format!(" (undoes {u})"))
             .unwrap_or_default();
         println!(
-            "{}  {}  {}  {}{undoes}  {}",
+            "{}  {}  {}  {}  {}{undoes}  {}",
             cp.id,
             cp.status.as_str(),
             cp.created_at,
+            cp.turn.as_deref().unwrap_or("-"),
             cp.tool,
             cp.summary()
         );

@@ -76,12 +76,31 @@ impl ObservedEffect {
                 mode: f.mode_str(),
                 oid: f.oid_hex(),
             };
-            let (a, b) = (&*before.files, &*after.files);
-            let mut paths: Vec<&String> = a.keys().chain(b.keys()).collect();
-            paths.sort();
-            paths.dedup();
-            for path in paths {
-                let (old, new) = (a.get(path), b.get(path));
+            // A merge of the two sorted maps: O(n), no lookups.
+            use std::cmp::Ordering;
+            let mut a = before.files.iter().peekable();
+            let mut b = after.files.iter().peekable();
+            loop {
+                let order = match (a.peek(), b.peek()) {
+                    (None, None) => break,
+                    (Some(_), None) => Ordering::Less,
+                    (None, Some(_)) => Ordering::Greater,
+                    (Some((pa, _)), Some((pb, _))) => pa.cmp(pb),
+                };
+                let (path, old, new) = match order {
+                    Ordering::Less => match a.next() {
+                        Some((p, o)) => (p, Some(o), None),
+                        None => break,
+                    },
+                    Ordering::Greater => match b.next() {
+                        Some((p, n)) => (p, None, Some(n)),
+                        None => break,
+                    },
+                    Ordering::Equal => match (a.next(), b.next()) {
+                        (Some((p, o)), Some((_, n))) => (p, Some(o), Some(n)),
+                        _ => break,
+                    },
+                };
                 let kind = match (old, new) {
                     (Some(o), Some(n)) if o.mode == n.mode && o.oid == n.oid => continue,
                     (None, None) => continue,

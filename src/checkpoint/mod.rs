@@ -84,6 +84,8 @@ pub enum CheckpointError {
     Unknown(String),
     #[error("no checkpoints for this working directory")]
     Empty,
+    #[error("turn `{0}` has no applied checkpoints in this working directory")]
+    NoTurn(String),
     #[error("checkpoint {id} is {status}; only {wanted} checkpoints can be {verb}")]
     WrongStatus {
         id: String,
@@ -142,9 +144,14 @@ pub struct Checkpoint {
     /// The effect gates' reasons, when they held it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reasons: Vec<String>,
-    /// The checkpoint this one undid.
+    /// The checkpoint this one undid (several, comma-separated, for the
+    /// undo of a turn).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undoes: Option<String>,
+    /// The turn the action ran in (None: not run by a live turn — an undo,
+    /// or a plan run after its turn was gone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<String>,
 }
 
 impl Checkpoint {
@@ -180,6 +187,7 @@ impl Checkpoint {
             "status": self.status.as_str(),
             "summary": self.summary(),
             "undoes": self.undoes,
+            "turn": self.turn,
             "effect": self.effect.wire(&self.id),
         })
     }
@@ -191,6 +199,27 @@ pub struct Origin {
     pub session_id: String,
     pub tool_call_id: String,
     pub tool: String,
+    /// The turn the action belongs to, when a live turn runs it.
+    pub turn: Option<String>,
+}
+
+/// A new turn id: `t` and the milliseconds since the epoch, strictly
+/// increasing within the process (short enough to type after `undo --turn`).
+pub fn new_turn_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let mut prev = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = now.max(prev + 1);
+        match LAST.compare_exchange(prev, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return format!("t{next}"),
+            Err(p) => prev = p,
+        }
+    }
 }
 
 /// The checkpoints of one working directory.
@@ -283,6 +312,7 @@ impl Project {
             status: CheckpointStatus::Applied,
             reasons: vec![],
             undoes: None,
+            turn: origin.turn.clone(),
         };
         self.save(&cp)?;
         Ok(Some(cp))
@@ -390,6 +420,75 @@ impl Project {
             .ok_or(CheckpointError::Empty)
     }
 
+    /// The last turn that changed this directory.
+    pub fn last_turn(&self) -> Result<String, CheckpointError> {
+        self.list()?
+            .into_iter()
+            .rev()
+            .find_map(|c| c.turn)
+            .ok_or(CheckpointError::Empty)
+    }
+
+    /// Revert every applied change of one turn, all or nothing: each path
+    /// must still be as the turn left it (its newest change's after-state),
+    /// and goes back to how the turn found it (its oldest change's
+    /// before-state). Returns the undone checkpoints (newest first) and the
+    /// one checkpoint recording the undo (undo it to redo the turn).
+    pub fn undo_turn(
+        &self,
+        turn: &str,
+        origin: &Origin,
+    ) -> Result<(Vec<Checkpoint>, Option<Checkpoint>), CheckpointError> {
+        let mut targets: Vec<Checkpoint> = self
+            .list()?
+            .into_iter()
+            .filter(|c| c.turn.as_deref() == Some(turn) && c.status == CheckpointStatus::Applied)
+            .collect();
+        if targets.is_empty() {
+            return Err(CheckpointError::NoTurn(turn.to_string()));
+        }
+        targets.reverse(); // newest first
+                           // path -> (expected now, wanted): the newest change sets what is
+                           // expected, the oldest (seen last) what is wanted.
+        let mut paths: Vec<String> = Vec::new();
+        let mut plan: HashMap<String, (Option<store::Entry>, Option<store::Entry>)> =
+            HashMap::new();
+        for cp in &targets {
+            for (path, now, wanted) in cp.backward() {
+                match plan.get_mut(&path) {
+                    Some(slot) => slot.1 = wanted,
+                    None => {
+                        paths.push(path.clone());
+                        plan.insert(path, (now, wanted));
+                    }
+                }
+            }
+        }
+        paths.sort();
+        let changes: Vec<_> = paths
+            .into_iter()
+            .filter_map(|p| plan.remove(&p).map(|(now, wanted)| (p, now, wanted)))
+            .filter(|(_, now, wanted)| now != wanted)
+            .collect();
+        let before = self.store.snapshot()?;
+        self.store.restore(&changes)?;
+        let after = self.store.snapshot()?;
+        for cp in &mut targets {
+            cp.status = CheckpointStatus::Undone;
+            self.save(cp)?;
+        }
+        let undo = match self.record(origin, &before, &after)? {
+            Some(mut u) => {
+                let ids: Vec<&str> = targets.iter().map(|c| c.id.as_str()).collect();
+                u.undoes = Some(ids.join(","));
+                self.save(&u)?;
+                Some(u)
+            }
+            None => None,
+        };
+        Ok((targets, undo))
+    }
+
     /// Revert an applied change to its before-state. The undo is itself a
     /// checkpoint (undo it to redo).
     pub fn undo(&self, id: &str, origin: &Origin) -> Result<Checkpoint, CheckpointError> {
@@ -445,6 +544,23 @@ pub fn undo(
     Ok((undone, undo))
 }
 
+/// Undo a whole turn of `cwd` (None: the last turn that changed it).
+pub fn undo_turn(
+    state_dir: &Path,
+    cfg: &CheckpointConfig,
+    cwd: &Path,
+    turn: Option<&str>,
+    origin: &Origin,
+) -> Result<(String, Vec<Checkpoint>, Option<Checkpoint>), CheckpointError> {
+    let project = Project::open(state_dir, cwd, cfg)?;
+    let turn = match turn {
+        Some(t) => t.to_string(),
+        None => project.last_turn()?,
+    };
+    let (undone, undo) = project.undo_turn(&turn, origin)?;
+    Ok((turn, undone, undo))
+}
+
 fn wrong(cp: &Checkpoint, wanted: &str, verb: &str) -> CheckpointError {
     CheckpointError::WrongStatus {
         id: cp.id.clone(),
@@ -463,6 +579,7 @@ mod tests {
             session_id: "s".into(),
             tool_call_id: "t".into(),
             tool: "shell".into(),
+            turn: Some("t1".into()),
         }
     }
 

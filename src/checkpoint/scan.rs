@@ -121,9 +121,12 @@ fn memory() -> &'static Mutex<HashMap<PathBuf, TreeState>> {
 /// Snapshot the working tree: walk, reuse what the cache vouches for, hash
 /// and store the rest, write the trees. Updates the cache.
 pub fn snapshot(cfg: &ScanConfig) -> Result<Scanned, StoreError> {
+    let profile = std::env::var_os("PASSEPARTOUT_SCAN_PROFILE").is_some();
+    let t0 = std::time::Instant::now();
     let previous = previous_state(cfg);
     let taken_ns = now_ns();
-    let precious = precious_matcher(cfg.work_tree, cfg.precious);
+    let precious = cached_precious(cfg.work_tree, cfg.precious);
+    let t_matchers = t0.elapsed();
     let mut walk = Walk {
         root: cfg.work_tree,
         precious: &precious,
@@ -132,6 +135,7 @@ pub fn snapshot(cfg: &ScanConfig) -> Result<Scanned, StoreError> {
     let exclude = root_excludes(cfg.work_tree);
     let mut matchers: Vec<Gitignore> = Vec::new();
     walk.dir(cfg.work_tree, "", &exclude, &mut matchers)?;
+    let t_walk = t0.elapsed();
 
     let objects = cfg.git_dir.join("objects");
     let empty = BTreeMap::new();
@@ -169,6 +173,7 @@ pub fn snapshot(cfg: &ScanConfig) -> Result<Scanned, StoreError> {
         files.insert(found.rel, state);
     }
 
+    let t_hash = t0.elapsed();
     let unchanged = previous
         .as_ref()
         .is_some_and(|p| same_content(&p.files, &files));
@@ -181,13 +186,25 @@ pub fn snapshot(cfg: &ScanConfig) -> Result<Scanned, StoreError> {
         taken_ns,
         files: Arc::new(files),
     };
+    let t_tree = t0.elapsed();
     remember(cfg, &state, !unchanged);
+    if profile {
+        eprintln!(
+            "scan: matchers {:?} walk {:?} hash {:?} tree {:?} remember {:?}",
+            t_matchers,
+            t_walk - t_matchers,
+            t_hash - t_walk,
+            t_tree - t_hash,
+            t0.elapsed() - t_tree
+        );
+    }
     Ok(Scanned { state, skipped })
 }
 
 /// Drop the in-memory cache of a store (the next snapshot reads the one on
 /// disk, as a new process would).
 pub fn forget(git_dir: &Path) {
+    flush_all();
     memory()
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -223,11 +240,59 @@ fn remember(cfg: &ScanConfig, state: &TreeState, changed: bool) {
     // On disk only when the content changed (or the cache is missing): an
     // unchanged tree's stat cache on disk stays valid, merely a little more
     // often racy.
+    // Written by a thread of its own, off the action's path; a newer
+    // state waiting to be written replaces an older one.
     let path = cache_path(cfg.git_dir);
     if changed || !path.exists() {
-        if let Err(e) = save_cache(&path, cfg.work_tree, state) {
+        save_in_background(path, cfg.work_tree.to_path_buf(), state.clone());
+    }
+}
+
+type Pending = HashMap<PathBuf, (PathBuf, TreeState)>;
+
+fn pending() -> &'static Mutex<Pending> {
+    static PENDING: OnceLock<Mutex<Pending>> = OnceLock::new();
+    PENDING.get_or_init(Mutex::default)
+}
+
+fn save_in_background(path: PathBuf, work_tree: PathBuf, state: TreeState) {
+    let first = pending()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(path.clone(), (work_tree, state))
+        .is_none();
+    if first {
+        std::thread::spawn(move || flush(&path));
+    }
+}
+
+/// Write the newest pending state for `path` (until none is left).
+fn flush(path: &Path) {
+    loop {
+        let next = pending()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(path);
+        let Some((work_tree, state)) = next else {
+            return;
+        };
+        if let Err(e) = save_cache(path, &work_tree, &state) {
             tracing::warn!(path = %path.display(), "checkpoint: stat cache not saved: {e}");
         }
+    }
+}
+
+/// Wait until the stat caches are on disk (tests, and a CLI process that
+/// is about to exit).
+pub fn flush_all() {
+    let paths: Vec<PathBuf> = pending()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .keys()
+        .cloned()
+        .collect();
+    for p in paths {
+        flush(&p);
     }
 }
 
@@ -465,6 +530,19 @@ fn root_excludes(root: &Path) -> Gitignore {
     let mut b = GitignoreBuilder::new(root);
     b.add(path);
     b.build().unwrap_or_else(|_| Gitignore::empty())
+}
+
+/// The precious matcher, compiled once per (work tree, globs).
+fn cached_precious(root: &Path, globs: &[String]) -> Arc<Gitignore> {
+    type Key = (PathBuf, Vec<String>);
+    static CACHE: OnceLock<Mutex<HashMap<Key, Arc<Gitignore>>>> = OnceLock::new();
+    let mut map = CACHE
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    map.entry((root.to_path_buf(), globs.to_vec()))
+        .or_insert_with(|| Arc::new(precious_matcher(root, globs)))
+        .clone()
 }
 
 /// Precious globs, in gitignore syntax, rooted at the work tree.
