@@ -116,6 +116,9 @@ enum Command {
         /// Print JSON (one object per line) instead of text.
         #[arg(long)]
         json: bool,
+        /// Prune the store first (`[checkpoints] keep_records`, `keep_days`).
+        #[arg(long)]
+        prune: bool,
     },
     /// Show the audit log.
     Audit {
@@ -299,7 +302,12 @@ fn main() -> ExitCode {
                 command: McpCommand::List(flags),
             } => mcp_list(flags).await,
             Command::Undo { flags, id, turn } => undo(flags, id, turn),
-            Command::History { flags, limit, json } => history(flags, limit, json),
+            Command::History {
+                flags,
+                limit,
+                json,
+                prune,
+            } => history(flags, limit, json, prune),
             Command::Audit { flags, tail } => match load_config(&flags) {
                 Ok(config) => {
                     let path = config.state_dir().join("audit.jsonl");
@@ -707,7 +715,7 @@ fn undo(flags: ConfigFlags, id: Option<String>, turn: Option<String>) -> ExitCod
     }
 }
 
-fn history(flags: ConfigFlags, limit: Option<usize>, json: bool) -> ExitCode {
+fn history(flags: ConfigFlags, limit: Option<usize>, json: bool, prune: bool) -> ExitCode {
     let config = match load_config(&flags) {
         Ok(c) => c,
         Err(e) => return config_error(&e),
@@ -716,6 +724,15 @@ fn history(flags: ConfigFlags, limit: Option<usize>, json: bool) -> ExitCode {
         Ok(d) => d,
         Err(code) => return code,
     };
+    if prune {
+        match passepartout::checkpoint::prune(&config.state_dir(), &config.checkpoints, &cwd) {
+            Ok(ids) => eprintln!("pruned {} checkpoint(s)", ids.len()),
+            Err(e) => {
+                eprintln!("passepartout: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     let list = match passepartout::checkpoint::history(
         &config.state_dir(),
         &config.checkpoints,

@@ -45,6 +45,14 @@ pub struct CheckpointConfig {
     /// (under `untracked_cap_bytes`); modifying or deleting one is an
     /// effect the gates ask about.
     pub precious: Vec<String>,
+    /// The store keeps at most this many records per working directory
+    /// (held ones are never pruned) …
+    pub keep_records: usize,
+    /// … and none older than this many days.
+    pub keep_days: u64,
+    /// Prune (and `git gc` the store) after every this many checkpoints,
+    /// in the background.
+    pub prune_every: u64,
 }
 
 impl Default for CheckpointConfig {
@@ -71,6 +79,9 @@ impl Default for CheckpointConfig {
             ]
             .map(String::from)
             .to_vec(),
+            keep_records: 200,
+            keep_days: 30,
+            prune_every: 100,
         }
     }
 }
@@ -318,9 +329,26 @@ impl Project {
         Ok(Some(cp))
     }
 
+    /// Ids are never reused, also after pruning: the highest ever given
+    /// is kept in `records/last-id`.
     fn next_id(&self) -> Result<String, CheckpointError> {
-        let n = self.ids()?.into_iter().max().unwrap_or(0) + 1;
+        let counter = self.records.join("last-id");
+        let given: u64 = std::fs::read_to_string(&counter)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        let n = self.ids()?.into_iter().max().unwrap_or(0).max(given) + 1;
+        std::fs::write(&counter, n.to_string()).map_err(|source| CheckpointError::Io {
+            path: counter.clone(),
+            source,
+        })?;
         Ok(format!("c{n}"))
+    }
+
+    /// Whether it is time to prune (every `prune_every` checkpoints).
+    pub fn due_for_pruning(id: &str, cfg: &CheckpointConfig) -> bool {
+        let n: u64 = id.trim_start_matches('c').parse().unwrap_or(0);
+        cfg.prune_every > 0 && n % cfg.prune_every == 0
     }
 
     fn ids(&self) -> Result<Vec<u64>, CheckpointError> {
@@ -418,6 +446,41 @@ impl Project {
             .rev()
             .find(|c| c.status == CheckpointStatus::Applied)
             .ok_or(CheckpointError::Empty)
+    }
+
+    /// Bound the store: drop records beyond the newest `keep_records` and
+    /// those older than `keep_days` (never a held one: a person may still
+    /// approve it), then let git drop the objects no kept record, and not
+    /// the stat cache, needs (`git gc --prune`; objects younger than an
+    /// hour are kept, so a snapshot running meanwhile loses nothing).
+    /// Returns the ids pruned.
+    pub fn prune(&self, cfg: &CheckpointConfig) -> Result<Vec<String>, CheckpointError> {
+        let all = self.list()?;
+        let cutoff = std::time::SystemTime::now()
+            - std::time::Duration::from_secs(cfg.keep_days.saturating_mul(86_400));
+        let cutoff = crate::audit::rfc3339(cutoff);
+        let excess = all.len().saturating_sub(cfg.keep_records);
+        let mut pruned = Vec::new();
+        let mut kept = Vec::new();
+        for (i, cp) in all.into_iter().enumerate() {
+            let old = i < excess || cp.created_at < cutoff;
+            if old && cp.status != CheckpointStatus::Held {
+                let path = self.records.join(format!("{}.json", cp.id));
+                std::fs::remove_file(&path)
+                    .map_err(|source| CheckpointError::Io { path, source })?;
+                pruned.push(cp.id);
+            } else {
+                kept.push(cp);
+            }
+        }
+        let mut roots: Vec<&str> = kept
+            .iter()
+            .flat_map(|c| [c.before.as_str(), c.after.as_str()])
+            .collect();
+        let cached = self.store.snapshot_tree();
+        roots.extend(cached.as_deref());
+        self.store.collect_garbage(&roots)?;
+        Ok(pruned)
     }
 
     /// The last turn that changed this directory.
@@ -544,6 +607,15 @@ pub fn undo(
     Ok((undone, undo))
 }
 
+/// Prune the store of `cwd` now (`passepartout history --prune`).
+pub fn prune(
+    state_dir: &Path,
+    cfg: &CheckpointConfig,
+    cwd: &Path,
+) -> Result<Vec<String>, CheckpointError> {
+    Project::open(state_dir, cwd, cfg)?.prune(cfg)
+}
+
 /// Undo a whole turn of `cwd` (None: the last turn that changed it).
 pub fn undo_turn(
     state_dir: &Path,
@@ -616,5 +688,39 @@ mod tests {
         let err = p.undo("c1", &origin()).unwrap_err().to_string();
         assert!(err.contains("undone"), "{err}");
         assert_eq!(p.list().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn pruning_keeps_the_newest_records_and_what_they_need() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        let cfg = CheckpointConfig {
+            keep_records: 2,
+            ..Default::default()
+        };
+        let p = Project::open(state.path(), t, &cfg).unwrap();
+        for i in 0..4 {
+            let before = p.store.snapshot().unwrap();
+            std::fs::write(t.join("f.txt"), format!("version {i}")).unwrap();
+            let after = p.store.snapshot().unwrap();
+            p.record(&origin(), &before, &after).unwrap().unwrap();
+        }
+        assert_eq!(p.prune(&cfg).unwrap(), ["c1", "c2"]);
+        let left: Vec<String> = p.list().unwrap().into_iter().map(|c| c.id).collect();
+        assert_eq!(left, ["c3", "c4"]);
+        // The kept records still undo byte for byte (their objects survived
+        // the gc), and ids are not reused.
+        let u = p.undo("c4", &origin()).unwrap();
+        assert_eq!(u.id, "c5");
+        assert_eq!(
+            std::fs::read_to_string(t.join("f.txt")).unwrap(),
+            "version 2"
+        );
+        p.undo("c3", &origin()).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(t.join("f.txt")).unwrap(),
+            "version 1"
+        );
     }
 }

@@ -219,14 +219,31 @@ pub fn same_content(a: &BTreeMap<String, FileState>, b: &BTreeMap<String, FileSt
             .all(|((pa, fa), (pb, fb))| pa == pb && fa.mode == fb.mode && fa.oid == fb.oid)
 }
 
+/// The tree of the last snapshot of a store, if the cache knows it.
+pub fn cached_tree(git_dir: &Path, work_tree: &Path) -> Option<String> {
+    if let Some(s) = memory()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(git_dir)
+    {
+        return Some(s.tree.clone());
+    }
+    load_cache(&cache_path(git_dir), work_tree).map(|s| s.tree)
+}
+
 fn previous_state(cfg: &ScanConfig) -> Option<TreeState> {
     let key = cfg.git_dir.to_path_buf();
     if let Some(s) = memory().lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
         return Some(s.clone());
     }
     let loaded = load_cache(&cache_path(cfg.git_dir), cfg.work_tree)?;
-    // Doubt: the tree it names must be in the store.
-    if !object_path(&cfg.git_dir.join("objects"), &loaded.tree).exists() {
+    // Doubt: the tree it names must be in the store (loose, or packed by
+    // a garbage collection that kept it).
+    let objects = cfg.git_dir.join("objects");
+    let packed = std::fs::read_dir(objects.join("pack"))
+        .map(|mut d| d.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "pack"))))
+        .unwrap_or(false);
+    if !object_path(&objects, &loaded.tree).exists() && !packed {
         return None;
     }
     Some(loaded)

@@ -237,6 +237,50 @@ impl Store {
         })
     }
 
+    /// The tree of the last snapshot (from the stat cache), if known.
+    pub fn snapshot_tree(&self) -> Option<String> {
+        super::scan::cached_tree(&self.git_dir, &self.work_tree)
+    }
+
+    /// Keep only the objects reachable from `roots` (tree ids), plus any
+    /// younger than an hour: refs are written for the roots, then `git gc
+    /// --prune=1.hour.ago` packs and drops the rest.
+    pub fn collect_garbage(&self, roots: &[&str]) -> Result<(), StoreError> {
+        let mut input = String::from("start\n");
+        // Replace the previous set of keep refs wholesale.
+        let old = self.git(&["for-each-ref", "--format=%(refname)", "refs/keep/"])?;
+        for r in String::from_utf8_lossy(&old).lines() {
+            input.push_str(&format!("delete {r}\n"));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for root in roots.iter().filter(|r| r.len() == 40 && seen.insert(**r)) {
+            input.push_str(&format!("create refs/keep/{root} {root}\n"));
+        }
+        input.push_str("prepare\ncommit\n");
+        let mut child = self
+            .command()
+            .args(["update-ref", "--stdin"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(StoreError::Spawn)?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(input.as_bytes())
+                .map_err(io(&self.git_dir))?;
+        }
+        let out = child.wait_with_output().map_err(StoreError::Spawn)?;
+        if !out.status.success() {
+            return Err(StoreError::Git {
+                args: "update-ref --stdin".into(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        self.git(&["gc", "--quiet", "--prune=1.hour.ago"])?;
+        Ok(())
+    }
+
     /// Every path that differs between two trees.
     pub fn diff(&self, before: &str, after: &str) -> Result<Vec<RawChange>, StoreError> {
         if before == after {
