@@ -630,7 +630,7 @@ async fn a_whole_turn_is_undone_all_or_nothing() {
     let h = cli(&["history"]);
     let listing = String::from_utf8_lossy(&h.stdout);
     assert!(
-        listing.contains(&format!("c2  applied")) && listing.contains(&turn),
+        listing.contains("c2  applied") && listing.contains(&turn),
         "{listing}"
     );
     // Changed since the turn: refused, naming the file, nothing changed.

@@ -348,7 +348,7 @@ impl Project {
     /// Whether it is time to prune (every `prune_every` checkpoints).
     pub fn due_for_pruning(id: &str, cfg: &CheckpointConfig) -> bool {
         let n: u64 = id.trim_start_matches('c').parse().unwrap_or(0);
-        cfg.prune_every > 0 && n % cfg.prune_every == 0
+        cfg.prune_every > 0 && n.is_multiple_of(cfg.prune_every)
     }
 
     fn ids(&self) -> Result<Vec<u64>, CheckpointError> {
