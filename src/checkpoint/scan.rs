@@ -121,33 +121,31 @@ fn memory() -> &'static Mutex<HashMap<PathBuf, TreeState>> {
 /// Snapshot the working tree: walk, reuse what the cache vouches for, hash
 /// and store the rest, write the trees. Updates the cache.
 pub fn snapshot(cfg: &ScanConfig) -> Result<Scanned, StoreError> {
-    let profile = std::env::var_os("PASSEPARTOUT_SCAN_PROFILE").is_some();
     let t0 = std::time::Instant::now();
     let previous = previous_state(cfg);
     let taken_ns = now_ns();
     let precious = cached_precious(cfg.work_tree, cfg.precious);
     let t_matchers = t0.elapsed();
-    let mut walk = Walk {
-        root: cfg.work_tree,
-        precious: &precious,
-        found: Vec::new(),
-    };
     let exclude = root_excludes(cfg.work_tree);
-    let mut matchers: Vec<Gitignore> = Vec::new();
-    walk.dir(cfg.work_tree, "", &exclude, &mut matchers)?;
+    let mut found = walk_tree(cfg.work_tree, &precious, &exclude)?;
+    // Sorted by path: merged with the (sorted) previous state below, and
+    // the map is then built in one pass.
+    found.sort_unstable_by(|a, b| a.rel.cmp(&b.rel));
     let t_walk = t0.elapsed();
 
     let objects = cfg.git_dir.join("objects");
     let empty = BTreeMap::new();
     let old_files = previous.as_ref().map(|p| &*p.files).unwrap_or(&empty);
     let old_taken = previous.as_ref().map(|p| p.taken_ns).unwrap_or(0);
-    let mut files = BTreeMap::new();
+    let mut files: Vec<(String, FileState)> = Vec::with_capacity(found.len());
     let mut skipped = Vec::new();
-    for found in walk.found {
-        let old = old_files.get(&found.rel);
+    let mut olds = old_files.iter().peekable();
+    for found in found {
+        while olds.next_if(|(p, _)| **p < found.rel).is_some() {}
+        let old = olds.next_if(|(p, _)| **p == found.rel).map(|(_, f)| f);
         if let Some(old) = old {
             if old.trusted(&found.state, old_taken, cfg.racy_margin_ns) {
-                files.insert(found.rel, FileState { ..*old });
+                files.push((found.rel, *old));
                 continue;
             }
         }
@@ -170,8 +168,9 @@ pub fn snapshot(cfg: &ScanConfig) -> Result<Scanned, StoreError> {
         let mut state = found.state;
         state.oid = oid;
         state.size = bytes.len() as u64;
-        files.insert(found.rel, state);
+        files.push((found.rel, state));
     }
+    let files: BTreeMap<String, FileState> = files.into_iter().collect();
 
     let t_hash = t0.elapsed();
     let unchanged = previous
@@ -188,16 +187,15 @@ pub fn snapshot(cfg: &ScanConfig) -> Result<Scanned, StoreError> {
     };
     let t_tree = t0.elapsed();
     remember(cfg, &state, !unchanged);
-    if profile {
-        eprintln!(
-            "scan: matchers {:?} walk {:?} hash {:?} tree {:?} remember {:?}",
-            t_matchers,
-            t_walk - t_matchers,
-            t_hash - t_walk,
-            t_tree - t_hash,
-            t0.elapsed() - t_tree
-        );
-    }
+    tracing::debug!(
+        files = state.files.len(),
+        "checkpoint scan: matchers {:?}, walk {:?}, hash {:?}, tree {:?}, cache {:?}",
+        t_matchers,
+        t_walk - t_matchers,
+        t_hash - t_walk,
+        t_tree - t_hash,
+        t0.elapsed() - t_tree
+    );
     Ok(Scanned { state, skipped })
 }
 
@@ -417,22 +415,88 @@ struct Found {
     state: FileState,
 }
 
+/// Walk the work tree: the root in this thread, its subdirectories shared
+/// out to a few threads (stat calls dominate and parallelise well).
+fn walk_tree(
+    root: &Path,
+    precious: &Gitignore,
+    exclude: &Gitignore,
+) -> Result<Vec<Found>, StoreError> {
+    let mut top = Walk {
+        root,
+        precious,
+        exclude,
+        found: Vec::new(),
+    };
+    let mut subdirs = Vec::new();
+    let mut root_matchers = Vec::new();
+    top.dir(root, "", &mut root_matchers, Some(&mut subdirs))?;
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 4)
+        .min(subdirs.len());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = |_: usize| -> Result<Vec<Found>, StoreError> {
+        let mut w = Walk {
+            root,
+            precious,
+            exclude,
+            found: Vec::new(),
+        };
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some((abs, rel)) = subdirs.get(i) else {
+                return Ok(w.found);
+            };
+            let mut matchers = root_matchers.clone();
+            w.dir(abs, rel, &mut matchers, None)?;
+        }
+    };
+    let mut found = top.found;
+    if threads <= 1 {
+        found.extend(work(0)?);
+        return Ok(found);
+    }
+    let parts: Vec<Result<Vec<Found>, StoreError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads).map(|i| s.spawn(move || work(i))).collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(StoreError::Parse(
+                        "a checkpoint walker thread panicked".into(),
+                    ))
+                })
+            })
+            .collect()
+    });
+    for part in parts {
+        found.extend(part?);
+    }
+    Ok(found)
+}
+
 struct Walk<'a> {
     root: &'a Path,
     precious: &'a Gitignore,
+    exclude: &'a Gitignore,
     found: Vec<Found>,
 }
 
 impl Walk<'_> {
     /// Walk `abs` (relative path `rel`, "" for the root). `matchers`: the
-    /// `.gitignore`s of the enclosing directories, outermost first.
+    /// `.gitignore`s of the enclosing directories, outermost first (this
+    /// directory's is pushed; with `defer` it stays pushed, for the caller
+    /// to walk the subdirectories, which are put into `defer`).
     fn dir(
         &mut self,
         abs: &Path,
         rel: &str,
-        exclude: &Gitignore,
-        matchers: &mut Vec<Gitignore>,
+        matchers: &mut Vec<Arc<Gitignore>>,
+        mut defer: Option<&mut Vec<(PathBuf, String)>>,
     ) -> Result<(), StoreError> {
+        let exclude = self.exclude;
         let entries = match std::fs::read_dir(abs) {
             Ok(e) => e,
             Err(e) if rel.is_empty() => {
@@ -451,7 +515,7 @@ impl Walk<'_> {
         if own {
             let mut b = GitignoreBuilder::new(abs);
             b.add(abs.join(".gitignore"));
-            matchers.push(b.build().unwrap_or_else(|_| Gitignore::empty()));
+            matchers.push(Arc::new(b.build().unwrap_or_else(|_| Gitignore::empty())));
         }
         entries.sort_by_key(|e| e.file_name());
         for entry in entries {
@@ -479,7 +543,10 @@ impl Walk<'_> {
                 if std::fs::symlink_metadata(child_abs.join(".git")).is_ok() {
                     continue;
                 }
-                self.dir(&child_abs, &child_rel, exclude, matchers)?;
+                match defer.as_deref_mut() {
+                    Some(later) => later.push((child_abs, child_rel)),
+                    None => self.dir(&child_abs, &child_rel, matchers, None)?,
+                }
                 continue;
             }
             if !(ft.is_file() || ft.is_symlink()) {
@@ -519,7 +586,7 @@ impl Walk<'_> {
                 },
             });
         }
-        if own {
+        if own && defer.is_none() {
             matchers.pop();
         }
         Ok(())
@@ -528,7 +595,7 @@ impl Walk<'_> {
 
 /// git's precedence: the deepest `.gitignore` with a matching pattern
 /// decides (a `!pattern` re-includes), then `.git/info/exclude`.
-fn ignored(abs: &Path, is_dir: bool, exclude: &Gitignore, matchers: &[Gitignore]) -> bool {
+fn ignored(abs: &Path, is_dir: bool, exclude: &Gitignore, matchers: &[Arc<Gitignore>]) -> bool {
     for m in matchers.iter().rev() {
         match m.matched(abs, is_dir) {
             Match::Ignore(_) => return true,
@@ -663,27 +730,39 @@ pub fn write_trees(
     Ok(hex(&oid))
 }
 
+/// A tree entry's name as git orders it: a directory's with a '/' after.
+fn git_name_key(mode: u32, name: &str) -> impl Iterator<Item = u8> + '_ {
+    let tail: &'static [u8] = if mode == MODE_TREE { b"/" } else { b"" };
+    name.bytes().chain(tail.iter().copied())
+}
+
 fn write_node(
     objects: &Path,
     node: &DirNode,
     known: &mut HashSet<[u8; 20]>,
 ) -> Result<[u8; 20], StoreError> {
-    // (sort key, mode, name, oid): git sorts a tree by name, a directory's
-    // name compared as if it ended in '/'.
-    let mut items: Vec<(Vec<u8>, u32, &str, [u8; 20])> = Vec::new();
+    // git sorts a tree by name, a directory's name compared as if it
+    // ended in '/'.
+    let mut items: Vec<(u32, &str, [u8; 20])> = Vec::with_capacity(node.files.len());
     for (name, mode, oid) in &node.files {
-        items.push((name.as_bytes().to_vec(), *mode, name, *oid));
+        items.push((*mode, name, *oid));
     }
     for (name, child) in &node.dirs {
         let oid = write_node(objects, child, known)?;
-        let mut key = name.as_bytes().to_vec();
-        key.push(b'/');
-        items.push((key, MODE_TREE, name, oid));
+        items.push((MODE_TREE, name, oid));
     }
-    items.sort_by(|a, b| a.0.cmp(&b.0));
+    items.sort_by(|a, b| git_name_key(a.0, a.1).cmp(git_name_key(b.0, b.1)));
     let mut body = Vec::with_capacity(items.len() * 48);
-    for (_, mode, name, oid) in &items {
-        body.extend_from_slice(format!("{mode:o} {name}\0").as_bytes());
+    for (mode, name, oid) in &items {
+        let mode: &[u8] = match *mode {
+            MODE_TREE => b"40000 ",
+            MODE_EXEC => b"100755 ",
+            MODE_LINK => b"120000 ",
+            _ => b"100644 ",
+        };
+        body.extend_from_slice(mode);
+        body.extend_from_slice(name.as_bytes());
+        body.push(0);
         body.extend_from_slice(oid);
     }
     let oid = write_object(objects, "tree", &body)?;

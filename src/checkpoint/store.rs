@@ -767,6 +767,11 @@ mod tests {
         std::os::unix::fs::symlink("a/b.txt", t.join("link")).unwrap();
         std::fs::write(t.join(".gitignore"), "*.log\n").unwrap();
         std::fs::write(t.join("x.log"), "ignored").unwrap();
+        // A deeper .gitignore re-includes what the root's ignores, and
+        // ignores more of its own.
+        std::fs::write(t.join("z/.gitignore"), "!keep.log\n*.tmp\n").unwrap();
+        std::fs::write(t.join("z/keep.log"), "kept").unwrap();
+        std::fs::write(t.join("z/y/q.tmp"), "ignored").unwrap();
         let s = store(state.path(), t);
         let snap = s.snapshot().unwrap();
 
