@@ -46,6 +46,9 @@ fn main() {
         let state = tempfile::tempdir().expect("tempdir");
         let tree = tempfile::tempdir().expect("tempdir");
         build_tree(tree.path(), files);
+        // A project at rest: its files are older than the racy-git margin
+        // (files touched in the last 2 s are re-hashed at every snapshot).
+        std::thread::sleep(Duration::from_millis(2100));
         let project = Project::open(state.path(), tree.path(), &CheckpointConfig::default())
             .expect("open the store");
         let start = Instant::now();
