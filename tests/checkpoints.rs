@@ -657,3 +657,60 @@ async fn a_whole_turn_is_undone_all_or_nothing() {
     assert_eq!(undone["result"]["undone"], "c2,c1", "{undone}");
     assert_eq!(tree(project.path()), original);
 }
+
+/// The effect stage without a live turn: a plan approved after a restart
+/// (its turn is gone) whose effect the gates hold stays rolled back —
+/// nobody is there to approve the change — and the result says why.
+#[tokio::test]
+async fn a_held_effect_of_a_plan_run_after_its_turn_stays_rolled_back() {
+    if !bwrap_works() {
+        eprintln!("SKIPPED: bubblewrap cannot run here");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let project = project();
+    let original = tree(project.path());
+    let args = json!({ "command": "rm -rf data src" }).to_string();
+    let fake = FakeProvider::start(vec![fake::openai_tool_calls(&[("c1", "shell", &args)])]).await;
+    let url = fake.openai_url();
+    let mut first = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
+    first.initialize(json!({ "flightPlans": true })).await;
+    let sid = first.new_session(project.path()).await;
+    first
+        .start_request("session/prompt", prompt(&sid, "clean up"))
+        .await;
+    let offer = first.wait_method("_passepartout/plan/offer").await;
+    let id = offer["params"]["plan"]["planId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+    assert_eq!(tree(project.path()), original);
+
+    let mut second = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
+    second.initialize(json!({ "flightPlans": true })).await;
+    let again = second.wait_method("_passepartout/plan/offer").await;
+    assert_eq!(again["params"]["plan"]["planId"], json!(id), "{again}");
+    let r = second
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": id, "decision": "approve" }),
+        )
+        .await;
+    assert_eq!(r["result"]["status"], "approved", "{r}");
+    let resolved = second.wait_method("_passepartout/plan/resolved").await;
+    let result = resolved["params"]["result"].to_string();
+    assert!(
+        result.contains("held and rolled back") && result.contains("Nobody was there"),
+        "{resolved}"
+    );
+    // The command ran, its effect was observed and put back.
+    assert_eq!(tree(project.path()), original);
+    let listed = second
+        .request("_passepartout/history", json!({ "cwd": project.path() }))
+        .await;
+    let cp = &listed["result"]["checkpoints"][0];
+    assert_eq!(cp["status"], "rejected", "{listed}");
+    assert!(cp["turn"].is_null(), "no live turn: {cp}");
+}
