@@ -604,6 +604,9 @@ pub fn undo(
     };
     let undo = project.undo(&target.id, origin)?;
     let undone = project.load(&target.id)?;
+    // A terminal process exits next: its stat cache must be on disk, or the
+    // next process re-hashes the whole tree.
+    scan::flush_all();
     Ok((undone, undo))
 }
 
@@ -630,6 +633,7 @@ pub fn undo_turn(
         None => project.last_turn()?,
     };
     let (undone, undo) = project.undo_turn(&turn, origin)?;
+    scan::flush_all();
     Ok((turn, undone, undo))
 }
 

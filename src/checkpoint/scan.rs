@@ -341,9 +341,11 @@ fn save_cache(path: &Path, work_tree: &Path, state: &TreeState) -> std::io::Resu
         out.extend_from_slice(&f.dev.to_le_bytes());
         out.push(u8::from(f.precious));
     }
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, &out)?;
-    std::fs::rename(&tmp, path)
+    // A temporary file of its own per writer: two writers never mix.
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(&out)?;
+    tmp.persist(path).map(|_| ()).map_err(|e| e.error)
 }
 
 fn load_cache(path: &Path, work_tree: &Path) -> Option<TreeState> {
