@@ -8,7 +8,9 @@
 ;; daemon as a checkpoint (see docs/checkpoints.md).  `passepartout-history'
 ;; lists the checkpoints of a project in a tabulated buffer;
 ;; `passepartout-undo' reverts one (the one at point, or the last applied
-;; one).  The daemon refuses, changing nothing, when the files changed
+;; one); `passepartout-undo-turn' reverts every change of one turn of
+;; the agent together (the turn at point, or the last one).  The daemon
+;; refuses, changing nothing, when the files changed
 ;; since; an undo is itself a checkpoint, so undoing it redoes the change.
 
 ;;; Code:
@@ -52,6 +54,7 @@ A refusal from the daemon becomes a `user-error' with its reason."
                        (plist-get cp :status)
                        (or (plist-get cp :tool) "")
                        (or (plist-get cp :createdAt) "")
+                       (or (plist-get cp :turn) "-")
                        (concat (plist-get cp :summary)
                                (if-let ((u (plist-get cp :undoes)))
                                    (format " (undoes %s)" u)
@@ -66,6 +69,7 @@ A refusal from the daemon becomes a `user-error' with its reason."
 (defvar passepartout-history-mode-map
   (let ((map (make-sparse-keymap)))
     (define-key map (kbd "u") #'passepartout-undo)
+    (define-key map (kbd "U") #'passepartout-undo-turn)
     map)
   "Keymap of `passepartout-history-mode'.")
 
@@ -73,9 +77,11 @@ A refusal from the daemon becomes a `user-error' with its reason."
   "Passepartout-History"
   "The checkpoints of a project, newest first.
 \\<passepartout-history-mode-map>\\[passepartout-undo] undoes the checkpoint at point; \
+\\[passepartout-undo-turn] undoes the whole turn at point;
 \\[revert-buffer] refreshes."
   (setq tabulated-list-format
-        [("Id" 6 nil) ("Status" 9 t) ("Tool" 14 t) ("When" 25 t) ("Effect" 0 nil)])
+        [("Id" 6 nil) ("Status" 9 t) ("Tool" 14 t) ("When" 25 t) ("Turn" 15 t)
+          ("Effect" 0 nil)])
   (setq tabulated-list-padding 1)
   (add-hook 'tabulated-list-revert-hook #'passepartout-history--refresh nil t)
   (tabulated-list-init-header))
@@ -115,6 +121,35 @@ answer (a plist with :undone, :checkpoint and :summary)."
          (result (passepartout-history--request :_passepartout/undo params)))
     (message "passepartout: undid %s: %s"
              (plist-get result :undone) (plist-get result :summary))
+    (when in-history
+      (revert-buffer))
+    result))
+
+;;;###autoload
+(defun passepartout-undo-turn (&optional turn directory)
+  "Undo every change of TURN in DIRECTORY, all or nothing.
+In the history buffer, TURN is the turn of the checkpoint at point;
+elsewhere it is the last turn that changed this project.  The daemon
+refuses, changing nothing, when any of the turn's files changed since.
+Returns the daemon's answer (a plist with :turn, :undone, :checkpoint
+and :summary)."
+  (interactive)
+  (let* ((in-history (derived-mode-p 'passepartout-history-mode))
+         (at-point (and in-history (tabulated-list-get-entry)
+                        (aref (tabulated-list-get-entry) 4)))
+         (turn (or turn
+                   (and at-point (not (equal at-point "-")) at-point)
+                   "last"))
+         (dir (or directory
+                  (and in-history passepartout-history--directory)
+                  (passepartout-history--default-directory)))
+         (result (passepartout-history--request
+                  :_passepartout/undo
+                  (list :cwd (directory-file-name (expand-file-name dir))
+                        :turn turn))))
+    (message "passepartout: undid turn %s (%s): %s"
+             (plist-get result :turn) (plist-get result :undone)
+             (plist-get result :summary))
     (when in-history
       (revert-buffer))
     result))

@@ -104,6 +104,10 @@ enum Command {
         flags: ConfigFlags,
         /// The checkpoint to undo (default: the last applied one).
         id: Option<String>,
+        /// Undo a whole turn (all its checkpoints, all or nothing): TURN
+        /// from `history`, default the last turn that changed the directory.
+        #[arg(long, value_name = "TURN", num_args = 0..=1, default_missing_value = "last", conflicts_with = "id")]
+        turn: Option<String>,
     },
     /// List the checkpoints of the current directory, newest first, with
     /// their effects.
@@ -116,6 +120,9 @@ enum Command {
         /// Print JSON (one object per line) instead of text.
         #[arg(long)]
         json: bool,
+        /// Prune the store first (`[checkpoints] keep_records`, `keep_days`).
+        #[arg(long)]
+        prune: bool,
     },
     /// The model providers: the configured ones, or (none configured) what
     /// discovery finds — every candidate, found or not and why — each with
@@ -312,8 +319,13 @@ fn main() -> ExitCode {
             Command::Mcp {
                 command: McpCommand::Trust { flags, yes, path },
             } => mcp_trust(flags, yes, path),
-            Command::Undo { flags, id } => undo(flags, id),
-            Command::History { flags, limit, json } => history(flags, limit, json),
+            Command::Undo { flags, id, turn } => undo(flags, id, turn),
+            Command::History {
+                flags,
+                limit,
+                json,
+                prune,
+            } => history(flags, limit, json, prune),
             Command::Providers { flags, json } => providers(flags, json).await,
             Command::Audit { flags, tail } => match load_config(&flags) {
                 Ok(config) => {
@@ -742,7 +754,7 @@ fn current_dir() -> Result<PathBuf, ExitCode> {
         })
 }
 
-fn undo(flags: ConfigFlags, id: Option<String>) -> ExitCode {
+fn undo(flags: ConfigFlags, id: Option<String>, turn: Option<String>) -> ExitCode {
     let config = match load_config(&flags) {
         Ok(c) => c,
         Err(e) => return config_error(&e),
@@ -755,7 +767,41 @@ fn undo(flags: ConfigFlags, id: Option<String>) -> ExitCode {
         session_id: "cli".into(),
         tool_call_id: String::new(),
         tool: "undo".into(),
+        turn: None,
     };
+    if let Some(turn) = turn {
+        let turn = Some(turn).filter(|t| t != "last");
+        return match passepartout::checkpoint::undo_turn(
+            &config.state_dir(),
+            &config.checkpoints,
+            &cwd,
+            turn.as_deref(),
+            &origin,
+        ) {
+            Ok((turn, undone, undo)) => {
+                let ids: Vec<&str> = undone.iter().map(|c| c.id.as_str()).collect();
+                match undo {
+                    Some(u) => {
+                        if let Ok(log) = passepartout::audit::AuditLog::open(
+                            config.state_dir().join("audit.jsonl"),
+                        ) {
+                            let _ = log.append(&passepartout::audit::AuditRecord::effect(&u));
+                        }
+                        println!("undid turn {turn} ({}): {}", ids.join(", "), u.summary());
+                    }
+                    None => println!(
+                        "undid turn {turn} ({}): nothing left to change",
+                        ids.join(", ")
+                    ),
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("passepartout: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     match passepartout::checkpoint::undo(
         &config.state_dir(),
         &config.checkpoints,
@@ -779,7 +825,7 @@ fn undo(flags: ConfigFlags, id: Option<String>) -> ExitCode {
     }
 }
 
-fn history(flags: ConfigFlags, limit: Option<usize>, json: bool) -> ExitCode {
+fn history(flags: ConfigFlags, limit: Option<usize>, json: bool, prune: bool) -> ExitCode {
     let config = match load_config(&flags) {
         Ok(c) => c,
         Err(e) => return config_error(&e),
@@ -788,6 +834,15 @@ fn history(flags: ConfigFlags, limit: Option<usize>, json: bool) -> ExitCode {
         Ok(d) => d,
         Err(code) => return code,
     };
+    if prune {
+        match passepartout::checkpoint::prune(&config.state_dir(), &config.checkpoints, &cwd) {
+            Ok(ids) => eprintln!("pruned {} checkpoint(s)", ids.len()),
+            Err(e) => {
+                eprintln!("passepartout: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     let list = match passepartout::checkpoint::history(
         &config.state_dir(),
         &config.checkpoints,
@@ -814,10 +869,11 @@ fn history(flags: ConfigFlags, limit: Option<usize>, json: bool) -> ExitCode {
             .map(|u| format!(" (undoes {u})"))
             .unwrap_or_default();
         println!(
-            "{}  {}  {}  {}{undoes}  {}",
+            "{}  {}  {}  {}  {}{undoes}  {}",
             cp.id,
             cp.status.as_str(),
             cp.created_at,
+            cp.turn.as_deref().unwrap_or("-"),
             cp.tool,
             cp.summary()
         );

@@ -170,6 +170,10 @@ pub struct UndoParams {
     /// The checkpoint (`c12`); absent: the last applied one.
     #[serde(default)]
     pub id: Option<String>,
+    /// Undo a whole turn instead: its id (`t…`, from the history), or
+    /// `"last"` for the last turn that changed the directory.
+    #[serde(default)]
+    pub turn: Option<String>,
 }
 
 /// `_passepartout/history` parameters.

@@ -980,7 +980,28 @@ impl Daemon {
             session_id: "editor".into(),
             tool_call_id: String::new(),
             tool: "undo".into(),
+            turn: None,
         };
+        if let Some(turn) = params.turn.clone() {
+            let turn = Some(turn).filter(|t| !t.is_empty() && t != "last");
+            let (state, cfg, cwd, origin) =
+                (state.clone(), cfg.clone(), cwd.clone(), origin.clone());
+            let (turn, undone, undo) = crate::checkpoint::watch::locked(&params.cwd, move || {
+                crate::checkpoint::undo_turn(&state, &cfg, &cwd, turn.as_deref(), &origin)
+            })
+            .await
+            .map_err(|e| rpc_error(codes::REFUSED, e.to_string()))?;
+            if let Some(u) = &undo {
+                self.env.record(crate::audit::AuditRecord::effect(u));
+            }
+            let ids: Vec<&str> = undone.iter().map(|c| c.id.as_str()).collect();
+            return Ok(serde_json::json!({
+                "turn": turn,
+                "undone": ids.join(","),
+                "checkpoint": undo.as_ref().map(|u| u.id.clone()),
+                "summary": undo.as_ref().map_or_else(|| "nothing left to change".to_string(), |u| u.summary()),
+            }));
+        }
         let done = crate::checkpoint::watch::locked(&params.cwd, move || {
             crate::checkpoint::undo(&state, &cfg, &cwd, params.id.as_deref(), &origin)
         })

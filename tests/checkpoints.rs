@@ -120,8 +120,11 @@ struct Held {
 
 /// Run `command` through the shell tool and stop at the effect stage's ask.
 async fn held(command: &str) -> Held {
+    held_in(project(), command).await
+}
+
+async fn held_in(project: tempfile::TempDir, command: &str) -> Held {
     let home = tempfile::tempdir().unwrap();
-    let project = project();
     let original = tree(project.path());
     let args = json!({ "command": command }).to_string();
     let fake = FakeProvider::start(vec![
@@ -532,4 +535,182 @@ async fn with_flight_plans_the_held_effect_is_a_plan_showing_the_diff() {
     assert_eq!(now["src/main.rs"].len(), 0);
     assert_eq!(now["src/lib.rs"].len(), 0);
     assert_eq!(now["README.md"], original["README.md"]);
+}
+
+/// An ignored `.env` is invisible to git but precious: deleting it is held,
+/// approving applies the deletion, undo brings it back byte for byte.
+#[tokio::test]
+async fn deleting_an_ignored_precious_env_file_is_held_and_undone() {
+    if !bwrap_works() {
+        eprintln!("SKIPPED: bubblewrap cannot run here");
+        return;
+    }
+    let dir = project();
+    std::fs::write(dir.path().join(".gitignore"), ".env\n").unwrap();
+    std::fs::write(dir.path().join(".env"), "API_KEY=s3cret\n").unwrap();
+    let mut h = held_in(dir, "rm .env").await;
+    let p = h.project.path().to_path_buf();
+    // Held: rolled back at once.
+    assert_eq!(std::fs::read(p.join(".env")).unwrap(), b"API_KEY=s3cret\n");
+    decide(&mut h, "allow_once").await;
+    assert!(!p.join(".env").exists());
+    let result = tool_result(&h.fake);
+    assert!(
+        result.contains("precious") && result.contains(".env"),
+        "{result}"
+    );
+    let undone = undo(&mut h.client, &p).await;
+    assert!(undone["result"]["checkpoint"].is_string(), "{undone}");
+    assert_eq!(std::fs::read(p.join(".env")).unwrap(), b"API_KEY=s3cret\n");
+}
+
+/// Two calls in one turn are one unit for `undo --turn`: refused, naming
+/// the file, while a file differs from how the turn left it; then undone
+/// all together through `_passepartout/undo {"turn": "last"}`.
+#[tokio::test]
+async fn a_whole_turn_is_undone_all_or_nothing() {
+    if !bwrap_works() {
+        eprintln!("SKIPPED: bubblewrap cannot run here");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let project = project();
+    let original = tree(project.path());
+    let first = json!({ "command": "printf 'pub fn run() {}\\n' > src/lib.rs" }).to_string();
+    let second = json!({ "command": "echo more >> src/lib.rs; echo new > NEW.md" }).to_string();
+    let fake = FakeProvider::start(vec![
+        fake::openai_tool_calls(&[("call_1", "shell", &first)]),
+        fake::openai_tool_calls(&[("call_2", "shell", &second)]),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let url = fake.openai_url();
+    let mut client = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
+    client.initialize(json!({})).await;
+    let sid = client.new_session(project.path()).await;
+    let p = client
+        .start_request("session/prompt", prompt(&sid, "edit"))
+        .await;
+    loop {
+        let msg = client
+            .wait_for(|v| v["id"] == json!(p) || v["method"] == "session/request_permission")
+            .await;
+        if msg["id"] == json!(p) {
+            break;
+        }
+        client
+            .respond(
+                &msg["id"],
+                json!({ "outcome": { "outcome": "selected", "optionId": "allow_once" } }),
+            )
+            .await;
+    }
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("src/lib.rs")).unwrap(),
+        "pub fn run() {}\nmore\n"
+    );
+    let listed = client
+        .request("_passepartout/history", json!({ "cwd": project.path() }))
+        .await;
+    let cps = listed["result"]["checkpoints"].as_array().unwrap().clone();
+    assert_eq!(cps.len(), 2, "{listed}");
+    let turn = cps[0]["turn"].as_str().expect("a turn id").to_string();
+    assert_eq!(cps[1]["turn"], json!(turn), "both calls are one turn");
+
+    let cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_passepartout"))
+            .args(args)
+            .current_dir(project.path())
+            .env("HOME", home.path())
+            .env("XDG_CONFIG_HOME", home.path().join("config"))
+            .env("XDG_STATE_HOME", home.path().join("state"))
+            .output()
+            .unwrap()
+    };
+    let h = cli(&["history"]);
+    let listing = String::from_utf8_lossy(&h.stdout);
+    assert!(
+        listing.contains("c2  applied") && listing.contains(&turn),
+        "{listing}"
+    );
+    // Changed since the turn: refused, naming the file, nothing changed.
+    std::fs::write(project.path().join("NEW.md"), "mine\n").unwrap();
+    let refused = cli(&["undo", "--turn"]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("changed since") && err.contains("NEW.md"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("src/lib.rs")).unwrap(),
+        "pub fn run() {}\nmore\n"
+    );
+    std::fs::write(project.path().join("NEW.md"), "new\n").unwrap();
+    let undone = client
+        .request(
+            "_passepartout/undo",
+            json!({ "cwd": project.path(), "turn": "last" }),
+        )
+        .await;
+    assert_eq!(undone["result"]["turn"], json!(turn), "{undone}");
+    assert_eq!(undone["result"]["undone"], "c2,c1", "{undone}");
+    assert_eq!(tree(project.path()), original);
+}
+
+/// The effect stage without a live turn: a plan approved after a restart
+/// (its turn is gone) whose effect the gates hold stays rolled back —
+/// nobody is there to approve the change — and the result says why.
+#[tokio::test]
+async fn a_held_effect_of_a_plan_run_after_its_turn_stays_rolled_back() {
+    if !bwrap_works() {
+        eprintln!("SKIPPED: bubblewrap cannot run here");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let project = project();
+    let original = tree(project.path());
+    let args = json!({ "command": "rm -rf data src" }).to_string();
+    let fake = FakeProvider::start(vec![fake::openai_tool_calls(&[("c1", "shell", &args)])]).await;
+    let url = fake.openai_url();
+    let mut first = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
+    first.initialize(json!({ "flightPlans": true })).await;
+    let sid = first.new_session(project.path()).await;
+    first
+        .start_request("session/prompt", prompt(&sid, "clean up"))
+        .await;
+    let offer = first.wait_method("_passepartout/plan/offer").await;
+    let id = offer["params"]["plan"]["planId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+    assert_eq!(tree(project.path()), original);
+
+    let mut second = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
+    second.initialize(json!({ "flightPlans": true })).await;
+    let again = second.wait_method("_passepartout/plan/offer").await;
+    assert_eq!(again["params"]["plan"]["planId"], json!(id), "{again}");
+    let r = second
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": id, "decision": "approve" }),
+        )
+        .await;
+    assert_eq!(r["result"]["status"], "approved", "{r}");
+    let resolved = second.wait_method("_passepartout/plan/resolved").await;
+    let result = resolved["params"]["result"].to_string();
+    assert!(
+        result.contains("held and rolled back") && result.contains("Nobody was there"),
+        "{resolved}"
+    );
+    // The command ran, its effect was observed and put back.
+    assert_eq!(tree(project.path()), original);
+    let listed = second
+        .request("_passepartout/history", json!({ "cwd": project.path() }))
+        .await;
+    let cp = &listed["result"]["checkpoints"][0];
+    assert_eq!(cp["status"], "rejected", "{listed}");
+    assert!(cp["turn"].is_null(), "no live turn: {cp}");
 }

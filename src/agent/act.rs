@@ -50,6 +50,9 @@ pub struct ActEnv<'a> {
     pub explanation: &'a str,
     /// The sink again, owned, for actuators that speak to the person.
     pub sink_handle: Arc<dyn TurnSink>,
+    /// The turn these calls belong to (`checkpoint::new_turn_id`), so that
+    /// a whole turn's changes can be undone together.
+    pub turn_id: &'a str,
 }
 
 pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
@@ -300,6 +303,7 @@ pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_
         session_id: x.session_id.to_string(),
         tool_call_id: id.to_string(),
         tool: action.tool.clone(),
+        turn: x.live.as_ref().map(|l| l.act.turn_id.to_string()),
     };
     let config = &x.env.config;
     let watch = match watch::begin(

@@ -93,6 +93,7 @@ pub async fn run_turn(
     let mut turn_start = history.len() - 1;
     let mut spent = Spent::default();
     let max_rounds = env.config.max_rounds;
+    let turn_id = crate::checkpoint::new_turn_id();
     let result = async {
         let mut problems: Option<String> = None;
         for round in 1..=max_rounds {
@@ -199,6 +200,7 @@ pub async fn run_turn(
                 cancel: cancel.clone(),
                 explanation: &reasoned.text,
                 sink_handle: sink_handle.clone(),
+                turn_id: &turn_id,
             };
             let mut cancelled = false;
             // Several calls in one round: show them as the round's plan.

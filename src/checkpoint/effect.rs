@@ -8,7 +8,8 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::store::{Entry, RawChange, Store, StoreError};
+use super::scan::FileState;
+use super::store::{Entry, RawChange, Snapshot, Store, StoreError};
 use crate::protocol::acp;
 
 /// What happened to one path.
@@ -47,6 +48,10 @@ pub struct ObservedEffect {
     /// removed: checkpoints do not cover `.git` and cannot bring them back.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub git_damage: Vec<String>,
+    /// Ignored-but-precious files (`[checkpoints] precious`) the action
+    /// modified or deleted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub precious: Vec<String>,
 }
 
 /// Which of the project's vital `.git` entries exist (a cheap fingerprint
@@ -60,6 +65,69 @@ pub fn git_vitals(cwd: &Path) -> Vec<String> {
 }
 
 impl ObservedEffect {
+    /// The effect between two snapshots, from their recorded files alone
+    /// (no git process). Paths in the order git's `diff-tree` gives them
+    /// for the same change (sorted by path).
+    pub fn between_snapshots(before: &Snapshot, after: &Snapshot) -> Self {
+        let mut changes = Vec::new();
+        let mut precious = Vec::new();
+        if before.tree != after.tree {
+            let entry = |f: &FileState| Entry {
+                mode: f.mode_str(),
+                oid: f.oid_hex(),
+            };
+            // A merge of the two sorted maps: O(n), no lookups.
+            use std::cmp::Ordering;
+            let mut a = before.files.iter().peekable();
+            let mut b = after.files.iter().peekable();
+            loop {
+                let order = match (a.peek(), b.peek()) {
+                    (None, None) => break,
+                    (Some(_), None) => Ordering::Less,
+                    (None, Some(_)) => Ordering::Greater,
+                    (Some((pa, _)), Some((pb, _))) => pa.cmp(pb),
+                };
+                let (path, old, new) = match order {
+                    Ordering::Less => match a.next() {
+                        Some((p, o)) => (p, Some(o), None),
+                        None => break,
+                    },
+                    Ordering::Greater => match b.next() {
+                        Some((p, n)) => (p, None, Some(n)),
+                        None => break,
+                    },
+                    Ordering::Equal => match (a.next(), b.next()) {
+                        (Some((p, o)), Some((_, n))) => (p, Some(o), Some(n)),
+                        _ => break,
+                    },
+                };
+                let kind = match (old, new) {
+                    (Some(o), Some(n)) if o.mode == n.mode && o.oid == n.oid => continue,
+                    (None, None) => continue,
+                    (None, Some(_)) => ChangeKind::Created,
+                    (Some(_), None) => ChangeKind::Deleted,
+                    (Some(_), Some(_)) => ChangeKind::Modified,
+                };
+                if kind != ChangeKind::Created && old.is_some_and(|o| o.precious) {
+                    precious.push(path.clone());
+                }
+                changes.push(FileChange {
+                    path: path.clone(),
+                    kind,
+                    old_size: old.map(|f| f.size),
+                    new_size: new.map(|f| f.size),
+                    old: old.map(entry),
+                    new: new.map(entry),
+                });
+            }
+        }
+        ObservedEffect {
+            changes,
+            precious,
+            ..Default::default()
+        }
+    }
+
     /// Read the effect between two trees.
     pub fn between(store: &Store, before: &str, after: &str) -> Result<Self, StoreError> {
         let raw = store.diff(before, after)?;

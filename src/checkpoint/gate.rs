@@ -98,6 +98,16 @@ pub fn judge(
             ),
         ));
     }
+    if !effect.precious.is_empty() {
+        out.push(Verdict::new(
+            Decision::Ask,
+            "effect-precious",
+            format!(
+                "the action modified or deleted ignored-but-precious {} (`[checkpoints] precious`)",
+                sample(effect.precious.iter().map(String::as_str))
+            ),
+        ));
+    }
     for c in &effect.changes {
         if let Some(entry) = control_entry(Path::new(&c.path)) {
             out.push(Verdict::new(

@@ -11,6 +11,7 @@
 
 pub mod effect;
 pub mod gate;
+pub mod scan;
 pub mod store;
 pub mod watch;
 
@@ -40,6 +41,18 @@ pub struct CheckpointConfig {
     /// Files larger than this are summarised, not diffed; also the cap on
     /// the diff shown in a flight plan.
     pub max_diff_bytes: u64,
+    /// Globs (gitignore syntax) of ignored files that are recorded anyway
+    /// (under `untracked_cap_bytes`); modifying or deleting one is an
+    /// effect the gates ask about.
+    pub precious: Vec<String>,
+    /// The store keeps at most this many records per working directory
+    /// (held ones are never pruned) …
+    pub keep_records: usize,
+    /// … and none older than this many days.
+    pub keep_days: u64,
+    /// Prune (and `git gc` the store) after every this many checkpoints,
+    /// in the background.
+    pub prune_every: u64,
 }
 
 impl Default for CheckpointConfig {
@@ -51,6 +64,24 @@ impl Default for CheckpointConfig {
             max_removed_bytes: 1024 * 1024,
             max_diff_files: 20,
             max_diff_bytes: 64 * 1024,
+            precious: [
+                ".env",
+                ".env.*",
+                ".envrc",
+                "*.pem",
+                "*.key",
+                "id_rsa*",
+                "id_ed25519*",
+                "id_ecdsa*",
+                "*.sqlite",
+                "*.sqlite3",
+                "*.db",
+            ]
+            .map(String::from)
+            .to_vec(),
+            keep_records: 200,
+            keep_days: 30,
+            prune_every: 100,
         }
     }
 }
@@ -64,6 +95,8 @@ pub enum CheckpointError {
     Unknown(String),
     #[error("no checkpoints for this working directory")]
     Empty,
+    #[error("turn `{0}` has no applied checkpoints in this working directory")]
+    NoTurn(String),
     #[error("checkpoint {id} is {status}; only {wanted} checkpoints can be {verb}")]
     WrongStatus {
         id: String,
@@ -122,9 +155,14 @@ pub struct Checkpoint {
     /// The effect gates' reasons, when they held it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reasons: Vec<String>,
-    /// The checkpoint this one undid.
+    /// The checkpoint this one undid (several, comma-separated, for the
+    /// undo of a turn).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undoes: Option<String>,
+    /// The turn the action ran in (None: not run by a live turn — an undo,
+    /// or a plan run after its turn was gone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<String>,
 }
 
 impl Checkpoint {
@@ -160,6 +198,7 @@ impl Checkpoint {
             "status": self.status.as_str(),
             "summary": self.summary(),
             "undoes": self.undoes,
+            "turn": self.turn,
             "effect": self.effect.wire(&self.id),
         })
     }
@@ -171,6 +210,27 @@ pub struct Origin {
     pub session_id: String,
     pub tool_call_id: String,
     pub tool: String,
+    /// The turn the action belongs to, when a live turn runs it.
+    pub turn: Option<String>,
+}
+
+/// A new turn id: `t` and the milliseconds since the epoch, strictly
+/// increasing within the process (short enough to type after `undo --turn`).
+pub fn new_turn_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let mut prev = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = now.max(prev + 1);
+        match LAST.compare_exchange(prev, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return format!("t{next}"),
+            Err(p) => prev = p,
+        }
+    }
 }
 
 /// The checkpoints of one working directory.
@@ -207,7 +267,8 @@ impl Project {
         // One store per directory, however it was spelled.
         let canonical = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
         let dir = Store::dir_for(&state_dir.join("checkpoints"), &canonical);
-        let store = Store::open(&dir, cwd, cfg.untracked_cap_bytes)?;
+        let store =
+            Store::open(&dir, cwd, cfg.untracked_cap_bytes)?.with_precious(cfg.precious.clone());
         let records = dir.join("records");
         std::fs::create_dir_all(&records).map_err(|source| CheckpointError::Io {
             path: records.clone(),
@@ -233,7 +294,7 @@ impl Project {
         before: &store::Snapshot,
         after: &store::Snapshot,
     ) -> Result<Option<Checkpoint>, CheckpointError> {
-        let mut effect = ObservedEffect::between(&self.store, &before.tree, &after.tree)?;
+        let mut effect = ObservedEffect::between_snapshots(before, after);
         effect.git_damage = before
             .git_vitals
             .iter()
@@ -262,14 +323,32 @@ impl Project {
             status: CheckpointStatus::Applied,
             reasons: vec![],
             undoes: None,
+            turn: origin.turn.clone(),
         };
         self.save(&cp)?;
         Ok(Some(cp))
     }
 
+    /// Ids are never reused, also after pruning: the highest ever given
+    /// is kept in `records/last-id`.
     fn next_id(&self) -> Result<String, CheckpointError> {
-        let n = self.ids()?.into_iter().max().unwrap_or(0) + 1;
+        let counter = self.records.join("last-id");
+        let given: u64 = std::fs::read_to_string(&counter)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        let n = self.ids()?.into_iter().max().unwrap_or(0).max(given) + 1;
+        std::fs::write(&counter, n.to_string()).map_err(|source| CheckpointError::Io {
+            path: counter.clone(),
+            source,
+        })?;
         Ok(format!("c{n}"))
+    }
+
+    /// Whether it is time to prune (every `prune_every` checkpoints).
+    pub fn due_for_pruning(id: &str, cfg: &CheckpointConfig) -> bool {
+        let n: u64 = id.trim_start_matches('c').parse().unwrap_or(0);
+        cfg.prune_every > 0 && n.is_multiple_of(cfg.prune_every)
     }
 
     fn ids(&self) -> Result<Vec<u64>, CheckpointError> {
@@ -369,6 +448,110 @@ impl Project {
             .ok_or(CheckpointError::Empty)
     }
 
+    /// Bound the store: drop records beyond the newest `keep_records` and
+    /// those older than `keep_days` (never a held one: a person may still
+    /// approve it), then let git drop the objects no kept record, and not
+    /// the stat cache, needs (`git gc --prune`; objects younger than an
+    /// hour are kept, so a snapshot running meanwhile loses nothing).
+    /// Returns the ids pruned.
+    pub fn prune(&self, cfg: &CheckpointConfig) -> Result<Vec<String>, CheckpointError> {
+        let all = self.list()?;
+        let cutoff = std::time::SystemTime::now()
+            - std::time::Duration::from_secs(cfg.keep_days.saturating_mul(86_400));
+        let cutoff = crate::audit::rfc3339(cutoff);
+        let excess = all.len().saturating_sub(cfg.keep_records);
+        let mut pruned = Vec::new();
+        let mut kept = Vec::new();
+        for (i, cp) in all.into_iter().enumerate() {
+            let old = i < excess || cp.created_at < cutoff;
+            if old && cp.status != CheckpointStatus::Held {
+                let path = self.records.join(format!("{}.json", cp.id));
+                std::fs::remove_file(&path)
+                    .map_err(|source| CheckpointError::Io { path, source })?;
+                pruned.push(cp.id);
+            } else {
+                kept.push(cp);
+            }
+        }
+        let mut roots: Vec<&str> = kept
+            .iter()
+            .flat_map(|c| [c.before.as_str(), c.after.as_str()])
+            .collect();
+        let cached = self.store.snapshot_tree();
+        roots.extend(cached.as_deref());
+        self.store.collect_garbage(&roots)?;
+        Ok(pruned)
+    }
+
+    /// The last turn that changed this directory.
+    pub fn last_turn(&self) -> Result<String, CheckpointError> {
+        self.list()?
+            .into_iter()
+            .rev()
+            .find_map(|c| c.turn)
+            .ok_or(CheckpointError::Empty)
+    }
+
+    /// Revert every applied change of one turn, all or nothing: each path
+    /// must still be as the turn left it (its newest change's after-state),
+    /// and goes back to how the turn found it (its oldest change's
+    /// before-state). Returns the undone checkpoints (newest first) and the
+    /// one checkpoint recording the undo (undo it to redo the turn).
+    pub fn undo_turn(
+        &self,
+        turn: &str,
+        origin: &Origin,
+    ) -> Result<(Vec<Checkpoint>, Option<Checkpoint>), CheckpointError> {
+        let mut targets: Vec<Checkpoint> = self
+            .list()?
+            .into_iter()
+            .filter(|c| c.turn.as_deref() == Some(turn) && c.status == CheckpointStatus::Applied)
+            .collect();
+        if targets.is_empty() {
+            return Err(CheckpointError::NoTurn(turn.to_string()));
+        }
+        targets.reverse(); // newest first
+                           // path -> (expected now, wanted): the newest change sets what is
+                           // expected, the oldest (seen last) what is wanted.
+        let mut paths: Vec<String> = Vec::new();
+        let mut plan: HashMap<String, (Option<store::Entry>, Option<store::Entry>)> =
+            HashMap::new();
+        for cp in &targets {
+            for (path, now, wanted) in cp.backward() {
+                match plan.get_mut(&path) {
+                    Some(slot) => slot.1 = wanted,
+                    None => {
+                        paths.push(path.clone());
+                        plan.insert(path, (now, wanted));
+                    }
+                }
+            }
+        }
+        paths.sort();
+        let changes: Vec<_> = paths
+            .into_iter()
+            .filter_map(|p| plan.remove(&p).map(|(now, wanted)| (p, now, wanted)))
+            .filter(|(_, now, wanted)| now != wanted)
+            .collect();
+        let before = self.store.snapshot()?;
+        self.store.restore(&changes)?;
+        let after = self.store.snapshot()?;
+        for cp in &mut targets {
+            cp.status = CheckpointStatus::Undone;
+            self.save(cp)?;
+        }
+        let undo = match self.record(origin, &before, &after)? {
+            Some(mut u) => {
+                let ids: Vec<&str> = targets.iter().map(|c| c.id.as_str()).collect();
+                u.undoes = Some(ids.join(","));
+                self.save(&u)?;
+                Some(u)
+            }
+            None => None,
+        };
+        Ok((targets, undo))
+    }
+
     /// Revert an applied change to its before-state. The undo is itself a
     /// checkpoint (undo it to redo).
     pub fn undo(&self, id: &str, origin: &Origin) -> Result<Checkpoint, CheckpointError> {
@@ -421,7 +604,37 @@ pub fn undo(
     };
     let undo = project.undo(&target.id, origin)?;
     let undone = project.load(&target.id)?;
+    // A terminal process exits next: its stat cache must be on disk, or the
+    // next process re-hashes the whole tree.
+    scan::flush_all();
     Ok((undone, undo))
+}
+
+/// Prune the store of `cwd` now (`passepartout history --prune`).
+pub fn prune(
+    state_dir: &Path,
+    cfg: &CheckpointConfig,
+    cwd: &Path,
+) -> Result<Vec<String>, CheckpointError> {
+    Project::open(state_dir, cwd, cfg)?.prune(cfg)
+}
+
+/// Undo a whole turn of `cwd` (None: the last turn that changed it).
+pub fn undo_turn(
+    state_dir: &Path,
+    cfg: &CheckpointConfig,
+    cwd: &Path,
+    turn: Option<&str>,
+    origin: &Origin,
+) -> Result<(String, Vec<Checkpoint>, Option<Checkpoint>), CheckpointError> {
+    let project = Project::open(state_dir, cwd, cfg)?;
+    let turn = match turn {
+        Some(t) => t.to_string(),
+        None => project.last_turn()?,
+    };
+    let (undone, undo) = project.undo_turn(&turn, origin)?;
+    scan::flush_all();
+    Ok((turn, undone, undo))
 }
 
 fn wrong(cp: &Checkpoint, wanted: &str, verb: &str) -> CheckpointError {
@@ -442,6 +655,7 @@ mod tests {
             session_id: "s".into(),
             tool_call_id: "t".into(),
             tool: "shell".into(),
+            turn: Some("t1".into()),
         }
     }
 
@@ -478,5 +692,39 @@ mod tests {
         let err = p.undo("c1", &origin()).unwrap_err().to_string();
         assert!(err.contains("undone"), "{err}");
         assert_eq!(p.list().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn pruning_keeps_the_newest_records_and_what_they_need() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        let cfg = CheckpointConfig {
+            keep_records: 2,
+            ..Default::default()
+        };
+        let p = Project::open(state.path(), t, &cfg).unwrap();
+        for i in 0..4 {
+            let before = p.store.snapshot().unwrap();
+            std::fs::write(t.join("f.txt"), format!("version {i}")).unwrap();
+            let after = p.store.snapshot().unwrap();
+            p.record(&origin(), &before, &after).unwrap().unwrap();
+        }
+        assert_eq!(p.prune(&cfg).unwrap(), ["c1", "c2"]);
+        let left: Vec<String> = p.list().unwrap().into_iter().map(|c| c.id).collect();
+        assert_eq!(left, ["c3", "c4"]);
+        // The kept records still undo byte for byte (their objects survived
+        // the gc), and ids are not reused.
+        let u = p.undo("c4", &origin()).unwrap();
+        assert_eq!(u.id, "c5");
+        assert_eq!(
+            std::fs::read_to_string(t.join("f.txt")).unwrap(),
+            "version 2"
+        );
+        p.undo("c3", &origin()).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(t.join("f.txt")).unwrap(),
+            "version 1"
+        );
     }
 }

@@ -1,11 +1,11 @@
 //! The shadow git store: snapshots of a project's working tree, kept in a
 //! git repository of the daemon's own under the state directory.
 //!
-//! Why the `git` binary and not gix: the store needs `add -A` with the
-//! index's stat cache and the untracked cache (what makes a snapshot of a
-//! 10,000-file tree cost milliseconds), `.gitignore` semantics exactly as the
-//! person's git applies them, and `diff-tree`; git does all of this in three
-//! processes, gix would be far more code for status/add at this scale.
+//! Snapshots are taken in Rust ([`super::scan`]: one walk, a stat cache,
+//! loose objects written directly), so the hot path runs no git process;
+//! the `git` binary reads the store (`diff-tree` for a plan's patch,
+//! `cat-file` for restores and diffs) — the store is a plain git repository
+//! a person can inspect with git.
 //!
 //! Isolation from the project's own repository is explicit: `GIT_DIR`,
 //! `GIT_WORK_TREE` and `GIT_INDEX_FILE` point at the shadow store; the global
@@ -77,6 +77,8 @@ pub struct Snapshot {
     pub skipped: Vec<String>,
     /// The project's vital `.git` entries present at the time.
     pub git_vitals: Vec<String>,
+    /// Every recorded path with its stat, mode and blob id.
+    pub files: std::sync::Arc<BTreeMap<String, super::scan::FileState>>,
 }
 
 /// The shadow repository for one working tree.
@@ -87,6 +89,9 @@ pub struct Store {
     work_tree: PathBuf,
     /// Untracked files larger than this are not recorded.
     untracked_cap: u64,
+    /// Ignored files matching these globs (gitignore syntax) are recorded.
+    precious: Vec<String>,
+    racy_margin_ns: i64,
 }
 
 /// The empty tree's id (sha1).
@@ -109,6 +114,8 @@ impl Store {
             git_dir,
             work_tree: work_tree.to_path_buf(),
             untracked_cap,
+            precious: Vec::new(),
+            racy_margin_ns: super::scan::RACY_MARGIN_NS,
         };
         if !store.git_dir.join("HEAD").exists() {
             std::fs::create_dir_all(dir).map_err(io(dir))?;
@@ -138,6 +145,13 @@ impl Store {
             .map_err(io(&attributes))?;
         }
         Ok(store)
+    }
+
+    /// Record ignored files matching these globs anyway (see
+    /// `[checkpoints] precious`).
+    pub fn with_precious(mut self, globs: Vec<String>) -> Store {
+        self.precious = globs;
+        self
     }
 
     pub fn work_tree(&self) -> &Path {
@@ -203,71 +217,68 @@ impl Store {
         Ok(out.stdout)
     }
 
-    /// Record the working tree as it is now.
+    /// Record the working tree as it is now: one walk, compared with the
+    /// stat cache of the last snapshot ([`super::scan`]); only changed files
+    /// are hashed, and no git process runs.
     pub fn snapshot(&self) -> Result<Snapshot, StoreError> {
-        let skipped = self.exclude_large_untracked()?;
-        match self.git(&["add", "-A", "--ignore-errors", "--", "."]) {
-            Ok(_) => {}
-            // Unreadable files and nested repositories without a commit are
-            // skipped (--ignore-errors adds everything else); git still
-            // exits non-zero. Those paths are not observed.
-            Err(StoreError::Git { stderr, .. }) => {
-                tracing::warn!(work_tree = %self.work_tree.display(), "checkpoint: some paths were not recorded: {stderr}");
-            }
-            Err(e) => return Err(e),
-        }
-        let tree = String::from_utf8_lossy(&self.git(&["write-tree"])?)
-            .trim()
-            .to_string();
+        let scanned = super::scan::snapshot(&super::scan::ScanConfig {
+            git_dir: &self.git_dir,
+            work_tree: &self.work_tree,
+            untracked_cap: self.untracked_cap,
+            precious: &self.precious,
+            racy_margin_ns: self.racy_margin_ns,
+        })?;
         let git_vitals = super::effect::git_vitals(&self.work_tree);
         Ok(Snapshot {
-            tree,
-            skipped,
+            tree: scanned.state.tree,
+            skipped: scanned.skipped,
             git_vitals,
+            files: scanned.state.files,
         })
     }
 
-    /// Keep untracked files over the size cap out of the store: they are
-    /// listed in the shadow store's own `info/exclude`, and re-examined at
-    /// every snapshot (a file that shrank is recorded again).
-    fn exclude_large_untracked(&self) -> Result<Vec<String>, StoreError> {
-        let exclude_path = self.git_dir.join("info/exclude");
-        let listed = self.git_dir.join("info/large-files");
-        let previous: Vec<String> = std::fs::read_to_string(&listed)
-            .map(|t| t.lines().map(str::to_string).collect())
-            .unwrap_or_default();
-        let mut large: Vec<String> = previous
-            .into_iter()
-            .filter(|p| {
-                std::fs::symlink_metadata(self.work_tree.join(p))
-                    .map(|m| m.is_file() && m.len() > self.untracked_cap)
-                    .unwrap_or(false)
-            })
-            .collect();
-        let others = self.git(&["ls-files", "-z", "--others", "--exclude-standard"])?;
-        for raw in others.split(|b| *b == 0).filter(|s| !s.is_empty()) {
-            let rel = String::from_utf8_lossy(raw).to_string();
-            let big = std::fs::symlink_metadata(self.work_tree.join(&rel))
-                .map(|m| m.is_file() && m.len() > self.untracked_cap)
-                .unwrap_or(false);
-            if big && !large.contains(&rel) {
-                large.push(rel);
-            }
+    /// The tree of the last snapshot (from the stat cache), if known.
+    pub fn snapshot_tree(&self) -> Option<String> {
+        super::scan::cached_tree(&self.git_dir, &self.work_tree)
+    }
+
+    /// Keep only the objects reachable from `roots` (tree ids), plus any
+    /// younger than an hour: refs are written for the roots, then `git gc
+    /// --prune=1.hour.ago` packs and drops the rest.
+    pub fn collect_garbage(&self, roots: &[&str]) -> Result<(), StoreError> {
+        let mut input = String::from("start\n");
+        // Replace the previous set of keep refs wholesale.
+        let old = self.git(&["for-each-ref", "--format=%(refname)", "refs/keep/"])?;
+        for r in String::from_utf8_lossy(&old).lines() {
+            input.push_str(&format!("delete {r}\n"));
         }
-        large.sort();
-        let mut exclude =
-            String::from("# written by passepartout: untracked files over the size cap\n");
-        for p in &large {
-            exclude.push('/');
-            exclude.push_str(&glob_escape(p));
-            exclude.push('\n');
+        let mut seen = std::collections::BTreeSet::new();
+        for root in roots.iter().filter(|r| r.len() == 40 && seen.insert(**r)) {
+            input.push_str(&format!("create refs/keep/{root} {root}\n"));
         }
-        // Rewrite only on change: the untracked cache keys on this file.
-        if std::fs::read_to_string(&exclude_path).ok().as_deref() != Some(exclude.as_str()) {
-            std::fs::write(&exclude_path, &exclude).map_err(io(&exclude_path))?;
-            std::fs::write(&listed, large.join("\n")).map_err(io(&listed))?;
+        input.push_str("prepare\ncommit\n");
+        let mut child = self
+            .command()
+            .args(["update-ref", "--stdin"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(StoreError::Spawn)?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(input.as_bytes())
+                .map_err(io(&self.git_dir))?;
         }
-        Ok(large)
+        let out = child.wait_with_output().map_err(StoreError::Spawn)?;
+        if !out.status.success() {
+            return Err(StoreError::Git {
+                args: "update-ref --stdin".into(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        self.git(&["gc", "--quiet", "--prune=1.hour.ago"])?;
+        Ok(())
     }
 
     /// Every path that differs between two trees.
@@ -583,18 +594,6 @@ pub fn blob_id(bytes: &[u8]) -> String {
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Escape gitignore pattern characters so a path matches only itself.
-fn glob_escape(path: &str) -> String {
-    let mut out = String::new();
-    for c in path.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\' | '!' | '#' | ' ') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// Parse `diff-tree -r -z --raw`: `:m1 m2 o1 o2 S\0path\0`.
 fn parse_raw(out: &[u8]) -> Result<Vec<RawChange>, StoreError> {
     let mut changes = Vec::new();
@@ -732,6 +731,153 @@ mod tests {
         let snap = s.snapshot().unwrap();
         let all = s.diff(EMPTY_TREE, &snap.tree).unwrap();
         assert_eq!(all[0].path, "a.txt");
+    }
+
+    fn git_in(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    #[test]
+    fn trees_written_in_rust_are_the_trees_git_writes() {
+        use std::os::unix::fs::PermissionsExt;
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        // Names whose order differs between "sorted paths" and git's tree
+        // order ("a-b" < "a/" < "a.b" is wrong; git compares "a/" as a dir).
+        for p in ["a/b.txt", "a-b", "a.b", "a0", "z/y/x.rs", "sp ace.txt"] {
+            let abs = t.join(p);
+            std::fs::create_dir_all(abs.parent().unwrap()).unwrap();
+            std::fs::write(&abs, p).unwrap();
+        }
+        std::fs::write(t.join("run.sh"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(t.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink("a/b.txt", t.join("link")).unwrap();
+        std::fs::write(t.join(".gitignore"), "*.log\n").unwrap();
+        std::fs::write(t.join("x.log"), "ignored").unwrap();
+        // A deeper .gitignore re-includes what the root's ignores, and
+        // ignores more of its own.
+        std::fs::write(t.join("z/.gitignore"), "!keep.log\n*.tmp\n").unwrap();
+        std::fs::write(t.join("z/keep.log"), "kept").unwrap();
+        std::fs::write(t.join("z/y/q.tmp"), "ignored").unwrap();
+        let s = store(state.path(), t);
+        let snap = s.snapshot().unwrap();
+
+        git_in(t, &["init", "-q"]);
+        git_in(t, &["add", "-A"]);
+        assert_eq!(snap.tree, git_in(t, &["write-tree"]));
+        // The shadow store's objects are sound.
+        let out = s.git(&["fsck", "--strict", "--no-dangling"]);
+        assert!(out.is_ok(), "{out:?}");
+    }
+
+    #[test]
+    fn the_stat_cache_catches_what_stat_alone_would_miss() {
+        use std::os::unix::fs::PermissionsExt;
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        std::fs::write(t.join("same.txt"), "aaaa").unwrap();
+        std::fs::write(t.join("gone.txt"), "gone").unwrap();
+        std::fs::write(t.join("tool"), "x").unwrap();
+        std::fs::write(t.join("k.tmp"), "tmp").unwrap();
+        // Old enough not to be racy.
+        for f in ["same.txt", "gone.txt", "tool", "k.tmp"] {
+            let ok = Command::new("touch")
+                .args(["-d", "2020-01-01 00:00:00"])
+                .arg(t.join(f))
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok);
+        }
+        // A small racy margin, so that stat alone must tell (the full
+        // margin would rehash everything touched in the last 2 s).
+        let mut s = store(state.path(), t);
+        s.racy_margin_ns = 10_000_000;
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let first = s.snapshot().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let oid = |snap: &Snapshot, p: &str| snap.files.get(p).map(|f| f.oid_hex());
+
+        // Same size, mtime put back with `touch -d`: ctime and inode differ.
+        std::fs::remove_file(t.join("same.txt")).unwrap();
+        std::fs::write(t.join("same.txt"), "bbbb").unwrap();
+        Command::new("touch")
+            .args(["-d", "2020-01-01 00:00:00"])
+            .arg(t.join("same.txt"))
+            .status()
+            .unwrap();
+        // Deleted and recreated with the same content: same blob.
+        std::fs::remove_file(t.join("gone.txt")).unwrap();
+        std::fs::write(t.join("gone.txt"), "gone").unwrap();
+        // The exec bit alone.
+        std::fs::set_permissions(t.join("tool"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        // A symlink appears.
+        std::os::unix::fs::symlink("same.txt", t.join("ln")).unwrap();
+        let second = s.snapshot().unwrap();
+        assert_eq!(oid(&second, "same.txt"), Some(blob_id(b"bbbb")));
+        assert_eq!(oid(&second, "gone.txt"), oid(&first, "gone.txt"));
+        assert_eq!(second.files["tool"].mode_str(), "100755");
+        assert_eq!(second.files["ln"].mode_str(), "120000");
+        assert_eq!(oid(&second, "ln"), Some(blob_id(b"same.txt")));
+        let changed: Vec<String> =
+            super::super::effect::ObservedEffect::between_snapshots(&first, &second)
+                .changes
+                .into_iter()
+                .map(|c| c.path)
+                .collect();
+        assert_eq!(changed, ["ln", "same.txt", "tool"]);
+
+        // A .gitignore change is re-evaluated at once.
+        std::fs::write(t.join(".gitignore"), "*.tmp\n").unwrap();
+        let third = s.snapshot().unwrap();
+        assert!(!third.files.contains_key("k.tmp"));
+        std::fs::remove_file(t.join(".gitignore")).unwrap();
+        let fourth = s.snapshot().unwrap();
+        assert!(fourth.files.contains_key("k.tmp"));
+
+        // Nothing changed: the same tree, and a fresh process (no memory
+        // cache, the stat cache from disk) agrees.
+        assert_eq!(s.snapshot().unwrap().tree, fourth.tree);
+        super::super::scan::forget(&s.git_dir);
+        assert_eq!(s.snapshot().unwrap().tree, fourth.tree);
+        std::fs::write(state.path().join("stat-cache"), "garbage").unwrap();
+        super::super::scan::forget(&s.git_dir);
+        assert_eq!(s.snapshot().unwrap().tree, fourth.tree);
+    }
+
+    #[test]
+    fn ignored_precious_files_are_recorded_and_marked() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        std::fs::write(t.join(".gitignore"), ".env\ntarget/\n*.log\n").unwrap();
+        std::fs::write(t.join(".env"), "KEY=1").unwrap();
+        std::fs::write(t.join("x.log"), "log").unwrap();
+        std::fs::create_dir_all(t.join("target")).unwrap();
+        std::fs::write(t.join("target/.env"), "in an ignored dir").unwrap();
+        let s = store(state.path(), t).with_precious(vec![".env".into()]);
+        let snap = s.snapshot().unwrap();
+        let paths: Vec<&str> = snap.files.keys().map(String::as_str).collect();
+        assert_eq!(paths, [".env", ".gitignore"]);
+        assert!(snap.files[".env"].precious);
+        std::fs::remove_file(t.join(".env")).unwrap();
+        let after = s.snapshot().unwrap();
+        let e = super::super::effect::ObservedEffect::between_snapshots(&snap, &after);
+        assert_eq!(e.precious, [".env"]);
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub fn watches(action: &Action) -> bool {
 /// An action under observation.
 pub struct Watch {
     pub project: Project,
+    cfg: CheckpointConfig,
     before: Snapshot,
     origin: Origin,
     guard: OwnedMutexGuard<()>,
@@ -56,6 +57,7 @@ pub async fn begin(
         return Ok(None);
     }
     let guard = lock(cwd).lock_owned().await;
+    let cfg_kept = cfg.clone();
     let (state_dir, cwd, cfg) = (state_dir.to_path_buf(), cwd.to_path_buf(), cfg.clone());
     let opened = tokio::task::spawn_blocking(move || {
         let project = Project::open(&state_dir, &cwd, &cfg)?;
@@ -66,6 +68,7 @@ pub async fn begin(
     match opened {
         Ok(Ok((project, before))) => Ok(Some(Watch {
             project,
+            cfg: cfg_kept,
             before,
             origin,
             guard,
@@ -84,6 +87,7 @@ impl Watch {
     pub async fn finish(self) -> Result<Option<Observed>, String> {
         let Watch {
             project,
+            cfg,
             before,
             origin,
             guard,
@@ -96,6 +100,18 @@ impl Watch {
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
+        if let Some(cp) = &recorded {
+            if Project::due_for_pruning(&cp.id, &cfg) {
+                // Off the action's path: after this action releases the lock.
+                let (p, cfg) = (project.clone(), cfg.clone());
+                let cwd = project.cwd().to_path_buf();
+                tokio::spawn(async move {
+                    if let Err(e) = locked(&cwd, move || p.prune(&cfg)).await {
+                        tracing::warn!(cwd = %cwd.display(), "checkpoint: pruning failed: {e}");
+                    }
+                });
+            }
+        }
         Ok(recorded.map(|checkpoint| Observed {
             project,
             checkpoint,

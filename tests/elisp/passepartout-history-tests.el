@@ -52,7 +52,7 @@
           (let ((row (tabulated-list-get-entry)))
             (should (equal (aref row 1) "applied"))
             (should (equal (aref row 2) "shell"))
-            (should (string-match-p "changed 1 file: \\+1 ~0 −0" (aref row 4))))
+            (should (string-match-p "changed 1 file: \\+1 ~0 −0" (aref row 5))))
           ;; `u' on the row undoes it.
           (should (eq (key-binding (kbd "u")) #'passepartout-undo))
           (let ((result (call-interactively #'passepartout-undo)))
@@ -61,7 +61,7 @@
           ;; The listing was refreshed: the undo is c2, c1 is undone.
           (goto-char (point-min))
           (should (equal (tabulated-list-get-id) "c2"))
-          (should (string-match-p "(undoes c1)" (aref (tabulated-list-get-entry) 4)))
+          (should (string-match-p "(undoes c1)" (aref (tabulated-list-get-entry) 5)))
           (forward-line 1)
           (should (equal (aref (tabulated-list-get-entry) 1) "undone")))))))
 
@@ -84,6 +84,31 @@
       ;; Nothing to undo is said plainly too.
       (let ((err (should-error (passepartout-undo "c99" project) :type 'user-error)))
         (should (string-match-p "no checkpoint `c99`" (cadr err)))))))
+
+(ert-deftest passepartout-history-test-undo-turn ()
+  "Two calls of one turn are undone together with `U' in the history buffer."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--tool-reply
+             "call_a" "shell" '(:command "printf 'one\\n' > a.txt"))
+            (passepartout-test--tool-reply
+             "call_b" "shell" '(:command "printf 'two\\n' > b.txt"))
+            (passepartout-test--text-reply "Written."))
+    (let ((chat (passepartout-test--chat project)))
+      (passepartout-test--send chat "Write two files")
+      (passepartout-history-test--run-to-idle chat)
+      (should (equal (passepartout-history-test--file project "b.txt") "two\n"))
+      (with-current-buffer (passepartout-history project)
+        (goto-char (point-min))
+        (let ((turn (aref (tabulated-list-get-entry) 4)))
+          (should (string-prefix-p "t" turn))
+          (forward-line 1)
+          (should (equal (aref (tabulated-list-get-entry) 4) turn))
+          (should (eq (key-binding (kbd "U")) #'passepartout-undo-turn))
+          (let ((result (call-interactively #'passepartout-undo-turn)))
+            (should (equal (plist-get result :turn) turn))
+            (should (equal (plist-get result :undone) "c2,c1")))))
+      (should-not (passepartout-history-test--file project "a.txt"))
+      (should-not (passepartout-history-test--file project "b.txt")))))
 
 (provide 'passepartout-history-tests)
 ;;; passepartout-history-tests.el ends here

@@ -1,0 +1,828 @@
+//! The fast path of a snapshot: one directory walk in Rust, compared with a
+//! stat cache of the last snapshot, so that only files whose metadata
+//! changed are read and hashed; blobs and trees are written into the shadow
+//! store as git loose objects from Rust. A snapshot of an unchanged tree
+//! costs one walk and no git process; a changed one adds the hashing of the
+//! changed files and the rewrite of the tree objects (in memory, sha1).
+//!
+//! Why our own walk (read_dir + the `ignore` crate's gitignore matcher) and
+//! not the `ignore` crate's walker or git's untracked cache: the walker
+//! hides ignored files completely, but ignored-but-precious files (`.env`,
+//! keys) must be seen; and git would cost processes on every action. The
+//! matcher is the `ignore` crate's, which implements gitignore semantics
+//! (anchoring, `**`, negation, directory-only patterns); precedence is
+//! git's: the deepest `.gitignore` with a matching pattern decides, then the
+//! project's `.git/info/exclude`. As in git, an ignored directory is not
+//! entered.
+//!
+//! The stat cache trusts an entry only if size, mtime, ctime, inode, device
+//! and mode all match and the file was not modified within [`RACY_MARGIN_NS`]
+//! of the snapshot that cached it ("racy git": a write in the same timestamp
+//! granule as the snapshot would leave the stat unchanged). It lives in
+//! memory per store and on disk next to the store (`stat-cache`, versioned;
+//! any doubt — wrong version, bad length, a different work tree, a missing
+//! tree object — means a full rehash, never a wrong answer).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use flate2::write::ZlibEncoder;
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use ignore::Match;
+use sha1::{Digest, Sha1};
+
+use super::store::StoreError;
+
+/// A cached entry is trusted only if its mtime and ctime are older than the
+/// snapshot that cached it by this much. Two seconds covers file systems with
+/// coarse timestamps (FAT: 2 s; ext3/HFS+: 1 s) as well as the kernel's
+/// coarse clock; the cost is rehashing files touched in the last 2 s.
+pub const RACY_MARGIN_NS: i64 = 2_000_000_000;
+
+/// git modes as numbers.
+pub const MODE_FILE: u32 = 0o100644;
+pub const MODE_EXEC: u32 = 0o100755;
+pub const MODE_LINK: u32 = 0o120000;
+const MODE_TREE: u32 = 0o40000;
+
+/// What the last snapshot knew about one recorded path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileState {
+    pub mode: u32,
+    pub oid: [u8; 20],
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub ino: u64,
+    pub dev: u64,
+    /// Ignored by `.gitignore` but recorded because it matches a precious
+    /// glob.
+    pub precious: bool,
+}
+
+impl FileState {
+    pub fn mode_str(&self) -> String {
+        format!("{:06o}", self.mode)
+    }
+
+    pub fn oid_hex(&self) -> String {
+        hex(&self.oid)
+    }
+
+    /// Whether the file on disk, as `stat` shows it now, is certainly the
+    /// one cached at `taken_ns`.
+    fn trusted(&self, now: &FileState, taken_ns: i64, margin_ns: i64) -> bool {
+        self.mode == now.mode
+            && self.size == now.size
+            && self.mtime_ns == now.mtime_ns
+            && self.ctime_ns == now.ctime_ns
+            && self.ino == now.ino
+            && self.dev == now.dev
+            && self.mtime_ns.max(self.ctime_ns) < taken_ns.saturating_sub(margin_ns)
+    }
+}
+
+/// The recorded state of a working tree at one snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeState {
+    /// The tree object id (hex).
+    pub tree: String,
+    /// When the walk started (ns since the epoch).
+    pub taken_ns: i64,
+    pub files: Arc<BTreeMap<String, FileState>>,
+}
+
+/// The result of one walk.
+pub struct Scanned {
+    pub state: TreeState,
+    /// Files left out because they exceed the size cap (not recorded before).
+    pub skipped: Vec<String>,
+}
+
+/// What to walk and how.
+pub struct ScanConfig<'a> {
+    pub git_dir: &'a Path,
+    pub work_tree: &'a Path,
+    pub untracked_cap: u64,
+    pub precious: &'a [String],
+    /// [`RACY_MARGIN_NS`], smaller only in tests.
+    pub racy_margin_ns: i64,
+}
+
+/// The in-memory caches, one per shadow store (keyed by its git dir).
+fn memory() -> &'static Mutex<HashMap<PathBuf, TreeState>> {
+    static CACHE: OnceLock<Mutex<HashMap<PathBuf, TreeState>>> = OnceLock::new();
+    CACHE.get_or_init(Mutex::default)
+}
+
+/// Snapshot the working tree: walk, reuse what the cache vouches for, hash
+/// and store the rest, write the trees. Updates the cache.
+pub fn snapshot(cfg: &ScanConfig) -> Result<Scanned, StoreError> {
+    let t0 = std::time::Instant::now();
+    let previous = previous_state(cfg);
+    let taken_ns = now_ns();
+    let precious = cached_precious(cfg.work_tree, cfg.precious);
+    let t_matchers = t0.elapsed();
+    let exclude = root_excludes(cfg.work_tree);
+    let mut found = walk_tree(cfg.work_tree, &precious, &exclude)?;
+    // Sorted by path: merged with the (sorted) previous state below, and
+    // the map is then built in one pass.
+    found.sort_unstable_by(|a, b| a.rel.cmp(&b.rel));
+    let t_walk = t0.elapsed();
+
+    let objects = cfg.git_dir.join("objects");
+    let empty = BTreeMap::new();
+    let old_files = previous.as_ref().map(|p| &*p.files).unwrap_or(&empty);
+    let old_taken = previous.as_ref().map(|p| p.taken_ns).unwrap_or(0);
+    let mut files: Vec<(String, FileState)> = Vec::with_capacity(found.len());
+    let mut skipped = Vec::new();
+    let mut olds = old_files.iter().peekable();
+    for found in found {
+        while olds.next_if(|(p, _)| **p < found.rel).is_some() {}
+        let old = olds.next_if(|(p, _)| **p == found.rel).map(|(_, f)| f);
+        if let Some(old) = old {
+            if old.trusted(&found.state, old_taken, cfg.racy_margin_ns) {
+                files.push((found.rel, *old));
+                continue;
+            }
+        }
+        // Untracked (not recorded before) and over the cap: left out.
+        if old.is_none() && found.state.mode != MODE_LINK && found.state.size > cfg.untracked_cap {
+            skipped.push(found.rel);
+            continue;
+        }
+        let abs = cfg.work_tree.join(&found.rel);
+        let bytes = match read_content(&abs, found.state.mode) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                // Unreadable: not observed, as `git add --ignore-errors`.
+                tracing::warn!(path = %abs.display(), "checkpoint: not recorded: {e}");
+                continue;
+            }
+        };
+        let oid = write_object(&objects, "blob", &bytes)?;
+        let mut state = found.state;
+        state.oid = oid;
+        state.size = bytes.len() as u64;
+        files.push((found.rel, state));
+    }
+    let files: BTreeMap<String, FileState> = files.into_iter().collect();
+
+    let t_hash = t0.elapsed();
+    let unchanged = previous
+        .as_ref()
+        .is_some_and(|p| same_content(&p.files, &files));
+    let tree = match previous {
+        Some(p) if unchanged => p.tree,
+        _ => write_trees(&objects, &files)?,
+    };
+    let state = TreeState {
+        tree,
+        taken_ns,
+        files: Arc::new(files),
+    };
+    let t_tree = t0.elapsed();
+    remember(cfg, &state, !unchanged);
+    tracing::debug!(
+        files = state.files.len(),
+        "checkpoint scan: matchers {:?}, walk {:?}, hash {:?}, tree {:?}, cache {:?}",
+        t_matchers,
+        t_walk - t_matchers,
+        t_hash - t_walk,
+        t_tree - t_hash,
+        t0.elapsed() - t_tree
+    );
+    Ok(Scanned { state, skipped })
+}
+
+/// Drop the in-memory cache of a store (the next snapshot reads the one on
+/// disk, as a new process would).
+pub fn forget(git_dir: &Path) {
+    flush_all();
+    memory()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(git_dir);
+}
+
+/// Whether two snapshots record the same content (paths, modes, blobs).
+pub fn same_content(a: &BTreeMap<String, FileState>, b: &BTreeMap<String, FileState>) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b.iter())
+            .all(|((pa, fa), (pb, fb))| pa == pb && fa.mode == fb.mode && fa.oid == fb.oid)
+}
+
+/// The tree of the last snapshot of a store, if the cache knows it.
+pub fn cached_tree(git_dir: &Path, work_tree: &Path) -> Option<String> {
+    if let Some(s) = memory()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(git_dir)
+    {
+        return Some(s.tree.clone());
+    }
+    load_cache(&cache_path(git_dir), work_tree).map(|s| s.tree)
+}
+
+fn previous_state(cfg: &ScanConfig) -> Option<TreeState> {
+    let key = cfg.git_dir.to_path_buf();
+    if let Some(s) = memory().lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return Some(s.clone());
+    }
+    let loaded = load_cache(&cache_path(cfg.git_dir), cfg.work_tree)?;
+    // Doubt: the tree it names must be in the store (loose, or packed by
+    // a garbage collection that kept it).
+    let objects = cfg.git_dir.join("objects");
+    let packed = std::fs::read_dir(objects.join("pack"))
+        .map(|mut d| d.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == "pack"))))
+        .unwrap_or(false);
+    if !object_path(&objects, &loaded.tree).exists() && !packed {
+        return None;
+    }
+    Some(loaded)
+}
+
+fn remember(cfg: &ScanConfig, state: &TreeState, changed: bool) {
+    memory()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(cfg.git_dir.to_path_buf(), state.clone());
+    // On disk only when the content changed (or the cache is missing): an
+    // unchanged tree's stat cache on disk stays valid, merely a little more
+    // often racy.
+    // Written by a thread of its own, off the action's path; a newer
+    // state waiting to be written replaces an older one.
+    let path = cache_path(cfg.git_dir);
+    if changed || !path.exists() {
+        save_in_background(path, cfg.work_tree.to_path_buf(), state.clone());
+    }
+}
+
+type Pending = HashMap<PathBuf, (PathBuf, TreeState)>;
+
+fn pending() -> &'static Mutex<Pending> {
+    static PENDING: OnceLock<Mutex<Pending>> = OnceLock::new();
+    PENDING.get_or_init(Mutex::default)
+}
+
+fn save_in_background(path: PathBuf, work_tree: PathBuf, state: TreeState) {
+    let first = pending()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(path.clone(), (work_tree, state))
+        .is_none();
+    if first {
+        std::thread::spawn(move || flush(&path));
+    }
+}
+
+/// Write the newest pending state for `path` (until none is left).
+fn flush(path: &Path) {
+    loop {
+        let next = pending()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(path);
+        let Some((work_tree, state)) = next else {
+            return;
+        };
+        if let Err(e) = save_cache(path, &work_tree, &state) {
+            tracing::warn!(path = %path.display(), "checkpoint: stat cache not saved: {e}");
+        }
+    }
+}
+
+/// Wait until the stat caches are on disk (tests, and a CLI process that
+/// is about to exit).
+pub fn flush_all() {
+    let paths: Vec<PathBuf> = pending()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .keys()
+        .cloned()
+        .collect();
+    for p in paths {
+        flush(&p);
+    }
+}
+
+fn cache_path(git_dir: &Path) -> PathBuf {
+    git_dir.parent().unwrap_or(git_dir).join("stat-cache")
+}
+
+const CACHE_MAGIC: &[u8; 8] = b"PPSTAT01";
+/// At most this many entries are read back from a cache file (a bigger one
+/// is treated as damaged and rebuilt).
+const CACHE_MAX_ENTRIES: u64 = 10_000_000;
+
+fn save_cache(path: &Path, work_tree: &Path, state: &TreeState) -> std::io::Result<()> {
+    let mut out = Vec::with_capacity(64 + state.files.len() * 96);
+    out.extend_from_slice(CACHE_MAGIC);
+    let wt = work_tree.as_os_str().as_encoded_bytes();
+    out.extend_from_slice(&(wt.len() as u64).to_le_bytes());
+    out.extend_from_slice(wt);
+    out.extend_from_slice(state.tree.as_bytes());
+    out.extend_from_slice(&state.taken_ns.to_le_bytes());
+    out.extend_from_slice(&(state.files.len() as u64).to_le_bytes());
+    for (p, f) in state.files.iter() {
+        out.extend_from_slice(&(p.len() as u32).to_le_bytes());
+        out.extend_from_slice(p.as_bytes());
+        out.extend_from_slice(&f.mode.to_le_bytes());
+        out.extend_from_slice(&f.oid);
+        out.extend_from_slice(&f.size.to_le_bytes());
+        out.extend_from_slice(&f.mtime_ns.to_le_bytes());
+        out.extend_from_slice(&f.ctime_ns.to_le_bytes());
+        out.extend_from_slice(&f.ino.to_le_bytes());
+        out.extend_from_slice(&f.dev.to_le_bytes());
+        out.push(u8::from(f.precious));
+    }
+    // A temporary file of its own per writer: two writers never mix.
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(&out)?;
+    tmp.persist(path).map(|_| ()).map_err(|e| e.error)
+}
+
+fn load_cache(path: &Path, work_tree: &Path) -> Option<TreeState> {
+    let bytes = std::fs::read(path).ok()?;
+    let mut r = Reader { rest: &bytes };
+    if r.take(8)? != CACHE_MAGIC {
+        return None;
+    }
+    let wt_len = r.u64()? as usize;
+    if r.take(wt_len)? != work_tree.as_os_str().as_encoded_bytes() {
+        return None;
+    }
+    let tree = std::str::from_utf8(r.take(40)?).ok()?.to_string();
+    let taken_ns = r.u64()? as i64;
+    let count = r.u64()?;
+    if count > CACHE_MAX_ENTRIES {
+        return None;
+    }
+    let mut files = BTreeMap::new();
+    for _ in 0..count {
+        let len = u32::from_le_bytes(r.take(4)?.try_into().ok()?) as usize;
+        let p = std::str::from_utf8(r.take(len)?).ok()?.to_string();
+        let mode = u32::from_le_bytes(r.take(4)?.try_into().ok()?);
+        let oid: [u8; 20] = r.take(20)?.try_into().ok()?;
+        let state = FileState {
+            mode,
+            oid,
+            size: r.u64()?,
+            mtime_ns: r.u64()? as i64,
+            ctime_ns: r.u64()? as i64,
+            ino: r.u64()?,
+            dev: r.u64()?,
+            precious: r.take(1)?[0] != 0,
+        };
+        files.insert(p, state);
+    }
+    if !r.rest.is_empty() {
+        return None;
+    }
+    Some(TreeState {
+        tree,
+        taken_ns,
+        files: Arc::new(files),
+    })
+}
+
+struct Reader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.rest.len() < n {
+            return None;
+        }
+        let (a, b) = self.rest.split_at(n);
+        self.rest = b;
+        Some(a)
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+}
+
+/// One file found by the walk, with its stat (oid not yet known).
+struct Found {
+    rel: String,
+    state: FileState,
+}
+
+/// Walk the work tree: the root in this thread, its subdirectories shared
+/// out to a few threads (stat calls dominate and parallelise well).
+fn walk_tree(
+    root: &Path,
+    precious: &Gitignore,
+    exclude: &Gitignore,
+) -> Result<Vec<Found>, StoreError> {
+    let mut top = Walk {
+        root,
+        precious,
+        exclude,
+        found: Vec::new(),
+    };
+    let mut subdirs = Vec::new();
+    let mut root_matchers = Vec::new();
+    top.dir(root, "", &mut root_matchers, Some(&mut subdirs))?;
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 4)
+        .min(subdirs.len());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = |_: usize| -> Result<Vec<Found>, StoreError> {
+        let mut w = Walk {
+            root,
+            precious,
+            exclude,
+            found: Vec::new(),
+        };
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some((abs, rel)) = subdirs.get(i) else {
+                return Ok(w.found);
+            };
+            let mut matchers = root_matchers.clone();
+            w.dir(abs, rel, &mut matchers, None)?;
+        }
+    };
+    let mut found = top.found;
+    if threads <= 1 {
+        found.extend(work(0)?);
+        return Ok(found);
+    }
+    let parts: Vec<Result<Vec<Found>, StoreError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads).map(|i| s.spawn(move || work(i))).collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(StoreError::Parse(
+                        "a checkpoint walker thread panicked".into(),
+                    ))
+                })
+            })
+            .collect()
+    });
+    for part in parts {
+        found.extend(part?);
+    }
+    Ok(found)
+}
+
+struct Walk<'a> {
+    root: &'a Path,
+    precious: &'a Gitignore,
+    exclude: &'a Gitignore,
+    found: Vec<Found>,
+}
+
+impl Walk<'_> {
+    /// Walk `abs` (relative path `rel`, "" for the root). `matchers`: the
+    /// `.gitignore`s of the enclosing directories, outermost first (this
+    /// directory's is pushed; with `defer` it stays pushed, for the caller
+    /// to walk the subdirectories, which are put into `defer`).
+    fn dir(
+        &mut self,
+        abs: &Path,
+        rel: &str,
+        matchers: &mut Vec<Arc<Gitignore>>,
+        mut defer: Option<&mut Vec<(PathBuf, String)>>,
+    ) -> Result<(), StoreError> {
+        let exclude = self.exclude;
+        let entries = match std::fs::read_dir(abs) {
+            Ok(e) => e,
+            Err(e) if rel.is_empty() => {
+                return Err(StoreError::Io {
+                    path: abs.to_path_buf(),
+                    source: e,
+                })
+            }
+            Err(e) => {
+                tracing::warn!(path = %abs.display(), "checkpoint: directory not recorded: {e}");
+                return Ok(());
+            }
+        };
+        let mut entries: Vec<std::fs::DirEntry> = entries.flatten().collect();
+        let own = entries.iter().any(|e| e.file_name() == ".gitignore");
+        if own {
+            let mut b = GitignoreBuilder::new(abs);
+            b.add(abs.join(".gitignore"));
+            matchers.push(Arc::new(b.build().unwrap_or_else(|_| Gitignore::empty())));
+        }
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let name = entry.file_name();
+            if name == ".git" {
+                continue; // the project's repository (or a nested one's)
+            }
+            let Some(name) = name.to_str() else {
+                tracing::warn!(dir = %abs.display(), "checkpoint: a file name that is not UTF-8 is not recorded");
+                continue;
+            };
+            let child_rel = if rel.is_empty() {
+                name.to_string()
+            } else {
+                format!("{rel}/{name}")
+            };
+            let child_abs = entry.path();
+            let Ok(ft) = entry.file_type() else { continue };
+            if ft.is_dir() {
+                if ignored(&child_abs, true, exclude, matchers) {
+                    continue;
+                }
+                // A nested repository is its own project (git records it
+                // as a submodule link): not entered.
+                if std::fs::symlink_metadata(child_abs.join(".git")).is_ok() {
+                    continue;
+                }
+                match defer.as_deref_mut() {
+                    Some(later) => later.push((child_abs, child_rel)),
+                    None => self.dir(&child_abs, &child_rel, matchers, None)?,
+                }
+                continue;
+            }
+            if !(ft.is_file() || ft.is_symlink()) {
+                continue; // sockets, fifos, devices: not content
+            }
+            let is_ignored = ignored(&child_abs, false, exclude, matchers);
+            let precious = is_ignored
+                && self
+                    .precious
+                    .matched_path_or_any_parents(
+                        child_abs.strip_prefix(self.root).unwrap_or(&child_abs),
+                        false,
+                    )
+                    .is_ignore();
+            if is_ignored && !precious {
+                continue;
+            }
+            let Ok(meta) = entry.metadata() else { continue };
+            let mode = if ft.is_symlink() {
+                MODE_LINK
+            } else if meta.mode() & 0o111 != 0 {
+                MODE_EXEC
+            } else {
+                MODE_FILE
+            };
+            self.found.push(Found {
+                rel: child_rel,
+                state: FileState {
+                    mode,
+                    oid: [0; 20],
+                    size: meta.len(),
+                    mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+                    ctime_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
+                    ino: meta.ino(),
+                    dev: meta.dev(),
+                    precious,
+                },
+            });
+        }
+        if own && defer.is_none() {
+            matchers.pop();
+        }
+        Ok(())
+    }
+}
+
+/// git's precedence: the deepest `.gitignore` with a matching pattern
+/// decides (a `!pattern` re-includes), then `.git/info/exclude`.
+fn ignored(abs: &Path, is_dir: bool, exclude: &Gitignore, matchers: &[Arc<Gitignore>]) -> bool {
+    for m in matchers.iter().rev() {
+        match m.matched(abs, is_dir) {
+            Match::Ignore(_) => return true,
+            Match::Whitelist(_) => return false,
+            Match::None => {}
+        }
+    }
+    exclude.matched(abs, is_dir).is_ignore()
+}
+
+fn root_excludes(root: &Path) -> Gitignore {
+    let path = root.join(".git/info/exclude");
+    if !path.is_file() {
+        return Gitignore::empty();
+    }
+    let mut b = GitignoreBuilder::new(root);
+    b.add(path);
+    b.build().unwrap_or_else(|_| Gitignore::empty())
+}
+
+/// The precious matcher, compiled once per (work tree, globs).
+fn cached_precious(root: &Path, globs: &[String]) -> Arc<Gitignore> {
+    type Key = (PathBuf, Vec<String>);
+    static CACHE: OnceLock<Mutex<HashMap<Key, Arc<Gitignore>>>> = OnceLock::new();
+    let mut map = CACHE
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    map.entry((root.to_path_buf(), globs.to_vec()))
+        .or_insert_with(|| Arc::new(precious_matcher(root, globs)))
+        .clone()
+}
+
+/// Precious globs, in gitignore syntax, rooted at the work tree.
+pub fn precious_matcher(root: &Path, globs: &[String]) -> Gitignore {
+    let mut b = GitignoreBuilder::new(root);
+    for g in globs {
+        if let Err(e) = b.add_line(None, g) {
+            tracing::warn!("checkpoint: bad precious glob {g:?}: {e}");
+        }
+    }
+    b.build().unwrap_or_else(|_| Gitignore::empty())
+}
+
+fn read_content(abs: &Path, mode: u32) -> std::io::Result<Vec<u8>> {
+    if mode == MODE_LINK {
+        Ok(std::fs::read_link(abs)?
+            .into_os_string()
+            .into_encoded_bytes())
+    } else {
+        std::fs::read(abs)
+    }
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+pub fn hex(oid: &[u8]) -> String {
+    oid.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn object_path(objects: &Path, hex: &str) -> PathBuf {
+    objects
+        .join(&hex[..2.min(hex.len())])
+        .join(hex.get(2..).unwrap_or(""))
+}
+
+/// The id of a git object, and the object written as a loose object into
+/// `objects` (zlib of `<kind> <len>\0<bytes>`) unless it is already there.
+pub fn write_object(objects: &Path, kind: &str, bytes: &[u8]) -> Result<[u8; 20], StoreError> {
+    let header = format!("{kind} {}\0", bytes.len());
+    let mut h = Sha1::new();
+    h.update(header.as_bytes());
+    h.update(bytes);
+    let oid: [u8; 20] = h.finalize().into();
+    let hex = hex(&oid);
+    let path = object_path(objects, &hex);
+    if path.exists() {
+        return Ok(oid);
+    }
+    let dir = path.parent().unwrap_or(objects);
+    std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let io = |source| StoreError::Io {
+        path: path.clone(),
+        source,
+    };
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
+    {
+        let mut z = ZlibEncoder::new(&mut tmp, flate2::Compression::fast());
+        z.write_all(header.as_bytes()).map_err(io)?;
+        z.write_all(bytes).map_err(io)?;
+        z.finish().map_err(io)?;
+    }
+    // Another writer may have stored the same object meanwhile: fine.
+    tmp.persist(&path).map_err(|e| io(e.error))?;
+    Ok(oid)
+}
+
+#[derive(Default)]
+struct DirNode<'a> {
+    files: Vec<(&'a str, u32, [u8; 20])>,
+    dirs: BTreeMap<&'a str, DirNode<'a>>,
+}
+
+/// Write the tree objects for `files` (sorted paths) and return the root
+/// tree's id.
+pub fn write_trees(
+    objects: &Path,
+    files: &BTreeMap<String, FileState>,
+) -> Result<String, StoreError> {
+    let mut root = DirNode::default();
+    for (path, f) in files {
+        let mut node = &mut root;
+        let mut parts = path.split('/').peekable();
+        while let Some(part) = parts.next() {
+            if parts.peek().is_none() {
+                node.files.push((part, f.mode, f.oid));
+            } else {
+                node = node.dirs.entry(part).or_default();
+            }
+        }
+    }
+    let mut known = HashSet::new();
+    let oid = write_node(objects, &root, &mut known)?;
+    Ok(hex(&oid))
+}
+
+/// A tree entry's name as git orders it: a directory's with a '/' after.
+fn git_name_key(mode: u32, name: &str) -> impl Iterator<Item = u8> + '_ {
+    let tail: &'static [u8] = if mode == MODE_TREE { b"/" } else { b"" };
+    name.bytes().chain(tail.iter().copied())
+}
+
+fn write_node(
+    objects: &Path,
+    node: &DirNode,
+    known: &mut HashSet<[u8; 20]>,
+) -> Result<[u8; 20], StoreError> {
+    // git sorts a tree by name, a directory's name compared as if it
+    // ended in '/'.
+    let mut items: Vec<(u32, &str, [u8; 20])> = Vec::with_capacity(node.files.len());
+    for (name, mode, oid) in &node.files {
+        items.push((*mode, name, *oid));
+    }
+    for (name, child) in &node.dirs {
+        let oid = write_node(objects, child, known)?;
+        items.push((MODE_TREE, name, oid));
+    }
+    items.sort_by(|a, b| git_name_key(a.0, a.1).cmp(git_name_key(b.0, b.1)));
+    let mut body = Vec::with_capacity(items.len() * 48);
+    for (mode, name, oid) in &items {
+        let mode: &[u8] = match *mode {
+            MODE_TREE => b"40000 ",
+            MODE_EXEC => b"100755 ",
+            MODE_LINK => b"120000 ",
+            _ => b"100644 ",
+        };
+        body.extend_from_slice(mode);
+        body.extend_from_slice(name.as_bytes());
+        body.push(0);
+        body.extend_from_slice(oid);
+    }
+    let oid = write_object(objects, "tree", &body)?;
+    known.insert(oid);
+    Ok(oid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(mtime: i64) -> FileState {
+        FileState {
+            mode: MODE_FILE,
+            oid: [1; 20],
+            size: 4,
+            mtime_ns: mtime,
+            ctime_ns: mtime,
+            ino: 7,
+            dev: 1,
+            precious: false,
+        }
+    }
+
+    #[test]
+    fn a_racy_entry_is_not_trusted_even_with_identical_stat() {
+        let t = 100 * 1_000_000_000;
+        let old = stat(t - RACY_MARGIN_NS - 1);
+        let m = RACY_MARGIN_NS;
+        assert!(old.trusted(&old, t, m));
+        // Written in the same granule as the snapshot: stat proves nothing.
+        let racy = stat(t - 1);
+        assert!(!racy.trusted(&racy, t, m));
+        let mut other_inode = old;
+        other_inode.ino = 8;
+        assert!(!old.trusted(&other_inode, t, m));
+        let mut other_ctime = old;
+        other_ctime.ctime_ns += 1;
+        assert!(!old.trusted(&other_ctime, t, m));
+    }
+
+    #[test]
+    fn the_stat_cache_round_trips_and_rejects_another_work_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stat-cache");
+        let mut files = BTreeMap::new();
+        files.insert("a/b.txt".to_string(), stat(5));
+        let state = TreeState {
+            tree: super::super::store::EMPTY_TREE.into(),
+            taken_ns: 42,
+            files: Arc::new(files),
+        };
+        save_cache(&path, Path::new("/w"), &state).unwrap();
+        assert_eq!(load_cache(&path, Path::new("/w")).unwrap(), state);
+        assert!(load_cache(&path, Path::new("/other")).is_none());
+        // A cut file is doubt: rebuilt, never half-read.
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
+        assert!(load_cache(&path, Path::new("/w")).is_none());
+    }
+}
