@@ -11,6 +11,7 @@
 
 pub mod effect;
 pub mod gate;
+pub mod notify;
 pub mod scan;
 pub mod store;
 pub mod watch;
@@ -53,6 +54,11 @@ pub struct CheckpointConfig {
     /// Prune (and `git gc` the store) after every this many checkpoints,
     /// in the background.
     pub prune_every: u64,
+    /// Let the kernel (inotify) say which directories changed, so that a
+    /// snapshot reads only those. Off: every snapshot walks the whole tree
+    /// (for file systems whose changes inotify does not see, e.g. a
+    /// network mount written from another machine).
+    pub watch: bool,
 }
 
 impl Default for CheckpointConfig {
@@ -82,6 +88,7 @@ impl Default for CheckpointConfig {
             keep_records: 200,
             keep_days: 30,
             prune_every: 100,
+            watch: true,
         }
     }
 }
@@ -267,8 +274,9 @@ impl Project {
         // One store per directory, however it was spelled.
         let canonical = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
         let dir = Store::dir_for(&state_dir.join("checkpoints"), &canonical);
-        let store =
-            Store::open(&dir, cwd, cfg.untracked_cap_bytes)?.with_precious(cfg.precious.clone());
+        let store = Store::open(&dir, cwd, cfg.untracked_cap_bytes)?
+            .with_precious(cfg.precious.clone())
+            .with_watch(cfg.watch);
         let records = dir.join("records");
         std::fs::create_dir_all(&records).map_err(|source| CheckpointError::Io {
             path: records.clone(),

@@ -23,7 +23,7 @@
 //! any doubt — wrong version, bad length, a different work tree, a missing
 //! tree object — means a full rehash, never a wrong answer).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -34,6 +34,7 @@ use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::Match;
 use sha1::{Digest, Sha1};
 
+use super::notify;
 use super::store::StoreError;
 
 /// A cached entry is trusted only if its mtime and ctime are older than the
@@ -98,8 +99,21 @@ pub struct TreeState {
 /// The result of one walk.
 pub struct Scanned {
     pub state: TreeState,
+    /// How the state was found.
+    pub how: ScanKind,
     /// Files left out because they exceed the size cap (not recorded before).
     pub skipped: Vec<String>,
+}
+
+/// Which path a snapshot took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanKind {
+    /// The whole tree walked.
+    Walked,
+    /// Only directories with file events read again.
+    Incremental,
+    /// The watches saw nothing: the last state, no walk.
+    Unchanged,
 }
 
 /// What to walk and how.
@@ -108,6 +122,8 @@ pub struct ScanConfig<'a> {
     pub work_tree: &'a Path,
     pub untracked_cap: u64,
     pub precious: &'a [String],
+    /// Use (and arm) the kernel's watches.
+    pub watch: bool,
     /// [`RACY_MARGIN_NS`], smaller only in tests.
     pub racy_margin_ns: i64,
 }
@@ -119,15 +135,58 @@ fn memory() -> &'static Mutex<HashMap<PathBuf, TreeState>> {
 }
 
 /// Snapshot the working tree: walk, reuse what the cache vouches for, hash
-/// and store the rest, write the trees. Updates the cache.
+/// and store the rest, write the trees. Updates the cache. When the
+/// kernel's watches ([`super::notify`]) vouch for the last state, only the
+/// directories with file events are read again — or nothing at all.
 pub fn snapshot(cfg: &ScanConfig) -> Result<Scanned, StoreError> {
-    let t0 = std::time::Instant::now();
     let previous = previous_state(cfg);
+    if let Some(prev) = previous.as_ref().filter(|_| cfg.watch) {
+        if let Some((since, skipped)) =
+            notify::since(cfg.git_dir, &armed(cfg, prev, Default::default()))
+        {
+            match since {
+                notify::Since::Nothing => {
+                    return Ok(Scanned {
+                        how: ScanKind::Unchanged,
+                        state: prev.clone(),
+                        skipped: skipped.into_iter().collect(),
+                    })
+                }
+                notify::Since::Dirs(dirs) => {
+                    if let Some(scanned) = incremental(cfg, prev, &dirs, skipped)? {
+                        return Ok(scanned);
+                    }
+                }
+            }
+        }
+    }
+    full_snapshot(cfg, previous)
+}
+
+/// What a watch armed after a snapshot of `state` vouches for.
+fn armed(cfg: &ScanConfig, state: &TreeState, skipped: BTreeSet<String>) -> notify::Armed {
+    notify::Armed {
+        taken_ns: state.taken_ns,
+        tree: state.tree.clone(),
+        untracked_cap: cfg.untracked_cap,
+        precious: cfg.precious.to_vec(),
+        skipped,
+    }
+}
+
+/// A whole walk, arming the watches for the next snapshot as it goes.
+fn full_snapshot(cfg: &ScanConfig, previous: Option<TreeState>) -> Result<Scanned, StoreError> {
+    let t0 = std::time::Instant::now();
     let taken_ns = now_ns();
     let precious = cached_precious(cfg.work_tree, cfg.precious);
     let t_matchers = t0.elapsed();
     let exclude = root_excludes(cfg.work_tree);
-    let mut found = walk_tree(cfg.work_tree, &precious, &exclude)?;
+    let arming = cfg.watch.then(|| notify::Arming::start(cfg.work_tree));
+    let walked = walk_tree(cfg.work_tree, &precious, &exclude, arming.as_ref())?;
+    if let Some(arming) = arming.as_ref().filter(|_| walked.hardlinks) {
+        arming.fail("a file has more than one link");
+    }
+    let mut found = walked.found;
     // Sorted by path: merged with the (sorted) previous state below, and
     // the map is then built in one pass.
     found.sort_unstable_by(|a, b| a.rel.cmp(&b.rel));
@@ -143,32 +202,11 @@ pub fn snapshot(cfg: &ScanConfig) -> Result<Scanned, StoreError> {
     for found in found {
         while olds.next_if(|(p, _)| **p < found.rel).is_some() {}
         let old = olds.next_if(|(p, _)| **p == found.rel).map(|(_, f)| f);
-        if let Some(old) = old {
-            if old.trusted(&found.state, old_taken, cfg.racy_margin_ns) {
-                files.push((found.rel, *old));
-                continue;
-            }
+        match settle(cfg, &objects, &found, old, old_taken)? {
+            Settled::Keep(state) => files.push((found.rel, state)),
+            Settled::TooLarge => skipped.push(found.rel),
+            Settled::Gone => {}
         }
-        // Untracked (not recorded before) and over the cap: left out.
-        if old.is_none() && found.state.mode != MODE_LINK && found.state.size > cfg.untracked_cap {
-            skipped.push(found.rel);
-            continue;
-        }
-        let abs = cfg.work_tree.join(&found.rel);
-        let bytes = match read_content(&abs, found.state.mode) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => {
-                // Unreadable: not observed, as `git add --ignore-errors`.
-                tracing::warn!(path = %abs.display(), "checkpoint: not recorded: {e}");
-                continue;
-            }
-        };
-        let oid = write_object(&objects, "blob", &bytes)?;
-        let mut state = found.state;
-        state.oid = oid;
-        state.size = bytes.len() as u64;
-        files.push((found.rel, state));
     }
     let files: BTreeMap<String, FileState> = files.into_iter().collect();
 
@@ -187,6 +225,13 @@ pub fn snapshot(cfg: &ScanConfig) -> Result<Scanned, StoreError> {
     };
     let t_tree = t0.elapsed();
     remember(cfg, &state, !unchanged);
+    match arming {
+        Some(arming) => arming.finish(
+            cfg.git_dir,
+            armed(cfg, &state, skipped.iter().cloned().collect()),
+        ),
+        None => notify::forget(cfg.git_dir),
+    }
     tracing::debug!(
         files = state.files.len(),
         "checkpoint scan: matchers {:?}, walk {:?}, hash {:?}, tree {:?}, cache {:?}",
@@ -196,13 +241,163 @@ pub fn snapshot(cfg: &ScanConfig) -> Result<Scanned, StoreError> {
         t_tree - t_hash,
         t0.elapsed() - t_tree
     );
-    Ok(Scanned { state, skipped })
+    Ok(Scanned {
+        state,
+        skipped,
+        how: ScanKind::Walked,
+    })
+}
+
+/// Read again only the files directly in `dirs` (the rest is as the
+/// previous state recorded it: the watches saw no event there). None: the
+/// incremental path cannot vouch for the result (a hard link): walk.
+fn incremental(
+    cfg: &ScanConfig,
+    prev: &TreeState,
+    dirs: &BTreeSet<String>,
+    old_skipped: BTreeSet<String>,
+) -> Result<Option<Scanned>, StoreError> {
+    let precious = cached_precious(cfg.work_tree, cfg.precious);
+    let exclude = root_excludes(cfg.work_tree);
+    let mut found = Vec::new();
+    for rel in dirs {
+        let abs = if rel.is_empty() {
+            cfg.work_tree.to_path_buf()
+        } else {
+            cfg.work_tree.join(rel)
+        };
+        let mut matchers = ancestor_matchers(cfg.work_tree, rel);
+        let mut walk = Walk {
+            root: cfg.work_tree,
+            precious: &precious,
+            exclude: &exclude,
+            found: Vec::new(),
+            arming: None,
+            hardlinks: false,
+        };
+        // Subdirectories are not entered: nothing in them had an event.
+        let mut subdirs = Vec::new();
+        walk.dir(&abs, rel, &mut matchers, Some(&mut subdirs))?;
+        if walk.hardlinks {
+            notify::forget(cfg.git_dir);
+            return Ok(None);
+        }
+        found.extend(walk.found);
+    }
+    let in_dirty = |rel: &str| dirs.contains(rel.rsplit_once('/').map_or("", |(d, _)| d));
+    let objects = cfg.git_dir.join("objects");
+    let mut files: BTreeMap<String, FileState> = prev
+        .files
+        .iter()
+        .filter(|(rel, _)| !in_dirty(rel))
+        .map(|(rel, f)| (rel.clone(), *f))
+        .collect();
+    let mut skipped: BTreeSet<String> = old_skipped.into_iter().filter(|r| !in_dirty(r)).collect();
+    for found in found {
+        let old = prev.files.get(&found.rel);
+        match settle(cfg, &objects, &found, old, prev.taken_ns)? {
+            Settled::Keep(state) => {
+                files.insert(found.rel, state);
+            }
+            Settled::TooLarge => {
+                skipped.insert(found.rel);
+            }
+            Settled::Gone => {}
+        }
+    }
+    let unchanged = same_content(&prev.files, &files);
+    let tree = if unchanged {
+        prev.tree.clone()
+    } else {
+        write_trees(&objects, &files)?
+    };
+    // The previous walk's time stays: files vouched for by the watches were
+    // not looked at now, so the racy margin keeps counting from then.
+    let state = TreeState {
+        tree,
+        taken_ns: prev.taken_ns,
+        files: Arc::new(files),
+    };
+    remember(cfg, &state, !unchanged);
+    notify::rearm(cfg.git_dir, armed(cfg, &state, skipped.clone()));
+    Ok(Some(Scanned {
+        how: ScanKind::Incremental,
+        state,
+        skipped: skipped.into_iter().collect(),
+    }))
+}
+
+/// What one walked file becomes in the new state.
+enum Settled {
+    Keep(FileState),
+    /// Untracked and over the size cap: left out.
+    TooLarge,
+    /// Gone or unreadable since the walk saw it.
+    Gone,
+}
+
+/// Reuse the previous record of a file if its stat vouches for it, else
+/// read, hash and store it.
+fn settle(
+    cfg: &ScanConfig,
+    objects: &Path,
+    found: &Found,
+    old: Option<&FileState>,
+    old_taken: i64,
+) -> Result<Settled, StoreError> {
+    if let Some(old) = old {
+        if old.trusted(&found.state, old_taken, cfg.racy_margin_ns) {
+            return Ok(Settled::Keep(*old));
+        }
+    }
+    if old.is_none() && found.state.mode != MODE_LINK && found.state.size > cfg.untracked_cap {
+        return Ok(Settled::TooLarge);
+    }
+    let abs = cfg.work_tree.join(&found.rel);
+    let bytes = match read_content(&abs, found.state.mode) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Settled::Gone),
+        Err(e) => {
+            // Unreadable: not observed, as `git add --ignore-errors`.
+            tracing::warn!(path = %abs.display(), "checkpoint: not recorded: {e}");
+            return Ok(Settled::Gone);
+        }
+    };
+    let oid = write_object(objects, "blob", &bytes)?;
+    let mut state = found.state;
+    state.oid = oid;
+    state.size = bytes.len() as u64;
+    Ok(Settled::Keep(state))
+}
+
+/// The `.gitignore` matchers of the directories above `rel` (outermost
+/// first), as a walk arriving at `rel` would hold them.
+fn ancestor_matchers(root: &Path, rel: &str) -> Vec<Arc<Gitignore>> {
+    let mut out = Vec::new();
+    if rel.is_empty() {
+        return out;
+    }
+    let mut dir = root.to_path_buf();
+    let parts: Vec<&str> = rel.split('/').collect();
+    for i in 0..parts.len() {
+        if i > 0 {
+            dir.push(parts[i - 1]);
+        }
+        let file = dir.join(".gitignore");
+        if file.is_file() {
+            let mut b = GitignoreBuilder::new(&dir);
+            b.add(file);
+            out.push(Arc::new(b.build().unwrap_or_else(|_| Gitignore::empty())));
+        }
+    }
+    out
 }
 
 /// Drop the in-memory cache of a store (the next snapshot reads the one on
 /// disk, as a new process would).
 pub fn forget(git_dir: &Path) {
     flush_all();
+    notify::forget(git_dir);
     memory()
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -417,18 +612,29 @@ struct Found {
     state: FileState,
 }
 
+/// What a whole walk found.
+struct Walked {
+    found: Vec<Found>,
+    /// Some file has more than one link (the watches cannot vouch for it).
+    hardlinks: bool,
+}
+
 /// Walk the work tree: the root in this thread, its subdirectories shared
-/// out to a few threads (stat calls dominate and parallelise well).
+/// out to a few threads (stat calls dominate and parallelise well). With
+/// `arming`, each directory is watched before it is read.
 fn walk_tree(
     root: &Path,
     precious: &Gitignore,
     exclude: &Gitignore,
-) -> Result<Vec<Found>, StoreError> {
+    arming: Option<&notify::Arming>,
+) -> Result<Walked, StoreError> {
     let mut top = Walk {
         root,
         precious,
         exclude,
         found: Vec::new(),
+        arming,
+        hardlinks: false,
     };
     let mut subdirs = Vec::new();
     let mut root_matchers = Vec::new();
@@ -439,28 +645,35 @@ fn walk_tree(
         .clamp(1, 4)
         .min(subdirs.len());
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let work = |_: usize| -> Result<Vec<Found>, StoreError> {
+    let work = |_: usize| -> Result<(Vec<Found>, bool), StoreError> {
         let mut w = Walk {
             root,
             precious,
             exclude,
             found: Vec::new(),
+            arming,
+            hardlinks: false,
         };
         loop {
             let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let Some((abs, rel)) = subdirs.get(i) else {
-                return Ok(w.found);
+                return Ok((w.found, w.hardlinks));
             };
             let mut matchers = root_matchers.clone();
             w.dir(abs, rel, &mut matchers, None)?;
         }
     };
     let mut found = top.found;
+    let mut hardlinks = top.hardlinks;
     if threads <= 1 {
-        found.extend(work(0)?);
-        return Ok(found);
+        let (more, links) = work(0)?;
+        found.extend(more);
+        return Ok(Walked {
+            found,
+            hardlinks: hardlinks || links,
+        });
     }
-    let parts: Vec<Result<Vec<Found>, StoreError>> = std::thread::scope(|s| {
+    let parts: Vec<Result<(Vec<Found>, bool), StoreError>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads).map(|i| s.spawn(move || work(i))).collect();
         handles
             .into_iter()
@@ -474,9 +687,11 @@ fn walk_tree(
             .collect()
     });
     for part in parts {
-        found.extend(part?);
+        let (more, links) = part?;
+        found.extend(more);
+        hardlinks |= links;
     }
-    Ok(found)
+    Ok(Walked { found, hardlinks })
 }
 
 struct Walk<'a> {
@@ -484,6 +699,10 @@ struct Walk<'a> {
     precious: &'a Gitignore,
     exclude: &'a Gitignore,
     found: Vec<Found>,
+    /// Watch each directory before reading it (a whole walk).
+    arming: Option<&'a notify::Arming>,
+    /// A file with more than one link was seen.
+    hardlinks: bool,
 }
 
 impl Walk<'_> {
@@ -499,6 +718,9 @@ impl Walk<'_> {
         mut defer: Option<&mut Vec<(PathBuf, String)>>,
     ) -> Result<(), StoreError> {
         let exclude = self.exclude;
+        if let Some(arming) = self.arming {
+            arming.watch(abs, rel);
+        }
         let entries = match std::fs::read_dir(abs) {
             Ok(e) => e,
             Err(e) if rel.is_empty() => {
@@ -567,6 +789,9 @@ impl Walk<'_> {
                 continue;
             }
             let Ok(meta) = entry.metadata() else { continue };
+            if !ft.is_symlink() && meta.nlink() > 1 {
+                self.hardlinks = true;
+            }
             let mode = if ft.is_symlink() {
                 MODE_LINK
             } else if meta.mode() & 0o111 != 0 {
@@ -787,6 +1012,173 @@ mod tests {
             dev: 1,
             precious: false,
         }
+    }
+
+    fn cfg<'a>(git_dir: &'a Path, work_tree: &'a Path, precious: &'a [String]) -> ScanConfig<'a> {
+        ScanConfig {
+            git_dir,
+            work_tree,
+            untracked_cap: 64,
+            precious,
+            watch: true,
+            racy_margin_ns: 1_000_000,
+        }
+    }
+
+    /// The state a fresh store (no cache, no watch) records: a whole walk.
+    fn walked(work_tree: &Path, precious: &[String]) -> (String, Vec<String>) {
+        let fresh = tempfile::tempdir().unwrap();
+        let git = fresh.path().join("git");
+        std::fs::create_dir_all(git.join("objects")).unwrap();
+        let mut c = cfg(&git, work_tree, precious);
+        c.watch = false;
+        let s = snapshot(&c).unwrap();
+        assert_eq!(s.how, ScanKind::Walked);
+        forget(&git);
+        (s.state.tree, s.skipped)
+    }
+
+    #[test]
+    fn the_watched_paths_record_what_a_whole_walk_records() {
+        use std::os::unix::fs::PermissionsExt;
+        let store = tempfile::tempdir().unwrap();
+        let git = store.path().join("git");
+        std::fs::create_dir_all(git.join("objects")).unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        let precious = vec![".env".to_string()];
+        for d in ["src/a", "src/b", "docs", "target"] {
+            std::fs::create_dir_all(t.join(d)).unwrap();
+        }
+        std::fs::write(t.join(".gitignore"), "target/\n.env\n*.log\n").unwrap();
+        std::fs::write(t.join("src/a/x.rs"), "x").unwrap();
+        std::fs::write(t.join("src/b/y.rs"), "y").unwrap();
+        std::fs::write(t.join("docs/d.md"), "d").unwrap();
+        std::fs::write(t.join(".env"), "K=1").unwrap();
+        std::fs::write(t.join("big.bin"), vec![0u8; 100]).unwrap();
+        let c = cfg(&git, t, &precious);
+        let first = snapshot(&c).unwrap();
+        assert_eq!(first.how, ScanKind::Walked);
+        assert_eq!(first.skipped, ["big.bin"]);
+        let again = snapshot(&c).unwrap();
+        assert_eq!(again.how, ScanKind::Unchanged);
+        assert_eq!(again.state.tree, first.state.tree);
+        assert_eq!(again.skipped, ["big.bin"]);
+
+        // Each step: the watched snapshot equals a whole walk of the tree.
+        type Step = Box<dyn Fn(&Path)>;
+        let steps: Vec<(&str, Step, ScanKind)> = vec![
+            (
+                "modify",
+                Box::new(|t| std::fs::write(t.join("src/a/x.rs"), "x2").unwrap()),
+                ScanKind::Incremental,
+            ),
+            (
+                "create",
+                Box::new(|t| std::fs::write(t.join("src/b/new.rs"), "n").unwrap()),
+                ScanKind::Incremental,
+            ),
+            (
+                "delete",
+                Box::new(|t| std::fs::remove_file(t.join("docs/d.md")).unwrap()),
+                ScanKind::Incremental,
+            ),
+            (
+                "chmod",
+                Box::new(|t| {
+                    std::fs::set_permissions(
+                        t.join("src/b/y.rs"),
+                        std::fs::Permissions::from_mode(0o755),
+                    )
+                    .unwrap()
+                }),
+                ScanKind::Incremental,
+            ),
+            (
+                "symlink",
+                Box::new(|t| std::os::unix::fs::symlink("x.rs", t.join("src/a/l")).unwrap()),
+                ScanKind::Incremental,
+            ),
+            (
+                "ignored",
+                Box::new(|t| std::fs::write(t.join("target/out"), "o").unwrap()),
+                ScanKind::Unchanged,
+            ),
+            (
+                "ignored log",
+                Box::new(|t| std::fs::write(t.join("src/a/run.log"), "l").unwrap()),
+                ScanKind::Incremental,
+            ),
+            (
+                "precious",
+                Box::new(|t| std::fs::write(t.join(".env"), "K=2").unwrap()),
+                ScanKind::Incremental,
+            ),
+            (
+                "too large",
+                Box::new(|t| std::fs::write(t.join("src/b/huge"), vec![1u8; 100]).unwrap()),
+                ScanKind::Incremental,
+            ),
+            (
+                "rename",
+                Box::new(|t| {
+                    std::fs::rename(t.join("src/b/new.rs"), t.join("src/a/moved.rs")).unwrap()
+                }),
+                ScanKind::Incremental,
+            ),
+            (
+                "same bytes",
+                Box::new(|t| std::fs::write(t.join("src/a/x.rs"), "x2").unwrap()),
+                ScanKind::Incremental,
+            ),
+            (
+                "new dir",
+                Box::new(|t| {
+                    std::fs::create_dir(t.join("src/c")).unwrap();
+                    std::fs::write(t.join("src/c/z"), "z").unwrap()
+                }),
+                ScanKind::Walked,
+            ),
+            (
+                "gitignore",
+                Box::new(|t| std::fs::write(t.join(".gitignore"), "target/\n").unwrap()),
+                ScanKind::Walked,
+            ),
+            (
+                "rm dir",
+                Box::new(|t| std::fs::remove_dir_all(t.join("src/c")).unwrap()),
+                ScanKind::Walked,
+            ),
+            (
+                "hard link",
+                Box::new(|t| {
+                    std::fs::hard_link(t.join("src/a/x.rs"), t.join("docs/x.rs")).unwrap()
+                }),
+                ScanKind::Walked,
+            ),
+            (
+                "through the other link",
+                Box::new(|t| std::fs::write(t.join("docs/x.rs"), "via link").unwrap()),
+                ScanKind::Walked,
+            ),
+        ];
+        for (name, step, kind) in steps {
+            step(t);
+            let watched = snapshot(&c).unwrap();
+            let (tree, skipped) = walked(t, &precious);
+            assert_eq!(watched.how, kind, "{name}");
+            assert_eq!(
+                watched.state.tree, tree,
+                "{name}: the tree differs from a whole walk"
+            );
+            assert_eq!(watched.skipped, skipped, "{name}: the skipped files differ");
+        }
+        assert_eq!(
+            snapshot(&c).unwrap().state.files["src/a/x.rs"].oid,
+            snapshot(&c).unwrap().state.files["docs/x.rs"].oid,
+            "both links show the write"
+        );
+        forget(&git);
     }
 
     #[test]

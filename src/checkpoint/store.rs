@@ -91,6 +91,8 @@ pub struct Store {
     untracked_cap: u64,
     /// Ignored files matching these globs (gitignore syntax) are recorded.
     precious: Vec<String>,
+    /// Use the kernel's watches ([`super::notify`]).
+    watch: bool,
     racy_margin_ns: i64,
 }
 
@@ -115,6 +117,7 @@ impl Store {
             work_tree: work_tree.to_path_buf(),
             untracked_cap,
             precious: Vec::new(),
+            watch: true,
             racy_margin_ns: super::scan::RACY_MARGIN_NS,
         };
         if !store.git_dir.join("HEAD").exists() {
@@ -151,6 +154,13 @@ impl Store {
     /// `[checkpoints] precious`).
     pub fn with_precious(mut self, globs: Vec<String>) -> Store {
         self.precious = globs;
+        self
+    }
+
+    /// Whether snapshots may use the kernel's watches (`[checkpoints]
+    /// watch`).
+    pub fn with_watch(mut self, watch: bool) -> Store {
+        self.watch = watch;
         self
     }
 
@@ -226,6 +236,7 @@ impl Store {
             work_tree: &self.work_tree,
             untracked_cap: self.untracked_cap,
             precious: &self.precious,
+            watch: self.watch,
             racy_margin_ns: self.racy_margin_ns,
         })?;
         let git_vitals = super::effect::git_vitals(&self.work_tree);

@@ -1,0 +1,384 @@
+//! Which directories changed since the last snapshot, as the kernel saw it
+//! (inotify), so that a snapshot walks only those — or nothing at all.
+//!
+//! Walking a tree costs one `statx` per file, and on a virtual machine that
+//! is 2–5 µs each: 26 ms for 10,000 files, twice per action. The walk of a
+//! full snapshot arms one inotify watch per directory it enters, *before*
+//! it reads that directory, so every later change in it is queued by the
+//! kernel. The next snapshot drains the queue: nothing queued means nothing
+//! changed (no walk); a few directories with file events means only those
+//! are read again. Writes from inside the sandbox are seen: a bind mount
+//! shares the inodes the watches are on.
+//!
+//! Anything the incremental path does not model sends the next snapshot
+//! back to a full walk (which re-arms): a queue overflow, a watch the kernel
+//! dropped, a directory created, removed or moved, a `.gitignore` or
+//! `.git/info/exclude` changed, a hard-linked file (a write through another
+//! link is reported on the other link's directory), a watch limit reached,
+//! other snapshot settings. So the fast path is an optimisation that can
+//! only be skipped, never wrong in a way a full walk would not also be.
+//!
+//! Writes through a shared memory map raise no modify event, but opening a
+//! file for writing raises `IN_CLOSE_WRITE` when its last reference goes,
+//! which happens before the action's processes are gone.
+//!
+//! Bounded: at most [`MAX_WATCHED_TREES`] trees are watched (one inotify
+//! instance each), each with at most [`MAX_WATCHED_DIRS`] directories; past
+//! either, snapshots simply walk.
+//!
+//! Why rustix's inotify and not the `notify` crate: `notify` delivers events
+//! on a thread of its own, debounced, so "has everything up to now arrived?"
+//! has no answer; draining the kernel queue synchronously does.
+
+use std::collections::{BTreeSet, HashMap};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+use rustix::io::Errno;
+
+/// Trees watched at once (each an inotify instance; the kernel's default
+/// limit is 128 per user).
+pub const MAX_WATCHED_TREES: usize = 16;
+
+/// Directories watched per tree; a larger tree is walked every time.
+pub const MAX_WATCHED_DIRS: usize = 16_384;
+
+/// The events that can change what a snapshot records.
+fn mask() -> WatchFlags {
+    WatchFlags::MODIFY
+        | WatchFlags::ATTRIB
+        | WatchFlags::CLOSE_WRITE
+        | WatchFlags::CREATE
+        | WatchFlags::DELETE
+        | WatchFlags::MOVED_FROM
+        | WatchFlags::MOVED_TO
+        | WatchFlags::DELETE_SELF
+        | WatchFlags::MOVE_SELF
+        | WatchFlags::DONT_FOLLOW
+        | WatchFlags::ONLYDIR
+}
+
+/// The relative path standing for `.git/info` (never a real work-tree
+/// directory name: it holds a NUL).
+const EXCLUDE_DIR: &str = "\0info";
+
+/// What a snapshot may do instead of a full walk.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Since {
+    /// Nothing changed since the state the watch was armed for.
+    Nothing,
+    /// Only files directly in these directories (relative, "" the root).
+    Dirs(BTreeSet<String>),
+}
+
+/// The settings a watch was armed under: a snapshot with others walks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Armed {
+    /// `taken_ns` and tree of the state the watch vouches for.
+    pub taken_ns: i64,
+    pub tree: String,
+    pub untracked_cap: u64,
+    pub precious: Vec<String>,
+    /// Files left out for their size in that state.
+    pub skipped: BTreeSet<String>,
+}
+
+/// One tree's watches.
+struct TreeWatch {
+    fd: OwnedFd,
+    dirs: HashMap<i32, String>,
+    armed: Option<Armed>,
+}
+
+fn watches() -> &'static Mutex<HashMap<PathBuf, TreeWatch>> {
+    static WATCHES: OnceLock<Mutex<HashMap<PathBuf, TreeWatch>>> = OnceLock::new();
+    WATCHES.get_or_init(Mutex::default)
+}
+
+fn lock() -> std::sync::MutexGuard<'static, HashMap<PathBuf, TreeWatch>> {
+    watches().lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A fresh set of watches for a full walk of the tree whose store is
+/// `git_dir`: the walk adds one per directory with [`Arming::watch`].
+pub struct Arming {
+    fd: Option<OwnedFd>,
+    dirs: Mutex<Vec<(i32, String)>>,
+    failed: std::sync::atomic::AtomicBool,
+}
+
+impl Arming {
+    /// Start arming (None: no watch possible; the walk goes on without).
+    pub fn start(work_tree: &Path) -> Arming {
+        let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)
+            .map_err(|e| tracing::debug!("checkpoint: no inotify ({e}); every snapshot walks"))
+            .ok();
+        let arming = Arming {
+            fd,
+            dirs: Mutex::new(Vec::new()),
+            failed: Default::default(),
+        };
+        // `.git/info/exclude` decides what is ignored: any change there
+        // means a full walk.
+        let info = work_tree.join(".git/info");
+        if info.is_dir() {
+            arming.watch(&info, EXCLUDE_DIR);
+        }
+        arming
+    }
+
+    /// The inotify descriptor, for the walk's threads.
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.fd.as_ref().map(|f| f.as_fd())
+    }
+
+    /// Watch one directory; call before reading it.
+    pub fn watch(&self, abs: &Path, rel: &str) {
+        let Some(fd) = &self.fd else { return };
+        if self.failed.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        if dirs.len() >= MAX_WATCHED_DIRS {
+            self.fail(&format!(
+                "more than {MAX_WATCHED_DIRS} directories (MAX_WATCHED_DIRS)"
+            ));
+            return;
+        }
+        match inotify::add_watch(fd, abs, mask()) {
+            Ok(wd) => dirs.push((wd, rel.to_string())),
+            Err(e) => {
+                drop(dirs);
+                let why = if e == Errno::NOSPC {
+                    "the inotify watch limit (fs.inotify.max_user_watches) is reached".to_string()
+                } else {
+                    format!("{}: {e}", abs.display())
+                };
+                self.fail(&why);
+            }
+        }
+    }
+
+    /// Give up watching this tree (the walk itself goes on).
+    pub fn fail(&self, why: &str) {
+        if !self.failed.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::debug!("checkpoint: not watching this tree ({why}); its snapshots walk");
+        }
+    }
+
+    /// Keep the watches for `git_dir`, vouching for `armed` (a walk that
+    /// could not watch everything keeps none).
+    pub fn finish(self, git_dir: &Path, armed: Armed) {
+        let mut map = lock();
+        map.remove(git_dir);
+        let Some(fd) = self.fd else { return };
+        if self.failed.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        if map.len() >= MAX_WATCHED_TREES {
+            // Bounded: the tree watched longest gives way.
+            if let Some(k) = map.keys().next().cloned() {
+                map.remove(&k);
+            }
+        }
+        let dirs = self
+            .dirs
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner())
+            .into_iter()
+            .collect();
+        map.insert(
+            git_dir.to_path_buf(),
+            TreeWatch {
+                fd,
+                dirs,
+                armed: Some(armed),
+            },
+        );
+    }
+}
+
+/// What changed in the tree of `git_dir` since the state `key` describes
+/// (its `skipped` is ignored), with the files that state left out for
+/// their size; None: walk the whole tree. Drains the queue; a tree found
+/// unusable is forgotten.
+pub fn since(git_dir: &Path, key: &Armed) -> Option<(Since, BTreeSet<String>)> {
+    let mut map = lock();
+    let watch = map.get_mut(git_dir)?;
+    let vouches = watch.armed.as_ref().is_some_and(|a| {
+        a.taken_ns == key.taken_ns
+            && a.tree == key.tree
+            && a.untracked_cap == key.untracked_cap
+            && a.precious == key.precious
+    });
+    if !vouches {
+        map.remove(git_dir);
+        return None;
+    }
+    let skipped = watch
+        .armed
+        .as_ref()
+        .map(|a| a.skipped.clone())
+        .unwrap_or_default();
+    match drain(watch) {
+        Some(dirs) if dirs.is_empty() => Some((Since::Nothing, skipped)),
+        Some(dirs) => Some((Since::Dirs(dirs), skipped)),
+        None => {
+            map.remove(git_dir);
+            None
+        }
+    }
+}
+
+/// After a snapshot that used [`since`]: the watch now vouches for this
+/// state.
+pub fn rearm(git_dir: &Path, armed: Armed) {
+    if let Some(w) = lock().get_mut(git_dir) {
+        w.armed = Some(armed);
+    }
+}
+
+/// Stop watching a tree (its next snapshot walks).
+pub fn forget(git_dir: &Path) {
+    lock().remove(git_dir);
+}
+
+/// The directories with file events, or None when something happened the
+/// incremental path does not model.
+fn drain(watch: &mut TreeWatch) -> Option<BTreeSet<String>> {
+    let mut dirty = BTreeSet::new();
+    let mut buf = [MaybeUninit::<u8>::uninit(); 16 * 1024];
+    let mut reader = inotify::Reader::new(watch.fd.as_fd(), &mut buf);
+    let structural = ReadFlags::DELETE_SELF
+        | ReadFlags::MOVE_SELF
+        | ReadFlags::IGNORED
+        | ReadFlags::QUEUE_OVERFLOW;
+    loop {
+        let event = match reader.next() {
+            Ok(e) => e,
+            Err(Errno::WOULDBLOCK) => return Some(dirty),
+            Err(Errno::INTR) => continue,
+            Err(e) => {
+                tracing::debug!("checkpoint: reading inotify events: {e}");
+                return None;
+            }
+        };
+        let flags = event.events();
+        if flags.intersects(structural) || flags.contains(ReadFlags::ISDIR) {
+            return None;
+        }
+        let dir = watch.dirs.get(&event.wd())?;
+        if dir == EXCLUDE_DIR {
+            return None;
+        }
+        if event
+            .file_name()
+            .is_some_and(|n| n.to_bytes() == b".gitignore")
+        {
+            return None;
+        }
+        dirty.insert(dir.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn armed(tree: &str) -> Armed {
+        Armed {
+            taken_ns: 1,
+            tree: tree.into(),
+            untracked_cap: 10,
+            precious: vec![],
+            skipped: BTreeSet::new(),
+        }
+    }
+
+    fn arm(root: &Path, key: &Path, dirs: &[&str]) {
+        let a = Arming::start(root);
+        for d in dirs {
+            a.watch(&root.join(d), d);
+        }
+        a.finish(key, armed("t"));
+    }
+
+    #[test]
+    fn file_events_name_their_directory_and_structure_means_walk() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("w");
+        std::fs::create_dir_all(root.join("src/deep")).unwrap();
+        std::fs::write(root.join("src/a.rs"), "a").unwrap();
+        let key = t.path().join("store");
+        arm(&root, &key, &["", "src", "src/deep"]);
+        assert_eq!(since(&key, &armed("t")).map(|x| x.0), Some(Since::Nothing));
+
+        std::fs::write(root.join("src/a.rs"), "b").unwrap();
+        std::fs::write(root.join("new.txt"), "n").unwrap();
+        let expect: BTreeSet<String> = ["", "src"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(
+            since(&key, &armed("t")).map(|x| x.0),
+            Some(Since::Dirs(expect))
+        );
+        // Drained: nothing new since.
+        assert_eq!(since(&key, &armed("t")).map(|x| x.0), Some(Since::Nothing));
+
+        // A state the watch does not vouch for: walk (and the watch goes).
+        assert_eq!(since(&key, &armed("other")).map(|x| x.0), None);
+        assert_eq!(since(&key, &armed("t")).map(|x| x.0), None);
+
+        // A directory created, or a .gitignore changed: walk.
+        arm(&root, &key, &["", "src", "src/deep"]);
+        std::fs::create_dir(root.join("src/new")).unwrap();
+        assert_eq!(since(&key, &armed("t")).map(|x| x.0), None);
+        arm(&root, &key, &["", "src", "src/deep"]);
+        std::fs::write(root.join("src/.gitignore"), "*.o\n").unwrap();
+        assert_eq!(since(&key, &armed("t")).map(|x| x.0), None);
+        arm(&root, &key, &["", "src", "src/deep"]);
+        std::fs::remove_dir(root.join("src/deep")).unwrap();
+        assert_eq!(since(&key, &armed("t")).map(|x| x.0), None);
+    }
+
+    #[test]
+    fn a_chmod_and_a_write_through_a_map_are_seen() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("w");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("x"), "x").unwrap();
+        let key = t.path().join("store");
+        arm(&root, &key, &[""]);
+        std::fs::set_permissions(root.join("x"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(matches!(
+            since(&key, &armed("t")),
+            Some((Since::Dirs(_), _))
+        ));
+        // Opened for writing and closed without a write(2): still an event
+        // (a shared map writes without one).
+        drop(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(root.join("x"))
+                .unwrap(),
+        );
+        assert!(matches!(
+            since(&key, &armed("t")),
+            Some((Since::Dirs(_), _))
+        ));
+    }
+
+    #[test]
+    fn an_exclude_file_change_means_walk() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("w");
+        std::fs::create_dir_all(root.join(".git/info")).unwrap();
+        let key = t.path().join("store");
+        arm(&root, &key, &[""]);
+        assert_eq!(since(&key, &armed("t")).map(|x| x.0), Some(Since::Nothing));
+        std::fs::write(root.join(".git/info/exclude"), "*.log\n").unwrap();
+        assert_eq!(since(&key, &armed("t")).map(|x| x.0), None);
+    }
+}
