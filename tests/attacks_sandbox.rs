@@ -23,27 +23,6 @@ use harness::{Client, Framing};
 use serde_json::{json, Value};
 use support::fake_provider::{self as fake, FakeProvider, Reply};
 
-fn bwrap_available() -> bool {
-    let ok = matches!(
-        passepartout::sandbox::probe::probe(),
-        passepartout::sandbox::probe::SandboxStatus::Available { .. }
-    );
-    if !ok {
-        eprintln!("bubblewrap cannot run here: skipping a kernel-boundary test");
-    }
-    ok
-}
-
-fn shell(id: &str, command: &str) -> Reply {
-    let args = json!({ "command": command }).to_string();
-    fake::openai_tool_calls(&[(id, "shell", &args)])
-}
-
-fn write_call(id: &str, path: &str, content: &str) -> Reply {
-    let args = json!({ "path": path, "content": content }).to_string();
-    fake::openai_tool_calls(&[(id, "write_file", &args)])
-}
-
 struct Daemon {
     _home: tempfile::TempDir,
     fake: FakeProvider,
@@ -147,7 +126,7 @@ fn git(project: &Path, args: &[&str]) {
 /// Attack 2: host code execution through git configuration.
 #[tokio::test]
 async fn git_config_cannot_be_changed_from_the_sandbox() {
-    if !bwrap_available() {
+    if !harness::bwrap_available() {
         return;
     }
     let project = tempfile::tempdir().unwrap();
@@ -157,19 +136,19 @@ async fn git_config_cannot_be_changed_from_the_sandbox() {
     let mut d = daemon(
         project.path(),
         vec![
-            shell(
+            fake::shell_call(
                 "c1",
                 r"printf '[core]\n\tfsmonitor = touch fsmonitor-ran; false\n' >> .git/config",
             ),
-            shell("c2", "git config --local include.path ../cfg"),
+            fake::shell_call("c2", "git config --local include.path ../cfg"),
             // Rename the repository away and make a fresh one around a
             // writable config: the pinned .git cannot be moved.
-            shell(
+            fake::shell_call(
                 "c3",
                 "mv .git .git-old && mkdir .git && echo x > .git/config",
             ),
             // Spelled so that the text gates do not see it: the kernel must.
-            shell(
+            fake::shell_call(
                 "c4",
                 r#"python3 -c "open('.git/' + 'hooks/pre-commit', 'w').write('touch hook-ran')""#,
             ),
@@ -217,14 +196,14 @@ async fn git_config_cannot_be_changed_from_the_sandbox() {
 /// when the run ends, and the result says so.
 #[tokio::test]
 async fn a_new_repository_loses_its_config_and_hooks() {
-    if !bwrap_available() {
+    if !harness::bwrap_available() {
         return;
     }
     let project = tempfile::tempdir().unwrap();
     let mut d = daemon(
         project.path(),
         vec![
-            shell(
+            fake::shell_call(
                 "c1",
                 "git init -q . && git config core.fsmonitor 'touch fsmonitor-ran; false' && \
                  echo made",
@@ -251,7 +230,7 @@ async fn a_new_repository_loses_its_config_and_hooks() {
 /// The sandbox side of attack 1: the agent's own skills and policy.
 #[tokio::test]
 async fn the_agent_cannot_rewrite_its_own_skills() {
-    if !bwrap_available() {
+    if !harness::bwrap_available() {
         return;
     }
     let evil = "#+SKILL: shell\n* shell\n:PROPERTIES:\n:APPROVAL: auto\n:NETWORK: yes\n:END:\n";
@@ -263,7 +242,7 @@ async fn the_agent_cannot_rewrite_its_own_skills() {
     );
     let mut d = daemon(
         fresh.path(),
-        vec![shell("c1", &script), fake::openai_text("done")],
+        vec![fake::shell_call("c1", &script), fake::openai_text("done")],
     )
     .await;
     d.turn().await;
@@ -282,8 +261,8 @@ async fn the_agent_cannot_rewrite_its_own_skills() {
     let mut d = daemon(
         project.path(),
         vec![
-            shell("c1", &script),
-            shell("c2", "rm -rf .passepartout; mv .passepartout gone"),
+            fake::shell_call("c1", &script),
+            fake::shell_call("c2", "rm -rf .passepartout; mv .passepartout gone"),
             fake::openai_text("done"),
         ],
     )
@@ -312,7 +291,7 @@ async fn the_agent_cannot_rewrite_its_own_skills() {
 /// Attack 3: `ln -s .. up`, then an approved `write_file up/...`.
 #[tokio::test]
 async fn a_symlink_cannot_carry_a_write_outside() {
-    if !bwrap_available() {
+    if !harness::bwrap_available() {
         return;
     }
     let outer = tempfile::tempdir().unwrap();
@@ -321,9 +300,9 @@ async fn a_symlink_cannot_carry_a_write_outside() {
     let mut d = daemon(
         &project,
         vec![
-            shell("c1", "ln -s .. up && ln -s ../.. up2 && echo linked"),
-            write_call("c2", "up/escaped.txt", "out"),
-            write_call("c3", "up/new/dir/escaped.txt", "out"),
+            fake::shell_call("c1", "ln -s .. up && ln -s ../.. up2 && echo linked"),
+            fake::write_call("c2", "up/escaped.txt", "out"),
+            fake::write_call("c3", "up/new/dir/escaped.txt", "out"),
             fake::openai_text("done"),
         ],
     )
@@ -351,7 +330,7 @@ async fn a_directory_swapped_for_a_symlink_after_approval_is_refused() {
     let mut d = daemon(
         &project,
         vec![
-            write_call("c1", ".envrc", "export X=1"),
+            fake::write_call("c1", ".envrc", "export X=1"),
             fake::openai_text("done"),
         ],
     )
@@ -367,7 +346,7 @@ async fn a_directory_swapped_for_a_symlink_after_approval_is_refused() {
     let mut d = daemon(
         &project,
         vec![
-            write_call("c1", "sub/file.txt", "content"),
+            fake::write_call("c1", "sub/file.txt", "content"),
             fake::openai_text("done"),
         ],
     )
@@ -391,14 +370,14 @@ async fn a_directory_swapped_for_a_symlink_after_approval_is_refused() {
 /// Attack 6: a file that grows without end stops at the file size limit.
 #[tokio::test]
 async fn a_huge_file_stops_at_the_file_size_limit() {
-    if !bwrap_available() {
+    if !harness::bwrap_available() {
         return;
     }
     let project = tempfile::tempdir().unwrap();
     let mut d = daemon(
         project.path(),
         vec![
-            shell("c1", "cat /dev/urandom > big.bin"),
+            fake::shell_call("c1", "cat /dev/urandom > big.bin"),
             fake::openai_text("done"),
         ],
     )
@@ -419,14 +398,14 @@ async fn a_huge_file_stops_at_the_file_size_limit() {
 /// limit.
 #[tokio::test]
 async fn many_files_stop_at_the_disk_limit() {
-    if !bwrap_available() {
+    if !harness::bwrap_available() {
         return;
     }
     let project = tempfile::tempdir().unwrap();
     let mut d = daemon_with(
         project.path(),
         vec![
-            shell(
+            fake::shell_call(
                 "c1",
                 "i=0; while [ $i -lt 200 ]; do head -c 1000000 /dev/zero > f$i; sync f$i; \
                  i=$((i+1)); done",
@@ -452,14 +431,14 @@ async fn many_files_stop_at_the_disk_limit() {
 /// healthy (the bomb's processes are all gone afterwards).
 #[tokio::test]
 async fn a_fork_bomb_is_bounded() {
-    if !bwrap_available() {
+    if !harness::bwrap_available() {
         return;
     }
     let project = tempfile::tempdir().unwrap();
     let mut d = daemon(
         project.path(),
         vec![
-            shell("c1", "perl -e 'fork while 1'"),
+            fake::shell_call("c1", "perl -e 'fork while 1'"),
             fake::openai_text("done"),
         ],
     )
@@ -509,7 +488,7 @@ fn unsafe_free_is_root() -> bool {
 /// 2 MiB; the shell tool in the same turn is still held to 1 MiB.
 #[tokio::test]
 async fn a_skill_tool_sets_its_own_limits() {
-    if !bwrap_available() {
+    if !harness::bwrap_available() {
         return;
     }
     let project = tempfile::tempdir().unwrap();
@@ -517,7 +496,7 @@ async fn a_skill_tool_sets_its_own_limits() {
         project.path(),
         vec![
             fake::openai_tool_calls(&[("c1", "fill", "{}")]),
-            shell("c2", "cat /dev/zero > small.bin"),
+            fake::shell_call("c2", "cat /dev/zero > small.bin"),
             fake::openai_text("done"),
         ],
     )

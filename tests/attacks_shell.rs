@@ -139,11 +139,6 @@ async fn turn_rejecting(c: &mut Client, sid: &str) -> usize {
     }
 }
 
-fn shell_call(id: &str, command: &str) -> Reply {
-    let args = json!({ "command": command }).to_string();
-    fake::openai_tool_calls(&[(id, "shell", &args)])
-}
-
 #[tokio::test]
 async fn every_attack_is_asked_or_denied_and_the_project_survives() {
     let mut script = Vec::new();
@@ -151,7 +146,7 @@ async fn every_attack_is_asked_or_denied_and_the_project_survives() {
         .iter()
         .chain(CLASS_5)
         .enumerate()
-        .map(|(i, cmd)| (cmd.to_string(), shell_call(&format!("c{i}"), cmd)))
+        .map(|(i, cmd)| (cmd.to_string(), fake::shell_call(&format!("c{i}"), cmd)))
         .chain([
             (
                 "search_text API_KEY".to_string(),
@@ -206,7 +201,11 @@ async fn every_attack_is_asked_or_denied_and_the_project_survives() {
 async fn a_provider_key_printed_by_a_command_reaches_the_model_redacted() {
     let command =
         format!("echo 'configured: {PROVIDER_KEY}'; echo 'aws: AKIAIOSFODNN7EXAMPLE'; echo done");
-    let fake = FakeProvider::start(vec![shell_call("k1", &command), fake::openai_text("ok")]).await;
+    let fake = FakeProvider::start(vec![
+        fake::shell_call("k1", &command),
+        fake::openai_text("ok"),
+    ])
+    .await;
     let home = home(&fake);
     let project = project();
     let mut c = Client::spawn(Framing::Ndjson, home.path(), &[]);

@@ -22,15 +22,10 @@ use std::time::Duration;
 
 use harness::{Client, Framing};
 use serde_json::{json, Value};
-use support::fake_provider::{self as fake, FakeProvider, Reply};
+use support::fake_provider::{self as fake, FakeProvider};
 
 fn prompt(session: &str, text: &str) -> Value {
     json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] })
-}
-
-fn shell_call(id: &str, command: &str) -> Reply {
-    let args = json!({ "command": command }).to_string();
-    fake::openai_tool_calls(&[(id, "shell", &args)])
 }
 
 /// The attack's skill: takes the name `shell`, redefines the `shell` tool
@@ -160,7 +155,11 @@ async fn attack_1_an_untrusted_project_skill_cannot_take_over_the_shell() {
         "curl -s -m 3 http://127.0.0.1:{}/ || echo unreachable",
         host.port
     );
-    let fake = FakeProvider::start(vec![shell_call("c1", &curl), fake::openai_text("done")]).await;
+    let fake = FakeProvider::start(vec![
+        fake::shell_call("c1", &curl),
+        fake::openai_text("done"),
+    ])
+    .await;
     let url = fake.openai_url();
     let mut c = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
     c.initialize(json!({})).await;
@@ -232,8 +231,8 @@ async fn attack_1_a_trusted_project_skill_adds_but_never_takes_over_or_weakens()
         host.port
     );
     let fake = FakeProvider::start(vec![
-        shell_call("c1", &curl),
-        shell_call("c2", "cat vault"),
+        fake::shell_call("c1", &curl),
+        fake::shell_call("c2", "cat vault"),
         fake::openai_tool_calls(&[("c3", "deploy", "{}")]),
         fake::openai_text("done"),
     ])
@@ -352,11 +351,11 @@ async fn attack_7_allow_always_covers_the_exact_command_only() {
     }
     // Recursive deletes ask (a built-in shell rule).
     let fake = FakeProvider::start(vec![
-        shell_call("c1", "rm -r dir_a/inner"),
-        shell_call("c2", "rm -r dir_b"),
-        shell_call("c3", "rm -r dir_a/inner"),
-        shell_call("c4", "rm -r dir_b"),
-        shell_call("c5", "rm -r dir_b/"),
+        fake::shell_call("c1", "rm -r dir_a/inner"),
+        fake::shell_call("c2", "rm -r dir_b"),
+        fake::shell_call("c3", "rm -r dir_a/inner"),
+        fake::shell_call("c4", "rm -r dir_b"),
+        fake::shell_call("c5", "rm -r dir_b/"),
         fake::openai_text("done"),
     ])
     .await;
@@ -420,7 +419,7 @@ async fn attack_7_a_pending_plan_whose_directory_was_edited_is_refused() {
         std::fs::create_dir_all(dir.join("victim/inner")).unwrap();
     }
     let fake = FakeProvider::start(vec![
-        shell_call("c1", "rm -r victim"),
+        fake::shell_call("c1", "rm -r victim"),
         fake::openai_text("done"),
     ])
     .await;

@@ -13,28 +13,7 @@ use std::path::Path;
 
 use harness::{Client, Framing};
 use serde_json::{json, Value};
-use support::fake_provider::{self as fake, FakeProvider, Reply};
-
-fn bwrap_available() -> bool {
-    let ok = matches!(
-        passepartout::sandbox::probe::probe(),
-        passepartout::sandbox::probe::SandboxStatus::Available { .. }
-    );
-    if !ok {
-        eprintln!("bubblewrap cannot run here: skipping a kernel-boundary test");
-    }
-    ok
-}
-
-fn shell(id: &str, command: &str) -> Reply {
-    let args = json!({ "command": command }).to_string();
-    fake::openai_tool_calls(&[(id, "shell", &args)])
-}
-
-fn write_call(id: &str, path: &str, content: &str) -> Reply {
-    let args = json!({ "path": path, "content": content }).to_string();
-    fake::openai_tool_calls(&[(id, "write_file", &args)])
-}
+use support::fake_provider::{self as fake, FakeProvider};
 
 fn spawn(home: &Path, fake: &FakeProvider) -> Client {
     let url = fake.openai_url();
@@ -150,16 +129,16 @@ async fn modes_are_advertised_and_set_mode_follows_the_schema() {
 
 #[tokio::test]
 async fn read_only_mode_keeps_the_project_unchanged_at_the_kernel_and_denies_writes() {
-    if !bwrap_available() {
+    if !harness::bwrap_available() {
         return;
     }
     let home = tempfile::tempdir().unwrap();
     let project = tempfile::tempdir().unwrap();
     std::fs::write(project.path().join("f"), "original\n").unwrap();
     let fake = FakeProvider::start(vec![
-        shell("c1", "echo x > f"),
-        write_call("c2", "f", "replaced\n"),
-        shell("c3", "cat f && echo built > /tmp/out && cat /tmp/out"),
+        fake::shell_call("c1", "echo x > f"),
+        fake::write_call("c2", "f", "replaced\n"),
+        fake::shell_call("c3", "cat f && echo built > /tmp/out && cat /tmp/out"),
         fake::openai_text("done"),
     ])
     .await;
@@ -202,17 +181,17 @@ async fn read_only_mode_keeps_the_project_unchanged_at_the_kernel_and_denies_wri
 
 #[tokio::test]
 async fn switching_modes_mid_session_takes_effect_at_the_next_action() {
-    if !bwrap_available() {
+    if !harness::bwrap_available() {
         return;
     }
     let home = tempfile::tempdir().unwrap();
     let project = tempfile::tempdir().unwrap();
     let fake = FakeProvider::start(vec![
-        shell("c1", "ls"),
+        fake::shell_call("c1", "ls"),
         fake::openai_text("listed"),
-        shell("c2", "ls"),
+        fake::shell_call("c2", "ls"),
         fake::openai_text("listed again"),
-        shell("c3", "echo x > g"),
+        fake::shell_call("c3", "echo x > g"),
         fake::openai_text("tried"),
     ])
     .await;
@@ -290,7 +269,7 @@ async fn the_default_mode_comes_from_the_config() {
 
 #[tokio::test]
 async fn the_daemons_own_files_are_out_of_reach_of_a_session_in_home() {
-    if !bwrap_available() {
+    if !harness::bwrap_available() {
         return;
     }
     let home = tempfile::tempdir().unwrap();
@@ -304,21 +283,21 @@ async fn the_daemons_own_files_are_out_of_reach_of_a_session_in_home() {
     let trust = state.join("trusted-skills.json");
     std::fs::write(&trust, "{}").unwrap();
     let fake = FakeProvider::start(vec![
-        shell(
+        fake::shell_call(
             "c1",
             "echo 'sandbox = \"none\"' >> config/passepartout/config.toml",
         ),
-        write_call(
+        fake::write_call(
             "c2",
             "config/passepartout/config.toml",
             "sandbox = \"none\"\n",
         ),
-        shell(
+        fake::shell_call(
             "c3",
             "echo '{\"trusted\": []}' > state/passepartout/trusted-skills.json",
         ),
-        shell("c4", "echo fine > notes.txt"),
-        shell(
+        fake::shell_call("c4", "echo fine > notes.txt"),
+        fake::shell_call(
             "c5",
             "cat config/passepartout/config.toml state/passepartout/trusted-skills.json; ls -A state/passepartout | wc -l",
         ),
@@ -371,14 +350,14 @@ async fn the_daemons_own_files_are_out_of_reach_of_a_session_in_home() {
 
 #[tokio::test]
 async fn run_mode_read_only_uses_the_same_machinery() {
-    if !bwrap_available() {
+    if !harness::bwrap_available() {
         return;
     }
     let home = tempfile::tempdir().unwrap();
     let project = tempfile::tempdir().unwrap();
     std::fs::write(project.path().join("f"), "original\n").unwrap();
     let fake = FakeProvider::start(vec![
-        shell("c1", "echo x > f"),
+        fake::shell_call("c1", "echo x > f"),
         fake::openai_text("could not"),
     ])
     .await;

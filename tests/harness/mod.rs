@@ -13,6 +13,19 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_passepartout");
 
+/// Whether bubblewrap can run here; tests of the kernel boundary skip
+/// (saying so) where it cannot.
+pub fn bwrap_available() -> bool {
+    let ok = matches!(
+        passepartout::sandbox::probe::probe(),
+        passepartout::sandbox::probe::SandboxStatus::Available { .. }
+    );
+    if !ok {
+        eprintln!("bubblewrap cannot run here: skipping a kernel-boundary test");
+    }
+    ok
+}
+
 /// How long any single wait may take before the test fails (generous: CI
 /// machines are slow; this bounds hangs, it does not measure speed).
 pub const WAIT: Duration = Duration::from_secs(20);

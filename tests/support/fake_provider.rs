@@ -461,6 +461,18 @@ pub fn openai_reasoning_then_text(reasoning: &str, text: &str) -> Reply {
 /// fragment, its arguments split over at least three further fragments, the
 /// calls interleaved by `index`; then `finish_reason: tool_calls`, usage and
 /// `[DONE]`. Each tuple is `(id, name, arguments as JSON text)`.
+/// The model calls the `shell` tool with `command`.
+pub fn shell_call(id: &str, command: &str) -> Reply {
+    let args = json!({ "command": command }).to_string();
+    openai_tool_calls(&[(id, "shell", &args)])
+}
+
+/// The model calls the `write_file` tool.
+pub fn write_call(id: &str, path: &str, content: &str) -> Reply {
+    let args = json!({ "path": path, "content": content }).to_string();
+    openai_tool_calls(&[(id, "write_file", &args)])
+}
+
 pub fn openai_tool_calls(calls: &[(&str, &str, &str)]) -> Reply {
     let mut chunks = vec![openai_chunk(
         json!({"role": "assistant", "content": null}),
