@@ -156,28 +156,37 @@ pub struct HostPath {
     pub path: PathBuf,
     /// What it holds, as shown to the model and the person.
     pub why: &'static str,
+    /// Not even read by the agent's tools: it may hold API keys (the
+    /// configuration) or the person's history (sessions, audit).
+    pub private: bool,
 }
 
 /// The daemon's own directories for `config`: config dir, user skills,
 /// state dir (plans, audit, sessions, checkpoints, trust store), memex.
 pub fn host_paths_of(config: &crate::config::Config) -> Vec<HostPath> {
     let mut out: Vec<HostPath> = Vec::new();
-    let mut add = |path: PathBuf, why: &'static str| {
+    let mut add = |path: PathBuf, why: &'static str, private: bool| {
         let path = path.canonicalize().unwrap_or(path);
         if path.is_absolute() && !out.iter().any(|h| h.path == path) {
-            out.push(HostPath { path, why });
+            out.push(HostPath { path, why, private });
         }
     };
     add(
         crate::config::config_dir(),
         "the agent's own configuration and policy",
+        true,
     );
-    add(config.user_skills_dir(), "the agent's own user skills");
+    add(
+        config.user_skills_dir(),
+        "the agent's own user skills",
+        false,
+    );
     add(
         config.state_dir(),
         "the agent's own state: flight plans, audit log, sessions, checkpoints and the trust store",
+        true,
     );
-    add(config.memex_dir(), "the agent's memex notes");
+    add(config.memex_dir(), "the agent's memex notes", false);
     out
 }
 
@@ -206,6 +215,25 @@ pub fn host_entry(path: &Path) -> Option<HostPath> {
     host_paths().into_iter().find(|h| {
         lexical.starts_with(&h.path) || canonical.as_ref().is_some_and(|c| c.starts_with(&h.path))
     })
+}
+
+/// The private host path `path` falls under, if any: the most specific
+/// host path containing it decides (the user skills inside the config
+/// directory may be read; the configuration beside them may not).
+pub fn private_entry(path: &Path) -> Option<HostPath> {
+    let canonical = path.canonicalize().ok().or_else(|| {
+        let parent = path.parent()?.canonicalize().ok()?;
+        Some(parent.join(path.file_name()?))
+    });
+    let lexical = normalize(path);
+    host_paths()
+        .into_iter()
+        .filter(|h| {
+            lexical.starts_with(&h.path)
+                || canonical.as_ref().is_some_and(|c| c.starts_with(&h.path))
+        })
+        .max_by_key(|h| h.path.components().count())
+        .filter(|h| h.private)
 }
 
 /// The host paths inside any of `binds` (the sandbox's writable binds):
@@ -263,14 +291,17 @@ mod tests {
             HostPath {
                 path: config.clone(),
                 why: "config",
+                private: true,
             },
             HostPath {
                 path: state.clone(),
                 why: "state",
+                private: true,
             },
             HostPath {
                 path: config.join("skills"),
                 why: "skills",
+                private: false,
             },
         ]);
         assert_eq!(
@@ -282,6 +313,18 @@ mod tests {
             Some("config")
         );
         assert_eq!(host_entry(&home.join(".config/other")), None);
+        // Reads: the configuration and the state are private, the user
+        // skills inside the config directory are not.
+        assert_eq!(
+            private_entry(&config.join("config.toml")).map(|h| h.why),
+            Some("config")
+        );
+        assert_eq!(private_entry(&config.join("skills/mine.org")), None);
+        assert_eq!(
+            private_entry(&state.join("audit.jsonl")).map(|h| h.why),
+            Some("state")
+        );
+        assert_eq!(private_entry(&home.join("notes.txt")), None);
         let within: Vec<&str> = host_paths_within(std::slice::from_ref(&home))
             .iter()
             .map(|h| h.why)

@@ -301,6 +301,16 @@ async fn the_daemons_own_files_are_out_of_reach_of_a_session_in_home() {
             "c5",
             "cat config/passepartout/config.toml state/passepartout/trusted-skills.json; ls -A state/passepartout | wc -l",
         ),
+        fake::openai_tool_calls(&[(
+            "c6",
+            "read_file",
+            &json!({ "path": "config/passepartout/config.toml" }).to_string(),
+        )]),
+        fake::openai_tool_calls(&[(
+            "c7",
+            "search_text",
+            &json!({ "pattern": "max_rounds" }).to_string(),
+        )]),
         fake::openai_text("done"),
     ])
     .await;
@@ -309,7 +319,19 @@ async fn the_daemons_own_files_are_out_of_reach_of_a_session_in_home() {
     let sid = c.new_session(&home_path).await;
     let asked = turn(&mut c, &sid).await;
     let results = tool_results(&fake);
-    assert_eq!(results.len(), 5, "{results:?}");
+    assert_eq!(results.len(), 7, "{results:?}");
+    // The files tools do not read them either: not the file, and a search
+    // of the whole home does not enter them.
+    assert!(
+        results[5].contains("refused") && !results[5].contains("max_rounds = 10"),
+        "{}",
+        results[5]
+    );
+    assert!(
+        results[6].contains("no matches") && !results[6].contains("config.toml"),
+        "{}",
+        results[6]
+    );
     // Hidden, not only read-only: past output and keys stay unread.
     assert!(
         !results[4].contains("max_rounds") && results[4].contains("No such file"),

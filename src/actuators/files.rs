@@ -255,10 +255,19 @@ fn perform(cwd: &Path, requested: &Path, job: Job, approved_by: Option<&str>) ->
         }
     };
     let shown = display(&rel);
+    if !matches!(job, Job::Write(_) | Job::ResolveWrite) {
+        if let Some(host) = crate::control_surface::private_entry(&full) {
+            return ActOutput::error(format!(
+                "refused: `{shown}` is one of the agent's own private files ({}); the agent's \
+                 tools do not read them (they may hold API keys or the person's history).",
+                host.why
+            ));
+        }
+    }
     match job {
         Job::Read => read_file(&root, &rel, &shown),
         Job::List => list_dir(&root, &rel, &shown),
-        Job::Search(pattern) => search(&root, &rel, &pattern),
+        Job::Search(pattern) => search(&root, &rel, &pattern, &private_within(cwd)),
         Job::ResolveRead => resolve_read(&root, &rel, &shown),
         Job::Write(_) | Job::ResolveWrite => {
             if let Some(host) = crate::control_surface::host_entry(&full) {
@@ -398,9 +407,20 @@ fn list_dir(root: &OwnedFd, rel: &Path, shown: &str) -> ActOutput {
     ActOutput::ok(text)
 }
 
+/// The private host paths inside `cwd`, relative to it: a search never
+/// enters them.
+fn private_within(cwd: &Path) -> Vec<PathBuf> {
+    let cwd = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
+    crate::control_surface::host_paths()
+        .into_iter()
+        .filter(|h| h.private)
+        .filter_map(|h| h.path.strip_prefix(&cwd).ok().map(Path::to_path_buf))
+        .collect()
+}
+
 /// Plain substring search, line by line, over text files under `rel`.
 /// Symbolic links are skipped, never followed.
-fn search(root: &OwnedFd, rel: &Path, pattern: &str) -> ActOutput {
+fn search(root: &OwnedFd, rel: &Path, pattern: &str, private: &[PathBuf]) -> ActOutput {
     let shown = display(rel);
     let start = match open_beneath(root, rel, OFlags::RDONLY | OFlags::NONBLOCK) {
         Ok(fd) => fd,
@@ -430,6 +450,9 @@ fn search(root: &OwnedFd, rel: &Path, pattern: &str) -> ActOutput {
                 match kind {
                     FileType::Directory => {
                         if matches!(name.as_slice(), b".git" | b"target" | b"node_modules") {
+                            continue;
+                        }
+                        if private.iter().any(|p| *p == child_rel) {
                             continue;
                         }
                         if let Ok(fd) = open_beneath(
