@@ -59,6 +59,7 @@
 (declare-function passepartout-events "passepartout")
 (declare-function passepartout-restart "passepartout")
 (declare-function passepartout-stderr "passepartout")
+(declare-function passepartout-log "passepartout")
 (declare-function passepartout-chats "passepartout")
 (declare-function passepartout-menu "passepartout-menu")
 
@@ -168,7 +169,8 @@ The value may also be a cons (thought . HEADING-MARKER) for reasoning.")
     ["Saved chats" passepartout-chats]
     "---"
     ["Events (JSON-RPC log)" passepartout-events]
-    ["Daemon's log (stderr)" passepartout-stderr]
+    ["Daemon's warnings (stderr)" passepartout-stderr]
+    ["Daemon's log file" passepartout-log]
     ["Restart the daemon" passepartout-restart]))
 
 (define-derived-mode passepartout-chat-mode org-mode "passepartout"
@@ -190,7 +192,8 @@ Other commands (also in the Passepartout menu):
 - `passepartout-chats': saved chats; opening one resumes it.
 - `passepartout-events': the JSON-RPC messages (off by default, see
   `passepartout-events-buffer-size').
-- `passepartout-stderr': the daemon's log.
+- `passepartout-stderr': the daemon's warnings;
+  `passepartout-log': its log file.
 - `passepartout-restart': stop the daemon and start it again.
 
 The chat is saved to an Org file in `passepartout-chat-directory'.

@@ -40,6 +40,7 @@
 (declare-function passepartout-events "passepartout")
 (declare-function passepartout-restart "passepartout")
 (declare-function passepartout-stderr "passepartout")
+(declare-function passepartout-log "passepartout")
 (declare-function passepartout-chats "passepartout-chats")
 
 (defvar passepartout-menu--providers nil
@@ -168,7 +169,8 @@ applied again when the chat is resumed."
     ("P" "Flight plans waiting" passepartout-plans)
     ("c" "Saved chats" passepartout-chats)
     ("e" "Events (JSON-RPC log)" passepartout-events)
-    ("l" "Daemon's log" passepartout-stderr)
+    ("l" "Daemon's log file" passepartout-log)
+    ("w" "Daemon's warnings (stderr)" passepartout-stderr)
     ("r" "Restart the daemon" passepartout-restart)]])
 
 (defun passepartout-menu--reapply ()

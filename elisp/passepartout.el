@@ -52,6 +52,7 @@
 ;;; Code:
 
 (require 'cl-lib)
+(require 'map)
 (require 'project)
 (require 'passepartout-rpc)
 (require 'passepartout-fs)
@@ -201,6 +202,22 @@ turn it on for the running daemon, keeping
   "Show what the daemon wrote to its standard error."
   (interactive)
   (pop-to-buffer (get-buffer-create passepartout--stderr-buffer-name)))
+
+(defun passepartout-log ()
+  "Show the daemon's log file (its INFO lines; stderr has only warnings).
+The file is followed as it grows."
+  (interactive)
+  (let* ((conn (passepartout--ensure-connection))
+         (file (map-nested-elt (passepartout--connection-server-info conn)
+                               '(:_meta :passepartout :logFile))))
+    (unless (and (stringp file) (file-readable-p file))
+      (user-error "The daemon names no readable log file%s"
+                  (if (stringp file) (format " (%s)" file) "")))
+    (with-current-buffer (find-file-noselect file)
+      (view-mode 1)
+      (auto-revert-tail-mode 1)
+      (goto-char (point-max))
+      (pop-to-buffer (current-buffer)))))
 
 (defun passepartout-shutdown ()
   "Stop the daemon.  Pending flight plans are kept for its next start."

@@ -197,6 +197,21 @@
       (goto-char (point-min))
       (re-search-forward "^\\[client-request\\] (id:1) .*:method \"initialize\".*:protocolVersion 1.*$"))))
 
+(ert-deftest passepartout-test-log-file ()
+  "`passepartout-log' opens the daemon's log file, which has its INFO lines."
+  (passepartout-test-with-daemon nil
+    (passepartout-test--chat project)
+    (let ((buffer (passepartout-log)))
+      (ignore buffer)
+      (with-current-buffer (window-buffer (selected-window))
+        (should (string-suffix-p "passepartout.log" (buffer-file-name)))
+        (should (string-prefix-p (file-truename state) (file-truename (buffer-file-name))))
+        (should buffer-read-only)
+        (passepartout-test--wait-for
+         (progn (revert-buffer t t t)
+                (string-match-p "session/new" (buffer-string)))
+         10 "the session/new line in the log file")))))
+
 (ert-deftest passepartout-test-events-off-by-default ()
   "The events buffer logs nothing until `passepartout-events' turns it on."
   (passepartout-test-with-daemon nil
