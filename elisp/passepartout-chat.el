@@ -464,10 +464,14 @@ the daemon cannot, a new session starts and the chat says so."
              (refused (and old (passepartout-chat--load-session conn old)))
              (id (if (and old (not refused))
                      old
+                   ;; The daemon starts the configured MCP servers
+                   ;; first, each within its own startup timeout (10 s
+                   ;; by default): jsonrpc's default 10 s is too short.
                    (let ((new (jsonrpc-request conn :session/new
                                                (list :cwd (directory-file-name
                                                            passepartout-chat--root)
-                                                     :mcpServers []))))
+                                                     :mcpServers [])
+                                               :timeout 60)))
                      (setq passepartout-chat--modes (plist-get new :modes))
                      (plist-get new :sessionId)))))
         (when (and passepartout-chat--session-id
