@@ -59,10 +59,9 @@ pub struct FlightDesk {
     shutdown: CancellationToken,
 }
 
-/// The pid of the daemon whose session made `plan` (session ids are
-/// `sN-PID`).
+/// The pid of the daemon whose turn made `plan`.
 fn owner_pid(plan: &FlightPlan) -> Option<u32> {
-    state_lock::session_owner(&plan.session_id)
+    plan.owner()
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

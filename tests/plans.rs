@@ -54,6 +54,7 @@ fn fixed_plan(action: Action, explanation: &str) -> FlightPlan {
         result: None,
         original: None,
         cwd: None,
+        owner_pid: None,
     }
 }
 

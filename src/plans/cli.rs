@@ -116,8 +116,8 @@ fn run(store: &PlanStore, args: &[String], out: &mut dyn Write) -> Result<(), Fa
 
 /// Who will run an approved plan, and when (the truth at this moment).
 fn who_runs(store: &PlanStore, plan: &super::FlightPlan) -> String {
-    use crate::state_lock::{holder, process_alive, session_owner, Holder};
-    let owner = session_owner(&plan.session_id).filter(|pid| process_alive(*pid));
+    use crate::state_lock::{holder, process_alive, Holder};
+    let owner = plan.owner().filter(|pid| process_alive(*pid));
     let state_dir = store.dir().parent().unwrap_or(store.dir());
     match (owner, holder(state_dir)) {
         (Some(pid), _) => {

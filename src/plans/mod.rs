@@ -175,6 +175,11 @@ pub struct FlightPlan {
     /// daemon restarted still runs where it was meant to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<std::path::PathBuf>,
+    /// The process whose turn made the plan and may be waiting for its
+    /// decision (not part of the hash: it says who runs it, not what).
+    /// Absent in older plans: read from the session id then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_pid: Option<u32>,
 }
 
 impl FlightPlan {
@@ -202,7 +207,17 @@ impl FlightPlan {
             result: None,
             original: None,
             cwd: None,
+            owner_pid: Some(std::process::id()),
         }
+    }
+
+    /// The pid of the process whose turn made this plan: recorded, or
+    /// (older plans) read from the session id (`…-PID-N`). A session
+    /// loaded by a later daemon keeps its id, so only the recorded pid
+    /// names the daemon actually waiting.
+    pub fn owner(&self) -> Option<u32> {
+        self.owner_pid
+            .or_else(|| crate::state_lock::session_owner(&self.session_id))
     }
 
     /// The hash this plan's `hash` must equal: the action's content hash
