@@ -19,6 +19,9 @@ fn text_of(chunk: &acp::ContentChunk) -> String {
 }
 
 impl TurnSink for TerminalSink {
+    fn room(&self) -> Option<futures::future::BoxFuture<'static, ()>> {
+        None // stdout writes block by themselves
+    }
     fn update(&self, update: acp::SessionUpdate) {
         match update {
             acp::SessionUpdate::AgentMessageChunk(c) => {

@@ -38,9 +38,10 @@ pub trait TurnSink: Send + Sync {
     /// Backpressure: `Some(wait)` when the person's side is behind and the
     /// turn should wait before taking more from the model. The reason loop
     /// awaits it (racing the cancel token) before each provider event.
-    fn room(&self) -> Option<futures::future::BoxFuture<'static, ()>> {
-        None
-    }
+    /// Required, so that a sink wrapping another cannot forget to pass it
+    /// on (one did, and a client that stopped reading grew the daemon
+    /// without bound).
+    fn room(&self) -> Option<futures::future::BoxFuture<'static, ()>>;
 }
 
 /// A sink for work nobody watches live (a plan run after a restart: its
@@ -50,6 +51,9 @@ pub struct NullSink;
 impl TurnSink for NullSink {
     fn update(&self, _update: acp::SessionUpdate) {}
     fn status(&self, _status: SessionStatus) {}
+    fn room(&self) -> Option<futures::future::BoxFuture<'static, ()>> {
+        None // never behind: nothing is shown
+    }
 }
 
 /// A question to a person about one action.

@@ -588,6 +588,11 @@ impl TurnSink for RecordingSink {
     fn notify(&self, method: &str, params: serde_json::Value) {
         self.inner.notify(method, params);
     }
+    fn room(&self) -> Option<futures::future::BoxFuture<'static, ()>> {
+        // Without this the turn never waits for a client that stopped
+        // reading, and the answer grows without bound.
+        self.inner.room()
+    }
 }
 
 /// The ACP `plan` of a round with several tool calls: one entry per call,
