@@ -365,6 +365,23 @@ mod tests {
     use std::collections::BTreeMap;
     use std::time::Duration;
 
+    #[test]
+    fn the_owner_is_the_process_that_made_the_plan_not_the_session_id() {
+        // A session first made by pid 4567, loaded again by this daemon.
+        let plan = FlightPlan::new("20261123T181500-4567-3", "c1", "", shell("ls"), vec![]);
+        assert_eq!(plan.owner(), Some(std::process::id()));
+        let json = serde_json::to_string(&plan).unwrap();
+        let back: FlightPlan = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.owner(), Some(std::process::id()));
+        // A plan written before the field existed: read from the id.
+        let mut old = serde_json::to_value(&plan).unwrap();
+        old.as_object_mut().unwrap().remove("owner_pid");
+        let old: FlightPlan = serde_json::from_value(old).unwrap();
+        assert_eq!(old.owner(), Some(4567));
+        // Not part of what a person approves.
+        assert_eq!(plan.content_hash(), old.content_hash());
+    }
+
     fn shell(script: &str) -> Action {
         Action {
             tool: "shell".into(),
