@@ -452,7 +452,7 @@ fn search(root: &OwnedFd, rel: &Path, pattern: &str, private: &[PathBuf]) -> Act
                         if matches!(name.as_slice(), b".git" | b"target" | b"node_modules") {
                             continue;
                         }
-                        if private.iter().any(|p| *p == child_rel) {
+                        if private.contains(&child_rel) {
                             continue;
                         }
                         if let Ok(fd) = open_beneath(
