@@ -179,7 +179,8 @@ impl Arming {
             return;
         }
         if map.len() >= MAX_WATCHED_TREES {
-            // Bounded: the tree watched longest gives way.
+            // Bounded: one of the watched trees gives way (its next
+            // snapshot walks and watches it again).
             if let Some(k) = map.keys().next().cloned() {
                 map.remove(&k);
             }

@@ -139,6 +139,10 @@ fn memory() -> &'static Mutex<HashMap<PathBuf, TreeState>> {
 /// kernel's watches ([`super::notify`]) vouch for the last state, only the
 /// directories with file events are read again — or nothing at all.
 pub fn snapshot(cfg: &ScanConfig) -> Result<Scanned, StoreError> {
+    // One snapshot of a store at a time: draining the watches and
+    // recording the state they vouch for must not interleave.
+    let serial = serial(cfg.git_dir);
+    let _one_at_a_time = serial.lock().unwrap_or_else(|p| p.into_inner());
     let previous = previous_state(cfg);
     if let Some(prev) = previous.as_ref().filter(|_| cfg.watch) {
         if let Some((since, skipped)) =
@@ -152,15 +156,32 @@ pub fn snapshot(cfg: &ScanConfig) -> Result<Scanned, StoreError> {
                         skipped: skipped.into_iter().collect(),
                     })
                 }
-                notify::Since::Dirs(dirs) => {
-                    if let Some(scanned) = incremental(cfg, prev, &dirs, skipped)? {
-                        return Ok(scanned);
+                notify::Since::Dirs(dirs) => match incremental(cfg, prev, &dirs, skipped) {
+                    Ok(Some(scanned)) => return Ok(scanned),
+                    Ok(None) => {}
+                    Err(e) => {
+                        // The events are drained but not recorded: only a
+                        // whole walk can vouch for the tree again.
+                        notify::forget(cfg.git_dir);
+                        return Err(e);
                     }
-                }
+                },
             }
         }
     }
     full_snapshot(cfg, previous)
+}
+
+/// The lock serialising the snapshots of one store.
+fn serial(git_dir: &Path) -> Arc<Mutex<()>> {
+    static SERIAL: OnceLock<Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>> = OnceLock::new();
+    SERIAL
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(git_dir.to_path_buf())
+        .or_default()
+        .clone()
 }
 
 /// What a watch armed after a snapshot of `state` vouches for.
