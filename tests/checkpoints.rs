@@ -588,23 +588,7 @@ async fn a_whole_turn_is_undone_all_or_nothing() {
     let mut client = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
     client.initialize(json!({})).await;
     let sid = client.new_session(project.path()).await;
-    let p = client
-        .start_request("session/prompt", prompt(&sid, "edit"))
-        .await;
-    loop {
-        let msg = client
-            .wait_for(|v| v["id"] == json!(p) || v["method"] == "session/request_permission")
-            .await;
-        if msg["id"] == json!(p) {
-            break;
-        }
-        client
-            .respond(
-                &msg["id"],
-                json!({ "outcome": { "outcome": "selected", "optionId": "allow_once" } }),
-            )
-            .await;
-    }
+    client.prompt_allowing(&sid, "edit").await;
     assert_eq!(
         std::fs::read_to_string(project.path().join("src/lib.rs")).unwrap(),
         "pub fn run() {}\nmore\n"

@@ -23,34 +23,17 @@ fn spawn(home: &Path, fake: &FakeProvider) -> Client {
 /// Run one prompt to its end, approving every permission request; the
 /// titles of the tool calls a person was asked about.
 async fn turn(c: &mut Client, session: &str) -> Vec<String> {
-    let id = c
-        .start_request(
-            "session/prompt",
-            json!({ "sessionId": session, "prompt": [{ "type": "text", "text": "go" }] }),
-        )
-        .await;
-    let mut asked = Vec::new();
-    loop {
-        let msg = c.read().await.expect("daemon closed its output");
-        if msg["method"] == "session/request_permission" {
-            asked.push(
-                msg["params"]["toolCall"]["title"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            );
-            c.respond(
-                &msg["id"],
-                json!({ "outcome": { "outcome": "selected", "optionId": "allow_once" } }),
-            )
-            .await;
-        } else if msg.get("id") == Some(&json!(id)) && msg.get("method").is_none() {
-            assert_eq!(msg["result"]["stopReason"], "end_turn", "{msg}");
-            return asked;
-        } else {
-            c.backlog.push(msg);
-        }
-    }
+    let (response, asked) = c.prompt_allowing(session, "go").await;
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    asked
+        .iter()
+        .map(|m| {
+            m["params"]["toolCall"]["title"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
 }
 
 /// The tool results the model received, in order (from its last request).

@@ -281,6 +281,36 @@ impl Client {
             .await;
     }
 
+    /// Send a text prompt and answer every permission request with
+    /// `allow_once`, as a person approving everything would; the prompt's
+    /// response and the permission requests, in order.
+    pub async fn prompt_allowing(&mut self, session: &str, text: &str) -> (Value, Vec<Value>) {
+        let id = self
+            .start_request(
+                "session/prompt",
+                json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] }),
+            )
+            .await;
+        let mut asked = Vec::new();
+        loop {
+            let msg = self
+                .wait_for(|v| {
+                    (v["id"] == json!(id) && v.get("method").is_none())
+                        || v["method"] == "session/request_permission"
+                })
+                .await;
+            if msg["method"] != "session/request_permission" {
+                return (msg, asked);
+            }
+            self.respond(
+                &msg["id"],
+                json!({ "outcome": { "outcome": "selected", "optionId": "allow_once" } }),
+            )
+            .await;
+            asked.push(msg);
+        }
+    }
+
     /// Wait for a notification or request with this method.
     pub async fn wait_method(&mut self, method: &str) -> Value {
         let m = method.to_string();
