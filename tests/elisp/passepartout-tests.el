@@ -201,16 +201,21 @@
   "`passepartout-log' opens the daemon's log file, which has its INFO lines."
   (passepartout-test-with-daemon nil
     (passepartout-test--chat project)
-    (let ((buffer (passepartout-log)))
-      (ignore buffer)
-      (with-current-buffer (window-buffer (selected-window))
-        (should (string-suffix-p "passepartout.log" (buffer-file-name)))
-        (should (string-prefix-p (file-truename state) (file-truename (buffer-file-name))))
-        (should buffer-read-only)
-        (passepartout-test--wait-for
-         (progn (revert-buffer t t t)
-                (string-match-p "session/new" (buffer-string)))
-         10 "the session/new line in the log file")))))
+    (save-window-excursion
+      (passepartout-log)
+      (let ((log (window-buffer (selected-window))))
+        (unwind-protect
+            (with-current-buffer log
+              (should (string-suffix-p "passepartout.log" (buffer-file-name)))
+              (should (string-prefix-p (file-truename state)
+                                       (file-truename (buffer-file-name))))
+              (should buffer-read-only)
+              (passepartout-test--wait-for
+               (progn (revert-buffer t t t)
+                      (string-match-p "session/new" (buffer-string)))
+               10 "the session/new line in the log file"))
+          ;; Its directory goes with the test.
+          (kill-buffer log))))))
 
 (ert-deftest passepartout-test-events-off-by-default ()
   "The events buffer logs nothing until `passepartout-events' turns it on."
