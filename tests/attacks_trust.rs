@@ -67,13 +67,6 @@ fn host_listener() -> HostListener {
     HostListener { port, hits }
 }
 
-fn bwrap_works() -> bool {
-    std::process::Command::new("bwrap")
-        .args(["--ro-bind", "/", "/", "--unshare-net", "true"])
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// Run the CLI in `cwd` with the test's home.
 fn cli(home: &Path, cwd: &Path, args: &[&str]) -> (i32, String) {
     let out = std::process::Command::new(harness::BIN)
@@ -143,8 +136,7 @@ fn project_skill(project: &Path, name: &str, text: &str) -> PathBuf {
 
 #[tokio::test]
 async fn attack_1_an_untrusted_project_skill_cannot_take_over_the_shell() {
-    if !bwrap_works() {
-        eprintln!("SKIPPED: bwrap cannot run here, so the shell cannot either");
+    if !harness::bwrap_available() {
         return;
     }
     let home = tempfile::tempdir().unwrap();
@@ -190,8 +182,7 @@ async fn attack_1_an_untrusted_project_skill_cannot_take_over_the_shell() {
 
 #[tokio::test]
 async fn attack_1_a_trusted_project_skill_adds_but_never_takes_over_or_weakens() {
-    if !bwrap_works() {
-        eprintln!("SKIPPED: bwrap cannot run here, so the shell cannot either");
+    if !harness::bwrap_available() {
         return;
     }
     let home = tempfile::tempdir().unwrap();
@@ -340,8 +331,7 @@ async fn attack_1_the_editor_trusts_through_the_daemon_only_what_was_shown() {
 
 #[tokio::test]
 async fn attack_7_allow_always_covers_the_exact_command_only() {
-    if !bwrap_works() {
-        eprintln!("SKIPPED: bwrap cannot run here, so the shell cannot either");
+    if !harness::bwrap_available() {
         return;
     }
     let home = tempfile::tempdir().unwrap();

@@ -91,21 +91,6 @@ fn tree(root: &Path) -> BTreeMap<String, Vec<u8>> {
     out
 }
 
-fn bwrap_works() -> bool {
-    Command::new("bwrap")
-        .args([
-            "--unshare-all",
-            "--die-with-parent",
-            "--ro-bind",
-            "/",
-            "/",
-            "true",
-        ])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-}
-
 struct Held {
     _home: tempfile::TempDir,
     project: tempfile::TempDir,
@@ -208,8 +193,7 @@ async fn undo(client: &mut Client, cwd: &Path) -> Value {
 
 /// The three destructive commands from the issue, approved and undone.
 async fn held_approved_undone(command: &str, gone: &[&str], emptied: &[&str]) {
-    if !bwrap_works() {
-        eprintln!("SKIPPED: bubblewrap cannot run here");
+    if !harness::bwrap_available() {
         return;
     }
     let mut h = held(command).await;
@@ -339,8 +323,7 @@ async fn truncating_sources_is_held_applied_on_approval_and_undone() {
 
 #[tokio::test]
 async fn a_rejected_effect_leaves_the_project_as_it_was() {
-    if !bwrap_works() {
-        eprintln!("SKIPPED: bubblewrap cannot run here");
+    if !harness::bwrap_available() {
         return;
     }
     let mut h = held("find . -mindepth 1 -delete").await;
@@ -358,8 +341,7 @@ async fn a_rejected_effect_leaves_the_project_as_it_was() {
 
 #[tokio::test]
 async fn a_small_change_runs_and_is_shown_as_a_diff_and_can_be_undone_from_the_cli() {
-    if !bwrap_works() {
-        eprintln!("SKIPPED: bubblewrap cannot run here");
+    if !harness::bwrap_available() {
         return;
     }
     let home = tempfile::tempdir().unwrap();
@@ -473,8 +455,7 @@ async fn a_small_change_runs_and_is_shown_as_a_diff_and_can_be_undone_from_the_c
 /// effect plan is approved with its Org text and applies the change.
 #[tokio::test]
 async fn with_flight_plans_the_held_effect_is_a_plan_showing_the_diff() {
-    if !bwrap_works() {
-        eprintln!("SKIPPED: bubblewrap cannot run here");
+    if !harness::bwrap_available() {
         return;
     }
     let home = tempfile::tempdir().unwrap();
@@ -541,8 +522,7 @@ async fn with_flight_plans_the_held_effect_is_a_plan_showing_the_diff() {
 /// approving applies the deletion, undo brings it back byte for byte.
 #[tokio::test]
 async fn deleting_an_ignored_precious_env_file_is_held_and_undone() {
-    if !bwrap_works() {
-        eprintln!("SKIPPED: bubblewrap cannot run here");
+    if !harness::bwrap_available() {
         return;
     }
     let dir = project();
@@ -569,8 +549,7 @@ async fn deleting_an_ignored_precious_env_file_is_held_and_undone() {
 /// all together through `_passepartout/undo {"turn": "last"}`.
 #[tokio::test]
 async fn a_whole_turn_is_undone_all_or_nothing() {
-    if !bwrap_works() {
-        eprintln!("SKIPPED: bubblewrap cannot run here");
+    if !harness::bwrap_available() {
         return;
     }
     let home = tempfile::tempdir().unwrap();
@@ -647,8 +626,7 @@ async fn a_whole_turn_is_undone_all_or_nothing() {
 /// nobody is there to approve the change — and the result says why.
 #[tokio::test]
 async fn a_held_effect_of_a_plan_run_after_its_turn_stays_rolled_back() {
-    if !bwrap_works() {
-        eprintln!("SKIPPED: bubblewrap cannot run here");
+    if !harness::bwrap_available() {
         return;
     }
     let home = tempfile::tempdir().unwrap();
