@@ -1,5 +1,22 @@
 ;;; passepartout-tests.el --- ERT tests for passepartout.el  -*- lexical-binding: t; -*-
 
+;; Copyright (C) 2026 The passepartout authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
 ;;; Commentary:
 
 ;; Tests against the real daemon and the real fake provider (see
@@ -180,6 +197,73 @@
       (should-not (string-match-p (regexp-quote secret)
                                   (with-current-buffer passepartout--stderr-buffer-name
                                     (buffer-string)))))))
+
+;; Run on every tested Emacs (tests/elisp/emacs-versions.sh): jsonrpc's
+;; logging changed in Emacs 30, and our log must redact on each version.
+(ert-deftest passepartout-test-api-key-in-no-buffer ()
+  "After a whole turn with every log on, no buffer holds the API key.
+Not the events buffer, the chat, the daemon's stderr and log file,
+*Messages* or *Warnings*, nor a hidden buffer; and jsonrpc's own
+pretty-printing log stays off on this Emacs."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--text-reply "Hello."))
+    (let* ((secret "sk-test-5ecret-in-no-buffer-77")
+           (authinfo (expand-file-name "authinfo" passepartout-test--dir))
+           (warnings-before (when (get-buffer "*Warnings*")
+                              (with-current-buffer "*Warnings*" (buffer-size)))))
+      (with-temp-file authinfo
+        (insert "machine api.example.test login apikey password " secret "\n"))
+      (let ((auth-sources (list authinfo))
+            (passepartout-events-buffer-size (* 1024 1024))
+            (passepartout-auth-hosts '(("fake" . "api.example.test"))))
+        (auth-source-forget-all-cached)
+        (let ((chat (passepartout-test--chat project)))
+          (passepartout-test--send chat "Hi?")
+          (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
+          (should (string-match-p "^Hello\\.$" (passepartout-test--text chat)))))
+      (save-window-excursion
+        (passepartout-log)
+        (let ((log (window-buffer (selected-window))))
+          (unwind-protect
+              (let ((holding
+                     (cl-loop for buffer in (buffer-list)
+                              when (with-current-buffer buffer
+                                     (save-restriction
+                                       (widen)
+                                       (save-excursion
+                                         (goto-char (point-min))
+                                         (search-forward secret nil t))))
+                              collect (buffer-name buffer))))
+                (should (equal holding nil)))
+            (kill-buffer log))))
+      (with-current-buffer (passepartout-events)
+        (let ((events (buffer-string)))
+          ;; Our log saw both directions and redacted the key...
+          (should (string-match-p "^\\[client-request\\] (id:1) .*apiKeys.*<redacted>" events))
+          (should (string-match-p "^\\[server-reply\\] (id:1) .*agentCapabilities" events))
+          (should (string-match-p "^\\[server-notification\\] .*session/update" events))
+          ;; ...and jsonrpc wrote nothing of its own (its lines start
+          ;; with "[jsonrpc]" on Emacs 30, "[client-" with a newline and
+          ;; pretty-printed plists on 28).
+          (should-not (string-match-p "^\\[jsonrpc\\]" events))
+          (should (cl-every (lambda (line) (string-match-p "^\\[\\(client\\|server\\)-" line))
+                            (split-string events "\n" t)))))
+      ;; No deprecation warning from jsonrpc on this Emacs.
+      (when (get-buffer "*Warnings*")
+        (with-current-buffer "*Warnings*"
+          (should-not (string-match-p "deprecated"
+                                      (buffer-substring (1+ (or warnings-before 0))
+                                                        (point-max)))))))))
+
+(ert-deftest passepartout-test-secret-spellings ()
+  "A key is redacted however a message prints it: raw, `prin1' or JSON."
+  (let* ((key "sk-\"odd\\key\"-é")
+         (forms (passepartout--secret-forms key))
+         (message (list :_meta (list :apiKeys (list :fake key)))))
+    (dolist (printed (list (prin1-to-string message)
+                           (let ((print-escape-newlines t)) (prin1-to-string message))
+                           (json-encode message)))
+      (should (cl-some (lambda (form) (string-search form printed)) forms)))))
 
 (ert-deftest passepartout-test-stderr-buffer ()
   "The daemon's standard error has its own visible buffer."
