@@ -397,7 +397,8 @@ to a constant share, whatever the chat's size.")
     (puthash root buffer passepartout-chat--buffers)
     ;; Installed with the first chat and removed with the last (see
     ;; `passepartout-chat--forget'): loading the package changes nothing.
-        buffer))
+    (add-hook 'kill-emacs-hook #'passepartout-chat--save-all)
+    buffer))
 
 (defun passepartout-chat-buffer (root)
   "Return the chat buffer for project ROOT, creating it if needed.

@@ -128,9 +128,11 @@ Functions take two arguments: the connection and a one-line reason.")
     :accessor passepartout--connection-events-size
     :documentation "Characters kept in the events log; 0 is off, nil no limit.")
    (incoming
-    :initform ""
+    :initform nil
     :accessor passepartout--connection-incoming
-    :documentation "Bytes of a frame from the daemon not yet logged.")
+    :documentation "Output of the daemon not yet logged: a plist of
+:chunks (newest first), their :size in bytes, and the bytes :need'ed
+to complete the frame they start, when its header has arrived.")
    (server-info
     :initform nil
     :accessor passepartout--connection-server-info
@@ -303,27 +305,51 @@ quadratically.  Secrets are redacted before the text reaches the buffer."
 JSON escapes line breaks, so this never matches inside a body: after
 logging is turned on in the middle of a frame, the next header is found.")
 
+(defconst passepartout--frame-header-max 64
+  "Bytes to keep of output with no frame header: one could start in them.")
+
+(defun passepartout--log-frames (conn bytes)
+  "Log the whole frames in BYTES (unibyte) on CONN; return what is left.
+The rest is an incomplete frame starting at its header, or the tail of
+output with no header, where the next one may begin."
+  (let ((start 0) (rest nil))
+    (while (not rest)
+      (if (not (string-match passepartout--frame-header-regexp bytes start))
+          (setq rest (substring bytes (max start (- (length bytes)
+                                                    passepartout--frame-header-max))))
+        (let* ((body (match-end 0))
+               (end (+ body (string-to-number (match-string 1 bytes)))))
+          (if (> end (length bytes))
+              (setq rest (substring bytes (match-beginning 0)))
+            (let ((text (decode-coding-string (substring bytes body end) 'utf-8)))
+              (passepartout--log-line conn 'server (passepartout--parse-json text) text))
+            (setq start end)))))
+    rest))
+
 (defun passepartout--log-incoming (conn output)
   "Log the messages completed by OUTPUT, text the daemon wrote, on CONN.
-Added to the filter of CONN's process: jsonrpc reads the same frames."
+Added to the filter of CONN's process: jsonrpc reads the same frames.
+The output of a long frame is kept in pieces and joined once, when the
+frame is whole: joining at every piece would copy it over and over."
   (if (not (passepartout--logging-p conn))
-      (setf (passepartout--connection-incoming conn) "")
-    (let ((pending (concat (passepartout--connection-incoming conn)
-                           (encode-coding-string output 'utf-8-emacs-unix t)))
-          (start 0)
-          (rest nil))
-      (while (not rest)
-        (if (not (string-match passepartout--frame-header-regexp pending start))
-            (setq rest (substring pending start))
-          (let* ((body (match-end 0))
-                 (end (+ body (string-to-number (match-string 1 pending)))))
-            (if (> end (length pending))
-                (setq rest (substring pending (match-beginning 0)))
-              (let ((text (decode-coding-string (substring pending body end) 'utf-8)))
-                (passepartout--log-line conn 'server (passepartout--parse-json text)
-                                        text))
-              (setq start end)))))
-      (setf (passepartout--connection-incoming conn) rest))))
+      (setf (passepartout--connection-incoming conn) nil)
+    (let* ((state (passepartout--connection-incoming conn))
+           (chunks (cons (encode-coding-string output 'utf-8-emacs-unix t)
+                         (plist-get state :chunks)))
+           (size (+ (length (car chunks)) (or (plist-get state :size) 0)))
+           (need (plist-get state :need)))
+      (if (and need (< size need))
+          (setf (passepartout--connection-incoming conn)
+                (list :chunks chunks :size size :need need))
+        (let ((rest (passepartout--log-frames
+                     conn (apply #'concat (nreverse chunks)))))
+          (setf (passepartout--connection-incoming conn)
+                (list :chunks (list rest)
+                      :size (length rest)
+                      :need (and (string-match passepartout--frame-header-regexp rest)
+                                 (= (match-beginning 0) 0)
+                                 (+ (match-end 0)
+                                    (string-to-number (match-string 1 rest)))))))))))
 
 (defun passepartout--events-on (conn size)
   "Log CONN's messages from now on, keeping SIZE characters (nil: all).

@@ -423,7 +423,7 @@ The session's journal is deleted first, so the daemon has nothing to load."
       ;; A daemon that stops cleanly cancels its turns, and with them their
       ;; plans; one that is killed leaves them pending for the next start.
       (let ((inhibit-message t))
-        (signal-process (process-id (jsonrpc--process passepartout--connection)) 'kill)
+        (signal-process (process-id (passepartout--connection-process passepartout--connection)) 'kill)
         (passepartout-test--wait-for (not (passepartout--live-connection)) 10 "death"))
       (clrhash passepartout-plan--plans)
       (cl-letf (((symbol-function 'message)

@@ -147,7 +147,7 @@
       (cl-letf (((symbol-function 'message)
                  (lambda (fmt &rest args)
                    (when fmt (push (apply #'format fmt args) messages)))))
-        (signal-process (process-id (jsonrpc--process passepartout--connection)) 'kill)
+        (signal-process (process-id (passepartout--connection-process passepartout--connection)) 'kill)
         (passepartout-test--wait-for (not (passepartout--live-connection)) 10 "death")
         (passepartout-test--wait-for
             (string-match-p "^: The daemon was killed by signal 9"
@@ -242,9 +242,10 @@ pretty-printing log stays off on this Emacs."
           (should (string-match-p "^\\[client-request\\] (id:1) .*apiKeys.*<redacted>" events))
           (should (string-match-p "^\\[server-reply\\] (id:1) .*agentCapabilities" events))
           (should (string-match-p "^\\[server-notification\\] .*session/update" events))
-          ;; ...and jsonrpc wrote nothing of its own (its lines start
-          ;; with "[jsonrpc]" on Emacs 30, "[client-" with a newline and
-          ;; pretty-printed plists on 28).
+          ;; ...and jsonrpc wrote nothing of its own: on Emacs 30 its
+          ;; lines start with "[jsonrpc]"; on 28 a header line is
+          ;; followed by a pretty-printed plist over several lines, so
+          ;; every line being one of ours rules both out.
           (should-not (string-match-p "^\\[jsonrpc\\]" events))
           (should (cl-every (lambda (line) (string-match-p "^\\[\\(client\\|server\\)-" line))
                             (split-string events "\n" t)))))
@@ -264,6 +265,77 @@ pretty-printing log stays off on this Emacs."
                            (let ((print-escape-newlines t)) (prin1-to-string message))
                            (json-encode message)))
       (should (cl-some (lambda (form) (string-search form printed)) forms)))))
+
+;; Run on every tested Emacs (tests/elisp/emacs-versions.sh): jsonrpc's
+;; logging changed in Emacs 30, and our log must read the daemon's
+;; frames itself on each version.
+(ert-deftest passepartout-test-events-read-split-frames ()
+  "Frames from the daemon are logged whole, however the output is split.
+Also when logging starts in the middle of a frame, and with a character
+of more than one byte (Content-Length counts bytes)."
+  (let* ((stderr (get-buffer-create "*passepartout-frames stderr*"))
+         (process nil)
+         (conn (make-instance
+                'passepartout-connection
+                :name "passepartout-frames"
+                :process (lambda ()
+                           (setq process
+                                 (make-process :name "passepartout-frames"
+                                               :command '("cat")
+                                               :connection-type 'pipe
+                                               :noquery t
+                                               :stderr stderr)))))
+         (frame (lambda (json)
+                  (format "Content-Length: %d\r\n\r\n%s"
+                          (string-bytes (encode-coding-string json 'utf-8)) json)))
+         (one "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"text\":\"café\"}}")
+         (two "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"ok\":true}}")
+         (output (concat
+                  ;; The end of a frame whose start was not logged.
+                  "ail\\r\\n\"}}"
+                  (funcall frame one) (funcall frame two))))
+    (unwind-protect
+        (dolist (piece-size (list 1 7 64 (length output)))
+          (with-current-buffer (jsonrpc-events-buffer conn)
+            (let ((inhibit-read-only t)) (erase-buffer)))
+          (setf (passepartout--connection-events-size conn) nil
+                (passepartout--connection-incoming conn) nil)
+          (cl-loop for start from 0 below (length output) by piece-size
+                   do (passepartout--log-incoming
+                       conn (substring output start
+                                       (min (length output) (+ start piece-size)))))
+          (let ((lines (split-string (with-current-buffer (jsonrpc-events-buffer conn)
+                                       (buffer-string))
+                                     "\n" t)))
+            (should (equal (length lines) 2))
+            (should (string-match-p "^\\[server-notification\\] .*: {.*\"café\"}}$"
+                                    (nth 0 lines)))
+            (should (string-match-p "^\\[server-reply\\] (id:7) .*\"ok\":true" (nth 1 lines)))))
+      (delete-process process)
+      (dolist (name '("*passepartout-frames events*" " *passepartout-frames output*"
+                      " *passepartout-frames stderr*" "*passepartout-frames stderr*"))
+        (when (get-buffer name) (kill-buffer name))))))
+
+(ert-deftest passepartout-test-nothing-installed-until-used ()
+  "No jsonrpc function is advised; `kill-emacs-hook' is ours only with a chat."
+  (let (advised)
+    (mapatoms (lambda (symbol)
+                (when (and (fboundp symbol)
+                           (string-prefix-p "jsonrpc" (symbol-name symbol)))
+                  (advice-mapc (lambda (f _props) (push (cons symbol f) advised))
+                               symbol))))
+    (should (equal advised nil)))
+  (let* ((passepartout-chat-directory nil)
+         (root (make-temp-file "passepartout-hook" t))
+         (chat (passepartout-chat-buffer root)))
+    (unwind-protect
+        (progn
+          (should (memq #'passepartout-chat--save-all kill-emacs-hook))
+          (kill-buffer chat)
+          (should (equal (hash-table-count passepartout-chat--buffers) 0))
+          (should-not (memq #'passepartout-chat--save-all kill-emacs-hook)))
+      (when (buffer-live-p chat) (kill-buffer chat))
+      (delete-directory root t))))
 
 (ert-deftest passepartout-test-stderr-buffer ()
   "The daemon's standard error has its own visible buffer."
@@ -492,7 +564,7 @@ pretty-printing log stays off on this Emacs."
         (goto-char (point-max))
         (insert "\nA note of mine.\n"))
       (let ((inhibit-message t))
-        (signal-process (process-id (jsonrpc--process passepartout--connection)) 'kill)
+        (signal-process (process-id (passepartout--connection-process passepartout--connection)) 'kill)
         (passepartout-test--wait-for (passepartout-test--idle-p chat) 10 "the turn to end"))
       (let ((passepartout-plan-offered-hook
              (list (lambda (id) (when (equal id plan-id) (cl-incf offers))))))
