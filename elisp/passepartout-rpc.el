@@ -206,9 +206,11 @@ on every message.")
 
 (defun passepartout--jsonrpc-log-off ()
   "Return the initargs that turn jsonrpc's own events log off.
-jsonrpc 1.0.20+ (Emacs 30) has `jsonrpc-event-hook' and takes
-`:events-buffer-config'; it warns that `:events-buffer-scrollback-size'
-is deprecated, which older versions need instead."
+A jsonrpc with `jsonrpc-event-hook' (1.0.25 in Emacs 30.1) takes
+`:events-buffer-config' and warns that `:events-buffer-scrollback-size'
+is deprecated; older ones (1.0.14 in Emacs 28.2) know only the latter.
+The test is on the feature, not on the Emacs version: jsonrpc is also
+installed from GNU ELPA."
   (if (boundp 'jsonrpc-event-hook)
       (list :events-buffer-config (list :size 0 :format 'short))
     (list :events-buffer-scrollback-size 0)))
