@@ -541,6 +541,12 @@ into the code.  A string value is returned as is."
          (keys (passepartout--api-keys)))
     (setf (passepartout--connection-process conn) process
           (passepartout--connection-events-size conn) passepartout-events-buffer-size)
+    (when (boundp 'jsonrpc-event-hook)
+      ;; jsonrpc runs this hook in the connection's events buffer with
+      ;; every message, `initialize' and its API keys included: here it
+      ;; runs nothing, so no function of another package sees them.
+      (with-current-buffer (jsonrpc-events-buffer conn)
+        (setq-local jsonrpc-event-hook nil)))
     ;; Our events log reads what the daemon writes from the process's
     ;; filter; it goes with the process.
     (add-function :before (process-filter process)

@@ -203,58 +203,70 @@
 (ert-deftest passepartout-test-api-key-in-no-buffer ()
   "After a whole turn with every log on, no buffer holds the API key.
 Not the events buffer, the chat, the daemon's stderr and log file,
-*Messages* or *Warnings*, nor a hidden buffer; and jsonrpc's own
-pretty-printing log stays off on this Emacs."
+*Messages* or *Warnings*, nor a hidden buffer, nor one written by
+another package's function on jsonrpc's global `jsonrpc-event-hook'
+\(Emacs 30); and jsonrpc's own pretty-printing log stays off."
   (passepartout-test-with-daemon
       (list (passepartout-test--text-reply "Hello."))
     (let* ((secret "sk-test-5ecret-in-no-buffer-77")
            (authinfo (expand-file-name "authinfo" passepartout-test--dir))
            (warnings-before (when (get-buffer "*Warnings*")
-                              (with-current-buffer "*Warnings*" (buffer-size)))))
-      (with-temp-file authinfo
-        (insert "machine api.example.test login apikey password " secret "\n"))
-      (let ((auth-sources (list authinfo))
-            (passepartout-events-buffer-size (* 1024 1024))
-            (passepartout-auth-hosts '(("fake" . "api.example.test"))))
-        (auth-source-forget-all-cached)
-        (let ((chat (passepartout-test--chat project)))
-          (passepartout-test--send chat "Hi?")
-          (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
-          (should (string-match-p "^Hello\\.$" (passepartout-test--text chat)))))
-      (save-window-excursion
-        (passepartout-log)
-        (let ((log (window-buffer (selected-window))))
-          (unwind-protect
-              (let ((holding
-                     (cl-loop for buffer in (buffer-list)
-                              when (with-current-buffer buffer
-                                     (save-restriction
-                                       (widen)
-                                       (save-excursion
-                                         (goto-char (point-min))
-                                         (search-forward secret nil t))))
-                              collect (buffer-name buffer))))
-                (should (equal holding nil)))
-            (kill-buffer log))))
-      (with-current-buffer (passepartout-events)
-        (let ((events (buffer-string)))
-          ;; Our log saw both directions and redacted the key...
-          (should (string-match-p "^\\[client-request\\] (id:1) .*apiKeys.*<redacted>" events))
-          (should (string-match-p "^\\[server-reply\\] (id:1) .*agentCapabilities" events))
-          (should (string-match-p "^\\[server-notification\\] .*session/update" events))
-          ;; ...and jsonrpc wrote nothing of its own: on Emacs 30 its
-          ;; lines start with "[jsonrpc]"; on 28 a header line is
-          ;; followed by a pretty-printed plist over several lines, so
-          ;; every line being one of ours rules both out.
-          (should-not (string-match-p "^\\[jsonrpc\\]" events))
-          (should (cl-every (lambda (line) (string-match-p "^\\[\\(client\\|server\\)-" line))
-                            (split-string events "\n" t)))))
-      ;; No deprecation warning from jsonrpc on this Emacs.
-      (when (get-buffer "*Warnings*")
-        (with-current-buffer "*Warnings*"
-          (should-not (string-match-p "deprecated"
-                                      (buffer-substring (1+ (or warnings-before 0))
-                                                        (point-max)))))))))
+                              (with-current-buffer "*Warnings*" (buffer-size))))
+           (spy (lambda (&rest event)
+                  (with-current-buffer (get-buffer-create " *jsonrpc spy*")
+                    (insert (format "%S\n" event))))))
+      (when (boundp 'jsonrpc-event-hook)
+        (add-hook 'jsonrpc-event-hook spy))
+      (unwind-protect
+          (progn
+            (with-temp-file authinfo
+              (insert "machine api.example.test login apikey password " secret "\n"))
+            (let ((auth-sources (list authinfo))
+                  (passepartout-events-buffer-size (* 1024 1024))
+                  (passepartout-auth-hosts '(("fake" . "api.example.test"))))
+              (auth-source-forget-all-cached)
+              (let ((chat (passepartout-test--chat project)))
+                (passepartout-test--send chat "Hi?")
+                (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
+                (should (string-match-p "^Hello\\.$" (passepartout-test--text chat)))))
+            (save-window-excursion
+              (passepartout-log)
+              (let ((log (window-buffer (selected-window))))
+                (unwind-protect
+                    (let ((holding
+                           (cl-loop for buffer in (buffer-list)
+                                    when (with-current-buffer buffer
+                                           (save-restriction
+                                             (widen)
+                                             (save-excursion
+                                               (goto-char (point-min))
+                                               (search-forward secret nil t))))
+                                    collect (buffer-name buffer))))
+                      (should (equal holding nil)))
+                  (kill-buffer log))))
+            (with-current-buffer (passepartout-events)
+              (let ((events (buffer-string)))
+                ;; Our log saw both directions and redacted the key...
+                (should (string-match-p "^\\[client-request\\] (id:1) .*apiKeys.*<redacted>" events))
+                (should (string-match-p "^\\[server-reply\\] (id:1) .*agentCapabilities" events))
+                (should (string-match-p "^\\[server-notification\\] .*session/update" events))
+                ;; ...and jsonrpc wrote nothing of its own: on Emacs 30
+                ;; its lines start with "[jsonrpc]"; on 28 a header line
+                ;; is followed by a pretty-printed plist over several
+                ;; lines, so every line being one of ours rules both out.
+                (should-not (string-match-p "^\\[jsonrpc\\]" events))
+                (should (cl-every (lambda (line) (string-match-p "^\\[\\(client\\|server\\)-" line))
+                                  (split-string events "\n" t)))))
+            ;; No deprecation warning from jsonrpc on this Emacs.
+            (when (get-buffer "*Warnings*")
+              (with-current-buffer "*Warnings*"
+                (should-not (string-match-p "deprecated"
+                                            (buffer-substring (1+ (or warnings-before 0))
+                                                              (point-max)))))))
+        (when (boundp 'jsonrpc-event-hook)
+          (remove-hook 'jsonrpc-event-hook spy))
+        (when (get-buffer " *jsonrpc spy*")
+          (kill-buffer " *jsonrpc spy*"))))))
 
 (ert-deftest passepartout-test-secret-spellings ()
   "A key is redacted however a message prints it: raw, `prin1' or JSON."
