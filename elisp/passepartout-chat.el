@@ -49,8 +49,23 @@
 (require 'org)
 (require 'passepartout-rpc)
 
-(defvar passepartout-chat-directory)
-(defvar passepartout-chat-save-interval)
+(defcustom passepartout-chat-directory
+  (let ((xdg (getenv "XDG_DATA_HOME")))
+    (if (and xdg (file-name-absolute-p xdg))
+        (expand-file-name "passepartout/chats/" xdg)
+      (locate-user-emacs-file "passepartout/chats/")))
+  "Directory where each chat is saved as an Org file, or nil not to save.
+The default is $XDG_DATA_HOME/passepartout/chats/ when XDG_DATA_HOME is
+set, else passepartout/chats/ in `user-emacs-directory'."
+  :type '(choice (const :tag "Do not save chats" nil) directory)
+  :group 'passepartout)
+
+(defcustom passepartout-chat-save-interval 2
+  "Seconds between saves of a chat file while an answer streams.
+The file is also written when each turn ends."
+  :type 'number
+  :group 'passepartout)
+
 (defvar passepartout-plan--plans)
 (declare-function passepartout-plan--decide "passepartout-plan"
                   (id decision org comment))
@@ -226,7 +241,9 @@ Run from `org-ctrl-c-ctrl-c-hook'."
     (remhash passepartout-chat--session-id passepartout-chat--sessions))
   (when (eq (gethash passepartout-chat--root passepartout-chat--buffers)
             (current-buffer))
-    (remhash passepartout-chat--root passepartout-chat--buffers)))
+    (remhash passepartout-chat--root passepartout-chat--buffers))
+  (when (zerop (hash-table-count passepartout-chat--buffers))
+    (remove-hook 'kill-emacs-hook #'passepartout-chat--save-all)))
 
 (defun passepartout-chat--mode-line ()
   "Return the mode-line text: session state and mode, provider and tokens."
@@ -378,6 +395,9 @@ to a constant share, whatever the chat's size.")
       (setq passepartout-chat--root root)
       (setq default-directory root))
     (puthash root buffer passepartout-chat--buffers)
+    ;; Installed with the first chat and removed with the last (see
+    ;; `passepartout-chat--forget'): loading the package changes nothing.
+    (add-hook 'kill-emacs-hook #'passepartout-chat--save-all)
     buffer))
 
 (defun passepartout-chat-buffer (root)
@@ -1143,7 +1163,6 @@ as the daemon announced them."
                (with-current-buffer buffer (passepartout-chat-save))))
            passepartout-chat--buffers))
 
-(add-hook 'kill-emacs-hook #'passepartout-chat--save-all)
 
 (provide 'passepartout-chat)
 ;;; passepartout-chat.el ends here

@@ -31,8 +31,6 @@
 (require 'tabulated-list)
 (require 'passepartout-chat)
 
-(defvar passepartout-chat-directory)
-
 (defun passepartout-chats--summary (file)
   "Return (PROJECT FIRST-PROMPT) read from the top of chat FILE."
   (with-temp-buffer

@@ -33,6 +33,7 @@
 (require 'project)
 (require 'jsonrpc)
 (require 'passepartout-rpc)
+(require 'passepartout-trust)
 
 (defconst passepartout-mcp--project-config ".passepartout/config.toml"
   "The project file naming MCP servers, relative to the project root.")
@@ -50,26 +51,13 @@ of the bytes shown; the daemon refuses if the file changed meanwhile."
   (interactive (list (read-directory-name "Project: " (passepartout-mcp--default-root))))
   (let* ((root (directory-file-name (expand-file-name root)))
          (file (expand-file-name passepartout-mcp--project-config root))
-         (shown (get-buffer-create "*passepartout trust*"))
-         sha256)
+         (sha256 nil))
     (unless (file-regular-p file)
       (user-error "No %s in %s" passepartout-mcp--project-config
                   (abbreviate-file-name root)))
-    (with-current-buffer shown
-      (let ((inhibit-read-only t))
-        (erase-buffer)
-        (set-buffer-multibyte nil)
-        (insert-file-contents-literally file)
-        (setq sha256 (secure-hash 'sha256 (current-buffer)))
-        (set-buffer-multibyte t)
-        (decode-coding-region (point-min) (point-max) 'utf-8)
-        (goto-char (point-min))
-        (setq buffer-read-only t)))
-    (display-buffer shown)
-    (unless (yes-or-no-p
-             (format "Trust %s with exactly this content (its MCP servers run as you)? "
-                     (abbreviate-file-name file)))
-      (user-error "Nothing trusted"))
+    (setq sha256 (passepartout-trust-confirm
+                  file (format "Trust %s with exactly this content (its MCP servers run as you)? "
+                               (abbreviate-file-name file))))
     (let ((result (condition-case err
                       (jsonrpc-request (passepartout--ensure-connection)
                                        :_passepartout/mcp/trust

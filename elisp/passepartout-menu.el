@@ -192,8 +192,12 @@ applied again when the chat is resumed."
                   provider model (passepartout--error-message err))))))))
 
 (add-hook 'passepartout-chat-session-hook #'passepartout-menu--reapply)
-(add-hook 'passepartout-connection-started-hook
-          (lambda (_conn) (setq passepartout-menu--providers nil)))
+(defun passepartout-menu--forget-providers (_conn)
+  "Forget the providers listed by a daemon: a new one may list others."
+  (setq passepartout-menu--providers nil))
+
+;; The package's own hooks: registering here changes nothing outside it.
+(add-hook 'passepartout-connection-started-hook #'passepartout-menu--forget-providers)
 
 (provide 'passepartout-menu)
 ;;; passepartout-menu.el ends here

@@ -38,7 +38,15 @@
 (require 'tabulated-list)
 (require 'passepartout-rpc)
 
-(defvar passepartout-plan-display)
+(defcustom passepartout-plan-display 'pop
+  "What to do when a flight plan arrives.
+`pop' shows its buffer at once (without selecting it); `notify' only
+says so in the echo area
+\(list them with \\[passepartout-plans])."
+  :type '(choice (const :tag "Show the plan" pop)
+                 (const :tag "Only tell me" notify))
+  :group 'passepartout)
+
 (declare-function passepartout-chat--tool-waiting "passepartout-chat"
                   (tool-call-id plan-id &optional org))
 (declare-function passepartout-chat--tool-plan-resolved "passepartout-chat"

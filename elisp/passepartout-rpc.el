@@ -40,14 +40,55 @@
 
 (require 'cl-lib)
 (require 'jsonrpc)
+(require 'json)
 (require 'auth-source)
 (require 'subr-x)
 
-;; Customisation lives in passepartout.el, which loads this file.
-(defvar passepartout-program)
-(defvar passepartout-program-args)
-(defvar passepartout-auth-hosts)
-(defvar passepartout-events-buffer-size)
+;; The package's one customisation group: every file requires this one.
+(defgroup passepartout nil
+  "A local-first, safety-first LLM agent beside Emacs."
+  :group 'tools
+  :prefix "passepartout-"
+  :link '(url-link :tag "Protocol" "docs/protocol.md"))
+
+(defcustom passepartout-program nil
+  "The passepartout executable, or nil to find it.
+When nil, the variable `exec-path' is searched, then the build output
+of the source checkout this package lives in (target/release, then
+target/debug)."
+  :type '(choice (const :tag "Find it" nil) file)
+  :group 'passepartout)
+
+(defcustom passepartout-program-args '("serve")
+  "Arguments given to `passepartout-program'.
+Add e.g. \"--provider-url\" URL \"--model\" NAME to choose a provider
+without a configuration file."
+  :type '(repeat string)
+  :group 'passepartout)
+
+(defcustom passepartout-auth-hosts
+  '(("anthropic" . "api.anthropic.com")
+    ("openai" . "api.openai.com"))
+  "Providers whose API keys are looked up with auth-source.
+Each element is (PROVIDER . HOST): PROVIDER is a provider name in the
+daemon's configuration, HOST the `:host' of its auth-source entry, e.g.
+the line \"machine api.anthropic.com password sk-...\" in ~/.authinfo.gpg."
+  :type '(alist :key-type (string :tag "Provider")
+                :value-type (string :tag "Host"))
+  :group 'passepartout)
+
+(defcustom passepartout-events-buffer-size 0
+  "Characters kept in the events buffer (\\[passepartout-events]).
+0, the default, logs nothing: logging costs more than showing the
+answer.  nil keeps everything.  \\[passepartout-events] turns logging
+on for the running daemon when it is off."
+  :type '(choice (const :tag "No limit" nil) integer)
+  :group 'passepartout)
+
+(defcustom passepartout-events-on-demand-size (* 2 1024 1024)
+  "Characters kept when \\[passepartout-events] turns the log on."
+  :type 'integer
+  :group 'passepartout)
 
 (defconst passepartout--package-directory
   (file-name-directory (or load-file-name buffer-file-name default-directory))
@@ -78,6 +119,20 @@ Functions take two arguments: the connection and a one-line reason.")
     :initform nil
     :accessor passepartout--connection-secrets
     :documentation "Strings never to leave in the events buffer.")
+   (process
+    :initform nil
+    :accessor passepartout--connection-process
+    :documentation "The daemon's process (jsonrpc's slot for it is private).")
+   (events-size
+    :initform 0
+    :accessor passepartout--connection-events-size
+    :documentation "Characters kept in the events log; 0 is off, nil no limit.")
+   (incoming
+    :initform nil
+    :accessor passepartout--connection-incoming
+    :documentation "Output of the daemon not yet logged: a plist of
+:chunks (newest first), their :size in bytes, and the bytes :need'ed
+to complete the frame they start, when its header has arrived.")
    (server-info
     :initform nil
     :accessor passepartout--connection-server-info
@@ -127,12 +182,55 @@ Providers and hosts come from `passepartout-auth-hosts'."
     keys))
 
 ;;;; The events buffer
+;;
+;; The log is ours on every Emacs, fed from jsonrpc's public surface and
+;; from our own process, never by advising jsonrpc's private functions
+;; (`jsonrpc--log-event' changed its arguments in Emacs 30):
+;;
+;; - what Emacs sends: a `:before' method of the public generic
+;;   `jsonrpc-connection-send', specialised on our connection class;
+;; - what the daemon sends: a function added to our own process's
+;;   filter, which reads the Content-Length frames jsonrpc reads.
+;;
+;; jsonrpc's own events log stays off (size 0) on every version: it
+;; pretty-prints (slow on Emacs 28, see `passepartout--log-line') and it
+;; could not redact.  Secrets are redacted from each line before it
+;; reaches a buffer.  The lines go to jsonrpc's events buffer (the public
+;; `jsonrpc-events-buffer'), so there is one buffer however it is opened.
 
 (defconst passepartout--events-trim-slack 4
   "Trim the events buffer to 1 - 1/N of its limit when it overflows.
 Trimming in one go after many messages keeps its cost per message
 constant, where trimming one message at a time would walk the buffer
 on every message.")
+
+(defun passepartout--jsonrpc-log-off ()
+  "Return the initargs that turn jsonrpc's own events log off.
+A jsonrpc with `jsonrpc-event-hook' (1.0.25 in Emacs 30.1) takes
+`:events-buffer-config' and warns that `:events-buffer-scrollback-size'
+is deprecated; older ones (1.0.14 in Emacs 28.2) know only the latter.
+The test is on the feature, not on the Emacs version: jsonrpc is also
+installed from GNU ELPA."
+  (if (boundp 'jsonrpc-event-hook)
+      (list :events-buffer-config (list :size 0 :format 'short))
+    (list :events-buffer-scrollback-size 0)))
+
+(defun passepartout--secret-forms (secret)
+  "Return SECRET and the forms it takes when printed or JSON-encoded.
+A key with a quote, a backslash or a non-ASCII character is escaped in
+a printed message; each spelling is redacted."
+  (delete-dups
+   (list secret
+         (substring (prin1-to-string secret) 1 -1)
+         (let ((print-escape-newlines t))
+           (substring (prin1-to-string secret) 1 -1))
+         (substring (json-encode-string secret) 1 -1))))
+
+(defun passepartout--add-secret (conn secret)
+  "Never show SECRET, in any of its spellings, in CONN's events log."
+  (dolist (form (passepartout--secret-forms secret))
+    (unless (string-empty-p form)
+      (cl-pushnew form (passepartout--connection-secrets conn) :test #'equal))))
 
 (defun passepartout--redact (conn text)
   "Return TEXT with CONN's secrets replaced by <redacted>."
@@ -141,51 +239,126 @@ on every message.")
       (when (string-search secret text)
         (setq text (string-replace secret "<redacted>" text))))))
 
-(defun passepartout--log-event (conn message type)
-  "Append MESSAGE (a plist), sent or received as TYPE, to CONN's events buffer.
-Each message is one `prin1'ed line, never `pp': on Emacs 28
-`pp-to-string' gets slower with every call (it leaks into
-`hook--depth-alist'), so a long session would slow down quadratically.
-Secrets are redacted before the text reaches the buffer."
-  (let ((max (jsonrpc--events-buffer-scrollback-size conn)))
-    (when (or (null max) (cl-plusp max))
-      (with-current-buffer (jsonrpc-events-buffer conn)
-        (let* ((inhibit-read-only t)
-               (method (plist-get message :method))
-               (id (plist-get message :id))
-               (error (plist-get message :error))
-               (kind (cond ((and method id) "request")
-                           (method "notification")
-                           (id "reply")
-                           (t "message")))
-               (line (passepartout--redact
-                      conn
-                      (format "[%s-%s]%s%s %s: %s\n"
-                              (or type 'internal) kind
-                              (if id (format " (id:%s)" id) "")
-                              (if error " ERROR" "")
-                              (format-time-string "%T.%3N")
-                              (let ((print-length nil) (print-level nil)
-                                    (print-escape-newlines t))
-                                (prin1-to-string message))))))
+(defun passepartout--logging-p (conn)
+  "Non-nil when CONN's events are logged."
+  (let ((size (passepartout--connection-events-size conn)))
+    (or (null size) (cl-plusp size))))
+
+(defun passepartout--log-line (conn origin message text)
+  "Append one line to CONN's events buffer and trim it.
+ORIGIN is `client' or `server', MESSAGE the message as a plist (for its
+kind, id and error) and TEXT its printed form.  One line per message,
+never `pp': on Emacs 28 `pp-to-string' gets slower with every call (it
+leaks into `hook--depth-alist'), so a long session would slow down
+quadratically.  Secrets are redacted before the text reaches the buffer."
+  (let* ((max (passepartout--connection-events-size conn))
+         (method (plist-get message :method))
+         (id (plist-get message :id))
+         (error (plist-get message :error))
+         (kind (cond ((and method id) "request")
+                     (method "notification")
+                     (id "reply")
+                     (t "message")))
+         (line (passepartout--redact
+                conn
+                (format "[%s-%s]%s%s %s: %s\n"
+                        origin kind
+                        (if id (format " (id:%s)" id) "")
+                        (if error " ERROR" "")
+                        (format-time-string "%T.%3N")
+                        text))))
+    (with-current-buffer (jsonrpc-events-buffer conn)
+      (let ((inhibit-read-only t))
+        (save-excursion
+          (goto-char (point-max))
+          (insert (if error (propertize line 'face 'error) line)))
+        (when (and max (> (buffer-size) max))
           (save-excursion
-            (goto-char (point-max))
-            (insert (if error (propertize line 'face 'error) line)))
-          (when (and max (> (buffer-size) max))
-            (save-excursion
-              (goto-char (- (point-max)
-                            (- max (/ max passepartout--events-trim-slack))))
-              (forward-line 1)
-              (delete-region (point-min) (point)))))))))
+            (goto-char (- (point-max)
+                          (- max (/ max passepartout--events-trim-slack))))
+            (forward-line 1)
+            (delete-region (point-min) (point))))))))
 
-(defun passepartout--log-event-advice (log conn message &optional type)
-  "Log MESSAGE of TYPE on CONN our way if it is ours, else call LOG.
-Around advice on `jsonrpc--log-event', which pretty-prints."
-  (if (cl-typep conn 'passepartout-connection)
-      (passepartout--log-event conn message type)
-    (funcall log conn message type)))
+(cl-defmethod jsonrpc-connection-send :before
+  ((conn passepartout-connection) &rest message &key method &allow-other-keys)
+  "Log MESSAGE, about to be sent on CONN, when its log is on."
+  (when (passepartout--logging-p conn)
+    (let ((message (copy-sequence message)))
+      (when (keywordp method)
+        (setq message (plist-put message :method (substring (symbol-name method) 1))))
+      (passepartout--log-line
+       conn 'client message
+       (let ((print-length nil) (print-level nil) (print-escape-newlines t))
+         (prin1-to-string message))))))
 
-(advice-add 'jsonrpc--log-event :around #'passepartout--log-event-advice)
+(defun passepartout--parse-json (text)
+  "Return the JSON object in TEXT as a plist, or nil if it is not JSON."
+  (ignore-errors
+    (if (fboundp 'json-parse-string)
+        (json-parse-string text :object-type 'plist :null-object nil
+                           :false-object :json-false)
+      (let ((json-object-type 'plist) (json-array-type 'vector)
+            (json-key-type 'keyword) (json-false :json-false) (json-null nil))
+        (json-read-from-string text)))))
+
+(defconst passepartout--frame-header-regexp
+  "Content-Length: *\\([0-9]+\\)\r\n\\(?:[^\r\n]*\r\n\\)*?\r\n"
+  "The header of a JSON-RPC frame; group 1 is the body's length in bytes.
+JSON escapes line breaks, so this never matches inside a body: after
+logging is turned on in the middle of a frame, the next header is found.")
+
+(defconst passepartout--frame-header-max 64
+  "Bytes to keep of output with no frame header: one could start in them.")
+
+(defun passepartout--log-frames (conn bytes)
+  "Log the whole frames in BYTES (unibyte) on CONN; return what is left.
+The rest is an incomplete frame starting at its header, or the tail of
+output with no header, where the next one may begin."
+  (let ((start 0) (rest nil))
+    (while (not rest)
+      (if (not (string-match passepartout--frame-header-regexp bytes start))
+          (setq rest (substring bytes (max start (- (length bytes)
+                                                    passepartout--frame-header-max))))
+        (let* ((body (match-end 0))
+               (end (+ body (string-to-number (match-string 1 bytes)))))
+          (if (> end (length bytes))
+              (setq rest (substring bytes (match-beginning 0)))
+            (let ((text (decode-coding-string (substring bytes body end) 'utf-8)))
+              (passepartout--log-line conn 'server (passepartout--parse-json text) text))
+            (setq start end)))))
+    rest))
+
+(defun passepartout--log-incoming (conn output)
+  "Log the messages completed by OUTPUT, text the daemon wrote, on CONN.
+Added to the filter of CONN's process: jsonrpc reads the same frames.
+The output of a long frame is kept in pieces and joined once, when the
+frame is whole: joining at every piece would copy it over and over."
+  (if (not (passepartout--logging-p conn))
+      (setf (passepartout--connection-incoming conn) nil)
+    (let* ((state (passepartout--connection-incoming conn))
+           (chunks (cons (encode-coding-string output 'utf-8-emacs-unix t)
+                         (plist-get state :chunks)))
+           (size (+ (length (car chunks)) (or (plist-get state :size) 0)))
+           (need (plist-get state :need)))
+      (if (and need (< size need))
+          (setf (passepartout--connection-incoming conn)
+                (list :chunks chunks :size size :need need))
+        (let ((rest (passepartout--log-frames
+                     conn (apply #'concat (nreverse chunks)))))
+          (setf (passepartout--connection-incoming conn)
+                (list :chunks (list rest)
+                      :size (length rest)
+                      :need (and (string-match passepartout--frame-header-regexp rest)
+                                 (= (match-beginning 0) 0)
+                                 (+ (match-end 0)
+                                    (string-to-number (match-string 1 rest)))))))))))
+
+(defun passepartout--events-on (conn size)
+  "Log CONN's messages from now on, keeping SIZE characters (nil: all).
+Return non-nil if the log was off."
+  (unless (passepartout--logging-p conn)
+    (setf (passepartout--connection-events-size conn) size)
+    t))
 
 ;;;; Starting and stopping
 
@@ -240,7 +413,7 @@ returned: they would explain nothing."
 
 (defun passepartout--exit-reason (conn)
   "Return why the daemon behind CONN stopped, in a few words."
-  (let* ((proc (jsonrpc--process conn))
+  (let* ((proc (passepartout--connection-process conn))
          (code (process-exit-status proc))
          (why (passepartout--stderr-error conn)))
     (concat (if (eq (process-status proc) 'signal)
@@ -337,32 +510,48 @@ into the code.  A string value is returned as is."
   (let* ((program (passepartout--find-program))
          (command (cons program passepartout-program-args))
          (default-directory (expand-file-name "~/"))
+         (process nil)
          (conn
           (progn
             ;; A fresh stderr buffer: jsonrpc hooks the old one to the
             ;; events buffer, and would copy every line twice.
             (when-let ((old (get-buffer passepartout--stderr-buffer-name)))
               (kill-buffer old))
-          (make-instance
-           'passepartout-connection
-           :name "passepartout"
-           :events-buffer-scrollback-size passepartout-events-buffer-size
-           :notification-dispatcher #'passepartout--dispatch-notification
-           :request-dispatcher #'passepartout--dispatch-request
-           :on-shutdown #'passepartout--on-shutdown
-           :process
-           (lambda ()
-             (make-process
-              :name "passepartout"
-              :command command
-              :connection-type 'pipe
-              :coding 'utf-8-emacs-unix
-              :noquery t
-              :file-handler nil
-              ;; jsonrpc expects stderr in a buffer named after the
-              ;; connection and hides it; it is shown again below.
-              :stderr (get-buffer-create passepartout--stderr-buffer-name))))))
+            (apply
+             #'make-instance
+             'passepartout-connection
+             :name "passepartout"
+             :notification-dispatcher #'passepartout--dispatch-notification
+             :request-dispatcher #'passepartout--dispatch-request
+             :on-shutdown #'passepartout--on-shutdown
+             :process
+             (lambda ()
+               (setq process
+                     (make-process
+                      :name "passepartout"
+                      :command command
+                      :connection-type 'pipe
+                      :coding 'utf-8-emacs-unix
+                      :noquery t
+                      :file-handler nil
+                      ;; jsonrpc expects stderr in a buffer named after the
+                      ;; connection and hides it; it is shown again below.
+                      :stderr (get-buffer-create passepartout--stderr-buffer-name))))
+             (passepartout--jsonrpc-log-off))))
          (keys (passepartout--api-keys)))
+    (setf (passepartout--connection-process conn) process
+          (passepartout--connection-events-size conn) passepartout-events-buffer-size)
+    (when (boundp 'jsonrpc-event-hook)
+      ;; jsonrpc runs this hook in the connection's events buffer with
+      ;; every message, `initialize' and its API keys included: here it
+      ;; runs nothing, so no function of another package sees them.
+      (with-current-buffer (jsonrpc-events-buffer conn)
+        (setq-local jsonrpc-event-hook nil)))
+    ;; Our events log reads what the daemon writes from the process's
+    ;; filter; it goes with the process.
+    (add-function :before (process-filter process)
+                  (lambda (_process output) (passepartout--log-incoming conn output))
+                  '((name . passepartout-events)))
     (with-current-buffer (jsonrpc-stderr-buffer conn)
       (rename-buffer passepartout--stderr-buffer-name t)
       ;; jsonrpc copies each stderr line into the events buffer, even
@@ -371,7 +560,7 @@ into the code.  A string value is returned as is."
     (setq passepartout--connection conn
           passepartout--shutting-down nil)
     (cl-loop for (_provider key) on keys by #'cddr
-             do (push key (passepartout--connection-secrets conn)))
+             do (passepartout--add-secret conn key))
     (condition-case err
         (setf (passepartout--connection-server-info conn)
               (jsonrpc-request conn :initialize
@@ -399,10 +588,10 @@ into the code.  A string value is returned as is."
     (let ((passepartout--shutting-down t))
       ;; End of input is the daemon's shutdown signal; give it a moment
       ;; to cancel turns before jsonrpc kills it.
-      (ignore-errors (process-send-eof (jsonrpc--process conn)))
+      (ignore-errors (process-send-eof (passepartout--connection-process conn)))
       (with-timeout (2 nil)
-        (while (process-live-p (jsonrpc--process conn))
-          (accept-process-output (jsonrpc--process conn) 0.05)))
+        (while (process-live-p (passepartout--connection-process conn))
+          (accept-process-output (passepartout--connection-process conn) 0.05)))
       (jsonrpc-shutdown conn))))
 
 (defun passepartout--request-async (method params &rest args)

@@ -38,6 +38,7 @@
 (require 'flymake)
 (require 'project)
 (require 'passepartout-rpc)
+(require 'passepartout-trust)
 
 (defconst passepartout-skill--template
   "#+TITLE: %s
@@ -208,23 +209,10 @@ Any later change to FILE makes it untrusted again."
          (root (or (passepartout-skill--project-root file)
                    (user-error "%s is not in a project's .passepartout/skills/"
                                (abbreviate-file-name file))))
-         (shown (get-buffer-create "*passepartout trust*"))
-         sha256)
-    (with-current-buffer shown
-      (let ((inhibit-read-only t))
-        (erase-buffer)
-        (set-buffer-multibyte nil)
-        (insert-file-contents-literally file)
-        (setq sha256 (secure-hash 'sha256 (current-buffer)))
-        (set-buffer-multibyte t)
-        (decode-coding-region (point-min) (point-max) 'utf-8)
-        (goto-char (point-min))
-        (setq buffer-read-only t)))
-    (display-buffer shown)
-    (unless (yes-or-no-p
-             (format "Trust %s with exactly this content (its tools, prompts and rules load)? "
-                     (abbreviate-file-name file)))
-      (user-error "Nothing trusted"))
+         (sha256 nil))
+    (setq sha256 (passepartout-trust-confirm
+                  file (format "Trust %s with exactly this content (its tools, prompts and rules load)? "
+                               (abbreviate-file-name file))))
     (let* ((expected (make-hash-table :test 'equal))
            (_ (puthash file sha256 expected))
            (result (jsonrpc-request (passepartout--ensure-connection)

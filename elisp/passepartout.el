@@ -64,69 +64,6 @@
 (require 'passepartout-menu)
 (require 'passepartout-history)
 
-(defgroup passepartout nil
-  "A local-first, safety-first LLM agent beside Emacs."
-  :group 'tools
-  :prefix "passepartout-"
-  :link '(url-link :tag "Protocol" "docs/protocol.md"))
-
-(defcustom passepartout-program nil
-  "The passepartout executable, or nil to find it.
-When nil, the variable `exec-path' is searched, then the build output
-of the source checkout this package lives in (target/release, then
-target/debug)."
-  :type '(choice (const :tag "Find it" nil) file))
-
-(defcustom passepartout-program-args '("serve")
-  "Arguments given to `passepartout-program'.
-Add e.g. \"--provider-url\" URL \"--model\" NAME to choose a provider
-without a configuration file."
-  :type '(repeat string))
-
-(defcustom passepartout-plan-display 'pop
-  "What to do when a flight plan arrives.
-`pop' shows its buffer at once (without selecting it); `notify' only
-says so in the echo area
-\(list them with \\[passepartout-plans])."
-  :type '(choice (const :tag "Show the plan" pop)
-                 (const :tag "Only tell me" notify)))
-
-(defcustom passepartout-auth-hosts
-  '(("anthropic" . "api.anthropic.com")
-    ("openai" . "api.openai.com"))
-  "Providers whose API keys are looked up with auth-source.
-Each element is (PROVIDER . HOST): PROVIDER is a provider name in the
-daemon's configuration, HOST the `:host' of its auth-source entry, e.g.
-the line \"machine api.anthropic.com password sk-...\" in ~/.authinfo.gpg."
-  :type '(alist :key-type (string :tag "Provider")
-                :value-type (string :tag "Host")))
-
-(defcustom passepartout-events-buffer-size 0
-  "Characters kept in the events buffer (\\[passepartout-events]).
-0, the default, logs nothing: logging costs more than showing the
-answer.  nil keeps everything.  \\[passepartout-events] turns logging
-on for the running daemon when it is off."
-  :type '(choice (const :tag "No limit" nil) integer))
-
-(defcustom passepartout-events-on-demand-size (* 2 1024 1024)
-  "Characters kept when \\[passepartout-events] turns the log on."
-  :type 'integer)
-
-(defcustom passepartout-chat-directory
-  (let ((xdg (getenv "XDG_DATA_HOME")))
-    (if (and xdg (file-name-absolute-p xdg))
-        (expand-file-name "passepartout/chats/" xdg)
-      (locate-user-emacs-file "passepartout/chats/")))
-  "Directory where each chat is saved as an Org file, or nil not to save.
-The default is $XDG_DATA_HOME/passepartout/chats/ when XDG_DATA_HOME is
-set, else passepartout/chats/ in `user-emacs-directory'."
-  :type '(choice (const :tag "Do not save chats" nil) directory))
-
-(defcustom passepartout-chat-save-interval 2
-  "Seconds between saves of a chat file while an answer streams.
-The file is also written when each turn ends."
-  :type 'number)
-
 (defun passepartout--project-root ()
   "Return the directory a session here is rooted at."
   (expand-file-name
@@ -190,11 +127,9 @@ turn it on for the running daemon, keeping
   (interactive)
   (unless passepartout--connection
     (user-error "The passepartout daemon has not been started"))
-  (let ((size (jsonrpc--events-buffer-scrollback-size passepartout--connection)))
-    (when (and size (<= size 0))
-      (setf (jsonrpc--events-buffer-scrollback-size passepartout--connection)
-            passepartout-events-on-demand-size)
-      (message "passepartout: logging JSON-RPC messages from now on")))
+  (when (passepartout--events-on passepartout--connection
+                                 passepartout-events-on-demand-size)
+    (message "passepartout: logging JSON-RPC messages from now on"))
   (pop-to-buffer (jsonrpc-events-buffer passepartout--connection))
   (current-buffer))
 

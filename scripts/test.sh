@@ -3,28 +3,35 @@
 # stdio, a fake provider on 127.0.0.1, real bwrap), then the Emacs ERT tests
 # in batch Emacs against the same binary. Ends with one tally line.
 #
-# The tests need emacs, bwrap and git. When one is missing: as root on a
-# Debian-like system they are installed with apt-get (non-interactive);
-# otherwise the script prints the exact command to run and stops.
+# The tests need bwrap, git and every tested Emacs (28.2 from apt and 30.1
+# unpacked from bookworm-backports, see tests/elisp/emacs-versions.sh).
+# When one is missing: as root on a Debian-like system they are installed
+# with apt-get (non-interactive); otherwise the script prints the exact
+# command to run and stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_tools() {
     local missing=() packages=()
-    command -v emacs >/dev/null 2>&1 || { missing+=(emacs); packages+=(emacs-nox); }
     command -v bwrap >/dev/null 2>&1 || { missing+=(bwrap); packages+=(bubblewrap); }
     command -v git >/dev/null 2>&1 || { missing+=(git); packages+=(git); }
-    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ ${#missing[@]} -eq 0 ]; then
+        tests/elisp/emacs-versions.sh install
+        return 0
+    fi
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "test.sh: installing ${packages[*]} (missing: ${missing[*]})"
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq
         apt-get install -y -qq --no-install-recommends "${packages[@]}"
+        tests/elisp/emacs-versions.sh install
         return 0
     fi
     echo "test.sh: the tests need ${missing[*]}, which are not on PATH. Install them with:" >&2
     echo "    sudo apt-get install ${packages[*]}" >&2
-    echo "(other systems: install emacs 28.1+, bubblewrap and git with your package manager)" >&2
+    echo "    sudo tests/elisp/emacs-versions.sh install   # Emacs 28.2 and 30.1" >&2
+    echo "(other systems: install bubblewrap, git and Emacs 28.1+ with your package manager," >&2
+    echo " then run tests/elisp/run.sh with EMACS=... once per Emacs)" >&2
     exit 2
 }
 need_tools
@@ -34,12 +41,16 @@ trap 'rm -f "$log"' EXIT
 
 cargo build --locked --bins --examples
 cargo test --locked --all-targets 2>&1 | tee -a "$log"
-bash tests/elisp/run.sh 2>&1 | tee -a "$log"
+# The Emacs suite once per tested Emacs; a missing one fails here.
+emacsen=$(tests/elisp/emacs-versions.sh list)
+for emacs in $emacsen; do
+    EMACS=$emacs bash tests/elisp/run.sh 2>&1 | tee -a "$log"
+done
 
 rust_passed=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($(i+1) ~ /^passed;/) s += $i } END { print s + 0 }' "$log")
 rust_failed=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($(i+1) ~ /^failed;/) s += $i } END { print s + 0 }' "$log")
-ert_line=$(grep -E '^Ran [0-9]+ tests?, [0-9]+ results? as expected, [0-9]+ unexpected' "$log" | tail -n 1)
-ert_passed=$(sed -E 's/^Ran [0-9]+ tests?, ([0-9]+) results? as expected.*/\1/' <<<"$ert_line")
-ert_failed=$(sed -E 's/.* ([0-9]+) unexpected.*/\1/' <<<"$ert_line")
-echo "Rust: $rust_passed passed, $rust_failed failed; Emacs ERT: $ert_passed passed, $ert_failed failed"
+ert_lines=$(grep -E '^Ran [0-9]+ tests?, [0-9]+ results? as expected, [0-9]+ unexpected' "$log")
+ert_passed=$(sed -E 's/^Ran [0-9]+ tests?, ([0-9]+) results? as expected.*/\1/' <<<"$ert_lines" | awk '{ s += $1 } END { print s + 0 }')
+ert_failed=$(sed -E 's/.* ([0-9]+) unexpected.*/\1/' <<<"$ert_lines" | awk '{ s += $1 } END { print s + 0 }')
+echo "Rust: $rust_passed passed, $rust_failed failed; Emacs ERT ($(wc -w <<<"$emacsen") Emacs versions): $ert_passed passed, $ert_failed failed"
 echo "$((rust_passed + ert_passed)) passed, $((rust_failed + ert_failed)) failed"

@@ -1,5 +1,22 @@
 ;;; passepartout-chat-tests.el --- ERT tests: chats kept, inline plans, fixes  -*- lexical-binding: t; -*-
 
+;; Copyright (C) 2026 The passepartout authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
 ;;; Commentary:
 
 ;; Tests of the chat files and their resumption, flight plans approved
@@ -406,7 +423,7 @@ The session's journal is deleted first, so the daemon has nothing to load."
       ;; A daemon that stops cleanly cancels its turns, and with them their
       ;; plans; one that is killed leaves them pending for the next start.
       (let ((inhibit-message t))
-        (signal-process (process-id (jsonrpc--process passepartout--connection)) 'kill)
+        (signal-process (process-id (passepartout--connection-process passepartout--connection)) 'kill)
         (passepartout-test--wait-for (not (passepartout--live-connection)) 10 "death"))
       (clrhash passepartout-plan--plans)
       (cl-letf (((symbol-function 'message)

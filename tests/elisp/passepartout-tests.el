@@ -1,5 +1,22 @@
 ;;; passepartout-tests.el --- ERT tests for passepartout.el  -*- lexical-binding: t; -*-
 
+;; Copyright (C) 2026 The passepartout authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
 ;;; Commentary:
 
 ;; Tests against the real daemon and the real fake provider (see
@@ -130,7 +147,7 @@
       (cl-letf (((symbol-function 'message)
                  (lambda (fmt &rest args)
                    (when fmt (push (apply #'format fmt args) messages)))))
-        (signal-process (process-id (jsonrpc--process passepartout--connection)) 'kill)
+        (signal-process (process-id (passepartout--connection-process passepartout--connection)) 'kill)
         (passepartout-test--wait-for (not (passepartout--live-connection)) 10 "death")
         (passepartout-test--wait-for
             (string-match-p "^: The daemon was killed by signal 9"
@@ -180,6 +197,157 @@
       (should-not (string-match-p (regexp-quote secret)
                                   (with-current-buffer passepartout--stderr-buffer-name
                                     (buffer-string)))))))
+
+;; Run on every tested Emacs (tests/elisp/emacs-versions.sh): jsonrpc's
+;; logging changed in Emacs 30, and our log must redact on each version.
+(ert-deftest passepartout-test-api-key-in-no-buffer ()
+  "After a whole turn with every log on, no buffer holds the API key.
+Not the events buffer, the chat, the daemon's stderr and log file,
+*Messages* or *Warnings*, nor a hidden buffer, nor one written by
+another package's function on jsonrpc's global `jsonrpc-event-hook'
+\(Emacs 30); and jsonrpc's own pretty-printing log stays off."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--text-reply "Hello."))
+    (let* ((secret "sk-test-5ecret-in-no-buffer-77")
+           (authinfo (expand-file-name "authinfo" passepartout-test--dir))
+           (warnings-before (when (get-buffer "*Warnings*")
+                              (with-current-buffer "*Warnings*" (buffer-size))))
+           (spy (lambda (&rest event)
+                  (with-current-buffer (get-buffer-create " *jsonrpc spy*")
+                    (insert (format "%S\n" event))))))
+      (when (boundp 'jsonrpc-event-hook)
+        (add-hook 'jsonrpc-event-hook spy))
+      (unwind-protect
+          (progn
+            (with-temp-file authinfo
+              (insert "machine api.example.test login apikey password " secret "\n"))
+            (let ((auth-sources (list authinfo))
+                  (passepartout-events-buffer-size (* 1024 1024))
+                  (passepartout-auth-hosts '(("fake" . "api.example.test"))))
+              (auth-source-forget-all-cached)
+              (let ((chat (passepartout-test--chat project)))
+                (passepartout-test--send chat "Hi?")
+                (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
+                (should (string-match-p "^Hello\\.$" (passepartout-test--text chat)))))
+            (save-window-excursion
+              (passepartout-log)
+              (let ((log (window-buffer (selected-window))))
+                (unwind-protect
+                    (let ((holding
+                           (cl-loop for buffer in (buffer-list)
+                                    when (with-current-buffer buffer
+                                           (save-restriction
+                                             (widen)
+                                             (save-excursion
+                                               (goto-char (point-min))
+                                               (search-forward secret nil t))))
+                                    collect (buffer-name buffer))))
+                      (should (equal holding nil)))
+                  (kill-buffer log))))
+            (with-current-buffer (passepartout-events)
+              (let ((events (buffer-string)))
+                ;; Our log saw both directions and redacted the key...
+                (should (string-match-p "^\\[client-request\\] (id:1) .*apiKeys.*<redacted>" events))
+                (should (string-match-p "^\\[server-reply\\] (id:1) .*agentCapabilities" events))
+                (should (string-match-p "^\\[server-notification\\] .*session/update" events))
+                ;; ...and jsonrpc wrote nothing of its own: on Emacs 30
+                ;; its lines start with "[jsonrpc]"; on 28 a header line
+                ;; is followed by a pretty-printed plist over several
+                ;; lines, so every line being one of ours rules both out.
+                (should-not (string-match-p "^\\[jsonrpc\\]" events))
+                (should (cl-every (lambda (line) (string-match-p "^\\[\\(client\\|server\\)-" line))
+                                  (split-string events "\n" t)))))
+            ;; No deprecation warning from jsonrpc on this Emacs.
+            (when (get-buffer "*Warnings*")
+              (with-current-buffer "*Warnings*"
+                (should-not (string-match-p "deprecated"
+                                            (buffer-substring (1+ (or warnings-before 0))
+                                                              (point-max)))))))
+        (when (boundp 'jsonrpc-event-hook)
+          (remove-hook 'jsonrpc-event-hook spy))
+        (when (get-buffer " *jsonrpc spy*")
+          (kill-buffer " *jsonrpc spy*"))))))
+
+(ert-deftest passepartout-test-secret-spellings ()
+  "A key is redacted however a message prints it: raw, `prin1' or JSON."
+  (let* ((key "sk-\"odd\\key\"-é")
+         (forms (passepartout--secret-forms key))
+         (message (list :_meta (list :apiKeys (list :fake key)))))
+    (dolist (printed (list (prin1-to-string message)
+                           (let ((print-escape-newlines t)) (prin1-to-string message))
+                           (json-encode message)))
+      (should (cl-some (lambda (form) (string-search form printed)) forms)))))
+
+;; Run on every tested Emacs (tests/elisp/emacs-versions.sh): jsonrpc's
+;; logging changed in Emacs 30, and our log must read the daemon's
+;; frames itself on each version.
+(ert-deftest passepartout-test-events-read-split-frames ()
+  "Frames from the daemon are logged whole, however the output is split.
+Also when logging starts in the middle of a frame, and with a character
+of more than one byte (Content-Length counts bytes)."
+  (let* ((stderr (get-buffer-create "*passepartout-frames stderr*"))
+         (process nil)
+         (conn (make-instance
+                'passepartout-connection
+                :name "passepartout-frames"
+                :process (lambda ()
+                           (setq process
+                                 (make-process :name "passepartout-frames"
+                                               :command '("cat")
+                                               :connection-type 'pipe
+                                               :noquery t
+                                               :stderr stderr)))))
+         (frame (lambda (json)
+                  (format "Content-Length: %d\r\n\r\n%s"
+                          (string-bytes (encode-coding-string json 'utf-8)) json)))
+         (one "{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",\"params\":{\"text\":\"café\"}}")
+         (two "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"ok\":true}}")
+         (output (concat
+                  ;; The end of a frame whose start was not logged.
+                  "ail\\r\\n\"}}"
+                  (funcall frame one) (funcall frame two))))
+    (unwind-protect
+        (dolist (piece-size (list 1 7 64 (length output)))
+          (with-current-buffer (jsonrpc-events-buffer conn)
+            (let ((inhibit-read-only t)) (erase-buffer)))
+          (setf (passepartout--connection-events-size conn) nil
+                (passepartout--connection-incoming conn) nil)
+          (cl-loop for start from 0 below (length output) by piece-size
+                   do (passepartout--log-incoming
+                       conn (substring output start
+                                       (min (length output) (+ start piece-size)))))
+          (let ((lines (split-string (with-current-buffer (jsonrpc-events-buffer conn)
+                                       (buffer-string))
+                                     "\n" t)))
+            (should (equal (length lines) 2))
+            (should (string-match-p "^\\[server-notification\\] .*: {.*\"café\"}}$"
+                                    (nth 0 lines)))
+            (should (string-match-p "^\\[server-reply\\] (id:7) .*\"ok\":true" (nth 1 lines)))))
+      (delete-process process)
+      (dolist (name '("*passepartout-frames events*" " *passepartout-frames output*"
+                      " *passepartout-frames stderr*" "*passepartout-frames stderr*"))
+        (when (get-buffer name) (kill-buffer name))))))
+
+(ert-deftest passepartout-test-nothing-installed-until-used ()
+  "No jsonrpc function is advised; `kill-emacs-hook' is ours only with a chat."
+  (let (advised)
+    (mapatoms (lambda (symbol)
+                (when (and (fboundp symbol)
+                           (string-prefix-p "jsonrpc" (symbol-name symbol)))
+                  (advice-mapc (lambda (f _props) (push (cons symbol f) advised))
+                               symbol))))
+    (should (equal advised nil)))
+  (let* ((passepartout-chat-directory nil)
+         (root (make-temp-file "passepartout-hook" t))
+         (chat (passepartout-chat-buffer root)))
+    (unwind-protect
+        (progn
+          (should (memq #'passepartout-chat--save-all kill-emacs-hook))
+          (kill-buffer chat)
+          (should (equal (hash-table-count passepartout-chat--buffers) 0))
+          (should-not (memq #'passepartout-chat--save-all kill-emacs-hook)))
+      (when (buffer-live-p chat) (kill-buffer chat))
+      (delete-directory root t))))
 
 (ert-deftest passepartout-test-stderr-buffer ()
   "The daemon's standard error has its own visible buffer."
@@ -408,7 +576,7 @@
         (goto-char (point-max))
         (insert "\nA note of mine.\n"))
       (let ((inhibit-message t))
-        (signal-process (process-id (jsonrpc--process passepartout--connection)) 'kill)
+        (signal-process (process-id (passepartout--connection-process passepartout--connection)) 'kill)
         (passepartout-test--wait-for (passepartout-test--idle-p chat) 10 "the turn to end"))
       (let ((passepartout-plan-offered-hook
              (list (lambda (id) (when (equal id plan-id) (cl-incf offers))))))

@@ -24,6 +24,8 @@ for program in "$PASSEPARTOUT_BIN" "$PASSEPARTOUT_FAKE_PROVIDER"; do
 done
 [ "$missing" -eq 0 ] || exit 2
 
+"$EMACS" -batch -Q --eval '(message "run.sh: Emacs %s (%s)" emacs-version (expand-file-name invocation-name invocation-directory))'
+
 # The package must byte-compile without a single warning (the .elc files
 # go to a temporary directory: the tests run the sources).
 elc_dir=$(mktemp -d)
