@@ -78,8 +78,8 @@ pub enum Command {
         #[command(subcommand)]
         command: skills::SkillsCommand,
     },
-    /// Flight plans waiting for (or past) a decision: list, show ID,
-    /// approve ID [--comment TEXT] [--edited FILE], reject ID [--comment TEXT].
+    /// Flight plans waiting for (or past) a decision: list, show, approve
+    /// (as written or edited) or reject them.
     Plans(plans::PlansArgs),
     /// MCP servers from config.toml: `mcp list` starts them, shows their
     /// state and tools, and stops them; `mcp trust` trusts a project's.
