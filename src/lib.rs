@@ -8,7 +8,7 @@ pub mod agent;
 pub mod audit;
 pub mod budget;
 pub mod checkpoint;
-pub mod cli_run;
+pub mod cli;
 pub mod config;
 pub mod control_surface;
 pub mod flight;

@@ -919,10 +919,10 @@ impl Daemon {
         let mut trusted = Vec::new();
         let mut refused = Vec::new();
         for (given, path) in files {
-            let review = match crate::skills::cli::Review::read(&path, keep_auto) {
+            let review = match crate::skills::Review::read(&path, keep_auto) {
                 Ok(r) => r,
                 Err(e) => {
-                    refused.push(serde_json::json!({ "path": given, "reason": e }));
+                    refused.push(serde_json::json!({ "path": given, "reason": e.to_string() }));
                     continue;
                 }
             };

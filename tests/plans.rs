@@ -984,14 +984,26 @@ mod store {
 
 mod cli {
     use super::*;
-    use passepartout::plans::cli::plans_command;
+    use clap::Parser;
+    use passepartout::cli::plans::plans_command;
+    use passepartout::cli::{Cli, Command};
     use passepartout::plans::PlanStore;
 
+    /// `passepartout plans ARGS…` through the binary's own clap tree; a
+    /// usage error is what clap prints, with clap's exit code.
     fn cli(store: &PlanStore, args: &[&str]) -> (i32, String) {
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let mut out = Vec::new();
-        let code = plans_command(store, &args, &mut out);
-        (code, String::from_utf8(out).unwrap())
+        let argv = ["passepartout", "plans"].iter().chain(args);
+        match Cli::try_parse_from(argv) {
+            Ok(Cli {
+                command: Command::Plans(plans),
+            }) => {
+                let mut out = Vec::new();
+                let code = plans_command(store, plans.command.as_ref(), &mut out);
+                (code, String::from_utf8(out).unwrap())
+            }
+            Ok(other) => panic!("parsed as another command: {other:?}"),
+            Err(e) => (e.exit_code(), e.render().to_string()),
+        }
     }
 
     fn two_plans(store: &PlanStore) -> (FlightPlan, FlightPlan) {
@@ -1131,24 +1143,31 @@ mod cli {
                     .to_string()
             )
         );
+        // No subcommand: why, then the usage with every subcommand.
         let (code, out) = cli(&store, &[]);
         assert_eq!(code, 2);
-        assert!(
-            out.starts_with("error: which plans command?\n\nusage: passepartout plans list\n"),
-            "{out}"
-        );
+        assert!(out.starts_with("error: which plans command?\n\n"), "{out}");
+        assert!(out.contains("Usage: passepartout plans"), "{out}");
+        for sub in ["list", "show", "approve", "reject"] {
+            assert!(out.contains(&format!("\n  {sub} ")), "{sub} missing: {out}");
+        }
+        // Wrong arguments are clap's usage errors: named, with the usage.
         let (code, out) = cli(&store, &["approve", "fp-0123456789ab", "--force"]);
         assert_eq!(code, 2);
         assert!(
-            out.starts_with("error: unknown option `--force`\n\n"),
+            out.starts_with("error: unexpected argument '--force' found\n"),
             "{out}"
         );
+        assert!(out.contains("Usage: passepartout plans approve"), "{out}");
         let (code, out) = cli(&store, &["approve"]);
         assert_eq!(code, 2);
         assert!(
-            out.starts_with("error: which plan? give its id\n\n"),
+            out.starts_with("error: the following required arguments were not provided:\n  <ID>\n"),
             "{out}"
         );
+        let (code, out) = cli(&store, &["list", "extra"]);
+        assert_eq!(code, 2);
+        assert!(out.contains("'extra'"), "{out}");
     }
 }
 

@@ -9,11 +9,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use passepartout::action::{Action, Approval, Effect};
+use passepartout::cli::skills::{check_command, list_command};
 use passepartout::gates::{Decision, GateContext};
 use passepartout::skills::loader::load_file;
 use passepartout::skills::{
-    check_command, check_text, list_command, load_policy, parse_skill, Origin, Skill, SkillDirs,
-    SkillLoader, SkillSet, MAX_SKILL_BYTES,
+    check_text, load_policy, parse_skill, Origin, Skill, SkillDirs, SkillLoader, SkillSet,
+    MAX_SKILL_BYTES,
 };
 use passepartout::tools::{PlanContext, ToolError, ToolRegistry, ToolSource};
 use serde_json::json;
@@ -464,8 +465,13 @@ fn layers_only_add_and_project_skills_need_trust() {
 
     // Trusted: it loads, but cannot take the `shell` tool, and its own tool asks.
     let mut out = Vec::new();
-    let code =
-        passepartout::skills::trust_command(&dirs, &[], false, &mut "y\n".as_bytes(), &mut out);
+    let code = passepartout::cli::skills::trust_command(
+        &dirs,
+        &[],
+        false,
+        &mut "y\n".as_bytes(),
+        &mut out,
+    );
     let text = String::from_utf8(out).unwrap();
     assert_eq!(code, 0, "{text}");
     assert!(
@@ -523,7 +529,13 @@ fn layers_only_add_and_project_skills_need_trust() {
     );
     let mut out = Vec::new();
     assert_eq!(
-        passepartout::skills::trust_command(&dirs, &[], false, &mut "n\n".as_bytes(), &mut out),
+        passepartout::cli::skills::trust_command(
+            &dirs,
+            &[],
+            false,
+            &mut "n\n".as_bytes(),
+            &mut out
+        ),
         1
     );
     assert_eq!(
@@ -541,7 +553,7 @@ fn layers_only_add_and_project_skills_need_trust() {
     );
     let mut out = Vec::new();
     assert_eq!(
-        passepartout::skills::untrust_command(&dirs, &[], &mut out),
+        passepartout::cli::skills::untrust_command(&dirs, &[], &mut out),
         0
     );
     assert_eq!(SkillSet::load(&dirs).untrusted().len(), 1);

@@ -231,7 +231,7 @@ impl Server {
 
 /// `stdio: COMMAND ARGS` or `http: URL` (headers and env are not shown:
 /// they may hold secrets).
-fn describe(t: &Transport) -> String {
+pub fn describe(t: &Transport) -> String {
     match t {
         Transport::Stdio { command, args, .. } => {
             let mut s = format!("stdio: {}", command.display());
@@ -397,6 +397,16 @@ impl McpManager {
             trust_file: None,
             project_auto_approval: false,
         }
+    }
+
+    /// The config.toml entries that were refused, with why.
+    pub fn invalid(&self) -> &[String] {
+        &self.invalid
+    }
+
+    /// Whether config.toml names any server that can start.
+    pub fn has_configured(&self) -> bool {
+        !self.configured.is_empty()
     }
 
     /// Start the servers of a project's `.passepartout/config.toml` when
@@ -587,57 +597,4 @@ impl McpManager {
             .collect();
         futures::future::join_all(all.iter().map(|s| s.stop())).await;
     }
-}
-
-/// `passepartout mcp list`: start the configured servers in `cwd`, print
-/// each one's state and tools, stop them. Exit status 1 when any entry is
-/// invalid or failed to start.
-pub async fn list_command(
-    config: &McpConfig,
-    trust_file: std::path::PathBuf,
-    keep_auto: bool,
-    cwd: &Path,
-    out: &mut dyn std::io::Write,
-) -> i32 {
-    let manager = McpManager::new(config).with_project_trust(trust_file, keep_auto);
-    let mut code = 0;
-    for problem in &manager.invalid {
-        let _ = writeln!(out, "invalid  {problem}");
-        code = 1;
-    }
-    let in_project = project::project_servers(cwd, None, false) != project::ProjectServers::None;
-    if manager.configured.is_empty() && !in_project {
-        if manager.invalid.is_empty() {
-            let _ = writeln!(
-                out,
-                "no MCP servers configured (add [[mcp.servers]] to config.toml)"
-            );
-        }
-        return code;
-    }
-    let statuses = match manager.start_session("mcp-list", cwd, &[]).await {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = writeln!(out, "{e}");
-            return 1;
-        }
-    };
-    for s in &statuses {
-        // Entries that never started (untrusted, refused) have no transport.
-        let from = if s.transport.is_empty() {
-            format!("from {}", s.origin)
-        } else {
-            format!("{}, from {}", s.transport, s.origin)
-        };
-        let _ = writeln!(out, "{}  {}  ({from})", s.name, s.state);
-        for t in &s.tools {
-            let _ = writeln!(out, "  {t}");
-        }
-        // An untrusted project entry is the person's choice, not a failure.
-        if s.state != "running" && !s.state.starts_with("untrusted") {
-            code = 1;
-        }
-    }
-    manager.shutdown().await;
-    code
 }

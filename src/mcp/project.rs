@@ -216,87 +216,6 @@ pub fn trust_shown(
     })
 }
 
-/// `passepartout mcp trust [--yes] [PATH]`: show the servers the project
-/// file names, ask once (unless `assume_yes`), then record its canonical
-/// path and the SHA-256 of the very bytes shown. Returns the exit code.
-pub fn trust_command(
-    cwd: &Path,
-    trust_file: &Path,
-    keep_auto: bool,
-    assume_yes: bool,
-    input: &mut dyn std::io::BufRead,
-    out: &mut dyn std::io::Write,
-) -> i32 {
-    let shown = cwd.join(PROJECT_CONFIG);
-    let (canonical, bytes) = match read_project_file(cwd) {
-        Ok(Some(found)) => found,
-        Ok(None) => {
-            let _ = writeln!(out, "no project config at {}", shown.display());
-            return 1;
-        }
-        Err(e) => {
-            let _ = writeln!(out, "{e}");
-            return 1;
-        }
-    };
-    let specs = match parse_servers(&bytes, keep_auto) {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = writeln!(out, "{}: {e}\n  not trusted: fix it first", shown.display());
-            return 1;
-        }
-    };
-    let _ = writeln!(
-        out,
-        "{} (sha256 {}) starts {} MCP server{} on this machine:",
-        shown.display(),
-        sha256_hex(&bytes),
-        specs.len(),
-        if specs.len() == 1 { "" } else { "s" }
-    );
-    for s in &specs {
-        let _ = writeln!(
-            out,
-            "  {}  {}  (approval: {})",
-            s.name,
-            super::describe(&s.transport),
-            match s.approval {
-                Approval::Auto => "auto",
-                Approval::Ask => "ask",
-                Approval::Never => "never",
-            }
-        );
-    }
-    if !assume_yes {
-        let _ = write!(out, "Trust this file with exactly this content? [y/N] ");
-        let _ = out.flush();
-        let mut answer = String::new();
-        let _ = input.read_line(&mut answer);
-        if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
-            let _ = writeln!(out, "nothing trusted");
-            return 1;
-        }
-    }
-    if inside(trust_file, cwd) {
-        let _ = writeln!(
-            out,
-            "the trust store {} lies inside the project, where the agent can write; move the state directory out of it",
-            trust_file.display()
-        );
-        return 1;
-    }
-    match TrustStore::new(trust_file).trust(&canonical, &bytes) {
-        Ok(sha) => {
-            let _ = writeln!(out, "trusted {} (sha256 {sha})", shown.display());
-            0
-        }
-        Err(e) => {
-            let _ = writeln!(out, "{e}");
-            1
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,7 +243,14 @@ mod tests {
             ProjectServers::Untrusted { changed: false, ref names, .. } if names == &["p"]
         ));
         let mut out = Vec::new();
-        let code = trust_command(project.path(), &store, false, true, &mut &b""[..], &mut out);
+        let code = crate::cli::mcp::trust_command(
+            project.path(),
+            &store,
+            false,
+            true,
+            &mut &b""[..],
+            &mut out,
+        );
         assert_eq!(code, 0, "{}", String::from_utf8_lossy(&out));
         match project_servers(project.path(), Some(&store), false) {
             ProjectServers::Trusted(specs) => {
@@ -358,7 +284,14 @@ mod tests {
         write(project.path(), ONE);
         let inner = project.path().join("state/trusted-skills.json");
         let mut out = Vec::new();
-        let code = trust_command(project.path(), &inner, false, true, &mut &b""[..], &mut out);
+        let code = crate::cli::mcp::trust_command(
+            project.path(),
+            &inner,
+            false,
+            true,
+            &mut &b""[..],
+            &mut out,
+        );
         assert_eq!(code, 1);
         // Even a store planted there by hand is not believed.
         TrustStore::new(&inner)

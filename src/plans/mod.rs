@@ -6,12 +6,11 @@
 //! It is rendered as an Org document ([`render()`]), read back after a person
 //! edited it ([`parse`]), kept on disk so nothing is lost when Emacs or the
 //! daemon goes away ([`store`]), and can be decided from a terminal
-//! ([`cli`]). The plan's `hash` covers the action (target, effect, time
+//! (`crate::cli::plans`). The plan's `hash` covers the action (target, effect, time
 //! limit) and the working directory when it was written down: the store
 //! refuses to approve or run a plan whose action or directory no longer
 //! matches it.
 
-pub mod cli;
 pub mod parse;
 pub mod render;
 pub mod store;

@@ -8,18 +8,19 @@
 //!
 //! The pipeline is: [`org`] (the only code that touches orgize) → [`parse`]
 //! (owned structs → a [`Skill`] plus [`Diagnostic`]s) → [`loader`] (built-in,
-//! user and project directories; layers only add, cheap reload) →
-//! [`cli`] (`skills check` / `list` / `trust` / `untrust`). A broken file
+//! user and project directories; layers only add, cheap reload); [`review`]
+//! reads a project file for a person to trust (the terminal side, `skills
+//! check` / `list` / `trust` / `untrust`, is `crate::cli::skills`). A broken file
 //! never stops the others from loading; its diagnostics say exactly what to
 //! fix. Project skills load only when the person trusts their exact
 //! content ([`trust`]).
 
-pub mod cli;
 pub mod diagnostic;
 pub mod loader;
 pub mod org;
 pub mod parse;
 pub mod planner;
+pub mod review;
 pub mod rules;
 pub mod trust;
 
@@ -27,11 +28,11 @@ use std::path::PathBuf;
 
 use regex::Regex;
 
-pub use cli::{check_command, list_command, trust_command, untrust_command};
 pub use diagnostic::{Diagnostic, Severity};
 pub use loader::{project_dir, SkillDirs, SkillLoader, SkillSet, SkillSummary, UntrustedSkill};
 pub use parse::{check_text, parse_skill, parse_skill_bytes, MAX_SKILL_BYTES};
 pub use planner::{Binding, Body, Param, ParamType, SkillPlanner};
+pub use review::{Review, ReviewError};
 pub use rules::{load_policy, Rule, RuleGate};
 pub use trust::{TrustError, TrustStore};
 

@@ -1,21 +1,92 @@
-//! `passepartout skills check`, `list`, `trust` and `untrust`, as functions
-//! the binary calls with its stdout (and, for `trust`, its stdin).
+//! `passepartout skills check | list | trust | untrust`: skill files from a
+//! terminal. The functions take their output (and, for `trust`, input) as
+//! arguments and return the exit code, so tests drive them without a
+//! process.
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
-use crate::action::Approval;
+use clap::Subcommand;
 
-use super::diagnostic::{Diagnostic, Severity};
-use super::loader::{
-    is_skill_file_name, load_file, org_files, read_limited, restrict_project_skill, trust_hint,
-    SkillDirs, SkillSet,
-};
-use super::parse::parse_skill_bytes;
-use super::trust::{sha256_hex, TrustStore};
-use super::Origin;
-use super::Skill;
+use super::{exit_code, load_config, CliError, ConfigFlags};
+use crate::skills::loader::{is_skill_file_name, load_file, org_files, trust_hint};
+use crate::skills::trust::TrustStore;
+use crate::skills::{Diagnostic, Origin, Review, Severity, SkillDirs, SkillSet};
+
+/// The `skills` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum SkillsCommand {
+    /// Check skill files (or directories of them); prints
+    /// `file:line:col: severity: message` and fails on errors.
+    Check {
+        /// Skill files, or directories searched for them recursively.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Show the skills loaded for the current directory, and from where;
+    /// untrusted project skills are marked and not loaded.
+    List(ConfigFlags),
+    /// Trust project skills (default: every file in ./.passepartout/skills)
+    /// with exactly their current content, after showing what each adds.
+    Trust {
+        #[command(flatten)]
+        flags: ConfigFlags,
+        /// Do not ask for confirmation.
+        #[arg(long, short)]
+        yes: bool,
+        /// The skill files to trust.
+        paths: Vec<PathBuf>,
+    },
+    /// Forget the trust in project skills (default: every file in
+    /// ./.passepartout/skills).
+    Untrust {
+        #[command(flatten)]
+        flags: ConfigFlags,
+        /// The skill files to forget.
+        paths: Vec<PathBuf>,
+    },
+}
+
+/// Run a `skills` subcommand on the terminal.
+pub fn command(command: SkillsCommand) -> ExitCode {
+    let mut out = std::io::stdout();
+    match command {
+        SkillsCommand::Check { paths } => exit_code(check_command(&paths, &mut out)),
+        SkillsCommand::List(flags) => match skill_dirs(&flags) {
+            Ok(dirs) => exit_code(list_command(&dirs, &mut out)),
+            Err(e) => e.report(),
+        },
+        SkillsCommand::Trust { flags, yes, paths } => match skill_dirs(&flags) {
+            Ok(dirs) => exit_code(trust_command(
+                &dirs,
+                &paths,
+                yes,
+                &mut std::io::stdin().lock(),
+                &mut out,
+            )),
+            Err(e) => e.report(),
+        },
+        SkillsCommand::Untrust { flags, paths } => match skill_dirs(&flags) {
+            Ok(dirs) => exit_code(untrust_command(&dirs, &paths, &mut out)),
+            Err(e) => e.report(),
+        },
+    }
+}
+
+/// The skill directories and trust store for the current directory.
+pub fn skill_dirs(flags: &ConfigFlags) -> Result<SkillDirs, CliError> {
+    let config = load_config(flags)?;
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    Ok(SkillDirs {
+        builtin: config.builtin_skills,
+        user: Some(config.user_skills_dir()),
+        project: Some(crate::skills::project_dir(&cwd)),
+        trust: Some(config.trust_file()),
+        project_auto_approval: config.trust_project_tool_approval,
+    })
+}
 
 /// Check files (a directory: every `.org` file under it, recursively, but
 /// not Emacs lock, auto-save or backup files) and
@@ -115,104 +186,6 @@ pub fn write_list(set: &SkillSet, out: &mut dyn Write) {
         for d in diags {
             let _ = writeln!(out, "{d}");
         }
-    }
-}
-
-/// A project skill file as read for the person to review before trusting:
-/// the bytes read once, their hash, and what they would load.
-#[derive(Debug)]
-pub struct Review {
-    /// The path as given.
-    pub path: PathBuf,
-    /// The canonical path: the trust store's key.
-    pub canonical: PathBuf,
-    pub bytes: Vec<u8>,
-    pub sha256: String,
-    /// What the file would load as a project skill (with project limits).
-    pub skill: Option<Skill>,
-    pub diagnostics: Vec<Diagnostic>,
-}
-
-impl Review {
-    /// Read and parse `path` once.
-    pub fn read(path: &Path, keep_auto: bool) -> Result<Review, String> {
-        let bytes = read_limited(path).map_err(|d| d.to_string())?;
-        let canonical = path
-            .canonicalize()
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        let (skill, diagnostics) = parse_skill_bytes(path, &bytes, super::Origin::Project);
-        Ok(Review {
-            path: path.to_path_buf(),
-            canonical,
-            sha256: sha256_hex(&bytes),
-            skill: skill.map(|s| restrict_project_skill(s, keep_auto)),
-            bytes,
-            diagnostics,
-        })
-    }
-
-    /// Whether the file has errors (it would not load even when trusted).
-    pub fn has_errors(&self) -> bool {
-        self.skill.is_none() || self.diagnostics.iter().any(Diagnostic::is_error)
-    }
-
-    /// What the person is about to trust, in a few lines. `taken`: tool
-    /// names of the binary, built-in and user skills, which a project
-    /// skill's tool may not redefine.
-    pub fn describe(&self, keep_auto: bool, taken: &BTreeSet<String>) -> String {
-        let mut text = format!("{}\n  sha256:   {}\n", self.path.display(), self.sha256);
-        match &self.skill {
-            Some(s) => {
-                text.push_str(&format!("  skill:    {} — {}\n", s.name, s.description));
-                text.push_str(&format!(
-                    "  prompt:   {}\n",
-                    if s.prompt.is_empty() {
-                        "none".to_string()
-                    } else {
-                        format!(
-                            "{} characters, trigger {}",
-                            s.prompt.chars().count(),
-                            s.trigger
-                        )
-                    }
-                ));
-                if s.tools.is_empty() {
-                    text.push_str("  tools:    none\n");
-                }
-                for t in &s.tools {
-                    let approval = match t.approval {
-                        Approval::Auto => "auto (runs without asking)",
-                        Approval::Ask if !keep_auto => "ask (project tools always ask)",
-                        Approval::Ask => "ask",
-                        Approval::Never => "never",
-                    };
-                    if taken.contains(&t.spec.name) {
-                        text.push_str(&format!(
-                            "  tool:     {} (not offered: it would redefine a built-in or user tool)\n",
-                            t.spec.name
-                        ));
-                    } else {
-                        text.push_str(&format!(
-                            "  tool:     {} (approval: {approval})\n",
-                            t.spec.name
-                        ));
-                    }
-                }
-                if s.rules.is_empty() {
-                    text.push_str(
-                        "  rules:    none (rules from a project skill can only add restrictions)\n",
-                    );
-                }
-                for r in &s.rules {
-                    text.push_str(&format!("  rule:     {} → {}\n", r.name, r.decision));
-                }
-            }
-            None => text.push_str("  does not parse\n"),
-        }
-        for d in &self.diagnostics {
-            text.push_str(&format!("  {d}\n"));
-        }
-        text
     }
 }
 

@@ -1,0 +1,170 @@
+//! `passepartout undo` and `passepartout history`: the checkpoints of the
+//! current directory (the observed changes of actions) from a terminal.
+
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::{current_dir, load_config, ConfigFlags};
+use crate::audit::{AuditLog, AuditRecord};
+use crate::checkpoint::{self, ChangeKind, Origin};
+
+/// `passepartout undo [ID | --turn [TURN]]`.
+#[derive(Args, Debug)]
+pub struct UndoArgs {
+    #[command(flatten)]
+    pub flags: ConfigFlags,
+    /// The checkpoint to undo (default: the last applied one).
+    pub id: Option<String>,
+    /// Undo a whole turn (all its checkpoints, all or nothing): TURN
+    /// from `history`, default the last turn that changed the directory.
+    #[arg(long, value_name = "TURN", num_args = 0..=1, default_missing_value = "last", conflicts_with = "id")]
+    pub turn: Option<String>,
+}
+
+/// `passepartout history [--limit N] [--json] [--prune]`.
+#[derive(Args, Debug)]
+pub struct HistoryArgs {
+    #[command(flatten)]
+    pub flags: ConfigFlags,
+    /// Only the newest N.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Print JSON (one object per line) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Prune the store first (`[checkpoints] keep_records`, `keep_days`).
+    #[arg(long)]
+    pub prune: bool,
+}
+
+/// Revert a checkpoint or a turn's; the undo is recorded in the audit log.
+pub fn undo(args: UndoArgs) -> ExitCode {
+    let UndoArgs { flags, id, turn } = args;
+    let (config, cwd) = match load_config(&flags).and_then(|c| Ok((c, current_dir()?))) {
+        Ok(found) => found,
+        Err(e) => return e.report(),
+    };
+    let origin = Origin {
+        session_id: "cli".into(),
+        tool_call_id: String::new(),
+        tool: "undo".into(),
+        turn: None,
+    };
+    let audit = || AuditLog::open(config.state_dir().join("audit.jsonl"));
+    if let Some(turn) = turn {
+        let turn = Some(turn).filter(|t| t != "last");
+        return match checkpoint::undo_turn(
+            &config.state_dir(),
+            &config.checkpoints,
+            &cwd,
+            turn.as_deref(),
+            &origin,
+        ) {
+            Ok((turn, undone, undo)) => {
+                let ids: Vec<&str> = undone.iter().map(|c| c.id.as_str()).collect();
+                match undo {
+                    Some(u) => {
+                        if let Ok(log) = audit() {
+                            let _ = log.append(&AuditRecord::effect(&u));
+                        }
+                        println!("undid turn {turn} ({}): {}", ids.join(", "), u.summary());
+                    }
+                    None => println!(
+                        "undid turn {turn} ({}): nothing left to change",
+                        ids.join(", ")
+                    ),
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("passepartout: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
+    match checkpoint::undo(
+        &config.state_dir(),
+        &config.checkpoints,
+        &cwd,
+        id.as_deref(),
+        &origin,
+    ) {
+        Ok((undone, undo)) => {
+            if let Ok(log) = audit() {
+                let _ = log.append(&AuditRecord::effect(&undo));
+            }
+            println!("undid {}: {}", undone.id, undo.summary());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("passepartout: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// List the checkpoints, newest first, each with up to ten changed paths.
+pub fn history(args: HistoryArgs) -> ExitCode {
+    let HistoryArgs {
+        flags,
+        limit,
+        json,
+        prune,
+    } = args;
+    let (config, cwd) = match load_config(&flags).and_then(|c| Ok((c, current_dir()?))) {
+        Ok(found) => found,
+        Err(e) => return e.report(),
+    };
+    if prune {
+        match checkpoint::prune(&config.state_dir(), &config.checkpoints, &cwd) {
+            Ok(ids) => eprintln!("pruned {} checkpoint(s)", ids.len()),
+            Err(e) => {
+                eprintln!("passepartout: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    let list = match checkpoint::history(&config.state_dir(), &config.checkpoints, &cwd, limit) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("passepartout: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if list.is_empty() {
+        println!("no checkpoints for {}", cwd.display());
+    }
+    for cp in list {
+        if json {
+            println!("{}", cp.wire());
+            continue;
+        }
+        let undoes = cp
+            .undoes
+            .as_deref()
+            .map(|u| format!(" (undoes {u})"))
+            .unwrap_or_default();
+        println!(
+            "{}  {}  {}  {}  {}{undoes}  {}",
+            cp.id,
+            cp.status.as_str(),
+            cp.created_at,
+            cp.turn.as_deref().unwrap_or("-"),
+            cp.tool,
+            cp.summary()
+        );
+        for c in cp.effect.changes.iter().take(10) {
+            let mark = match c.kind {
+                ChangeKind::Created => '+',
+                ChangeKind::Modified => '~',
+                ChangeKind::Deleted => '-',
+            };
+            println!("    {mark} {}", c.path);
+        }
+        if cp.effect.changes.len() > 10 {
+            println!("    … {} more", cp.effect.changes.len() - 10);
+        }
+    }
+    ExitCode::SUCCESS
+}

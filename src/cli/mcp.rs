@@ -1,0 +1,276 @@
+//! `passepartout mcp list | trust`: the MCP servers from a terminal. `list`
+//! starts the configured servers (and the project's, when trusted), prints
+//! each one's state and tools, and stops them; `trust` shows what a
+//! project's `.passepartout/config.toml` starts and records the person's
+//! trust in exactly those bytes.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+use super::{exit_code, load_config, CliError, ConfigFlags};
+use crate::action::Approval;
+use crate::mcp::project::{self, ProjectServers, PROJECT_CONFIG};
+use crate::mcp::{McpConfig, McpManager};
+use crate::skills::trust::sha256_hex;
+
+/// The `mcp` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum McpCommand {
+    /// Start the configured MCP servers, list their state and tools, stop them.
+    List(ConfigFlags),
+    /// Trust a project's `.passepartout/config.toml` (its `[[mcp.servers]]`)
+    /// with exactly its current content, after showing what it starts.
+    Trust {
+        #[command(flatten)]
+        flags: ConfigFlags,
+        /// Do not ask for confirmation.
+        #[arg(long, short)]
+        yes: bool,
+        /// The project directory or its `.passepartout/config.toml`
+        /// (default: the current directory).
+        path: Option<PathBuf>,
+    },
+}
+
+/// Run an `mcp` subcommand on the terminal.
+pub async fn command(command: McpCommand) -> ExitCode {
+    crate::logging::init_stderr("warn");
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    match command {
+        McpCommand::List(flags) => {
+            let config = match load_config(&flags) {
+                Ok(c) => c,
+                Err(e) => return e.report(),
+            };
+            exit_code(
+                list_command(
+                    &config.mcp,
+                    config.trust_file(),
+                    config.trust_project_tool_approval,
+                    &cwd,
+                    &mut std::io::stdout(),
+                )
+                .await,
+            )
+        }
+        McpCommand::Trust { flags, yes, path } => {
+            let config = match load_config(&flags) {
+                Ok(c) => c,
+                Err(e) => return e.report(),
+            };
+            let given = path.map_or(cwd.clone(), |p| cwd.join(p));
+            let project = match project_of(given) {
+                Ok(p) => p,
+                Err(e) => return e.report(),
+            };
+            exit_code(trust_command(
+                &project,
+                &config.trust_file(),
+                config.trust_project_tool_approval,
+                yes,
+                &mut std::io::stdin().lock(),
+                &mut std::io::stdout(),
+            ))
+        }
+    }
+}
+
+/// The project a path names: the directory itself, or the directory whose
+/// `.passepartout/config.toml` it is.
+fn project_of(given: PathBuf) -> Result<PathBuf, CliError> {
+    if given.is_dir() {
+        return Ok(given);
+    }
+    match given.parent().and_then(Path::parent) {
+        Some(p) if given.ends_with(PROJECT_CONFIG) => Ok(p.to_path_buf()),
+        _ => Err(CliError::NotAProject(given)),
+    }
+}
+
+/// `passepartout mcp list`: start the configured servers in `cwd`, print
+/// each one's state and tools, stop them. Exit status 1 when any entry is
+/// invalid or failed to start.
+pub async fn list_command(
+    config: &McpConfig,
+    trust_file: PathBuf,
+    keep_auto: bool,
+    cwd: &Path,
+    out: &mut dyn Write,
+) -> i32 {
+    let manager = McpManager::new(config).with_project_trust(trust_file, keep_auto);
+    let mut code = 0;
+    for problem in manager.invalid() {
+        let _ = writeln!(out, "invalid  {problem}");
+        code = 1;
+    }
+    let in_project = project::project_servers(cwd, None, false) != ProjectServers::None;
+    if !manager.has_configured() && !in_project {
+        if manager.invalid().is_empty() {
+            let _ = writeln!(
+                out,
+                "no MCP servers configured (add [[mcp.servers]] to config.toml)"
+            );
+        }
+        return code;
+    }
+    let statuses = match manager.start_session("mcp-list", cwd, &[]).await {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = writeln!(out, "{e}");
+            return 1;
+        }
+    };
+    for s in &statuses {
+        // Entries that never started (untrusted, refused) have no transport.
+        let from = if s.transport.is_empty() {
+            format!("from {}", s.origin)
+        } else {
+            format!("{}, from {}", s.transport, s.origin)
+        };
+        let _ = writeln!(out, "{}  {}  ({from})", s.name, s.state);
+        for t in &s.tools {
+            let _ = writeln!(out, "  {t}");
+        }
+        // An untrusted project entry is the person's choice, not a failure.
+        if s.state != "running" && !s.state.starts_with("untrusted") {
+            code = 1;
+        }
+    }
+    manager.shutdown().await;
+    code
+}
+
+/// `passepartout mcp trust [--yes] [PATH]`: show the servers the project
+/// file names, ask once (unless `assume_yes`), then record its canonical
+/// path and the SHA-256 of the very bytes shown (refused if the file
+/// changed meanwhile). Returns the exit code.
+pub fn trust_command(
+    cwd: &Path,
+    trust_file: &Path,
+    keep_auto: bool,
+    assume_yes: bool,
+    input: &mut dyn BufRead,
+    out: &mut dyn Write,
+) -> i32 {
+    let shown = cwd.join(PROJECT_CONFIG);
+    let bytes = match project::read_project_file(cwd) {
+        Ok(Some((_, bytes))) => bytes,
+        Ok(None) => {
+            let _ = writeln!(out, "no project config at {}", shown.display());
+            return 1;
+        }
+        Err(e) => {
+            let _ = writeln!(out, "{e}");
+            return 1;
+        }
+    };
+    let specs = match project::parse_servers(&bytes, keep_auto) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = writeln!(out, "{}: {e}\n  not trusted: fix it first", shown.display());
+            return 1;
+        }
+    };
+    let sha256 = sha256_hex(&bytes);
+    let _ = writeln!(
+        out,
+        "{} (sha256 {sha256}) starts {} MCP server{} on this machine:",
+        shown.display(),
+        specs.len(),
+        if specs.len() == 1 { "" } else { "s" }
+    );
+    for s in &specs {
+        let _ = writeln!(
+            out,
+            "  {}  {}  (approval: {})",
+            s.name,
+            crate::mcp::describe(&s.transport),
+            match s.approval {
+                Approval::Auto => "auto",
+                Approval::Ask => "ask",
+                Approval::Never => "never",
+            }
+        );
+    }
+    if !assume_yes {
+        let _ = write!(out, "Trust this file with exactly this content? [y/N] ");
+        let _ = out.flush();
+        let mut answer = String::new();
+        let _ = input.read_line(&mut answer);
+        if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+            let _ = writeln!(out, "nothing trusted");
+            return 1;
+        }
+    }
+    match project::trust_shown(cwd, trust_file, keep_auto, &sha256) {
+        Ok(trusted) => {
+            let _ = writeln!(
+                out,
+                "trusted {} (sha256 {})",
+                trusted.path.display(),
+                trusted.sha256
+            );
+            0
+        }
+        Err(e) => {
+            let _ = writeln!(out, "{e}");
+            1
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_changed_after_it_was_shown_is_not_trusted() {
+        let project = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let store = state.path().join("trusted-skills.json");
+        let file = project.path().join(PROJECT_CONFIG);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(
+            &file,
+            "[[mcp.servers]]\nname = \"p\"\ncommand = \"/bin/true\"\n",
+        )
+        .unwrap();
+        // The person is asked; while they read, the file changes.
+        struct Swap<'a>(&'a Path);
+        impl std::io::Read for Swap<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                std::fs::write(
+                    self.0,
+                    "[[mcp.servers]]\nname = \"p\"\ncommand = \"/bin/evil\"\n",
+                )?;
+                buf[..2].copy_from_slice(b"y\n");
+                Ok(2)
+            }
+        }
+        let mut input = std::io::BufReader::new(Swap(&file));
+        let mut out = Vec::new();
+        let code = trust_command(project.path(), &store, false, false, &mut input, &mut out);
+        let out = String::from_utf8(out).unwrap();
+        assert_eq!(code, 1, "{out}");
+        assert!(out.contains("changed since it was shown"), "{out}");
+        assert!(!matches!(
+            project::project_servers(project.path(), Some(&store), false),
+            ProjectServers::Trusted(_)
+        ));
+    }
+
+    #[test]
+    fn a_path_names_its_project() {
+        let project = tempfile::tempdir().unwrap();
+        let dir = project.path().to_path_buf();
+        assert_eq!(project_of(dir.clone()).unwrap(), dir);
+        assert_eq!(project_of(dir.join(PROJECT_CONFIG)).unwrap(), dir);
+        assert!(matches!(
+            project_of(dir.join("elsewhere.toml")),
+            Err(CliError::NotAProject(_))
+        ));
+    }
+}
