@@ -142,6 +142,13 @@ The value may also be a cons (thought . HEADING-MARKER) for reasoning.")
 (defvar-local passepartout-chat--commands nil
   "The slash commands the daemon announced for this session (a list).")
 
+(defconst passepartout-chat--protected
+  '(read-only t front-sticky (read-only) rear-nonsticky (read-only))
+  "Text properties of the transcript: nothing typed lands inside it.
+Front-sticky, so typing just before protected text (where the answer
+streams) is refused too; rear-nonsticky, so the prompt after the last
+\"* You\" line stays writable.")
+
 (defconst passepartout-chat--keywords
   '((sequence "PENDING" "RUNNING" "WAITING" "|" "DONE" "FAILED"))
   "Org TODO keywords showing tool call status.")
@@ -452,6 +459,7 @@ Its session is resumed when the daemon can (see
                   (forward-line 1)
                   (setq passepartout-chat--prompt (copy-marker (point))))
               (passepartout-chat--new-prompt))
+            (passepartout-chat--protect (point-min) passepartout-chat--prompt)
             (goto-char (point-max))
             (set-buffer-modified-p nil))
           buffer))))
@@ -553,6 +561,8 @@ who never hears of it."
         (insert "\n"))
       (let ((heading (point)))
         (insert "* You\n")
+        ;; Everything above the prompt is the transcript.
+        (passepartout-chat--protect (point-min) (point))
         ;; Made after the insertion: a marker that advances on insertion
         ;; would otherwise have moved past "* You", and a note put
         ;; "before the heading" would land in the prompt and be sent.
@@ -561,8 +571,16 @@ who never hears of it."
         (setq passepartout-chat--prompt-heading (copy-marker heading t)))
       (setq passepartout-chat--prompt (copy-marker (point))))))
 
+(defun passepartout-chat--protect (start end)
+  "Make the text from START to END part of the read-only transcript."
+  (let ((inhibit-read-only t))
+    (with-silent-modifications
+      (add-text-properties start end passepartout-chat--protected))))
+
 (defun passepartout-chat--insert (text)
-  "Insert TEXT at the stream marker; windows at the end follow it."
+  "Insert TEXT, read-only, at the stream marker; windows at it follow it.
+The stream marker sits above the prompt, so what the person types below
+never mixes with the answer."
   (let* ((stream passepartout-chat--stream)
          (inhibit-read-only t)
          (here-at-end (= (point) stream))
@@ -571,7 +589,9 @@ who never hears of it."
                      (get-buffer-window-list nil nil t))))
     (save-excursion
       (goto-char stream)
-      (insert text))
+      (let ((start (point)))
+        (insert text)
+        (passepartout-chat--protect start (point))))
     (when here-at-end (goto-char stream))
     (dolist (w followers) (set-window-point w stream))))
 
@@ -669,7 +689,8 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
                (passepartout-chat--insert line))
       (save-excursion
         (goto-char passepartout-chat--prompt-heading)
-        (insert line "\n")))))
+        (insert line "\n")
+        (passepartout-chat--protect (- (point) (length line) 1) (point))))))
 
 (defun passepartout-chat--text-of (content)
   "Return the text of an ACP content block CONTENT, or nil."
@@ -941,37 +962,48 @@ If its plan buffer holds your edits, the edited action is what you approve."
 ;;;; Turns
 
 (defun passepartout-chat-begin-turn ()
-  "Open the answer section of a new turn at the end of the buffer."
+  "Open the answer section of a new turn, and a new prompt below it.
+The answer streams above the new \"* You\" heading: the person can
+write the next prompt while it streams, and what they type never mixes
+with it (the transcript is read-only)."
   (let ((inhibit-read-only t))
-    (goto-char (point-max))
-    (unless (bolp) (insert "\n"))
-    (setq passepartout-chat--turn-start (copy-marker (point)))
-    (insert "\n* passepartout\n")
-    (setq passepartout-chat--stream (copy-marker (point) t)
-          passepartout-chat--segment nil
-          passepartout-chat--held ""
-          passepartout-chat--plan nil)))
+    (save-excursion
+      (goto-char (point-max))
+      (unless (bolp) (insert "\n"))
+      (setq passepartout-chat--turn-start (copy-marker (point)))
+      (insert "\n* passepartout\n")
+      ;; Not advancing while the prompt is inserted after it; advancing
+      ;; from then on, so the answer's text lands before the marker.
+      (let ((stream (point-marker)))
+        (passepartout-chat--new-prompt)
+        (set-marker-insertion-type stream t)
+        (setq passepartout-chat--stream stream
+              passepartout-chat--segment nil
+              passepartout-chat--held ""
+              passepartout-chat--plan nil)))
+    (goto-char (point-max))))
 
 (defun passepartout-chat-end-turn (&optional note)
-  "Finish the running turn, with NOTE if non-nil, and open a new prompt."
+  "Finish the running turn, with NOTE if non-nil."
   (when passepartout-chat--stream
     (when note (passepartout-chat--note note))
     (passepartout-chat--close-segment)
+    ;; A blank line between the answer and the next "* You".
+    (passepartout-chat--ensure-newline)
     ;; Point anywhere in the turn's output (it may sit in a section that
-    ;; has just folded) goes to the new prompt, so typing lands there.
-    (let ((in-turn (or (>= (point) passepartout-chat--stream)
-                       (and passepartout-chat--turn-start
-                            (>= (point) passepartout-chat--turn-start))
-                       (invisible-p (point))))
-          (windows (cl-remove-if-not
-                    (lambda (w) (>= (window-point w)
-                                    (or passepartout-chat--turn-start (point-max))))
-                    (get-buffer-window-list nil nil t))))
+    ;; has just folded) goes to the prompt, so typing lands there; a point
+    ;; already in the prompt stays where the person left it.
+    (let* ((start (or passepartout-chat--turn-start passepartout-chat--stream))
+           (in-turn (lambda (pos) (and (>= pos start) (< pos passepartout-chat--prompt))))
+           (move (or (funcall in-turn (point)) (invisible-p (point))))
+           (windows (cl-remove-if-not
+                     (lambda (w) (funcall in-turn (window-point w)))
+                     (get-buffer-window-list nil nil t))))
+      (passepartout-chat--protect start passepartout-chat--prompt)
       (set-marker passepartout-chat--stream nil)
       (setq passepartout-chat--stream nil
             passepartout-chat--plan nil)
-      (passepartout-chat--new-prompt)
-      (when in-turn (goto-char (point-max)))
+      (when move (goto-char (point-max)))
       (dolist (w windows) (set-window-point w (point-max))))
     (passepartout-chat-save)
     (force-mode-line-update)))

@@ -1,0 +1,115 @@
+;;; passepartout-conversation-tests.el --- ERT tests: the chat is a conversation (issue 18)  -*- lexical-binding: t; -*-
+
+;; Copyright (C) 2026 The passepartout authors
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; The Emacs items of issue 18, each numbered as in the issue, against
+;; the real daemon and fake provider: what the person types while an
+;; answer streams never lands in it, and the saved chat holds exactly
+;; the answer the daemon journalled (9); undo from the history asks and
+;; reverts the buffers visiting what it changed (10); compaction shows as
+;; one line (11); the keys, headings and windows of flight plans, and
+;; C-x C-s (12).
+
+;;; Code:
+
+(require 'ert)
+(require 'passepartout-test-support)
+(require 'passepartout-history)
+
+(defun passepartout-conversation-test--journal-answers ()
+  "The assistant answers the daemon journalled, oldest first."
+  (let* ((dir (expand-file-name "state/sessions/" passepartout-test--dir))
+         (files (directory-files dir t "\\.jsonl\\'")))
+    (should (= (length files) 1))
+    (with-temp-buffer
+      (let ((coding-system-for-read 'utf-8-unix))
+        (insert-file-contents (car files)))
+      (cl-loop while (re-search-forward "^\\(.+\\)\n" nil t)
+               for record = (json-parse-string (match-string 1) :object-type 'plist
+                                               :null-object nil :false-object nil)
+               for message = (plist-get record :message)
+               when (and (equal (plist-get record :kind) "message")
+                         (equal (plist-get message :role) "assistant"))
+               collect (plist-get message :content)))))
+
+(defun passepartout-conversation-test--saved (chat)
+  "The text of CHAT's saved file."
+  (with-temp-buffer
+    (let ((coding-system-for-read 'utf-8-unix))
+      (insert-file-contents (buffer-local-value 'passepartout-chat--file chat)))
+    (buffer-string)))
+
+;;;; Item 9: typing while an answer streams
+
+(defconst passepartout-conversation-test--chunk-count 500
+  "Chunks of the one-line answer of 1,000,000 characters.")
+
+(defun passepartout-conversation-test--big-chunk (i)
+  "The I-th 2,000-character piece of a one-line answer."
+  (let ((s (format "word %06d * not a heading, `code' and 100%% text. " i)))
+    (substring (apply #'concat (make-list (1+ (/ 2000 (length s))) s)) 0 2000)))
+
+(ert-deftest passepartout-conversation-test-typing-while-streaming ()
+  "Keys typed while 1 MB streams, C-a C-k included, stay in the prompt (item 9).
+The answer in the saved chat equals the daemon's journal byte for byte."
+  (passepartout-test-with-daemon
+      (list `(:type "open_ai" :delay_ms 4 :done t
+                    :chunks ,(vconcat
+                              (cl-loop for i below passepartout-conversation-test--chunk-count
+                                       collect (passepartout-test--chunk
+                                                (list :content (passepartout-conversation-test--big-chunk i))))
+                              (list (passepartout-test--chunk (make-hash-table) "stop")))))
+    (let ((chat (passepartout-test--chat project)))
+      (delete-other-windows)
+      (switch-to-buffer chat)
+      (goto-char (point-max))
+      (execute-kbd-macro (kbd "W r i t e SPC a SPC l o n g SPC a n s w e r . C-c C-c"))
+      (should-not (passepartout-test--idle-p chat))
+      ;; Keys at three moments of the stream, as a person types them.
+      (dolist (step '((100000 . "d r a f t SPC o n e")
+                      (400000 . "C-a C-k")
+                      (700000 . "s e c o n d SPC d r a f t")))
+        (passepartout-test--wait-for
+            (or (> (buffer-size chat) (car step)) (passepartout-test--idle-p chat))
+          60 "more of the answer")
+        (should-not (passepartout-test--idle-p chat))
+        (execute-kbd-macro (kbd (cdr step))))
+      ;; Typing inside the answer is refused, not mixed into it.
+      (with-current-buffer chat
+        (save-excursion
+          (goto-char (marker-position passepartout-chat--stream))
+          (should-error (insert "x") :type 'text-read-only)
+          (forward-line 0)
+          (should-error (kill-line) :type 'text-read-only)))
+      (passepartout-test--wait-for (passepartout-test--idle-p chat) 120 "the end of the turn")
+      (let* ((journal (passepartout-conversation-test--journal-answers))
+             (saved (passepartout-conversation-test--saved chat)))
+        (should (= (length journal) 1))
+        (should (= (length (car journal)) 1000000))
+        (should (string-match "^\\* passepartout\n" saved))
+        (let ((start (match-end 0)))
+          (should (string-match "\n\n\\* You\n\\(.*\\)\\'" saved start))
+          (should (string= (substring saved start (match-beginning 0)) (car journal)))
+          (should (equal (match-string 1 saved) "second draft")))
+        ;; The buffer shows what was saved.
+        (should (string= (passepartout-test--text chat) saved))))))
+
+(provide 'passepartout-conversation-tests)
+;;; passepartout-conversation-tests.el ends here
