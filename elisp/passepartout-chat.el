@@ -21,7 +21,9 @@
 
 ;; One Org buffer per project, holding one daemon session.  The person
 ;; writes under the last "* You" heading and sends with C-c C-c (or
-;; C-c RET); the answer streams under a "* passepartout" heading.
+;; C-c RET); the answer streams under a "* passepartout" heading, above
+;; the next "* You": the person writes the next prompt while it streams,
+;; and the transcript above the prompt is read-only.
 ;; Reasoning and tool calls become level-2 sections whose TODO keyword is
 ;; the call's status (PENDING, RUNNING, DONE, FAILED); they fold when they
 ;; are complete.
@@ -162,10 +164,13 @@ streams) is refused too; rear-nonsticky, so the prompt after the last
 
 (defvar passepartout-chat-mode-map
   (let ((map (make-sparse-keymap)))
+    ;; C-c RET and C-c C-m are one key: it sends.
     (define-key map (kbd "C-c RET") #'passepartout-chat-send)
     (define-key map (kbd "C-c C-k") #'passepartout-chat-cancel)
     (define-key map (kbd "C-c C-p") #'passepartout-plans)
-    (define-key map (kbd "C-c C-m") #'passepartout-menu)
+    (define-key map (kbd "C-c C-s") #'passepartout-menu)
+    ;; A chat is saved to its own file, never "into" the project.
+    (define-key map [remap save-buffer] #'passepartout-chat-save)
     map)
   "Keymap for `passepartout-chat-mode'.
 \\[org-ctrl-c-ctrl-c] sends too, when point is in the prompt (through
@@ -826,11 +831,15 @@ carry the keys of `passepartout-chat-plan-map'."
                    "\\<passepartout-chat-plan-map>\\[passepartout-chat-approve-plan] approve, \\[passepartout-chat-reject-plan] reject, \\[passepartout-chat-open-plan] open the plan to edit it.\n")
                   (if trace (concat "Gate trace:\n" trace) ""))
           (set-marker end (point))
-          (let ((ov (make-overlay start (point) nil nil nil)))
+          ;; The keys work from the WAITING heading down; only the
+          ;; lines about the plan are highlighted.
+          (let ((ov (make-overlay (plist-get tool :heading) (point) nil nil nil))
+                (face (make-overlay start (point) nil nil nil)))
             (overlay-put ov 'keymap passepartout-chat-plan-map)
             (overlay-put ov 'passepartout-plan-id plan-id)
-            (overlay-put ov 'face 'highlight)
-            (plist-put tool :overlay ov))
+            (overlay-put face 'face 'highlight)
+            (plist-put tool :overlay ov)
+            (plist-put tool :face-overlay face))
           (plist-put tool :trace trace)
           (plist-put tool :plan-line (cons start (copy-marker (point)))))))))
 
@@ -840,9 +849,10 @@ EDITED non-nil says the person edited the action before approving it."
   (when-let* ((tool (gethash tool-call-id passepartout-chat--tools))
               (line (plist-get tool :plan-line)))
     (let ((inhibit-read-only t))
-      (when-let ((ov (plist-get tool :overlay)))
-        (delete-overlay ov)
-        (plist-put tool :overlay nil))
+      (dolist (key '(:overlay :face-overlay))
+        (when-let ((ov (plist-get tool key)))
+          (delete-overlay ov)
+          (plist-put tool key nil)))
       (save-excursion
         (let ((end-follows (= (plist-get tool :end) (cdr line))))
           (goto-char (car line))
@@ -853,6 +863,20 @@ EDITED non-nil says the person edited the action before approving it."
                     (if trace (concat "Gate trace:\n" trace) "")))
           (set-marker (cdr line) (point))
           (when end-follows (set-marker (plist-get tool :end) (point))))))))
+
+(defun passepartout-chat--tool-retitle (tool-call-id title)
+  "Show TITLE, the action that actually ran, in TOOL-CALL-ID's heading.
+An action the person edited in its flight plan is not the one the
+model asked for; the heading must not keep the model's."
+  (when-let ((tool (gethash tool-call-id passepartout-chat--tools)))
+    (let ((inhibit-read-only t))
+      (save-excursion
+        (goto-char (+ (plist-get tool :keyword) (length (plist-get tool :current))))
+        (when (eq (char-after) ?\s) (forward-char))
+        (let ((start (point)))
+          (delete-region start (line-end-position))
+          (insert (replace-regexp-in-string "[\n\r]+" " " title))
+          (passepartout-chat--protect start (point)))))))
 
 (defun passepartout-chat--plan-at-point ()
   "Return the id of the flight plan waiting at point, or signal."

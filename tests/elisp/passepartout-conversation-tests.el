@@ -111,5 +111,92 @@ The answer in the saved chat equals the daemon's journal byte for byte."
         ;; The buffer shows what was saved.
         (should (string= (passepartout-test--text chat) saved))))))
 
+;;;; Item 12: keys, headings and windows
+
+(ert-deftest passepartout-conversation-test-c-c-ret-sends ()
+  "C-c RET (which is C-c C-m) sends the prompt; the menu is on C-c C-s (item 12)."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--text-reply "Hi there."))
+    (let ((chat (passepartout-test--chat project)))
+      (delete-other-windows)
+      (switch-to-buffer chat)
+      (should (eq (key-binding (kbd "C-c RET")) #'passepartout-chat-send))
+      (should (eq (key-binding (kbd "C-c C-m")) #'passepartout-chat-send))
+      (should (eq (key-binding (kbd "C-c C-s")) #'passepartout-menu))
+      (goto-char (point-max))
+      (execute-kbd-macro (kbd "H e l l o C-c RET"))
+      (should-not (passepartout-test--idle-p chat))
+      (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
+      (should (string-match-p "^Hi there\\.$" (passepartout-test--text chat))))))
+
+(ert-deftest passepartout-conversation-test-save-key-writes-the-chat-file ()
+  "C-x C-s in a chat writes its chat file and offers nothing in the project (item 12)."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--text-reply "Saved?"))
+    (let ((chat (passepartout-test--chat project)))
+      (delete-other-windows)
+      (switch-to-buffer chat)
+      (goto-char (point-max))
+      (execute-kbd-macro (kbd "a SPC d r a f t"))
+      (should (buffer-modified-p chat))
+      ;; Any question would read from the terminal and fail the test.
+      (cl-letf (((symbol-function 'read-file-name)
+                 (lambda (&rest _) (ert-fail "C-x C-s asked for a file name"))))
+        (execute-kbd-macro (kbd "C-x C-s")))
+      (should-not (buffer-modified-p chat))
+      (should-not (buffer-file-name chat))
+      (should (string-suffix-p "* You\na draft" (passepartout-conversation-test--saved chat)))
+      (should (equal (directory-files project nil "\\`[^.]") nil)))))
+
+(ert-deftest passepartout-conversation-test-plan-in-chat ()
+  "A plan takes no window and prints no mode chatter; C-c C-c on its WAITING
+heading approves; the heading shows the edited action that ran (item 12)."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--tool-reply "call_rm" "shell" '(:command "rm -r old"))
+            (passepartout-test--text-reply "Done."))
+    (make-directory (expand-file-name "old" project))
+    (let* ((passepartout-plan-display
+            (eval (car (get 'passepartout-plan-display 'standard-value)) t))
+           (chat (passepartout-test--chat project))
+           (other (get-buffer-create "*the person's work*")))
+      (delete-other-windows)
+      (switch-to-buffer chat)
+      (split-window)
+      (set-window-buffer (next-window) other)
+      (let ((windows (mapcar #'window-buffer (window-list))))
+        (with-current-buffer (messages-buffer)
+          (let ((inhibit-read-only t)) (erase-buffer)))
+        (goto-char (point-max))
+        (insert "Remove old/")
+        (passepartout-chat-send)
+        (let ((plan-id (passepartout-test--wait-for
+                           (car (hash-table-keys passepartout-plan--plans)) 30 "a flight plan")))
+          ;; No window was taken.
+          (should (equal (mapcar #'window-buffer (window-list)) windows))
+          ;; The person edits the action in the plan buffer, which is
+          ;; fontified as they read it: no "Indentation setup" chatter.
+          (with-current-buffer (passepartout-plan-buffer plan-id)
+            (font-lock-ensure)
+            (goto-char (point-min))
+            (re-search-forward "^#\\+begin_src bash")
+            (re-search-forward (regexp-quote "rm -r old"))
+            (replace-match "mkdir made-by-edit" t t))
+          (should-not (string-match-p "Indentation setup"
+                                      (with-current-buffer (messages-buffer) (buffer-string))))
+          ;; C-c C-c on the WAITING heading approves (with the edit).
+          (with-current-buffer chat
+            (goto-char (point-min))
+            (re-search-forward "^\\*\\* WAITING ")
+            (forward-line 0)
+            (execute-kbd-macro (kbd "C-c C-c")))
+          (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
+          (should (file-directory-p (expand-file-name "made-by-edit" project)))
+          (should (file-directory-p (expand-file-name "old" project)))
+          (with-current-buffer chat
+            (goto-char (point-min))
+            (should (re-search-forward "^\\*\\* [A-Z]+ \\(.*\\)$" nil t))
+            (should (string-match-p "mkdir made-by-edit" (match-string 1)))
+            (should-not (string-match-p "rm -r old" (match-string 1)))))))))
+
 (provide 'passepartout-conversation-tests)
 ;;; passepartout-conversation-tests.el ends here
