@@ -138,6 +138,9 @@ The value may also be a cons (thought . HEADING-MARKER) for reasoning.")
 (defvar-local passepartout-chat--save-timer nil
   "Timer that saves the chat file while an answer streams, or nil.")
 
+(defvar-local passepartout-chat--compacting nil
+  "Markers (START . END) of the \"Compacting…\" line of the running turn, or nil.")
+
 (defvar-local passepartout-chat--modes nil
   "The session's modes as the daemon advertised them (`SessionModeState').")
 
@@ -1004,7 +1007,8 @@ with it (the transcript is read-only)."
         (setq passepartout-chat--stream stream
               passepartout-chat--segment nil
               passepartout-chat--held ""
-              passepartout-chat--plan nil)))
+              passepartout-chat--plan nil
+              passepartout-chat--compacting nil)))
     (goto-char (point-max))))
 
 (defun passepartout-chat-end-turn (&optional note)
@@ -1135,11 +1139,60 @@ The daemon names its command-line flags, which an Emacs user never types."
 
 (cl-defmethod passepartout--handle-notification
   (_conn (_method (eql '_passepartout/session/status)) params)
-  "Show the session status in PARAMS in its chat buffer's mode line."
+  "Show the session status in PARAMS in its chat buffer's mode line.
+Compacting, a request the person did not write, is also said in the
+turn: it is what runs, and what \\[passepartout-chat-cancel] cancels."
   (when-let ((buffer (passepartout-chat--session-buffer params)))
     (with-current-buffer buffer
       (setq passepartout-chat--status params)
+      (when (and passepartout-chat--stream
+                 (equal (plist-get params :state) "compacting")
+                 (not passepartout-chat--compacting))
+        (passepartout-chat--close-segment)
+        (passepartout-chat--ensure-newline)
+        (let ((start (copy-marker passepartout-chat--stream)))
+          (passepartout-chat--insert
+           (substitute-command-keys
+            ": Compacting the conversation: the model summarises the earlier turns before it answers (\\<passepartout-chat-mode-map>\\[passepartout-chat-cancel] cancels)…\n"))
+          (setq passepartout-chat--compacting
+                (cons start (copy-marker passepartout-chat--stream)))))
       (force-mode-line-update))))
+
+(defun passepartout-chat--compacted-text (params)
+  "Return the one line telling of the compaction in PARAMS.
+The summary itself is not shown (it is the model's, and may be long):
+only how big it is."
+  (let ((summary (plist-get params :summary))
+        (trimmed (or (plist-get params :trimmedToolOutputs) 0)))
+    (format "Compacted the conversation from %s to %s tokens (window %s): %s."
+            (passepartout-chat--tokens (plist-get params :tokensBefore))
+            (passepartout-chat--tokens (plist-get params :tokensAfter))
+            (passepartout-chat--tokens (plist-get params :window))
+            (string-join
+             (delq nil
+                   (list (and (stringp summary) (not (string-empty-p summary))
+                              (format "earlier turns replaced by a summary of about %s tokens"
+                                      (passepartout-chat--tokens
+                                       (ceiling (length summary) 4))))
+                         (and (> trimmed 0)
+                              (format "%d old tool output%s cut" trimmed
+                                      (if (= trimmed 1) "" "s")))))
+             ", "))))
+
+(cl-defmethod passepartout--handle-notification
+  (_conn (_method (eql '_passepartout/session/compacted)) params)
+  "Say in one line of the chat that the history was compacted, as PARAMS tell."
+  (when-let ((buffer (passepartout-chat--session-buffer params)))
+    (with-current-buffer buffer
+      (let ((text (passepartout-chat--compacted-text params)))
+        (if-let ((line passepartout-chat--compacting))
+            (let ((inhibit-read-only t))
+              (save-excursion
+                (goto-char (car line))
+                (delete-region (car line) (cdr line))
+                (insert ": " text "\n")
+                (passepartout-chat--protect (car line) (point))))
+          (passepartout-chat--note text))))))
 
 ;;;; Session modes and slash commands
 

@@ -198,5 +198,67 @@ heading approves; the heading shows the edited action that ran (item 12)."
             (should (string-match-p "mkdir made-by-edit" (match-string 1)))
             (should-not (string-match-p "rm -r old" (match-string 1)))))))))
 
+;;;; Item 11: compaction
+
+(defmacro passepartout-conversation-test--with-small-window (&rest body)
+  "Run BODY with the daemon's context window so small that a second turn compacts."
+  (declare (indent 0))
+  `(let* ((config (make-temp-file "passepartout-config" nil ".toml"
+                                  "[context]\ndefault_window = 1000\n"))
+          (process-environment (cons (concat "PASSEPARTOUT_CONFIG=" config)
+                                     process-environment)))
+     (unwind-protect (progn ,@body)
+       (delete-file config))))
+
+(defconst passepartout-conversation-test--long-answer
+  (mapconcat (lambda (i) (format "Line %d of a long first answer." i))
+             (number-sequence 1 80) "\n")
+  "A first answer that fills the small window.")
+
+(ert-deftest passepartout-conversation-test-compaction-is-one-line ()
+  "Compaction shows as one line with the summary's size, not the summary (item 11)."
+  (passepartout-conversation-test--with-small-window
+    (passepartout-test-with-daemon
+        (list (passepartout-test--text-reply passepartout-conversation-test--long-answer)
+              (passepartout-test--text-reply (make-string 2000 ?s))
+              (passepartout-test--text-reply "Second answer."))
+      (let ((chat (passepartout-test--chat project)))
+        (passepartout-test--send chat "First")
+        (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
+        (passepartout-test--send chat "Second")
+        (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
+        (let ((text (passepartout-test--text chat)))
+          (should (string-match-p "^Second answer\\.$" text))
+          ;; One line, the summary's size in it; the summary is not shown.
+          (should (= 1 (cl-count-if (lambda (l) (string-match-p "ompact" l))
+                                    (split-string text "\n"))))
+          (should (string-match-p
+                   "^: Compacted the conversation from [0-9.k]+ to [0-9.k]+ tokens (window 1.0k): earlier turns replaced by a summary of about 500 tokens"
+                   text))
+          (should-not (string-match-p "sssss" text)))))))
+
+(ert-deftest passepartout-conversation-test-cancel-compaction ()
+  "While the history is compacted, the chat says so and C-c C-k ends the turn (item 11)."
+  (passepartout-conversation-test--with-small-window
+    (passepartout-test-with-daemon
+        (list (passepartout-test--text-reply passepartout-conversation-test--long-answer)
+              (passepartout-test--hang-reply)
+              (passepartout-test--text-reply "An answer nobody asked for."))
+      (let ((chat (passepartout-test--chat project)))
+        (passepartout-test--send chat "First")
+        (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
+        (passepartout-test--send chat "Second")
+        (passepartout-test--wait-for
+            (string-match-p "^: Compacting the conversation" (passepartout-test--text chat))
+          30 "the compaction line")
+        (with-current-buffer chat
+          (goto-char (point-max))
+          (execute-kbd-macro (kbd "C-c C-k")))
+        (passepartout-test--wait-for (passepartout-test--idle-p chat) 30)
+        (should (string-match-p "^: Cancelled\\.$" (passepartout-test--text chat)))
+        ;; Only the first answer and the summary were asked of the model.
+        (should (= (length (passepartout-test--requests)) 2))
+        (should-not (string-match-p "nobody asked" (passepartout-test--text chat)))))))
+
 (provide 'passepartout-conversation-tests)
 ;;; passepartout-conversation-tests.el ends here
