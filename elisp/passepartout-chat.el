@@ -207,6 +207,9 @@ streams) is refused too; rear-nonsticky, so the prompt after the last
   "Major mode for chatting with passepartout in Org.
 Write under the last \"* You\" heading; \\[passepartout-chat-send] or
 \\[org-ctrl-c-ctrl-c] sends, \\[passepartout-chat-cancel] cancels the running turn.
+The answer streams above a new \"* You\" heading, where you can write
+the next prompt meanwhile; the transcript above it is read-only.
+\\[passepartout-chat-save] writes the chat to its file.
 
 When an action needs your approval, its flight plan waits in the tool
 call's section: there \\<passepartout-chat-plan-map>\\[passepartout-chat-approve-plan] approves, \\[passepartout-chat-reject-plan] rejects and \\[passepartout-chat-open-plan] opens
