@@ -349,7 +349,8 @@ Run from `org-ctrl-c-ctrl-c-hook'."
         (if (re-search-forward (format "^:%s:.*$" (regexp-quote key)) end t)
             (replace-match line t t)
           (goto-char end)
-          (insert line "\n"))))))
+          (insert line "\n"))
+        (passepartout-chat--protect (line-beginning-position 0) (point))))))
 
 (defun passepartout-chat--get-property (key)
   "Return the value of file property KEY in the top drawer, or nil."
