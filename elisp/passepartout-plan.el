@@ -20,8 +20,10 @@
 ;;; Commentary:
 
 ;; When a gate says "ask", the daemon sends `_passepartout/plan/offer'
-;; with the plan as an Org document.  It is shown in a buffer
-;; `*passepartout plan fp-...*' in `passepartout-plan-mode': C-c C-c
+;; with the plan as an Org document.  It waits in its chat (see
+;; passepartout-chat.el) and in a buffer `*passepartout plan fp-...*',
+;; which takes no window unless `passepartout-plan-display' is `pop'.
+;; The buffer is in `passepartout-plan-mode': C-c C-c
 ;; approves (with the buffer's text, so an edited src block is what
 ;; runs, after the daemon gates it again), C-c C-k rejects with an
 ;; optional reason for the model.  `_passepartout/plan/resolved' shows
