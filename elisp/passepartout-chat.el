@@ -21,7 +21,9 @@
 
 ;; One Org buffer per project, holding one daemon session.  The person
 ;; writes under the last "* You" heading and sends with C-c C-c (or
-;; C-c RET); the answer streams under a "* passepartout" heading.
+;; C-c RET); the answer streams under a "* passepartout" heading, above
+;; the next "* You": the person writes the next prompt while it streams,
+;; and the transcript above the prompt is read-only.
 ;; Reasoning and tool calls become level-2 sections whose TODO keyword is
 ;; the call's status (PENDING, RUNNING, DONE, FAILED); they fold when they
 ;; are complete.
@@ -136,11 +138,21 @@ The value may also be a cons (thought . HEADING-MARKER) for reasoning.")
 (defvar-local passepartout-chat--save-timer nil
   "Timer that saves the chat file while an answer streams, or nil.")
 
+(defvar-local passepartout-chat--compacting nil
+  "Markers (START . END) of the \"Compacting…\" line of the running turn, or nil.")
+
 (defvar-local passepartout-chat--modes nil
   "The session's modes as the daemon advertised them (`SessionModeState').")
 
 (defvar-local passepartout-chat--commands nil
   "The slash commands the daemon announced for this session (a list).")
+
+(defconst passepartout-chat--protected
+  '(read-only t front-sticky (read-only) rear-nonsticky (read-only))
+  "Text properties of the transcript: nothing typed lands inside it.
+Front-sticky, so typing just before protected text (where the answer
+streams) is refused too; rear-nonsticky, so the prompt after the last
+\"* You\" line stays writable.")
 
 (defconst passepartout-chat--keywords
   '((sequence "PENDING" "RUNNING" "WAITING" "|" "DONE" "FAILED"))
@@ -155,10 +167,13 @@ The value may also be a cons (thought . HEADING-MARKER) for reasoning.")
 
 (defvar passepartout-chat-mode-map
   (let ((map (make-sparse-keymap)))
+    ;; C-c RET and C-c C-m are one key: it sends.
     (define-key map (kbd "C-c RET") #'passepartout-chat-send)
     (define-key map (kbd "C-c C-k") #'passepartout-chat-cancel)
     (define-key map (kbd "C-c C-p") #'passepartout-plans)
-    (define-key map (kbd "C-c C-m") #'passepartout-menu)
+    (define-key map (kbd "C-c C-s") #'passepartout-menu)
+    ;; A chat is saved to its own file, never "into" the project.
+    (define-key map [remap save-buffer] #'passepartout-chat-save)
     map)
   "Keymap for `passepartout-chat-mode'.
 \\[org-ctrl-c-ctrl-c] sends too, when point is in the prompt (through
@@ -192,6 +207,9 @@ The value may also be a cons (thought . HEADING-MARKER) for reasoning.")
   "Major mode for chatting with passepartout in Org.
 Write under the last \"* You\" heading; \\[passepartout-chat-send] or
 \\[org-ctrl-c-ctrl-c] sends, \\[passepartout-chat-cancel] cancels the running turn.
+The answer streams above a new \"* You\" heading, where you can write
+the next prompt meanwhile; the transcript above it is read-only.
+\\[passepartout-chat-save] writes the chat to its file.
 
 When an action needs your approval, its flight plan waits in the tool
 call's section: there \\<passepartout-chat-plan-map>\\[passepartout-chat-approve-plan] approves, \\[passepartout-chat-reject-plan] rejects and \\[passepartout-chat-open-plan] opens
@@ -331,7 +349,8 @@ Run from `org-ctrl-c-ctrl-c-hook'."
         (if (re-search-forward (format "^:%s:.*$" (regexp-quote key)) end t)
             (replace-match line t t)
           (goto-char end)
-          (insert line "\n"))))))
+          (insert line "\n"))
+        (passepartout-chat--protect (line-beginning-position 0) (point))))))
 
 (defun passepartout-chat--get-property (key)
   "Return the value of file property KEY in the top drawer, or nil."
@@ -452,6 +471,7 @@ Its session is resumed when the daemon can (see
                   (forward-line 1)
                   (setq passepartout-chat--prompt (copy-marker (point))))
               (passepartout-chat--new-prompt))
+            (passepartout-chat--protect (point-min) passepartout-chat--prompt)
             (goto-char (point-max))
             (set-buffer-modified-p nil))
           buffer))))
@@ -553,6 +573,8 @@ who never hears of it."
         (insert "\n"))
       (let ((heading (point)))
         (insert "* You\n")
+        ;; Everything above the prompt is the transcript.
+        (passepartout-chat--protect (point-min) (point))
         ;; Made after the insertion: a marker that advances on insertion
         ;; would otherwise have moved past "* You", and a note put
         ;; "before the heading" would land in the prompt and be sent.
@@ -561,8 +583,16 @@ who never hears of it."
         (setq passepartout-chat--prompt-heading (copy-marker heading t)))
       (setq passepartout-chat--prompt (copy-marker (point))))))
 
+(defun passepartout-chat--protect (start end)
+  "Make the text from START to END part of the read-only transcript."
+  (let ((inhibit-read-only t))
+    (with-silent-modifications
+      (add-text-properties start end passepartout-chat--protected))))
+
 (defun passepartout-chat--insert (text)
-  "Insert TEXT at the stream marker; windows at the end follow it."
+  "Insert TEXT, read-only, at the stream marker; windows at it follow it.
+The stream marker sits above the prompt, so what the person types below
+never mixes with the answer."
   (let* ((stream passepartout-chat--stream)
          (inhibit-read-only t)
          (here-at-end (= (point) stream))
@@ -571,7 +601,9 @@ who never hears of it."
                      (get-buffer-window-list nil nil t))))
     (save-excursion
       (goto-char stream)
-      (insert text))
+      (let ((start (point)))
+        (insert text)
+        (passepartout-chat--protect start (point))))
     (when here-at-end (goto-char stream))
     (dolist (w followers) (set-window-point w stream))))
 
@@ -669,7 +701,8 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
                (passepartout-chat--insert line))
       (save-excursion
         (goto-char passepartout-chat--prompt-heading)
-        (insert line "\n")))))
+        (insert line "\n")
+        (passepartout-chat--protect (- (point) (length line) 1) (point))))))
 
 (defun passepartout-chat--text-of (content)
   "Return the text of an ACP content block CONTENT, or nil."
@@ -805,11 +838,15 @@ carry the keys of `passepartout-chat-plan-map'."
                    "\\<passepartout-chat-plan-map>\\[passepartout-chat-approve-plan] approve, \\[passepartout-chat-reject-plan] reject, \\[passepartout-chat-open-plan] open the plan to edit it.\n")
                   (if trace (concat "Gate trace:\n" trace) ""))
           (set-marker end (point))
-          (let ((ov (make-overlay start (point) nil nil nil)))
+          ;; The keys work from the WAITING heading down; only the
+          ;; lines about the plan are highlighted.
+          (let ((ov (make-overlay (plist-get tool :heading) (point) nil nil nil))
+                (face (make-overlay start (point) nil nil nil)))
             (overlay-put ov 'keymap passepartout-chat-plan-map)
             (overlay-put ov 'passepartout-plan-id plan-id)
-            (overlay-put ov 'face 'highlight)
-            (plist-put tool :overlay ov))
+            (overlay-put face 'face 'highlight)
+            (plist-put tool :overlay ov)
+            (plist-put tool :face-overlay face))
           (plist-put tool :trace trace)
           (plist-put tool :plan-line (cons start (copy-marker (point)))))))))
 
@@ -819,9 +856,10 @@ EDITED non-nil says the person edited the action before approving it."
   (when-let* ((tool (gethash tool-call-id passepartout-chat--tools))
               (line (plist-get tool :plan-line)))
     (let ((inhibit-read-only t))
-      (when-let ((ov (plist-get tool :overlay)))
-        (delete-overlay ov)
-        (plist-put tool :overlay nil))
+      (dolist (key '(:overlay :face-overlay))
+        (when-let ((ov (plist-get tool key)))
+          (delete-overlay ov)
+          (plist-put tool key nil)))
       (save-excursion
         (let ((end-follows (= (plist-get tool :end) (cdr line))))
           (goto-char (car line))
@@ -832,6 +870,20 @@ EDITED non-nil says the person edited the action before approving it."
                     (if trace (concat "Gate trace:\n" trace) "")))
           (set-marker (cdr line) (point))
           (when end-follows (set-marker (plist-get tool :end) (point))))))))
+
+(defun passepartout-chat--tool-retitle (tool-call-id title)
+  "Show TITLE, the action that actually ran, in TOOL-CALL-ID's heading.
+An action the person edited in its flight plan is not the one the
+model asked for; the heading must not keep the model's."
+  (when-let ((tool (gethash tool-call-id passepartout-chat--tools)))
+    (let ((inhibit-read-only t))
+      (save-excursion
+        (goto-char (+ (plist-get tool :keyword) (length (plist-get tool :current))))
+        (when (eq (char-after) ?\s) (forward-char))
+        (let ((start (point)))
+          (delete-region start (line-end-position))
+          (insert (replace-regexp-in-string "[\n\r]+" " " title))
+          (passepartout-chat--protect start (point)))))))
 
 (defun passepartout-chat--plan-at-point ()
   "Return the id of the flight plan waiting at point, or signal."
@@ -941,37 +993,49 @@ If its plan buffer holds your edits, the edited action is what you approve."
 ;;;; Turns
 
 (defun passepartout-chat-begin-turn ()
-  "Open the answer section of a new turn at the end of the buffer."
+  "Open the answer section of a new turn, and a new prompt below it.
+The answer streams above the new \"* You\" heading: the person can
+write the next prompt while it streams, and what they type never mixes
+with it (the transcript is read-only)."
   (let ((inhibit-read-only t))
-    (goto-char (point-max))
-    (unless (bolp) (insert "\n"))
-    (setq passepartout-chat--turn-start (copy-marker (point)))
-    (insert "\n* passepartout\n")
-    (setq passepartout-chat--stream (copy-marker (point) t)
-          passepartout-chat--segment nil
-          passepartout-chat--held ""
-          passepartout-chat--plan nil)))
+    (save-excursion
+      (goto-char (point-max))
+      (unless (bolp) (insert "\n"))
+      (setq passepartout-chat--turn-start (copy-marker (point)))
+      (insert "\n* passepartout\n")
+      ;; Not advancing while the prompt is inserted after it; advancing
+      ;; from then on, so the answer's text lands before the marker.
+      (let ((stream (point-marker)))
+        (passepartout-chat--new-prompt)
+        (set-marker-insertion-type stream t)
+        (setq passepartout-chat--stream stream
+              passepartout-chat--segment nil
+              passepartout-chat--held ""
+              passepartout-chat--plan nil
+              passepartout-chat--compacting nil)))
+    (goto-char (point-max))))
 
 (defun passepartout-chat-end-turn (&optional note)
-  "Finish the running turn, with NOTE if non-nil, and open a new prompt."
+  "Finish the running turn, with NOTE if non-nil."
   (when passepartout-chat--stream
     (when note (passepartout-chat--note note))
     (passepartout-chat--close-segment)
+    ;; A blank line between the answer and the next "* You".
+    (passepartout-chat--ensure-newline)
     ;; Point anywhere in the turn's output (it may sit in a section that
-    ;; has just folded) goes to the new prompt, so typing lands there.
-    (let ((in-turn (or (>= (point) passepartout-chat--stream)
-                       (and passepartout-chat--turn-start
-                            (>= (point) passepartout-chat--turn-start))
-                       (invisible-p (point))))
-          (windows (cl-remove-if-not
-                    (lambda (w) (>= (window-point w)
-                                    (or passepartout-chat--turn-start (point-max))))
-                    (get-buffer-window-list nil nil t))))
+    ;; has just folded) goes to the prompt, so typing lands there; a point
+    ;; already in the prompt stays where the person left it.
+    (let* ((start (or passepartout-chat--turn-start passepartout-chat--stream))
+           (in-turn (lambda (pos) (and (>= pos start) (< pos passepartout-chat--prompt))))
+           (move (or (funcall in-turn (point)) (invisible-p (point))))
+           (windows (cl-remove-if-not
+                     (lambda (w) (funcall in-turn (window-point w)))
+                     (get-buffer-window-list nil nil t))))
+      (passepartout-chat--protect start passepartout-chat--prompt)
       (set-marker passepartout-chat--stream nil)
       (setq passepartout-chat--stream nil
             passepartout-chat--plan nil)
-      (passepartout-chat--new-prompt)
-      (when in-turn (goto-char (point-max)))
+      (when move (goto-char (point-max)))
       (dolist (w windows) (set-window-point w (point-max))))
     (passepartout-chat-save)
     (force-mode-line-update)))
@@ -1079,11 +1143,60 @@ The daemon names its command-line flags, which an Emacs user never types."
 
 (cl-defmethod passepartout--handle-notification
   (_conn (_method (eql '_passepartout/session/status)) params)
-  "Show the session status in PARAMS in its chat buffer's mode line."
+  "Show the session status in PARAMS in its chat buffer's mode line.
+Compacting, a request the person did not write, is also said in the
+turn: it is what runs, and what \\[passepartout-chat-cancel] cancels."
   (when-let ((buffer (passepartout-chat--session-buffer params)))
     (with-current-buffer buffer
       (setq passepartout-chat--status params)
+      (when (and passepartout-chat--stream
+                 (equal (plist-get params :state) "compacting")
+                 (not passepartout-chat--compacting))
+        (passepartout-chat--close-segment)
+        (passepartout-chat--ensure-newline)
+        (let ((start (copy-marker passepartout-chat--stream)))
+          (passepartout-chat--insert
+           (substitute-command-keys
+            ": Compacting the conversation: the model summarises the earlier turns before it answers (\\<passepartout-chat-mode-map>\\[passepartout-chat-cancel] cancels)…\n"))
+          (setq passepartout-chat--compacting
+                (cons start (copy-marker passepartout-chat--stream)))))
       (force-mode-line-update))))
+
+(defun passepartout-chat--compacted-text (params)
+  "Return the one line telling of the compaction in PARAMS.
+The summary itself is not shown (it is the model's, and may be long):
+only how big it is."
+  (let ((summary (plist-get params :summary))
+        (trimmed (or (plist-get params :trimmedToolOutputs) 0)))
+    (format "Compacted the conversation from %s to %s tokens (window %s): %s."
+            (passepartout-chat--tokens (plist-get params :tokensBefore))
+            (passepartout-chat--tokens (plist-get params :tokensAfter))
+            (passepartout-chat--tokens (plist-get params :window))
+            (string-join
+             (delq nil
+                   (list (and (stringp summary) (not (string-empty-p summary))
+                              (format "earlier turns replaced by a summary of about %s tokens"
+                                      (passepartout-chat--tokens
+                                       (ceiling (length summary) 4))))
+                         (and (> trimmed 0)
+                              (format "%d old tool output%s cut" trimmed
+                                      (if (= trimmed 1) "" "s")))))
+             ", "))))
+
+(cl-defmethod passepartout--handle-notification
+  (_conn (_method (eql '_passepartout/session/compacted)) params)
+  "Say in one line of the chat that the history was compacted, as PARAMS tell."
+  (when-let ((buffer (passepartout-chat--session-buffer params)))
+    (with-current-buffer buffer
+      (let ((text (passepartout-chat--compacted-text params)))
+        (if-let ((line passepartout-chat--compacting))
+            (let ((inhibit-read-only t))
+              (save-excursion
+                (goto-char (car line))
+                (delete-region (car line) (cdr line))
+                (insert ": " text "\n")
+                (passepartout-chat--protect (car line) (point))))
+          (passepartout-chat--note text))))))
 
 ;;;; Session modes and slash commands
 

@@ -27,6 +27,9 @@
 ;; the agent together (the turn at point, or the last one).  The daemon
 ;; refuses, changing nothing, when the files changed
 ;; since; an undo is itself a checkpoint, so undoing it redoes the change.
+;; Both ask first when run as commands, and revert the buffers visiting
+;; what changed: a buffer must never keep showing the agent's version of
+;; a file the undo restored.
 
 ;;; Code:
 
@@ -119,36 +122,81 @@ A refusal from the daemon becomes a `user-error' with its reason."
       (pop-to-buffer buffer))
     buffer))
 
+;;;; Visiting buffers
+
+(defun passepartout-history--revert-visiting (directory)
+  "Make the buffers visiting files under DIRECTORY show them as on disk.
+Called after an undo changed files behind Emacs's back.  An unmodified
+buffer is reverted; one with unsaved edits is reverted only if the
+person says so; one whose file the undo deleted is left, and named.
+Returns the list of buffers reverted."
+  (let ((root (file-name-as-directory (expand-file-name directory)))
+        reverted gone)
+    (dolist (buffer (buffer-list))
+      (let ((file (buffer-file-name buffer)))
+        (when (and file (string-prefix-p root (expand-file-name file)))
+          (with-current-buffer buffer
+            (cond ((not (file-exists-p file))
+                   (unless (verify-visited-file-modtime buffer)
+                     (push (buffer-name) gone)))
+                  ((verify-visited-file-modtime buffer))
+                  ((or (not (buffer-modified-p))
+                       (yes-or-no-p
+                        (format "The undo changed %s, which has unsaved edits here; discard them and show the file? "
+                                (file-relative-name file root))))
+                   (revert-buffer t t t)
+                   (push buffer reverted)))))))
+    (when gone
+      (message "passepartout: the undo deleted the file of %s"
+               (string-join gone ", ")))
+    reverted))
+
+(defun passepartout-history--confirm (question)
+  "Ask QUESTION (yes or no); a no is a `user-error' that changes nothing."
+  (unless (yes-or-no-p question)
+    (user-error "Nothing undone")))
+
 ;;;###autoload
-(defun passepartout-undo (&optional id directory)
+(defun passepartout-undo (&optional id directory confirm)
   "Undo checkpoint ID of DIRECTORY.
 In the history buffer, ID is the checkpoint at point; elsewhere it is
-the last applied checkpoint of this project.  Returns the daemon's
-answer (a plist with :undone, :checkpoint and :summary)."
-  (interactive)
+the last applied checkpoint of this project.  With CONFIRM (always,
+interactively), ask first.  Buffers visiting the files the undo changed
+are reverted (one with unsaved edits only if you say so).  Returns the
+daemon's answer (a plist with :undone, :checkpoint and :summary)."
+  (interactive (list nil nil t))
   (let* ((in-history (derived-mode-p 'passepartout-history-mode))
          (id (or id (and in-history (tabulated-list-get-id))))
          (dir (or directory
                   (and in-history passepartout-history--directory)
                   (passepartout-history--default-directory)))
          (params (append (list :cwd (directory-file-name (expand-file-name dir)))
-                         (and id (list :id id))))
-         (result (passepartout-history--request :_passepartout/undo params)))
-    (message "passepartout: undid %s: %s"
-             (plist-get result :undone) (plist-get result :summary))
-    (when in-history
-      (revert-buffer))
-    result))
+                         (and id (list :id id)))))
+    (when confirm
+      (passepartout-history--confirm
+       (if (and in-history id (tabulated-list-get-entry))
+           (format "Undo checkpoint %s (%s)? " id (aref (tabulated-list-get-entry) 5))
+         (format "Undo %s in %s? " (or id "the last change")
+                 (abbreviate-file-name dir)))))
+    (let ((result (passepartout-history--request :_passepartout/undo params)))
+      (passepartout-history--revert-visiting dir)
+      (message "passepartout: undid %s: %s"
+               (plist-get result :undone) (plist-get result :summary))
+      (when in-history
+        (revert-buffer))
+      result)))
 
 ;;;###autoload
-(defun passepartout-undo-turn (&optional turn directory)
+(defun passepartout-undo-turn (&optional turn directory confirm)
   "Undo every change of TURN in DIRECTORY, all or nothing.
 In the history buffer, TURN is the turn of the checkpoint at point;
 elsewhere it is the last turn that changed this project.  The daemon
 refuses, changing nothing, when any of the turn's files changed since.
+With CONFIRM (always, interactively), ask first.  Buffers visiting the
+files the undo changed are reverted, as by `passepartout-undo'.
 Returns the daemon's answer (a plist with :turn, :undone, :checkpoint
 and :summary)."
-  (interactive)
+  (interactive (list nil nil t))
   (let* ((in-history (derived-mode-p 'passepartout-history-mode))
          (at-point (and in-history (tabulated-list-get-entry)
                         (aref (tabulated-list-get-entry) 4)))
@@ -157,17 +205,21 @@ and :summary)."
                    "last"))
          (dir (or directory
                   (and in-history passepartout-history--directory)
-                  (passepartout-history--default-directory)))
-         (result (passepartout-history--request
-                  :_passepartout/undo
-                  (list :cwd (directory-file-name (expand-file-name dir))
-                        :turn turn))))
-    (message "passepartout: undid turn %s (%s): %s"
-             (plist-get result :turn) (plist-get result :undone)
-             (plist-get result :summary))
-    (when in-history
-      (revert-buffer))
-    result))
+                  (passepartout-history--default-directory))))
+    (when confirm
+      (passepartout-history--confirm
+       (format "Undo every change of turn %s in %s? " turn (abbreviate-file-name dir))))
+    (let ((result (passepartout-history--request
+                   :_passepartout/undo
+                   (list :cwd (directory-file-name (expand-file-name dir))
+                         :turn turn))))
+      (passepartout-history--revert-visiting dir)
+      (message "passepartout: undid turn %s (%s): %s"
+               (plist-get result :turn) (plist-get result :undone)
+               (plist-get result :summary))
+      (when in-history
+        (revert-buffer))
+      result)))
 
 (provide 'passepartout-history)
 ;;; passepartout-history.el ends here

@@ -19,7 +19,7 @@
 
 ;;; Commentary:
 
-;; `passepartout-menu' (C-c C-m in a chat buffer) is a transient menu,
+;; `passepartout-menu' (C-c C-s in a chat buffer) is a transient menu,
 ;; like gptel's: pick the provider, the model (completed from what the
 ;; provider's server lists) and the output limit for this chat's
 ;; session, then apply.  The daemon keeps running and the configuration

@@ -20,8 +20,10 @@
 ;;; Commentary:
 
 ;; When a gate says "ask", the daemon sends `_passepartout/plan/offer'
-;; with the plan as an Org document.  It is shown in a buffer
-;; `*passepartout plan fp-...*' in `passepartout-plan-mode': C-c C-c
+;; with the plan as an Org document.  It waits in its chat (see
+;; passepartout-chat.el) and in a buffer `*passepartout plan fp-...*',
+;; which takes no window unless `passepartout-plan-display' is `pop'.
+;; The buffer is in `passepartout-plan-mode': C-c C-c
 ;; approves (with the buffer's text, so an edited src block is what
 ;; runs, after the daemon gates it again), C-c C-k rejects with an
 ;; optional reason for the model.  `_passepartout/plan/resolved' shows
@@ -38,11 +40,12 @@
 (require 'tabulated-list)
 (require 'passepartout-rpc)
 
-(defcustom passepartout-plan-display 'pop
+(defcustom passepartout-plan-display 'notify
   "What to do when a flight plan arrives.
-`pop' shows its buffer at once (without selecting it); `notify' only
-says so in the echo area
-\(list them with \\[passepartout-plans])."
+`notify' (the default) says so in the echo area: the plan already waits
+in its chat, where \\<passepartout-chat-plan-map>\\[passepartout-chat-approve-plan] approves it, and \\[passepartout-plans] lists them
+all; no window is taken from you.  `pop' also shows its buffer at once
+\(without selecting it)."
   :type '(choice (const :tag "Show the plan" pop)
                  (const :tag "Only tell me" notify))
   :group 'passepartout)
@@ -51,7 +54,10 @@ says so in the echo area
                   (tool-call-id plan-id &optional org))
 (declare-function passepartout-chat--tool-plan-resolved "passepartout-chat"
                   (tool-call-id plan-id status &optional edited))
+(declare-function passepartout-chat--tool-retitle "passepartout-chat"
+                  (tool-call-id title))
 (declare-function passepartout-plans "passepartout")
+(declare-function sh-mode "sh-script")
 (declare-function passepartout-events "passepartout")
 (declare-function passepartout-restart "passepartout")
 (defvar passepartout-chat--sessions)
@@ -90,6 +96,22 @@ Each value is a plist: :plan (the daemon's plan object), :buffer,
     ["Events (JSON-RPC log)" passepartout-events]
     ["Restart the daemon" passepartout-restart]))
 
+(defun passepartout-plan--quiet-sh-mode ()
+  "`sh-mode' for fontifying a plan's shell block, without its messages.
+Org fontifies a src block by calling its language's mode in a hidden
+buffer; `sh-mode' then says \"Indentation setup for shell type bash\"
+each time, which is noise in the person's echo area."
+  (let ((inhibit-message t)
+        (message-log-max nil))
+    (sh-mode))
+  ;; Org calls the mode again unless `major-mode' is the one it asked for.
+  (setq major-mode 'passepartout-plan--quiet-sh-mode))
+
+(defconst passepartout-plan--quiet-langs
+  '(("bash" . passepartout-plan--quiet-sh) ("sh" . passepartout-plan--quiet-sh)
+    ("shell" . passepartout-plan--quiet-sh))
+  "Shell languages of plan blocks, fontified by `passepartout-plan--quiet-sh-mode'.")
+
 (define-derived-mode passepartout-plan-mode org-mode "Flight-plan"
   "Major mode for a passepartout flight plan.
 Read why the agent wants the action, edit its src block if needed, then
@@ -109,7 +131,9 @@ Other commands (also in the Flight-plan menu):
               (cons '(:eval . "never")
                     (assq-delete-all :eval (copy-alist org-babel-default-header-args))))
   (setq-local header-line-format
-              '(:eval (passepartout-plan--header-line))))
+              '(:eval (passepartout-plan--header-line)))
+  (setq-local org-src-lang-modes
+              (append passepartout-plan--quiet-langs org-src-lang-modes)))
 
 (defun passepartout-plan--header-line ()
   "Return the header line: the plan's status, the keys, the last error."
@@ -199,16 +223,39 @@ undo must never take the plan away and leave an empty buffer to approve."
 
 ;;;; Deciding
 
+(defun passepartout-plan--action (org)
+  "Return the text of the action block (`#+NAME: action') in plan ORG, or nil."
+  (when (and org
+             (let ((case-fold-search t))
+               (string-match "^#\\+NAME: *action\n#\\+begin_src[^\n]*\n\\(\\(?:.*\n\\)*?\\)#\\+end_src"
+                             org)))
+    (org-unescape-code-in-string (match-string 1 org))))
+
+(defun passepartout-plan--edited-title (entry)
+  "Return the heading for ENTRY's action as the person edited it, or nil."
+  (let* ((plan (plist-get entry :plan))
+         (action (passepartout-plan--action
+                  (or (plist-get entry :sent) (plist-get plan :org)))))
+    (when (and action (not (string-empty-p (string-trim action))))
+      (let ((lines (split-string (string-trim action) "\n")))
+        (format "%s: %s%s (edited by you)"
+                (or (plist-get plan :tool) "action")
+                (car lines)
+                (if (cdr lines) " …" ""))))))
+
 (defun passepartout-plan--tell-chat (id status)
-  "Show STATUS of plan ID in its tool call's section of the chat, if open."
+  "Show STATUS of plan ID in its tool call's section of the chat, if open.
+An edited action also replaces the model's in the section's heading."
   (when-let* ((entry (gethash id passepartout-plan--plans))
               (chat (gethash (plist-get entry :session)
                              (bound-and-true-p passepartout-chat--sessions))))
     (when (buffer-live-p chat)
       (with-current-buffer chat
-        (passepartout-chat--tool-plan-resolved
-         (plist-get (plist-get entry :plan) :toolCallId) id status
-         (plist-get entry :edited))))))
+        (let ((call (plist-get (plist-get entry :plan) :toolCallId)))
+          (passepartout-chat--tool-plan-resolved call id status (plist-get entry :edited))
+          (when-let ((title (and (plist-get entry :edited)
+                                 (passepartout-plan--edited-title entry))))
+            (passepartout-chat--tool-retitle call title)))))))
 
 (defun passepartout-plan--current-id ()
   "Return the plan id of the current buffer, or signal."
@@ -237,10 +284,18 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
        (let ((status (or (plist-get result :status) decision))
              (edited (eq (plist-get result :edited) t)))
          (when edited
-           (puthash id (plist-put (gethash id passepartout-plan--plans) :edited t)
+           (puthash id (plist-put (plist-put (gethash id passepartout-plan--plans)
+                                             :edited t)
+                                  :sent org)
                     passepartout-plan--plans))
          ;; plan/resolved may have arrived first: then its text, which
-         ;; holds the decision, has replaced the buffer; keep its word.
+         ;; holds the decision, has replaced the buffer; keep its word,
+         ;; but the chat still learns that the action was edited.
+         (unless (member (plist-get (gethash id passepartout-plan--plans) :status)
+                         '("approving" "rejecting"))
+           (when edited
+             (passepartout-plan--tell-chat
+              id (plist-get (gethash id passepartout-plan--plans) :status))))
          (when (member (plist-get (gethash id passepartout-plan--plans) :status)
                        '("approving" "rejecting"))
            (passepartout-plan--set-status id status)
@@ -295,6 +350,7 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
     (puthash id (list :plan plan
                       :buffer (plist-get old :buffer)
                       :edited (plist-get old :edited)
+                      :sent (plist-get old :sent)
                       :session (plist-get plan :sessionId)
                       :status (or (plist-get plan :status) "pending"))
              passepartout-plan--plans)
@@ -318,8 +374,11 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
         ;; Shown, not selected: a C-c C-c typed for another buffer
         ;; must never approve a plan that just appeared.
         ('pop (display-buffer buffer))
-        (_ (message "passepartout: flight plan %s awaits you: %s (M-x passepartout-plans)"
-                    id (plist-get plan :title)))))
+        (_ (message "passepartout: flight plan %s awaits you: %s (%s)"
+                    id (plist-get plan :title)
+                    (if (buffer-live-p session-buffer)
+                        (format "in %s, or M-x passepartout-plans" (buffer-name session-buffer))
+                      "M-x passepartout-plans")))))
     (run-hook-with-args 'passepartout-plan-offered-hook id)))
 
 (cl-defmethod passepartout--handle-notification

@@ -479,7 +479,12 @@ The session's journal is deleted first, so the daemon has nothing to load."
               (should (string-match-p "default provider / some-model" shown))
               (should (string-match-p "RET Use for this chat" shown))
               (should (string-match-p "r Restart the daemon" shown))))
-        (transient-quit-all)))))
+        ;; `transient-quit-all' exits only from the command loop's
+        ;; `post-command-hook', which a direct call never runs: a menu
+        ;; left open would take the keys of later tests.  Transient's
+        ;; own exit after an error does it all now (the transient of
+        ;; Emacs 28.2, 0.3.7, and that of Emacs 30.1 both have it).
+        (transient--emergency-exit)))))
 
 (ert-deftest passepartout-chat-test-menu-configures-session ()
   "Choosing a model in the menu changes this chat's next turn, and is kept in the file."

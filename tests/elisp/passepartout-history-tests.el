@@ -42,6 +42,18 @@
         (passepartout-test--idle-p chat))
     60 "the end of the turn"))
 
+(defvar passepartout-history-test--questions nil
+  "The questions asked by the last `passepartout-history-test--saying-yes'.")
+
+(defmacro passepartout-history-test--saying-yes (&rest body)
+  "Run BODY answering yes to every yes-or-no question; record them."
+  (declare (indent 0))
+  `(progn
+     (setq passepartout-history-test--questions nil)
+     (cl-letf (((symbol-function 'yes-or-no-p)
+                (lambda (q) (push q passepartout-history-test--questions) t)))
+       ,@body)))
+
 (defun passepartout-history-test--file (project name)
   "The contents of NAME in PROJECT, or nil when it does not exist."
   (let ((file (expand-file-name name project)))
@@ -72,7 +84,8 @@
             (should (string-match-p "changed 1 file: \\+1 ~0 −0" (aref row 5))))
           ;; `u' on the row undoes it.
           (should (eq (key-binding (kbd "u")) #'passepartout-undo))
-          (let ((result (call-interactively #'passepartout-undo)))
+          (let ((result (passepartout-history-test--saying-yes
+                         (call-interactively #'passepartout-undo))))
             (should (equal (plist-get result :undone) "c1")))
           (should-not (passepartout-history-test--file project "notes.txt"))
           ;; The listing was refreshed: the undo is c2, c1 is undone.
@@ -121,11 +134,54 @@
           (forward-line 1)
           (should (equal (aref (tabulated-list-get-entry) 4) turn))
           (should (eq (key-binding (kbd "U")) #'passepartout-undo-turn))
-          (let ((result (call-interactively #'passepartout-undo-turn)))
+          (let ((result (passepartout-history-test--saying-yes
+                         (call-interactively #'passepartout-undo-turn))))
             (should (equal (plist-get result :turn) turn))
             (should (equal (plist-get result :undone) "c2,c1")))))
       (should-not (passepartout-history-test--file project "a.txt"))
       (should-not (passepartout-history-test--file project "b.txt")))))
+
+;;;; Issue 18, item 10
+
+(ert-deftest passepartout-history-test-undo-asks-and-reverts-buffers ()
+  "`u' asks first, and a buffer visiting the file shows it as restored (issue 18, item 10)."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--tool-reply
+             "call_w" "shell" '(:command "printf 'agent wrote this\\n' > notes.txt"))
+            (passepartout-test--text-reply "Written."))
+    (with-temp-file (expand-file-name "notes.txt" project)
+      (insert "mine\n"))
+    (let ((chat (passepartout-test--chat project))
+          (notes (find-file-noselect (expand-file-name "notes.txt" project))))
+      (unwind-protect
+          (progn
+            (passepartout-test--send chat "Write notes.txt")
+            (passepartout-history-test--run-to-idle chat)
+            (with-current-buffer notes
+              (revert-buffer t t t)
+              (should (equal (buffer-string) "agent wrote this\n")))
+            (with-current-buffer (passepartout-history project)
+              (goto-char (point-min))
+              (should (equal (tabulated-list-get-id) "c1"))
+              ;; A no changes nothing.
+              (let (asked)
+                (cl-letf (((symbol-function 'yes-or-no-p)
+                           (lambda (q) (setq asked q) nil)))
+                  (should-error (call-interactively #'passepartout-undo) :type 'user-error))
+                (should (string-match-p "Undo checkpoint c1" asked)))
+              (should (equal (passepartout-history-test--file project "notes.txt")
+                             "agent wrote this\n"))
+              ;; A yes undoes, and the visiting buffer follows the disk.
+              (goto-char (point-min))
+              (passepartout-history-test--saying-yes
+                (call-interactively #'passepartout-undo))
+              (should (= (length passepartout-history-test--questions) 1)))
+            (should (equal (passepartout-history-test--file project "notes.txt") "mine\n"))
+            (with-current-buffer notes
+              (should (equal (buffer-string) "mine\n"))
+              (should-not (buffer-modified-p))
+              (should (verify-visited-file-modtime notes))))
+        (kill-buffer notes)))))
 
 (provide 'passepartout-history-tests)
 ;;; passepartout-history-tests.el ends here
