@@ -215,10 +215,6 @@ impl Daemon {
         }
     }
 
-    pub fn uses_flight_plans(&self) -> bool {
-        self.approvals.uses_flight_plans()
-    }
-
     /// A live session's mode, for the flight desk's last mile.
     fn live_mode(&self, id: &str) -> Option<crate::modes::Mode> {
         lock(&self.sessions).get(id).map(|s| s.mode())

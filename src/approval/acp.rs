@@ -19,17 +19,14 @@ use crate::audit::{AuditRecord, PlanOutcome};
 use crate::protocol::{self as proto, acp};
 use crate::rpc::Outgoing;
 
+use super::lock;
+
 /// Asks an ACP client, and remembers the "always" answers.
 pub struct AcpPrompt {
     env: Arc<AgentEnv>,
     out: Outgoing,
     /// Per session: action content hash → allow (`true`) or reject.
     remembered: Mutex<HashMap<String, HashMap<String, bool>>>,
-}
-
-// A local copy until the shared lock helper lands (see `foundation`).
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl AcpPrompt {

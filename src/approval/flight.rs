@@ -38,6 +38,8 @@ use crate::plans::store::{PlanStore, StoreError};
 use crate::plans::{render, FlightPlan, PlanResult, PlanStatus};
 use crate::protocol as proto;
 use crate::rpc::Outgoing;
+
+use super::lock;
 use crate::state_lock::{self, StateLock};
 
 /// How often a waiting turn looks for decisions made from a terminal.
@@ -68,11 +70,6 @@ pub struct FlightDesk {
 /// The pid of the daemon whose turn made `plan`.
 fn owner_pid(plan: &FlightPlan) -> Option<u32> {
     plan.owner()
-}
-
-// A local copy until the shared lock helper lands (see `foundation`).
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn call_key(session: &str, call: &str) -> String {
