@@ -278,6 +278,9 @@ pub(crate) struct ExecContext<'a> {
     pub live: Option<Live<'a>>,
 }
 
+/// The flight desk's exactly-once guard, as the last mile calls it.
+pub(crate) type BeginGuard<'a> = dyn Fn(&Action) -> Result<(), String> + Sync + 'a;
+
 /// What the last-mile check holds the action to, the same for a live turn
 /// and for a plan run after its turn is gone.
 pub(crate) struct LastMile<'a> {
@@ -294,7 +297,7 @@ pub(crate) struct LastMile<'a> {
     pub recorded: Option<&'a Judgement>,
     /// The flight desk's exactly-once guard for an approved plan; `Err`
     /// stops the action.
-    pub begin: Option<&'a (dyn Fn(&Action) -> Result<(), String> + Sync)>,
+    pub begin: Option<&'a BeginGuard<'a>>,
 }
 
 /// The last-mile check, the one place it is made: the exact action must
