@@ -527,24 +527,23 @@ impl FlightDesk {
             ApprovalOutcome::Approved { hash, .. } => hash,
             _ => plan.hash.clone(),
         };
-        // Whether the exactly-once guard was reached, and how it went: a
-        // plan another runner took is left to it; one refused before the
-        // guard is closed here.
-        let begun: Mutex<Option<Result<(), String>>> = Mutex::new(None);
+        // Whether the exactly-once guard was reached, and how it went.
+        let guard: Mutex<Option<Guard>> = Mutex::new(None);
         let begin = |action: &Action| -> Result<(), String> {
-            let result = match self.store.begin_execution(&plan.id) {
-                Ok(stored) if stored.content_hash() == action.content_hash() => Ok(()),
-                Ok(_) => {
-                    let why = "the action differs from the approved plan";
-                    let _ = self.store.finish_execution(
-                        &plan.id,
-                        PlanResult::new(true, &format!("not run: {why}")),
-                    );
-                    Err(format!("not run: {why}"))
+            let (reached, result) = match self.store.begin_execution(&plan.id) {
+                Ok(stored) if stored.content_hash() == action.content_hash() => {
+                    (Guard::Won, Ok(()))
                 }
-                Err(e) => Err(format!("not run: {e}")),
+                Ok(_) => {
+                    let why = "not run: the action differs from the approved plan";
+                    let _ = self
+                        .store
+                        .finish_execution(&plan.id, PlanResult::new(true, why));
+                    (Guard::Differs, Err(why.to_string()))
+                }
+                Err(e) => (Guard::Taken, Err(format!("not run: {e}"))),
             };
-            *lock(&begun) = Some(result.clone());
+            *lock(&guard) = Some(reached);
             result
         };
         // Nobody watches it live; the resolution announces it.
@@ -571,24 +570,27 @@ impl FlightDesk {
         };
         let acted = execute_action(&plan.tool_call_id, &plan.action, &x).await;
         let text = acted.observation.text;
-        match lock(&begun).take() {
-            // Refused at the last mile before the guard: never runs now.
+        let reached = lock(&guard).take();
+        match reached {
+            // Refused at the last mile, before the guard: it never runs now.
             None => {
                 if let Ok(p) = self.store.abandon(&plan.id, &text) {
                     self.resolved(&p, "denied", Some(&text));
                 }
                 return;
             }
-            Some(Err(why)) => {
-                tracing::info!(plan = %plan.id, "{why}");
+            Some(Guard::Differs) => {
                 if let Ok(p) = self.store.load(&plan.id) {
-                    if p.status == PlanStatus::Failed {
-                        self.resolved(&p, "denied", Some(&text));
-                    }
+                    self.resolved(&p, "denied", Some(&text));
                 }
                 return;
             }
-            Some(Ok(())) => {}
+            // Another runner has it (or had it): its outcome is theirs.
+            Some(Guard::Taken) => {
+                tracing::info!(plan = %plan.id, "{text}");
+                return;
+            }
+            Some(Guard::Won) => {}
         }
         let is_error = acted.status != ActStatus::Executed;
         match self
@@ -608,6 +610,16 @@ impl FlightDesk {
     pub fn plan_of(&self, session: &str, call: &str) -> Option<String> {
         lock(&self.by_call).get(&call_key(session, call)).cloned()
     }
+}
+
+/// How a plan run after its turn fared at the exactly-once guard.
+enum Guard {
+    /// This runner marked it executing: it runs here.
+    Won,
+    /// The stored action is not the one about to run: closed as failed.
+    Differs,
+    /// Another runner began it first (or it is no longer approved).
+    Taken,
 }
 
 /// The approval outcome a decided plan stands for.

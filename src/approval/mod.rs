@@ -10,7 +10,7 @@
 //! permission prompt ([`acp`], with the remembered "always" choices). The
 //! last-mile check itself (the exact action hashes to what was approved,
 //! and neither the gates nor the session mode deny it now) lives once, in
-//! [`crate::agent::act::execute_action`], for live turns and for plans run
+//! `agent::act::execute_action`, for live turns and for plans run
 //! later alike.
 //!
 //! Layering: this module sits in the agent layer beside `agent/` (the desk
