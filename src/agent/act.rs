@@ -4,6 +4,11 @@
 //! last-mile check of the exact action about to run → the actuator chosen by
 //! the action's target. Every failure on the way becomes an observation the
 //! model reads next round; nothing here ends the turn except cancellation.
+//!
+//! The last two steps are `execute_action`, which the flight desk also
+//! calls for a plan approved after its turn is gone: the last-mile check is
+//! made there once (`last_mile`), with the session's mode as it is now, and
+//! its verdict goes to the audit log.
 
 use std::sync::Arc;
 
