@@ -5,13 +5,13 @@
 pub mod action;
 pub mod actuators;
 pub mod agent;
+pub mod approval;
 pub mod audit;
 pub mod budget;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
 pub mod control_surface;
-pub mod flight;
 pub mod gates;
 pub mod llm;
 pub mod logging;

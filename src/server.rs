@@ -1,11 +1,13 @@
 //! The daemon: ACP methods and `_passepartout/...` extensions over one
 //! JSON-RPC connection, many sessions at once.
 //!
-//! Handlers are registered on a jsonrpsee [`RpcModule`]; [`crate::rpc::serve`]
+//! Handlers are registered, typed, on a [`Router`]; [`crate::rpc::serve`]
 //! runs each request in its own task, so a long `session/prompt` never blocks
 //! `session/cancel` or a plan decision. Prompts to one session are queued in
 //! the order they arrived (a ticket taken on the reader task, see
-//! [`PromptOrder`]), at most [`MAX_QUEUED_PROMPTS`] deep.
+//! [`PromptOrder`] and [`Router::ordered`]), at most [`MAX_QUEUED_PROMPTS`]
+//! deep. Asking a person is the approval module's job
+//! ([`crate::approval`]).
 //!
 //! Streamed text is coalesced per session by [`RpcSink`]: the first chunk of
 //! a run goes out at once, later ones are merged and sent every
@@ -18,28 +20,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use jsonrpsee::types::{ErrorObject, ErrorObjectOwned, Params};
-use jsonrpsee::RpcModule;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{turn, AgentEnv, ApprovalOutcome, ApprovalRequest, Approver, Session, TurnSink};
-use crate::audit::{AuditRecord, PlanOutcome};
-use crate::flight::{DecideError, FlightDesk};
+use crate::agent::{turn, AgentEnv, Session, TurnSink};
+use crate::approval::{Approvals, DecideError};
 use crate::protocol::{self as proto, acp, ClientSettings, SessionStatus};
-use crate::rpc::message::codes;
-use crate::rpc::Outgoing;
+use crate::rpc::{Outgoing, Router, RpcError};
 
 /// Daemon state shared by all handlers.
 pub struct Daemon {
     pub env: Arc<AgentEnv>,
     pub out: Outgoing,
-    pub desk: Arc<FlightDesk>,
+    /// The flight desk and the ACP permission prompt.
+    pub approvals: Arc<Approvals>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     settings: Mutex<ClientSettings>,
-    /// Exact actions a person chose "allow always" / "reject always" for,
-    /// per session, keyed by the action's content hash (never a tool name).
-    remembered: Mutex<HashMap<String, HashMap<String, bool>>>,
     next_session: AtomicU64,
     /// The arrival order of prompts, per session.
     orders: Mutex<HashMap<String, Arc<PromptOrder>>>,
@@ -135,46 +131,33 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-pub fn rpc_error(code: i32, message: impl Into<String>) -> ErrorObjectOwned {
-    ErrorObject::owned(code, message.into(), None::<()>)
-}
-
-fn invalid_params(message: impl Into<String>) -> ErrorObjectOwned {
-    rpc_error(codes::INVALID_PARAMS, message)
+fn invalid_params(message: impl Into<String>) -> RpcError {
+    RpcError::invalid_params(message)
 }
 
 impl Daemon {
     pub fn new(env: Arc<AgentEnv>, out: Outgoing) -> Arc<Daemon> {
-        let desk = FlightDesk::new(env.clone(), out.clone());
-        Arc::new(Daemon {
-            env,
-            out,
-            desk,
-            sessions: Mutex::default(),
-            settings: Mutex::default(),
-            remembered: Mutex::default(),
-            next_session: AtomicU64::new(1),
-            orders: Mutex::default(),
-            commands_sent: Mutex::default(),
+        Arc::new_cyclic(|me: &std::sync::Weak<Daemon>| {
+            let me = me.clone();
+            let modes: crate::approval::ModeSource =
+                Arc::new(move |id: &str| me.upgrade().and_then(|d| d.live_mode(id)));
+            Daemon {
+                approvals: Arc::new(Approvals::new(env.clone(), out.clone(), modes)),
+                env,
+                out,
+                sessions: Mutex::default(),
+                settings: Mutex::default(),
+                next_session: AtomicU64::new(1),
+                orders: Mutex::default(),
+                commands_sent: Mutex::default(),
+            }
         })
     }
 
     /// On the reader task, in arrival order: a queue place for a prompt.
     /// `None` for anything the prompt handler will refuse anyway.
-    fn ticket_for(&self, text: &str) -> Option<PromptTicket> {
-        #[derive(serde::Deserialize)]
-        struct Envelope {
-            params: PromptParams,
-        }
-        #[derive(serde::Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct PromptParams {
-            session_id: String,
-        }
-        let envelope: Envelope = serde_json::from_str(text).ok()?;
-        let session = lock(&self.sessions)
-            .get(&envelope.params.session_id)?
-            .clone();
+    fn ticket_for(&self, req: &acp::PromptRequest) -> Option<PromptTicket> {
+        let session = lock(&self.sessions).get(&*req.session_id.0)?.clone();
         let order = lock(&self.orders)
             .entry(session.id.clone())
             .or_default()
@@ -218,13 +201,10 @@ impl Daemon {
         }
     }
 
-    pub fn session(&self, id: &str) -> Result<Arc<Session>, ErrorObjectOwned> {
+    pub fn session(&self, id: &str) -> Result<Arc<Session>, RpcError> {
         lock(&self.sessions).get(id).cloned().ok_or_else(|| {
             let hint = "create one with session/new, or load a stored one with session/load";
-            rpc_error(
-                proto::RESOURCE_NOT_FOUND,
-                format!("unknown session `{id}`: {hint}"),
-            )
+            RpcError::not_found(format!("unknown session `{id}`: {hint}"))
         })
     }
 
@@ -235,8 +215,9 @@ impl Daemon {
         }
     }
 
-    pub fn uses_flight_plans(&self) -> bool {
-        lock(&self.settings).flight_plans
+    /// A live session's mode, for the flight desk's last mile.
+    fn live_mode(&self, id: &str) -> Option<crate::modes::Mode> {
+        lock(&self.sessions).get(id).map(|s| s.mode())
     }
 
     /// The daemon's provider discovery, when it is what serves prompts: no
@@ -248,10 +229,7 @@ impl Daemon {
         self.env.config.discovery.as_deref()
     }
 
-    fn initialize(
-        &self,
-        req: acp::InitializeRequest,
-    ) -> Result<acp::InitializeResponse, ErrorObjectOwned> {
+    fn initialize(&self, req: acp::InitializeRequest) -> Result<acp::InitializeResponse, RpcError> {
         let settings = proto::client_settings(req.meta.as_ref()).map_err(invalid_params)?;
         let configured = crate::session_config::configured(&self.env.config);
         let providers = crate::session_config::effective_providers(&configured, &settings);
@@ -277,12 +255,13 @@ impl Daemon {
         self.env
             .client_fs
             .connect(self.out.clone(), &req.client_capabilities.fs);
+        self.approvals.set_flight_plans(settings.flight_plans);
         *lock(&self.settings) = settings;
         self.out
             .notify(proto::EXT_SANDBOX_STATUS, &self.env.sandbox);
         if flight_plans {
             // Plans outlive daemons and editors: offer the pending ones again.
-            self.desk.offer_pending();
+            self.approvals.desk.offer_pending();
         }
         let caps = acp::AgentCapabilities::new()
             .prompt_capabilities(acp::PromptCapabilities::new().embedded_context(true))
@@ -319,7 +298,7 @@ impl Daemon {
     async fn new_session(
         &self,
         req: acp::NewSessionRequest,
-    ) -> Result<acp::NewSessionResponse, ErrorObjectOwned> {
+    ) -> Result<acp::NewSessionResponse, RpcError> {
         let cwd = usable_cwd(req.cwd)?;
         let n = self.next_session.fetch_add(1, Ordering::Relaxed);
         let id = crate::sessions::new_id(n);
@@ -331,7 +310,7 @@ impl Daemon {
             .mcp
             .start_session(&id, &cwd, &req.mcp_servers)
             .await
-            .map_err(|e| rpc_error(codes::INVALID_PARAMS, e.to_string()))?;
+            .map_err(|e| RpcError::invalid_params(e.to_string()))?;
         let mode = self.env.config.default_mode;
         let mut session = Session::new(id.clone(), cwd.clone()).with_mode(mode);
         if let Some(store) = &self.env.sessions {
@@ -369,22 +348,19 @@ impl Daemon {
     async fn load_session(
         &self,
         req: acp::LoadSessionRequest,
-    ) -> Result<acp::LoadSessionResponse, ErrorObjectOwned> {
+    ) -> Result<acp::LoadSessionResponse, RpcError> {
         let id = req.session_id.0.to_string();
         let cwd = usable_cwd(req.cwd)?;
         let store = self.env.sessions.as_ref().ok_or_else(|| {
-            rpc_error(
-                proto::RESOURCE_NOT_FOUND,
-                format!("session `{id}` not found: this daemon keeps no sessions ([sessions] persist = false)"),
+            RpcError::not_found(format!("session `{id}` not found: this daemon keeps no sessions ([sessions] persist = false)"),
             )
         })?;
         let loaded = store.load(&id).map_err(|e| match e {
-            crate::sessions::StoreError::NotFound(_) => rpc_error(
-                proto::RESOURCE_NOT_FOUND,
-                format!("session `{id}` not found (session/list shows the stored ones)"),
-            ),
+            crate::sessions::StoreError::NotFound(_) => RpcError::not_found(format!(
+                "session `{id}` not found (session/list shows the stored ones)"
+            )),
             crate::sessions::StoreError::BadId(_) => invalid_params(e.to_string()),
-            other => rpc_error(codes::INTERNAL_ERROR, format!("session `{id}`: {other}")),
+            other => RpcError::internal(format!("session `{id}`: {other}")),
         })?;
         tracing::info!(session = %id, cwd = %cwd.display(), messages = loaded.history.len(), "session/load");
         // A session loaded again gets the servers of this request, not the
@@ -395,7 +371,7 @@ impl Daemon {
             .mcp
             .start_session(&id, &cwd, &req.mcp_servers)
             .await
-            .map_err(|e| rpc_error(codes::INVALID_PARAMS, e.to_string()))?;
+            .map_err(|e| RpcError::invalid_params(e.to_string()))?;
         let replay = loaded.replay.clone();
         let session_mode_recorded = loaded.mode;
         let live = lock(&self.sessions).get(&id).cloned();
@@ -404,7 +380,7 @@ impl Daemon {
             None => {
                 let journal = store
                     .reopen(&id)
-                    .map_err(|e| rpc_error(codes::INTERNAL_ERROR, e.to_string()))?;
+                    .map_err(|e| RpcError::internal(e.to_string()))?;
                 let session = Session::restored(loaded, cwd, Some(journal));
                 // Never switched: the configured default, as for a new one.
                 let session = match session_mode_recorded {
@@ -461,7 +437,7 @@ impl Daemon {
     fn set_mode(
         &self,
         req: acp::SetSessionModeRequest,
-    ) -> Result<acp::SetSessionModeResponse, ErrorObjectOwned> {
+    ) -> Result<acp::SetSessionModeResponse, RpcError> {
         let session = self.session(&req.session_id.0)?;
         let mode: crate::modes::Mode = req
             .mode_id
@@ -482,7 +458,7 @@ impl Daemon {
     fn list_sessions(
         &self,
         req: acp::ListSessionsRequest,
-    ) -> Result<acp::ListSessionsResponse, ErrorObjectOwned> {
+    ) -> Result<acp::ListSessionsResponse, RpcError> {
         let Some(store) = &self.env.sessions else {
             return Ok(acp::ListSessionsResponse::new(Vec::new()));
         };
@@ -525,7 +501,7 @@ impl Daemon {
         self: Arc<Self>,
         req: acp::PromptRequest,
         ticket: Option<PromptTicket>,
-    ) -> Result<acp::PromptResponse, ErrorObjectOwned> {
+    ) -> Result<acp::PromptResponse, RpcError> {
         let session = self.session(&req.session_id.0)?;
         let ticket = match ticket.filter(|t| t.session.id == session.id) {
             Some(t) => t,
@@ -552,14 +528,11 @@ impl Daemon {
         // Skill files edited since: the client's `/` completion follows.
         self.announce_commands(&session, false);
         if ticket.order.waiting() > MAX_QUEUED_PROMPTS {
-            return Err(rpc_error(
-                codes::REFUSED,
-                format!(
-                    "too many prompts queued for session {} (limit {MAX_QUEUED_PROMPTS}); wait for \
+            return Err(RpcError::refused(format!(
+                "too many prompts queued for session {} (limit {MAX_QUEUED_PROMPTS}); wait for \
                      the running ones or cancel them",
-                    session.id
-                ),
-            ));
+                session.id
+            )));
         }
         tokio::select! {
             _ = ticket.order.wait_for(ticket.ticket) => {}
@@ -579,18 +552,13 @@ impl Daemon {
                         .iter()
                         .map(|(c, _)| format!("{} ({})", c.name, c.base_url))
                         .collect();
-                    return Err(ErrorObject::owned(
-                        codes::INTERNAL_ERROR,
-                        why,
-                        Some(serde_json::json!({ "kind": "provider_failed", "providers": tried })),
+                    return Err(RpcError::internal(why).with_data(
+                        serde_json::json!({ "kind": "provider_failed", "providers": tried }),
                     ));
                 }
             }
         }
         let sink = Arc::new(RpcSink::new(self.out.clone(), session.id.clone()));
-        let approver = DaemonApprover {
-            daemon: self.clone(),
-        };
         // The turn's own token: cancelled by a person, or by the clock.
         let turn_cancel = ticket.cancel.child_token();
         let limit = Duration::from_secs(self.env.config.max_turn_secs);
@@ -608,7 +576,7 @@ impl Daemon {
             &session,
             text,
             sink.clone(),
-            &approver,
+            &*self.approvals,
             turn_cancel,
         )
         .await;
@@ -616,13 +584,10 @@ impl Daemon {
         sink.flush();
         drop(ticket);
         if timed_out.load(Ordering::SeqCst) {
-            return Err(rpc_error(
-                codes::REFUSED,
-                format!(
-                    "the turn was stopped after {} s: it reached max_turn_secs",
-                    limit.as_secs()
-                ),
-            ));
+            return Err(RpcError::refused(format!(
+                "the turn was stopped after {} s: it reached max_turn_secs",
+                limit.as_secs()
+            )));
         }
         match result {
             Ok(stop) => {
@@ -643,10 +608,8 @@ impl Daemon {
                 // The cascade the turn used, as each provider labels itself.
                 let cascade = session.models().unwrap_or_else(|| self.env.models());
                 let names: Vec<String> = cascade.providers().map(|p| p.label()).collect();
-                Err(ErrorObject::owned(
-                    codes::INTERNAL_ERROR,
-                    e.to_string(),
-                    Some(serde_json::json!({ "kind": "provider_failed", "providers": names })),
+                Err(RpcError::internal(e.to_string()).with_data(
+                    serde_json::json!({ "kind": "provider_failed", "providers": names }),
                 ))
             }
         }
@@ -671,156 +634,13 @@ impl Daemon {
             other => tracing::debug!(method = other, "ignored notification"),
         }
     }
-
-    /// Ask an ACP client through `session/request_permission`.
-    async fn ask_acp_client(
-        &self,
-        request: ApprovalRequest,
-        cancel: CancellationToken,
-    ) -> ApprovalOutcome {
-        // "Always" covers exactly what the person saw: the same command
-        // text, interpreter, environment, network grant, time limit and
-        // directory. Anything else is asked again.
-        let key = request.action.content_hash_in(&request.cwd);
-        let remembered = lock(&self.remembered)
-            .get(&request.session_id)
-            .and_then(|m| m.get(&key).copied());
-        match remembered {
-            Some(true) => {
-                let hash = request.action.content_hash();
-                return ApprovalOutcome::Approved {
-                    action: Box::new(request.action),
-                    hash,
-                    by: "acp-client (allow always)".into(),
-                };
-            }
-            Some(false) => {
-                return ApprovalOutcome::Rejected {
-                    comment: Some("the person chose to always reject this exact action".into()),
-                    by: "acp-client".into(),
-                }
-            }
-            None => {}
-        }
-        let reasons: Vec<String> = request
-            .trace
-            .iter()
-            .filter(|v| v.decision != crate::gates::Decision::Allow)
-            .map(|v| format!("{}: {}", v.gate, v.reason))
-            .collect();
-        let fields = acp::ToolCallUpdateFields::new()
-            .title(crate::agent::act::title(
-                &request.action.tool,
-                &request.action.arguments,
-            ))
-            .raw_input(serde_json::to_value(&request.action.effect).unwrap_or(Value::Null))
-            .content(vec![acp::ToolCallContent::from(format!(
-                "Why approval is needed: {}",
-                reasons.join("; ")
-            ))]);
-        let what = match request.action.effect {
-            crate::action::Effect::Run { .. } => "command",
-            _ => "action",
-        };
-        let options = vec![
-            acp::PermissionOption::new(
-                acp::PermissionOptionId::new("allow_once"),
-                "Allow once",
-                acp::PermissionOptionKind::AllowOnce,
-            ),
-            acp::PermissionOption::new(
-                acp::PermissionOptionId::new("allow_always"),
-                format!("Always allow this exact {what}"),
-                acp::PermissionOptionKind::AllowAlways,
-            ),
-            acp::PermissionOption::new(
-                acp::PermissionOptionId::new("reject_once"),
-                "Reject",
-                acp::PermissionOptionKind::RejectOnce,
-            ),
-            acp::PermissionOption::new(
-                acp::PermissionOptionId::new("reject_always"),
-                format!("Always reject this exact {what}"),
-                acp::PermissionOptionKind::RejectAlways,
-            ),
-        ];
-        let params = acp::RequestPermissionRequest::new(
-            acp::SessionId::new(request.session_id.clone()),
-            acp::ToolCallUpdate::new(acp::ToolCallId::new(request.tool_call_id.clone()), fields),
-            options,
-        );
-        let answer = tokio::select! {
-            _ = cancel.cancelled() => return ApprovalOutcome::Cancelled,
-            answer = self.out.request(proto::SESSION_REQUEST_PERMISSION, params) => answer,
-        };
-        let response = match answer.map(serde_json::from_value::<acp::RequestPermissionResponse>) {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => {
-                return ApprovalOutcome::Rejected {
-                    comment: Some(format!(
-                        "the client's permission answer was unreadable: {e}"
-                    )),
-                    by: "acp-client".into(),
-                }
-            }
-            Err(e) => {
-                return ApprovalOutcome::Rejected {
-                    comment: Some(format!("the client could not be asked: {}", e.message)),
-                    by: "acp-client".into(),
-                }
-            }
-        };
-        let option = match response.outcome {
-            acp::RequestPermissionOutcome::Selected(s) => s.option_id.0.to_string(),
-            _ => return ApprovalOutcome::Cancelled,
-        };
-        let verdict = if option.starts_with("allow") {
-            PlanOutcome::Approved
-        } else {
-            PlanOutcome::Rejected
-        };
-        self.env.record(AuditRecord::decision(
-            &request.tool_call_id,
-            verdict,
-            "acp-client",
-            Some(&option),
-        ));
-        let remember = |allow: bool| {
-            lock(&self.remembered)
-                .entry(request.session_id.clone())
-                .or_default()
-                .insert(key.clone(), allow);
-        };
-        match option.as_str() {
-            "allow_once" | "allow_always" => {
-                if option == "allow_always" {
-                    remember(true);
-                }
-                let hash = request.action.content_hash();
-                ApprovalOutcome::Approved {
-                    action: Box::new(request.action),
-                    hash,
-                    by: "acp-client".into(),
-                }
-            }
-            other => {
-                if other == "reject_always" {
-                    remember(false);
-                }
-                ApprovalOutcome::Rejected {
-                    comment: None,
-                    by: "acp-client".into(),
-                }
-            }
-        }
-    }
 }
 
 /// Sessions per `session/list` page.
 const LIST_PAGE: usize = 200;
 
 /// A client-given working directory: absolute, existing, a directory.
-fn usable_cwd(cwd: PathBuf) -> Result<PathBuf, ErrorObjectOwned> {
+fn usable_cwd(cwd: PathBuf) -> Result<PathBuf, RpcError> {
     if !cwd.is_absolute() {
         return Err(invalid_params(format!(
             "cwd must be an absolute path, got {}",
@@ -895,7 +715,7 @@ impl Daemon {
     /// `_passepartout/skills/trust`: the person (through the editor, never
     /// the model) trusts project skill files with exactly their current
     /// content; then the project's skills are reloaded.
-    fn skills_trust(&self, p: proto::SkillsTrustParams) -> Result<Value, ErrorObjectOwned> {
+    fn skills_trust(&self, p: proto::SkillsTrustParams) -> Result<Value, RpcError> {
         if !p.cwd.is_absolute() {
             return Err(invalid_params(format!(
                 "cwd must be an absolute path, got {}",
@@ -951,7 +771,7 @@ impl Daemon {
                     "sha256": sha256,
                     "name": review.skill.as_ref().map(|s| s.name.clone()),
                 })),
-                Err(e) => return Err(rpc_error(codes::INTERNAL_ERROR, e.to_string())),
+                Err(e) => return Err(RpcError::internal(e.to_string())),
             }
         }
         let (names, diagnostics) = self.env.toolsets.reload(Some(&p.cwd));
@@ -974,7 +794,7 @@ struct CwdParams {
 impl Daemon {
     /// `_passepartout/undo`: revert a checkpoint; a refusal (files changed
     /// since, nothing to undo) is a `REFUSED` error with the reason.
-    async fn undo(&self, params: proto::UndoParams) -> Result<Value, ErrorObjectOwned> {
+    async fn undo(&self, params: proto::UndoParams) -> Result<Value, RpcError> {
         let (state, cfg) = (
             self.env.config.state_dir(),
             self.env.config.checkpoints.clone(),
@@ -994,7 +814,7 @@ impl Daemon {
                 crate::checkpoint::undo_turn(&state, &cfg, &cwd, turn.as_deref(), &origin)
             })
             .await
-            .map_err(|e| rpc_error(codes::REFUSED, e.to_string()))?;
+            .map_err(|e| RpcError::refused(e.to_string()))?;
             if let Some(u) = &undo {
                 self.env.record(crate::audit::AuditRecord::effect(u));
             }
@@ -1011,10 +831,8 @@ impl Daemon {
         })
         .await
         .map_err(|e| match e {
-            crate::checkpoint::CheckpointError::Unknown(_) => {
-                rpc_error(proto::RESOURCE_NOT_FOUND, e.to_string())
-            }
-            other => rpc_error(codes::REFUSED, other.to_string()),
+            crate::checkpoint::CheckpointError::Unknown(_) => RpcError::not_found(e.to_string()),
+            other => RpcError::refused(other.to_string()),
         })?;
         let (undone, undo) = done;
         self.env.record(crate::audit::AuditRecord::effect(&undo));
@@ -1026,7 +844,7 @@ impl Daemon {
     }
 
     /// `_passepartout/history`: the checkpoints of a working directory.
-    async fn history(&self, params: proto::HistoryParams) -> Result<Value, ErrorObjectOwned> {
+    async fn history(&self, params: proto::HistoryParams) -> Result<Value, RpcError> {
         let (state, cfg) = (
             self.env.config.state_dir(),
             self.env.config.checkpoints.clone(),
@@ -1036,18 +854,11 @@ impl Daemon {
             crate::checkpoint::history(&state, &cfg, &cwd, params.limit)
         })
         .await
-        .map_err(|e| rpc_error(codes::INTERNAL_ERROR, e.to_string()))?;
+        .map_err(|e| RpcError::internal(e.to_string()))?;
         Ok(serde_json::json!({
             "checkpoints": list.iter().map(|c| c.wire()).collect::<Vec<_>>()
         }))
     }
-}
-
-fn cwd_param(params: &Params<'_>) -> Result<Option<PathBuf>, ErrorObjectOwned> {
-    if params.as_str().is_none() {
-        return Ok(None);
-    }
-    Ok(params.parse::<Option<CwdParams>>()?.unwrap_or_default().cwd)
 }
 
 /// Concatenate the text of a prompt's content blocks.
@@ -1223,50 +1034,6 @@ impl TurnSink for RpcSink {
     }
 }
 
-struct DaemonApprover {
-    daemon: Arc<Daemon>,
-}
-
-#[async_trait::async_trait]
-impl Approver for DaemonApprover {
-    async fn approve(
-        &self,
-        request: ApprovalRequest,
-        cancel: CancellationToken,
-    ) -> ApprovalOutcome {
-        if self.daemon.uses_flight_plans() {
-            self.daemon.desk.ask(request, cancel).await
-        } else {
-            self.daemon.ask_acp_client(request, cancel).await
-        }
-    }
-
-    fn begin(
-        &self,
-        session_id: &str,
-        tool_call_id: &str,
-        action: &crate::action::Action,
-    ) -> Result<(), String> {
-        self.daemon.desk.begin(session_id, tool_call_id, action)
-    }
-
-    fn plan_id(&self, session_id: &str, tool_call_id: &str) -> Option<String> {
-        self.daemon.desk.plan_of(session_id, tool_call_id)
-    }
-
-    fn settle(
-        &self,
-        session_id: &str,
-        tool_call_id: &str,
-        status: &crate::agent::act::ActStatus,
-        text: &str,
-    ) {
-        self.daemon
-            .desk
-            .settle(session_id, tool_call_id, status, text)
-    }
-}
-
 /// `_passepartout/mcp/trust`: the project, and the SHA-256 of the
 /// `.passepartout/config.toml` bytes the person was shown.
 #[derive(serde::Deserialize)]
@@ -1276,95 +1043,48 @@ struct McpTrustParams {
     expected_sha256: String,
 }
 
-fn parse<T: serde::de::DeserializeOwned>(params: &Params<'_>) -> Result<T, ErrorObjectOwned> {
-    params.parse::<T>()
-}
-
 /// Build the method table.
-pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
-    let mut module = RpcModule::from_arc(daemon);
-    let registered = [
-        module
-            .register_method(proto::INITIALIZE, |p, d, _| d.initialize(parse(&p)?))
-            .map(|_| ()),
-        module
-            .register_async_method(proto::SESSION_NEW, |p, d, _| async move {
-                d.new_session(parse(&p)?).await
+pub fn methods(daemon: Arc<Daemon>) -> Router<Daemon> {
+    let mut r = Router::new(daemon);
+    r.method(proto::INITIALIZE, Daemon::initialize)
+        .async_method(proto::SESSION_NEW, |d, p| async move {
+            d.new_session(p).await
+        })
+        .async_method(proto::SESSION_LOAD, |d, p| async move {
+            d.load_session(p).await
+        })
+        .method(proto::SESSION_SET_MODE, Daemon::set_mode)
+        .method(
+            proto::SESSION_LIST,
+            |d, p: Option<acp::ListSessionsRequest>| d.list_sessions(p.unwrap_or_default()),
+        )
+        .method(proto::EXT_BUDGET_SET, |d, p| Ok(d.budget_set(p)))
+        .ordered(
+            proto::SESSION_PROMPT,
+            |d: &Daemon, p: &acp::PromptRequest| d.ticket_for(p),
+            |d, p, ticket| d.prompt(p, ticket),
+        )
+        .method(proto::EXT_PLAN_DECIDE, |d, p| {
+            d.approvals.desk.decide(p, "emacs").map_err(|e| match e {
+                DecideError::Refused(m) => RpcError::refused(m),
+                DecideError::NotFound(m) => RpcError::not_found(m),
+                DecideError::BadEdit(m) => RpcError::invalid_params(m),
             })
-            .map(|_| ()),
-        module
-            .register_async_method(proto::SESSION_LOAD, |p, d, _| async move {
-                d.load_session(parse(&p)?).await
-            })
-            .map(|_| ()),
-        module
-            .register_method(proto::SESSION_SET_MODE, |p, d, _| {
-                d.set_mode(parse(&p)?)
-            })
-            .map(|_| ()),
-        module
-            .register_method(proto::SESSION_LIST, |p, d, _| {
-                let req = if p.as_str().is_none() {
-                    acp::ListSessionsRequest::new()
-                } else {
-                    p.parse::<Option<acp::ListSessionsRequest>>()?
-                        .unwrap_or_default()
-                };
-                d.list_sessions(req)
-            })
-            .map(|_| ()),
-        module
-            .register_method(proto::EXT_BUDGET_SET, |p, d, _| {
-                Ok::<_, ErrorObjectOwned>(d.budget_set(parse(&p)?))
-            })
-            .map(|_| ()),
-        module
-            .register_async_method(proto::SESSION_PROMPT, |p, d, _| async move {
-                let ticket = crate::rpc::request_ticket()
-                    .and_then(|t| t.downcast::<Mutex<Option<PromptTicket>>>().ok())
-                    .and_then(|t| lock(&t).take());
-                d.prompt(parse(&p)?, ticket).await
-            })
-            .map(|_| ()),
-        module
-            .register_method(proto::EXT_PLAN_DECIDE, |p, d, _| {
-                d.desk.decide(parse(&p)?, "emacs").map_err(|e| match e {
-                    DecideError::Refused(m) => rpc_error(codes::REFUSED, m),
-                    DecideError::NotFound(m) => rpc_error(proto::RESOURCE_NOT_FOUND, m),
-                    DecideError::BadEdit(m) => invalid_params(m),
-                })
-            })
-            .map(|_| ()),
-        module
-            .register_method(proto::EXT_PLANS_LIST, |_, d, _| {
-                d.desk
-                    .list()
-                    .map_err(|m| rpc_error(codes::INTERNAL_ERROR, m))
-            })
-            .map(|_| ()),
-        module
-            .register_method(proto::EXT_SKILLS_CHECK, |p, d, _| {
-                Ok::<_, ErrorObjectOwned>(d.skills_check(parse(&p)?))
-            })
-            .map(|_| ()),
-        module
-            .register_method(proto::EXT_SKILLS_RELOAD, |p, d, _| {
-                Ok::<_, ErrorObjectOwned>(d.skills_reload(cwd_param(&p)?))
-            })
-            .map(|_| ()),
-        module
-            .register_method(proto::EXT_SKILLS_LIST, |p, d, _| {
-                Ok::<_, ErrorObjectOwned>(d.skills_list(cwd_param(&p)?))
-            })
-            .map(|_| ()),
-        module
-            .register_method(proto::EXT_SKILLS_TRUST, |p, d, _| {
-                d.skills_trust(parse(&p)?)
-            })
-            .map(|_| ()),
-        module
-            .register_method(crate::mcp::project::EXT_MCP_TRUST, |p, d, _| {
-                let params: McpTrustParams = parse(&p)?;
+        })
+        .method(proto::EXT_PLANS_LIST, |d, _: Option<Value>| {
+            d.approvals.desk.list().map_err(RpcError::internal)
+        })
+        .method(proto::EXT_SKILLS_CHECK, |d, p| Ok(d.skills_check(p)))
+        .method(proto::EXT_SKILLS_RELOAD, |d, p: Option<CwdParams>| {
+            Ok(d.skills_reload(p.unwrap_or_default().cwd))
+        })
+        .method(proto::EXT_SKILLS_LIST, |d, p: Option<CwdParams>| {
+            Ok(d.skills_list(p.unwrap_or_default().cwd))
+        })
+        .method(proto::EXT_SKILLS_TRUST, Daemon::skills_trust)
+        .method(
+            crate::mcp::project::EXT_MCP_TRUST,
+            |d, params: McpTrustParams| {
                 let cwd = usable_cwd(params.cwd)?;
                 let config = &d.env.config;
                 crate::mcp::project::trust_shown(
@@ -1373,23 +1093,19 @@ pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
                     config.trust_project_tool_approval,
                     &params.expected_sha256,
                 )
-                .map_err(|m| rpc_error(codes::REFUSED, m))
-            })
-            .map(|_| ()),
-        module
-            .register_async_method(proto::EXT_PROVIDERS, |_, d, _| async move {
-                let providers = crate::session_config::effective_providers(
-                    &crate::session_config::configured(&d.env.config),
-                    &lock(&d.settings),
-                );
-                Ok::<_, ErrorObjectOwned>(
-                    crate::session_config::list(&providers, d.discovery()).await,
-                )
-            })
-            .map(|_| ()),
-        module
-            .register_method(proto::EXT_SESSION_CONFIGURE, |p, d, _| {
-                let params: crate::session_config::ConfigureParams = parse(&p)?;
+                .map_err(RpcError::refused)
+            },
+        )
+        .async_method(proto::EXT_PROVIDERS, |d, _: Option<Value>| async move {
+            let providers = crate::session_config::effective_providers(
+                &crate::session_config::configured(&d.env.config),
+                &lock(&d.settings),
+            );
+            Ok(crate::session_config::list(&providers, d.discovery()).await)
+        })
+        .method(
+            proto::EXT_SESSION_CONFIGURE,
+            |d, params: crate::session_config::ConfigureParams| {
                 let session = d.session(&params.session_id)?;
                 let providers = crate::session_config::effective_providers(
                     &crate::session_config::configured(&d.env.config),
@@ -1399,32 +1115,17 @@ pub fn methods(daemon: Arc<Daemon>) -> RpcModule<Daemon> {
                     .map_err(|e| invalid_params(e.to_string()))?;
                 session.set_models(cascade);
                 tracing::info!(session = %session.id, provider = %chosen.name, model = %chosen.model, "session configured");
-                Ok::<_, ErrorObjectOwned>(serde_json::json!({
+                Ok(serde_json::json!({
                     "sessionId": session.id,
                     "provider": chosen.name,
                     "model": chosen.model,
                     "maxTokens": chosen.max_tokens,
                 }))
-            })
-            .map(|_| ()),
-        module
-            .register_async_method(proto::EXT_UNDO, |p, d, _| async move {
-                d.undo(parse(&p)?).await
-            })
-            .map(|_| ()),
-        module
-            .register_async_method(proto::EXT_HISTORY, |p, d, _| async move {
-                d.history(parse(&p)?).await
-            })
-            .map(|_| ()),
-    ];
-    for r in registered {
-        // Names are static and distinct; a clash is a programming error.
-        if let Err(e) = r {
-            tracing::error!("method registration failed: {e}");
-        }
-    }
-    module
+            },
+        )
+        .async_method(proto::EXT_UNDO, |d, p| async move { d.undo(p).await })
+        .async_method(proto::EXT_HISTORY, |d, p| async move { d.history(p).await });
+    r
 }
 
 /// Serve the daemon on a reader/writer pair until input ends.
@@ -1435,23 +1136,15 @@ where
 {
     let (out, queue) = Outgoing::channel();
     let daemon = Daemon::new(env, out.clone());
-    daemon.desk.recover();
+    daemon.approvals.desk.recover();
     let notify_daemon = daemon.clone();
-    let ticket_daemon = daemon.clone();
     let eof_daemon = daemon.clone();
     let hooks = crate::rpc::Hooks {
         on_notification: Arc::new(move |m: &str, p: Value| notify_daemon.on_notification(m, p)),
-        on_request: Some(Arc::new(move |method: &str, text: &str| {
-            if method != proto::SESSION_PROMPT {
-                return None;
-            }
-            let ticket = ticket_daemon.ticket_for(text)?;
-            Some(Arc::new(Mutex::new(Some(ticket))) as crate::rpc::Ticket)
-        })),
         on_eof: Some(Arc::new(move || {
             // The editor went away (quit, restart): stop the turns, but a
             // plan waiting for a person stays pending for the next daemon.
-            eof_daemon.desk.shut_down();
+            eof_daemon.approvals.desk.shut_down();
             eof_daemon.env.editor.disconnect();
             eof_daemon.env.client_fs.disconnect();
             eof_daemon.cancel_all();

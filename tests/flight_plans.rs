@@ -349,6 +349,95 @@ async fn a_plan_survives_sigkill_and_runs_exactly_once() {
     );
 }
 
+/// The last-mile check is the same for a plan run after its turn is gone:
+/// a session switched to read-only while its plan waited refuses the plan
+/// when it is finally approved by the next daemon, and the audit log holds
+/// the last mile's verdict (the mode's deny) and the refusal.
+#[tokio::test]
+async fn a_plan_run_after_a_restart_is_refused_when_the_session_mode_now_forbids_it() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start(vec![write_call("late.txt", "late\n")]).await;
+    let mut first = spawn(home.path(), &fake);
+    first.initialize(json!({ "flightPlans": true })).await;
+    let sid = first.new_session(project.path()).await;
+    first
+        .start_request("session/prompt", prompt(&sid, "write"))
+        .await;
+    let offer = first.wait_method("_passepartout/plan/offer").await;
+    let id = offer["params"]["plan"]["planId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = first
+        .request(
+            "session/set_mode",
+            json!({ "sessionId": sid, "modeId": "read-only" }),
+        )
+        .await;
+    assert!(r.get("result").is_some(), "{r}");
+    // The switch is in the journal (its writer thread) before the kill.
+    let journal = home
+        .path()
+        .join(format!("state/passepartout/sessions/{sid}.jsonl"));
+    let written = audit_until(&journal, |j| j.contains(r#""mode":"read-only""#)).await;
+    assert!(written.contains(r#""mode":"read-only""#), "{written}");
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+
+    let mut second = spawn(home.path(), &fake);
+    second.initialize(json!({ "flightPlans": true })).await;
+    second.wait_method("_passepartout/plan/offer").await;
+    let r = second
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": id, "decision": "approve" }),
+        )
+        .await;
+    assert_eq!(r["result"]["status"], "approved", "{r}");
+    let resolved = second.wait_method("_passepartout/plan/resolved").await;
+    assert_eq!(resolved["params"]["status"], "denied", "{resolved}");
+    let said = resolved["params"]["result"].as_str().unwrap_or_default();
+    assert!(said.contains("last-mile check failed"), "{resolved}");
+    assert!(!project.path().join("late.txt").exists());
+
+    let audit = audit_until(&home.path().join("state/passepartout/audit.jsonl"), |a| {
+        a.contains("last-mile check failed")
+    })
+    .await;
+    let records: Vec<Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["tool_call_id"] == "call_w")
+        .collect();
+    let last_verdict = records
+        .iter()
+        .rev()
+        .find(|r| r["kind"] == "verdict")
+        .unwrap_or_else(|| panic!("no verdict record in {audit}"));
+    assert_eq!(last_verdict["judgement"]["decision"], "deny", "{audit}");
+    assert!(
+        last_verdict["judgement"]["trace"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["gate"] == "mode" && v["decision"] == "deny"),
+        "{audit}"
+    );
+    let denied = records.last().unwrap();
+    assert_eq!(
+        (denied["kind"].clone(), denied["session"].clone()),
+        (json!("denied"), json!(sid)),
+        "{audit}"
+    );
+    assert!(!records.iter().any(|r| r["kind"] == "executed"), "{audit}");
+    // Refused for good: the plan is closed, not left approved.
+    let list = second
+        .request("_passepartout/plans/list", json!(null))
+        .await;
+    assert_eq!(list["result"]["plans"], json!([]), "{list}");
+}
+
 #[tokio::test]
 async fn acp_clients_are_asked_with_request_permission() {
     let home = tempfile::tempdir().unwrap();

@@ -4,6 +4,11 @@
 //! last-mile check of the exact action about to run → the actuator chosen by
 //! the action's target. Every failure on the way becomes an observation the
 //! model reads next round; nothing here ends the turn except cancellation.
+//!
+//! The last two steps are `execute_action`, which the flight desk also
+//! calls for a plan approved after its turn is gone: the last-mile check is
+//! made there once (`last_mile`), with the session's mode as it is now, and
+//! its verdict goes to the audit log.
 
 use std::sync::Arc;
 
@@ -17,6 +22,7 @@ use crate::checkpoint::{self, watch};
 use crate::gates::engine::Judgement;
 use crate::gates::Decision;
 use crate::llm::ToolCall;
+use crate::modes::Mode;
 use crate::protocol::acp;
 use crate::tools::PlanContext;
 
@@ -149,47 +155,37 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
         }
     };
 
-    // Last mile: the exact action about to run must be the one approved,
-    // and is judged once more.
-    let outcome = if approved.content_hash() != approved_hash {
-        let text =
-            "last-mile check failed: the action changed after it was approved; it was not run"
-                .to_string();
-        refuse(a, &id, text, ActStatus::Denied)
+    // The last mile (hash, gates and mode once more, the desk's
+    // exactly-once guard) is `execute_action`'s, as for a plan run later.
+    let plan_id = if asked {
+        a.approver.plan_id(&a.session.id, &id)
     } else {
-        let last = judge(a, &approved, &gate_ctx);
-        if last.decision == Decision::Deny {
-            refuse(
-                a,
-                &id,
-                format!("last-mile check failed: {}", denial(&last)),
-                ActStatus::Denied,
-            )
-        } else if let Err(why) = begin(a, asked, &id, &approved) {
-            refuse(a, &id, why, ActStatus::Denied)
-        } else {
-            let plan_id = if asked {
-                a.approver.plan_id(&a.session.id, &id)
-            } else {
-                None
-            };
-            let x = ExecContext {
-                env: a.env,
-                session_id: &a.session.id,
-                cwd: &a.session.cwd,
-                plan_id: plan_id.as_deref(),
-                sink: a.sink,
-                sink_handle: Some(a.sink_handle.clone()),
-                cancel: a.cancel.clone(),
-                approved_by,
-                read_only: a.session.mode().read_only(),
-                limits: (a.toolset.tools.get(&approved.tool))
-                    .map_or_else(Default::default, |t| t.planner.limits()),
-                live: Some(Live { act: a, asked }),
-            };
-            execute_action(&id, &approved, &x).await
-        }
+        None
     };
+    let begin_desk = |action: &Action| a.approver.begin(&a.session.id, &id, action);
+    let x = ExecContext {
+        env: a.env,
+        session_id: &a.session.id,
+        cwd: &a.session.cwd,
+        plan_id: plan_id.as_deref(),
+        sink: a.sink,
+        sink_handle: Some(a.sink_handle.clone()),
+        cancel: a.cancel.clone(),
+        approved_by,
+        last_mile: LastMile {
+            approved_hash: &approved_hash,
+            toolset: a.toolset,
+            mode: a.session.mode(),
+            // Unedited, the verdict on this exact action is in the log
+            // already (above); an edited action's is not.
+            recorded: (!edited).then_some(&judgement),
+            begin: if asked { Some(&begin_desk) } else { None },
+        },
+        limits: (a.toolset.tools.get(&approved.tool))
+            .map_or_else(Default::default, |t| t.planner.limits()),
+        live: Some(Live { act: a, asked }),
+    };
+    let outcome = execute_action(&id, &approved, &x).await;
     // Only an action that ran: a refusal already says why nothing did.
     let outcome = if edited && matches!(outcome.status, ActStatus::Executed | ActStatus::Failed) {
         told_edited(outcome, &approved)
@@ -207,9 +203,20 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
 /// strictest wins, so a mode only tightens. The mode is read now, so a
 /// switch takes effect at the next action (and at the last mile).
 fn judge(a: &ActEnv<'_>, action: &Action, gate_ctx: &crate::gates::GateContext) -> Judgement {
-    let judgement = a.toolset.gates.evaluate(action, gate_ctx);
-    let kind = (a.toolset.tools.get(&action.tool)).map_or(acp::ToolKind::Other, |t| t.kind);
-    match a.session.mode().verdict(action, kind) {
+    judge_in(a.toolset, a.session.mode(), action, gate_ctx)
+}
+
+/// [`judge`] for a toolset and a mode given apart (a plan run after its
+/// turn is gone has no session object, only its mode).
+fn judge_in(
+    toolset: &Toolset,
+    mode: Mode,
+    action: &Action,
+    gate_ctx: &crate::gates::GateContext,
+) -> Judgement {
+    let judgement = toolset.gates.evaluate(action, gate_ctx);
+    let kind = (toolset.tools.get(&action.tool)).map_or(acp::ToolKind::Other, |t| t.kind);
+    match mode.verdict(action, kind) {
         Some(verdict) => {
             let mut trace = judgement.trace;
             trace.push(verdict);
@@ -243,14 +250,6 @@ fn refuse(a: &ActEnv<'_>, id: &str, text: String, status: ActStatus) -> Acted {
     finish(a.sink, id, text, status)
 }
 
-fn begin(a: &ActEnv<'_>, asked: bool, id: &str, action: &Action) -> Result<(), String> {
-    if asked {
-        a.approver.begin(&a.session.id, id, action)
-    } else {
-        Ok(())
-    }
-}
-
 /// Tell the approver what became of an action a person approved.
 fn settled(a: &ActEnv<'_>, id: &str, acted: Acted) -> Acted {
     a.approver
@@ -260,7 +259,8 @@ fn settled(a: &ActEnv<'_>, id: &str, acted: Acted) -> Acted {
 
 /// What running one action needs: the one execution path shared by a live
 /// turn and by the flight desk running an approved plan whose turn is gone
-/// (after a restart). The gates and the person have been consulted already.
+/// (after a restart). The gates and the person have been consulted already;
+/// [`LastMile`] is what the last-mile check compares against.
 pub(crate) struct ExecContext<'a> {
     pub env: &'a AgentEnv,
     pub session_id: &'a str,
@@ -274,14 +274,67 @@ pub(crate) struct ExecContext<'a> {
     pub cancel: CancellationToken,
     /// Who approved this exact action, when a person did.
     pub approved_by: Option<String>,
-    /// The session is in read-only mode (see [`crate::modes`]).
-    pub read_only: bool,
+    pub last_mile: LastMile<'a>,
     /// The resource limits the calling tool sets for itself (`:LIMITS:`).
     pub limits: crate::sandbox::LimitOverrides,
     /// The live turn, when there is one: the effect stage can then ask a
     /// person about what the action did. Without one (a plan run after its
     /// turn is gone), a held effect stays rolled back.
     pub live: Option<Live<'a>>,
+}
+
+/// The flight desk's exactly-once guard, as the last mile calls it.
+pub(crate) type BeginGuard<'a> = dyn Fn(&Action) -> Result<(), String> + Sync + 'a;
+
+/// What the last-mile check holds the action to, the same for a live turn
+/// and for a plan run after its turn is gone.
+pub(crate) struct LastMile<'a> {
+    /// The content hash of what was approved (by the gates, or by a person
+    /// who saw it); the action about to run must hash to it.
+    pub approved_hash: &'a str,
+    /// The gates, and the tools (whose kind the mode reads), now.
+    pub toolset: &'a Toolset,
+    /// The session's mode now: a switch since the approval counts. Read-only
+    /// also reaches the sandbox as a read-only bind.
+    pub mode: Mode,
+    /// The verdict on this exact action already in the audit log, if any:
+    /// the last mile records its own unless it says the same.
+    pub recorded: Option<&'a Judgement>,
+    /// The flight desk's exactly-once guard for an approved plan; `Err`
+    /// stops the action.
+    pub begin: Option<&'a BeginGuard<'a>>,
+}
+
+/// The last-mile check, the one place it is made: the exact action must
+/// hash to what was approved, must not be denied by the gates and the
+/// session mode as they are now, and (for a plan) must win the desk's
+/// exactly-once guard. Its verdict goes to the audit log; `Err` is why the
+/// action must not run.
+fn last_mile(
+    env: &AgentEnv,
+    session_id: &str,
+    cwd: &std::path::Path,
+    id: &str,
+    action: &Action,
+    lm: &LastMile<'_>,
+) -> Result<(), String> {
+    if action.content_hash() != lm.approved_hash {
+        return Err(
+            "last-mile check failed: the action changed after it was approved; it was not run"
+                .into(),
+        );
+    }
+    let judgement = judge_in(lm.toolset, lm.mode, action, &env.gate_context(cwd));
+    if lm.recorded.map(|r| r.decision) != Some(judgement.decision) {
+        env.record(AuditRecord::verdict(session_id, id, &judgement));
+    }
+    if judgement.decision == Decision::Deny {
+        return Err(format!("last-mile check failed: {}", denial(&judgement)));
+    }
+    match lm.begin {
+        Some(begin) => begin(action),
+        None => Ok(()),
+    }
 }
 
 /// A live turn behind an execution, and whether a person already approved
@@ -291,9 +344,14 @@ pub(crate) struct Live<'a> {
     pub asked: bool,
 }
 
-/// Run an approved action with the actuator for its target, record an
-/// `executed` audit record (session, plan, call), and report the result.
+/// Run an approved action: the last-mile check, then the actuator for its
+/// target; record an `executed` audit record (session, plan, call), and
+/// report the result.
 pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_>) -> Acted {
+    if let Err(why) = last_mile(x.env, x.session_id, x.cwd, id, action, &x.last_mile) {
+        x.env.record(AuditRecord::denied(x.session_id, id, &why));
+        return finish(x.sink, id, why, ActStatus::Denied);
+    }
     let actuator = match x.env.actuators.resolve(Some(&action.target), None) {
         Ok(act) => act,
         Err(e) => return finish(x.sink, id, e.to_string(), ActStatus::Failed),
@@ -337,7 +395,7 @@ pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_
         cancel: x.cancel.clone(),
         say,
         approved_by: x.approved_by.clone(),
-        read_only: x.read_only,
+        read_only: x.last_mile.mode.read_only(),
         limits: x.limits,
     };
     let result = actuator.execute(action, &ctx).await;
@@ -526,15 +584,18 @@ async fn effect_stage(
         ApprovalOutcome::Approved { action, hash, by } => (*action, hash, by),
     };
     let (approved, hash, approved_by) = approved;
-    let gate_ctx = a.env.gate_context(&a.session.cwd);
-    let refusal = if approved.content_hash() != hash {
-        Some("last-mile check failed: the change changed after it was approved".to_string())
-    } else if approved.target != crate::checkpoint::watch::TARGET {
+    let begin_desk = |action: &Action| a.approver.begin(&a.session.id, id, action);
+    let refusal = if approved.target != crate::checkpoint::watch::TARGET {
         Some("last-mile check failed: an approved effect must stay a checkpoint apply".into())
-    } else if a.toolset.gates.evaluate(&approved, &gate_ctx).decision == Decision::Deny {
-        Some("last-mile check failed: the gates deny applying this change".into())
     } else {
-        a.approver.begin(&a.session.id, id, &approved).err()
+        let lm = LastMile {
+            approved_hash: &hash,
+            toolset: a.toolset,
+            mode: a.session.mode(),
+            recorded: None,
+            begin: Some(&begin_desk),
+        };
+        last_mile(a.env, &a.session.id, &a.session.cwd, id, &approved, &lm).err()
     };
     if let Some(why) = refusal {
         let why = reject(format!("{held_text}\nNot applied: {why}")).await;

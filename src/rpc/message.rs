@@ -4,10 +4,9 @@
 //!
 //! A request's id is kept as the client wrote it ([`ClientId`], the raw JSON
 //! text): JSON-RPC allows any number (negative, fractional, beyond 64 bits)
-//! and the reply must carry the same value. jsonrpsee only knows `u64` and
-//! string ids, and a `Value` would round big numbers through `f64`, so the
-//! connection hands jsonrpsee an id of its own ([`with_internal_id`]) and puts
-//! the client's text back on the reply ([`reply_with_client_id`]).
+//! and the reply must carry the same value, which a `Value` would round
+//! through `f64`. The reply is assembled around that text
+//! ([`result_response`], [`error_object_response`]); no id is ever re-parsed.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -31,7 +30,9 @@ pub mod codes {
     pub const REFUSED: i32 = -32001;
 }
 
-/// An error object as carried in a response.
+/// An error object as carried in a response: what every handler returns
+/// when it fails, and what a request to the client fails with. The codes
+/// are in [`codes`].
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, thiserror::Error)]
 #[error("JSON-RPC error {code}: {message}")]
 pub struct RpcError {
@@ -39,6 +40,42 @@ pub struct RpcError {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<Value>,
+}
+
+impl RpcError {
+    pub fn new(code: i32, message: impl Into<String>) -> RpcError {
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    /// The same error with `data` (for example `{"kind": ...}`).
+    pub fn with_data(mut self, data: Value) -> RpcError {
+        self.data = Some(data);
+        self
+    }
+
+    /// `-32602`: the request's params are wrong, and `message` says how.
+    pub fn invalid_params(message: impl Into<String>) -> RpcError {
+        RpcError::new(codes::INVALID_PARAMS, message)
+    }
+
+    /// `-32001`: refused by the daemon's own rules.
+    pub fn refused(message: impl Into<String>) -> RpcError {
+        RpcError::new(codes::REFUSED, message)
+    }
+
+    /// `-32002`: the session, plan or checkpoint does not exist.
+    pub fn not_found(message: impl Into<String>) -> RpcError {
+        RpcError::new(codes::RESOURCE_NOT_FOUND, message)
+    }
+
+    /// `-32603`: the daemon failed.
+    pub fn internal(message: impl Into<String>) -> RpcError {
+        RpcError::new(codes::INTERNAL_ERROR, message)
+    }
 }
 
 /// A request id exactly as the client sent it: its JSON text (a string,
@@ -61,13 +98,12 @@ impl ClientId {
 /// One classified incoming message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Incoming {
-    /// A call that wants a response. `text` is the request re-serialised with
-    /// a `null` `params` removed (jsonrpc.el sends `"params": null`); its id
-    /// is still the client's (see [`with_internal_id`]).
+    /// A call that wants a response. A `null` `params` reads as absent
+    /// (jsonrpc.el sends `"params": null`).
     Request {
         id: ClientId,
         method: String,
-        text: String,
+        params: Option<Value>,
     },
     Notification {
         method: String,
@@ -160,7 +196,7 @@ pub fn classify(text: &str) -> Result<Incoming, String> {
             Ok(Incoming::Request {
                 id: reply_id,
                 method,
-                text: Value::Object(obj).to_string(),
+                params: obj.remove("params"),
             })
         }
         (Some(Value::String(method)), None) => Ok(Incoming::Notification {
@@ -192,43 +228,17 @@ pub fn classify(text: &str) -> Result<Incoming, String> {
     }
 }
 
-/// The request `text` with its id replaced by `internal` (the id jsonrpsee
-/// sees; it only understands `u64` and string ids).
-pub fn with_internal_id(text: &str, internal: u64) -> Result<String, serde_json::Error> {
-    let mut obj: serde_json::Map<String, Value> = serde_json::from_str(text)?;
-    obj.insert("id".into(), json!(internal));
-    serde_json::to_string(&obj)
+/// A successful response: `result` is the result's JSON text.
+pub fn result_response(id: &ClientId, result: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{},"result":{result}}}"#, id.0)
 }
 
-/// A reply jsonrpsee produced, re-addressed to the client's own id. The
-/// result or error is copied as raw text, never re-encoded.
-pub fn reply_with_client_id(reply: &str, id: &ClientId) -> String {
-    #[derive(Deserialize)]
-    struct Parts<'a> {
-        #[serde(borrow, default)]
-        result: Option<&'a RawValue>,
-        #[serde(borrow, default)]
-        error: Option<&'a RawValue>,
-    }
-    match serde_json::from_str::<Parts>(reply) {
-        Ok(Parts {
-            error: Some(error), ..
-        }) => format!(
-            r#"{{"jsonrpc":"2.0","id":{},"error":{}}}"#,
-            id.0,
-            error.get()
-        ),
-        // A `null` result reads as `None`.
-        Ok(Parts { result, .. }) => format!(
-            r#"{{"jsonrpc":"2.0","id":{},"result":{}}}"#,
-            id.0,
-            result.map_or("null", RawValue::get)
-        ),
-        Err(e) => error_response(
-            id,
-            codes::INTERNAL_ERROR,
-            &format!("the daemon produced an unreadable reply: {e}"),
-        ),
+/// A response carrying `error` (with its `data`, when it has some).
+pub fn error_object_response(id: &ClientId, error: &RpcError) -> String {
+    match serde_json::to_string(error) {
+        Ok(error) => format!(r#"{{"jsonrpc":"2.0","id":{},"error":{error}}}"#, id.0),
+        // Only a `data` that cannot be written gets here.
+        Err(_) => error_response(id, error.code, &error.message),
     }
 }
 
@@ -256,11 +266,14 @@ mod tests {
 
     #[test]
     fn requests_notifications_and_responses() {
+        match classify(r#"{"jsonrpc":"2.0","id":"a","method":"m","params":{"x":[1]}}"#).unwrap() {
+            Incoming::Request { params, .. } => assert_eq!(params, Some(json!({"x": [1]}))),
+            other => panic!("not a request: {other:?}"),
+        }
         match classify(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":null}"#).unwrap() {
-            Incoming::Request { id, method, text } => {
+            Incoming::Request { id, method, params } => {
                 assert_eq!((id.as_json(), method.as_str()), ("1", "initialize"));
-                let v: Value = serde_json::from_str(&text).unwrap();
-                assert_eq!(v, json!({"jsonrpc":"2.0","id":1,"method":"initialize"}));
+                assert_eq!(params, None);
             }
             other => panic!("not a request: {other:?}"),
         }
@@ -331,34 +344,33 @@ mod tests {
             "1.0",
         ] {
             let text = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"m"}}"#);
-            let Incoming::Request { id: got, text, .. } = classify(&text).unwrap() else {
+            let Incoming::Request { id: got, .. } = classify(&text).unwrap() else {
                 panic!("not a request: {id}");
             };
             assert_eq!(got.as_json(), id);
-            let internal = with_internal_id(&text, 7).unwrap();
-            let v: Value = serde_json::from_str(&internal).unwrap();
-            assert_eq!(v["id"], 7);
-            let reply =
-                reply_with_client_id(r#"{"jsonrpc":"2.0","id":7,"result":{"a":[1]}}"#, &got);
+            let reply = result_response(&got, r#"{"a":[1]}"#);
             assert_eq!(
                 reply,
                 format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"a":[1]}}}}"#)
             );
-            let reply = reply_with_client_id(
-                r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32601,"message":"x"}}"#,
-                &got,
-            );
+            let reply = error_object_response(&got, &RpcError::new(-32601, "x"));
             assert_eq!(
                 reply,
                 format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32601,"message":"x"}}}}"#)
             );
         }
         // A `null` result stays a result.
-        let reply = reply_with_client_id(
-            r#"{"jsonrpc":"2.0","id":7,"result":null}"#,
-            &ClientId::null(),
-        );
+        let reply = result_response(&ClientId::null(), "null");
         assert_eq!(reply, r#"{"jsonrpc":"2.0","id":null,"result":null}"#);
+        // Data goes after the message, as jsonrpsee wrote it.
+        let reply = error_object_response(
+            &ClientId::null(),
+            &RpcError::new(-32603, "m").with_data(json!({"kind": "k"})),
+        );
+        assert_eq!(
+            reply,
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"m","data":{"kind":"k"}}}"#
+        );
         // An invalid request still echoes the id it could read.
         let e = err_of(r#"{"id":-2.5,"method":"x"}"#);
         assert_eq!(e["id"], json!(-2.5));

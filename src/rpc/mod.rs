@@ -1,13 +1,20 @@
 //! The JSON-RPC connection over a byte stream (stdio in production, an
 //! in-memory duplex in tests).
 //!
+//! This module is the seam around JSON-RPC (and jsonrpsee): what goes up
+//! from here is typed params, and what comes back is a typed result or an
+//! [`RpcError`]; envelopes, ids, error codes ([`codes`]) and the order of
+//! requests are handled here, and nothing above `rpc/` names a jsonrpsee
+//! type.
+//!
 //! One task reads frames and routes them; one task owns the writer. Incoming
-//! requests are dispatched through a jsonrpsee [`RpcModule`], each in its own
+//! requests are dispatched through the typed [`Router`], each in its own
 //! task, because a handler may await the client (a permission answer) and must
-//! not block the reader. Notifications go to a plain callback, on the reader
-//! task, so `session/cancel` never waits behind output. Requests the daemon
-//! sends to the client are correlated by id through a map of pending oneshot
-//! senders in [`Outgoing`].
+//! not block the reader; a method registered as [`Router::ordered`] takes its
+//! place on the reader task first. Notifications go to a plain callback, on
+//! the reader task, so `session/cancel` never waits behind output. Requests
+//! the daemon sends to the client are correlated by id through a map of
+//! pending oneshot senders in [`Outgoing`].
 //!
 //! Everything is bounded. The outgoing queue is measured in bytes: producers
 //! that can wait (the provider stream, request replies) wait while it holds
@@ -20,8 +27,8 @@
 
 pub mod framing;
 pub mod message;
+pub mod router;
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,7 +36,6 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use futures::StreamExt;
-use jsonrpsee::RpcModule;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -37,7 +43,9 @@ use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use tokio_util::codec::{Encoder, FramedRead};
 
 use framing::{Frame, FrameCodec, FramingCell};
-use message::{codes, ClientId, Incoming, RpcError};
+pub use message::{codes, RpcError};
+use message::{ClientId, Incoming};
+pub use router::Router;
 
 type Pending = Arc<Mutex<HashMap<String, oneshot::Sender<Result<Value, RpcError>>>>>;
 
@@ -140,22 +148,14 @@ impl Outgoing {
 
     /// Send a request to the client and wait for its answer.
     pub async fn request(&self, method: &str, params: impl Serialize) -> Result<Value, RpcError> {
-        let params = serde_json::to_value(params).map_err(|e| RpcError {
-            code: codes::INTERNAL_ERROR,
-            message: format!("cannot serialise request: {e}"),
-            data: None,
-        })?;
+        let params = serde_json::to_value(params)
+            .map_err(|e| RpcError::internal(format!("cannot serialise request: {e}")))?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.lock_pending().insert(id.to_string(), tx);
         self.send_raw(message::request(id, method, &params));
-        rx.await.unwrap_or_else(|_| {
-            Err(RpcError {
-                code: codes::INTERNAL_ERROR,
-                message: "connection closed".into(),
-                data: None,
-            })
-        })
+        rx.await
+            .unwrap_or_else(|_| Err(RpcError::internal("connection closed")))
     }
 
     fn lock_pending(
@@ -188,30 +188,10 @@ impl Outgoing {
 /// Callback for incoming notifications.
 pub type NotificationHandler = Arc<dyn Fn(&str, Value) + Send + Sync>;
 
-/// Something a request hook hands to its request's handler.
-pub type Ticket = Arc<dyn Any + Send + Sync>;
-
-/// Called on the reader task for each request, in arrival order, before the
-/// request gets its own task: `(method, request text)`. What it returns is
-/// available to the handler through [`request_ticket`]. The daemon uses it
-/// to queue prompts in the order they arrived.
-pub type RequestHook = Arc<dyn Fn(&str, &str) -> Option<Ticket> + Send + Sync>;
-
-tokio::task_local! {
-    static TICKET: Option<Ticket>;
-}
-
-/// The ticket the [`RequestHook`] gave the request being handled (only
-/// inside a request handler).
-pub fn request_ticket() -> Option<Ticket> {
-    TICKET.try_with(Clone::clone).ok().flatten()
-}
-
 /// What the connection calls besides the method table.
 #[derive(Clone)]
 pub struct Hooks {
     pub on_notification: NotificationHandler,
-    pub on_request: Option<RequestHook>,
     /// Input ended: called once, before waiting for running requests (the
     /// daemon stops its turns here so they answer at once).
     pub on_eof: Option<Arc<dyn Fn() + Send + Sync>>,
@@ -221,7 +201,6 @@ impl Hooks {
     pub fn notifications(on_notification: NotificationHandler) -> Self {
         Hooks {
             on_notification,
-            on_request: None,
             on_eof: None,
         }
     }
@@ -231,17 +210,17 @@ impl Hooks {
 ///
 /// `outgoing`/`queue` come from [`Outgoing::channel`]; the same `outgoing` is
 /// what handlers use to notify or call the client.
-pub async fn serve<R, W, C>(
+pub async fn serve<R, W, S>(
     reader: R,
     writer: W,
     outgoing: Outgoing,
     queue: OutgoingQueue,
-    methods: RpcModule<C>,
+    methods: Router<S>,
     hooks: Hooks,
 ) where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
-    C: Send + Sync + 'static,
+    S: Send + Sync + 'static,
 {
     let framing = FramingCell::default();
     let mut frames = FramedRead::with_capacity(reader, FrameCodec::new(framing.clone()), 64 * 1024);
@@ -252,10 +231,7 @@ pub async fn serve<R, W, C>(
         queue,
         closing.clone(),
     ));
-    let methods = Arc::new(methods);
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    // The ids jsonrpsee sees; the client's own go back on each reply.
-    let mut next_internal_id: u64 = 0;
 
     while let Some(frame) = frames.next().await {
         let text = match frame {
@@ -280,7 +256,7 @@ pub async fn serve<R, W, C>(
             Ok(Incoming::Notification { method, params }) => {
                 (hooks.on_notification)(&method, params)
             }
-            Ok(Incoming::Request { id, method, text }) => {
+            Ok(Incoming::Request { id, method, params }) => {
                 let Ok(permit) = in_flight.clone().try_acquire_owned() else {
                     outgoing.send_raw(message::error_response(
                         &id,
@@ -291,32 +267,21 @@ pub async fn serve<R, W, C>(
                     ));
                     continue;
                 };
-                let ticket = hooks.on_request.as_ref().and_then(|h| h(&method, &text));
-                next_internal_id += 1;
-                let internal = next_internal_id;
-                let methods = methods.clone();
+                // On the reader task: an ordered method takes its place now.
+                let handled = methods.dispatch(&method, params);
                 let out = outgoing.clone();
-                tokio::spawn(TICKET.scope(ticket, async move {
+                tokio::spawn(async move {
                     tracing::debug!(%method, "request");
-                    let reply = match message::with_internal_id(&text, internal) {
-                        Ok(text) => match methods.raw_json_request(&text, 1).await {
-                            Ok((response, _)) => message::reply_with_client_id(response.get(), &id),
-                            Err(e) => {
-                                message::error_response(&id, codes::INVALID_REQUEST, &e.to_string())
-                            }
-                        },
-                        Err(e) => message::error_response(
-                            &id,
-                            codes::INTERNAL_ERROR,
-                            &format!("cannot re-address the request: {e}"),
-                        ),
+                    let reply = match handled.await {
+                        Ok(result) => message::result_response(&id, &result),
+                        Err(e) => message::error_object_response(&id, &e),
                     };
                     // A client that does not read makes its requests wait
                     // here (bounded by the in-flight limit).
                     out.room().await;
                     out.send_raw(reply);
                     drop(permit);
-                }));
+                });
             }
         }
     }

@@ -29,14 +29,17 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::action::Action;
-use crate::agent::act::{execute_action, ActStatus, ExecContext};
+use crate::agent::act::{execute_action, ActStatus, ExecContext, LastMile};
 use crate::agent::{AgentEnv, ApprovalOutcome, ApprovalRequest, NullSink};
 use crate::audit::{AuditRecord, PlanOutcome};
 use crate::gates::Decision;
+use crate::modes::Mode;
 use crate::plans::store::{PlanStore, StoreError};
 use crate::plans::{render, FlightPlan, PlanResult, PlanStatus};
 use crate::protocol as proto;
 use crate::rpc::Outgoing;
+
+use super::lock;
 use crate::state_lock::{self, StateLock};
 
 /// How often a waiting turn looks for decisions made from a terminal.
@@ -45,9 +48,14 @@ const STORE_POLL: Duration = Duration::from_millis(500);
 /// (and a second daemon checks whether the lock became free).
 pub const SWEEP: Duration = Duration::from_secs(1);
 
+/// A live session's mode by session id (`None`: no such live session).
+pub type ModeSource = Arc<dyn Fn(&str) -> Option<Mode> + Send + Sync>;
+
 pub struct FlightDesk {
     env: Arc<AgentEnv>,
     out: Outgoing,
+    /// The mode of the daemon's live sessions, for plans run later.
+    modes: ModeSource,
     pub store: PlanStore,
     /// Live turns waiting for a decision, by plan id.
     waiters: Mutex<HashMap<String, oneshot::Sender<ApprovalOutcome>>>,
@@ -62,10 +70,6 @@ pub struct FlightDesk {
 /// The pid of the daemon whose turn made `plan`.
 fn owner_pid(plan: &FlightPlan) -> Option<u32> {
     plan.owner()
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn call_key(session: &str, call: &str) -> String {
@@ -100,7 +104,7 @@ pub enum DecideError {
 }
 
 impl FlightDesk {
-    pub fn new(env: Arc<AgentEnv>, out: Outgoing) -> Arc<FlightDesk> {
+    pub fn new(env: Arc<AgentEnv>, out: Outgoing, modes: ModeSource) -> Arc<FlightDesk> {
         let state_dir = env.config.state_dir();
         let store = PlanStore::new(state_dir.join("plans"));
         let lock = match state_lock::try_acquire(&state_dir) {
@@ -121,6 +125,7 @@ impl FlightDesk {
         Arc::new(FlightDesk {
             env,
             out,
+            modes,
             store,
             waiters: Mutex::default(),
             by_call: Mutex::default(),
@@ -493,8 +498,21 @@ impl FlightDesk {
         );
     }
 
-    /// Run an approved plan that has no live turn: gates at the last mile,
-    /// exactly-once guard, the actuator, the record, the announcement.
+    /// The mode of `session` now: the live session's, else the last one
+    /// its journal recorded, else the configured default (as a session
+    /// loaded again would have it).
+    fn session_mode(&self, session: &str) -> Mode {
+        if let Some(mode) = (self.modes)(session) {
+            return mode;
+        }
+        let recorded = (self.env.sessions.as_ref()).and_then(|s| s.load(session).ok()?.mode);
+        recorded.unwrap_or(self.env.config.default_mode)
+    }
+
+    /// Run an approved plan that has no live turn, through the same
+    /// `execute_action` as a live turn: its last-mile check (hash, gates
+    /// and the session's mode now, the exactly-once guard), the actuator,
+    /// the records; then the announcement.
     async fn run_orphan(self: Arc<Self>, plan: FlightPlan) {
         let Some(cwd) = plan.cwd.clone() else {
             let _ = self
@@ -502,28 +520,33 @@ impl FlightDesk {
                 .abandon(&plan.id, "the plan records no working directory");
             return;
         };
-        let judgement = self
-            .env
-            .toolsets
-            .toolset(&cwd, "")
-            .gates
-            .evaluate(&plan.action, &self.env.gate_context(&cwd));
-        if judgement.decision == Decision::Deny {
-            let reason = format!("denied at the last mile: {}", judgement.reason());
-            if let Ok(p) = self.store.abandon(&plan.id, &reason) {
-                self.resolved(&p, "denied", Some(&reason));
-            }
-            return;
-        }
-        let action = match self.store.begin_execution(&plan.id) {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::info!(plan = %plan.id, "not run: {e}");
-                return;
-            }
+        let toolset = self.env.toolsets.toolset(&cwd, "");
+        // What the person saw: a record whose action or directory no longer
+        // matches its hash hands on the recorded hash, which cannot match.
+        let approved_hash = match outcome_of(&plan) {
+            ApprovalOutcome::Approved { hash, .. } => hash,
+            _ => plan.hash.clone(),
         };
-        // The same execution path as a live turn (one `executed` record
-        // with session and plan ids), only nobody watches it live.
+        // Whether the exactly-once guard was reached, and how it went.
+        let guard: Mutex<Option<Guard>> = Mutex::new(None);
+        let begin = |action: &Action| -> Result<(), String> {
+            let (reached, result) = match self.store.begin_execution(&plan.id) {
+                Ok(stored) if stored.content_hash() == action.content_hash() => {
+                    (Guard::Won, Ok(()))
+                }
+                Ok(_) => {
+                    let why = "not run: the action differs from the approved plan";
+                    let _ = self
+                        .store
+                        .finish_execution(&plan.id, PlanResult::new(true, why));
+                    (Guard::Differs, Err(why.to_string()))
+                }
+                Err(e) => (Guard::Taken, Err(format!("not run: {e}"))),
+            };
+            *lock(&guard) = Some(reached);
+            result
+        };
+        // Nobody watches it live; the resolution announces it.
         let sink = NullSink;
         let x = ExecContext {
             env: &self.env,
@@ -534,15 +557,42 @@ impl FlightDesk {
             sink_handle: None,
             cancel: CancellationToken::new(),
             approved_by: plan.decision.as_ref().map(|d| d.by.clone()),
-            // A person approved this exact action; its turn (and session
-            // mode) is gone.
-            read_only: false,
-            limits: Default::default(),
+            last_mile: LastMile {
+                approved_hash: &approved_hash,
+                toolset: &toolset,
+                mode: self.session_mode(&plan.session_id),
+                recorded: None,
+                begin: Some(&begin),
+            },
+            limits: (toolset.tools.get(&plan.action.tool))
+                .map_or_else(Default::default, |t| t.planner.limits()),
             live: None,
         };
-        let acted = execute_action(&plan.tool_call_id, &action, &x).await;
-        let is_error = acted.status != ActStatus::Executed;
+        let acted = execute_action(&plan.tool_call_id, &plan.action, &x).await;
         let text = acted.observation.text;
+        let reached = lock(&guard).take();
+        match reached {
+            // Refused at the last mile, before the guard: it never runs now.
+            None => {
+                if let Ok(p) = self.store.abandon(&plan.id, &text) {
+                    self.resolved(&p, "denied", Some(&text));
+                }
+                return;
+            }
+            Some(Guard::Differs) => {
+                if let Ok(p) = self.store.load(&plan.id) {
+                    self.resolved(&p, "denied", Some(&text));
+                }
+                return;
+            }
+            // Another runner has it (or had it): its outcome is theirs.
+            Some(Guard::Taken) => {
+                tracing::info!(plan = %plan.id, "{text}");
+                return;
+            }
+            Some(Guard::Won) => {}
+        }
+        let is_error = acted.status != ActStatus::Executed;
         match self
             .store
             .finish_execution(&plan.id, PlanResult::new(is_error, &text))
@@ -560,6 +610,16 @@ impl FlightDesk {
     pub fn plan_of(&self, session: &str, call: &str) -> Option<String> {
         lock(&self.by_call).get(&call_key(session, call)).cloned()
     }
+}
+
+/// How a plan run after its turn fared at the exactly-once guard.
+enum Guard {
+    /// This runner marked it executing: it runs here.
+    Won,
+    /// The stored action is not the one about to run: closed as failed.
+    Differs,
+    /// Another runner began it first (or it is no longer approved).
+    Taken,
 }
 
 /// The approval outcome a decided plan stands for.

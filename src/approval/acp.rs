@@ -1,0 +1,183 @@
+//! The ACP permission prompt: `session/request_permission` for clients
+//! that do not take flight plans, and the choices a person asked to be
+//! remembered ("always allow / always reject this exact action").
+//!
+//! "Always" is kept per session and keyed by the action's content hash in
+//! its working directory, never by a tool name: it covers exactly what the
+//! person saw (command text, interpreter, environment, network grant, time
+//! limit, directory), and anything else is asked again. The memory lives as
+//! long as the daemon.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{AgentEnv, ApprovalOutcome, ApprovalRequest};
+use crate::audit::{AuditRecord, PlanOutcome};
+use crate::protocol::{self as proto, acp};
+use crate::rpc::Outgoing;
+
+use super::lock;
+
+/// Asks an ACP client, and remembers the "always" answers.
+pub struct AcpPrompt {
+    env: Arc<AgentEnv>,
+    out: Outgoing,
+    /// Per session: action content hash → allow (`true`) or reject.
+    remembered: Mutex<HashMap<String, HashMap<String, bool>>>,
+}
+
+impl AcpPrompt {
+    pub fn new(env: Arc<AgentEnv>, out: Outgoing) -> AcpPrompt {
+        AcpPrompt {
+            env,
+            out,
+            remembered: Mutex::default(),
+        }
+    }
+
+    /// Ask an ACP client through `session/request_permission`.
+    pub async fn ask(
+        &self,
+        request: ApprovalRequest,
+        cancel: CancellationToken,
+    ) -> ApprovalOutcome {
+        // "Always" covers exactly what the person saw: the same command
+        // text, interpreter, environment, network grant, time limit and
+        // directory. Anything else is asked again.
+        let key = request.action.content_hash_in(&request.cwd);
+        let remembered = lock(&self.remembered)
+            .get(&request.session_id)
+            .and_then(|m| m.get(&key).copied());
+        match remembered {
+            Some(true) => {
+                let hash = request.action.content_hash();
+                return ApprovalOutcome::Approved {
+                    action: Box::new(request.action),
+                    hash,
+                    by: "acp-client (allow always)".into(),
+                };
+            }
+            Some(false) => {
+                return ApprovalOutcome::Rejected {
+                    comment: Some("the person chose to always reject this exact action".into()),
+                    by: "acp-client".into(),
+                }
+            }
+            None => {}
+        }
+        let reasons: Vec<String> = request
+            .trace
+            .iter()
+            .filter(|v| v.decision != crate::gates::Decision::Allow)
+            .map(|v| format!("{}: {}", v.gate, v.reason))
+            .collect();
+        let fields = acp::ToolCallUpdateFields::new()
+            .title(crate::agent::act::title(
+                &request.action.tool,
+                &request.action.arguments,
+            ))
+            .raw_input(serde_json::to_value(&request.action.effect).unwrap_or(Value::Null))
+            .content(vec![acp::ToolCallContent::from(format!(
+                "Why approval is needed: {}",
+                reasons.join("; ")
+            ))]);
+        let what = match request.action.effect {
+            crate::action::Effect::Run { .. } => "command",
+            _ => "action",
+        };
+        let options = vec![
+            acp::PermissionOption::new(
+                acp::PermissionOptionId::new("allow_once"),
+                "Allow once",
+                acp::PermissionOptionKind::AllowOnce,
+            ),
+            acp::PermissionOption::new(
+                acp::PermissionOptionId::new("allow_always"),
+                format!("Always allow this exact {what}"),
+                acp::PermissionOptionKind::AllowAlways,
+            ),
+            acp::PermissionOption::new(
+                acp::PermissionOptionId::new("reject_once"),
+                "Reject",
+                acp::PermissionOptionKind::RejectOnce,
+            ),
+            acp::PermissionOption::new(
+                acp::PermissionOptionId::new("reject_always"),
+                format!("Always reject this exact {what}"),
+                acp::PermissionOptionKind::RejectAlways,
+            ),
+        ];
+        let params = acp::RequestPermissionRequest::new(
+            acp::SessionId::new(request.session_id.clone()),
+            acp::ToolCallUpdate::new(acp::ToolCallId::new(request.tool_call_id.clone()), fields),
+            options,
+        );
+        let answer = tokio::select! {
+            _ = cancel.cancelled() => return ApprovalOutcome::Cancelled,
+            answer = self.out.request(proto::SESSION_REQUEST_PERMISSION, params) => answer,
+        };
+        let response = match answer.map(serde_json::from_value::<acp::RequestPermissionResponse>) {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                return ApprovalOutcome::Rejected {
+                    comment: Some(format!(
+                        "the client's permission answer was unreadable: {e}"
+                    )),
+                    by: "acp-client".into(),
+                }
+            }
+            Err(e) => {
+                return ApprovalOutcome::Rejected {
+                    comment: Some(format!("the client could not be asked: {}", e.message)),
+                    by: "acp-client".into(),
+                }
+            }
+        };
+        let option = match response.outcome {
+            acp::RequestPermissionOutcome::Selected(s) => s.option_id.0.to_string(),
+            _ => return ApprovalOutcome::Cancelled,
+        };
+        let verdict = if option.starts_with("allow") {
+            PlanOutcome::Approved
+        } else {
+            PlanOutcome::Rejected
+        };
+        self.env.record(AuditRecord::decision(
+            &request.tool_call_id,
+            verdict,
+            "acp-client",
+            Some(&option),
+        ));
+        let remember = |allow: bool| {
+            lock(&self.remembered)
+                .entry(request.session_id.clone())
+                .or_default()
+                .insert(key.clone(), allow);
+        };
+        match option.as_str() {
+            "allow_once" | "allow_always" => {
+                if option == "allow_always" {
+                    remember(true);
+                }
+                let hash = request.action.content_hash();
+                ApprovalOutcome::Approved {
+                    action: Box::new(request.action),
+                    hash,
+                    by: "acp-client".into(),
+                }
+            }
+            other => {
+                if other == "reject_always" {
+                    remember(false);
+                }
+                ApprovalOutcome::Rejected {
+                    comment: None,
+                    by: "acp-client".into(),
+                }
+            }
+        }
+    }
+}
