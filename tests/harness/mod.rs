@@ -1,8 +1,6 @@
 //! A client for integration tests: spawns the real `passepartout` binary and
 //! speaks JSON-RPC to it over its stdio, in either framing.
 
-#![allow(dead_code)]
-
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;

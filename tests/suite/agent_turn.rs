@@ -2,8 +2,8 @@
 //! provider streams answers and tool calls over real HTTP, the tools run,
 //! their results go back to the model, the answer streams back.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::time::Duration;
 

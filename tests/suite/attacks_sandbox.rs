@@ -14,8 +14,8 @@
 //!
 //! Tests that need bubblewrap say so and return when it cannot run here.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::path::Path;
 

@@ -6,8 +6,8 @@
 //! must never reach the provider. A provider key printed by an allowed
 //! command must reach the model only redacted.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

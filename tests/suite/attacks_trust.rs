@@ -10,8 +10,8 @@
 //! 7. "Allow always" covers the exact command, not the tool; a pending
 //!    flight plan whose working directory was edited on disk is refused.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::io::Read;
 use std::net::TcpListener;

@@ -9,8 +9,8 @@
 //! the change a second time, with the project intact, as a
 //! `checkpoint`/`apply_checkpoint` permission request.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

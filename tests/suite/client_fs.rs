@@ -8,8 +8,8 @@
 //! falls back to the disk; a client without the capabilities never gets
 //! an fs request.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::path::Path;
 

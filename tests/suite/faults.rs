@@ -4,8 +4,8 @@
 //! a provider that never answers, secrets kept out of logs, private state
 //! files. Each test reproduces one problem of the fault campaign.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};

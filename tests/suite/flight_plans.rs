@@ -4,8 +4,8 @@
 //! decides from a terminal; plans survive a daemon killed with SIGKILL and
 //! run exactly once. ACP clients get `session/request_permission` instead.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::path::Path;
 

@@ -7,8 +7,8 @@
 //! and the output cap; a server that cannot start or that dies is reported,
 //! never a daemon crash.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

@@ -4,8 +4,8 @@
 //! and `_passepartout/session/configure` changes what one session's next
 //! turn asks for, without a restart and without touching other sessions.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use harness::{Client, Framing};
 use serde_json::{json, Value};

@@ -2,8 +2,8 @@
 //! exceed — through the real binary, a real fake provider on 127.0.0.1,
 //! and the real state directory.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

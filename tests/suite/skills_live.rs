@@ -3,8 +3,8 @@
 //! model calls it; the editor's live check and reload; the text tool
 //! protocol for models without function calling.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use harness::{Client, Framing};
 use serde_json::{json, Value};

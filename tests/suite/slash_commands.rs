@@ -5,8 +5,8 @@
 //! expanded template with the skill active, an unknown `/name` reaches it
 //! unchanged, and a skills reload that adds a command announces it.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::path::Path;
 
