@@ -315,3 +315,40 @@ impl Client {
         self.wait_for(move |v| v["method"] == m.as_str()).await
     }
 }
+
+/// Set in the child process [`run_alone`] starts.
+const ALONE: &str = "PASSEPARTOUT_TEST_ALONE";
+
+/// Whether this process is one [`run_alone`] started for a single test.
+pub fn alone() -> bool {
+    std::env::var_os(ALONE).is_some()
+}
+
+/// Run the test `name` of module `module` (pass `module_path!()`) in a new
+/// process of this test binary with no other test beside it, and fail with
+/// its output unless it ran and passed. For measurements of the whole
+/// process (its memory) that the other tests of the one binary, running on
+/// other threads meanwhile, would disturb. The test calls this unless
+/// [`alone`], and measures only when it is.
+pub fn run_alone(module: &str, name: &str) {
+    // A test's name is its module path without the crate's name.
+    let test = format!("{}::{name}", module.split_once("::").map_or("", |(_, m)| m));
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = std::process::Command::new(exe)
+        .args(["--exact", &test, "--nocapture", "--test-threads=1"])
+        .env(ALONE, "1")
+        .output()
+        .expect("run the test binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{test}, run alone, failed:\n{stdout}\n{stderr}"
+    );
+    eprint!("{stderr}");
+    // A name that matches nothing passes vacuously: make sure it ran.
+    assert!(
+        stdout.contains("test result: ok. 1 passed"),
+        "{test} did not run alone:\n{stdout}\n{stderr}"
+    );
+}
