@@ -31,6 +31,21 @@ pub const WAIT: Duration = Duration::from_secs(20);
 /// many other messages arrive meanwhile.
 pub const TOTAL_WAIT: Duration = Duration::from_secs(180);
 
+/// The params of a `session/prompt` with one text block.
+pub fn prompt(session: &str, text: &str) -> Value {
+    json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] })
+}
+
+/// A temporary home whose `config.toml` (under its XDG config directory,
+/// where [`Client::spawn`] points the daemon) holds `config`.
+pub fn home_with_config(config: &str) -> tempfile::TempDir {
+    let home = tempfile::tempdir().expect("a temporary home");
+    let dir = home.path().join("config/passepartout");
+    std::fs::create_dir_all(&dir).expect("create the config directory");
+    std::fs::write(dir.join("config.toml"), config).expect("write config.toml");
+    home
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Framing {
     ContentLength,
@@ -279,15 +294,42 @@ impl Client {
             .await;
     }
 
-    /// Send a text prompt and answer every permission request with
-    /// `allow_once`, as a person approving everything would; the prompt's
-    /// response and the permission requests, in order.
-    pub async fn prompt_allowing(&mut self, session: &str, text: &str) -> (Value, Vec<Value>) {
+    /// A daemon speaking NDJSON, started with `args`, initialized with
+    /// `meta` (the `_meta.passepartout` of `initialize`) and with a session
+    /// in `project`: the client and the session's id.
+    pub async fn with_session(
+        home: &Path,
+        args: &[&str],
+        meta: Value,
+        project: &Path,
+    ) -> (Client, String) {
+        let mut client = Client::spawn(Framing::Ndjson, home, args);
+        client.initialize(meta).await;
+        let session = client.new_session(project).await;
+        (client, session)
+    }
+
+    /// Answer the permission request `ask` with the option `option_id`
+    /// (`allow_once`, `reject_once`, `allow_always`, ...).
+    pub async fn answer(&mut self, ask: &Value, option_id: &str) {
+        self.respond(
+            &ask["id"],
+            json!({ "outcome": { "outcome": "selected", "optionId": option_id } }),
+        )
+        .await;
+    }
+
+    /// Send a text prompt and answer every permission request with the
+    /// option `choose` picks for it, as the person at the editor would; the
+    /// prompt's response and the permission requests, in order.
+    pub async fn prompt_answering(
+        &mut self,
+        session: &str,
+        text: &str,
+        mut choose: impl FnMut(&Value) -> String,
+    ) -> (Value, Vec<Value>) {
         let id = self
-            .start_request(
-                "session/prompt",
-                json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] }),
-            )
+            .start_request("session/prompt", prompt(session, text))
             .await;
         let mut asked = Vec::new();
         loop {
@@ -300,13 +342,18 @@ impl Client {
             if msg["method"] != "session/request_permission" {
                 return (msg, asked);
             }
-            self.respond(
-                &msg["id"],
-                json!({ "outcome": { "outcome": "selected", "optionId": "allow_once" } }),
-            )
-            .await;
+            let option = choose(&msg);
+            self.answer(&msg, &option).await;
             asked.push(msg);
         }
+    }
+
+    /// Send a text prompt and answer every permission request with
+    /// `allow_once`, as a person approving everything would; the prompt's
+    /// response and the permission requests, in order.
+    pub async fn prompt_allowing(&mut self, session: &str, text: &str) -> (Value, Vec<Value>) {
+        self.prompt_answering(session, text, |_| "allow_once".into())
+            .await
     }
 
     /// Wait for a notification or request with this method.

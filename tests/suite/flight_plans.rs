@@ -9,13 +9,9 @@ use crate::support;
 
 use std::path::Path;
 
-use harness::{Client, Framing};
+use harness::{prompt, Client, Framing};
 use serde_json::{json, Value};
 use support::fake_provider::{self as fake, FakeProvider, Reply};
-
-fn prompt(session: &str, text: &str) -> Value {
-    json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] })
-}
 
 fn spawn(home: &Path, fake: &FakeProvider) -> Client {
     let url = fake.openai_url();
@@ -361,9 +357,13 @@ async fn acp_clients_are_asked_with_request_permission() {
     ])
     .await;
     let url = fake.openai_url();
-    let mut c = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
-    c.initialize(json!({})).await;
-    let sid = c.new_session(project.path()).await;
+    let (mut c, sid) = Client::with_session(
+        home.path(),
+        &["--provider-url", &url],
+        json!({}),
+        project.path(),
+    )
+    .await;
 
     let p = c
         .start_request("session/prompt", prompt(&sid, "write a"))

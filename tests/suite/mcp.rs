@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use harness::{Client, Framing};
+use harness::{prompt, Client, Framing};
 use serde_json::{json, Value};
 use support::fake_provider::{self as fake, FakeProvider};
 
@@ -118,10 +118,6 @@ impl Setup {
 async fn new_session(c: &mut Client, cwd: &Path, servers: Value) -> Value {
     c.request("session/new", json!({ "cwd": cwd, "mcpServers": servers }))
         .await
-}
-
-fn prompt(session: &str, text: &str) -> Value {
-    json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] })
 }
 
 /// The last tool result the model received in request `n`.

@@ -7,13 +7,9 @@
 use crate::harness;
 use crate::support;
 
-use harness::{Client, Framing};
+use harness::{prompt, Client, Framing};
 use serde_json::{json, Value};
 use support::fake_provider::{self as fake, FakeProvider};
-
-fn prompt(session: &str, text: &str) -> Value {
-    json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] })
-}
 
 #[tokio::test]
 async fn providers_lists_models_from_the_server() {

@@ -7,13 +7,9 @@ use crate::support;
 
 use std::path::{Path, PathBuf};
 
-use harness::{Client, Framing};
+use harness::{prompt, Client, Framing};
 use serde_json::{json, Value};
 use support::fake_provider::{self as fake, FakeProvider, Reply};
-
-fn prompt(session: &str, text: &str) -> Value {
-    json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] })
-}
 
 /// A config file with one OpenAI-compatible provider and `extra` TOML.
 fn config(home: &Path, fake: &FakeProvider, provider_extra: &str, extra: &str) -> PathBuf {
