@@ -380,11 +380,7 @@ async fn acp_clients_are_asked_with_request_permission() {
         ["allow_once", "allow_always", "reject_once", "reject_always"]
     );
     assert_eq!(ask["params"]["toolCall"]["toolCallId"], "call_w");
-    c.respond(
-        &ask["id"],
-        json!({ "outcome": { "outcome": "selected", "optionId": "allow_once" } }),
-    )
-    .await;
+    c.answer(&ask, "allow_once").await;
     assert_eq!(c.wait_response(p).await["result"]["stopReason"], "end_turn");
     assert_eq!(
         std::fs::read_to_string(project.path().join("a.txt")).unwrap(),
@@ -395,11 +391,7 @@ async fn acp_clients_are_asked_with_request_permission() {
         .start_request("session/prompt", prompt(&sid, "write b"))
         .await;
     let ask = c.wait_method("session/request_permission").await;
-    c.respond(
-        &ask["id"],
-        json!({ "outcome": { "outcome": "selected", "optionId": "reject_once" } }),
-    )
-    .await;
+    c.answer(&ask, "reject_once").await;
     assert_eq!(c.wait_response(p).await["result"]["stopReason"], "end_turn");
     assert!(!project.path().join("b.txt").exists());
     assert_eq!(

@@ -148,11 +148,7 @@ fn offered_tools(fake: &FakeProvider, n: usize) -> Vec<String> {
 async fn prompt_and_answer(c: &mut Client, sid: &str, option: &str) -> Value {
     let p = c.start_request("session/prompt", prompt(sid, "go")).await;
     let ask = c.wait_method("session/request_permission").await;
-    c.respond(
-        &ask["id"],
-        json!({ "outcome": { "outcome": "selected", "optionId": option } }),
-    )
-    .await;
+    c.answer(&ask, option).await;
     let done = c.wait_response(p).await;
     assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
     ask
