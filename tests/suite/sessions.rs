@@ -402,9 +402,10 @@ async fn a_long_session_is_compacted_and_every_request_stays_under_the_window() 
     // A window with room for the fixed part and a few long answers.
     let window = base + 3_000;
     let answer = "lorem ipsum dolor sit amet ".repeat(60); // ~1,600 chars
-                                                           // Streamed without pauses between its 300 word chunks: the window is
-                                                           // what is tested here, and paced (2 ms a chunk) the turns took most of
-                                                           // the suite's longest test.
+
+    // Streamed without pauses between its 300 word chunks: the window is
+    // what is tested here, and paced (2 ms a chunk) the turns took most of
+    // the suite's longest test.
     let unpaced = |mut reply: Reply| {
         if let Reply::OpenAi { delay_ms, .. } = &mut reply {
             *delay_ms = 0;
