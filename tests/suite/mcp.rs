@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use support::fake_provider::{self as fake, FakeProvider};
 
 /// The example MCP server, built once per test run (a no-op when fresh):
-/// `cargo test --test mcp` builds the daemon but not the examples.
+/// `cargo test --test all` builds the daemon but not the examples.
 fn echo_server() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
