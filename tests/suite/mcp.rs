@@ -30,9 +30,15 @@ fn echo_server() -> PathBuf {
                 .current_dir(env!("CARGO_MANIFEST_DIR"));
             // The test runs with cargo's per-package variables set; build
             // scripts that watch them (ring's) would otherwise rebuild.
+            // Cargo's own settings stay: without the caller's
+            // CARGO_INCREMENTAL (CI turns it off) the crate would rebuild.
+            const SETTINGS: &[&str] = &["CARGO_HOME", "CARGO_TARGET_DIR", "CARGO_INCREMENTAL"];
             for (key, _) in std::env::vars_os() {
                 let key = key.to_string_lossy().into_owned();
-                if key.starts_with("CARGO_") && key != "CARGO_HOME" && key != "CARGO_TARGET_DIR" {
+                let setting = SETTINGS.contains(&key.as_str())
+                    || key.starts_with("CARGO_BUILD_")
+                    || key.starts_with("CARGO_PROFILE_");
+                if key.starts_with("CARGO_") && !setting {
                     cargo.env_remove(&key);
                 }
             }
