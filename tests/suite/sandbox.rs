@@ -2,8 +2,10 @@
 //! discipline, and failing closed.
 //!
 //! Tests that need bwrap print why and check the fail-closed path instead
-//! when it cannot run here. Tests run one at a time (`SERIAL`) so the memory
-//! measurement and the timing checks see only their own work.
+//! when it cannot run here. Tests run one at a time (`SERIAL`) so the timing
+//! checks see no other sandboxed run beside theirs; the memory measurement
+//! runs in a process of its own (`harness::run_alone`), away from the other
+//! tests of the one test binary.
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
