@@ -39,8 +39,13 @@ need_tools
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
-cargo build --locked --bins --examples
-cargo test --locked --all-targets 2>&1 | tee -a "$log"
+# One build of everything the tests run: the daemon, the examples (the ERT
+# tests' fake provider, the MCP tests' echo server; the benches only need to
+# compile) and the test binaries (the unit tests, tests/all.rs). In one cargo
+# call the two cores stay busy until the last link; `cargo test` then only
+# runs. Examples are not built a second time as empty test binaries.
+cargo build --locked --bins --examples --tests
+cargo test --locked --lib --bins --tests 2>&1 | tee -a "$log"
 # The Emacs suite once per tested Emacs; a missing one fails here.
 emacsen=$(tests/elisp/emacs-versions.sh list)
 for emacs in $emacsen; do

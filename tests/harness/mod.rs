@@ -1,8 +1,6 @@
 //! A client for integration tests: spawns the real `passepartout` binary and
 //! speaks JSON-RPC to it over its stdio, in either framing.
 
-#![allow(dead_code)]
-
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -32,6 +30,21 @@ pub const WAIT: Duration = Duration::from_secs(20);
 /// The longest a test waits for one response or message in all, however
 /// many other messages arrive meanwhile.
 pub const TOTAL_WAIT: Duration = Duration::from_secs(180);
+
+/// The params of a `session/prompt` with one text block.
+pub fn prompt(session: &str, text: &str) -> Value {
+    json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] })
+}
+
+/// A temporary home whose `config.toml` (under its XDG config directory,
+/// where [`Client::spawn`] points the daemon) holds `config`.
+pub fn home_with_config(config: &str) -> tempfile::TempDir {
+    let home = tempfile::tempdir().expect("a temporary home");
+    let dir = home.path().join("config/passepartout");
+    std::fs::create_dir_all(&dir).expect("create the config directory");
+    std::fs::write(dir.join("config.toml"), config).expect("write config.toml");
+    home
+}
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Framing {
@@ -281,15 +294,42 @@ impl Client {
             .await;
     }
 
-    /// Send a text prompt and answer every permission request with
-    /// `allow_once`, as a person approving everything would; the prompt's
-    /// response and the permission requests, in order.
-    pub async fn prompt_allowing(&mut self, session: &str, text: &str) -> (Value, Vec<Value>) {
+    /// A daemon speaking NDJSON, started with `args`, initialized with
+    /// `meta` (the `_meta.passepartout` of `initialize`) and with a session
+    /// in `project`: the client and the session's id.
+    pub async fn with_session(
+        home: &Path,
+        args: &[&str],
+        meta: Value,
+        project: &Path,
+    ) -> (Client, String) {
+        let mut client = Client::spawn(Framing::Ndjson, home, args);
+        client.initialize(meta).await;
+        let session = client.new_session(project).await;
+        (client, session)
+    }
+
+    /// Answer the permission request `ask` with the option `option_id`
+    /// (`allow_once`, `reject_once`, `allow_always`, ...).
+    pub async fn answer(&mut self, ask: &Value, option_id: &str) {
+        self.respond(
+            &ask["id"],
+            json!({ "outcome": { "outcome": "selected", "optionId": option_id } }),
+        )
+        .await;
+    }
+
+    /// Send a text prompt and answer every permission request with the
+    /// option `choose` picks for it, as the person at the editor would; the
+    /// prompt's response and the permission requests, in order.
+    pub async fn prompt_answering(
+        &mut self,
+        session: &str,
+        text: &str,
+        mut choose: impl FnMut(&Value) -> String,
+    ) -> (Value, Vec<Value>) {
         let id = self
-            .start_request(
-                "session/prompt",
-                json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] }),
-            )
+            .start_request("session/prompt", prompt(session, text))
             .await;
         let mut asked = Vec::new();
         loop {
@@ -302,13 +342,18 @@ impl Client {
             if msg["method"] != "session/request_permission" {
                 return (msg, asked);
             }
-            self.respond(
-                &msg["id"],
-                json!({ "outcome": { "outcome": "selected", "optionId": "allow_once" } }),
-            )
-            .await;
+            let option = choose(&msg);
+            self.answer(&msg, &option).await;
             asked.push(msg);
         }
+    }
+
+    /// Send a text prompt and answer every permission request with
+    /// `allow_once`, as a person approving everything would; the prompt's
+    /// response and the permission requests, in order.
+    pub async fn prompt_allowing(&mut self, session: &str, text: &str) -> (Value, Vec<Value>) {
+        self.prompt_answering(session, text, |_| "allow_once".into())
+            .await
     }
 
     /// Wait for a notification or request with this method.
@@ -316,4 +361,41 @@ impl Client {
         let m = method.to_string();
         self.wait_for(move |v| v["method"] == m.as_str()).await
     }
+}
+
+/// Set in the child process [`run_alone`] starts.
+const ALONE: &str = "PASSEPARTOUT_TEST_ALONE";
+
+/// Whether this process is one [`run_alone`] started for a single test.
+pub fn alone() -> bool {
+    std::env::var_os(ALONE).is_some()
+}
+
+/// Run the test `name` of module `module` (pass `module_path!()`) in a new
+/// process of this test binary with no other test beside it, and fail with
+/// its output unless it ran and passed. For measurements of the whole
+/// process (its memory) that the other tests of the one binary, running on
+/// other threads meanwhile, would disturb. The test calls this unless
+/// [`alone`], and measures only when it is.
+pub fn run_alone(module: &str, name: &str) {
+    // A test's name is its module path without the crate's name.
+    let test = format!("{}::{name}", module.split_once("::").map_or("", |(_, m)| m));
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = std::process::Command::new(exe)
+        .args(["--exact", &test, "--nocapture", "--test-threads=1"])
+        .env(ALONE, "1")
+        .output()
+        .expect("run the test binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{test}, run alone, failed:\n{stdout}\n{stderr}"
+    );
+    eprint!("{stderr}");
+    // A name that matches nothing passes vacuously: make sure it ran.
+    assert!(
+        stdout.contains("test result: ok. 1 passed"),
+        "{test} did not run alone:\n{stdout}\n{stderr}"
+    );
 }

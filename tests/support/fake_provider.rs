@@ -197,6 +197,28 @@ impl FakeProvider {
         lock(&self.shared.requests).clone()
     }
 
+    /// The contents of the tool results request `n` carried back to the
+    /// model, in order.
+    pub fn tool_results(&self, n: usize) -> Vec<String> {
+        let requests = self.requests();
+        let request = requests
+            .get(n)
+            .unwrap_or_else(|| panic!("no request {n}: only {}", requests.len()));
+        request.body["messages"]
+            .as_array()
+            .unwrap_or_else(|| panic!("request {n} has no messages: {}", request.body))
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    /// [`FakeProvider::tool_results`] of the last request.
+    pub fn last_tool_results(&self) -> Vec<String> {
+        let n = self.requests().len().checked_sub(1).expect("a request");
+        self.tool_results(n)
+    }
+
     /// How many scripted replies are still unused.
     pub fn remaining(&self) -> usize {
         lock(&self.shared.script).len()

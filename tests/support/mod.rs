@@ -1,7 +1,7 @@
-//! Shared helpers for the integration tests.
+//! Shared helpers for the integration tests: the fake model server.
 //!
-//! Each test binary compiles this module on its own and uses only part of
-//! it, hence the `dead_code` allowance.
+//! The examples include the same file by path (`examples/fake_provider.rs`,
+//! the benches) and each uses only part of it, hence the allowance.
 
 #[allow(dead_code)]
 pub mod fake_provider;

@@ -6,14 +6,14 @@
 //! must never reach the provider. A provider key printed by an allowed
 //! command must reach the model only redacted.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use harness::{Client, Framing};
-use serde_json::{json, Value};
+use harness::Client;
+use serde_json::json;
 use support::fake_provider::{self as fake, FakeProvider, Reply};
 
 /// The secret in the project's `.env`.
@@ -83,60 +83,27 @@ fn project() -> tempfile::TempDir {
 
 /// A home whose configuration names the fake provider with a key.
 fn home(fake: &FakeProvider) -> tempfile::TempDir {
-    let home = tempfile::tempdir().unwrap();
-    let dir = home.path().join("config/passepartout");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("config.toml"),
-        format!(
-            "[[providers]]\nname = \"fake\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"fake-model\"\napi_key = \"{PROVIDER_KEY}\"\n",
-            fake.openai_url()
-        ),
-    )
-    .unwrap();
-    home
-}
-
-fn prompt(session: &str, text: &str) -> Value {
-    json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] })
+    harness::home_with_config(&format!(
+        "[[providers]]\nname = \"fake\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"fake-model\"\napi_key = \"{PROVIDER_KEY}\"\n",
+        fake.openai_url()
+    ))
 }
 
 /// The last tool result in request `n`.
 fn tool_result(fake: &FakeProvider, n: usize) -> String {
-    let reqs = fake.requests();
-    let msgs = reqs[n].body["messages"].as_array().unwrap().clone();
-    let tool = msgs
-        .iter()
-        .rev()
-        .find(|m| m["role"] == "tool")
-        .unwrap_or_else(|| panic!("no tool message in {msgs:?}"));
-    tool["content"].as_str().unwrap().to_string()
+    fake.tool_results(n)
+        .pop()
+        .unwrap_or_else(|| panic!("no tool message in request {n}"))
 }
 
 /// Run one prompt, rejecting every permission asked; returns how many
 /// permissions were asked.
 async fn turn_rejecting(c: &mut Client, sid: &str) -> usize {
-    let p = c.start_request("session/prompt", prompt(sid, "go")).await;
-    let mut asked = 0;
-    loop {
-        let m = c
-            .wait_for(move |m| {
-                m["method"] == "session/request_permission"
-                    || (m.get("method").is_none() && m["id"] == json!(p))
-            })
-            .await;
-        if m["method"] == "session/request_permission" {
-            asked += 1;
-            c.respond(
-                &m["id"],
-                json!({ "outcome": { "outcome": "selected", "optionId": "reject_once" } }),
-            )
-            .await;
-            continue;
-        }
-        assert_eq!(m["result"]["stopReason"], "end_turn", "{m}");
-        return asked;
-    }
+    let (m, asked) = c
+        .prompt_answering(sid, "go", |_| "reject_once".into())
+        .await;
+    assert_eq!(m["result"]["stopReason"], "end_turn", "{m}");
+    asked.len()
 }
 
 #[tokio::test]
@@ -172,9 +139,7 @@ async fn every_attack_is_asked_or_denied_and_the_project_survives() {
     let project = project();
     let before = snapshot(project.path());
 
-    let mut c = Client::spawn(Framing::Ndjson, home.path(), &[]);
-    c.initialize(json!({})).await;
-    let sid = c.new_session(project.path()).await;
+    let (mut c, sid) = Client::with_session(home.path(), &[], json!({}), project.path()).await;
     let mut unasked = Vec::new();
     for (i, name) in names.iter().enumerate() {
         let asked = turn_rejecting(&mut c, &sid).await;
@@ -208,30 +173,11 @@ async fn a_provider_key_printed_by_a_command_reaches_the_model_redacted() {
     .await;
     let home = home(&fake);
     let project = project();
-    let mut c = Client::spawn(Framing::Ndjson, home.path(), &[]);
-    c.initialize(json!({})).await;
-    let sid = c.new_session(project.path()).await;
+    let (mut c, sid) = Client::with_session(home.path(), &[], json!({}), project.path()).await;
     // The command text carries the key, so the secrets gate may ask: this
     // test approves, to see what the model reads afterwards.
-    let p = c.start_request("session/prompt", prompt(&sid, "go")).await;
-    loop {
-        let m = c
-            .wait_for(move |m| {
-                m["method"] == "session/request_permission"
-                    || (m.get("method").is_none() && m["id"] == json!(p))
-            })
-            .await;
-        if m["method"] == "session/request_permission" {
-            c.respond(
-                &m["id"],
-                json!({ "outcome": { "outcome": "selected", "optionId": "allow_once" } }),
-            )
-            .await;
-            continue;
-        }
-        assert_eq!(m["result"]["stopReason"], "end_turn", "{m}");
-        break;
-    }
+    let (m, _) = c.prompt_allowing(&sid, "go").await;
+    assert_eq!(m["result"]["stopReason"], "end_turn", "{m}");
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 2);
     let result = tool_result(&fake, 1);

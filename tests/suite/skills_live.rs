@@ -3,16 +3,12 @@
 //! model calls it; the editor's live check and reload; the text tool
 //! protocol for models without function calling.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
-use harness::{Client, Framing};
+use harness::{prompt, Client, Framing};
 use serde_json::{json, Value};
 use support::fake_provider::{self as fake, FakeProvider, Reply};
-
-fn prompt(session: &str, text: &str) -> Value {
-    json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] })
-}
 
 const GREET_SKILL: &str = r#"#+TITLE: Greetings
 #+SKILL: greet
@@ -65,9 +61,13 @@ async fn a_skill_dropped_into_the_project_is_used_on_the_next_turn() {
     ])
     .await;
     let url = fake.openai_url();
-    let mut c = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
-    c.initialize(json!({})).await;
-    let sid = c.new_session(project.path()).await;
+    let (mut c, sid) = Client::with_session(
+        home.path(),
+        &["--provider-url", &url],
+        json!({}),
+        project.path(),
+    )
+    .await;
     let r = c
         .request("session/prompt", prompt(&sid, "greet the world"))
         .await;
@@ -204,13 +204,13 @@ async fn models_without_function_calling_use_the_text_protocol() {
         format!("[[providers]]\nname = \"tiny\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"tiny\"\nnative_tools = false\n", fake.openai_url()),
     )
     .unwrap();
-    let mut c = Client::spawn(
-        Framing::Ndjson,
+    let (mut c, sid) = Client::with_session(
         home.path(),
         &["--config", config.to_str().unwrap()],
-    );
-    c.initialize(json!({})).await;
-    let sid = c.new_session(project.path()).await;
+        json!({}),
+        project.path(),
+    )
+    .await;
     let r = c
         .request("session/prompt", prompt(&sid, "what do my notes say?"))
         .await;

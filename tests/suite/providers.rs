@@ -1,7 +1,7 @@
 //! The streaming providers and the cascade against the fake model server:
 //! real HTTP on 127.0.0.1, real SSE framing and chunk timing.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

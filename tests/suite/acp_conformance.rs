@@ -19,8 +19,8 @@
 //! `=1.15.1` schema crate) through its `Lines` transport, every line it
 //! reads validated on the way in.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::Duration;

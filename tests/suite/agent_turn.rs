@@ -2,8 +2,8 @@
 //! provider streams answers and tool calls over real HTTP, the tools run,
 //! their results go back to the model, the answer streams back.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::time::Duration;
 
@@ -254,9 +254,13 @@ async fn when_no_provider_answers_the_error_names_the_addresses_and_the_fix() {
     drop(listener);
     let home = tempfile::tempdir().unwrap();
     let project = tempfile::tempdir().unwrap();
-    let mut c = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &dead]);
-    c.initialize(json!({})).await;
-    let sid = c.new_session(project.path()).await;
+    let (mut c, sid) = Client::with_session(
+        home.path(),
+        &["--provider-url", &dead],
+        json!({}),
+        project.path(),
+    )
+    .await;
     let r = c.request("session/prompt", prompt(&sid, "hi")).await;
     let msg = r["error"]["message"]
         .as_str()
@@ -294,13 +298,13 @@ async fn the_cascade_fails_over_and_says_which_provider_answered() {
         ),
     )
     .unwrap();
-    let mut c = Client::spawn(
-        Framing::Ndjson,
+    let (mut c, sid) = Client::with_session(
         home.path(),
         &["--config", config.to_str().unwrap()],
-    );
-    c.initialize(json!({})).await;
-    let sid = c.new_session(project.path()).await;
+        json!({}),
+        project.path(),
+    )
+    .await;
     let r = c.request("session/prompt", prompt(&sid, "hi")).await;
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
     assert_eq!(c.message_text(), "from the second");

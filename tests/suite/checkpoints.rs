@@ -9,20 +9,16 @@
 //! the change a second time, with the project intact, as a
 //! `checkpoint`/`apply_checkpoint` permission request.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use harness::{Client, Framing};
+use harness::{prompt, Client, Framing};
 use serde_json::{json, Value};
 use support::fake_provider::{self as fake, FakeProvider};
-
-fn prompt(session: &str, text: &str) -> Value {
-    json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] })
-}
 
 /// A git project with sources, a README and enough data files that deleting
 /// them all is a bulk delete.
@@ -118,9 +114,13 @@ async fn held_in(project: tempfile::TempDir, command: &str) -> Held {
     ])
     .await;
     let url = fake.openai_url();
-    let mut client = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
-    client.initialize(json!({})).await;
-    let session = client.new_session(project.path()).await;
+    let (mut client, session) = Client::with_session(
+        home.path(),
+        &["--provider-url", &url],
+        json!({}),
+        project.path(),
+    )
+    .await;
     let prompt_id = client
         .start_request("session/prompt", prompt(&session, "clean up"))
         .await;
@@ -142,34 +142,18 @@ async fn held_in(project: tempfile::TempDir, command: &str) -> Held {
         // The text gates asked before the command ran: the project must be
         // untouched so far; let it run so the effect stage can judge.
         assert_eq!(tree(project.path()), original);
-        client
-            .respond(
-                &ask["id"],
-                json!({ "outcome": { "outcome": "selected", "optionId": "allow_once" } }),
-            )
-            .await;
+        client.answer(&ask, "allow_once").await;
     }
 }
 
 /// The model's tool result (the last tool message of the last request).
 fn tool_result(fake: &FakeProvider) -> String {
-    let reqs = fake.requests();
-    let msgs = reqs.last().unwrap().body["messages"]
-        .as_array()
-        .unwrap()
-        .clone();
-    let tool = msgs.iter().rev().find(|m| m["role"] == "tool").unwrap();
-    tool["content"].as_str().unwrap().to_string()
+    fake.last_tool_results().pop().expect("a tool message")
 }
 
 async fn decide(h: &mut Held, option: &str) {
-    let id = h.ask["id"].clone();
-    h.client
-        .respond(
-            &id,
-            json!({ "outcome": { "outcome": "selected", "optionId": option } }),
-        )
-        .await;
+    let ask = h.ask.clone();
+    h.client.answer(&ask, option).await;
     let done = h.client.wait_response(h.prompt_id).await;
     assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
 }
@@ -355,30 +339,22 @@ async fn a_small_change_runs_and_is_shown_as_a_diff_and_can_be_undone_from_the_c
     ])
     .await;
     let url = fake.openai_url();
-    let mut client = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
-    client.initialize(json!({})).await;
-    let sid = client.new_session(project.path()).await;
-    let p = client
-        .start_request("session/prompt", prompt(&sid, "edit"))
+    let (mut client, sid) = Client::with_session(
+        home.path(),
+        &["--provider-url", &url],
+        json!({}),
+        project.path(),
+    )
+    .await;
+    client
+        .prompt_answering(&sid, "edit", |ask| {
+            assert_ne!(
+                ask["params"]["toolCall"]["rawInput"]["op"], "apply_checkpoint",
+                "a small change must not be held"
+            );
+            "allow_once".into()
+        })
         .await;
-    loop {
-        let msg = client
-            .wait_for(|v| v["id"] == json!(p) || v["method"] == "session/request_permission")
-            .await;
-        if msg["id"] == json!(p) {
-            break;
-        }
-        client
-            .respond(
-                &msg["id"],
-                json!({ "outcome": { "outcome": "selected", "optionId": "allow_once" } }),
-            )
-            .await;
-        assert_ne!(
-            msg["params"]["toolCall"]["rawInput"]["op"], "apply_checkpoint",
-            "a small change must not be held"
-        );
-    }
     assert_eq!(
         std::fs::read_to_string(project.path().join("src/lib.rs")).unwrap(),
         "pub fn run() {}\n"
@@ -564,9 +540,13 @@ async fn a_whole_turn_is_undone_all_or_nothing() {
     ])
     .await;
     let url = fake.openai_url();
-    let mut client = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
-    client.initialize(json!({})).await;
-    let sid = client.new_session(project.path()).await;
+    let (mut client, sid) = Client::with_session(
+        home.path(),
+        &["--provider-url", &url],
+        json!({}),
+        project.path(),
+    )
+    .await;
     client.prompt_allowing(&sid, "edit").await;
     assert_eq!(
         std::fs::read_to_string(project.path().join("src/lib.rs")).unwrap(),
@@ -635,9 +615,13 @@ async fn a_held_effect_of_a_plan_run_after_its_turn_stays_rolled_back() {
     let args = json!({ "command": "rm -rf data src" }).to_string();
     let fake = FakeProvider::start(vec![fake::openai_tool_calls(&[("c1", "shell", &args)])]).await;
     let url = fake.openai_url();
-    let mut first = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
-    first.initialize(json!({ "flightPlans": true })).await;
-    let sid = first.new_session(project.path()).await;
+    let (mut first, sid) = Client::with_session(
+        home.path(),
+        &["--provider-url", &url],
+        json!({ "flightPlans": true }),
+        project.path(),
+    )
+    .await;
     first
         .start_request("session/prompt", prompt(&sid, "clean up"))
         .await;

@@ -6,8 +6,8 @@
 //! otherwise automatic command, and the daemon's own files stay out of
 //! reach (hidden and unwritable) of a session in `$HOME`.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::path::Path;
 

@@ -4,8 +4,8 @@
 //! every hosted key variable is cleared or set by the test. Nothing leaves
 //! 127.0.0.1.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::path::Path;
 use std::process::Stdio;

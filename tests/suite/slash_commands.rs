@@ -5,12 +5,12 @@
 //! expanded template with the skill active, an unknown `/name` reaches it
 //! unchanged, and a skills reload that adds a command announces it.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::path::Path;
 
-use harness::{Client, Framing};
+use harness::Client;
 use serde_json::{json, Value};
 use support::fake_provider::{self as fake, FakeProvider};
 
@@ -62,9 +62,13 @@ async fn commands_are_announced_and_expanded_into_the_prompt() {
     let fake =
         FakeProvider::start(vec![fake::openai_text("Bonjour"), fake::openai_text("?")]).await;
     let url = fake.openai_url();
-    let mut c = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
-    c.initialize(json!({})).await;
-    let sid = c.new_session(project.path()).await;
+    let (mut c, sid) = Client::with_session(
+        home.path(),
+        &["--provider-url", &url],
+        json!({}),
+        project.path(),
+    )
+    .await;
 
     let update = commands_update(&mut c).await;
     assert_eq!(update["params"]["sessionId"], sid.as_str());
@@ -115,9 +119,13 @@ async fn a_reload_that_adds_a_command_announces_it() {
     let dir = skills_dir(home.path());
     let fake = FakeProvider::start(vec![]).await;
     let url = fake.openai_url();
-    let mut c = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
-    c.initialize(json!({})).await;
-    let sid = c.new_session(project.path()).await;
+    let (mut c, sid) = Client::with_session(
+        home.path(),
+        &["--provider-url", &url],
+        json!({}),
+        project.path(),
+    )
+    .await;
     let first = commands_update(&mut c).await;
     assert!(!names(&first).contains(&"greet".to_string()));
     c.backlog.clear();

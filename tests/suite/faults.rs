@@ -4,22 +4,18 @@
 //! a provider that never answers, secrets kept out of logs, private state
 //! files. Each test reproduces one problem of the fault campaign.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use harness::{Client, Framing};
+use harness::{prompt, Client, Framing};
 use serde_json::{json, Value};
 use support::fake_provider::{self as fake, FakeProvider, Reply};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-
-fn prompt(session: &str, text: &str) -> Value {
-    json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] })
-}
 
 /// An OpenAI-compatible server whose answer never ends: it streams text
 /// chunks as fast as the daemon takes them, until the connection closes.
@@ -111,13 +107,13 @@ async fn an_endless_answer_is_cut_at_max_answer_bytes() {
     let project = tempfile::tempdir().unwrap();
     let provider = endless_provider().await;
     let config = write_config(home.path(), "max_answer_bytes = 200000\n");
-    let mut c = Client::spawn(
-        Framing::Ndjson,
+    let (mut c, sid) = Client::with_session(
         home.path(),
         &["--config", &config, "--provider-url", &provider.url],
-    );
-    c.initialize(json!({})).await;
-    let sid = c.new_session(project.path()).await;
+        json!({}),
+        project.path(),
+    )
+    .await;
     let r = c.request("session/prompt", prompt(&sid, "talk")).await;
     assert_eq!(r["result"]["stopReason"], "max_tokens", "{r}");
     let text = c.message_text();
@@ -136,13 +132,13 @@ async fn a_client_that_stops_reading_bounds_the_daemon_and_cancel_still_works() 
     let provider = endless_provider().await;
     // No answer cap to speak of: only backpressure can bound memory.
     let config = write_config(home.path(), "max_answer_bytes = 4000000000\n");
-    let mut c = Client::spawn(
-        Framing::Ndjson,
+    let (mut c, sid) = Client::with_session(
         home.path(),
         &["--config", &config, "--provider-url", &provider.url],
-    );
-    c.initialize(json!({})).await;
-    let sid = c.new_session(project.path()).await;
+        json!({}),
+        project.path(),
+    )
+    .await;
     let p = c
         .start_request("session/prompt", prompt(&sid, "talk"))
         .await;
@@ -323,13 +319,13 @@ async fn text_deltas_are_coalesced_into_fewer_notifications_byte_for_byte() {
         fake::openai_text("after the tool"),
     ])
     .await;
-    let mut c = Client::spawn(
-        Framing::Ndjson,
+    let (mut c, sid) = Client::with_session(
         home.path(),
         &["--provider-url", &fake.openai_url()],
-    );
-    c.initialize(json!({})).await;
-    let sid = c.new_session(project.path()).await;
+        json!({}),
+        project.path(),
+    )
+    .await;
     let r = c.request("session/prompt", prompt(&sid, "go")).await;
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
     let expected: String = deltas.concat();
@@ -379,9 +375,13 @@ async fn a_provider_that_never_answers_is_not_retried_for_minutes() {
             fake.openai_url()
         ),
     );
-    let mut c = Client::spawn(Framing::Ndjson, home.path(), &["--config", &config]);
-    c.initialize(json!({})).await;
-    let sid = c.new_session(project.path()).await;
+    let (mut c, sid) = Client::with_session(
+        home.path(),
+        &["--config", &config],
+        json!({}),
+        project.path(),
+    )
+    .await;
     let r = c.request("session/prompt", prompt(&sid, "hello?")).await;
     assert!(
         r["error"]["message"].as_str().unwrap().contains("silent"),
@@ -482,13 +482,13 @@ async fn state_files_are_private() {
         fake::openai_text("done"),
     ])
     .await;
-    let mut c = Client::spawn(
-        Framing::Ndjson,
+    let (mut c, sid) = Client::with_session(
         home.path(),
         &["--provider-url", &fake.openai_url()],
-    );
-    c.initialize(json!({})).await;
-    let sid = c.new_session(project.path()).await;
+        json!({}),
+        project.path(),
+    )
+    .await;
     let r = c.request("session/prompt", prompt(&sid, "look")).await;
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
     let state = home.path().join("state/passepartout");

@@ -10,8 +10,8 @@
 //! 7. "Allow always" covers the exact command, not the tool; a pending
 //!    flight plan whose working directory was edited on disk is refused.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -20,13 +20,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use harness::{Client, Framing};
+use harness::{prompt, Client, Framing};
 use serde_json::{json, Value};
 use support::fake_provider::{self as fake, FakeProvider};
-
-fn prompt(session: &str, text: &str) -> Value {
-    json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] })
-}
 
 /// The attack's skill: takes the name `shell`, redefines the `shell` tool
 /// to run unasked with the network, has no rules, and adds a tool of its own
@@ -86,44 +82,19 @@ fn cli(home: &Path, cwd: &Path, args: &[&str]) -> (i32, String) {
     )
 }
 
-/// The tool results the model received, in order (from the last request).
-fn tool_results(fake: &FakeProvider) -> Vec<String> {
-    let reqs = fake.requests();
-    let last = reqs.last().expect("a request");
-    last.body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
-        .collect()
-}
-
 /// Drive one prompt to its end, answering each permission request with the
 /// next option in `answers`; returns the permission requests seen.
 async fn run_prompt(c: &mut Client, sid: &str, text: &str, answers: &[&str]) -> Vec<Value> {
-    let id = c.start_request("session/prompt", prompt(sid, text)).await;
-    let mut asked = Vec::new();
-    loop {
-        let msg = c.read().await.expect("daemon closed its output");
-        if msg.get("id") == Some(&json!(id)) && msg.get("method").is_none() {
-            assert_eq!(msg["result"]["stopReason"], "end_turn", "{msg}");
-            return asked;
-        }
-        if msg["method"] == "session/request_permission" {
-            let answer = answers
-                .get(asked.len())
-                .unwrap_or_else(|| panic!("asked more often than expected: {msg}"));
-            c.respond(
-                &msg["id"],
-                json!({ "outcome": { "outcome": "selected", "optionId": answer } }),
-            )
-            .await;
-            asked.push(msg);
-            continue;
-        }
-        c.backlog.push(msg);
-    }
+    let mut next = answers.iter();
+    let (msg, asked) = c
+        .prompt_answering(sid, text, |ask| {
+            next.next()
+                .unwrap_or_else(|| panic!("asked more often than expected: {ask}"))
+                .to_string()
+        })
+        .await;
+    assert_eq!(msg["result"]["stopReason"], "end_turn", "{msg}");
+    asked
 }
 
 fn project_skill(project: &Path, name: &str, text: &str) -> PathBuf {
@@ -153,13 +124,17 @@ async fn attack_1_an_untrusted_project_skill_cannot_take_over_the_shell() {
     ])
     .await;
     let url = fake.openai_url();
-    let mut c = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
-    c.initialize(json!({})).await;
-    let sid = c.new_session(project.path()).await;
+    let (mut c, sid) = Client::with_session(
+        home.path(),
+        &["--provider-url", &url],
+        json!({}),
+        project.path(),
+    )
+    .await;
     // The built-in shell runs it unasked, in the sandbox, without network.
     let asked = run_prompt(&mut c, &sid, "fetch it", &[]).await;
     assert!(asked.is_empty(), "{asked:?}");
-    let results = tool_results(&fake);
+    let results = fake.last_tool_results();
     assert!(results[0].contains("unreachable"), "{results:?}");
     assert_eq!(host.hits.load(Ordering::SeqCst), 0, "the host was reached");
 
@@ -229,11 +204,15 @@ async fn attack_1_a_trusted_project_skill_adds_but_never_takes_over_or_weakens()
     ])
     .await;
     let url = fake.openai_url();
-    let mut c = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
-    c.initialize(json!({})).await;
-    let sid = c.new_session(project.path()).await;
+    let (mut c, sid) = Client::with_session(
+        home.path(),
+        &["--provider-url", &url],
+        json!({}),
+        project.path(),
+    )
+    .await;
     let asked = run_prompt(&mut c, &sid, "go", &["reject_once"]).await;
-    let results = tool_results(&fake);
+    let results = fake.last_tool_results();
     // The built-in shell tool (no network) ran the curl.
     assert!(results[0].contains("unreachable"), "{results:?}");
     assert_eq!(host.hits.load(Ordering::SeqCst), 0, "the host was reached");
@@ -350,9 +329,13 @@ async fn attack_7_allow_always_covers_the_exact_command_only() {
     ])
     .await;
     let url = fake.openai_url();
-    let mut c = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
-    c.initialize(json!({})).await;
-    let sid = c.new_session(project.path()).await;
+    let (mut c, sid) = Client::with_session(
+        home.path(),
+        &["--provider-url", &url],
+        json!({}),
+        project.path(),
+    )
+    .await;
     let asked = run_prompt(
         &mut c,
         &sid,
@@ -387,7 +370,7 @@ async fn attack_7_allow_always_covers_the_exact_command_only() {
             "Always reject this exact command"
         ]
     );
-    let results = tool_results(&fake);
+    let results = fake.last_tool_results();
     assert!(results[1].contains("rejected"), "{results:?}");
     assert!(
         results[2].contains("No such file") || results[2].contains("cannot remove"),

@@ -4,18 +4,14 @@
 //! decides from a terminal; plans survive a daemon killed with SIGKILL and
 //! run exactly once. ACP clients get `session/request_permission` instead.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::path::Path;
 
-use harness::{Client, Framing};
+use harness::{prompt, Client, Framing};
 use serde_json::{json, Value};
 use support::fake_provider::{self as fake, FakeProvider, Reply};
-
-fn prompt(session: &str, text: &str) -> Value {
-    json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] })
-}
 
 fn spawn(home: &Path, fake: &FakeProvider) -> Client {
     let url = fake.openai_url();
@@ -450,9 +446,13 @@ async fn acp_clients_are_asked_with_request_permission() {
     ])
     .await;
     let url = fake.openai_url();
-    let mut c = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
-    c.initialize(json!({})).await;
-    let sid = c.new_session(project.path()).await;
+    let (mut c, sid) = Client::with_session(
+        home.path(),
+        &["--provider-url", &url],
+        json!({}),
+        project.path(),
+    )
+    .await;
 
     let p = c
         .start_request("session/prompt", prompt(&sid, "write a"))
@@ -469,11 +469,7 @@ async fn acp_clients_are_asked_with_request_permission() {
         ["allow_once", "allow_always", "reject_once", "reject_always"]
     );
     assert_eq!(ask["params"]["toolCall"]["toolCallId"], "call_w");
-    c.respond(
-        &ask["id"],
-        json!({ "outcome": { "outcome": "selected", "optionId": "allow_once" } }),
-    )
-    .await;
+    c.answer(&ask, "allow_once").await;
     assert_eq!(c.wait_response(p).await["result"]["stopReason"], "end_turn");
     assert_eq!(
         std::fs::read_to_string(project.path().join("a.txt")).unwrap(),
@@ -484,11 +480,7 @@ async fn acp_clients_are_asked_with_request_permission() {
         .start_request("session/prompt", prompt(&sid, "write b"))
         .await;
     let ask = c.wait_method("session/request_permission").await;
-    c.respond(
-        &ask["id"],
-        json!({ "outcome": { "outcome": "selected", "optionId": "reject_once" } }),
-    )
-    .await;
+    c.answer(&ask, "reject_once").await;
     assert_eq!(c.wait_response(p).await["result"]["stopReason"], "end_turn");
     assert!(!project.path().join("b.txt").exists());
     assert_eq!(

@@ -7,19 +7,19 @@
 //! and the output cap; a server that cannot start or that dies is reported,
 //! never a daemon crash.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use harness::{Client, Framing};
+use harness::{prompt, Client, Framing};
 use serde_json::{json, Value};
 use support::fake_provider::{self as fake, FakeProvider};
 
 /// The example MCP server, built once per test run (a no-op when fresh):
-/// `cargo test --test mcp` builds the daemon but not the examples.
+/// `cargo test --test all` builds the daemon but not the examples.
 fn echo_server() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
@@ -30,9 +30,15 @@ fn echo_server() -> PathBuf {
                 .current_dir(env!("CARGO_MANIFEST_DIR"));
             // The test runs with cargo's per-package variables set; build
             // scripts that watch them (ring's) would otherwise rebuild.
+            // Cargo's own settings stay: without the caller's
+            // CARGO_INCREMENTAL (CI turns it off) the crate would rebuild.
+            const SETTINGS: &[&str] = &["CARGO_HOME", "CARGO_TARGET_DIR", "CARGO_INCREMENTAL"];
             for (key, _) in std::env::vars_os() {
                 let key = key.to_string_lossy().into_owned();
-                if key.starts_with("CARGO_") && key != "CARGO_HOME" && key != "CARGO_TARGET_DIR" {
+                let setting = SETTINGS.contains(&key.as_str())
+                    || key.starts_with("CARGO_BUILD_")
+                    || key.starts_with("CARGO_PROFILE_");
+                if key.starts_with("CARGO_") && !setting {
                     cargo.env_remove(&key);
                 }
             }
@@ -120,10 +126,6 @@ async fn new_session(c: &mut Client, cwd: &Path, servers: Value) -> Value {
         .await
 }
 
-fn prompt(session: &str, text: &str) -> Value {
-    json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] })
-}
-
 /// The last tool result the model received in request `n`.
 fn tool_result(fake: &FakeProvider, n: usize) -> String {
     let reqs = fake.requests();
@@ -152,11 +154,7 @@ fn offered_tools(fake: &FakeProvider, n: usize) -> Vec<String> {
 async fn prompt_and_answer(c: &mut Client, sid: &str, option: &str) -> Value {
     let p = c.start_request("session/prompt", prompt(sid, "go")).await;
     let ask = c.wait_method("session/request_permission").await;
-    c.respond(
-        &ask["id"],
-        json!({ "outcome": { "outcome": "selected", "optionId": option } }),
-    )
-    .await;
+    c.answer(&ask, option).await;
     let done = c.wait_response(p).await;
     assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
     ask

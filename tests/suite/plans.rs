@@ -798,15 +798,15 @@ mod store {
         store.decide(&plan.id, true, None, "cli", None).unwrap();
 
         let exe = std::env::current_exe().unwrap();
+        // The test's name is its module path without the crate's name.
+        let child_test = format!(
+            "{}::race_child",
+            module_path!().split_once("::").map_or("", |(_, m)| m)
+        );
         let children: Vec<_> = (0..3)
             .map(|_| {
                 std::process::Command::new(&exe)
-                    .args([
-                        "--exact",
-                        "store::race_child",
-                        "--nocapture",
-                        "--test-threads=1",
-                    ])
+                    .args(["--exact", &child_test, "--nocapture", "--test-threads=1"])
                     .env("PLANS_RACE_DIR", dir.path())
                     .env("PLANS_RACE_ID", &plan.id)
                     .stdout(std::process::Stdio::piped())

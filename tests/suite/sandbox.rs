@@ -2,8 +2,10 @@
 //! discipline, and failing closed.
 //!
 //! Tests that need bwrap print why and check the fail-closed path instead
-//! when it cannot run here. Tests run one at a time (`SERIAL`) so the memory
-//! measurement and the timing checks see only their own work.
+//! when it cannot run here. Tests run one at a time (`SERIAL`) so the timing
+//! checks see no other sandboxed run beside theirs; the memory measurement
+//! runs in a process of its own (`harness::run_alone`), away from the other
+//! tests of the one test binary.
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -17,6 +19,8 @@ use passepartout::sandbox::bwrap::{bwrap_args, SandboxSpec, SystemLayout};
 use passepartout::sandbox::probe::{self, probe_with, SandboxStatus, INSTALL_FIX};
 use passepartout::sandbox::runner::{self, RunLimits};
 use tokio_util::sync::CancellationToken;
+
+use crate::harness;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -413,6 +417,12 @@ async fn background_jobs_end_with_the_command() {
 #[tokio::test]
 async fn ten_megabytes_of_output_keep_memory_flat() {
     let _serial = SERIAL.lock().await;
+    // The process's RSS would also count what other tests of the binary
+    // allocate meanwhile: the measurement runs in a process of its own.
+    if !harness::alone() {
+        harness::run_alone(module_path!(), "ten_megabytes_of_output_keep_memory_flat");
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let limits = RunLimits::default();
     let script = "head -c 10000000 /dev/zero | tr '\\0' a";

@@ -2,18 +2,14 @@
 //! exceed — through the real binary, a real fake provider on 127.0.0.1,
 //! and the real state directory.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 
-use harness::{Client, Framing};
+use harness::{prompt, Client, Framing};
 use serde_json::{json, Value};
 use support::fake_provider::{self as fake, FakeProvider, Reply};
-
-fn prompt(session: &str, text: &str) -> Value {
-    json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] })
-}
 
 /// A config file with one OpenAI-compatible provider and `extra` TOML.
 fn config(home: &Path, fake: &FakeProvider, provider_extra: &str, extra: &str) -> PathBuf {
@@ -406,7 +402,19 @@ async fn a_long_session_is_compacted_and_every_request_stays_under_the_window() 
     // A window with room for the fixed part and a few long answers.
     let window = base + 3_000;
     let answer = "lorem ipsum dolor sit amet ".repeat(60); // ~1,600 chars
-    let script: Vec<Reply> = (0..30).map(|_| fake::openai_text(&answer)).collect();
+
+    // Streamed without pauses between its 300 word chunks: the window is
+    // what is tested here, and paced (2 ms a chunk) the turns took most of
+    // the suite's longest test.
+    let unpaced = |mut reply: Reply| {
+        if let Reply::OpenAi { delay_ms, .. } = &mut reply {
+            *delay_ms = 0;
+        }
+        reply
+    };
+    let script: Vec<Reply> = (0..30)
+        .map(|_| unpaced(fake::openai_text(&answer)))
+        .collect();
     let fake = FakeProvider::start(script).await;
     let cfg = config(
         home.path(),

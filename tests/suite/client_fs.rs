@@ -8,8 +8,8 @@
 //! falls back to the disk; a client without the capabilities never gets
 //! an fs request.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::path::Path;
 
@@ -83,11 +83,7 @@ async fn drive(c: &mut Client, sid: &str, mut answer: impl FnMut(&Value) -> Answ
         }
         let method = msg["method"].as_str().unwrap_or_default().to_string();
         if method == "session/request_permission" {
-            c.respond(
-                &msg["id"],
-                json!({ "outcome": { "outcome": "selected", "optionId": "allow_once" } }),
-            )
-            .await;
+            c.answer(&msg, "allow_once").await;
         } else if method.starts_with("fs/") {
             match answer(&msg) {
                 Answer::Result(v) => c.respond(&msg["id"], v).await,

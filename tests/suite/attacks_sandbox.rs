@@ -14,12 +14,12 @@
 //!
 //! Tests that need bubblewrap say so and return when it cannot run here.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
 use std::path::Path;
 
-use harness::{Client, Framing};
+use harness::Client;
 use serde_json::{json, Value};
 use support::fake_provider::{self as fake, FakeProvider, Reply};
 
@@ -40,26 +40,18 @@ async fn daemon(project: &Path, script: Vec<Reply>) -> Daemon {
 }
 
 async fn daemon_with(project: &Path, script: Vec<Reply>, disk_write: &str) -> Daemon {
-    let home = tempfile::tempdir().unwrap();
-    let config_dir = home.path().join("config/passepartout");
-    std::fs::create_dir_all(&config_dir).unwrap();
-    std::fs::write(
-        config_dir.join("config.toml"),
-        format!(
-            "shell_timeout_secs = 20\n\
+    let home = harness::home_with_config(&format!(
+        "shell_timeout_secs = 20\n\
          [sandbox_limits]\n\
          processes = 64\n\
          file_size = \"1M\"\n\
          tmp_size = \"8M\"\n\
          disk_write = \"{disk_write}\"\n"
-        ),
-    )
-    .unwrap();
+    ));
     let fake = FakeProvider::start(script).await;
     let url = fake.openai_url();
-    let mut client = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
-    client.initialize(json!({})).await;
-    let session = client.new_session(project).await;
+    let (client, session) =
+        Client::with_session(home.path(), &["--provider-url", &url], json!({}), project).await;
     Daemon {
         _home: home,
         fake,
@@ -72,28 +64,14 @@ impl Daemon {
     /// Run one prompt to its end, approving every permission request;
     /// `before_approving` runs just before each approval is sent.
     async fn turn_with(&mut self, mut before_approving: impl FnMut(&Value)) {
-        let id = self
+        let (msg, _) = self
             .client
-            .start_request(
-                "session/prompt",
-                json!({ "sessionId": self.session, "prompt": [{ "type": "text", "text": "go" }] }),
-            )
+            .prompt_answering(&self.session, "go", |ask| {
+                before_approving(ask);
+                "allow_once".into()
+            })
             .await;
-        loop {
-            let msg = self.client.read().await.expect("daemon closed its output");
-            if msg["method"] == "session/request_permission" {
-                before_approving(&msg);
-                self.client
-                    .respond(
-                        &msg["id"],
-                        json!({ "outcome": { "outcome": "selected", "optionId": "allow_once" } }),
-                    )
-                    .await;
-            } else if msg.get("id") == Some(&json!(id)) && msg.get("method").is_none() {
-                assert_eq!(msg["result"]["stopReason"], "end_turn", "{msg}");
-                return;
-            }
-        }
+        assert_eq!(msg["result"]["stopReason"], "end_turn", "{msg}");
     }
 
     async fn turn(&mut self) {
@@ -102,15 +80,7 @@ impl Daemon {
 
     /// The tool results the model received, in order.
     fn tool_results(&self) -> Vec<String> {
-        let reqs = self.fake.requests();
-        let last = reqs.last().expect("a request");
-        last.body["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|m| m["role"] == "tool")
-            .map(|m| m["content"].as_str().unwrap_or_default().to_string())
-            .collect()
+        self.fake.last_tool_results()
     }
 }
 

@@ -4,16 +4,12 @@
 //! and `_passepartout/session/configure` changes what one session's next
 //! turn asks for, without a restart and without touching other sessions.
 
-mod harness;
-mod support;
+use crate::harness;
+use crate::support;
 
-use harness::{Client, Framing};
+use harness::{prompt, Client, Framing};
 use serde_json::{json, Value};
 use support::fake_provider::{self as fake, FakeProvider};
-
-fn prompt(session: &str, text: &str) -> Value {
-    json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] })
-}
 
 #[tokio::test]
 async fn providers_lists_models_from_the_server() {

@@ -1,7 +1,7 @@
 //! The daemon over real stdio: both framings, malformed input, and that it
 //! keeps serving after every kind of bad message.
 
-mod harness;
+use crate::harness;
 
 use harness::{Client, Framing};
 use serde_json::json;
