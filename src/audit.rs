@@ -13,12 +13,10 @@
 //! `$XDG_STATE_HOME/passepartout/audit.jsonl` (by default
 //! `~/.local/state/passepartout/audit.jsonl`).
 
-use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -131,7 +129,7 @@ impl AuditRecord {
     /// Stamp an event with the current time.
     pub fn now(event: AuditEvent) -> Self {
         AuditRecord {
-            ts: rfc3339(SystemTime::now()),
+            ts: crate::util::time::now_rfc3339(),
             event,
         }
     }
@@ -242,49 +240,6 @@ pub fn truncate_output(output: &str) -> String {
     )
 }
 
-/// RFC 3339 UTC with milliseconds, computed from the Unix time (days to
-/// civil date after Howard Hinnant's algorithm).
-pub fn rfc3339(time: SystemTime) -> String {
-    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = since.as_secs();
-    let millis = since.subsec_millis();
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let (h, m, s) = (rem / 3600, (rem % 3600) / 60, rem % 60);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{millis:03}Z")
-}
-
-/// `$XDG_STATE_HOME/passepartout/audit.jsonl`, falling back to
-/// `~/.local/state/passepartout/audit.jsonl`.
-pub fn default_path() -> PathBuf {
-    default_path_from(
-        std::env::var_os("XDG_STATE_HOME").as_deref(),
-        std::env::var_os("HOME").as_deref(),
-    )
-}
-
-/// [`default_path`] from explicit values (a relative `XDG_STATE_HOME` is
-/// ignored, as the XDG spec says).
-pub fn default_path_from(xdg_state_home: Option<&OsStr>, home: Option<&OsStr>) -> PathBuf {
-    let base = match xdg_state_home.map(Path::new) {
-        Some(p) if p.is_absolute() => p.to_path_buf(),
-        _ => match home {
-            Some(h) => Path::new(h).join(".local/state"),
-            None => PathBuf::from(".local/state"),
-        },
-    };
-    base.join("passepartout").join("audit.jsonl")
-}
-
 /// The append-only log. Share it behind an `Arc`; appends from several
 /// tasks are serialised by an inner mutex. `append` does blocking I/O with
 /// an fsync: from async code, call it inside `spawn_blocking` if latency
@@ -315,7 +270,7 @@ impl AuditLog {
             source,
         };
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            crate::config::create_private_dir(parent).map_err(io)?;
+            crate::paths::create_private_dir(parent).map_err(io)?;
         }
         let file = {
             use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -393,11 +348,6 @@ impl AuditLog {
             tracing::error!("audit log: cannot start its writer thread: {e}; writing inline");
         }
         tx
-    }
-
-    /// Open the log at [`default_path`].
-    pub fn open_default() -> Result<Self, AuditError> {
-        Self::open(default_path())
     }
 
     /// Where the log is.
@@ -597,32 +547,6 @@ mod tests {
     use crate::action::Approval;
     use crate::gates::{Decision, Verdict};
     use std::sync::Arc;
-    use std::time::Duration;
-
-    #[test]
-    fn timestamps_are_rfc3339_utc() {
-        let at = |s: u64, ms: u64| rfc3339(UNIX_EPOCH + Duration::from_millis(s * 1000 + ms));
-        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(at(1_795_378_503, 7), "2026-11-22T20:15:03.007Z");
-        assert_eq!(at(951_782_400, 0), "2000-02-29T00:00:00.000Z");
-        assert_eq!(at(4_107_542_399, 999), "2100-02-28T23:59:59.999Z");
-    }
-
-    #[test]
-    fn default_path_follows_xdg() {
-        assert_eq!(
-            default_path_from(Some(OsStr::new("/s")), Some(OsStr::new("/h"))),
-            PathBuf::from("/s/passepartout/audit.jsonl")
-        );
-        assert_eq!(
-            default_path_from(Some(OsStr::new("rel")), Some(OsStr::new("/h"))),
-            PathBuf::from("/h/.local/state/passepartout/audit.jsonl")
-        );
-        assert_eq!(
-            default_path_from(None, Some(OsStr::new("/h"))),
-            PathBuf::from("/h/.local/state/passepartout/audit.jsonl")
-        );
-    }
 
     #[test]
     fn output_is_capped_with_a_marker() {

@@ -161,9 +161,19 @@ pub struct HostPath {
     pub private: bool,
 }
 
-/// The daemon's own directories for `config`: config dir, user skills,
-/// state dir (plans, audit, sessions, checkpoints, trust store), memex.
-pub fn host_paths_of(config: &crate::config::Config) -> Vec<HostPath> {
+/// The daemon's own directories, as configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostDirs {
+    pub config: PathBuf,
+    pub user_skills: PathBuf,
+    /// Plans, audit, sessions, checkpoints, trust store.
+    pub state: PathBuf,
+    pub memex: PathBuf,
+}
+
+/// The daemon's own directories as host paths, each with why it is
+/// protected.
+pub fn host_paths_of(dirs: &HostDirs) -> Vec<HostPath> {
     let mut out: Vec<HostPath> = Vec::new();
     let mut add = |path: PathBuf, why: &'static str, private: bool| {
         let path = path.canonicalize().unwrap_or(path);
@@ -172,21 +182,21 @@ pub fn host_paths_of(config: &crate::config::Config) -> Vec<HostPath> {
         }
     };
     add(
-        crate::config::config_dir(),
+        dirs.config.clone(),
         "the agent's own configuration and policy",
         true,
     );
     add(
-        config.user_skills_dir(),
+        dirs.user_skills.clone(),
         "the agent's own user skills",
         false,
     );
     add(
-        config.state_dir(),
+        dirs.state.clone(),
         "the agent's own state: flight plans, audit log, sessions, checkpoints and the trust store",
         true,
     );
-    add(config.memex_dir(), "the agent's memex notes", false);
+    add(dirs.memex.clone(), "the agent's memex notes", false);
     out
 }
 

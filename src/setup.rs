@@ -62,7 +62,9 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
         _ => crate::llm::config::build_cascade(&config.providers)?,
     };
     // The daemon's own directories, protected by every layer.
-    crate::control_surface::set_host_paths(crate::control_surface::host_paths_of(&config));
+    crate::control_surface::set_host_paths(crate::control_surface::host_paths_of(
+        &config.host_dirs(),
+    ));
     let mut actuators = ActuatorRegistry::new();
     let client_fs = crate::actuators::client_fs::ClientFsLink::default();
     actuators.register(Arc::new(FilesActuator::new(client_fs.clone())));
@@ -109,7 +111,7 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
         trust_file: Some(config.trust_file()),
         project_auto_approval: config.trust_project_tool_approval,
     }));
-    let audit_path = config.state_dir().join("audit.jsonl");
+    let audit_path = config.state().audit_log();
     let audit = match AuditLog::open(&audit_path) {
         Ok(log) => Some(Arc::new(log)),
         Err(e) => {
@@ -120,15 +122,14 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
             None
         }
     };
-    let state = config.state_dir();
     let accounts = Arc::new(crate::budget::Accounts::new(
         config.budget.clone(),
         crate::budget::Prices::new(config.prices.clone()),
-        Some(state.join("usage")),
+        Some(config.state().usage()),
     ));
     let sessions = if config.sessions.persist {
         match crate::sessions::SessionStore::open(
-            state.join("sessions"),
+            config.state().sessions(),
             config.sessions.max_file_bytes,
         ) {
             Ok(store) => Some(Arc::new(store)),

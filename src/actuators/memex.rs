@@ -15,7 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use crate::action::{Action, Effect};
-use crate::skills::org;
+use crate::org;
 
 use super::{ActContext, ActError, ActOutput, Actuator};
 
@@ -33,17 +33,6 @@ impl MemexActuator {
     /// A memex kept in `dir` (created on the first note).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         MemexActuator { dir: dir.into() }
-    }
-
-    /// `$XDG_DATA_HOME/passepartout/memex`, else `~/.local/share/...`.
-    pub fn default_dir() -> Option<PathBuf> {
-        std::env::var_os("XDG_DATA_HOME")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .or_else(|| {
-                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local").join("share"))
-            })
-            .map(|d| d.join("passepartout").join("memex"))
     }
 
     /// Where the notes live.

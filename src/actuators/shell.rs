@@ -137,7 +137,7 @@ impl ShellActuator {
         let mut writable = vec![spec.cwd.clone()];
         writable.extend(spec.extra_rw.iter().cloned());
         for host in crate::control_surface::host_paths_within(&writable) {
-            if let Err(e) = crate::config::create_private_dir(&host.path) {
+            if let Err(e) = crate::paths::create_private_dir(&host.path) {
                 return Ok(ActOutput::error(format!(
                     "refused to run: {} ({}) lies inside the working directory and could not \
                      be protected: {e}",

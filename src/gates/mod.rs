@@ -7,6 +7,7 @@
 
 pub mod approval;
 pub mod destructive;
+pub mod effect;
 pub mod engine;
 pub mod exfiltration;
 pub mod injection;

@@ -46,6 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::{ProviderConfig, ProviderKind};
 use super::{ChatRequest, EventStream, Provider, ProviderError};
+use crate::util::sync::lock;
 
 /// The longest wait for a local server to accept a connection.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(300);
@@ -671,10 +672,6 @@ impl Discovery {
     pub fn provider(self: &Arc<Self>) -> Arc<dyn Provider> {
         Arc::new(DiscoveredProvider(self.clone()))
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The cascade's view of [`Discovery`]: streams from the provider found,

@@ -17,7 +17,6 @@
 //! `Interrupted` (never re-run automatically) and hands back the approved
 //! plans that never began and the pending ones to announce again.
 
-use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
@@ -26,8 +25,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::parse::{parse_edited, PlanParseError};
 use super::render::render;
-use super::{is_valid_plan_id, now_rfc3339, FlightPlan, PlanDecision, PlanResult, PlanStatus};
+use super::{is_valid_plan_id, FlightPlan, PlanDecision, PlanResult, PlanStatus};
 use crate::action::Action;
+use crate::util::time::now_rfc3339;
 
 /// How long a decider waits for a concurrent decider to finish writing.
 const DECIDE_WAIT: Duration = Duration::from_secs(2);
@@ -68,8 +68,6 @@ pub enum StoreError {
     Refused(String),
     #[error("flight plan {0} is being decided by someone else right now; try again")]
     Busy(String),
-    #[error("no place for flight plans: neither XDG_STATE_HOME nor HOME is set")]
-    NoStateDir,
 }
 
 fn io_err(path: &Path, source: io::Error) -> StoreError {
@@ -127,30 +125,6 @@ pub struct Recovery {
     pub problems: Vec<CorruptRecord>,
 }
 
-/// The default plan directory: `$XDG_STATE_HOME/passepartout/plans`, or
-/// `~/.local/state/passepartout/plans`.
-pub fn default_dir() -> Result<PathBuf, StoreError> {
-    default_dir_from(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"))
-        .ok_or(StoreError::NoStateDir)
-}
-
-/// [`default_dir`] from given variable values. A relative
-/// `XDG_STATE_HOME` is ignored, as the XDG specification says.
-pub fn default_dir_from(
-    xdg_state_home: Option<OsString>,
-    home: Option<OsString>,
-) -> Option<PathBuf> {
-    let state = xdg_state_home
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| {
-            home.map(PathBuf::from)
-                .filter(|p| !p.as_os_str().is_empty())
-                .map(|h| h.join(".local").join("state"))
-        })?;
-    Some(state.join("passepartout").join("plans"))
-}
-
 /// Flight plans on disk. Cheap to construct; holds no open files, so any
 /// number of instances (and processes) may share one directory.
 #[derive(Debug, Clone)]
@@ -162,11 +136,6 @@ impl PlanStore {
     /// A store in `dir` (created when the first plan is written).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         PlanStore { dir: dir.into() }
-    }
-
-    /// A store in [`default_dir`].
-    pub fn open_default() -> Result<Self, StoreError> {
-        Ok(PlanStore::new(default_dir()?))
     }
 
     pub fn dir(&self) -> &Path {
@@ -695,23 +664,7 @@ fn sync_dir(path: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn default_dir_follows_xdg_then_home() {
-        assert_eq!(
-            default_dir_from(Some("/state".into()), Some("/home/p".into())),
-            Some(PathBuf::from("/state/passepartout/plans"))
-        );
-        assert_eq!(
-            default_dir_from(Some("relative".into()), Some("/home/p".into())),
-            Some(PathBuf::from("/home/p/.local/state/passepartout/plans"))
-        );
-        assert_eq!(
-            default_dir_from(None, Some("/home/p".into())),
-            Some(PathBuf::from("/home/p/.local/state/passepartout/plans"))
-        );
-        assert_eq!(default_dir_from(None, None), None);
-    }
+    use std::ffi::OsString;
 
     #[test]
     fn atomic_write_replaces_or_refuses() {

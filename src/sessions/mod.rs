@@ -174,7 +174,7 @@ pub fn valid_id(id: &str) -> bool {
 /// A fresh session id: the UTC time, the process id and a counter
 /// (`20261123T181500-4242-1`): unique across restarts, sortable by age.
 pub fn new_id(counter: u64) -> String {
-    let ts = crate::audit::rfc3339(SystemTime::now());
+    let ts = crate::util::time::rfc3339(SystemTime::now());
     let compact: String = ts
         .chars()
         .take(19)
@@ -347,7 +347,7 @@ impl Journal {
     /// fsync). Waits only when [`QUEUE_LIMIT`] records are already queued.
     pub fn append(&self, event: Event) {
         let record = Record {
-            at: crate::audit::rfc3339(SystemTime::now()),
+            at: crate::util::time::rfc3339(SystemTime::now()),
             event,
         };
         let mut line = match serde_json::to_string(&record) {
@@ -394,7 +394,7 @@ impl Journal {
         mode: Option<crate::modes::Mode>,
     ) -> Result<u64, StoreError> {
         let record = Record {
-            at: crate::audit::rfc3339(SystemTime::now()),
+            at: crate::util::time::rfc3339(SystemTime::now()),
             event: Event::Snapshot {
                 id: self.id.clone(),
                 cwd: cwd.to_path_buf(),

@@ -21,8 +21,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-/// The store's file name inside the state directory.
-pub const TRUST_FILE_NAME: &str = "trusted-skills.json";
+pub use crate::paths::TRUST_FILE_NAME;
 
 /// The largest trust store read, in bytes: far more than any person trusts
 /// by hand, small enough that a corrupted file cannot exhaust memory.
@@ -126,7 +125,7 @@ impl TrustStore {
 
     /// The store in a state directory (`STATE/trusted-skills.json`).
     pub fn in_state_dir(state_dir: &Path) -> TrustStore {
-        TrustStore::new(state_dir.join(TRUST_FILE_NAME))
+        TrustStore::new(crate::paths::StateDir::new(state_dir).trust_file())
     }
 
     /// Where the store lives.
@@ -169,7 +168,7 @@ impl TrustStore {
             canonical.to_path_buf(),
             TrustEntry {
                 sha256: sha256.clone(),
-                trusted_at: crate::plans::now_rfc3339(),
+                trusted_at: crate::util::time::now_rfc3339(),
             },
         );
         self.write(&file)?;

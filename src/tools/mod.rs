@@ -7,7 +7,6 @@
 //! both register here the same way, so adding a tool touches no core code.
 
 pub mod builtin;
-pub mod text_protocol;
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};

@@ -9,8 +9,8 @@ use crate::control_surface::control_entry;
 use crate::gates::verdict::Verdict;
 use crate::gates::Decision;
 
-use super::effect::{ChangeKind, ObservedEffect};
-use super::CheckpointConfig;
+use crate::checkpoint::effect::{ChangeKind, ObservedEffect};
+use crate::checkpoint::CheckpointConfig;
 
 /// Judge an observed effect. Returns every verdict that is not *allow*
 /// (empty: allow).
@@ -146,8 +146,8 @@ fn normalise(p: &Path) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
-    use super::super::effect::FileChange;
     use super::*;
+    use crate::checkpoint::effect::FileChange;
     use serde_json::json;
 
     fn change(path: &str, kind: ChangeKind, old: Option<u64>, new: Option<u64>) -> FileChange {
