@@ -221,7 +221,7 @@ pub fn host_entry(path: &Path) -> Option<HostPath> {
         let parent = path.parent()?.canonicalize().ok()?;
         Some(parent.join(path.file_name()?))
     });
-    let lexical = normalize(path);
+    let lexical = crate::util::path::normalize(path);
     host_paths().into_iter().find(|h| {
         lexical.starts_with(&h.path) || canonical.as_ref().is_some_and(|c| c.starts_with(&h.path))
     })
@@ -235,7 +235,7 @@ pub fn private_entry(path: &Path) -> Option<HostPath> {
         let parent = path.parent()?.canonicalize().ok()?;
         Some(parent.join(path.file_name()?))
     });
-    let lexical = normalize(path);
+    let lexical = crate::util::path::normalize(path);
     host_paths()
         .into_iter()
         .filter(|h| {
@@ -269,21 +269,6 @@ pub fn host_paths_within(binds: &[PathBuf]) -> Vec<HostPath> {
         })
         .cloned()
         .collect()
-}
-
-/// `.` dropped and `..` applied, without touching the disk.
-fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

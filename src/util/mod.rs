@@ -4,5 +4,6 @@
 //! of the layer table and imports nothing else of the crate, so any module
 //! may use it without closing a loop.
 
+pub mod path;
 pub mod sync;
 pub mod time;
