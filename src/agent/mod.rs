@@ -234,6 +234,7 @@ impl AgentEnv {
             cwd: cwd.to_path_buf(),
             home: Some(crate::paths::home_dir()),
             network_allow: self.config.network_allow.clone(),
+            host_paths: crate::control_surface::host_paths_of(&self.config.host_dirs()),
         }
     }
 }

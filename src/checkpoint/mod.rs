@@ -377,13 +377,11 @@ impl Project {
 
     pub fn save(&self, cp: &Checkpoint) -> Result<(), CheckpointError> {
         let path = self.records.join(format!("{}.json", cp.id));
-        let tmp = self.records.join(format!(".{}.json.tmp", cp.id));
         let text = serde_json::to_string_pretty(cp).map_err(|e| CheckpointError::Record {
             path: path.clone(),
             message: e.to_string(),
         })?;
-        std::fs::write(&tmp, text)
-            .and_then(|_| std::fs::rename(&tmp, &path))
+        crate::util::fs::write_atomic(&path, text.as_bytes(), crate::util::fs::Atomic::FAST)
             .map_err(|source| CheckpointError::Io { path, source })
     }
 

@@ -20,13 +20,13 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::parse::{parse_edited, PlanParseError};
 use super::render::render;
 use super::{is_valid_plan_id, FlightPlan, PlanDecision, PlanResult, PlanStatus};
 use crate::action::Action;
+use crate::util::fs::Atomic;
 use crate::util::time::now_rfc3339;
 
 /// How long a decider waits for a concurrent decider to finish writing.
@@ -623,37 +623,12 @@ fn is_older_than(path: &Path, age: Duration) -> bool {
 /// never a mix, and the new one survives a crash once this returns.
 /// `replace: false` refuses to overwrite an existing file.
 fn write_atomic(path: &Path, bytes: &[u8], replace: bool) -> Result<(), StoreError> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(
-        ".{name}.{}.{}.tmp",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let mut file = private_file_options()
-            .open(&tmp)
-            .map_err(|e| io_err(&tmp, e))?;
-        file.write_all(bytes).map_err(|e| io_err(&tmp, e))?;
-        file.sync_all().map_err(|e| io_err(&tmp, e))?;
-        drop(file);
-        if replace {
-            fs::rename(&tmp, path).map_err(|e| io_err(path, e))
-        } else {
-            // A hard link fails if the name is taken: no-clobber, atomically.
-            fs::hard_link(&tmp, path).map_err(|e| io_err(path, e))?;
-            fs::remove_file(&tmp).map_err(|e| io_err(&tmp, e))
-        }
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result?;
-    sync_dir(path).map_err(|e| io_err(dir, e))
+    let how = if replace {
+        Atomic::DURABLE
+    } else {
+        Atomic::DURABLE_NEW
+    };
+    crate::util::fs::write_atomic(path, bytes, how).map_err(|e| io_err(path, e))
 }
 
 fn sync_dir(path: &Path) -> io::Result<()> {

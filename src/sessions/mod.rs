@@ -491,19 +491,7 @@ fn writer(rx: Receiver<Command>) {
 }
 
 fn replace(path: &Path, text: &str) -> std::io::Result<u64> {
-    let tmp = path.with_extension("jsonl.tmp");
-    let mut f = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        File::open(dir)?.sync_all()?;
-    }
+    crate::util::fs::write_atomic(path, text.as_bytes(), crate::util::fs::Atomic::DURABLE)?;
     Ok(text.len() as u64)
 }
 

@@ -15,7 +15,6 @@
 //! then stays untrusted, which fails closed.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -200,17 +199,8 @@ impl TrustStore {
             message: format!("cannot serialise: {e}"),
         })?;
         bytes.push(b'\n');
-        // NamedTempFile creates the file with mode 0600.
-        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| io_err(dir, e))?;
-        tmp.write_all(&bytes).map_err(|e| io_err(tmp.path(), e))?;
-        tmp.as_file()
-            .sync_all()
-            .map_err(|e| io_err(tmp.path(), e))?;
-        tmp.persist(&self.path)
-            .map_err(|e| io_err(&self.path, e.error))?;
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
+        crate::util::fs::write_atomic(&self.path, &bytes, crate::util::fs::Atomic::DURABLE)
+            .map_err(|e| io_err(&self.path, e))?;
         Ok(())
     }
 }

@@ -4,6 +4,7 @@
 //! of the layer table and imports nothing else of the crate, so any module
 //! may use it without closing a loop.
 
+pub mod fs;
 pub mod path;
 pub mod sync;
 pub mod time;
