@@ -199,39 +199,30 @@ pub fn host_paths_of(dirs: &HostDirs) -> Vec<HostPath> {
     out
 }
 
-/// The host path an absolute path falls under, if any. The path is
-/// compared as given and, when it exists (or its parent does), canonically,
-/// so `~/./.config/x` or a symlinked home do not slip past.
-pub fn host_entry(path: &Path, hosts: &[HostPath]) -> Option<HostPath> {
+/// The host paths an absolute path falls under. The path is compared as
+/// given and, when it exists (or its parent does), canonically, so
+/// `~/./.config/x` or a symlinked home do not slip past.
+fn covering<'a>(path: &Path, hosts: &'a [HostPath]) -> impl Iterator<Item = &'a HostPath> {
     let canonical = path.canonicalize().ok().or_else(|| {
         let parent = path.parent()?.canonicalize().ok()?;
         Some(parent.join(path.file_name()?))
     });
     let lexical = crate::util::path::normalize(path);
-    hosts
-        .iter()
-        .find(|h| {
-            lexical.starts_with(&h.path)
-                || canonical.as_ref().is_some_and(|c| c.starts_with(&h.path))
-        })
-        .cloned()
+    hosts.iter().filter(move |h| {
+        lexical.starts_with(&h.path) || canonical.as_ref().is_some_and(|c| c.starts_with(&h.path))
+    })
+}
+
+/// The host path an absolute path falls under, if any (see [`covering`]).
+pub fn host_entry(path: &Path, hosts: &[HostPath]) -> Option<HostPath> {
+    covering(path, hosts).next().cloned()
 }
 
 /// The private host path `path` falls under, if any: the most specific
 /// host path containing it decides (the user skills inside the config
 /// directory may be read; the configuration beside them may not).
 pub fn private_entry(path: &Path, hosts: &[HostPath]) -> Option<HostPath> {
-    let canonical = path.canonicalize().ok().or_else(|| {
-        let parent = path.parent()?.canonicalize().ok()?;
-        Some(parent.join(path.file_name()?))
-    });
-    let lexical = crate::util::path::normalize(path);
-    hosts
-        .iter()
-        .filter(|h| {
-            lexical.starts_with(&h.path)
-                || canonical.as_ref().is_some_and(|c| c.starts_with(&h.path))
-        })
+    covering(path, hosts)
         .max_by_key(|h| h.path.components().count())
         .filter(|h| h.private)
         .cloned()
