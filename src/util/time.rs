@@ -8,11 +8,16 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use time::OffsetDateTime;
 
+/// `time` as a UTC calendar date and time; times before 1970 are the
+/// epoch.
+pub fn utc(time: SystemTime) -> OffsetDateTime {
+    OffsetDateTime::UNIX_EPOCH + time.duration_since(UNIX_EPOCH).unwrap_or_default()
+}
+
 /// `time` as RFC 3339 UTC with milliseconds. Times before 1970 are shown
 /// as the epoch.
 pub fn rfc3339(time: SystemTime) -> String {
-    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let at = OffsetDateTime::UNIX_EPOCH + since;
+    let at = utc(time);
     format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
         at.year(),
