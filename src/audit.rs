@@ -4,19 +4,19 @@
 //! One JSON object per line, each flushed to disk (`sync_data`) before
 //! `append` returns, so a crash loses at most the record being written.
 //! The daemon records through [`AuditLog::record`], which hands the line to
-//! one writer thread (in order, through a queue of [`QUEUE_LIMIT`] lines that
-//! makes callers wait when full), so the fsync never blocks the async
-//! runtime. The file is created `0600` in a `0700` directory: it holds
+//! the shared writer thread (`util::jsonl`: in order, a queue of
+//! [`QUEUE_LIMIT`] lines that makes callers wait when full), so the fsync
+//! never blocks the async runtime. The file is created `0600` in a `0700` directory: it holds
 //! commands and their output.
 //! Secrets are redacted with the secrets gate's patterns before anything is
 //! written; tool output is capped at 2 KB. The log lives at
 //! `$XDG_STATE_HOME/passepartout/audit.jsonl` (by default
-//! `~/.local/state/passepartout/audit.jsonl`).
+//! `~/.local/state/passepartout/audit.jsonl`; [`crate::paths::StateDir`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::sync::{mpsc, Mutex, OnceLock};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -24,6 +24,7 @@ use serde_json::Value;
 use crate::action::{Action, Effect};
 use crate::gates::secrets::redact;
 use crate::gates::Judgement;
+use crate::util::jsonl::Appender;
 
 /// Tool output kept per `executed` record.
 pub const OUTPUT_LIMIT: usize = 2048;
@@ -247,19 +248,14 @@ pub fn truncate_output(output: &str) -> String {
 #[derive(Debug)]
 pub struct AuditLog {
     path: PathBuf,
-    file: Arc<Mutex<File>>,
-    /// The writer thread's queue, started by the first `record`.
-    writer: OnceLock<mpsc::SyncSender<Queued>>,
+    file: Mutex<File>,
+    /// The writer thread, started by the first `record` (`None`: it could
+    /// not start, and records are written inline).
+    writer: OnceLock<Option<Appender>>,
 }
 
 /// Lines [`AuditLog::record`] may queue before callers wait.
-pub const QUEUE_LIMIT: usize = 4096;
-
-enum Queued {
-    Line(String),
-    /// Answered once every earlier line is on disk.
-    Flush(mpsc::Sender<()>),
-}
+pub use crate::util::jsonl::QUEUE_LIMIT;
 
 impl AuditLog {
     /// Open (creating the file and its parent directories) for appending.
@@ -290,7 +286,7 @@ impl AuditLog {
         };
         Ok(AuditLog {
             path,
-            file: Arc::new(Mutex::new(file)),
+            file: Mutex::new(file),
             writer: OnceLock::new(),
         })
     }
@@ -301,53 +297,34 @@ impl AuditLog {
     pub fn record(&self, record: &AuditRecord) -> Result<(), AuditError> {
         let mut line = serde_json::to_string(record)?;
         line.push('\n');
-        let writer = self.writer.get_or_init(|| self.start_writer());
-        if let Err(mpsc::SendError(Queued::Line(line))) = writer.send(Queued::Line(line)) {
-            // The thread is gone: write here rather than lose the record.
-            return self.write_line(&line);
+        let writer = self.writer.get_or_init(|| match Appender::start("audit") {
+            Ok(appender) => Some(appender),
+            Err(e) => {
+                tracing::error!("audit log: cannot start its writer thread: {e}; writing inline");
+                None
+            }
+        });
+        match writer {
+            Some(w) => match w.append(&self.path, line, true) {
+                Ok(()) => Ok(()),
+                // The thread is gone: write here rather than lose the record.
+                Err(_) => self.append(record),
+            },
+            None => self.write_line(&line),
         }
-        Ok(())
     }
 
     /// Wait until every queued record is on disk.
     pub fn flush(&self) {
-        if let Some(writer) = self.writer.get() {
+        if let Some(Some(writer)) = self.writer.get() {
             let (tx, rx) = mpsc::channel();
-            if writer.send(Queued::Flush(tx)).is_ok() {
+            let done = Box::new(move |_: std::io::Result<u64>| {
+                let _ = tx.send(());
+            });
+            if writer.sync(&self.path, done).is_ok() {
                 let _ = rx.recv();
             }
         }
-    }
-
-    fn start_writer(&self) -> mpsc::SyncSender<Queued> {
-        let (tx, rx) = mpsc::sync_channel::<Queued>(QUEUE_LIMIT);
-        let file = self.file.clone();
-        let path = self.path.clone();
-        let spawned = std::thread::Builder::new()
-            .name("audit-writer".into())
-            .spawn(move || {
-                let log = AuditLog {
-                    path,
-                    file,
-                    writer: OnceLock::new(),
-                };
-                for queued in rx {
-                    match queued {
-                        Queued::Line(line) => {
-                            if let Err(e) = log.write_line(&line) {
-                                tracing::error!("audit log: {e}");
-                            }
-                        }
-                        Queued::Flush(done) => {
-                            let _ = done.send(());
-                        }
-                    }
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::error!("audit log: cannot start its writer thread: {e}; writing inline");
-        }
-        tx
     }
 
     /// Where the log is.

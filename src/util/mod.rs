@@ -5,6 +5,7 @@
 //! may use it without closing a loop.
 
 pub mod fs;
+pub mod jsonl;
 pub mod path;
 pub mod sync;
 pub mod time;
