@@ -6,8 +6,9 @@
 //! data: each top-level module of `src/` sits in one layer, and production
 //! code may name (`crate::x`, or `passepartout::x` from the binary) only
 //! modules of its own layer or of a layer below. Modules of one layer may
-//! use each other only acyclically. Test code (`#[cfg(test)]` items) is not
-//! looked at: tests may reach anywhere.
+//! use each other only acyclically. Test code (`#[cfg(test)]` items, and
+//! the files of `#[cfg(test)] mod name;`) is not looked at: tests may reach
+//! anywhere.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -436,18 +437,55 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The files of modules declared `#[cfg(test)] mod name;` in `text` (a
+/// file at `path`): test code kept in a file of its own.
+fn test_module_files(path: &Path, text: &str) -> Vec<PathBuf> {
+    let dir = match path.file_name().and_then(|n| n.to_str()) {
+        Some("mod.rs") | Some("lib.rs") | Some("main.rs") => {
+            path.parent().map(Path::to_path_buf).unwrap_or_default()
+        }
+        _ => path.with_extension(""),
+    };
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        rest = &rest[at + "#[cfg(test)]".len()..];
+        let item = rest.trim_start();
+        let Some(decl) = item.strip_prefix("mod ") else {
+            continue;
+        };
+        let name: String = decl.chars().take_while(|&c| is_ident(c)).collect();
+        if decl[name.len()..].trim_start().starts_with(';') {
+            out.push(dir.join(format!("{name}.rs")));
+            out.push(dir.join(&name).join("mod.rs"));
+        }
+    }
+    out
+}
+
 fn crate_files() -> Vec<(String, String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let src = root.join("src");
     let mut paths = Vec::new();
     rust_files(&src, &mut paths);
     paths.sort();
-    paths
+    let texts: Vec<(PathBuf, String)> = paths
         .into_iter()
-        .filter_map(|p| {
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).expect("readable source");
+            (p, text)
+        })
+        .collect();
+    let test_only: BTreeSet<PathBuf> = texts
+        .iter()
+        .flat_map(|(p, text)| test_module_files(p, text))
+        .collect();
+    texts
+        .into_iter()
+        .filter(|(p, _)| !test_only.contains(p))
+        .filter_map(|(p, text)| {
             let rel = p.strip_prefix(&src).expect("under src");
             let module = module_of(rel)?;
-            let text = std::fs::read_to_string(&p).expect("readable source");
             Some((format!("src/{}", rel.display()), module, text))
         })
         .collect()
@@ -580,6 +618,25 @@ use crate::config;
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].line, 2);
     assert_eq!(got[0].to, "config");
+}
+
+#[test]
+fn test_only_module_files_are_found() {
+    let text = "pub mod lexer;\n#[cfg(test)]\nmod tests;\n#[cfg(test)]\nmod inline {\n}\n";
+    let found = test_module_files(Path::new("src/gates/shell_words/mod.rs"), text);
+    assert_eq!(
+        found,
+        vec![
+            PathBuf::from("src/gates/shell_words/tests.rs"),
+            PathBuf::from("src/gates/shell_words/tests/mod.rs"),
+        ]
+    );
+    let found = test_module_files(Path::new("src/audit.rs"), "#[cfg(test)]\nmod fixtures;\n");
+    assert_eq!(found[0], PathBuf::from("src/audit/fixtures.rs"));
+    // The real crate: the shell-words tests are test code.
+    assert!(crate_files()
+        .iter()
+        .all(|(rel, _, _)| rel != "src/gates/shell_words/tests.rs"));
 }
 
 #[test]
