@@ -97,6 +97,7 @@ fn main() {
         cwd: "/home/user/project".into(),
         home: Some("/home/user".into()),
         network_allow: vec!["crates.io".into(), "github.com".into()],
+        host_paths: Vec::new(),
     };
     println!(
         "gate evaluation time per action ({} gates)",

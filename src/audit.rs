@@ -4,21 +4,19 @@
 //! One JSON object per line, each flushed to disk (`sync_data`) before
 //! `append` returns, so a crash loses at most the record being written.
 //! The daemon records through [`AuditLog::record`], which hands the line to
-//! one writer thread (in order, through a queue of [`QUEUE_LIMIT`] lines that
-//! makes callers wait when full), so the fsync never blocks the async
-//! runtime. The file is created `0600` in a `0700` directory: it holds
+//! the shared writer thread (`util::jsonl`: in order, a queue of
+//! [`QUEUE_LIMIT`] lines that makes callers wait when full), so the fsync
+//! never blocks the async runtime. The file is created `0600` in a `0700` directory: it holds
 //! commands and their output.
 //! Secrets are redacted with the secrets gate's patterns before anything is
 //! written; tool output is capped at 2 KB. The log lives at
 //! `$XDG_STATE_HOME/passepartout/audit.jsonl` (by default
-//! `~/.local/state/passepartout/audit.jsonl`).
+//! `~/.local/state/passepartout/audit.jsonl`; [`crate::paths::StateDir`]).
 
-use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{mpsc, Mutex, OnceLock};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -26,6 +24,7 @@ use serde_json::Value;
 use crate::action::{Action, Effect};
 use crate::gates::secrets::redact;
 use crate::gates::Judgement;
+use crate::util::jsonl::Appender;
 
 /// Tool output kept per `executed` record.
 pub const OUTPUT_LIMIT: usize = 2048;
@@ -131,7 +130,7 @@ impl AuditRecord {
     /// Stamp an event with the current time.
     pub fn now(event: AuditEvent) -> Self {
         AuditRecord {
-            ts: rfc3339(SystemTime::now()),
+            ts: crate::util::time::now_rfc3339(),
             event,
         }
     }
@@ -242,49 +241,6 @@ pub fn truncate_output(output: &str) -> String {
     )
 }
 
-/// RFC 3339 UTC with milliseconds, computed from the Unix time (days to
-/// civil date after Howard Hinnant's algorithm).
-pub fn rfc3339(time: SystemTime) -> String {
-    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = since.as_secs();
-    let millis = since.subsec_millis();
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let (h, m, s) = (rem / 3600, (rem % 3600) / 60, rem % 60);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{millis:03}Z")
-}
-
-/// `$XDG_STATE_HOME/passepartout/audit.jsonl`, falling back to
-/// `~/.local/state/passepartout/audit.jsonl`.
-pub fn default_path() -> PathBuf {
-    default_path_from(
-        std::env::var_os("XDG_STATE_HOME").as_deref(),
-        std::env::var_os("HOME").as_deref(),
-    )
-}
-
-/// [`default_path`] from explicit values (a relative `XDG_STATE_HOME` is
-/// ignored, as the XDG spec says).
-pub fn default_path_from(xdg_state_home: Option<&OsStr>, home: Option<&OsStr>) -> PathBuf {
-    let base = match xdg_state_home.map(Path::new) {
-        Some(p) if p.is_absolute() => p.to_path_buf(),
-        _ => match home {
-            Some(h) => Path::new(h).join(".local/state"),
-            None => PathBuf::from(".local/state"),
-        },
-    };
-    base.join("passepartout").join("audit.jsonl")
-}
-
 /// The append-only log. Share it behind an `Arc`; appends from several
 /// tasks are serialised by an inner mutex. `append` does blocking I/O with
 /// an fsync: from async code, call it inside `spawn_blocking` if latency
@@ -292,19 +248,14 @@ pub fn default_path_from(xdg_state_home: Option<&OsStr>, home: Option<&OsStr>) -
 #[derive(Debug)]
 pub struct AuditLog {
     path: PathBuf,
-    file: Arc<Mutex<File>>,
-    /// The writer thread's queue, started by the first `record`.
-    writer: OnceLock<mpsc::SyncSender<Queued>>,
+    file: Mutex<File>,
+    /// The writer thread, started by the first `record` (`None`: it could
+    /// not start, and records are written inline).
+    writer: OnceLock<Option<Appender>>,
 }
 
 /// Lines [`AuditLog::record`] may queue before callers wait.
-pub const QUEUE_LIMIT: usize = 4096;
-
-enum Queued {
-    Line(String),
-    /// Answered once every earlier line is on disk.
-    Flush(mpsc::Sender<()>),
-}
+pub use crate::util::jsonl::QUEUE_LIMIT;
 
 impl AuditLog {
     /// Open (creating the file and its parent directories) for appending.
@@ -315,7 +266,7 @@ impl AuditLog {
             source,
         };
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            crate::config::create_private_dir(parent).map_err(io)?;
+            crate::paths::create_private_dir(parent).map_err(io)?;
         }
         let file = {
             use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -335,7 +286,7 @@ impl AuditLog {
         };
         Ok(AuditLog {
             path,
-            file: Arc::new(Mutex::new(file)),
+            file: Mutex::new(file),
             writer: OnceLock::new(),
         })
     }
@@ -346,58 +297,34 @@ impl AuditLog {
     pub fn record(&self, record: &AuditRecord) -> Result<(), AuditError> {
         let mut line = serde_json::to_string(record)?;
         line.push('\n');
-        let writer = self.writer.get_or_init(|| self.start_writer());
-        if let Err(mpsc::SendError(Queued::Line(line))) = writer.send(Queued::Line(line)) {
-            // The thread is gone: write here rather than lose the record.
-            return self.write_line(&line);
+        let writer = self.writer.get_or_init(|| match Appender::start("audit") {
+            Ok(appender) => Some(appender),
+            Err(e) => {
+                tracing::error!("audit log: cannot start its writer thread: {e}; writing inline");
+                None
+            }
+        });
+        match writer {
+            Some(w) => match w.append(&self.path, line, true) {
+                Ok(()) => Ok(()),
+                // The thread is gone: write here rather than lose the record.
+                Err(_) => self.append(record),
+            },
+            None => self.write_line(&line),
         }
-        Ok(())
     }
 
     /// Wait until every queued record is on disk.
     pub fn flush(&self) {
-        if let Some(writer) = self.writer.get() {
+        if let Some(Some(writer)) = self.writer.get() {
             let (tx, rx) = mpsc::channel();
-            if writer.send(Queued::Flush(tx)).is_ok() {
+            let done = Box::new(move |_: std::io::Result<u64>| {
+                let _ = tx.send(());
+            });
+            if writer.sync(&self.path, done).is_ok() {
                 let _ = rx.recv();
             }
         }
-    }
-
-    fn start_writer(&self) -> mpsc::SyncSender<Queued> {
-        let (tx, rx) = mpsc::sync_channel::<Queued>(QUEUE_LIMIT);
-        let file = self.file.clone();
-        let path = self.path.clone();
-        let spawned = std::thread::Builder::new()
-            .name("audit-writer".into())
-            .spawn(move || {
-                let log = AuditLog {
-                    path,
-                    file,
-                    writer: OnceLock::new(),
-                };
-                for queued in rx {
-                    match queued {
-                        Queued::Line(line) => {
-                            if let Err(e) = log.write_line(&line) {
-                                tracing::error!("audit log: {e}");
-                            }
-                        }
-                        Queued::Flush(done) => {
-                            let _ = done.send(());
-                        }
-                    }
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::error!("audit log: cannot start its writer thread: {e}; writing inline");
-        }
-        tx
-    }
-
-    /// Open the log at [`default_path`].
-    pub fn open_default() -> Result<Self, AuditError> {
-        Self::open(default_path())
     }
 
     /// Where the log is.
@@ -597,32 +524,6 @@ mod tests {
     use crate::action::Approval;
     use crate::gates::{Decision, Verdict};
     use std::sync::Arc;
-    use std::time::Duration;
-
-    #[test]
-    fn timestamps_are_rfc3339_utc() {
-        let at = |s: u64, ms: u64| rfc3339(UNIX_EPOCH + Duration::from_millis(s * 1000 + ms));
-        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(at(1_795_378_503, 7), "2026-11-22T20:15:03.007Z");
-        assert_eq!(at(951_782_400, 0), "2000-02-29T00:00:00.000Z");
-        assert_eq!(at(4_107_542_399, 999), "2100-02-28T23:59:59.999Z");
-    }
-
-    #[test]
-    fn default_path_follows_xdg() {
-        assert_eq!(
-            default_path_from(Some(OsStr::new("/s")), Some(OsStr::new("/h"))),
-            PathBuf::from("/s/passepartout/audit.jsonl")
-        );
-        assert_eq!(
-            default_path_from(Some(OsStr::new("rel")), Some(OsStr::new("/h"))),
-            PathBuf::from("/h/.local/state/passepartout/audit.jsonl")
-        );
-        assert_eq!(
-            default_path_from(None, Some(OsStr::new("/h"))),
-            PathBuf::from("/h/.local/state/passepartout/audit.jsonl")
-        );
-    }
 
     #[test]
     fn output_is_capped_with_a_marker() {

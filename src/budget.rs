@@ -345,7 +345,7 @@ impl Accounts {
     }
 
     fn today() -> String {
-        crate::audit::rfc3339(std::time::SystemTime::now())[..10].to_string()
+        crate::util::time::day(std::time::SystemTime::now())
     }
 
     fn ledger_path(&self, day: &str) -> Option<PathBuf> {
@@ -390,7 +390,7 @@ impl Accounts {
             return;
         };
         let line = LedgerLine {
-            at: crate::audit::rfc3339(std::time::SystemTime::now()),
+            at: crate::util::time::rfc3339(std::time::SystemTime::now()),
             session: session.into(),
             model: model.into(),
             usage: *usage,

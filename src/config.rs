@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::llm::config::{ProviderConfig, ProviderKind};
+use crate::paths;
 
 /// How shell actions are isolated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -192,50 +193,6 @@ pub struct Overrides {
     pub state_dir: Option<PathBuf>,
 }
 
-/// `$XDG_CONFIG_HOME/passepartout`, else `~/.config/passepartout`.
-pub fn config_dir() -> PathBuf {
-    xdg_dir("XDG_CONFIG_HOME", ".config").join("passepartout")
-}
-
-/// `$XDG_STATE_HOME/passepartout`, else `~/.local/state/passepartout`.
-pub fn default_state_dir() -> PathBuf {
-    xdg_dir("XDG_STATE_HOME", ".local/state").join("passepartout")
-}
-
-/// `$XDG_DATA_HOME/passepartout`, else `~/.local/share/passepartout`.
-pub fn default_data_dir() -> PathBuf {
-    xdg_dir("XDG_DATA_HOME", ".local/share").join("passepartout")
-}
-
-fn xdg_dir(var: &str, fallback: &str) -> PathBuf {
-    match std::env::var_os(var) {
-        Some(v) if !v.is_empty() => PathBuf::from(v),
-        _ => home_dir().join(fallback),
-    }
-}
-
-/// Create `dir` (and its parents) readable by its owner only, and tighten
-/// it if it exists with wider permissions: the state directory holds
-/// commands, their output and plans.
-pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    let mode = std::fs::metadata(dir)?.permissions().mode();
-    if mode & 0o077 != 0 {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    }
-    Ok(())
-}
-
-pub fn home_dir() -> PathBuf {
-    std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/"))
-}
-
 impl Config {
     /// Load with the full precedence chain, reading the process environment.
     pub fn load(cli: &Overrides) -> Result<Config, ConfigError> {
@@ -257,7 +214,7 @@ impl Config {
         let mut config = match &explicit {
             Some(path) => Self::from_file(path)?,
             None => {
-                let path = config_dir().join("config.toml");
+                let path = paths::config_file(&paths::config_dir());
                 if path.exists() {
                     Self::from_file(&path)?
                 } else {
@@ -365,31 +322,46 @@ impl Config {
         Ok(())
     }
 
+    /// The layout of [`Config::state_dir`].
+    pub fn state(&self) -> paths::StateDir {
+        paths::StateDir::new(self.state_dir())
+    }
+
     pub fn state_dir(&self) -> PathBuf {
-        self.state_dir.clone().unwrap_or_else(default_state_dir)
+        self.state_dir
+            .clone()
+            .unwrap_or_else(paths::default_state_dir)
     }
 
     pub fn memex_dir(&self) -> PathBuf {
         self.memex_dir
             .clone()
-            .unwrap_or_else(|| default_data_dir().join("memex"))
+            .unwrap_or_else(|| paths::memex_dir(&paths::default_data_dir()))
     }
 
     pub fn user_skills_dir(&self) -> PathBuf {
         self.skills_dir
             .clone()
-            .unwrap_or_else(|| config_dir().join("skills"))
+            .unwrap_or_else(|| paths::user_skills_dir(&paths::config_dir()))
     }
 
     /// The trust store for project skills (`STATE/trusted-skills.json`).
     pub fn trust_file(&self) -> PathBuf {
-        crate::skills::TrustStore::in_state_dir(&self.state_dir())
-            .path()
-            .to_path_buf()
+        self.state().trust_file()
+    }
+
+    /// The daemon's own directories, which its tools must not touch.
+    pub fn host_dirs(&self) -> crate::control_surface::HostDirs {
+        crate::control_surface::HostDirs {
+            config: paths::config_dir(),
+            user_skills: self.user_skills_dir(),
+            state: self.state_dir(),
+            memex: self.memex_dir(),
+        }
     }
 
     pub fn policy_file(&self) -> PathBuf {
-        config_dir().join("policy.org")
+        paths::policy_file(&paths::config_dir())
     }
 }
 

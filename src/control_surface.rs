@@ -15,7 +15,6 @@
 //! the files actuator refuses to write them, and the gates ask.
 
 use std::path::{Component, Path, PathBuf};
-use std::sync::RwLock;
 
 /// A control-surface entry, relative to the project root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,9 +160,19 @@ pub struct HostPath {
     pub private: bool,
 }
 
-/// The daemon's own directories for `config`: config dir, user skills,
-/// state dir (plans, audit, sessions, checkpoints, trust store), memex.
-pub fn host_paths_of(config: &crate::config::Config) -> Vec<HostPath> {
+/// The daemon's own directories, as configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostDirs {
+    pub config: PathBuf,
+    pub user_skills: PathBuf,
+    /// Plans, audit, sessions, checkpoints, trust store.
+    pub state: PathBuf,
+    pub memex: PathBuf,
+}
+
+/// The daemon's own directories as host paths, each with why it is
+/// protected.
+pub fn host_paths_of(dirs: &HostDirs) -> Vec<HostPath> {
     let mut out: Vec<HostPath> = Vec::new();
     let mut add = |path: PathBuf, why: &'static str, private: bool| {
         let path = path.canonicalize().unwrap_or(path);
@@ -172,83 +181,67 @@ pub fn host_paths_of(config: &crate::config::Config) -> Vec<HostPath> {
         }
     };
     add(
-        crate::config::config_dir(),
+        dirs.config.clone(),
         "the agent's own configuration and policy",
         true,
     );
     add(
-        config.user_skills_dir(),
+        dirs.user_skills.clone(),
         "the agent's own user skills",
         false,
     );
     add(
-        config.state_dir(),
+        dirs.state.clone(),
         "the agent's own state: flight plans, audit log, sessions, checkpoints and the trust store",
         true,
     );
-    add(config.memex_dir(), "the agent's memex notes", false);
+    add(dirs.memex.clone(), "the agent's memex notes", false);
     out
 }
 
-/// The host paths in force (set once the configuration is known).
-static HOST_PATHS: RwLock<Vec<HostPath>> = RwLock::new(Vec::new());
-
-/// Make `paths` the host paths every layer protects.
-pub fn set_host_paths(paths: Vec<HostPath>) {
-    *HOST_PATHS.write().unwrap_or_else(|p| p.into_inner()) = paths;
-}
-
-/// The host paths in force.
-pub fn host_paths() -> Vec<HostPath> {
-    HOST_PATHS.read().unwrap_or_else(|p| p.into_inner()).clone()
-}
-
-/// The host path an absolute path falls under, if any. The path is
-/// compared as given and, when it exists (or its parent does), canonically,
-/// so `~/./.config/x` or a symlinked home do not slip past.
-pub fn host_entry(path: &Path) -> Option<HostPath> {
+/// The host paths an absolute path falls under. The path is compared as
+/// given and, when it exists (or its parent does), canonically, so
+/// `~/./.config/x` or a symlinked home do not slip past.
+fn covering<'a>(path: &Path, hosts: &'a [HostPath]) -> impl Iterator<Item = &'a HostPath> {
     let canonical = path.canonicalize().ok().or_else(|| {
         let parent = path.parent()?.canonicalize().ok()?;
         Some(parent.join(path.file_name()?))
     });
-    let lexical = normalize(path);
-    host_paths().into_iter().find(|h| {
+    let lexical = crate::util::path::normalize(path);
+    hosts.iter().filter(move |h| {
         lexical.starts_with(&h.path) || canonical.as_ref().is_some_and(|c| c.starts_with(&h.path))
     })
+}
+
+/// The host path an absolute path falls under, if any (see [`covering`]).
+pub fn host_entry(path: &Path, hosts: &[HostPath]) -> Option<HostPath> {
+    covering(path, hosts).next().cloned()
 }
 
 /// The private host path `path` falls under, if any: the most specific
 /// host path containing it decides (the user skills inside the config
 /// directory may be read; the configuration beside them may not).
-pub fn private_entry(path: &Path) -> Option<HostPath> {
-    let canonical = path.canonicalize().ok().or_else(|| {
-        let parent = path.parent()?.canonicalize().ok()?;
-        Some(parent.join(path.file_name()?))
-    });
-    let lexical = normalize(path);
-    host_paths()
-        .into_iter()
-        .filter(|h| {
-            lexical.starts_with(&h.path)
-                || canonical.as_ref().is_some_and(|c| c.starts_with(&h.path))
-        })
+pub fn private_entry(path: &Path, hosts: &[HostPath]) -> Option<HostPath> {
+    covering(path, hosts)
         .max_by_key(|h| h.path.components().count())
         .filter(|h| h.private)
+        .cloned()
 }
 
 /// The host paths inside any of `binds` (the sandbox's writable binds):
 /// those to hide over them. Only the outermost of nested ones (the user
 /// skills inside the config directory): hiding the outer one hides both,
 /// and nothing can be mounted inside a read-only tmpfs.
-pub fn host_paths_within(binds: &[PathBuf]) -> Vec<HostPath> {
-    let inside: Vec<HostPath> = host_paths()
-        .into_iter()
+pub fn host_paths_within(binds: &[PathBuf], hosts: &[HostPath]) -> Vec<HostPath> {
+    let inside: Vec<HostPath> = hosts
+        .iter()
         .filter(|h| {
             binds.iter().any(|b| {
                 let b = b.canonicalize().unwrap_or_else(|_| b.clone());
                 h.path.starts_with(&b)
             })
         })
+        .cloned()
         .collect();
     inside
         .iter()
@@ -259,21 +252,6 @@ pub fn host_paths_within(binds: &[PathBuf]) -> Vec<HostPath> {
         })
         .cloned()
         .collect()
-}
-
-/// `.` dropped and `..` applied, without touching the disk.
-fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -287,7 +265,7 @@ mod tests {
         let config = home.join(".config/passepartout");
         std::fs::create_dir_all(&config).unwrap();
         let state = home.join("state");
-        set_host_paths(vec![
+        let hosts = vec![
             HostPath {
                 path: config.clone(),
                 why: "config",
@@ -303,36 +281,39 @@ mod tests {
                 why: "skills",
                 private: false,
             },
-        ]);
+        ];
         assert_eq!(
-            host_entry(&config.join("config.toml")).map(|h| h.why),
+            host_entry(&config.join("config.toml"), &hosts).map(|h| h.why),
             Some("config")
         );
         assert_eq!(
-            host_entry(&home.join(".config/./passepartout/../passepartout/x")).map(|h| h.why),
+            host_entry(
+                &home.join(".config/./passepartout/../passepartout/x"),
+                &hosts
+            )
+            .map(|h| h.why),
             Some("config")
         );
-        assert_eq!(host_entry(&home.join(".config/other")), None);
+        assert_eq!(host_entry(&home.join(".config/other"), &hosts), None);
         // Reads: the configuration and the state are private, the user
         // skills inside the config directory are not.
         assert_eq!(
-            private_entry(&config.join("config.toml")).map(|h| h.why),
+            private_entry(&config.join("config.toml"), &hosts).map(|h| h.why),
             Some("config")
         );
-        assert_eq!(private_entry(&config.join("skills/mine.org")), None);
+        assert_eq!(private_entry(&config.join("skills/mine.org"), &hosts), None);
         assert_eq!(
-            private_entry(&state.join("audit.jsonl")).map(|h| h.why),
+            private_entry(&state.join("audit.jsonl"), &hosts).map(|h| h.why),
             Some("state")
         );
-        assert_eq!(private_entry(&home.join("notes.txt")), None);
-        let within: Vec<&str> = host_paths_within(std::slice::from_ref(&home))
+        assert_eq!(private_entry(&home.join("notes.txt"), &hosts), None);
+        let within: Vec<&str> = host_paths_within(std::slice::from_ref(&home), &hosts)
             .iter()
             .map(|h| h.why)
             .collect();
         // The skills directory is hidden with the config directory.
         assert_eq!(within, vec!["config", "state"]);
-        assert!(host_paths_within(&[home.join("project")]).is_empty());
-        set_host_paths(Vec::new());
+        assert!(host_paths_within(&[home.join("project")], &hosts).is_empty());
     }
 
     #[test]

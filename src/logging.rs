@@ -66,7 +66,7 @@ pub enum LogError {
 
 /// The default log file under a state directory.
 pub fn default_log_file(state_dir: &Path) -> PathBuf {
-    state_dir.join("logs").join("passepartout.log")
+    crate::paths::StateDir::new(state_dir).log_file()
 }
 
 /// `PASSEPARTOUT_LOG` if set and valid, else `default`; secrets-carrying

@@ -3,6 +3,9 @@
 //! daemon answers, and the `_passepartout/...` extension types.
 //! `docs/protocol.md` documents every message with an example exchange.
 
+use std::collections::BTreeMap;
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -19,6 +22,10 @@ pub const SESSION_SET_MODE: &str = "session/set_mode";
 /// ACP notifications and requests (daemon → client).
 pub const SESSION_UPDATE: &str = "session/update";
 pub const SESSION_REQUEST_PERMISSION: &str = "session/request_permission";
+/// ACP method (daemon → client): read a text file through the client.
+pub const FS_READ_TEXT_FILE: &str = "fs/read_text_file";
+/// ACP method (daemon → client): write a text file through the client.
+pub const FS_WRITE_TEXT_FILE: &str = "fs/write_text_file";
 
 /// ACP's error code for an unknown resource (a session, a flight plan, a
 /// checkpoint).
@@ -45,11 +52,14 @@ pub const EXT_UNDO: &str = "_passepartout/undo";
 /// List a working directory's checkpoints (request).
 pub const EXT_HISTORY: &str = "_passepartout/history";
 /// Daemon → client after every provider request: tokens and cost.
-pub const EXT_USAGE: &str = crate::agent::turn::USAGE_NOTIFICATION;
+pub const EXT_USAGE: &str = "_passepartout/usage";
 /// Daemon → client: a session's history was compacted.
-pub const EXT_SESSION_COMPACTED: &str = crate::agent::turn::COMPACTED_NOTIFICATION;
+pub const EXT_SESSION_COMPACTED: &str = "_passepartout/session/compacted";
 /// Client → daemon: change the budgets of this daemon.
 pub const EXT_BUDGET_SET: &str = "_passepartout/budget/set";
+/// Client → daemon: trust a project's MCP configuration, by the hash of
+/// the bytes the person was shown.
+pub const EXT_MCP_TRUST: &str = "_passepartout/mcp/trust";
 /// Daemon → Emacs: evaluate a form (the emacs actuator).
 pub const EXT_EMACS_EVAL: &str = "_passepartout/emacs/eval";
 
@@ -64,7 +74,7 @@ pub struct ClientSettings {
     /// `_passepartout/emacs/eval` (the emacs actuator).
     pub emacs: bool,
     /// Providers in cascade order; replaces the configured list.
-    pub providers: Option<Vec<crate::llm::config::ProviderConfig>>,
+    pub providers: Option<Vec<ProviderConfig>>,
     /// API keys by provider name (e.g. from auth-source). Never logged.
     #[serde(skip_serializing)]
     pub api_keys: std::collections::BTreeMap<String, String>,
@@ -184,4 +194,137 @@ pub struct HistoryParams {
     /// At most this many, newest first.
     #[serde(default)]
     pub limit: Option<usize>,
+}
+
+// Provider entries: the editor sends them in `initialize`
+// (`ClientSettings::providers`), the config file holds the same; `llm`
+// turns them into live providers.
+
+/// Which wire format an endpoint speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// OpenAI-compatible chat completions (Ollama, llama.cpp, vLLM,
+    /// LM Studio, OpenAI, DeepSeek, OpenRouter, ...).
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+impl ProviderKind {
+    /// The address used when an entry leaves `base_url` empty.
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "http://127.0.0.1:11434/v1",
+            ProviderKind::Anthropic => "https://api.anthropic.com",
+        }
+    }
+}
+
+/// One model endpoint as configured by the user.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProviderConfig {
+    /// A short name for logs and errors, e.g. `ollama`.
+    pub name: String,
+    pub kind: ProviderKind,
+    /// For `openai`, the URL that `/chat/completions` is appended to (usually
+    /// ending in `/v1`); for `anthropic`, the host (`/v1/messages` is
+    /// appended). Empty means [`ProviderKind::default_base_url`].
+    #[serde(default)]
+    pub base_url: String,
+    pub model: String,
+    /// The key itself. Prefer `api_key_env`: config files get shared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
+    /// The environment variable holding the key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// Whether the model takes tools natively; false selects the text tool
+    /// protocol.
+    #[serde(default = "default_true")]
+    pub native_tools: bool,
+    /// The longest wait for a TCP (and TLS) connection (0 counts as 1).
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_secs: u64,
+    /// The longest wait for the response head or for the next chunk
+    /// (0 counts as 1).
+    #[serde(default = "default_idle_timeout")]
+    pub idle_timeout_secs: u64,
+    /// Retries on this provider before the cascade moves on.
+    #[serde(default = "default_max_retries")]
+    pub max_retries: u32,
+    /// Output token limit sent with each request (Anthropic requires one and
+    /// defaults to 4096).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// The model's context window in tokens; when absent, known hosted
+    /// models get theirs and anything else `[context] default_window`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
+    /// Extra HTTP headers sent with every request (e.g. for a proxy).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_connect_timeout() -> u64 {
+    5
+}
+fn default_idle_timeout() -> u64 {
+    120
+}
+fn default_max_retries() -> u32 {
+    2
+}
+
+impl fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Header values are masked too: `Authorization` lives there as often
+        // as in `api_key`.
+        let headers: BTreeMap<&str, &str> =
+            self.headers.keys().map(|k| (k.as_str(), "***")).collect();
+        f.debug_struct("ProviderConfig")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "***"))
+            .field("api_key_env", &self.api_key_env)
+            .field("native_tools", &self.native_tools)
+            .field("connect_timeout_secs", &self.connect_timeout_secs)
+            .field("idle_timeout_secs", &self.idle_timeout_secs)
+            .field("max_retries", &self.max_retries)
+            .field("max_tokens", &self.max_tokens)
+            .field("context_window", &self.context_window)
+            .field("headers", &headers)
+            .finish()
+    }
+}
+
+impl ProviderConfig {
+    /// An entry with every optional field at its default.
+    pub fn new(
+        name: impl Into<String>,
+        kind: ProviderKind,
+        base_url: impl Into<String>,
+        model: impl Into<String>,
+    ) -> Self {
+        ProviderConfig {
+            name: name.into(),
+            kind,
+            base_url: base_url.into(),
+            model: model.into(),
+            api_key: None,
+            api_key_env: None,
+            native_tools: default_true(),
+            connect_timeout_secs: default_connect_timeout(),
+            idle_timeout_secs: default_idle_timeout(),
+            max_retries: default_max_retries(),
+            max_tokens: None,
+            context_window: None,
+            headers: BTreeMap::new(),
+        }
+    }
 }

@@ -136,7 +136,7 @@ pub async fn list(providers: &[ProviderConfig], discovery: Option<&Discovery>) -
         .map(|(p, found)| {
             let (models, error) = match found {
                 Ok(m) => (m, None),
-                Err(e) => (Vec::new(), Some(e)),
+                Err(e) => (Vec::new(), Some(e.to_string())),
             };
             json!({
                 "name": p.name,

@@ -22,6 +22,7 @@ use crate::actuators::{ActContext, ActError, ActOutput, Actuator, ActuatorRegist
 use crate::agent::AgentEnv;
 use crate::audit::AuditLog;
 use crate::config::{Config, SandboxSetting};
+use crate::control_surface::HostPath;
 use crate::protocol::SandboxReport;
 use crate::sandbox::limits::ResourceLimits;
 use crate::sandbox::runner::RunLimits;
@@ -61,11 +62,14 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
             .with_provider(discovery.provider(), crate::llm::RetryPolicy::default()),
         _ => crate::llm::config::build_cascade(&config.providers)?,
     };
-    // The daemon's own directories, protected by every layer.
-    crate::control_surface::set_host_paths(crate::control_surface::host_paths_of(&config));
+    // The daemon's own directories, protected by every layer: given to
+    // the actuators here and to the gates through `AgentEnv::gate_context`.
+    let hosts = crate::control_surface::host_paths_of(&config.host_dirs());
     let mut actuators = ActuatorRegistry::new();
     let client_fs = crate::actuators::client_fs::ClientFsLink::default();
-    actuators.register(Arc::new(FilesActuator::new(client_fs.clone())));
+    actuators.register(Arc::new(
+        FilesActuator::new(client_fs.clone()).with_host_paths(hosts.clone()),
+    ));
     let mode = match config.sandbox {
         SandboxSetting::Bwrap => SandboxMode::Bwrap,
         SandboxSetting::None => SandboxMode::Unsandboxed,
@@ -74,7 +78,7 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
         timeout: Duration::from_secs(config.shell_timeout_secs),
         output_cap: config.output_cap_bytes,
     };
-    let shell = LazyShell::new(mode, limits, config.sandbox_limits);
+    let shell = LazyShell::new(mode, limits, config.sandbox_limits).with_host_paths(hosts);
     let sandbox = startup_report(mode);
     if sandbox.available {
         tracing::info!("{}", sandbox.message);
@@ -109,7 +113,7 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
         trust_file: Some(config.trust_file()),
         project_auto_approval: config.trust_project_tool_approval,
     }));
-    let audit_path = config.state_dir().join("audit.jsonl");
+    let audit_path = config.state().audit_log();
     let audit = match AuditLog::open(&audit_path) {
         Ok(log) => Some(Arc::new(log)),
         Err(e) => {
@@ -120,15 +124,14 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
             None
         }
     };
-    let state = config.state_dir();
     let accounts = Arc::new(crate::budget::Accounts::new(
         config.budget.clone(),
         crate::budget::Prices::new(config.prices.clone()),
-        Some(state.join("usage")),
+        Some(config.state().usage()),
     ));
     let sessions = if config.sessions.persist {
         match crate::sessions::SessionStore::open(
-            state.join("sessions"),
+            config.state().sessions(),
             config.sessions.max_file_bytes,
         ) {
             Ok(store) => Some(Arc::new(store)),
@@ -161,6 +164,7 @@ pub struct LazyShell {
     mode: SandboxMode,
     limits: RunLimits,
     resources: ResourceLimits,
+    hosts: Vec<HostPath>,
     shell: OnceCell<ShellActuator>,
 }
 
@@ -170,8 +174,15 @@ impl LazyShell {
             mode,
             limits,
             resources,
+            hosts: Vec::new(),
             shell: OnceCell::new(),
         }
+    }
+
+    /// The daemon's own directories, hidden from every sandboxed run.
+    pub fn with_host_paths(mut self, hosts: Vec<HostPath>) -> Self {
+        self.hosts = hosts;
+        self
     }
 
     async fn shell(&self) -> Result<&ShellActuator, ActError> {
@@ -181,6 +192,7 @@ impl LazyShell {
                 #[allow(clippy::clone_on_copy)]
                 let (mode, limits) = (self.mode, self.limits.clone());
                 let resources = self.resources;
+                let hosts = self.hosts.clone();
                 let built = tokio::task::spawn_blocking(move || match mode {
                     SandboxMode::Bwrap => ShellActuator::new(mode, limits),
                     // No sandbox: nothing to probe.
@@ -196,7 +208,8 @@ impl LazyShell {
                 })
                 .await
                 .map_err(|e| ActError::Unavailable(format!("the sandbox probe failed: {e}")))?
-                .with_resources(resources);
+                .with_resources(resources)
+                .with_host_paths(hosts);
                 let report = sandbox_report(&built);
                 if built.mode() == SandboxMode::Bwrap {
                     tracing::info!("first shell action: {}", report.message);

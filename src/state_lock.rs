@@ -16,8 +16,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-/// The lock file's name inside the state directory.
-pub const LOCK_FILE: &str = "daemon.lock";
+pub use crate::paths::LOCK_FILE;
 
 /// Errors taking or reading the lock.
 #[derive(Debug, thiserror::Error)]
@@ -42,12 +41,12 @@ pub enum Holder {
 }
 
 fn open(state_dir: &Path) -> Result<(File, PathBuf), LockError> {
-    let path = state_dir.join(LOCK_FILE);
+    let path = crate::paths::StateDir::new(state_dir).lock_file();
     let io = |source| LockError::Io {
         path: path.clone(),
         source,
     };
-    crate::config::create_private_dir(state_dir).map_err(io)?;
+    crate::paths::create_private_dir(state_dir).map_err(io)?;
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -92,7 +91,7 @@ pub fn try_acquire(state_dir: &Path) -> Result<Option<StateLock>, LockError> {
 
 /// Who holds the lock now (without keeping it).
 pub fn holder(state_dir: &Path) -> Result<Holder, LockError> {
-    if !state_dir.join(LOCK_FILE).exists() {
+    if !crate::paths::StateDir::new(state_dir).lock_file().exists() {
         return Ok(Holder::Nobody);
     }
     let (mut file, path) = open(state_dir)?;

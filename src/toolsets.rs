@@ -17,6 +17,7 @@ use crate::skills::{
     load_policy, Diagnostic, RuleGate, SkillDirs, SkillLoader, SkillSet, SkillSummary,
 };
 use crate::tools::{builtin, ToolRegistry};
+use crate::util::sync::lock;
 
 /// Where skills come from.
 #[derive(Debug, Clone)]
@@ -55,10 +56,6 @@ pub struct SkillToolsets {
     by_cwd: Mutex<HashMap<PathBuf, Entry>>,
     policy: Mutex<Arc<RuleGate>>,
     policy_diagnostics: Mutex<Vec<Diagnostic>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl SkillToolsets {

@@ -29,10 +29,7 @@ use crate::protocol::acp;
 use crate::rpc::message::codes;
 use crate::rpc::Outgoing;
 
-/// ACP method: read a text file through the client.
-pub const FS_READ_TEXT_FILE: &str = "fs/read_text_file";
-/// ACP method: write a text file through the client.
-pub const FS_WRITE_TEXT_FILE: &str = "fs/write_text_file";
+pub use crate::protocol::{FS_READ_TEXT_FILE, FS_WRITE_TEXT_FILE};
 
 /// Longest wait for the client to answer one fs request.
 pub const CLIENT_FS_TIMEOUT: Duration = Duration::from_secs(30);

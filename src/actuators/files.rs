@@ -21,12 +21,13 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
 use crate::action::{Action, Effect};
-use crate::control_surface::control_entry;
+use crate::control_surface::{control_entry, HostPath};
 use crate::tools::confine_to;
 
 use super::client_fs::{self, ClientFsError, ClientFsLink};
@@ -46,11 +47,24 @@ const BENEATH: ResolveFlags = ResolveFlags::BENEATH
 #[derive(Default)]
 pub struct FilesActuator {
     client: ClientFsLink,
+    /// The daemon's own directories: never written, the private ones never
+    /// read.
+    hosts: Arc<[HostPath]>,
 }
 
 impl FilesActuator {
     pub fn new(client: ClientFsLink) -> Self {
-        FilesActuator { client }
+        FilesActuator {
+            client,
+            hosts: Arc::from([]),
+        }
+    }
+
+    /// The daemon's own directories (see
+    /// [`crate::control_surface::host_paths_of`]).
+    pub fn with_host_paths(mut self, hosts: Vec<HostPath>) -> Self {
+        self.hosts = hosts.into();
+        self
     }
 }
 
@@ -78,11 +92,11 @@ impl Actuator for FilesActuator {
             return Ok(ActOutput::error(crate::modes::READ_ONLY_REASON));
         }
         // Through the editor when it offers its fs: same checks first.
-        let note = match through_client(&self.client, path, &job, ctx).await? {
+        let note = match through_client(&self.client, path, &job, ctx, &self.hosts).await? {
             Delegated::Done(out) => return Ok(out),
             Delegated::Disk(note) => note,
         };
-        let mut out = blocking(ctx, path, job).await;
+        let mut out = blocking(ctx, path, job, &self.hosts).await;
         if let Some(note) = note {
             out.text = format!("{}\n[{note}]", out.text);
         }
@@ -91,13 +105,16 @@ impl Actuator for FilesActuator {
 }
 
 /// [`perform`] off the runtime's workers (blocking file system calls).
-async fn blocking(ctx: &ActContext, path: &Path, job: Job) -> ActOutput {
+async fn blocking(ctx: &ActContext, path: &Path, job: Job, hosts: &Arc<[HostPath]>) -> ActOutput {
     let cwd = ctx.cwd.clone();
     let requested = path.to_path_buf();
     let approved_by = ctx.approved_by.clone();
-    tokio::task::spawn_blocking(move || perform(&cwd, &requested, job, approved_by.as_deref()))
-        .await
-        .unwrap_or_else(|e| ActOutput::error(format!("the file operation failed: {e}")))
+    let hosts = hosts.clone();
+    tokio::task::spawn_blocking(move || {
+        perform(&cwd, &requested, job, approved_by.as_deref(), &hosts)
+    })
+    .await
+    .unwrap_or_else(|e| ActOutput::error(format!("the file operation failed: {e}")))
 }
 
 /// Whether the client's fs did the job, or the disk must (with a note why).
@@ -114,6 +131,7 @@ async fn through_client(
     path: &Path,
     job: &Job,
     ctx: &ActContext,
+    hosts: &Arc<[HostPath]>,
 ) -> Result<Delegated, ActError> {
     let (out, check) = match job {
         Job::Read => match link.reader() {
@@ -126,7 +144,7 @@ async fn through_client(
         },
         _ => return Ok(Delegated::Disk(None)),
     };
-    let resolved = blocking(ctx, path, check).await;
+    let resolved = blocking(ctx, path, check, hosts).await;
     if resolved.is_error {
         return Ok(Delegated::Done(resolved));
     }
@@ -135,7 +153,7 @@ async fn through_client(
         Job::Write(content) => {
             match client_fs::write(&out, &ctx.session_id, &absolute, content, &ctx.cancel).await {
                 Ok(()) => Ok(Delegated::Done(
-                    settle_client_write(ctx, path, content, &absolute).await,
+                    settle_client_write(ctx, path, content, &absolute, hosts).await,
                 )),
                 Err(e) => client_failed(e),
             }
@@ -167,6 +185,7 @@ async fn settle_client_write(
     path: &Path,
     content: &str,
     absolute: &Path,
+    hosts: &Arc<[HostPath]>,
 ) -> ActOutput {
     let (cwd, requested, expected) = (ctx.cwd.clone(), path.to_path_buf(), content.to_string());
     let saved = tokio::task::spawn_blocking(move || disk_holds(&cwd, &requested, &expected))
@@ -179,7 +198,7 @@ async fn settle_client_write(
             absolute.display()
         ));
     }
-    let mut out = blocking(ctx, path, Job::Write(content.to_string())).await;
+    let mut out = blocking(ctx, path, Job::Write(content.to_string()), hosts).await;
     if !out.is_error {
         out.text = format!(
             "{} (the editor took the text but did not save it; written to disk too)",
@@ -226,7 +245,13 @@ enum Job {
     ResolveWrite,
 }
 
-fn perform(cwd: &Path, requested: &Path, job: Job, approved_by: Option<&str>) -> ActOutput {
+fn perform(
+    cwd: &Path,
+    requested: &Path,
+    job: Job,
+    approved_by: Option<&str>,
+    hosts: &[HostPath],
+) -> ActOutput {
     let full = match confine_to(cwd, &requested.to_string_lossy()) {
         Ok(p) => p,
         Err(e) => return ActOutput::error(e.to_string()),
@@ -256,7 +281,7 @@ fn perform(cwd: &Path, requested: &Path, job: Job, approved_by: Option<&str>) ->
     };
     let shown = display(&rel);
     if !matches!(job, Job::Write(_) | Job::ResolveWrite) {
-        if let Some(host) = crate::control_surface::private_entry(&full) {
+        if let Some(host) = crate::control_surface::private_entry(&full, hosts) {
             return ActOutput::error(format!(
                 "refused: `{shown}` is one of the agent's own private files ({}); the agent's \
                  tools do not read them (they may hold API keys or the person's history).",
@@ -267,10 +292,10 @@ fn perform(cwd: &Path, requested: &Path, job: Job, approved_by: Option<&str>) ->
     match job {
         Job::Read => read_file(&root, &rel, &shown),
         Job::List => list_dir(&root, &rel, &shown),
-        Job::Search(pattern) => search(&root, &rel, &pattern, &private_within(cwd)),
+        Job::Search(pattern) => search(&root, &rel, &pattern, &private_within(cwd, hosts)),
         Job::ResolveRead => resolve_read(&root, &rel, &shown),
         Job::Write(_) | Job::ResolveWrite => {
-            if let Some(host) = crate::control_surface::host_entry(&full) {
+            if let Some(host) = crate::control_surface::host_entry(&full, hosts) {
                 return ActOutput::error(format!(
                     "refused: `{shown}` is one of the agent's own files ({}); the agent never \
                      writes them, even with approval. The person can edit it themselves.",
@@ -409,10 +434,10 @@ fn list_dir(root: &OwnedFd, rel: &Path, shown: &str) -> ActOutput {
 
 /// The private host paths inside `cwd`, relative to it: a search never
 /// enters them.
-fn private_within(cwd: &Path) -> Vec<PathBuf> {
+fn private_within(cwd: &Path, hosts: &[HostPath]) -> Vec<PathBuf> {
     let cwd = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
-    crate::control_surface::host_paths()
-        .into_iter()
+    hosts
+        .iter()
         .filter(|h| h.private)
         .filter_map(|h| h.path.strip_prefix(&cwd).ok().map(Path::to_path_buf))
         .collect()
@@ -693,7 +718,7 @@ mod tests {
     use super::*;
 
     fn run(cwd: &Path, path: &str, job: Job, approved: bool) -> ActOutput {
-        perform(cwd, Path::new(path), job, approved.then_some("ada"))
+        perform(cwd, Path::new(path), job, approved.then_some("ada"), &[])
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use crate::action::{Action, Effect};
-use crate::skills::org;
+use crate::org;
 
 use super::{ActContext, ActError, ActOutput, Actuator};
 
@@ -33,17 +33,6 @@ impl MemexActuator {
     /// A memex kept in `dir` (created on the first note).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         MemexActuator { dir: dir.into() }
-    }
-
-    /// `$XDG_DATA_HOME/passepartout/memex`, else `~/.local/share/...`.
-    pub fn default_dir() -> Option<PathBuf> {
-        std::env::var_os("XDG_DATA_HOME")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .or_else(|| {
-                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local").join("share"))
-            })
-            .map(|d| d.join("passepartout").join("memex"))
     }
 
     /// Where the notes live.
@@ -347,27 +336,16 @@ struct Civil {
 
 impl Civil {
     fn from_unix(secs: u64) -> Civil {
-        let days = (secs / 86_400) as i64;
-        let rem = secs % 86_400;
-        // Howard Hinnant's days-to-civil algorithm.
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z.rem_euclid(146_097);
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-        let year = yoe + era * 400 + i64::from(month <= 2);
-        const WEEKDAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+        let at = crate::util::time::utc(UNIX_EPOCH + std::time::Duration::from_secs(secs));
+        const WEEKDAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
         Civil {
-            year,
-            month,
-            day,
-            hour: rem / 3600,
-            minute: rem % 3600 / 60,
-            second: rem % 60,
-            weekday: WEEKDAYS[days.rem_euclid(7) as usize],
+            year: i64::from(at.year()),
+            month: u32::from(u8::from(at.month())),
+            day: u32::from(at.day()),
+            hour: u64::from(at.hour()),
+            minute: u64::from(at.minute()),
+            second: u64::from(at.second()),
+            weekday: WEEKDAYS[usize::from(at.weekday().number_days_from_monday())],
         }
     }
 }

@@ -18,6 +18,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::action::{Action, Effect};
+use crate::control_surface::HostPath;
 use crate::sandbox::bwrap::{self, bwrap_args_with, Boundary, SandboxSpec, SystemLayout};
 use crate::sandbox::limits::ResourceLimits;
 use crate::sandbox::probe::{self, SandboxStatus};
@@ -65,6 +66,8 @@ pub struct ShellActuator {
     layout: SystemLayout,
     extra_ro: Vec<PathBuf>,
     extra_rw: Vec<PathBuf>,
+    /// The daemon's own directories: hidden when a writable bind holds one.
+    hosts: Vec<HostPath>,
 }
 
 impl ShellActuator {
@@ -91,6 +94,7 @@ impl ShellActuator {
             layout,
             extra_ro: Vec::new(),
             extra_rw: Vec::new(),
+            hosts: Vec::new(),
         }
     }
 
@@ -99,6 +103,13 @@ impl ShellActuator {
     pub fn with_binds(mut self, extra_ro: Vec<PathBuf>, extra_rw: Vec<PathBuf>) -> Self {
         self.extra_ro = extra_ro;
         self.extra_rw = extra_rw;
+        self
+    }
+
+    /// The daemon's own directories (see
+    /// [`crate::control_surface::host_paths_of`]).
+    pub fn with_host_paths(mut self, hosts: Vec<HostPath>) -> Self {
+        self.hosts = hosts;
         self
     }
 
@@ -136,8 +147,8 @@ impl ShellActuator {
         // run could create it.
         let mut writable = vec![spec.cwd.clone()];
         writable.extend(spec.extra_rw.iter().cloned());
-        for host in crate::control_surface::host_paths_within(&writable) {
-            if let Err(e) = crate::config::create_private_dir(&host.path) {
+        for host in crate::control_surface::host_paths_within(&writable, &self.hosts) {
+            if let Err(e) = crate::paths::create_private_dir(&host.path) {
                 return Ok(ActOutput::error(format!(
                     "refused to run: {} ({}) lies inside the working directory and could not \
                      be protected: {e}",

@@ -461,7 +461,7 @@ async fn effect_stage(
         guard,
     } = observed;
     let cfg = &x.env.config.checkpoints;
-    let verdicts = checkpoint::gate::judge(&checkpoint.effect, action, x.cwd, cfg);
+    let verdicts = crate::gates::effect::judge(&checkpoint.effect, action, x.cwd, cfg);
     let shown = Shown::of(&project, &checkpoint, cfg);
     if verdicts.is_empty() {
         x.env.record(AuditRecord::effect(&checkpoint));

@@ -232,8 +232,9 @@ impl AgentEnv {
     pub fn gate_context(&self, cwd: &Path) -> GateContext {
         GateContext {
             cwd: cwd.to_path_buf(),
-            home: Some(crate::config::home_dir()),
+            home: Some(crate::paths::home_dir()),
             network_allow: self.config.network_allow.clone(),
+            host_paths: crate::control_surface::host_paths_of(&self.config.host_dirs()),
         }
     }
 }

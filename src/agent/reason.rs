@@ -121,7 +121,7 @@ pub async fn reason(
     }
     if !native_tools && !request.tools.is_empty() {
         // The calls are in the text (the text tool protocol).
-        let parsed = crate::tools::text_protocol::parse_calls(&out.text, &request.tools);
+        let parsed = crate::llm::text_protocol::parse_calls(&out.text, &request.tools);
         out.calls = parsed.calls;
         out.call_errors = parsed.errors;
     }

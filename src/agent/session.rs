@@ -18,6 +18,7 @@ use crate::budget::Spent;
 use crate::llm::cascade::Cascade;
 use crate::llm::{ChatMessage, Role, Usage};
 use crate::sessions::{Event, Journal, Loaded};
+use crate::util::sync::lock;
 
 pub struct Session {
     pub id: String,
@@ -244,8 +245,4 @@ fn earlier_prompts(history: &[ChatMessage], prompt: &str) -> String {
     }
     parts.reverse();
     parts.join("\n")
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -28,10 +28,6 @@ pub enum TurnError {
     Provider(String),
 }
 
-/// The extension notification sent after every provider request.
-pub const USAGE_NOTIFICATION: &str = "_passepartout/usage";
-/// The extension notification sent when a session's history was compacted.
-pub const COMPACTED_NOTIFICATION: &str = "_passepartout/session/compacted";
 /// `_meta.passepartout.stopReason` of a turn stopped by a budget (its ACP
 /// stop reason is `max_tokens`).
 pub const BUDGET_STOP: &str = "budget";
@@ -173,7 +169,7 @@ pub async fn run_turn(
             if !reasoned.call_errors.is_empty() {
                 // Unreadable text-protocol calls: tell the model what was
                 // wrong (after the results of the calls that did parse).
-                problems = Some(crate::tools::text_protocol::format_results(
+                problems = Some(crate::llm::text_protocol::format_results(
                     &[],
                     &reasoned.call_errors,
                 ));
@@ -408,7 +404,7 @@ async fn account(
     .unwrap_or_default();
     let session_spent = session.spent();
     sink.notify(
-        USAGE_NOTIFICATION,
+        crate::protocol::EXT_USAGE,
         serde_json::json!({
             "sessionId": session.id,
             "turn": spent,
@@ -503,7 +499,7 @@ async fn compact(
         tokens_after: after,
     });
     sink.notify(
-        COMPACTED_NOTIFICATION,
+        crate::protocol::EXT_SESSION_COMPACTED,
         serde_json::json!({
             "sessionId": session.id,
             "tokensBefore": before,

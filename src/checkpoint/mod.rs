@@ -10,7 +10,6 @@
 //! action that made it.
 
 pub mod effect;
-pub mod gate;
 pub mod notify;
 pub mod scan;
 pub mod store;
@@ -273,7 +272,10 @@ impl Project {
     ) -> Result<Self, CheckpointError> {
         // One store per directory, however it was spelled.
         let canonical = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
-        let dir = Store::dir_for(&state_dir.join("checkpoints"), &canonical);
+        let dir = Store::dir_for(
+            &crate::paths::StateDir::new(state_dir).checkpoints(),
+            &canonical,
+        );
         let store = Store::open(&dir, cwd, cfg.untracked_cap_bytes)?
             .with_precious(cfg.precious.clone())
             .with_watch(cfg.watch);
@@ -320,7 +322,7 @@ impl Project {
         }
         let cp = Checkpoint {
             id: self.next_id()?,
-            created_at: crate::audit::rfc3339(std::time::SystemTime::now()),
+            created_at: crate::util::time::rfc3339(std::time::SystemTime::now()),
             session_id: origin.session_id.clone(),
             tool_call_id: origin.tool_call_id.clone(),
             tool: origin.tool.clone(),
@@ -375,13 +377,11 @@ impl Project {
 
     pub fn save(&self, cp: &Checkpoint) -> Result<(), CheckpointError> {
         let path = self.records.join(format!("{}.json", cp.id));
-        let tmp = self.records.join(format!(".{}.json.tmp", cp.id));
         let text = serde_json::to_string_pretty(cp).map_err(|e| CheckpointError::Record {
             path: path.clone(),
             message: e.to_string(),
         })?;
-        std::fs::write(&tmp, text)
-            .and_then(|_| std::fs::rename(&tmp, &path))
+        crate::util::fs::write_atomic(&path, text.as_bytes(), crate::util::fs::Atomic::FAST)
             .map_err(|source| CheckpointError::Io { path, source })
     }
 
@@ -466,7 +466,7 @@ impl Project {
         let all = self.list()?;
         let cutoff = std::time::SystemTime::now()
             - std::time::Duration::from_secs(cfg.keep_days.saturating_mul(86_400));
-        let cutoff = crate::audit::rfc3339(cutoff);
+        let cutoff = crate::util::time::rfc3339(cutoff);
         let excess = all.len().saturating_sub(cfg.keep_records);
         let mut pruned = Vec::new();
         let mut kept = Vec::new();

@@ -664,6 +664,7 @@ mod tests {
             cwd: "/home/u/proj".into(),
             home: Some("/home/u".into()),
             network_allow: vec!["crates.io".into(), "*.github.com".into()],
+            host_paths: Vec::new(),
         };
         let action = Action {
             tool: "shell".into(),

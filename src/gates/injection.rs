@@ -653,6 +653,7 @@ mod tests {
             cwd: "/home/u/proj".into(),
             home: Some("/home/u".into()),
             network_allow: vec![],
+            host_paths: Vec::new(),
         };
         let action = Action {
             tool: "shell".into(),

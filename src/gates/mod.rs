@@ -7,6 +7,7 @@
 
 pub mod approval;
 pub mod destructive;
+pub mod effect;
 pub mod engine;
 pub mod exfiltration;
 pub mod injection;
@@ -33,6 +34,8 @@ pub struct GateContext {
     pub home: Option<PathBuf>,
     /// Hosts the network-exfiltration gate lets through without asking.
     pub network_allow: Vec<String>,
+    /// The daemon's own directories: writes to them ask.
+    pub host_paths: Vec<crate::control_surface::HostPath>,
 }
 
 /// A deterministic judge. Pure: no I/O, no clock, same action → same verdict.

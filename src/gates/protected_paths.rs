@@ -328,7 +328,7 @@ pub fn write_decision(path: &Path, ctx: &GateContext) -> Option<(Decision, Strin
             }
         }
     }
-    if let Some(host) = crate::control_surface::host_entry(path) {
+    if let Some(host) = crate::control_surface::host_entry(path, &ctx.host_paths) {
         return Some((Decision::Ask, format!("writes to {shown}, {}", host.why)));
     }
     if in_project(path, ctx) {
@@ -516,6 +516,7 @@ mod tests {
             cwd: "/home/u/proj".into(),
             home: Some("/home/u".into()),
             network_allow: vec![],
+            host_paths: Vec::new(),
         }
     }
 

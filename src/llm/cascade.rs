@@ -187,7 +187,7 @@ impl Cascade {
                 let request = if entry.provider.native_tools() {
                     request
                 } else {
-                    rewritten = crate::tools::text_protocol::to_text_request(request);
+                    rewritten = crate::llm::text_protocol::to_text_request(request);
                     &rewritten
                 };
                 let error = match attempt(entry.provider.as_ref(), request, &cancel).await {

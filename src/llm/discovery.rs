@@ -46,6 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::{ProviderConfig, ProviderKind};
 use super::{ChatRequest, EventStream, Provider, ProviderError};
+use crate::util::sync::lock;
 
 /// The longest wait for a local server to accept a connection.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(300);
@@ -489,9 +490,22 @@ fn listing_client() -> Result<&'static reqwest::Client, String> {
         .map_err(Clone::clone)
 }
 
+/// Why a provider's server did not list its models.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ListModelsError {
+    #[error("{0}")]
+    Client(String),
+    #[error("{url}: {message}")]
+    Request { url: String, message: String },
+    #[error("{url}: HTTP {status}")]
+    Status { url: String, status: String },
+    #[error("{url}: not a model list: {message}")]
+    NotAList { url: String, message: String },
+}
+
 /// Ask a provider's server for its models; a clear reason when it cannot.
-pub async fn list_models(p: &ProviderConfig) -> Result<Vec<String>, String> {
-    let client = listing_client()?;
+pub async fn list_models(p: &ProviderConfig) -> Result<Vec<String>, ListModelsError> {
+    let client = listing_client().map_err(ListModelsError::Client)?;
     let base = p.effective_base_url();
     let (url, request) = match p.kind {
         ProviderKind::OpenAi => {
@@ -511,14 +525,23 @@ pub async fn list_models(p: &ProviderConfig) -> Result<Vec<String>, String> {
             (url, r)
         }
     };
-    let response = request.send().await.map_err(|e| format!("{url}: {e}"))?;
+    let response = request.send().await.map_err(|e| ListModelsError::Request {
+        url: url.clone(),
+        message: e.to_string(),
+    })?;
     if !response.status().is_success() {
-        return Err(format!("{url}: HTTP {}", response.status()));
+        return Err(ListModelsError::Status {
+            url,
+            status: response.status().to_string(),
+        });
     }
     let body: Value = response
         .json()
         .await
-        .map_err(|e| format!("{url}: not a model list: {e}"))?;
+        .map_err(|e| ListModelsError::NotAList {
+            url,
+            message: e.to_string(),
+        })?;
     Ok(model_ids(&body))
 }
 
@@ -671,10 +694,6 @@ impl Discovery {
     pub fn provider(self: &Arc<Self>) -> Arc<dyn Provider> {
         Arc::new(DiscoveredProvider(self.clone()))
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The cascade's view of [`Discovery`]: streams from the provider found,

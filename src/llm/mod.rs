@@ -252,6 +252,7 @@ pub mod config;
 pub mod discovery;
 pub mod openai;
 mod sse;
+pub mod text_protocol;
 
 pub use anthropic::AnthropicProvider;
 pub use cascade::{Answered, Cascade, CascadeError, RetryPolicy};

@@ -32,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 pub use config::{McpConfig, McpServerConfig, Origin, ServerSpec, Transport};
 
 use crate::tools::ToolRegistry;
+use crate::util::sync::lock;
 
 /// How much of a server's stderr is kept for error messages.
 const STDERR_TAIL_BYTES: usize = 2048;
@@ -115,10 +116,6 @@ pub struct Server {
     service: tokio::sync::Mutex<Option<Service>>,
     failure: Mutex<Option<String>>,
     stderr: Arc<Mutex<String>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Server {

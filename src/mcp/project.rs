@@ -23,9 +23,7 @@ use super::config::{McpServerConfig, Origin, ServerSpec};
 use crate::action::Approval;
 use crate::skills::trust::{sha256_hex, TrustState, TrustStore};
 
-/// Extension method: trust a project's config from the editor, by the
-/// hash of the bytes the person was shown.
-pub const EXT_MCP_TRUST: &str = "_passepartout/mcp/trust";
+pub use crate::protocol::EXT_MCP_TRUST;
 
 /// The project file, relative to the working directory.
 pub const PROJECT_CONFIG: &str = ".passepartout/config.toml";

@@ -26,9 +26,7 @@ use crate::gates::Verdict;
 
 pub use parse::{parse_edited, PlanParseError};
 pub use render::render;
-pub use store::{
-    default_dir, CorruptRecord, DecisionOutcome, PlanStore, Recovery, Scan, StoreError,
-};
+pub use store::{CorruptRecord, DecisionOutcome, PlanStore, Recovery, Scan, StoreError};
 
 /// Largest result output kept with a plan, in bytes.
 pub const RESULT_OUTPUT_LIMIT: usize = 4096;
@@ -124,7 +122,7 @@ impl PlanResult {
         PlanResult {
             is_error,
             output: truncate_output(output, RESULT_OUTPUT_LIMIT),
-            at: now_rfc3339(),
+            at: crate::util::time::now_rfc3339(),
         }
     }
 }
@@ -197,7 +195,7 @@ impl FlightPlan {
             hash: action.content_hash(),
             session_id,
             tool_call_id: tool_call_id.into(),
-            created_at: format_rfc3339(now),
+            created_at: crate::util::time::rfc3339(now),
             explanation: explanation.into(),
             action,
             trace,
@@ -319,50 +317,12 @@ fn shorten(text: &str, max_chars: usize) -> String {
     format!("{}…", cut.trim_end())
 }
 
-/// Now, as RFC 3339 UTC with milliseconds.
-pub fn now_rfc3339() -> String {
-    format_rfc3339(SystemTime::now())
-}
-
-/// `time` as RFC 3339 UTC with milliseconds (`2026-11-22T19:50:14.123Z`).
-/// Times before 1970 are shown as the epoch.
-pub fn format_rfc3339(time: SystemTime) -> String {
-    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = since.as_secs();
-    let millis = since.subsec_millis();
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's
-/// algorithm).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::action::Approval;
     use crate::gates::Decision;
     use std::collections::BTreeMap;
-    use std::time::Duration;
 
     #[test]
     fn the_owner_is_the_process_that_made_the_plan_not_the_session_id() {
@@ -396,16 +356,6 @@ mod tests {
             approval: Approval::Ask,
             timeout_secs: None,
         }
-    }
-
-    #[test]
-    fn rfc3339_formats_known_instants() {
-        assert_eq!(format_rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
-        let t = UNIX_EPOCH + Duration::from_millis(1_795_377_014_123);
-        assert_eq!(format_rfc3339(t), "2026-11-22T19:50:14.123Z");
-        // A leap day.
-        let t = UNIX_EPOCH + Duration::from_secs(951_782_400);
-        assert_eq!(format_rfc3339(t), "2000-02-29T00:00:00.000Z");
     }
 
     #[test]
@@ -456,7 +406,7 @@ mod tests {
             approved: true,
             by: "cli".into(),
             comment: Some("ok".into()),
-            at: now_rfc3339(),
+            at: crate::util::time::now_rfc3339(),
             edited: false,
         });
         plan.result = Some(PlanResult::new(false, "done"));

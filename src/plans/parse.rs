@@ -14,9 +14,6 @@
 
 use std::path::PathBuf;
 
-use orgize::ast::{Headline, SourceBlock};
-use orgize::rowan::ast::AstNode;
-use orgize::{Org, SyntaxKind};
 use serde::Deserialize;
 
 use super::render::{run_language, ACTION_BLOCK_NAME};
@@ -74,9 +71,8 @@ pub enum PlanParseError {
 /// `original`, possibly edited). Returns `original.action` unchanged when
 /// the block was not edited.
 pub fn parse_edited(original: &FlightPlan, org_text: &str) -> Result<Action, PlanParseError> {
-    let org = Org::parse(org_text);
-    check_plan_id(&org, org_text, &original.id)?;
-    let block = find_action_block(&org, org_text)?;
+    check_plan_id(org_text, &original.id)?;
+    let block = find_action_block(org_text)?;
 
     let mut action = original.action.clone();
     match &mut action.effect {
@@ -166,20 +162,14 @@ impl ActionBlock {
     }
 }
 
-fn check_plan_id(org: &Org, text: &str, expected: &str) -> Result<(), PlanParseError> {
-    let found = org
-        .document()
-        .syntax()
-        .descendants()
-        .filter_map(Headline::cast)
-        .find_map(|h| h.properties().and_then(|p| p.get("PLAN_ID")));
-    let Some(token) = found else {
+fn check_plan_id(text: &str, expected: &str) -> Result<(), PlanParseError> {
+    let Some((token, offset)) = crate::org::first_headline_property(text, "PLAN_ID") else {
         return Err(PlanParseError::MissingId);
     };
     let id = token.trim();
     if id != expected {
         return Err(PlanParseError::IdMismatch {
-            line: line_of(text, usize::from(token.start())),
+            line: line_of(text, offset),
             found: id.to_string(),
             expected: expected.to_string(),
         });
@@ -187,44 +177,28 @@ fn check_plan_id(org: &Org, text: &str, expected: &str) -> Result<(), PlanParseE
     Ok(())
 }
 
-fn find_action_block(org: &Org, text: &str) -> Result<ActionBlock, PlanParseError> {
+fn find_action_block(text: &str) -> Result<ActionBlock, PlanParseError> {
     let mut found: Option<ActionBlock> = None;
-    let blocks = org
-        .document()
-        .syntax()
-        .descendants()
-        .filter_map(SourceBlock::cast)
-        .filter(|b| {
-            b.name()
-                .and_then(|k| k.value())
-                .is_some_and(|v| v.trim().eq_ignore_ascii_case(ACTION_BLOCK_NAME))
-        });
-    for block in blocks {
-        let begin = block
-            .syntax()
-            .children()
-            .find(|n| n.kind() == SyntaxKind::BLOCK_BEGIN)
-            .map(|n| usize::from(n.text_range().start()))
-            .unwrap_or_else(|| usize::from(block.start()));
-        let begin_line = line_of(text, begin);
+    for block in crate::org::src_blocks_named(text, ACTION_BLOCK_NAME) {
+        let begin_line = line_of(text, block.begin);
         if let Some(first) = &found {
             return Err(PlanParseError::DuplicateActionBlock {
                 first: first.begin_line,
                 second: begin_line,
             });
         }
-        let start = usize::from(block.content_start());
-        let end = usize::from(block.content_end());
-        let raw = text.get(start..end).unwrap_or("");
+        let raw = text
+            .get(block.content_start..block.content_end)
+            .unwrap_or("");
         let mut body = unescape_block_body(raw);
         if body.ends_with('\n') {
             body.pop();
         }
         found = Some(ActionBlock {
             begin_line,
-            body_line: line_of(text, start),
-            language: block.language().map(|t| t.trim().to_string()),
-            parameters: block.parameters().map(|t| t.trim().to_string()),
+            body_line: line_of(text, block.content_start),
+            language: block.language,
+            parameters: block.parameters,
             body,
         });
     }

@@ -17,17 +17,17 @@
 //! `Interrupted` (never re-run automatically) and hands back the approved
 //! plans that never began and the pending ones to announce again.
 
-use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::parse::{parse_edited, PlanParseError};
 use super::render::render;
-use super::{is_valid_plan_id, now_rfc3339, FlightPlan, PlanDecision, PlanResult, PlanStatus};
+use super::{is_valid_plan_id, FlightPlan, PlanDecision, PlanResult, PlanStatus};
 use crate::action::Action;
+use crate::util::fs::Atomic;
+use crate::util::time::now_rfc3339;
 
 /// How long a decider waits for a concurrent decider to finish writing.
 const DECIDE_WAIT: Duration = Duration::from_secs(2);
@@ -68,8 +68,6 @@ pub enum StoreError {
     Refused(String),
     #[error("flight plan {0} is being decided by someone else right now; try again")]
     Busy(String),
-    #[error("no place for flight plans: neither XDG_STATE_HOME nor HOME is set")]
-    NoStateDir,
 }
 
 fn io_err(path: &Path, source: io::Error) -> StoreError {
@@ -127,30 +125,6 @@ pub struct Recovery {
     pub problems: Vec<CorruptRecord>,
 }
 
-/// The default plan directory: `$XDG_STATE_HOME/passepartout/plans`, or
-/// `~/.local/state/passepartout/plans`.
-pub fn default_dir() -> Result<PathBuf, StoreError> {
-    default_dir_from(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"))
-        .ok_or(StoreError::NoStateDir)
-}
-
-/// [`default_dir`] from given variable values. A relative
-/// `XDG_STATE_HOME` is ignored, as the XDG specification says.
-pub fn default_dir_from(
-    xdg_state_home: Option<OsString>,
-    home: Option<OsString>,
-) -> Option<PathBuf> {
-    let state = xdg_state_home
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| {
-            home.map(PathBuf::from)
-                .filter(|p| !p.as_os_str().is_empty())
-                .map(|h| h.join(".local").join("state"))
-        })?;
-    Some(state.join("passepartout").join("plans"))
-}
-
 /// Flight plans on disk. Cheap to construct; holds no open files, so any
 /// number of instances (and processes) may share one directory.
 #[derive(Debug, Clone)]
@@ -162,11 +136,6 @@ impl PlanStore {
     /// A store in `dir` (created when the first plan is written).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         PlanStore { dir: dir.into() }
-    }
-
-    /// A store in [`default_dir`].
-    pub fn open_default() -> Result<Self, StoreError> {
-        Ok(PlanStore::new(default_dir()?))
     }
 
     pub fn dir(&self) -> &Path {
@@ -654,37 +623,12 @@ fn is_older_than(path: &Path, age: Duration) -> bool {
 /// never a mix, and the new one survives a crash once this returns.
 /// `replace: false` refuses to overwrite an existing file.
 fn write_atomic(path: &Path, bytes: &[u8], replace: bool) -> Result<(), StoreError> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(
-        ".{name}.{}.{}.tmp",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let mut file = private_file_options()
-            .open(&tmp)
-            .map_err(|e| io_err(&tmp, e))?;
-        file.write_all(bytes).map_err(|e| io_err(&tmp, e))?;
-        file.sync_all().map_err(|e| io_err(&tmp, e))?;
-        drop(file);
-        if replace {
-            fs::rename(&tmp, path).map_err(|e| io_err(path, e))
-        } else {
-            // A hard link fails if the name is taken: no-clobber, atomically.
-            fs::hard_link(&tmp, path).map_err(|e| io_err(path, e))?;
-            fs::remove_file(&tmp).map_err(|e| io_err(&tmp, e))
-        }
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result?;
-    sync_dir(path).map_err(|e| io_err(dir, e))
+    let how = if replace {
+        Atomic::DURABLE
+    } else {
+        Atomic::DURABLE_NEW
+    };
+    crate::util::fs::write_atomic(path, bytes, how).map_err(|e| io_err(path, e))
 }
 
 fn sync_dir(path: &Path) -> io::Result<()> {
@@ -695,23 +639,7 @@ fn sync_dir(path: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn default_dir_follows_xdg_then_home() {
-        assert_eq!(
-            default_dir_from(Some("/state".into()), Some("/home/p".into())),
-            Some(PathBuf::from("/state/passepartout/plans"))
-        );
-        assert_eq!(
-            default_dir_from(Some("relative".into()), Some("/home/p".into())),
-            Some(PathBuf::from("/home/p/.local/state/passepartout/plans"))
-        );
-        assert_eq!(
-            default_dir_from(None, Some("/home/p".into())),
-            Some(PathBuf::from("/home/p/.local/state/passepartout/plans"))
-        );
-        assert_eq!(default_dir_from(None, None), None);
-    }
+    use std::ffi::OsString;
 
     #[test]
     fn atomic_write_replaces_or_refuses() {

@@ -104,17 +104,21 @@ impl LimitOverrides {
 
     /// Parse `processes=512 file_size=1G cpu=120`: space-separated
     /// `name=value` pairs; sizes take K, M, G (powers of 1024).
-    pub fn parse(text: &str) -> Result<LimitOverrides, String> {
+    pub fn parse(text: &str) -> Result<LimitOverrides, LimitError> {
         let mut o = LimitOverrides::default();
         for pair in text.split_whitespace() {
             let Some((name, value)) = pair.split_once('=') else {
-                return Err(format!("`{pair}` is not name=value"));
+                return Err(LimitError::NotNameValue(pair.to_string()));
             };
-            let whole = || -> Result<u64, String> {
-                value.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                    format!("`{name}` must be a whole number above 0, got `{value}`")
-                })
-            };
+            let whole =
+                || -> Result<u64, LimitError> {
+                    value.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        LimitError::NotWhole {
+                            name: name.to_string(),
+                            value: value.to_string(),
+                        }
+                    })
+                };
             match name {
                 "processes" => o.processes = Some(whole()?),
                 "cpu" => o.cpu_secs = Some(whole()?),
@@ -123,10 +127,10 @@ impl LimitOverrides {
                 "disk_write" => o.disk_write = Some(parse_size(value)?),
                 "tmp_size" => o.tmp_size = Some(parse_size(value)?),
                 other => {
-                    return Err(format!(
-                        "unknown limit `{other}`; known: {}",
-                        Self::NAMES.join(", ")
-                    ))
+                    return Err(LimitError::Unknown {
+                        name: other.to_string(),
+                        known: Self::NAMES.join(", "),
+                    })
                 }
             }
         }
@@ -134,25 +138,49 @@ impl LimitOverrides {
     }
 }
 
+/// Why a `:LIMITS:` value or a size in the configuration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    #[error("`{0}` is not name=value")]
+    NotNameValue(String),
+    #[error("`{name}` must be a whole number above 0, got `{value}`")]
+    NotWhole { name: String, value: String },
+    #[error("unknown limit `{name}`; known: {known}")]
+    Unknown { name: String, known: String },
+    #[error("`{0}` is not a size such as 4096, 512K, 64M or 1G")]
+    NotSize(String),
+    #[error("`{text}`: unknown unit `{unit}`; use K, M or G")]
+    UnknownUnit { text: String, unit: String },
+    #[error("`{0}`: a size must be above 0")]
+    ZeroSize(String),
+    #[error("`{0}` is too large")]
+    TooLarge(String),
+}
+
 /// `4096`, `512K`, `64M`, `1G` (also `64MiB`, `1GB`: powers of 1024).
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, LimitError> {
     let t = text.trim();
     let digits = t.trim_end_matches(|c: char| c.is_ascii_alphabetic());
     let unit = &t[digits.len()..];
     let n: u64 = digits
         .parse()
-        .map_err(|_| format!("`{text}` is not a size such as 4096, 512K, 64M or 1G"))?;
+        .map_err(|_| LimitError::NotSize(text.to_string()))?;
     let factor = match unit.to_ascii_uppercase().as_str() {
         "" | "B" => 1,
         "K" | "KB" | "KIB" => 1024,
         "M" | "MB" | "MIB" => MIB,
         "G" | "GB" | "GIB" => GIB,
-        _ => return Err(format!("`{text}`: unknown unit `{unit}`; use K, M or G")),
+        _ => {
+            return Err(LimitError::UnknownUnit {
+                text: text.to_string(),
+                unit: unit.to_string(),
+            })
+        }
     };
     match n.checked_mul(factor) {
-        Some(0) => Err(format!("`{text}`: a size must be above 0")),
+        Some(0) => Err(LimitError::ZeroSize(text.to_string())),
         Some(v) => Ok(v),
-        None => Err(format!("`{text}` is too large")),
+        None => Err(LimitError::TooLarge(text.to_string())),
     }
 }
 
@@ -195,7 +223,10 @@ mod tests {
         assert_eq!(parse_size("64M"), Ok(64 * MIB));
         assert_eq!(parse_size("1G"), Ok(GIB));
         assert_eq!(parse_size("2GiB"), Ok(2 * GIB));
-        assert!(parse_size("1T").unwrap_err().contains("unknown unit"));
+        assert!(parse_size("1T")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown unit"));
         assert!(parse_size("lots").is_err());
         assert!(parse_size("0M").is_err());
         assert_eq!(format_size(64 * MIB), "64 MiB");
@@ -219,7 +250,7 @@ mod tests {
         assert_eq!(applied.processes, Some(512));
         assert_eq!(applied.open_files, Some(1024));
         assert_eq!(
-            LimitOverrides::parse("forks=3").unwrap_err(),
+            LimitOverrides::parse("forks=3").unwrap_err().to_string(),
             "unknown limit `forks`; known: processes, file_size, cpu, open_files, disk_write, \
              tmp_size"
         );

@@ -22,23 +22,21 @@
 //! client is shown on `session/load` (`prompt`, assistant text, and the
 //! `tool_call`/`tool_call_update`/`plan` updates exactly as they were sent).
 
-use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::llm::{ChatMessage, Role, Usage};
+use crate::util::jsonl::Appender;
 
 /// Default size past which a journal is rewritten as a snapshot: 32 MiB.
 pub const DEFAULT_CAP_BYTES: u64 = 32 * 1024 * 1024;
-/// Records waiting for the writer thread before senders wait for it.
-pub const QUEUE_LIMIT: usize = 4096;
+pub use crate::util::jsonl::QUEUE_LIMIT;
 /// Longest session id accepted (ids become file names).
 pub const MAX_ID_LEN: usize = 128;
 
@@ -174,7 +172,7 @@ pub fn valid_id(id: &str) -> bool {
 /// A fresh session id: the UTC time, the process id and a counter
 /// (`20261123T181500-4242-1`): unique across restarts, sortable by age.
 pub fn new_id(counter: u64) -> String {
-    let ts = crate::audit::rfc3339(SystemTime::now());
+    let ts = crate::util::time::rfc3339(SystemTime::now());
     let compact: String = ts
         .chars()
         .take(19)
@@ -183,34 +181,12 @@ pub fn new_id(counter: u64) -> String {
     format!("{compact}-{}-{counter}", std::process::id())
 }
 
-enum Command {
-    Append {
-        path: PathBuf,
-        line: String,
-    },
-    Sync {
-        path: PathBuf,
-        done: tokio::sync::oneshot::Sender<Result<u64, String>>,
-    },
-    Replace {
-        path: PathBuf,
-        text: String,
-        done: tokio::sync::oneshot::Sender<Result<u64, String>>,
-    },
-}
-
 /// The directory of journals plus the writer thread.
 #[derive(Debug)]
 pub struct SessionStore {
     dir: PathBuf,
     cap_bytes: u64,
-    tx: SyncSender<Command>,
-}
-
-impl std::fmt::Debug for Command {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Command")
-    }
+    writer: Appender,
 }
 
 impl SessionStore {
@@ -223,12 +199,12 @@ impl SessionStore {
         };
         std::fs::create_dir_all(&dir).map_err(io)?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
-        let (tx, rx) = sync_channel(QUEUE_LIMIT);
-        std::thread::Builder::new()
-            .name("session-writer".into())
-            .spawn(move || writer(rx))
-            .map_err(io)?;
-        Ok(SessionStore { dir, cap_bytes, tx })
+        let writer = Appender::start("session").map_err(io)?;
+        Ok(SessionStore {
+            dir,
+            cap_bytes,
+            writer,
+        })
     }
 
     pub fn dir(&self) -> &Path {
@@ -347,7 +323,7 @@ impl Journal {
     /// fsync). Waits only when [`QUEUE_LIMIT`] records are already queued.
     pub fn append(&self, event: Event) {
         let record = Record {
-            at: crate::audit::rfc3339(SystemTime::now()),
+            at: crate::util::time::rfc3339(SystemTime::now()),
             event,
         };
         let mut line = match serde_json::to_string(&record) {
@@ -358,15 +334,7 @@ impl Journal {
             }
         };
         line.push('\n');
-        if self
-            .store
-            .tx
-            .send(Command::Append {
-                path: self.path.clone(),
-                line,
-            })
-            .is_err()
-        {
+        if self.store.writer.append(&self.path, line, false).is_err() {
             tracing::error!(session = %self.id, "the session writer has stopped; history not saved");
         }
     }
@@ -375,11 +343,8 @@ impl Journal {
     pub async fn sync(&self) -> Result<u64, StoreError> {
         let (done, rx) = tokio::sync::oneshot::channel();
         self.store
-            .tx
-            .send(Command::Sync {
-                path: self.path.clone(),
-                done,
-            })
+            .writer
+            .sync(&self.path, answer_with(done))
             .map_err(|_| StoreError::WriterGone)?;
         self.answer(rx).await
     }
@@ -394,7 +359,7 @@ impl Journal {
         mode: Option<crate::modes::Mode>,
     ) -> Result<u64, StoreError> {
         let record = Record {
-            at: crate::audit::rfc3339(SystemTime::now()),
+            at: crate::util::time::rfc3339(SystemTime::now()),
             event: Event::Snapshot {
                 id: self.id.clone(),
                 cwd: cwd.to_path_buf(),
@@ -411,12 +376,8 @@ impl Journal {
         text.push('\n');
         let (done, rx) = tokio::sync::oneshot::channel();
         self.store
-            .tx
-            .send(Command::Replace {
-                path: self.path.clone(),
-                text,
-                done,
-            })
+            .writer
+            .replace(&self.path, text, answer_with(done))
             .map_err(|_| StoreError::WriterGone)?;
         self.answer(rx).await
     }
@@ -436,75 +397,13 @@ impl Journal {
     }
 }
 
-/// Files kept open by the writer; beyond this many the cache is emptied.
-const OPEN_FILES: usize = 64;
-
-fn open_append(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)
-}
-
-fn writer(rx: Receiver<Command>) {
-    let mut files: HashMap<PathBuf, File> = HashMap::new();
-    while let Ok(command) = rx.recv() {
-        match command {
-            Command::Append { path, line } => {
-                if files.len() >= OPEN_FILES && !files.contains_key(&path) {
-                    files.clear();
-                }
-                let file = match files.entry(path.clone()) {
-                    std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-                    std::collections::hash_map::Entry::Vacant(v) => match open_append(&path) {
-                        Ok(f) => v.insert(f),
-                        Err(e) => {
-                            tracing::error!("cannot open {}: {e}", path.display());
-                            continue;
-                        }
-                    },
-                };
-                if let Err(e) = file.write_all(line.as_bytes()) {
-                    tracing::error!("cannot write {}: {e}", path.display());
-                }
-            }
-            Command::Sync { path, done } => {
-                let result = match files.get(&path) {
-                    Some(f) => f
-                        .sync_data()
-                        .and_then(|_| f.metadata())
-                        .map(|m| m.len())
-                        .map_err(|e| e.to_string()),
-                    None => std::fs::metadata(&path)
-                        .map(|m| m.len())
-                        .map_err(|e| e.to_string()),
-                };
-                let _ = done.send(result);
-            }
-            Command::Replace { path, text, done } => {
-                files.remove(&path);
-                let _ = done.send(replace(&path, &text).map_err(|e| e.to_string()));
-            }
-        }
-    }
-}
-
-fn replace(path: &Path, text: &str) -> std::io::Result<u64> {
-    let tmp = path.with_extension("jsonl.tmp");
-    let mut f = OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = path.parent() {
-        File::open(dir)?.sync_all()?;
-    }
-    Ok(text.len() as u64)
+/// The writer's answer, sent to the waiting async caller.
+fn answer_with(
+    done: tokio::sync::oneshot::Sender<Result<u64, String>>,
+) -> crate::util::jsonl::Done {
+    Box::new(move |result: std::io::Result<u64>| {
+        let _ = done.send(result.map_err(|e| e.to_string()));
+    })
 }
 
 /// Characters of the first prompt kept as a session's title.
@@ -660,6 +559,8 @@ fn replay_of(history: &[ChatMessage]) -> Vec<Replay> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::OpenOptions;
+    use std::io::Write;
     use std::sync::Arc;
 
     fn store(dir: &Path) -> Arc<SessionStore> {

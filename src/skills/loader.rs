@@ -57,13 +57,9 @@ impl SkillDirs {
     pub fn standard(cwd: &Path) -> Self {
         SkillDirs {
             builtin: true,
-            user: Some(crate::config::config_dir().join("skills")),
+            user: Some(crate::paths::user_skills_dir(&crate::paths::config_dir())),
             project: Some(project_dir(cwd)),
-            trust: Some(
-                TrustStore::in_state_dir(&crate::config::default_state_dir())
-                    .path()
-                    .to_path_buf(),
-            ),
+            trust: Some(crate::paths::StateDir::from_env().trust_file()),
             project_auto_approval: false,
         }
     }

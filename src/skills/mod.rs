@@ -6,7 +6,7 @@
 //! `:rules:` headings whose rules become a [`crate::gates::Gate`]. The
 //! format is specified in `docs/skills.md`.
 //!
-//! The pipeline is: [`org`] (the only code that touches orgize) → [`parse`]
+//! The pipeline is: [`crate::org`] (the only code that touches orgize) → [`parse`]
 //! (owned structs → a [`Skill`] plus [`Diagnostic`]s) → [`loader`] (built-in,
 //! user and project directories; layers only add, cheap reload); [`review`]
 //! reads a project file for a person to trust (the terminal side, `skills
@@ -17,7 +17,6 @@
 
 pub mod diagnostic;
 pub mod loader;
-pub mod org;
 pub mod parse;
 pub mod planner;
 pub mod review;

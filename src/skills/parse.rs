@@ -19,10 +19,10 @@ use crate::sandbox::limits::LimitOverrides;
 use crate::tools::{Tool, ToolSource};
 
 use super::diagnostic::{Diagnostic, Finding, LineIndex};
-use super::org::{self, Element, Headline, ListItem, OrgFile, Property, Row, Table};
 use super::planner::{schema, Binding, Body, Param, ParamType, SkillPlanner};
 use super::rules::Rule;
 use super::{Origin, Skill, Trigger};
+use crate::org::{self, Element, Headline, ListItem, OrgFile, Property, Row, Table};
 
 /// Larger files are refused unread: the daemon re-checks skills every turn
 /// and a skill that size is a mistake (a log pasted into the directory).

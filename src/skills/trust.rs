@@ -15,14 +15,12 @@
 //! then stays untrusted, which fails closed.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-/// The store's file name inside the state directory.
-pub const TRUST_FILE_NAME: &str = "trusted-skills.json";
+pub use crate::paths::TRUST_FILE_NAME;
 
 /// The largest trust store read, in bytes: far more than any person trusts
 /// by hand, small enough that a corrupted file cannot exhaust memory.
@@ -126,7 +124,7 @@ impl TrustStore {
 
     /// The store in a state directory (`STATE/trusted-skills.json`).
     pub fn in_state_dir(state_dir: &Path) -> TrustStore {
-        TrustStore::new(state_dir.join(TRUST_FILE_NAME))
+        TrustStore::new(crate::paths::StateDir::new(state_dir).trust_file())
     }
 
     /// Where the store lives.
@@ -169,7 +167,7 @@ impl TrustStore {
             canonical.to_path_buf(),
             TrustEntry {
                 sha256: sha256.clone(),
-                trusted_at: crate::plans::now_rfc3339(),
+                trusted_at: crate::util::time::now_rfc3339(),
             },
         );
         self.write(&file)?;
@@ -201,17 +199,8 @@ impl TrustStore {
             message: format!("cannot serialise: {e}"),
         })?;
         bytes.push(b'\n');
-        // NamedTempFile creates the file with mode 0600.
-        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| io_err(dir, e))?;
-        tmp.write_all(&bytes).map_err(|e| io_err(tmp.path(), e))?;
-        tmp.as_file()
-            .sync_all()
-            .map_err(|e| io_err(tmp.path(), e))?;
-        tmp.persist(&self.path)
-            .map_err(|e| io_err(&self.path, e.error))?;
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
+        crate::util::fs::write_atomic(&self.path, &bytes, crate::util::fs::Atomic::DURABLE)
+            .map_err(|e| io_err(&self.path, e))?;
         Ok(())
     }
 }

@@ -7,10 +7,9 @@
 //! both register here the same way, so adding a tool touches no core code.
 
 pub mod builtin;
-pub mod text_protocol;
 
 use std::collections::BTreeMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -154,16 +153,7 @@ pub fn confine_to(cwd: &Path, requested: &str) -> Result<PathBuf, ToolError> {
     } else {
         cwd.join(requested)
     };
-    let mut normal = PathBuf::new();
-    for c in joined.components() {
-        match c {
-            Component::ParentDir => {
-                normal.pop();
-            }
-            Component::CurDir => {}
-            other => normal.push(other),
-        }
-    }
+    let normal = crate::util::path::normalize(&joined);
     let outside = || {
         ToolError::Refused(format!(
             "path `{requested}` is outside the working directory {}",

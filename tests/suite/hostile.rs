@@ -33,6 +33,7 @@ fn context() -> GateContext {
             "static.crates.io".into(),
             "github.com".into(),
         ],
+        host_paths: Vec::new(),
     }
 }
 

@@ -12,6 +12,7 @@ mod discovery;
 mod faults;
 mod flight_plans;
 mod hostile;
+mod layers;
 mod mcp;
 mod modes;
 mod plans;

@@ -2,8 +2,8 @@
 //! produce: prose around calls, code fences, missing parentheses, too many
 //! calls, unknown tools, wrong arity and quoted numbers.
 
+use passepartout::llm::text_protocol::{format_results, parse_calls, tool_belt};
 use passepartout::llm::{ToolCall, ToolSpec};
-use passepartout::tools::text_protocol::{format_results, parse_calls, tool_belt};
 use serde_json::json;
 
 fn specs() -> Vec<ToolSpec> {

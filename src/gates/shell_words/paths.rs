@@ -1,9 +1,10 @@
 //! Paths as the gates see them: `~` and `$HOME` expanded, made absolute
 //! against the working directory, normalised lexically, globs stripped.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use crate::gates::GateContext;
+pub use crate::util::path::normalize;
 
 /// Expand `~`, `$HOME` and `${HOME}` at the start of a path, make it
 /// absolute against `cwd`, and normalise it lexically (`//`, `/./`, trailing
@@ -33,26 +34,6 @@ pub fn resolve_path(word: &str, ctx: &GateContext) -> PathBuf {
         ctx.cwd.join(path)
     };
     normalize(&joined)
-}
-
-/// Lexical normalisation: no filesystem access, `..` above `/` stays at `/`.
-pub fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for comp in path.components() {
-        match comp {
-            Component::Prefix(p) => out.push(p.as_os_str()),
-            Component::RootDir => out.push("/"),
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(s) => out.push(s),
-        }
-    }
-    if out.as_os_str().is_empty() {
-        out.push(if path.is_absolute() { "/" } else { "." });
-    }
-    out
 }
 
 /// Strip a trailing glob component: `/etc/*` → (`/etc`, true).

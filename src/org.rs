@@ -2,9 +2,12 @@
 //!
 //! orgize 0.10 is a long-running alpha whose API moves between releases, and
 //! its syntax nodes are `!Send` rowan handles. This module parses once and
-//! copies what the skill parser needs into plain owned structs (with byte
-//! offsets for diagnostics), so an orgize upgrade touches this file only and
-//! nothing downstream ever holds a syntax node across an `.await`.
+//! copies what its users need into plain owned structs (with byte offsets
+//! for diagnostics), so an orgize upgrade touches this file only and nothing
+//! downstream ever holds a syntax node across an `.await`. Its users are the
+//! skill parser ([`parse`]), the memex actuator (notes are Org files) and
+//! the flight-plan reader ([`first_headline_property`],
+//! [`src_blocks_named`]); it sits in the bottom layer so all of them can.
 
 use orgize::ast;
 use orgize::rowan::ast::AstNode;
@@ -380,6 +383,63 @@ fn unterminated_src(text: &str, root: &SyntaxNode) -> Vec<usize> {
         line_start += line.len();
     }
     out
+}
+
+/// A source block found by its `#+NAME:`, as byte offsets into the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedSrcBlock {
+    /// Where the `#+begin_src` line starts.
+    pub begin: usize,
+    /// The raw body (comma escapes kept): `text[content_start..content_end]`.
+    pub content_start: usize,
+    pub content_end: usize,
+    pub language: Option<String>,
+    /// The raw header arguments, trimmed.
+    pub parameters: Option<String>,
+}
+
+/// Every source block of `text` whose `#+NAME:` is `name` (ASCII case
+/// ignored), in document order. An unterminated block is not one: orgize
+/// drops it silently.
+pub fn src_blocks_named(text: &str, name: &str) -> Vec<NamedSrcBlock> {
+    let org = Org::parse(text);
+    let blocks = org
+        .document()
+        .syntax()
+        .descendants()
+        .filter_map(ast::SourceBlock::cast)
+        .filter(|b| {
+            b.name()
+                .and_then(|k| k.value())
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case(name))
+        });
+    blocks
+        .map(|block| NamedSrcBlock {
+            begin: block
+                .syntax()
+                .children()
+                .find(|n| n.kind() == SyntaxKind::BLOCK_BEGIN)
+                .map(|n| start(&n))
+                .unwrap_or_else(|| usize::from(block.start())),
+            content_start: usize::from(block.content_start()),
+            content_end: usize::from(block.content_end()),
+            language: block.language().map(|t| t.trim().to_string()),
+            parameters: block.parameters().map(|t| t.trim().to_string()),
+        })
+        .collect()
+}
+
+/// The first headline property `key` in `text`, untrimmed, with the byte
+/// offset of its value.
+pub fn first_headline_property(text: &str, key: &str) -> Option<(String, usize)> {
+    let org = Org::parse(text);
+    let token = org
+        .document()
+        .syntax()
+        .descendants()
+        .filter_map(ast::Headline::cast)
+        .find_map(|h| h.properties().and_then(|p| p.get(key)))?;
+    Some((token.to_string(), usize::from(token.start())))
 }
 
 #[cfg(test)]

@@ -2,15 +2,15 @@
 //! working tree rather than what its text seemed to say. Pure functions over
 //! an observed effect; the strictest verdict wins, as with the text gates.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::Path;
 
 use crate::action::{Action, Effect};
 use crate::control_surface::control_entry;
 use crate::gates::verdict::Verdict;
 use crate::gates::Decision;
 
-use super::effect::{ChangeKind, ObservedEffect};
-use super::CheckpointConfig;
+use crate::checkpoint::effect::{ChangeKind, ObservedEffect};
+use crate::checkpoint::CheckpointConfig;
 
 /// Judge an observed effect. Returns every verdict that is not *allow*
 /// (empty: allow).
@@ -64,7 +64,7 @@ pub fn judge(
         ));
     }
     if let Effect::WriteFile { path, .. } = &action.effect {
-        let named = normalise(&if path.is_absolute() {
+        let named = crate::util::path::normalize(&if path.is_absolute() {
             path.clone()
         } else {
             cwd.join(path)
@@ -72,7 +72,7 @@ pub fn judge(
         let others: Vec<&str> = effect
             .changes
             .iter()
-            .filter(|c| normalise(&cwd.join(&c.path)) != named)
+            .filter(|c| crate::util::path::normalize(&cwd.join(&c.path)) != named)
             .map(|c| c.path.as_str())
             .collect();
         if !others.is_empty() {
@@ -129,25 +129,10 @@ fn sample<'a>(paths: impl Iterator<Item = &'a str>) -> String {
     shown
 }
 
-/// Remove `.` and resolve `..` lexically.
-fn normalise(p: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::effect::FileChange;
     use super::*;
+    use crate::checkpoint::effect::FileChange;
     use serde_json::json;
 
     fn change(path: &str, kind: ChangeKind, old: Option<u64>, new: Option<u64>) -> FileChange {

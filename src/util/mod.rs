@@ -1,0 +1,11 @@
+//! Small helpers every layer needs, each written once: timestamps, atomic
+//! file writes, a poison-tolerant lock, the lexical path normaliser and the
+//! background JSONL appender. Like `paths`, this module sits at the bottom
+//! of the layer table and imports nothing else of the crate, so any module
+//! may use it without closing a loop.
+
+pub mod fs;
+pub mod jsonl;
+pub mod path;
+pub mod sync;
+pub mod time;
