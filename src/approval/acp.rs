@@ -19,7 +19,7 @@ use crate::audit::{AuditRecord, PlanOutcome};
 use crate::protocol::{self as proto, acp};
 use crate::rpc::Outgoing;
 
-use super::lock;
+use crate::util::sync::lock;
 
 /// Asks an ACP client, and remembers the "always" answers.
 pub struct AcpPrompt {

@@ -39,7 +39,7 @@ use crate::plans::{render, FlightPlan, PlanResult, PlanStatus};
 use crate::protocol as proto;
 use crate::rpc::Outgoing;
 
-use super::lock;
+use crate::util::sync::lock;
 use crate::state_lock::{self, StateLock};
 
 /// How often a waiting turn looks for decisions made from a terminal.
@@ -106,14 +106,14 @@ pub enum DecideError {
 impl FlightDesk {
     pub fn new(env: Arc<AgentEnv>, out: Outgoing, modes: ModeSource) -> Arc<FlightDesk> {
         let state_dir = env.config.state_dir();
-        let store = PlanStore::new(state_dir.join("plans"));
+        let store = PlanStore::new(crate::paths::StateDir::new(&state_dir).plans());
         let lock = match state_lock::try_acquire(&state_dir) {
             Ok(Some(lock)) => Some(lock),
             Ok(None) => {
                 tracing::warn!(
                     "another daemon holds {}: this one runs only the plans of its own turns \
                      until that daemon exits",
-                    state_dir.join(state_lock::LOCK_FILE).display()
+                    crate::paths::StateDir::new(&state_dir).lock_file().display()
                 );
                 None
             }

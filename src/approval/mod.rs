@@ -33,13 +33,6 @@ use crate::rpc::Outgoing;
 pub use acp::AcpPrompt;
 pub use flight::{DecideError, FlightDesk, ModeSource};
 
-/// A poisoned lock only means another task panicked while holding it; the
-/// maps behind these locks stay usable. (The approval module's one copy,
-/// until the crate's shared helper replaces it.)
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// The daemon's approver: the flight desk or the ACP permission prompt,
 /// as the editor asked in `initialize`.
 pub struct Approvals {

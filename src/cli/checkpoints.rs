@@ -51,7 +51,7 @@ pub fn undo(args: UndoArgs) -> ExitCode {
         tool: "undo".into(),
         turn: None,
     };
-    let audit = || AuditLog::open(config.state_dir().join("audit.jsonl"));
+    let audit = || AuditLog::open(config.state().audit_log());
     if let Some(turn) = turn {
         let turn = Some(turn).filter(|t| t != "last");
         return match checkpoint::undo_turn(

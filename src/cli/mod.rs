@@ -156,7 +156,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Providers { flags, json } => providers(flags, json).await,
         Command::Audit { flags, tail } => match load_config(&flags) {
             Ok(config) => {
-                let path = config.state_dir().join("audit.jsonl");
+                let path = config.state().audit_log();
                 exit_code(crate::audit::print_command(
                     &path,
                     &mut std::io::stdout(),

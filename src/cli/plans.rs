@@ -69,7 +69,7 @@ pub fn command(args: PlansArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return e.report(),
     };
-    let store = PlanStore::new(config.state_dir().join("plans"));
+    let store = PlanStore::new(config.state().plans());
     exit_code(plans_command(
         &store,
         args.command.as_ref(),

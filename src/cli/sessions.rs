@@ -50,7 +50,7 @@ pub async fn command(args: SessionsArgs) -> ExitCode {
     }
     let store = match load_config(&flags).and_then(|config| {
         Ok(SessionStore::open(
-            config.state_dir().join("sessions"),
+            config.state().sessions(),
             config.sessions.max_file_bytes,
         )?)
     }) {
