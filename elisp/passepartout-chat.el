@@ -113,8 +113,9 @@ The file is also written when each turn ends."
 The value may also be a cons (thought . HEADING-MARKER) for reasoning.")
 
 (defvar-local passepartout-chat--element-cache nil
-  "While a turn streams: a list of the buffer's `org-element-use-cache'.
-nil when the cache is not suspended.  See
+  "While a turn streams: (VALUE LOCAL) of `org-element-use-cache' before it.
+LOCAL is non-nil when the value was buffer-local.  nil when the cache
+is not suspended.  See
 `passepartout-chat--suspend-element-cache'.")
 
 (defvar-local passepartout-chat--held ""
@@ -1007,13 +1008,17 @@ minutes).  The answer is read-only text that nothing parses while it
 streams, so the cache is off until the turn ends and then rebuilt
 lazily (`passepartout-chat--resume-element-cache')."
   (when (and org-element-use-cache (not passepartout-chat--element-cache))
-    (setq passepartout-chat--element-cache (list org-element-use-cache))
+    (setq passepartout-chat--element-cache
+          (list org-element-use-cache (local-variable-p 'org-element-use-cache)))
     (setq-local org-element-use-cache nil)))
 
 (defun passepartout-chat--resume-element-cache ()
   "Turn Org's element cache back on, emptied: it missed the turn's changes."
   (when passepartout-chat--element-cache
-    (setq-local org-element-use-cache (car passepartout-chat--element-cache))
+    ;; A global setting stays global: the buffer follows it again.
+    (if (cadr passepartout-chat--element-cache)
+        (setq-local org-element-use-cache (car passepartout-chat--element-cache))
+      (kill-local-variable 'org-element-use-cache))
     (setq passepartout-chat--element-cache nil)
     (org-element-cache-reset)))
 

@@ -544,6 +544,7 @@ The session's journal is deleted first, so the daemon has nothing to load."
         (should (< (- (float-time (get-internal-run-time)) start) 2.0)))
       (passepartout-chat-end-turn)
       (should (eq org-element-use-cache t))
+      (should-not (local-variable-p 'org-element-use-cache))
       ;; The cache, rebuilt, parses the turn that it did not see.
       (goto-char (point-min))
       (search-forward (make-string 100 ?x))
