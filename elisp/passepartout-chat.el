@@ -49,6 +49,7 @@
 (require 'cl-lib)
 (require 'subr-x)
 (require 'org)
+(require 'org-element)
 (require 'passepartout-rpc)
 
 (defcustom passepartout-chat-directory
@@ -110,6 +111,12 @@ The file is also written when each turn ends."
 (defvar-local passepartout-chat--segment nil
   "Kind of the section the stream is in: nil, `message', `thought', `tool'.
 The value may also be a cons (thought . HEADING-MARKER) for reasoning.")
+
+(defvar-local passepartout-chat--element-cache nil
+  "While a turn streams: (VALUE LOCAL) of `org-element-use-cache' before it.
+LOCAL is non-nil when the value was buffer-local.  nil when the cache
+is not suspended.  See
+`passepartout-chat--suspend-element-cache'.")
 
 (defvar-local passepartout-chat--held ""
   "Stars at a line start held back until the next chunk shows what follows.")
@@ -992,11 +999,35 @@ If its plan buffer holds your edits, the edited action is what you approve."
 
 ;;;; Turns
 
+(defun passepartout-chat--suspend-element-cache ()
+  "Turn Org's element cache off in this buffer while a turn streams.
+Org 9.7 (Emacs 30) updates the cache before and after every change by
+searching from the start of the changed line: each chunk of a long
+one-line answer cost time proportional to the line (a 1 MB line took
+minutes).  The answer is read-only text that nothing parses while it
+streams, so the cache is off until the turn ends and then rebuilt
+lazily (`passepartout-chat--resume-element-cache')."
+  (when (and org-element-use-cache (not passepartout-chat--element-cache))
+    (setq passepartout-chat--element-cache
+          (list org-element-use-cache (local-variable-p 'org-element-use-cache)))
+    (setq-local org-element-use-cache nil)))
+
+(defun passepartout-chat--resume-element-cache ()
+  "Turn Org's element cache back on, emptied: it missed the turn's changes."
+  (when passepartout-chat--element-cache
+    ;; A global setting stays global: the buffer follows it again.
+    (if (cadr passepartout-chat--element-cache)
+        (setq-local org-element-use-cache (car passepartout-chat--element-cache))
+      (kill-local-variable 'org-element-use-cache))
+    (setq passepartout-chat--element-cache nil)
+    (org-element-cache-reset)))
+
 (defun passepartout-chat-begin-turn ()
   "Open the answer section of a new turn, and a new prompt below it.
 The answer streams above the new \"* You\" heading: the person can
 write the next prompt while it streams, and what they type never mixes
 with it (the transcript is read-only)."
+  (passepartout-chat--suspend-element-cache)
   (let ((inhibit-read-only t))
     (save-excursion
       (goto-char (point-max))
@@ -1035,6 +1066,7 @@ with it (the transcript is read-only)."
       (set-marker passepartout-chat--stream nil)
       (setq passepartout-chat--stream nil
             passepartout-chat--plan nil)
+      (passepartout-chat--resume-element-cache)
       (when move (goto-char (point-max)))
       (dolist (w windows) (set-window-point w (point-max))))
     (passepartout-chat-save)

@@ -566,10 +566,16 @@ into the code.  A string value is returned as is."
               (jsonrpc-request conn :initialize
                                (passepartout--initialize-params keys)
                                :timeout 30))
-      (jsonrpc-error
+      ;; Not only `jsonrpc-error': a daemon that exits at once (a bad
+      ;; argument) can be dead before `initialize' is written, and
+      ;; sending to it signals a plain `error' from the process.
+      (error
        (let ((msg (or (alist-get 'jsonrpc-error-message (cdr err))
                       (error-message-string err)))
              (why (passepartout--stderr-error conn)))
+         (unless (or why (eq (car err) 'jsonrpc-error)
+                     (not (process-live-p process)))
+           (signal (car err) (cdr err)))
          ;; The daemon's own words first: jsonrpc only knows it died.
          (user-error "The passepartout daemon did not start: %s%s"
                      (or why msg)

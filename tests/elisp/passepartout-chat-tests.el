@@ -29,6 +29,7 @@
 ;;; Code:
 
 (require 'ert)
+(require 'org-element)
 (require 'passepartout-test-support)
 
 (defconst passepartout-chat-test--rm-call
@@ -529,6 +530,27 @@ The session's journal is deleted first, so the daemon has nothing to load."
        (remhash "s-test" passepartout-chat--sessions)
        (with-current-buffer buffer (set-buffer-modified-p nil))
        (kill-buffer buffer))))
+
+;; Before the fix, Org 9.7 (Emacs 30) spent about 7 s of CPU here: its
+;; element cache searched the whole line before and after every chunk.
+(ert-deftest passepartout-chat-test-long-line-streams-in-chunk-time ()
+  "A 1 MB one-line answer streams in time linear in it; Org's cache is back after."
+  (let ((org-element-use-cache t))
+    (passepartout-chat-test--with-buffer
+      (let ((chunk (make-string 4000 ?x))
+            (start (float-time (get-internal-run-time))))
+        (dotimes (_ 250)
+          (passepartout-chat--insert (passepartout-chat--org-safe chunk)))
+        (should (< (- (float-time (get-internal-run-time)) start) 2.0)))
+      (passepartout-chat-end-turn)
+      (should (eq org-element-use-cache t))
+      (should-not (local-variable-p 'org-element-use-cache))
+      ;; The cache, rebuilt, parses the turn that it did not see.
+      (goto-char (point-min))
+      (search-forward (make-string 100 ?x))
+      (should (eq (org-element-type (org-element-at-point)) 'paragraph))
+      (org-back-to-heading t)
+      (should (looking-at-p "\\* passepartout$")))))
 
 (ert-deftest passepartout-chat-test-effect-summary-and-diffs ()
   "A tool call's effect shows as one line, its diffs folded beneath."

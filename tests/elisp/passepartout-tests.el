@@ -417,6 +417,23 @@ of more than one byte (Content-Length counts bytes)."
       (should (string-match-p "passepartout daemon did not start" (cadr err)))
       (should (string-match-p "bogus" (cadr err))))))
 
+(ert-deftest passepartout-test-start-failure-exits-at-once ()
+  "A daemon that exits before reading a byte is explained by its stderr.
+It can be dead before `initialize' is written: sending then fails in
+Emacs itself, which must still read as the daemon's own error."
+  (passepartout-test-with-daemon nil
+    (let ((script (expand-file-name "dies-at-once" passepartout-test--dir)))
+      (with-temp-file script
+        (insert "#!/bin/sh\n"
+                "echo 'passepartout: unknown sandbox \"bogus\"' >&2\n"
+                "exit 2\n"))
+      (set-file-modes script #o755)
+      (dotimes (_ 3)
+        (let* ((passepartout-program script)
+               (err (should-error (passepartout project) :type 'user-error)))
+          (should (string-match-p "passepartout daemon did not start" (cadr err)))
+          (should (string-match-p "unknown sandbox \"bogus\"" (cadr err))))))))
+
 ;;;; Flight plans
 
 (defconst passepartout-test--rm-call
