@@ -9,6 +9,7 @@
 //! are serialised ([`lock`]) so that an effect is attributed to the one
 //! action that made it.
 
+pub mod beneath;
 pub mod effect;
 pub mod notify;
 pub mod scan;
@@ -539,7 +540,10 @@ impl Project {
         let changes: Vec<_> = paths
             .into_iter()
             .filter_map(|p| plan.remove(&p).map(|(now, wanted)| (p, now, wanted)))
-            .filter(|(_, now, wanted)| now != wanted)
+            .filter(|(_, now, wanted)| match (now, wanted) {
+                (Some(a), Some(b)) => !a.same_content(b),
+                (a, b) => a.is_some() != b.is_some(),
+            })
             .collect();
         let before = self.store.snapshot()?;
         self.store.restore(&changes)?;
