@@ -739,4 +739,114 @@ mod tests {
             "version 1"
         );
     }
+
+    /// One recorded change: `change` runs between two snapshots.
+    fn recorded(p: &Project, change: impl FnOnce()) -> Checkpoint {
+        let before = p.store.snapshot().unwrap();
+        change();
+        let after = p.store.snapshot().unwrap();
+        p.record(&origin(), &before, &after).unwrap().unwrap()
+    }
+
+    #[test]
+    fn undo_never_writes_through_a_link_planted_after_the_change() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        let (t, h) = (tree.path(), host.path());
+        std::fs::create_dir_all(t.join("sub")).unwrap();
+        for f in ["gone.txt", "same.txt"] {
+            std::fs::write(t.join("sub").join(f), f).unwrap();
+        }
+        let p = Project::open(state.path(), t, &CheckpointConfig::default()).unwrap();
+        // c1 deletes one file, creates one, modifies one.
+        recorded(&p, || {
+            std::fs::remove_file(t.join("sub/gone.txt")).unwrap();
+            std::fs::write(t.join("sub/new.txt"), "new").unwrap();
+            std::fs::write(t.join("sub/same.txt"), "changed").unwrap();
+        });
+        // The folder becomes a link to a host folder holding the same
+        // after-state: following it, undo would create, delete, overwrite.
+        std::fs::write(h.join("new.txt"), "new").unwrap();
+        std::fs::write(h.join("same.txt"), "changed").unwrap();
+        std::fs::remove_dir_all(t.join("sub")).unwrap();
+        std::os::unix::fs::symlink(h, t.join("sub")).unwrap();
+        let err = p.undo("c1", &origin()).unwrap_err().to_string();
+        assert!(err.contains("symbolic link"), "{err}");
+        assert!(!h.join("gone.txt").exists());
+        assert_eq!(std::fs::read_to_string(h.join("new.txt")).unwrap(), "new");
+        assert_eq!(
+            std::fs::read_to_string(h.join("same.txt")).unwrap(),
+            "changed"
+        );
+    }
+
+    #[test]
+    fn a_file_turned_into_a_folder_is_held_and_applied_whole() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        std::fs::write(t.join("a.txt"), "file").unwrap();
+        let p = Project::open(state.path(), t, &CheckpointConfig::default()).unwrap();
+        let mut cp = recorded(&p, || {
+            std::fs::remove_file(t.join("a.txt")).unwrap();
+            std::fs::create_dir_all(t.join("a.txt/deep")).unwrap();
+            std::fs::write(t.join("a.txt/deep/f"), "x").unwrap();
+        });
+        p.hold(&mut cp, vec!["held".into()]).unwrap();
+        assert_eq!(std::fs::read_to_string(t.join("a.txt")).unwrap(), "file");
+        p.apply(&cp.id).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(t.join("a.txt/deep/f")).unwrap(),
+            "x"
+        );
+    }
+
+    #[test]
+    fn a_restore_that_cannot_complete_changes_nothing() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        std::fs::write(t.join("a.txt"), "a").unwrap();
+        std::fs::write(t.join("b.txt"), "b").unwrap();
+        let p = Project::open(state.path(), t, &CheckpointConfig::default()).unwrap();
+        recorded(&p, || {
+            std::fs::remove_file(t.join("a.txt")).unwrap();
+            std::fs::remove_file(t.join("b.txt")).unwrap();
+        });
+        // Someone makes `b.txt` a folder of their own files: undo of c1
+        // cannot put b.txt back and must not put a.txt back alone.
+        std::fs::create_dir_all(t.join("b.txt")).unwrap();
+        std::fs::write(t.join("b.txt/mine"), "mine").unwrap();
+        let err = p.undo("c1", &origin()).unwrap_err().to_string();
+        assert!(err.contains("nothing was changed"), "{err}");
+        assert!(!t.join("a.txt").exists());
+        assert_eq!(
+            std::fs::read_to_string(t.join("b.txt/mine")).unwrap(),
+            "mine"
+        );
+    }
+
+    #[test]
+    fn undo_puts_a_private_file_back_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        for f in [".env", "key.pem"] {
+            std::fs::write(t.join(f), "SECRET=1\n").unwrap();
+            std::fs::set_permissions(t.join(f), std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        let p = Project::open(state.path(), t, &CheckpointConfig::default()).unwrap();
+        recorded(&p, || {
+            std::fs::remove_file(t.join(".env")).unwrap();
+            std::fs::write(t.join("key.pem"), "SECRET=2\n").unwrap();
+        });
+        p.undo("c1", &origin()).unwrap();
+        for f in [".env", "key.pem"] {
+            let meta = std::fs::metadata(t.join(f)).unwrap();
+            assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{f}");
+            assert_eq!(std::fs::read_to_string(t.join(f)).unwrap(), "SECRET=1\n");
+        }
+    }
 }
