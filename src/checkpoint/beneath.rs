@@ -287,9 +287,8 @@ impl Beneath {
                 BENEATH,
             )
             .map_err(|e| BeneathError::sys(&d, e))?;
-            let mut entries =
-                rustix::fs::Dir::read_from(&fd).map_err(|e| BeneathError::sys(&d, e))?;
-            while let Some(entry) = entries.next() {
+            let entries = rustix::fs::Dir::read_from(&fd).map_err(|e| BeneathError::sys(&d, e))?;
+            for entry in entries {
                 let entry = entry.map_err(|e| BeneathError::sys(&d, e))?;
                 let name = entry.file_name().to_bytes();
                 if name == b"." || name == b".." {

@@ -5,7 +5,8 @@
 //! when a person approves it; any applied effect can be undone.
 //!
 //! Records live in `<state>/checkpoints/<hash of cwd>/records/<id>.json`, ids
-//! are `c1`, `c2`, … per working directory. Actions on one working directory
+//! are `c1`, `c2`, … from one counter per state directory (never reused).
+//! Actions on one working directory
 //! are serialised ([`lock`]) so that an effect is attributed to the one
 //! action that made it.
 
@@ -246,6 +247,10 @@ pub struct Project {
     pub store: Store,
     records: PathBuf,
     cwd: PathBuf,
+    /// `<state>/checkpoints/last-id`: the highest id given in any project,
+    /// kept outside every store so that deleting a store never lets an id
+    /// come back.
+    ids: PathBuf,
 }
 
 /// Working directories that are never checkpointed: the file system root
@@ -273,10 +278,8 @@ impl Project {
     ) -> Result<Self, CheckpointError> {
         // One store per directory, however it was spelled.
         let canonical = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
-        let dir = Store::dir_for(
-            &crate::paths::StateDir::new(state_dir).checkpoints(),
-            &canonical,
-        );
+        let root = crate::paths::StateDir::new(state_dir).checkpoints();
+        let dir = Store::dir_for(&root, &canonical);
         let store = Store::open(&dir, cwd, cfg.untracked_cap_bytes)?
             .with_precious(cfg.precious.clone())
             .with_watch(cfg.watch);
@@ -291,6 +294,7 @@ impl Project {
             store,
             records,
             cwd: cwd.to_path_buf(),
+            ids: root.join("last-id"),
         })
     }
 
@@ -340,19 +344,48 @@ impl Project {
         Ok(Some(cp))
     }
 
-    /// Ids are never reused, also after pruning: the highest ever given
-    /// is kept in `records/last-id`.
+    /// Ids are never reused: not after pruning, not after the store is
+    /// deleted. The highest id given is kept twice: in `records/last-id`
+    /// (this project) and in `<state>/checkpoints/last-id` (every project,
+    /// outside any store), the latter updated under an exclusive `flock`
+    /// because daemons for other directories share it.
     fn next_id(&self) -> Result<String, CheckpointError> {
+        use std::io::{Read, Seek, Write};
+        let fail = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| CheckpointError::Io { path, source }
+        };
         let counter = self.records.join("last-id");
-        let given: u64 = std::fs::read_to_string(&counter)
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
+        let read = |t: &str| t.trim().parse::<u64>().unwrap_or(0);
+        let given = std::fs::read_to_string(&counter)
+            .map(|t| read(&t))
             .unwrap_or(0);
-        let n = self.ids()?.into_iter().max().unwrap_or(0).max(given) + 1;
-        std::fs::write(&counter, n.to_string()).map_err(|source| CheckpointError::Io {
-            path: counter.clone(),
-            source,
-        })?;
+        let mut shared = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&self.ids)
+            .map_err(fail(&self.ids))?;
+        rustix::fs::flock(&shared, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| fail(&self.ids)(e.into()))?;
+        let mut text = String::new();
+        shared.read_to_string(&mut text).map_err(fail(&self.ids))?;
+        let n = self
+            .ids()?
+            .into_iter()
+            .max()
+            .unwrap_or(0)
+            .max(given)
+            .max(read(&text))
+            + 1;
+        shared
+            .set_len(0)
+            .and_then(|()| shared.rewind())
+            .and_then(|()| shared.write_all(n.to_string().as_bytes()))
+            .map_err(fail(&self.ids))?;
+        drop(shared); // releases the lock
+        std::fs::write(&counter, n.to_string()).map_err(fail(&counter))?;
         Ok(format!("c{n}"))
     }
 
@@ -704,6 +737,27 @@ mod tests {
         let err = p.undo("c1", &origin()).unwrap_err().to_string();
         assert!(err.contains("undone"), "{err}");
         assert_eq!(p.list().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn ids_never_repeat_even_after_the_store_is_deleted() {
+        let state = tempfile::tempdir().unwrap();
+        let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let cfg = CheckpointConfig::default();
+        let p = Project::open(state.path(), one.path(), &cfg).unwrap();
+        let a = recorded(&p, || std::fs::write(one.path().join("f"), "1").unwrap());
+        assert_eq!(a.id, "c1");
+        // The whole store of this directory goes away.
+        let store = p.records.parent().unwrap().to_path_buf();
+        drop(p);
+        std::fs::remove_dir_all(store).unwrap();
+        let p = Project::open(state.path(), one.path(), &cfg).unwrap();
+        let b = recorded(&p, || std::fs::write(one.path().join("f"), "2").unwrap());
+        assert_eq!(b.id, "c2");
+        // Another directory continues the same sequence.
+        let q = Project::open(state.path(), two.path(), &cfg).unwrap();
+        let c = recorded(&q, || std::fs::write(two.path().join("g"), "1").unwrap());
+        assert_eq!(c.id, "c3");
     }
 
     #[test]
