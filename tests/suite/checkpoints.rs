@@ -673,14 +673,17 @@ fn cli_in(home: &Path, cwd: &Path, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-/// Issue 24: an action replaces a project folder with a link to a host
-/// folder; `passepartout undo` of an earlier change inside that folder must
-/// not create, overwrite or delete anything in the host folder.
-#[tokio::test]
-async fn undo_never_follows_a_link_an_action_planted_out_of_the_project() {
-    if !harness::bwrap_available() {
-        return;
-    }
+/// A turn of two actions: c1 changes files in `sub/`, c2 replaces `sub`
+/// with a link to `host`, which holds what c1 left (so that, following the
+/// link, every check of an undo of c1 would pass).
+struct Planted {
+    home: tempfile::TempDir,
+    host: tempfile::TempDir,
+    project: tempfile::TempDir,
+    original: BTreeMap<String, Vec<u8>>,
+}
+
+async fn planted_link() -> Planted {
     let home = tempfile::tempdir().unwrap();
     let host = tempfile::tempdir().unwrap();
     let project = project();
@@ -688,9 +691,7 @@ async fn undo_never_follows_a_link_an_action_planted_out_of_the_project() {
     std::fs::create_dir_all(p.join("sub")).unwrap();
     std::fs::write(p.join("sub/gone.txt"), "gone\n").unwrap();
     std::fs::write(p.join("sub/same.txt"), "same\n").unwrap();
-    // The host folder holds what c1 left, so following the link every
-    // check would pass: undo would delete new.txt, overwrite same.txt and
-    // create gone.txt there.
+    let original = tree(p);
     std::fs::write(host.path().join("new.txt"), "new\n").unwrap();
     std::fs::write(host.path().join("same.txt"), "changed\n").unwrap();
     let first = json!({
@@ -713,19 +714,91 @@ async fn undo_never_follows_a_link_an_action_planted_out_of_the_project() {
         .await;
     drop(client);
     assert!(p.join("sub").is_symlink(), "the second action ran");
-    let out = cli_in(home.path(), p, &["undo", "c1"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "undo must refuse: {err}");
-    assert!(err.contains("symbolic link"), "{err}");
-    assert!(!host.path().join("gone.txt").exists());
+    Planted {
+        home,
+        host,
+        project,
+        original,
+    }
+}
+
+fn host_untouched(host: &Path) {
+    assert!(!host.join("gone.txt").exists());
     assert_eq!(
-        std::fs::read_to_string(host.path().join("new.txt")).unwrap(),
+        std::fs::read_to_string(host.join("new.txt")).unwrap(),
         "new\n"
     );
     assert_eq!(
-        std::fs::read_to_string(host.path().join("same.txt")).unwrap(),
+        std::fs::read_to_string(host.join("same.txt")).unwrap(),
         "changed\n"
     );
+}
+
+/// Issue 24: an action replaces a project folder with a link to a host
+/// folder; `passepartout undo` of an earlier change inside that folder must
+/// not create, overwrite or delete anything in the host folder.
+#[tokio::test]
+async fn undo_never_follows_a_link_an_action_planted_out_of_the_project() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let t = planted_link().await;
+    let out = cli_in(t.home.path(), t.project.path(), &["undo", "c1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "undo must refuse: {err}");
+    assert!(err.contains("symbolic link"), "{err}");
+    host_untouched(t.host.path());
+}
+
+/// The same turn undone whole: the link is part of what is undone, so the
+/// folder comes back in its place — and the host folder is left alone.
+#[tokio::test]
+async fn undoing_the_turn_that_planted_a_link_puts_the_folder_back_and_leaves_the_host_alone() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let t = planted_link().await;
+    let out = cli_in(t.home.path(), t.project.path(), &["undo", "--turn"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!t.project.path().join("sub").is_symlink());
+    assert_eq!(tree(t.project.path()), t.original);
+    host_untouched(t.host.path());
+}
+
+/// Issue 24: an undo that cannot complete (a file now stands where a
+/// folder must come back) changes nothing — not even the paths it could
+/// have restored.
+#[tokio::test]
+async fn an_undo_that_cannot_complete_changes_nothing() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let project = project();
+    let p = project.path();
+    let args = json!({ "command": "rm README.md && rm -r src" }).to_string();
+    let fake = FakeProvider::start(vec![
+        fake::openai_tool_calls(&[("call_1", "shell", &args)]),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let url = fake.openai_url();
+    let (mut client, sid) =
+        Client::with_session(home.path(), &["--provider-url", &url], json!({}), p).await;
+    client
+        .prompt_answering(&sid, "go", |_| "allow_once".into())
+        .await;
+    drop(client);
+    assert!(!p.join("src").exists() && !p.join("README.md").exists());
+    // The person puts a file where the folder `src` must come back.
+    std::fs::write(p.join("src"), "mine\n").unwrap();
+    let before = tree(p);
+    let out = cli_in(home.path(), p, &["undo"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("nothing was changed"), "{err}");
+    assert_eq!(tree(p), before, "not even README.md came back");
 }
 
 /// Issue 24: while a held effect waits, its folder is swapped for a link
