@@ -75,6 +75,7 @@ impl ObservedEffect {
             let entry = |f: &FileState| Entry {
                 mode: f.mode_str(),
                 oid: f.oid_hex(),
+                perm: (f.perm != 0).then_some(f.perm),
             };
             // A merge of the two sorted maps: O(n), no lookups.
             use std::cmp::Ordering;

@@ -5,10 +5,12 @@
 //! when a person approves it; any applied effect can be undone.
 //!
 //! Records live in `<state>/checkpoints/<hash of cwd>/records/<id>.json`, ids
-//! are `c1`, `c2`, … per working directory. Actions on one working directory
+//! are `c1`, `c2`, … from one counter per state directory (never reused).
+//! Actions on one working directory
 //! are serialised ([`lock`]) so that an effect is attributed to the one
 //! action that made it.
 
+pub mod beneath;
 pub mod effect;
 pub mod notify;
 pub mod scan;
@@ -245,6 +247,10 @@ pub struct Project {
     pub store: Store,
     records: PathBuf,
     cwd: PathBuf,
+    /// `<state>/checkpoints/last-id`: the highest id given in any project,
+    /// kept outside every store so that deleting a store never lets an id
+    /// come back.
+    ids: PathBuf,
 }
 
 /// Working directories that are never checkpointed: the file system root
@@ -272,10 +278,8 @@ impl Project {
     ) -> Result<Self, CheckpointError> {
         // One store per directory, however it was spelled.
         let canonical = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
-        let dir = Store::dir_for(
-            &crate::paths::StateDir::new(state_dir).checkpoints(),
-            &canonical,
-        );
+        let root = crate::paths::StateDir::new(state_dir).checkpoints();
+        let dir = Store::dir_for(&root, &canonical);
         let store = Store::open(&dir, cwd, cfg.untracked_cap_bytes)?
             .with_precious(cfg.precious.clone())
             .with_watch(cfg.watch);
@@ -290,6 +294,7 @@ impl Project {
             store,
             records,
             cwd: cwd.to_path_buf(),
+            ids: root.join("last-id"),
         })
     }
 
@@ -339,19 +344,48 @@ impl Project {
         Ok(Some(cp))
     }
 
-    /// Ids are never reused, also after pruning: the highest ever given
-    /// is kept in `records/last-id`.
+    /// Ids are never reused: not after pruning, not after the store is
+    /// deleted. The highest id given is kept twice: in `records/last-id`
+    /// (this project) and in `<state>/checkpoints/last-id` (every project,
+    /// outside any store), the latter updated under an exclusive `flock`
+    /// because daemons for other directories share it.
     fn next_id(&self) -> Result<String, CheckpointError> {
+        use std::io::{Read, Seek, Write};
+        let fail = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| CheckpointError::Io { path, source }
+        };
         let counter = self.records.join("last-id");
-        let given: u64 = std::fs::read_to_string(&counter)
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
+        let read = |t: &str| t.trim().parse::<u64>().unwrap_or(0);
+        let given = std::fs::read_to_string(&counter)
+            .map(|t| read(&t))
             .unwrap_or(0);
-        let n = self.ids()?.into_iter().max().unwrap_or(0).max(given) + 1;
-        std::fs::write(&counter, n.to_string()).map_err(|source| CheckpointError::Io {
-            path: counter.clone(),
-            source,
-        })?;
+        let mut shared = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&self.ids)
+            .map_err(fail(&self.ids))?;
+        rustix::fs::flock(&shared, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| fail(&self.ids)(e.into()))?;
+        let mut text = String::new();
+        shared.read_to_string(&mut text).map_err(fail(&self.ids))?;
+        let n = self
+            .ids()?
+            .into_iter()
+            .max()
+            .unwrap_or(0)
+            .max(given)
+            .max(read(&text))
+            + 1;
+        shared
+            .set_len(0)
+            .and_then(|()| shared.rewind())
+            .and_then(|()| shared.write_all(n.to_string().as_bytes()))
+            .map_err(fail(&self.ids))?;
+        drop(shared); // releases the lock
+        std::fs::write(&counter, n.to_string()).map_err(fail(&counter))?;
         Ok(format!("c{n}"))
     }
 
@@ -539,7 +573,10 @@ impl Project {
         let changes: Vec<_> = paths
             .into_iter()
             .filter_map(|p| plan.remove(&p).map(|(now, wanted)| (p, now, wanted)))
-            .filter(|(_, now, wanted)| now != wanted)
+            .filter(|(_, now, wanted)| match (now, wanted) {
+                (Some(a), Some(b)) => !a.same_content(b),
+                (a, b) => a.is_some() != b.is_some(),
+            })
             .collect();
         let before = self.store.snapshot()?;
         self.store.restore(&changes)?;
@@ -703,6 +740,27 @@ mod tests {
     }
 
     #[test]
+    fn ids_never_repeat_even_after_the_store_is_deleted() {
+        let state = tempfile::tempdir().unwrap();
+        let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let cfg = CheckpointConfig::default();
+        let p = Project::open(state.path(), one.path(), &cfg).unwrap();
+        let a = recorded(&p, || std::fs::write(one.path().join("f"), "1").unwrap());
+        assert_eq!(a.id, "c1");
+        // The whole store of this directory goes away.
+        let store = p.records.parent().unwrap().to_path_buf();
+        drop(p);
+        std::fs::remove_dir_all(store).unwrap();
+        let p = Project::open(state.path(), one.path(), &cfg).unwrap();
+        let b = recorded(&p, || std::fs::write(one.path().join("f"), "2").unwrap());
+        assert_eq!(b.id, "c2");
+        // Another directory continues the same sequence.
+        let q = Project::open(state.path(), two.path(), &cfg).unwrap();
+        let c = recorded(&q, || std::fs::write(two.path().join("g"), "1").unwrap());
+        assert_eq!(c.id, "c3");
+    }
+
+    #[test]
     fn pruning_keeps_the_newest_records_and_what_they_need() {
         let state = tempfile::tempdir().unwrap();
         let tree = tempfile::tempdir().unwrap();
@@ -734,5 +792,115 @@ mod tests {
             std::fs::read_to_string(t.join("f.txt")).unwrap(),
             "version 1"
         );
+    }
+
+    /// One recorded change: `change` runs between two snapshots.
+    fn recorded(p: &Project, change: impl FnOnce()) -> Checkpoint {
+        let before = p.store.snapshot().unwrap();
+        change();
+        let after = p.store.snapshot().unwrap();
+        p.record(&origin(), &before, &after).unwrap().unwrap()
+    }
+
+    #[test]
+    fn undo_never_writes_through_a_link_planted_after_the_change() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        let (t, h) = (tree.path(), host.path());
+        std::fs::create_dir_all(t.join("sub")).unwrap();
+        for f in ["gone.txt", "same.txt"] {
+            std::fs::write(t.join("sub").join(f), f).unwrap();
+        }
+        let p = Project::open(state.path(), t, &CheckpointConfig::default()).unwrap();
+        // c1 deletes one file, creates one, modifies one.
+        recorded(&p, || {
+            std::fs::remove_file(t.join("sub/gone.txt")).unwrap();
+            std::fs::write(t.join("sub/new.txt"), "new").unwrap();
+            std::fs::write(t.join("sub/same.txt"), "changed").unwrap();
+        });
+        // The folder becomes a link to a host folder holding the same
+        // after-state: following it, undo would create, delete, overwrite.
+        std::fs::write(h.join("new.txt"), "new").unwrap();
+        std::fs::write(h.join("same.txt"), "changed").unwrap();
+        std::fs::remove_dir_all(t.join("sub")).unwrap();
+        std::os::unix::fs::symlink(h, t.join("sub")).unwrap();
+        let err = p.undo("c1", &origin()).unwrap_err().to_string();
+        assert!(err.contains("symbolic link"), "{err}");
+        assert!(!h.join("gone.txt").exists());
+        assert_eq!(std::fs::read_to_string(h.join("new.txt")).unwrap(), "new");
+        assert_eq!(
+            std::fs::read_to_string(h.join("same.txt")).unwrap(),
+            "changed"
+        );
+    }
+
+    #[test]
+    fn a_file_turned_into_a_folder_is_held_and_applied_whole() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        std::fs::write(t.join("a.txt"), "file").unwrap();
+        let p = Project::open(state.path(), t, &CheckpointConfig::default()).unwrap();
+        let mut cp = recorded(&p, || {
+            std::fs::remove_file(t.join("a.txt")).unwrap();
+            std::fs::create_dir_all(t.join("a.txt/deep")).unwrap();
+            std::fs::write(t.join("a.txt/deep/f"), "x").unwrap();
+        });
+        p.hold(&mut cp, vec!["held".into()]).unwrap();
+        assert_eq!(std::fs::read_to_string(t.join("a.txt")).unwrap(), "file");
+        p.apply(&cp.id).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(t.join("a.txt/deep/f")).unwrap(),
+            "x"
+        );
+    }
+
+    #[test]
+    fn a_restore_that_cannot_complete_changes_nothing() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        std::fs::write(t.join("a.txt"), "a").unwrap();
+        std::fs::write(t.join("b.txt"), "b").unwrap();
+        let p = Project::open(state.path(), t, &CheckpointConfig::default()).unwrap();
+        recorded(&p, || {
+            std::fs::remove_file(t.join("a.txt")).unwrap();
+            std::fs::remove_file(t.join("b.txt")).unwrap();
+        });
+        // Someone makes `b.txt` a folder of their own files: undo of c1
+        // cannot put b.txt back and must not put a.txt back alone.
+        std::fs::create_dir_all(t.join("b.txt")).unwrap();
+        std::fs::write(t.join("b.txt/mine"), "mine").unwrap();
+        let err = p.undo("c1", &origin()).unwrap_err().to_string();
+        assert!(err.contains("nothing was changed"), "{err}");
+        assert!(!t.join("a.txt").exists());
+        assert_eq!(
+            std::fs::read_to_string(t.join("b.txt/mine")).unwrap(),
+            "mine"
+        );
+    }
+
+    #[test]
+    fn undo_puts_a_private_file_back_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        for f in [".env", "key.pem"] {
+            std::fs::write(t.join(f), "SECRET=1\n").unwrap();
+            std::fs::set_permissions(t.join(f), std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        let p = Project::open(state.path(), t, &CheckpointConfig::default()).unwrap();
+        recorded(&p, || {
+            std::fs::remove_file(t.join(".env")).unwrap();
+            std::fs::write(t.join("key.pem"), "SECRET=2\n").unwrap();
+        });
+        p.undo("c1", &origin()).unwrap();
+        for f in [".env", "key.pem"] {
+            let meta = std::fs::metadata(t.join(f)).unwrap();
+            assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{f}");
+            assert_eq!(std::fs::read_to_string(t.join(f)).unwrap(), "SECRET=1\n");
+        }
     }
 }

@@ -53,6 +53,9 @@ const MODE_TREE: u32 = 0o40000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileState {
     pub mode: u32,
+    /// The permission bits (`st_mode & 0o7777`; 0 for a symlink), so a
+    /// restore puts a 0600 file back as 0600.
+    pub perm: u32,
     pub oid: [u8; 20],
     pub size: u64,
     pub mtime_ns: i64,
@@ -77,6 +80,7 @@ impl FileState {
     /// one cached at `taken_ns`.
     fn trusted(&self, now: &FileState, taken_ns: i64, margin_ns: i64) -> bool {
         self.mode == now.mode
+            && self.perm == now.perm
             && self.size == now.size
             && self.mtime_ns == now.mtime_ns
             && self.ctime_ns == now.ctime_ns
@@ -531,7 +535,7 @@ fn cache_path(git_dir: &Path) -> PathBuf {
     git_dir.parent().unwrap_or(git_dir).join("stat-cache")
 }
 
-const CACHE_MAGIC: &[u8; 8] = b"PPSTAT01";
+const CACHE_MAGIC: &[u8; 8] = b"PPSTAT02";
 /// At most this many entries are read back from a cache file (a bigger one
 /// is treated as damaged and rebuilt).
 const CACHE_MAX_ENTRIES: u64 = 10_000_000;
@@ -549,6 +553,7 @@ fn save_cache(path: &Path, work_tree: &Path, state: &TreeState) -> std::io::Resu
         out.extend_from_slice(&(p.len() as u32).to_le_bytes());
         out.extend_from_slice(p.as_bytes());
         out.extend_from_slice(&f.mode.to_le_bytes());
+        out.extend_from_slice(&f.perm.to_le_bytes());
         out.extend_from_slice(&f.oid);
         out.extend_from_slice(&f.size.to_le_bytes());
         out.extend_from_slice(&f.mtime_ns.to_le_bytes());
@@ -585,9 +590,11 @@ fn load_cache(path: &Path, work_tree: &Path) -> Option<TreeState> {
         let len = u32::from_le_bytes(r.take(4)?.try_into().ok()?) as usize;
         let p = std::str::from_utf8(r.take(len)?).ok()?.to_string();
         let mode = u32::from_le_bytes(r.take(4)?.try_into().ok()?);
+        let perm = u32::from_le_bytes(r.take(4)?.try_into().ok()?);
         let oid: [u8; 20] = r.take(20)?.try_into().ok()?;
         let state = FileState {
             mode,
+            perm,
             oid,
             size: r.u64()?,
             mtime_ns: r.u64()? as i64,
@@ -824,6 +831,11 @@ impl Walk<'_> {
                 rel: child_rel,
                 state: FileState {
                     mode,
+                    perm: if ft.is_symlink() {
+                        0
+                    } else {
+                        meta.mode() & 0o7777
+                    },
                     oid: [0; 20],
                     size: meta.len(),
                     mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
@@ -1025,6 +1037,7 @@ mod tests {
     fn stat(mtime: i64) -> FileState {
         FileState {
             mode: MODE_FILE,
+            perm: 0o644,
             oid: [1; 20],
             size: 4,
             mtime_ns: mtime,

@@ -16,7 +16,9 @@
 //! git never descends into a `.git` directory, so the project's repository
 //! is neither recorded nor touched.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::beneath::{Beneath, BeneathError, Node};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -43,6 +45,29 @@ pub enum StoreError {
          nothing was changed"
     )]
     ChangedSince { count: usize, paths: String },
+    #[error(transparent)]
+    Beneath(#[from] BeneathError),
+    #[error(
+        "refused: a symbolic link is on the path of {count} file(s): {paths}; a restore \
+         never follows a link out of the project; nothing was changed"
+    )]
+    Linked { count: usize, paths: String },
+    #[error("refused: {reason}; nothing was changed")]
+    Blocked { reason: String },
+    #[error(
+        "stopped: {reason}; every file this restore had already changed was put back, \
+         the project is as it was"
+    )]
+    Stopped { reason: String },
+    #[error(
+        "stopped: {reason}; putting back what this restore had already changed failed too \
+         ({rollback}): check {paths}"
+    )]
+    Broken {
+        reason: String,
+        rollback: String,
+        paths: String,
+    },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
@@ -58,6 +83,18 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
 pub struct Entry {
     pub mode: String,
     pub oid: String,
+    /// The file's permission bits when it was seen (git keeps only the
+    /// executable bit; a restore puts back exactly these). Not part of
+    /// the entry's identity: see [`Entry::same_content`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub perm: Option<u32>,
+}
+
+impl Entry {
+    /// The same file as git sees it: mode and blob.
+    pub fn same_content(&self, other: &Entry) -> bool {
+        self.mode == other.mode && self.oid == other.oid
+    }
 }
 
 /// One path that differs between two trees.
@@ -435,166 +472,301 @@ impl Store {
         Ok(result)
     }
 
-    /// What is at `rel` in the working tree now, as a tree entry.
+    /// What is at `rel` in the working tree now, as a tree entry, reached
+    /// beneath the work tree without following any link.
     pub fn current(&self, rel: &str) -> Result<Option<Entry>, StoreError> {
-        let path = self.work_tree.join(rel);
-        let meta = match std::fs::symlink_metadata(&path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => return Ok(None),
-            Err(source) => return Err(StoreError::Io { path, source }),
-        };
-        if meta.file_type().is_symlink() {
-            let target = std::fs::read_link(&path).map_err(io(&path))?;
-            let bytes = target.as_os_str().as_encoded_bytes().to_vec();
-            return Ok(Some(Entry {
-                mode: "120000".into(),
-                oid: blob_id(&bytes),
-            }));
-        }
-        if meta.is_dir() {
-            // A directory where a file was: "something else is here".
-            return Ok(Some(Entry {
-                mode: "040000".into(),
-                oid: String::new(),
-            }));
-        }
-        use std::os::unix::fs::PermissionsExt;
-        let bytes = std::fs::read(&path).map_err(io(&path))?;
-        let mode = if meta.permissions().mode() & 0o111 != 0 {
-            "100755"
-        } else {
-            "100644"
-        };
-        Ok(Some(Entry {
-            mode: mode.into(),
-            oid: blob_id(&bytes),
-        }))
+        let b = self.beneath()?;
+        current_in(&b, rel)
+    }
+
+    fn beneath(&self) -> Result<Beneath, StoreError> {
+        Beneath::open(&self.work_tree).map_err(io(&self.work_tree))
     }
 
     /// Put the listed paths into the state `target` (None: no file), but
     /// only if every one of them is still in the state `expect` — otherwise
     /// refuse and change nothing. `(path, expect, target)`.
+    ///
+    /// All or nothing: every path is resolved beneath the work tree with
+    /// no symlink followed, at the moment of each write; what would block
+    /// a write (a directory holding other files, a file where a directory
+    /// must go) is found before anything is written; and should a write
+    /// still fail, what was already done is put back.
     pub fn restore(
         &self,
         changes: &[(String, Option<Entry>, Option<Entry>)],
     ) -> Result<(), StoreError> {
+        let b = self.beneath()?;
+        // Paths this restore removes (a file, or a link, that goes).
+        let removed: BTreeSet<&str> = changes
+            .iter()
+            .filter(|(_, expect, target)| expect.is_some() && target.is_none())
+            .map(|(p, _, _)| p.as_str())
+            .collect();
         let mut differ = Vec::new();
-        for (path, expect, _) in changes {
-            let now = self.current(path)?;
-            if !same(&now, expect) {
+        let mut linked = Vec::new();
+        let mut blocked = Vec::new();
+        let mut now_of: BTreeMap<&str, Option<Entry>> = BTreeMap::new();
+        for (path, expect, target) in changes {
+            let now = match current_in(&b, path) {
+                Ok(now) => now,
+                Err(StoreError::Beneath(BeneathError::Link { .. })) => {
+                    // A link this restore itself removes (an action replaced a
+                    // directory with it) stands where the directory goes back.
+                    match removed_link_above(&b, path, &removed) {
+                        true => None,
+                        false => {
+                            linked.push(path.clone());
+                            continue;
+                        }
+                    }
+                }
+                Err(e) => return Err(e),
+            };
+            let consistent = match (&now, expect) {
+                // A directory where no file was: it holds what the change
+                // made there, all of which this restore removes.
+                (Some(n), None) if n.mode == "040000" => {
+                    let inside = b.files_under(path)?;
+                    if inside.iter().all(|f| removed.contains(f.as_str())) {
+                        true
+                    } else {
+                        blocked.push(format!(
+                            "{path} is a directory holding files this change did not make"
+                        ));
+                        continue;
+                    }
+                }
+                _ => same(&now, expect),
+            };
+            if !consistent {
                 differ.push(path.clone());
+                continue;
             }
+            if target.is_some() {
+                if let Some(why) = blocked_parent(&b, path, &removed)? {
+                    blocked.push(why);
+                    continue;
+                }
+            }
+            now_of.insert(path.as_str(), now);
+        }
+        if !linked.is_empty() {
+            let (count, paths) = shown(linked);
+            return Err(StoreError::Linked { count, paths });
         }
         if !differ.is_empty() {
-            let count = differ.len();
-            let mut shown: Vec<String> = differ.into_iter().take(10).collect();
-            if count > 10 {
-                shown.push(format!("… {} more", count - 10));
-            }
-            return Err(StoreError::ChangedSince {
-                count,
-                paths: shown.join(", "),
+            let (count, paths) = shown(differ);
+            return Err(StoreError::ChangedSince { count, paths });
+        }
+        if !blocked.is_empty() {
+            return Err(StoreError::Blocked {
+                reason: shown(blocked).1,
             });
         }
+        // The bytes to write, and those to put back should a step fail.
         let wanted: Vec<&str> = changes
             .iter()
-            .filter_map(|(_, _, t)| t.as_ref())
-            .filter(|e| e.mode != "160000")
+            .flat_map(|(_, e, t)| [e.as_ref(), t.as_ref()])
+            .flatten()
+            .filter(|e| e.mode != "160000" && e.mode != "040000")
             .map(|e| e.oid.as_str())
             .collect();
         let blobs = self.blobs(&wanted)?;
-        // Deletions first (a file may give way to a directory), deepest
-        // first; then writes.
-        let mut removed_dirs = Vec::new();
-        for (path, expect, target) in changes {
-            if target.is_none() && expect.is_some() {
-                let abs = self.work_tree.join(path);
-                std::fs::remove_file(&abs).or_else(|e| {
-                    if e.kind() == std::io::ErrorKind::NotFound {
-                        Ok(())
-                    } else {
-                        Err(StoreError::Io {
-                            path: abs.clone(),
-                            source: e,
-                        })
-                    }
-                })?;
-                if let Some(parent) = abs.parent() {
-                    removed_dirs.push(parent.to_path_buf());
-                }
+        let mut done: Vec<(&str, Option<&Entry>)> = Vec::new();
+        let result = apply_steps(&b, changes, &now_of, &blobs, &mut done);
+        let Err(reason) = result else {
+            return Ok(());
+        };
+        // Put back, newest step first, what was already changed.
+        let mut failed = Vec::new();
+        for (path, prior) in done.iter().rev() {
+            let back = match prior {
+                None => b.remove(path).map_err(|e| e.to_string()),
+                Some(e) => put_entry(&b, path, e, &blobs, None),
+            };
+            if let Err(e) = back {
+                failed.push((path.to_string(), e));
             }
         }
-        for (path, _, target) in changes {
-            let Some(entry) = target else { continue };
-            if entry.mode == "160000" {
-                continue; // a submodule: its contents are its own repository's
-            }
-            let abs = self.work_tree.join(path);
-            let bytes = blobs
-                .get(&entry.oid)
-                .ok_or_else(|| StoreError::Parse(format!("blob {} is missing", entry.oid)))?;
-            if let Some(parent) = abs.parent() {
-                std::fs::create_dir_all(parent).map_err(io(parent))?;
-            }
-            write_entry(&abs, &entry.mode, bytes)?;
+        if failed.is_empty() {
+            Err(StoreError::Stopped { reason })
+        } else {
+            Err(StoreError::Broken {
+                reason,
+                rollback: failed[0].1.clone(),
+                paths: failed
+                    .iter()
+                    .map(|(p, _)| p.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
         }
-        // Directories emptied by the deletions go too (git records no
-        // empty directories, so they were made by the action).
-        removed_dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
-        for mut dir in removed_dirs {
-            while dir.starts_with(&self.work_tree) && dir != self.work_tree {
-                if std::fs::remove_dir(&dir).is_err() {
-                    break;
-                }
-                match dir.parent() {
-                    Some(p) => dir = p.to_path_buf(),
-                    None => break,
-                }
-            }
-        }
-        Ok(())
     }
+}
+
+/// The steps of a checked restore: removals, then the directories they
+/// emptied (git records no empty directories, so the action made them),
+/// then writes. Each finished step is listed in `done` with what was there
+/// before it, so a failure can be put back.
+fn apply_steps<'a>(
+    b: &Beneath,
+    changes: &'a [(String, Option<Entry>, Option<Entry>)],
+    now_of: &BTreeMap<&str, Option<Entry>>,
+    blobs: &BTreeMap<String, Vec<u8>>,
+    done: &mut Vec<(&'a str, Option<&'a Entry>)>,
+) -> Result<(), String> {
+    let mut emptied: Vec<String> = Vec::new();
+    for (path, expect, target) in changes {
+        if target.is_none() && expect.is_some() {
+            b.remove(path).map_err(|e| e.to_string())?;
+            done.push((path.as_str(), expect.as_ref()));
+            let mut parent = Path::new(path.as_str()).parent();
+            while let Some(p) = parent.filter(|p| !p.as_os_str().is_empty()) {
+                emptied.push(p.to_string_lossy().into_owned());
+                parent = p.parent();
+            }
+        }
+    }
+    emptied.sort_by_key(|d| std::cmp::Reverse(d.matches('/').count()));
+    emptied.dedup();
+    for dir in &emptied {
+        b.remove_empty_dir(dir);
+    }
+    for (path, expect, target) in changes {
+        let Some(entry) = target else { continue };
+        if entry.mode == "160000" {
+            continue; // a submodule: its contents are its own repository's
+        }
+        // Keep the permission bits of the file being replaced when the
+        // record has none (a record written before they were kept).
+        let keep = match now_of.get(path.as_str()) {
+            Some(Some(now)) => now.perm,
+            _ => None,
+        };
+        put_entry(b, path, entry, blobs, keep)?;
+        done.push((path.as_str(), expect.as_ref()));
+    }
+    Ok(())
+}
+
+/// Write one tree entry at `path`: its recorded permission bits, else
+/// `keep` (with the executable bits the mode says), else git's defaults.
+fn put_entry(
+    b: &Beneath,
+    path: &str,
+    entry: &Entry,
+    blobs: &BTreeMap<String, Vec<u8>>,
+    keep: Option<u32>,
+) -> Result<(), String> {
+    let bytes = blobs
+        .get(&entry.oid)
+        .ok_or_else(|| format!("blob {} is missing from the store", entry.oid))?;
+    let exec = entry.mode == "100755";
+    let perm = match (entry.perm, keep) {
+        (Some(p), _) => p,
+        (None, Some(p)) if exec => p | ((p & 0o444) >> 2),
+        (None, Some(p)) => p & !0o111,
+        (None, None) if exec => 0o755,
+        (None, None) => 0o644,
+    };
+    b.put(path, bytes, perm, entry.mode == "120000")
+        .map_err(|e| e.to_string())
+}
+
+/// What is at `rel` beneath `b`, as a tree entry.
+fn current_in(b: &Beneath, rel: &str) -> Result<Option<Entry>, StoreError> {
+    Ok(match b.node(rel)? {
+        None => None,
+        Some(Node::Symlink) => Some(Entry {
+            mode: "120000".into(),
+            oid: blob_id(&b.read_link(rel)?),
+            perm: None,
+        }),
+        // A directory where a file was: "something else is here".
+        Some(Node::Dir) | Some(Node::Other) => Some(Entry {
+            mode: "040000".into(),
+            oid: String::new(),
+            perm: None,
+        }),
+        Some(Node::File { perm }) => Some(Entry {
+            mode: if perm & 0o111 != 0 {
+                "100755"
+            } else {
+                "100644"
+            }
+            .into(),
+            oid: blob_id(&b.read(rel)?),
+            perm: Some(perm),
+        }),
+    })
+}
+
+/// Whether the link that stops `path` from resolving is one this restore
+/// removes.
+fn removed_link_above(b: &Beneath, path: &str, removed: &BTreeSet<&str>) -> bool {
+    let mut prefix = String::new();
+    for part in path.split('/') {
+        if !prefix.is_empty() {
+            prefix.push('/');
+        }
+        prefix.push_str(part);
+        match b.node(&prefix) {
+            Ok(Some(Node::Symlink)) => return removed.contains(prefix.as_str()),
+            Ok(Some(Node::Dir)) => continue,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Why a write at `path` could not happen: a file (not removed by this
+/// restore) where one of its directories must be.
+fn blocked_parent(
+    b: &Beneath,
+    path: &str,
+    removed: &BTreeSet<&str>,
+) -> Result<Option<String>, StoreError> {
+    let mut prefix = String::new();
+    let parts: Vec<&str> = path.split('/').collect();
+    for part in &parts[..parts.len().saturating_sub(1)] {
+        if !prefix.is_empty() {
+            prefix.push('/');
+        }
+        prefix.push_str(part);
+        match b.node(&prefix) {
+            Ok(None) => return Ok(None),
+            Ok(Some(Node::Dir)) => continue,
+            Ok(Some(_)) if removed.contains(prefix.as_str()) => return Ok(None),
+            Ok(Some(_)) => {
+                return Ok(Some(format!(
+                    "{path} cannot be written: {prefix} is not a directory"
+                )))
+            }
+            Err(BeneathError::Link { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(None)
+}
+
+/// At most ten paths, and how many there were.
+fn shown(paths: Vec<String>) -> (usize, String) {
+    let count = paths.len();
+    let mut list: Vec<String> = paths.into_iter().take(10).collect();
+    if count > 10 {
+        list.push(format!("… {} more", count - 10));
+    }
+    (count, list.join(", "))
 }
 
 fn same(now: &Option<Entry>, expect: &Option<Entry>) -> bool {
     match (now, expect) {
         (None, None) => true,
         (Some(a), Some(b)) if b.mode == "160000" => a.mode == "040000",
-        (Some(a), Some(b)) => a == b,
+        (Some(a), Some(b)) => a.same_content(b),
         _ => false,
     }
-}
-
-fn write_entry(abs: &Path, mode: &str, bytes: &[u8]) -> Result<(), StoreError> {
-    use std::os::unix::fs::PermissionsExt;
-    let parent = abs.parent().unwrap_or(Path::new("."));
-    let name = abs
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_default();
-    let tmp = parent.join(format!(".{name}.passepartout-restore"));
-    let _ = std::fs::remove_file(&tmp);
-    if mode == "120000" {
-        use std::os::unix::ffi::OsStrExt;
-        let target = std::ffi::OsStr::from_bytes(bytes);
-        std::os::unix::fs::symlink(target, &tmp).map_err(io(&tmp))?;
-    } else {
-        std::fs::write(&tmp, bytes).map_err(io(&tmp))?;
-        let perm = if mode == "100755" { 0o755 } else { 0o644 };
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(perm)).map_err(io(&tmp))?;
-    }
-    if std::fs::symlink_metadata(abs)
-        .map(|m| m.is_dir())
-        .unwrap_or(false)
-    {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(StoreError::Io {
-            path: abs.to_path_buf(),
-            source: std::io::Error::other("a directory is in the way"),
-        });
-    }
-    std::fs::rename(&tmp, abs).map_err(io(abs))
 }
 
 /// git's blob id: sha1 over `blob <len>\0<bytes>`.
@@ -623,6 +795,7 @@ fn parse_raw(out: &[u8]) -> Result<Vec<RawChange>, StoreError> {
             (mode != "000000").then(|| Entry {
                 mode: mode.to_string(),
                 oid: oid.to_string(),
+                perm: None,
             })
         };
         changes.push(RawChange {

@@ -26,6 +26,15 @@ pub fn watches(action: &Action) -> bool {
         )
 }
 
+/// Why the effect of a finished action could not be observed.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("the checkpoint task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
 /// An action under observation.
 pub struct Watch {
     pub project: Project,
@@ -84,7 +93,7 @@ pub async fn begin(
 impl Watch {
     /// Snapshot after the action and record what changed. `Ok(None)`:
     /// nothing changed (the lock is released).
-    pub async fn finish(self) -> Result<Option<Observed>, String> {
+    pub async fn finish(self) -> Result<Option<Observed>, WatchError> {
         let Watch {
             project,
             cfg,
@@ -97,9 +106,7 @@ impl Watch {
             let after = p.store.snapshot()?;
             p.record(&origin, &before, &after)
         })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+        .await??;
         if let Some(cp) = &recorded {
             if Project::due_for_pruning(&cp.id, &cfg) {
                 // Off the action's path: after this action releases the lock.

@@ -660,3 +660,237 @@ async fn a_held_effect_of_a_plan_run_after_its_turn_stays_rolled_back() {
     assert_eq!(cp["status"], "rejected", "{listed}");
     assert!(cp["turn"].is_null(), "no live turn: {cp}");
 }
+
+/// The terminal command line against one home.
+fn cli_in(home: &Path, cwd: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_passepartout"))
+        .args(args)
+        .current_dir(cwd)
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_STATE_HOME", home.join("state"))
+        .output()
+        .unwrap()
+}
+
+/// A turn of two actions: c1 changes files in `sub/`, c2 replaces `sub`
+/// with a link to `host`, which holds what c1 left (so that, following the
+/// link, every check of an undo of c1 would pass).
+struct Planted {
+    home: tempfile::TempDir,
+    host: tempfile::TempDir,
+    project: tempfile::TempDir,
+    original: BTreeMap<String, Vec<u8>>,
+}
+
+async fn planted_link() -> Planted {
+    let home = tempfile::tempdir().unwrap();
+    let host = tempfile::tempdir().unwrap();
+    let project = project();
+    let p = project.path();
+    std::fs::create_dir_all(p.join("sub")).unwrap();
+    std::fs::write(p.join("sub/gone.txt"), "gone\n").unwrap();
+    std::fs::write(p.join("sub/same.txt"), "same\n").unwrap();
+    let original = tree(p);
+    std::fs::write(host.path().join("new.txt"), "new\n").unwrap();
+    std::fs::write(host.path().join("same.txt"), "changed\n").unwrap();
+    let first = json!({
+        "command": "rm sub/gone.txt; echo new > sub/new.txt; echo changed > sub/same.txt"
+    })
+    .to_string();
+    let second = json!({ "command": format!("rm -rf sub && ln -s {} sub", host.path().display()) })
+        .to_string();
+    let fake = FakeProvider::start(vec![
+        fake::openai_tool_calls(&[("call_1", "shell", &first)]),
+        fake::openai_tool_calls(&[("call_2", "shell", &second)]),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let url = fake.openai_url();
+    let (mut client, sid) =
+        Client::with_session(home.path(), &["--provider-url", &url], json!({}), p).await;
+    client
+        .prompt_answering(&sid, "go", |_| "allow_once".into())
+        .await;
+    drop(client);
+    assert!(p.join("sub").is_symlink(), "the second action ran");
+    Planted {
+        home,
+        host,
+        project,
+        original,
+    }
+}
+
+fn host_untouched(host: &Path) {
+    assert!(!host.join("gone.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(host.join("new.txt")).unwrap(),
+        "new\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(host.join("same.txt")).unwrap(),
+        "changed\n"
+    );
+}
+
+/// Issue 24: an action replaces a project folder with a link to a host
+/// folder; `passepartout undo` of an earlier change inside that folder must
+/// not create, overwrite or delete anything in the host folder.
+#[tokio::test]
+async fn undo_never_follows_a_link_an_action_planted_out_of_the_project() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let t = planted_link().await;
+    let out = cli_in(t.home.path(), t.project.path(), &["undo", "c1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "undo must refuse: {err}");
+    assert!(err.contains("symbolic link"), "{err}");
+    host_untouched(t.host.path());
+}
+
+/// The same turn undone whole: the link is part of what is undone, so the
+/// folder comes back in its place — and the host folder is left alone.
+#[tokio::test]
+async fn undoing_the_turn_that_planted_a_link_puts_the_folder_back_and_leaves_the_host_alone() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let t = planted_link().await;
+    let out = cli_in(t.home.path(), t.project.path(), &["undo", "--turn"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!t.project.path().join("sub").is_symlink());
+    assert_eq!(tree(t.project.path()), t.original);
+    host_untouched(t.host.path());
+}
+
+/// Issue 24: an undo that cannot complete (a file now stands where a
+/// folder must come back) changes nothing — not even the paths it could
+/// have restored.
+#[tokio::test]
+async fn an_undo_that_cannot_complete_changes_nothing() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let project = project();
+    let p = project.path();
+    let args = json!({ "command": "rm README.md && rm -r src" }).to_string();
+    let fake = FakeProvider::start(vec![
+        fake::openai_tool_calls(&[("call_1", "shell", &args)]),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let url = fake.openai_url();
+    let (mut client, sid) =
+        Client::with_session(home.path(), &["--provider-url", &url], json!({}), p).await;
+    client
+        .prompt_answering(&sid, "go", |_| "allow_once".into())
+        .await;
+    drop(client);
+    assert!(!p.join("src").exists() && !p.join("README.md").exists());
+    // The person puts a file where the folder `src` must come back.
+    std::fs::write(p.join("src"), "mine\n").unwrap();
+    let before = tree(p);
+    let out = cli_in(home.path(), p, &["undo"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("nothing was changed"), "{err}");
+    assert_eq!(tree(p), before, "not even README.md came back");
+}
+
+/// Issue 24: while a held effect waits, its folder is swapped for a link
+/// to a host folder (another session, another program); "Allow once" must
+/// not write through it.
+#[tokio::test]
+async fn approving_a_held_effect_never_writes_through_a_link_swapped_in_meanwhile() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let host = tempfile::tempdir().unwrap();
+    let mut h = held("truncate -s 0 src/*.rs").await;
+    let p = h.project.path().to_path_buf();
+    // The host folder looks exactly like the folder before the change.
+    for f in ["main.rs", "lib.rs"] {
+        std::fs::copy(p.join("src").join(f), host.path().join(f)).unwrap();
+    }
+    let kept = tree(host.path());
+    std::fs::rename(p.join("src"), p.join("src-moved")).unwrap();
+    std::os::unix::fs::symlink(host.path(), p.join("src")).unwrap();
+    decide(&mut h, "allow_once").await;
+    assert_eq!(tree(host.path()), kept, "the host folder is untouched");
+    let told = tool_result(&h.fake);
+    assert!(told.contains("symbolic link"), "{told}");
+}
+
+/// Issue 24: a file the action turned into a folder does not stop the
+/// rollback: the held effect leaves the project as it was, and rejecting
+/// keeps it so.
+#[tokio::test]
+async fn a_file_turned_into_a_folder_is_rolled_back_while_held() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let mut h = held(
+        "rm README.md && mkdir -p README.md/d && echo x > README.md/d/f && truncate -s 0 src/lib.rs",
+    )
+    .await;
+    assert_eq!(tree(h.project.path()), h.original, "held: rolled back");
+    decide(&mut h, "reject_once").await;
+    assert_eq!(tree(h.project.path()), h.original);
+}
+
+/// The same, approved: the folder replaces the file whole, and undo puts
+/// the file back.
+#[tokio::test]
+async fn a_file_turned_into_a_folder_is_applied_whole_and_undone() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let mut h = held(
+        "rm README.md && mkdir -p README.md/d && echo x > README.md/d/f && truncate -s 0 src/lib.rs",
+    )
+    .await;
+    decide(&mut h, "allow_once").await;
+    let p = h.project.path().to_path_buf();
+    assert_eq!(
+        std::fs::read_to_string(p.join("README.md/d/f")).unwrap(),
+        "x\n"
+    );
+    let r = undo(&mut h.client, &p).await;
+    assert!(r["result"]["checkpoint"].is_string(), "{r}");
+    assert_eq!(tree(&p), h.original);
+}
+
+/// Issue 23 item 3: a private (0600) `.env` the agent appended to or
+/// deleted comes back 0600 from undo.
+#[tokio::test]
+async fn undo_puts_a_private_env_back_private() {
+    use std::os::unix::fs::PermissionsExt;
+    if !harness::bwrap_available() {
+        return;
+    }
+    for command in ["echo EXTRA=1 >> .env", "rm .env"] {
+        let dir = project();
+        std::fs::write(dir.path().join(".gitignore"), ".env\n").unwrap();
+        std::fs::write(dir.path().join(".env"), "API_KEY=s3cret\n").unwrap();
+        std::fs::set_permissions(
+            dir.path().join(".env"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        let mut h = held_in(dir, command).await;
+        decide(&mut h, "allow_once").await;
+        let p = h.project.path().to_path_buf();
+        let undone = undo(&mut h.client, &p).await;
+        assert!(undone["result"]["checkpoint"].is_string(), "{undone}");
+        assert_eq!(std::fs::read(p.join(".env")).unwrap(), b"API_KEY=s3cret\n");
+        let mode = std::fs::metadata(p.join(".env"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{command}: mode {mode:o}");
+    }
+}

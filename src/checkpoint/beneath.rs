@@ -1,0 +1,352 @@
+//! Host-side file operations beneath the project, resolved by the kernel.
+//!
+//! Undo, hold, apply and every other restore write into the person's
+//! project on the host, outside any sandbox. A path recorded earlier
+//! (`sub/a.txt`) may by now run through a symlink an action planted
+//! (`sub -> /home/me`), or a folder may have been swapped for one while a
+//! held effect waited. Joining the path and calling `std::fs` would follow
+//! that link and write outside the project. Here every operation opens the
+//! project once and resolves each component beneath it with
+//! `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`
+//! at the moment of the operation, as `actuators/files.rs` does for the
+//! file tools (that module sits a layer above, so the few calls are kept
+//! here).
+
+use std::ffi::OsStr;
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+
+const BENEATH: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS);
+
+/// What is at a path, seen without following a link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Node {
+    /// A regular file and its permission bits.
+    File {
+        perm: u32,
+    },
+    Symlink,
+    Dir,
+    Other,
+}
+
+/// The project, opened once; every path is resolved beneath it.
+#[derive(Debug)]
+pub struct Beneath {
+    root: OwnedFd,
+    base: PathBuf,
+}
+
+/// Why a path could not be resolved or changed.
+#[derive(Debug, thiserror::Error)]
+pub enum BeneathError {
+    #[error("{path}: a symbolic link is on the path (not followed out of the project)")]
+    Link { path: String },
+    #[error("{path}: `{part}` is not a directory")]
+    NotDir { path: String, part: String },
+    #[error("{path}: not a plain relative path")]
+    Invalid { path: String },
+    #[error("{path}: {errno}")]
+    Sys { path: String, errno: Errno },
+}
+
+impl BeneathError {
+    fn sys(path: &str, errno: Errno) -> Self {
+        if errno == Errno::LOOP || errno == Errno::XDEV {
+            BeneathError::Link { path: path.into() }
+        } else {
+            BeneathError::Sys {
+                path: path.into(),
+                errno,
+            }
+        }
+    }
+}
+
+impl Beneath {
+    pub fn open(base: &Path) -> std::io::Result<Beneath> {
+        let root = rustix::fs::open(
+            base,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(Beneath {
+            root,
+            base: base.to_path_buf(),
+        })
+    }
+
+    pub fn base(&self) -> &Path {
+        &self.base
+    }
+
+    fn parts(rel: &str) -> Result<(Vec<&OsStr>, &OsStr), BeneathError> {
+        let parts: Vec<&OsStr> = rel
+            .split('/')
+            .filter(|p| !p.is_empty())
+            .map(OsStr::new)
+            .collect();
+        if parts
+            .iter()
+            .any(|p| p == &OsStr::new("..") || p == &OsStr::new("."))
+        {
+            return Err(BeneathError::Invalid { path: rel.into() });
+        }
+        match parts.split_last() {
+            Some((name, parents)) => Ok((parents.to_vec(), name)),
+            None => Err(BeneathError::Invalid { path: rel.into() }),
+        }
+    }
+
+    fn dot(&self) -> Result<OwnedFd, Errno> {
+        rustix::fs::openat(
+            &self.root,
+            ".",
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+    }
+
+    /// The directory holding `rel` and its last component. `create`: make
+    /// missing directories (0755) one at a time, each beneath the one
+    /// before. Without it a missing or non-directory component means "no
+    /// such path" (`Ok(None)`). A symlink anywhere is an error either way.
+    fn parent<'a>(
+        &self,
+        rel: &'a str,
+        create: bool,
+    ) -> Result<Option<(OwnedFd, &'a OsStr)>, BeneathError> {
+        let (parents, name) = Self::parts(rel)?;
+        let mut dir = self.dot().map_err(|e| BeneathError::sys(rel, e))?;
+        for part in parents {
+            let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+            let mut next = rustix::fs::openat2(&dir, part, flags, Mode::empty(), BENEATH);
+            if create && matches!(next, Err(Errno::NOENT)) {
+                match rustix::fs::mkdirat(&dir, part, Mode::from_raw_mode(0o755)) {
+                    Ok(()) | Err(Errno::EXIST) => {}
+                    Err(e) => return Err(BeneathError::sys(rel, e)),
+                }
+                next = rustix::fs::openat2(&dir, part, flags, Mode::empty(), BENEATH);
+            }
+            dir = match next {
+                Ok(fd) => fd,
+                Err(Errno::NOENT) if !create => return Ok(None),
+                Err(Errno::NOTDIR) => {
+                    // A symlink to a directory is refused as a link, not
+                    // reported as "not a directory".
+                    if let Ok(st) = rustix::fs::statat(&dir, part, AtFlags::SYMLINK_NOFOLLOW) {
+                        if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
+                            return Err(BeneathError::Link { path: rel.into() });
+                        }
+                    }
+                    if !create {
+                        return Ok(None);
+                    }
+                    return Err(BeneathError::NotDir {
+                        path: rel.into(),
+                        part: part.to_string_lossy().into(),
+                    });
+                }
+                Err(e) => return Err(BeneathError::sys(rel, e)),
+            };
+        }
+        Ok(Some((dir, name)))
+    }
+
+    /// What is at `rel` now (None: nothing, or a parent is missing or not a
+    /// directory). A symlink on the way is an error: the path does not
+    /// lead to a file of the project.
+    pub fn node(&self, rel: &str) -> Result<Option<Node>, BeneathError> {
+        let Some((dir, name)) = self.parent(rel, false)? else {
+            return Ok(None);
+        };
+        match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(Some(match FileType::from_raw_mode(st.st_mode) {
+                FileType::RegularFile => Node::File {
+                    perm: st.st_mode & 0o7777,
+                },
+                FileType::Symlink => Node::Symlink,
+                FileType::Directory => Node::Dir,
+                _ => Node::Other,
+            })),
+            Err(Errno::NOENT) | Err(Errno::NOTDIR) => Ok(None),
+            Err(e) => Err(BeneathError::sys(rel, e)),
+        }
+    }
+
+    /// The bytes of the regular file at `rel`.
+    pub fn read(&self, rel: &str) -> Result<Vec<u8>, BeneathError> {
+        use std::io::Read;
+        let fd = rustix::fs::openat2(
+            &self.root,
+            rel,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            BENEATH,
+        )
+        .map_err(|e| BeneathError::sys(rel, e))?;
+        let mut bytes = Vec::new();
+        std::fs::File::from(fd)
+            .read_to_end(&mut bytes)
+            .map_err(|e| BeneathError::sys(rel, Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
+        Ok(bytes)
+    }
+
+    /// The target of the symlink at `rel` (the link itself, not followed).
+    pub fn read_link(&self, rel: &str) -> Result<Vec<u8>, BeneathError> {
+        let Some((dir, name)) = self.parent(rel, false)? else {
+            return Err(BeneathError::sys(rel, Errno::NOENT));
+        };
+        rustix::fs::readlinkat(&dir, name, Vec::new())
+            .map(|t| t.into_bytes())
+            .map_err(|e| BeneathError::sys(rel, e))
+    }
+
+    /// Put a regular file (`perm` bits) or a symlink (`link`: its target
+    /// is `bytes`) at `rel`: a temporary file beside it, renamed into
+    /// place, so a hard link to the old file is never written through and
+    /// a reader sees the old or the new file, never half of one.
+    pub fn put(&self, rel: &str, bytes: &[u8], perm: u32, link: bool) -> Result<(), BeneathError> {
+        let Some((dir, name)) = self.parent(rel, true)? else {
+            return Err(BeneathError::sys(rel, Errno::NOENT));
+        };
+        if let Ok(st) = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                return Err(BeneathError::sys(rel, Errno::ISDIR));
+            }
+        }
+        let tmp = format!(
+            ".{}.passepartout-restore-{}",
+            name.to_string_lossy(),
+            std::process::id()
+        );
+        let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
+        let made = if link {
+            rustix::fs::symlinkat(OsStr::from_bytes(bytes), &dir, tmp.as_str())
+        } else {
+            rustix::fs::openat(
+                &dir,
+                tmp.as_str(),
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            )
+            .and_then(|fd| {
+                // The umask narrows the mode at creation: set it exactly.
+                rustix::fs::fchmod(&fd, Mode::from_raw_mode(perm))?;
+                let mut file = std::fs::File::from(fd);
+                file.write_all(bytes)
+                    .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))
+            })
+        };
+        let done = made.and_then(|()| rustix::fs::renameat(&dir, tmp.as_str(), &dir, name));
+        if let Err(e) = done {
+            let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
+            return Err(BeneathError::sys(rel, e));
+        }
+        Ok(())
+    }
+
+    /// Remove the file or symlink at `rel` (already gone is fine).
+    pub fn remove(&self, rel: &str) -> Result<(), BeneathError> {
+        let Some((dir, name)) = self.parent(rel, false)? else {
+            return Ok(());
+        };
+        match rustix::fs::unlinkat(&dir, name, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(e) => Err(BeneathError::sys(rel, e)),
+        }
+    }
+
+    /// Remove the empty directory at `rel`; false if it is not empty or
+    /// not there.
+    pub fn remove_empty_dir(&self, rel: &str) -> bool {
+        match self.parent(rel, false) {
+            Ok(Some((dir, name))) => rustix::fs::unlinkat(&dir, name, AtFlags::REMOVEDIR).is_ok(),
+            _ => false,
+        }
+    }
+
+    /// Every file (not directory) beneath the directory `rel`, relative to
+    /// the project; symlinks are listed, never entered.
+    pub fn files_under(&self, rel: &str) -> Result<Vec<String>, BeneathError> {
+        let mut out = Vec::new();
+        let mut stack = vec![rel.trim_end_matches('/').to_string()];
+        while let Some(d) = stack.pop() {
+            let fd = rustix::fs::openat2(
+                &self.root,
+                d.as_str(),
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+                BENEATH,
+            )
+            .map_err(|e| BeneathError::sys(&d, e))?;
+            let entries = rustix::fs::Dir::read_from(&fd).map_err(|e| BeneathError::sys(&d, e))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| BeneathError::sys(&d, e))?;
+                let name = entry.file_name().to_bytes();
+                if name == b"." || name == b".." {
+                    continue;
+                }
+                let child = format!("{d}/{}", String::from_utf8_lossy(name));
+                match self.node(&child)? {
+                    Some(Node::Dir) => stack.push(child),
+                    Some(_) => out.push(child),
+                    None => {}
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_on_the_path_are_never_followed() {
+        let project = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        std::fs::write(host.path().join("a.txt"), "host").unwrap();
+        std::os::unix::fs::symlink(host.path(), project.path().join("sub")).unwrap();
+        let b = Beneath::open(project.path()).unwrap();
+        assert!(matches!(
+            b.node("sub/a.txt"),
+            Err(BeneathError::Link { .. })
+        ));
+        assert!(matches!(
+            b.read("sub/a.txt"),
+            Err(BeneathError::Link { .. })
+        ));
+        assert!(b.put("sub/b.txt", b"x", 0o644, false).is_err());
+        assert!(b.remove("sub/a.txt").is_err());
+        assert_eq!(b.node("sub").unwrap(), Some(Node::Symlink));
+        assert_eq!(std::fs::read(host.path().join("a.txt")).unwrap(), b"host");
+        assert!(!host.path().join("b.txt").exists());
+    }
+
+    #[test]
+    fn put_keeps_the_mode_it_is_given_and_creates_parents() {
+        use std::os::unix::fs::PermissionsExt;
+        let project = tempfile::tempdir().unwrap();
+        let b = Beneath::open(project.path()).unwrap();
+        b.put("d/e/.env", b"KEY=1\n", 0o600, false).unwrap();
+        let meta = std::fs::metadata(project.path().join("d/e/.env")).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o600);
+        assert_eq!(
+            b.node("d/e/.env").unwrap(),
+            Some(Node::File { perm: 0o600 })
+        );
+        assert_eq!(b.files_under("d").unwrap(), vec!["d/e/.env".to_string()]);
+        b.remove("d/e/.env").unwrap();
+        assert!(b.remove_empty_dir("d/e"));
+        assert_eq!(b.node("d/e").unwrap(), None);
+    }
+}
