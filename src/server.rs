@@ -561,7 +561,7 @@ impl Daemon {
                         .iter()
                         .map(|(c, _)| format!("{} ({})", c.name, c.base_url))
                         .collect();
-                    return Err(RpcError::internal(why).with_data(
+                    return Err(RpcError::internal(why.to_string()).with_data(
                         serde_json::json!({ "kind": "provider_failed", "providers": tried }),
                     ));
                 }
