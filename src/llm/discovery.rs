@@ -742,7 +742,10 @@ impl Provider for DiscoveredProvider {
         cancel: CancellationToken,
     ) -> Result<EventStream, ProviderError> {
         let Some(found) = self.0.current() else {
-            self.0.ensure().await.map_err(|e| ProviderError::Config(e.message))?;
+            self.0
+                .ensure()
+                .await
+                .map_err(|e| ProviderError::Config(e.message))?;
             return match self.0.current() {
                 Some(found) => found.provider.stream(request, cancel).await,
                 None => Err(ProviderError::Config(self.0.report().failure_message())),

@@ -325,3 +325,83 @@ async fn a_full_disk_costs_only_the_records_it_refused_and_the_client_is_told() 
     );
     assert_eq!(records.last().unwrap()["kind"], "turn_end");
 }
+
+// 4. Tool-call arguments.
+
+/// The peak resident memory of a live process, from /proc, in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+#[tokio::test]
+async fn tool_call_arguments_past_the_cap_keep_memory_flat_and_the_model_is_told() {
+    if !harness::alone() {
+        harness::run_alone(
+            module_path!(),
+            "tool_call_arguments_past_the_cap_keep_memory_flat_and_the_model_is_told",
+        );
+        return;
+    }
+    const MIB: usize = 1024 * 1024;
+    let total = 32 * MIB;
+    let chunk = |delta: Value, finish: Option<&str>| {
+        json!({ "id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}] })
+    };
+    let call = |args: &str| json!({"tool_calls": [{"index": 0, "function": {"arguments": args}}]});
+    let mut chunks = vec![chunk(
+        json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "big", "type": "function",
+               "function": {"name": "shell", "arguments": "{\"command\": \"echo "}}]}),
+        None,
+    )];
+    let piece = "a".repeat(MIB);
+    chunks.extend((0..total / MIB).map(|_| chunk(call(&piece), None)));
+    chunks.push(chunk(call("\"}"), None));
+    chunks.push(chunk(json!({}), Some("tool_calls")));
+    let fake = FakeProvider::start(vec![
+        Reply::OpenAi {
+            chunks,
+            delay_ms: 0,
+            done: true,
+        },
+        fake::openai_text("understood"),
+    ])
+    .await;
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let mut c = Client::spawn(
+        Framing::Ndjson,
+        home.path(),
+        &["--provider-url", &fake.openai_url()],
+    );
+    c.initialize(json!({})).await;
+    let sid = c.new_session(project.path()).await;
+    let r = c
+        .request("session/prompt", prompt(&sid, "echo a lot"))
+        .await;
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let peak = peak_rss(c.child.id().unwrap());
+    eprintln!(
+        "daemon peak RSS with {} MiB of tool-call arguments: {} MiB",
+        total / MIB,
+        peak / MIB as u64
+    );
+    assert!(
+        peak < 160 * MIB as u64,
+        "peak RSS {} MiB",
+        peak / MIB as u64
+    );
+    let told = fake.tool_results(1);
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(
+        told[0].contains("over the limit of 8388608 bytes for one tool call"),
+        "{:.300}",
+        told[0]
+    );
+}
