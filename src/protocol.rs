@@ -55,6 +55,9 @@ pub const EXT_HISTORY: &str = "_passepartout/history";
 pub const EXT_USAGE: &str = "_passepartout/usage";
 /// Daemon → client: a session's history was compacted.
 pub const EXT_SESSION_COMPACTED: &str = "_passepartout/session/compacted";
+/// Daemon → client: the audit log or a session journal started (or
+/// stopped) losing records, e.g. on a full disk.
+pub const EXT_RECORDS: &str = "_passepartout/records";
 /// Client → daemon: change the budgets of this daemon.
 pub const EXT_BUDGET_SET: &str = "_passepartout/budget/set";
 /// Client → daemon: trust a project's MCP configuration, by the hash of

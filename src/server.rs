@@ -27,6 +27,7 @@ use crate::agent::{turn, AgentEnv, Session, TurnSink};
 use crate::approval::{Approvals, DecideError};
 use crate::protocol::{self as proto, acp, ClientSettings, SessionStatus};
 use crate::rpc::{Outgoing, Router, RpcError};
+use crate::util::sync::lock;
 
 /// Daemon state shared by all handlers.
 pub struct Daemon {
@@ -118,6 +119,27 @@ pub struct PromptTicket {
     turn: u64,
     cancel: CancellationToken,
     session: Arc<Session>,
+    /// Decided when the ticket was taken, in arrival order, so that a full
+    /// queue refuses the newest prompt and never an earlier one.
+    over_limit: bool,
+}
+
+impl PromptTicket {
+    fn take(order: Arc<PromptOrder>, session: Arc<Session>) -> PromptTicket {
+        let (turn, cancel) = session.begin_turn();
+        let ticket = order.take();
+        // Counts this prompt and the running one: MAX_QUEUED_PROMPTS may
+        // wait behind the turn that runs.
+        let over_limit = order.waiting() > MAX_QUEUED_PROMPTS;
+        PromptTicket {
+            order,
+            ticket,
+            turn,
+            cancel,
+            session,
+            over_limit,
+        }
+    }
 }
 
 impl Drop for PromptTicket {
@@ -125,10 +147,6 @@ impl Drop for PromptTicket {
         self.session.end_turn(self.turn);
         self.order.finish(self.ticket);
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn invalid_params(message: impl Into<String>) -> RpcError {
@@ -164,15 +182,7 @@ impl Daemon {
             .clone();
         // The turn (and its cancel token) exists from now on, so a cancel
         // that arrives before the turn starts still stops it.
-        let (turn, cancel) = session.begin_turn();
-        let ticket = order.take();
-        Some(PromptTicket {
-            order,
-            ticket,
-            turn,
-            cancel,
-            session,
-        })
+        Some(PromptTicket::take(order, session))
     }
 
     /// The `available_commands_update` for `session` when its commands
@@ -373,6 +383,7 @@ impl Daemon {
             .await
             .map_err(|e| RpcError::invalid_params(e.to_string()))?;
         let replay = loaded.replay.clone();
+        let skipped = loaded.warnings.clone();
         let session_mode_recorded = loaded.mode;
         let live = lock(&self.sessions).get(&id).cloned();
         let mode = match live {
@@ -421,12 +432,18 @@ impl Daemon {
             self.announce_commands(&session, true);
         }
         let mut response = acp::LoadSessionResponse::new().modes(mode.state());
+        let mut ours = serde_json::Map::new();
         if !mcp.is_empty() {
+            ours.insert("mcpServers".into(), serde_json::json!(mcp));
+        }
+        // Records the journal could not read: the load succeeded without
+        // them, and the client is told which.
+        if !skipped.is_empty() {
+            ours.insert("skippedRecords".into(), serde_json::json!(skipped));
+        }
+        if !ours.is_empty() {
             let mut meta = serde_json::Map::new();
-            meta.insert(
-                "passepartout".into(),
-                serde_json::json!({ "mcpServers": mcp }),
-            );
+            meta.insert("passepartout".into(), Value::Object(ours));
             response = response.meta(meta);
         }
         Ok(response)
@@ -510,15 +527,7 @@ impl Daemon {
                     .entry(session.id.clone())
                     .or_default()
                     .clone();
-                let (turn, cancel) = session.begin_turn();
-                let ticket = order.take();
-                PromptTicket {
-                    order,
-                    ticket,
-                    turn,
-                    cancel,
-                    session: session.clone(),
-                }
+                PromptTicket::take(order, session.clone())
             }
         };
         let text = prompt_text(&req.prompt);
@@ -527,7 +536,7 @@ impl Daemon {
         }
         // Skill files edited since: the client's `/` completion follows.
         self.announce_commands(&session, false);
-        if ticket.order.waiting() > MAX_QUEUED_PROMPTS {
+        if ticket.over_limit {
             return Err(RpcError::refused(format!(
                 "too many prompts queued for session {} (limit {MAX_QUEUED_PROMPTS}); wait for \
                      the running ones or cancel them",
@@ -552,7 +561,7 @@ impl Daemon {
                         .iter()
                         .map(|(c, _)| format!("{} ({})", c.name, c.base_url))
                         .collect();
-                    return Err(RpcError::internal(why).with_data(
+                    return Err(RpcError::internal(why.to_string()).with_data(
                         serde_json::json!({ "kind": "provider_failed", "providers": tried }),
                     ));
                 }
@@ -1136,6 +1145,10 @@ where
 {
     let (out, queue) = Outgoing::channel();
     let daemon = Daemon::new(env, out.clone());
+    let records_out = out.clone();
+    crate::util::jsonl::on_loss(Arc::new(move |loss| {
+        records_out.notify(proto::EXT_RECORDS, loss);
+    }));
     daemon.approvals.desk.recover();
     let notify_daemon = daemon.clone();
     let eof_daemon = daemon.clone();

@@ -461,7 +461,11 @@ async fn compact(
         // Stage two: summarise the turns before this one.
         let older = &history[..*turn_start];
         let max_chars = (window as usize).saturating_mul(2); // about half the window
-        let request = perceive::summary_request(older, max_chars);
+        let mut request = perceive::summary_request(older, max_chars);
+        // The summary has a hard size, an eighth of the window: asked of the
+        // model, and enforced on what it streams (a model may ignore it).
+        let summary_tokens = summary_tokens(window);
+        request.max_tokens = Some(u32::try_from(summary_tokens).unwrap_or(u32::MAX));
         if within_budget(env, session, models, spent, &request, sink)
             .await
             .is_err()
@@ -469,7 +473,9 @@ async fn compact(
             return Err(Stop::Budget);
         }
         report_status(sink, session, "compacting");
-        match summarise(models, &request, cancel).await {
+        let max_summary_chars =
+            usize::try_from(summary_tokens.saturating_mul(4)).unwrap_or(usize::MAX);
+        match summarise(models, &request, cancel, max_summary_chars).await {
             Ok((provider, text, usage)) => {
                 let usage = measured_usage(&usage, &request, &text);
                 account(env, session, models, &provider, &usage, window, spent, sink).await;
@@ -512,6 +518,15 @@ async fn compact(
     Ok(())
 }
 
+/// The most tokens a compaction summary may take: an eighth of the window
+/// (at least 256), so the history it replaces always shrinks.
+fn summary_tokens(window: u64) -> u64 {
+    (window / 8).max(256)
+}
+
+/// Marks a summary cut at its size limit.
+const SUMMARY_CUT: &str = "\n[summary cut at its size limit]";
+
 #[derive(Debug)]
 enum SummaryError {
     Cancelled,
@@ -519,11 +534,13 @@ enum SummaryError {
 }
 
 /// Ask the cascade for the summary, collecting its text (not shown as the
-/// agent's answer).
+/// agent's answer), at most `max_chars` bytes of it: past that the stream is
+/// dropped and the summary cut.
 async fn summarise(
     models: &Cascade,
     request: &ChatRequest,
     cancel: &CancellationToken,
+    max_chars: usize,
 ) -> Result<(String, String, Usage), SummaryError> {
     use futures::StreamExt;
     let answered = match models.stream(request, cancel.clone()).await {
@@ -541,7 +558,19 @@ async fn summarise(
         };
         match next {
             None | Some(Ok(StreamEvent::Finish(_))) => break,
-            Some(Ok(StreamEvent::TextDelta(t))) => text.push_str(&t),
+            Some(Ok(StreamEvent::TextDelta(t))) => {
+                text.push_str(&t);
+                if text.len() > max_chars {
+                    let mut end = max_chars;
+                    while !text.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    text.truncate(end);
+                    text.push_str(SUMMARY_CUT);
+                    tracing::warn!(max_chars, "compaction summary cut at its size limit");
+                    break;
+                }
+            }
             Some(Ok(StreamEvent::Usage(u))) => usage = u,
             Some(Ok(_)) => {}
             Some(Err(e)) => return Err(SummaryError::Failed(e.to_string())),

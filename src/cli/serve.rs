@@ -1,9 +1,18 @@
 //! `passepartout serve`: the daemon editors launch. It logs to a file (ACP
 //! clients show every stderr line as an error) and speaks JSON-RPC on
-//! stdin/stdout until the client goes away.
+//! stdin/stdout until the client goes away. SIGTERM, SIGINT and SIGHUP end
+//! input the way the client going away does, so a signalled daemon replies
+//! to its running prompt, closes the turn in the journal and leaves plans
+//! pending; a second signal exits at once.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, ReadBuf};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::{load_discovered_config, CliError, ConfigFlags};
 
@@ -39,7 +48,8 @@ pub async fn serve(flags: ConfigFlags) -> ExitCode {
     };
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving on stdio");
     let audit = env.audit.clone();
-    crate::server::serve_on(env, tokio::io::stdin(), tokio::io::stdout()).await;
+    let stdin = UntilSignal::new(tokio::io::stdin(), on_signals());
+    crate::server::serve_on(env, stdin, tokio::io::stdout()).await;
     if let Some(log) = audit {
         // Records queued by the last turn reach the disk before we exit.
         log.flush();
@@ -50,4 +60,81 @@ pub async fn serve(flags: ConfigFlags) -> ExitCode {
     // Exit now: the runtime would otherwise wait for its blocking stdin
     // reader, and nothing is left to do.
     std::process::exit(0)
+}
+
+/// A token cancelled by the first SIGTERM, SIGINT or SIGHUP; the second
+/// one exits the process without waiting for anything.
+fn on_signals() -> CancellationToken {
+    use tokio::signal::unix::{signal, SignalKind};
+    let token = CancellationToken::new();
+    let kinds = [
+        ("SIGTERM", SignalKind::terminate()),
+        ("SIGINT", SignalKind::interrupt()),
+        ("SIGHUP", SignalKind::hangup()),
+    ];
+    let mut streams = Vec::new();
+    for (name, kind) in kinds {
+        match signal(kind) {
+            Ok(s) => streams.push((name, s)),
+            Err(e) => tracing::warn!("cannot handle {name}: {e}"),
+        }
+    }
+    let fired = token.clone();
+    tokio::spawn(async move {
+        let mut seen = 0;
+        loop {
+            let waits = streams.iter_mut().map(|(name, s)| {
+                let name = *name;
+                Box::pin(async move {
+                    s.recv().await;
+                    name
+                })
+            });
+            let (name, _, _) = futures::future::select_all(waits).await;
+            seen += 1;
+            if seen == 1 {
+                tracing::info!("{name}: stopping as if input ended");
+                fired.cancel();
+            } else {
+                tracing::warn!("{name} again: exiting now");
+                std::process::exit(1);
+            }
+        }
+    });
+    token
+}
+
+/// A reader that reports end of input once `stop` is cancelled, so a
+/// signal takes the one shutdown path that end of input takes.
+struct UntilSignal<R> {
+    inner: R,
+    stop: Pin<Box<WaitForCancellationFutureOwned>>,
+    stopped: bool,
+}
+
+impl<R> UntilSignal<R> {
+    fn new(inner: R, stop: CancellationToken) -> Self {
+        UntilSignal {
+            inner,
+            stop: Box::pin(stop.cancelled_owned()),
+            stopped: false,
+        }
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for UntilSignal<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if !self.stopped && self.stop.as_mut().poll(cx).is_ready() {
+            self.stopped = true;
+        }
+        if self.stopped {
+            // Nothing filled: end of input.
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
 }

@@ -16,7 +16,6 @@ use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::config::ProviderConfig;
-use super::openai::parse_arguments;
 use super::sse::{json_error_message, snippet, Endpoint, Flow, WireDecoder};
 use super::{
     ChatRequest, EventStream, FinishReason, Provider, ProviderError, Role, StreamEvent, ToolCall,
@@ -240,7 +239,7 @@ fn mark_last_message_cached(messages: &mut Value) {
 struct OpenToolUse {
     id: String,
     name: String,
-    input: String,
+    input: super::BoundedArguments,
 }
 
 /// Decodes Messages stream events into [`StreamEvent`]s.
@@ -296,7 +295,7 @@ impl WireDecoder for AnthropicDecoder {
                             OpenToolUse {
                                 id: block["id"].as_str().unwrap_or_default().to_string(),
                                 name: block["name"].as_str().unwrap_or_default().to_string(),
-                                input: String::new(),
+                                input: Default::default(),
                             },
                         );
                     }
@@ -319,7 +318,7 @@ impl WireDecoder for AnthropicDecoder {
                             self.tool_uses.get_mut(&index),
                             delta["partial_json"].as_str(),
                         ) {
-                            open.input.push_str(piece);
+                            open.input.push(piece);
                         }
                     }
                     _ => {}
@@ -335,7 +334,7 @@ impl WireDecoder for AnthropicDecoder {
                     out.push_back(StreamEvent::ToolCall(ToolCall {
                         id,
                         name: open.name,
-                        arguments: parse_arguments(open.input),
+                        arguments: open.input.finish(),
                     }));
                 }
             }

@@ -490,6 +490,14 @@ fn listing_client() -> Result<&'static reqwest::Client, String> {
         .map_err(Clone::clone)
 }
 
+/// No model server answered discovery, even after looking again. The
+/// message lists every candidate tried and how to configure one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct NoProvider {
+    pub message: String,
+}
+
 /// Why a provider's server did not list its models.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ListModelsError {
@@ -681,13 +689,14 @@ impl Discovery {
 
     /// The provider in use, probing again (bounded) when none was found;
     /// the failure message listing every candidate when there still is none.
-    pub async fn ensure(&self) -> Result<ProviderConfig, String> {
+    pub async fn ensure(&self) -> Result<ProviderConfig, NoProvider> {
         if let Some(config) = self.current_config() {
             return Ok(config);
         }
         self.reprobe().await;
-        self.current_config()
-            .ok_or_else(|| self.report().failure_message())
+        self.current_config().ok_or_else(|| NoProvider {
+            message: self.report().failure_message(),
+        })
     }
 
     /// The provider the cascade holds: whatever discovery currently uses.
@@ -733,7 +742,10 @@ impl Provider for DiscoveredProvider {
         cancel: CancellationToken,
     ) -> Result<EventStream, ProviderError> {
         let Some(found) = self.0.current() else {
-            self.0.ensure().await.map_err(ProviderError::Config)?;
+            self.0
+                .ensure()
+                .await
+                .map_err(|e| ProviderError::Config(e.message))?;
             return match self.0.current() {
                 Some(found) => found.provider.stream(request, cancel).await,
                 None => Err(ProviderError::Config(self.0.report().failure_message())),
@@ -1045,7 +1057,7 @@ mod tests {
         let server = model_server(port, "qwen3").await;
         // Within the interval the cached "nothing found" stands.
         let why = discovery.ensure().await.unwrap_err();
-        assert!(why.contains("fix: ollama serve"), "{why}");
+        assert!(why.message.contains("fix: ollama serve"), "{why}");
         assert!(!discovery.reprobe().await);
         server.abort();
     }

@@ -89,6 +89,49 @@ pub struct ToolSpec {
     pub parameters: Value,
 }
 
+/// The most bytes of arguments one tool call may stream. Past it the
+/// arguments are dropped as they arrive (memory stays bounded) and the call
+/// reaches the turn as [`oversized_arguments`], which the model is told
+/// instead of running it.
+pub const MAX_TOOL_ARGUMENT_BYTES: usize = 8 * 1024 * 1024;
+
+/// The stand-in for arguments that passed [`MAX_TOOL_ARGUMENT_BYTES`]: not
+/// JSON, so the call is not run, and it says why.
+pub fn oversized_arguments(bytes: usize) -> Value {
+    Value::String(format!(
+        "(not run: the call streamed {bytes} bytes of arguments, over the limit of \
+         {MAX_TOOL_ARGUMENT_BYTES} bytes for one tool call; split the work into smaller calls)"
+    ))
+}
+
+/// Arguments text being assembled, bounded by [`MAX_TOOL_ARGUMENT_BYTES`].
+#[derive(Debug, Default)]
+pub(crate) struct BoundedArguments {
+    text: String,
+    /// Bytes received in all, kept counting past the limit.
+    received: usize,
+}
+
+impl BoundedArguments {
+    pub(crate) fn push(&mut self, piece: &str) {
+        self.received += piece.len();
+        if self.received > MAX_TOOL_ARGUMENT_BYTES {
+            self.text = String::new();
+        } else {
+            self.text.push_str(piece);
+        }
+    }
+
+    /// The arguments as JSON (or raw text, or the oversized stand-in).
+    pub(crate) fn finish(self) -> Value {
+        if self.received > MAX_TOOL_ARGUMENT_BYTES {
+            oversized_arguments(self.received)
+        } else {
+            openai::parse_arguments(self.text)
+        }
+    }
+}
+
 /// A complete tool call proposed by the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {

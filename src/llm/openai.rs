@@ -158,7 +158,7 @@ fn wire_tool(tool: &ToolSpec) -> Value {
 struct PartialCall {
     id: Option<String>,
     name: String,
-    arguments: String,
+    arguments: super::BoundedArguments,
 }
 
 /// Decodes chat-completion chunks into [`StreamEvent`]s.
@@ -231,11 +231,11 @@ impl OpenAiDecoder {
             }
         }
         match &function["arguments"] {
-            Value::String(piece) => call.arguments.push_str(piece),
+            Value::String(piece) => call.arguments.push(piece),
             // A few servers send the arguments as an object already.
             Value::Object(object) => call
                 .arguments
-                .push_str(&Value::Object(object.clone()).to_string()),
+                .push(&Value::Object(object.clone()).to_string()),
             _ => {}
         }
     }
@@ -275,7 +275,7 @@ impl WireDecoder for OpenAiDecoder {
             out.push_back(StreamEvent::ToolCall(ToolCall {
                 id: call.id.unwrap_or_else(|| format!("call_{index}")),
                 name: call.name,
-                arguments: parse_arguments(call.arguments),
+                arguments: call.arguments.finish(),
             }));
         }
         let reason = match self.finish.take() {

@@ -197,7 +197,11 @@ impl Endpoint {
         cancel: CancellationToken,
     ) -> EventStream {
         let state = Decoding {
-            events: Some(response.bytes_stream().eventsource().boxed()),
+            events: Some(
+                bounded_events(response.bytes_stream())
+                    .eventsource()
+                    .boxed(),
+            ),
             decoder,
             pending: VecDeque::new(),
             url,
@@ -299,7 +303,56 @@ pub(crate) fn snippet(text: &str, max: usize) -> String {
 }
 
 type SseStream =
-    std::pin::Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<reqwest::Error>>> + Send>>;
+    std::pin::Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<BodyError>>> + Send>>;
+
+/// The most bytes one SSE event may carry: room for a tool call's whole
+/// arguments ([`super::MAX_TOOL_ARGUMENT_BYTES`]) sent as one JSON string,
+/// with its escapes. The SSE parser holds an event whole until its blank
+/// line, so without this a provider could grow the daemon without bound.
+pub const MAX_SSE_EVENT_BYTES: usize = 2 * super::MAX_TOOL_ARGUMENT_BYTES + 64 * 1024;
+
+/// Why a response body could not be read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BodyError {
+    #[error(transparent)]
+    Transport(#[from] reqwest::Error),
+    #[error("one server-sent event passed {MAX_SSE_EVENT_BYTES} bytes (the limit for one event)")]
+    EventTooLarge,
+}
+
+/// The body's bytes, cut with [`BodyError::EventTooLarge`] as soon as one
+/// event (the bytes between two blank lines) passes [`MAX_SSE_EVENT_BYTES`].
+fn bounded_events(
+    body: impl Stream<Item = Result<bytes::Bytes, reqwest::Error>> + Send + 'static,
+) -> impl Stream<Item = Result<bytes::Bytes, BodyError>> + Send + 'static {
+    // (bytes in the event so far, the last byte that was not `\r`)
+    let mut run = (0usize, 0u8);
+    let mut over = false;
+    body.map(move |chunk| {
+        let chunk = chunk?;
+        if over {
+            return Err(BodyError::EventTooLarge);
+        }
+        let (mut size, mut last) = run;
+        for &b in chunk.iter() {
+            if b == b'\r' {
+                continue;
+            }
+            if b == b'\n' && last == b'\n' {
+                size = 0;
+            } else {
+                size += 1;
+            }
+            last = b;
+        }
+        run = (size, last);
+        if size > MAX_SSE_EVENT_BYTES {
+            over = true;
+            return Err(BodyError::EventTooLarge);
+        }
+        Ok(chunk)
+    })
+}
 
 /// The state of one decoded response while it is being read.
 struct Decoding<D> {
@@ -374,13 +427,18 @@ impl<D: WireDecoder> Decoding<D> {
         }
     }
 
-    fn transport_error(&self, error: EventStreamError<reqwest::Error>) -> ProviderError {
+    fn transport_error(&self, error: EventStreamError<BodyError>) -> ProviderError {
         match error {
-            EventStreamError::Transport(e) if e.is_timeout() => ProviderError::Timeout {
-                url: self.url.clone(),
-                message: chain(&e),
-            },
-            EventStreamError::Transport(e) => {
+            EventStreamError::Transport(BodyError::EventTooLarge) => {
+                self.stream_error(BodyError::EventTooLarge.to_string())
+            }
+            EventStreamError::Transport(BodyError::Transport(e)) if e.is_timeout() => {
+                ProviderError::Timeout {
+                    url: self.url.clone(),
+                    message: chain(&e),
+                }
+            }
+            EventStreamError::Transport(BodyError::Transport(e)) => {
                 self.stream_error(format!("connection broke off: {}", chain(&e)))
             }
             EventStreamError::Utf8(e) => self.stream_error(format!("body is not UTF-8: {e}")),

@@ -125,6 +125,10 @@ pub struct Recovery {
     pub problems: Vec<CorruptRecord>,
 }
 
+/// How old a temporary file in the store must be before recovery removes
+/// it as a leftover.
+pub const STALE_TEMP: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Flight plans on disk. Cheap to construct; holds no open files, so any
 /// number of instances (and processes) may share one directory.
 #[derive(Debug, Clone)]
@@ -491,6 +495,7 @@ impl PlanStore {
         &self,
         live: &dyn Fn(&FlightPlan) -> bool,
     ) -> Result<Recovery, StoreError> {
+        self.remove_stale_temps();
         let mut scan = self.scan()?;
         scan.plans.retain(|p| !live(p));
         let mut recovery = Recovery {
@@ -529,6 +534,38 @@ impl PlanStore {
             }
         }
         Ok(recovery)
+    }
+
+    /// Remove the temporary files of atomic writes that a killed process
+    /// left behind (`tempfile`'s `.tmpXXXXXX`, and the older `.fp-*.tmp`).
+    /// Only those older than [`STALE_TEMP`]: a living daemon's write in
+    /// progress owns its file for milliseconds, never that long.
+    fn remove_stale_temps(&self) {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let temp =
+                name.starts_with(".tmp") || (name.starts_with(".fp-") && name.ends_with(".tmp"));
+            let stale = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age >= STALE_TEMP);
+            if temp && stale {
+                match fs::remove_file(entry.path()) {
+                    Ok(()) => {
+                        tracing::info!(file = %name, "removed a temporary file left by a killed daemon")
+                    }
+                    Err(e) => {
+                        tracing::warn!(file = %name, "cannot remove a stale temporary file: {e}")
+                    }
+                }
+            }
+        }
     }
 
     fn refresh_rendering(&self, plan: &FlightPlan) -> Result<(), StoreError> {

@@ -141,7 +141,8 @@ pub struct Loaded {
     pub turns: u64,
     /// The last mode recorded (`None`: never switched; the default applies).
     pub mode: Option<crate::modes::Mode>,
-    /// Lines skipped (torn or unreadable), for the log.
+    /// Lines skipped (torn or unreadable): logged, and named in the
+    /// `session/load` result.
     pub warnings: Vec<String>,
 }
 
@@ -418,14 +419,27 @@ pub fn read_session(path: &Path) -> Result<Loaded, StoreError> {
     })?;
     let mut loaded = Loaded::default();
     let mut seen_header = false;
-    for (n, line) in BufReader::new(file).lines().enumerate() {
-        let line = match line {
-            Ok(l) => l,
+    // Lines are split as bytes: one line that is not UTF-8 (a torn write,
+    // a bad sector) costs only that line, never the rest of the history.
+    for (n, line) in BufReader::new(file).split(b'\n').enumerate() {
+        let bytes = match line {
+            Ok(b) => b,
             Err(e) => {
                 loaded
                     .warnings
                     .push(format!("{}:{}: {e}", path.display(), n + 1));
                 break;
+            }
+        };
+        let line = match String::from_utf8(bytes) {
+            Ok(l) => l,
+            Err(e) => {
+                loaded.warnings.push(format!(
+                    "{}:{}: unreadable record skipped (not UTF-8: {e})",
+                    path.display(),
+                    n + 1
+                ));
+                continue;
             }
         };
         if line.trim().is_empty() {
@@ -637,6 +651,25 @@ mod tests {
         f.write_all(br#"{"at":"x","kind":"prompt","te"#).unwrap();
         let l = store.load("s2").unwrap();
         assert_eq!(l.history, vec![ChatMessage::user("one")]);
+        assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+        assert!(l.warnings[0].contains(":3:"), "{:?}", l.warnings);
+    }
+
+    #[tokio::test]
+    async fn a_line_that_is_not_utf8_costs_only_that_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = store(tmp.path());
+        let j = store.create("s3", Path::new("/p")).unwrap();
+        j.append(Event::Prompt { text: "one".into() });
+        j.sync().await.unwrap();
+        let mut f = OpenOptions::new().append(true).open(j.path()).unwrap();
+        f.write_all(b"{\"at\":\"x\",\"kind\":\"prompt\",\"text\":\"\xff\"}\n")
+            .unwrap();
+        j.append(Event::Prompt { text: "two".into() });
+        j.sync().await.unwrap();
+        let l = store.load("s3").unwrap();
+        let two = vec![ChatMessage::user("one"), ChatMessage::user("two")];
+        assert_eq!(l.history, two);
         assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
         assert!(l.warnings[0].contains(":3:"), "{:?}", l.warnings);
     }

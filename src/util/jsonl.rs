@@ -6,6 +6,13 @@
 //! (it lands whole at the end); the fsync policy is per line
 //! ([`Appender::append`] with `fsync`) or per request ([`Appender::sync`]).
 //! Files are created 0600.
+//!
+//! A failed write (a full disk) never leaves half a record in front of the
+//! next one: the file is truncated back to where the record began, or, when
+//! that fails too, the next record starts on a fresh line, so a reader loses
+//! only the broken line. While records are being lost, the listener set with
+//! [`on_loss`] hears of it (the daemon tells its client), once when losses
+//! start and once when writes succeed again.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -13,12 +20,51 @@ use std::io::{self, Write as _};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
 
 /// Lines waiting for the writer thread before senders wait for it.
 pub const QUEUE_LIMIT: usize = 4096;
 
 /// Files kept open by the writer; beyond this many the cache is emptied.
 const OPEN_FILES: usize = 64;
+
+/// Records start or stop being lost by one writer thread.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LossReport {
+    /// The writer's name (`audit`, `session`).
+    pub writer: &'static str,
+    /// The file the last failed (or first good) write went to.
+    pub path: PathBuf,
+    /// `true`: records are being lost now; `false`: writing works again.
+    pub losing: bool,
+    /// Why the first lost record was lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Records lost so far in this episode.
+    pub lost: u64,
+}
+
+/// Hears every [`LossReport`].
+pub type LossListener = Arc<dyn Fn(&LossReport) + Send + Sync>;
+
+/// One listener for the process: a daemon has one client to tell, and its
+/// writers (the audit log's is started lazily, deep below the server) need
+/// not each be handed it.
+static LISTENER: Mutex<Option<LossListener>> = Mutex::new(None);
+
+/// Tell `listener` when records start and stop being lost (replaces any
+/// earlier listener).
+pub fn on_loss(listener: LossListener) {
+    *super::sync::lock(&LISTENER) = Some(listener);
+}
+
+fn report(loss: &LossReport) {
+    let listener = super::sync::lock(&LISTENER).clone();
+    if let Some(listener) = listener {
+        listener(loss);
+    }
+}
 
 /// Called by the writer thread with the outcome (the file's size).
 pub type Done = Box<dyn FnOnce(io::Result<u64>) + Send>;
@@ -115,8 +161,78 @@ fn open_append(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-fn writer(name: &str, rx: Receiver<Command>) {
+/// Whether one writer is losing records, and how many it lost.
+struct Losses {
+    name: &'static str,
+    lost: u64,
+}
+
+impl Losses {
+    fn failed(&mut self, path: &Path, error: &io::Error) {
+        tracing::error!("{}: cannot write {}: {error}", self.name, path.display());
+        self.lost += 1;
+        if self.lost == 1 {
+            report(&LossReport {
+                writer: self.name,
+                path: path.to_path_buf(),
+                losing: true,
+                error: Some(error.to_string()),
+                lost: 1,
+            });
+        }
+    }
+
+    fn succeeded(&mut self, path: &Path) {
+        if self.lost > 0 {
+            tracing::warn!(
+                "{}: writing works again after {} lost records",
+                self.name,
+                self.lost
+            );
+            report(&LossReport {
+                writer: self.name,
+                path: path.to_path_buf(),
+                losing: false,
+                error: None,
+                lost: self.lost,
+            });
+            self.lost = 0;
+        }
+    }
+}
+
+/// Append `line` to `file` whole or not at all: on a failed write the file
+/// is truncated back; `torn` (the truncation failed too) makes the next
+/// record start on a fresh line.
+fn append_whole(file: &mut File, line: &str, torn: &mut bool) -> io::Result<()> {
+    let before = file.metadata().map(|m| m.len());
+    let written = if *torn {
+        file.write_all(b"\n")
+            .and_then(|()| file.write_all(line.as_bytes()))
+    } else {
+        file.write_all(line.as_bytes())
+    };
+    match written {
+        Ok(()) => {
+            *torn = false;
+            Ok(())
+        }
+        Err(e) => {
+            let repaired = match before {
+                Ok(len) => file.set_len(len).is_ok(),
+                Err(_) => false,
+            };
+            // A torn file stays torn until a newline lands after it.
+            *torn = *torn || !repaired;
+            Err(e)
+        }
+    }
+}
+
+fn writer(name: &'static str, rx: Receiver<Command>) {
     let mut files: HashMap<PathBuf, File> = HashMap::new();
+    let mut torn: std::collections::HashSet<PathBuf> = std::collections::HashSet::new();
+    let mut losses = Losses { name, lost: 0 };
     while let Ok(command) = rx.recv() {
         match command {
             Command::Append { path, line, fsync } => {
@@ -128,20 +244,27 @@ fn writer(name: &str, rx: Receiver<Command>) {
                     std::collections::hash_map::Entry::Vacant(v) => match open_append(&path) {
                         Ok(f) => v.insert(f),
                         Err(e) => {
-                            tracing::error!("{name}: cannot open {}: {e}", path.display());
+                            losses.failed(&path, &e);
                             continue;
                         }
                     },
                 };
-                let written = file.write_all(line.as_bytes()).and_then(|_| {
+                let mut is_torn = torn.contains(&path);
+                let written = append_whole(file, &line, &mut is_torn).and_then(|()| {
                     if fsync {
                         file.sync_data()
                     } else {
                         Ok(())
                     }
                 });
-                if let Err(e) = written {
-                    tracing::error!("{name}: cannot write {}: {e}", path.display());
+                if is_torn {
+                    torn.insert(path.clone());
+                } else {
+                    torn.remove(&path);
+                }
+                match written {
+                    Ok(()) => losses.succeeded(&path),
+                    Err(e) => losses.failed(&path, &e),
                 }
             }
             Command::Sync { path, done } => {
@@ -205,6 +328,25 @@ mod tests {
         appender.append(&b, "after\n".into(), false).unwrap();
         assert_eq!(size_of(&appender, &b), 15);
         assert_eq!(std::fs::read_to_string(&b).unwrap(), "snapshot\nafter\n");
+    }
+
+    #[test]
+    fn a_failed_write_leaves_no_partial_record_in_front_of_the_next() {
+        // /dev/full takes no byte: the failure is the disk-full one, but
+        // its length cannot be truncated, so this covers the fresh-line path.
+        let mut full = OpenOptions::new().append(true).open("/dev/full").unwrap();
+        let mut torn = false;
+        assert!(append_whole(&mut full, "x\n", &mut torn).is_err());
+        assert!(torn, "a file that cannot be truncated back is torn");
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.jsonl");
+        std::fs::write(&path, "one\n{\"half").unwrap();
+        let mut file = open_append(&path).unwrap();
+        append_whole(&mut file, "two\n", &mut torn).unwrap();
+        assert!(!torn);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, "one\n{\"half\ntwo\n");
     }
 
     #[test]

@@ -66,7 +66,21 @@ impl Client {
     /// Start `passepartout serve` with extra args, isolated from the user's
     /// configuration (HOME and XDG dirs point into `home`).
     pub fn spawn(framing: Framing, home: &Path, args: &[&str]) -> Client {
-        let mut cmd = Command::new(BIN);
+        Self::spawn_wrapped(framing, home, &[], args)
+    }
+
+    /// [`Client::spawn`] with the daemon started by `wrapper` (a command
+    /// that ends by running its last arguments, e.g. `unshare … sh -c '…;
+    /// exec "$0" "$@"'`); the daemon's binary and arguments follow it.
+    pub fn spawn_wrapped(framing: Framing, home: &Path, wrapper: &[&str], args: &[&str]) -> Client {
+        let mut cmd = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
         cmd.arg("serve")
             .args(args)
             .env("HOME", home)

@@ -498,3 +498,68 @@ async fn a_long_session_is_compacted_and_every_request_stays_under_the_window() 
         "{replay:?}"
     );
 }
+
+#[tokio::test]
+async fn a_compaction_summary_is_cut_at_an_eighth_of_the_window() {
+    let project = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let probe = FakeProvider::start(vec![fake::openai_text("ok")]).await;
+    let cfg = config(home.path(), &probe, "", "");
+    let mut c = spawn(home.path(), &cfg);
+    c.initialize(json!({})).await;
+    let sid = c.new_session(project.path()).await;
+    c.request("session/prompt", prompt(&sid, "hi")).await;
+    let base = body_tokens(&probe.requests()[0].body);
+    drop(c);
+
+    let window = base + 3_000;
+    let unpaced = |mut reply: Reply| {
+        if let Reply::OpenAi { delay_ms, .. } = &mut reply {
+            *delay_ms = 0;
+        }
+        reply
+    };
+    // A first answer that fills the window, then a summary of 900,000
+    // characters (the model ignoring every request to be brief).
+    let long = format!("{0} {0} {0}", "lorem".repeat(900));
+    let huge = format!("{0} {0} {0}", "s".repeat(300_000));
+    let fake = FakeProvider::start(vec![
+        unpaced(fake::openai_text(&long)),
+        unpaced(fake::openai_text(&huge)),
+        unpaced(fake::openai_text("ok")),
+    ])
+    .await;
+    let cfg = config(
+        home.path(),
+        &fake,
+        &format!("context_window = {window}"),
+        "",
+    );
+    let mut c = spawn(home.path(), &cfg);
+    c.initialize(json!({})).await;
+    let sid = c.new_session(project.path()).await;
+    for text in ["first", "second"] {
+        let r = c.request("session/prompt", prompt(&sid, text)).await;
+        assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    }
+    let compacted = c
+        .backlog
+        .iter()
+        .find(|m| m["method"] == "_passepartout/session/compacted")
+        .map(|m| m["params"].clone())
+        .expect("a compaction");
+    let summary = compacted["summary"].as_str().unwrap();
+    let cap = window / 8 * 4;
+    assert!(summary.len() <= cap + 64, "{} chars", summary.len());
+    assert!(summary.ends_with("[summary cut at its size limit]"));
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 3);
+    assert_eq!(
+        reqs[1].body["max_tokens"],
+        (window / 8) as u64,
+        "{:.300}",
+        reqs[1].body
+    );
+    let last = &reqs[2].body;
+    assert!(body_tokens(last) < window, "{} tokens", body_tokens(last));
+}
