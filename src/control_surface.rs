@@ -99,11 +99,80 @@ pub const CONTROL_SURFACE: &[ControlEntry] = &[
         dir: false,
         why: "Emacs evaluates directory-local variables in the person's editor",
     },
+    // A project that is (or holds) a home directory: the person's shell
+    // and tools read these at their next start, outside any sandbox.
+    ControlEntry {
+        path: ".bashrc",
+        dir: false,
+        why: "bash runs it in the person's next interactive shell",
+    },
+    ControlEntry {
+        path: ".bash_profile",
+        dir: false,
+        why: "bash runs it in the person's next login shell",
+    },
+    ControlEntry {
+        path: ".bash_login",
+        dir: false,
+        why: "bash runs it in the person's next login shell",
+    },
+    ControlEntry {
+        path: ".bash_logout",
+        dir: false,
+        why: "bash runs it when the person's login shell exits",
+    },
+    ControlEntry {
+        path: ".profile",
+        dir: false,
+        why: "login shells run it at the person's next login",
+    },
+    ControlEntry {
+        path: ".zshenv",
+        dir: false,
+        why: "zsh runs it in every shell the person starts",
+    },
+    ControlEntry {
+        path: ".zprofile",
+        dir: false,
+        why: "zsh runs it in the person's next login shell",
+    },
+    ControlEntry {
+        path: ".zshrc",
+        dir: false,
+        why: "zsh runs it in the person's next interactive shell",
+    },
+    ControlEntry {
+        path: ".zlogin",
+        dir: false,
+        why: "zsh runs it in the person's next login shell",
+    },
+    ControlEntry {
+        path: ".ssh",
+        dir: true,
+        why: "SSH keys, authorized_keys and client configuration (ProxyCommand runs programs)",
+    },
+    ControlEntry {
+        path: ".gitconfig",
+        dir: false,
+        why: "the person's git configuration can name programs git runs on the host",
+    },
 ];
+
+/// Whether `name` is the first component of a control-surface entry: a
+/// directory whose listing holds one may hold a nested control path.
+pub fn starts_an_entry(name: &str) -> bool {
+    CONTROL_SURFACE
+        .iter()
+        .any(|e| e.path.split('/').next() == Some(name))
+}
 
 /// The control-surface entry a path falls under, if any. `rel` is relative
 /// to the project root; `.` components are ignored, and a path that climbs
 /// out with `..` is never matched here (confinement is another layer's job).
+///
+/// Entries count at any depth: `docs/.git/config` (a nested or vendored
+/// repository), `sub/.envrc` and `sub/.dir-locals.el` steer the host as
+/// much as their top-level twins.
 pub fn control_entry(rel: &Path) -> Option<&'static ControlEntry> {
     let parts: Vec<&str> = rel
         .components()
@@ -115,13 +184,16 @@ pub fn control_entry(rel: &Path) -> Option<&'static ControlEntry> {
     if rel.components().any(|c| matches!(c, Component::ParentDir)) {
         return None;
     }
-    CONTROL_SURFACE.iter().find(|entry| {
-        let want: Vec<&str> = entry.path.split('/').collect();
-        if entry.dir {
-            parts.len() >= want.len() && parts[..want.len()] == want[..]
-        } else {
-            parts == want
-        }
+    (0..parts.len()).find_map(|start| {
+        let parts = &parts[start..];
+        CONTROL_SURFACE.iter().find(|entry| {
+            let want: Vec<&str> = entry.path.split('/').collect();
+            if entry.dir {
+                parts.len() >= want.len() && parts[..want.len()] == want[..]
+            } else {
+                parts == want
+            }
+        })
     })
 }
 
@@ -333,6 +405,28 @@ mod tests {
     }
 
     #[test]
+    fn entries_count_at_any_depth() {
+        for (p, want) in [
+            ("docs/.git/config", ".git/config"),
+            ("vendor/lib/.git/hooks/post-checkout", ".git/hooks"),
+            ("sub/.envrc", ".envrc"),
+            ("a/b/.dir-locals.el", ".dir-locals.el"),
+            ("tools/.vscode/tasks.json", ".vscode"),
+            (".bashrc", ".bashrc"),
+            ("ada/.ssh/authorized_keys", ".ssh"),
+        ] {
+            assert_eq!(
+                control_entry(Path::new(p)).map(|e| e.path),
+                Some(want),
+                "{p}"
+            );
+        }
+        assert_eq!(control_entry(Path::new("docs/.git/objects/ab")), None);
+        assert!(starts_an_entry(".git") && starts_an_entry(".bashrc"));
+        assert!(!starts_an_entry("src"));
+    }
+
+    #[test]
     fn ordinary_project_files_are_not_control_surface() {
         for p in [
             "src/main.rs",
@@ -343,6 +437,8 @@ mod tests {
             ".git/config.d",
             "docs/.envrc.md",
             "../.envrc",
+            "docs/.git/index",
+            "src/bashrc",
         ] {
             assert_eq!(control_entry(Path::new(p)), None, "{p}");
         }

@@ -299,6 +299,11 @@ pub fn bwrap_args_with(
         .map(|p| bind_path(p))
         .collect::<Result<Vec<_>, _>>()?;
 
+    let host_pins = host_pins(&spec.cwd, &spec.extra_rw, &boundary.hidden)
+        .iter()
+        .map(|p| bind_path(p))
+        .collect::<Result<Vec<_>, _>>()?;
+
     let mut a: Vec<String> = Vec::new();
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
 
@@ -353,6 +358,9 @@ pub fn bwrap_args_with(
         for p in &pins {
             push(&["--bind", p, p]);
         }
+        for p in &host_pins {
+            push(&["--bind", p, p]);
+        }
     }
     for p in &surface_ro {
         push(&["--ro-bind", p, p]);
@@ -378,6 +386,38 @@ pub fn bwrap_args_with(
     push(&["--"]);
     a.extend(command);
     Ok(a)
+}
+
+/// The directories between a writable bind and a hidden host directory
+/// inside it (`~/.config` and `~/.local`, `~/.local/state` for a session in
+/// `$HOME`), shallowest first. Bound onto themselves they are mount points,
+/// which cannot be renamed or removed (`EBUSY`): otherwise `mv ~/.config
+/// ~/.c && mkdir -p ~/.config/passepartout` would put a fresh, writable
+/// configuration where the hidden one was.
+fn host_pins(cwd: &Path, extra_rw: &[PathBuf], hidden: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for h in hidden {
+        let Some(bind) = std::iter::once(cwd)
+            .chain(extra_rw.iter().map(PathBuf::as_path))
+            .filter(|b| h.starts_with(b) && h.as_path() != *b)
+            .max_by_key(|b| b.components().count())
+        else {
+            continue;
+        };
+        let mut p = bind.to_path_buf();
+        let Ok(rest) = h.strip_prefix(bind) else {
+            continue;
+        };
+        let parts: Vec<Component> = rest.components().collect();
+        for c in &parts[..parts.len().saturating_sub(1)] {
+            p.push(c);
+            if !out.contains(&p) {
+                out.push(p.clone());
+            }
+        }
+    }
+    out.sort_by_key(|p| p.components().count());
+    out
 }
 
 /// The interpreter command line: `bash -c SCRIPT bash ARGV...` (the name
