@@ -248,3 +248,160 @@ async fn nested_repositories_and_nested_control_files_are_read_only() {
     git(&p.join("docs"), &["status", "--short"]);
     assert!(!p.join("docs/fsmonitor-ran").exists());
 }
+
+/// The view as bubblewrap's arguments build it: for each destination, the
+/// kind of the last mount made there, in order.
+fn mounts_of(args: &[String]) -> Vec<(String, &'static str)> {
+    let mut out: Vec<(String, &'static str)> = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_str();
+        let arg = |n: usize| args[i + n].clone();
+        match a {
+            "--" => break,
+            "--ro-bind" | "--bind" => {
+                let kind = match (a, arg(1).as_str()) {
+                    ("--ro-bind", "/dev/null") => "masked",
+                    ("--ro-bind", _) => "read-only",
+                    _ => "bind",
+                };
+                out.push((arg(2), kind));
+                i += 3;
+            }
+            "--symlink" | "--setenv" => i += 3,
+            "--tmpfs" => {
+                out.push((arg(1), "private tmpfs"));
+                i += 2;
+            }
+            "--remount-ro" => {
+                let p = arg(1);
+                if let Some(m) = out.iter_mut().rev().find(|(d, _)| *d == p) {
+                    m.1 = "hidden";
+                }
+                i += 2;
+            }
+            "--dir" => {
+                out.push((arg(1), "empty directory"));
+                i += 2;
+            }
+            "--proc" | "--dev" => {
+                out.push((arg(1), "fresh"));
+                i += 2;
+            }
+            "--size" | "--chdir" | "--cap-drop" => i += 2,
+            _ => i += 1,
+        }
+    }
+    out
+}
+
+/// What a path is in the sandbox: the kind of the deepest mount covering
+/// it (the last one made there when several are).
+fn seen_as(path: &str, cwd: &str, mounts: &[(String, &'static str)]) -> String {
+    let covering = mounts
+        .iter()
+        .enumerate()
+        .filter(|(_, (d, _))| Path::new(path).starts_with(d))
+        .max_by_key(|(i, (d, _))| (Path::new(d).components().count(), *i));
+    match covering {
+        None => "not visible".into(),
+        Some((_, (d, "bind"))) if d == cwd || d != path => "read-write".into(),
+        Some((_, (_, "bind"))) => "pinned".into(),
+        Some((_, (d, kind))) if *kind != "fresh" && *kind != "private tmpfs" && d != path => {
+            // Beneath a read-only or hidden mount: the same.
+            kind.to_string()
+        }
+        Some((_, (_, kind))) => kind.to_string(),
+    }
+}
+
+/// docs/threat-model.md's table of the view is what bubblewrap is given:
+/// the rows are parsed from the document, a project holding each path is
+/// built, its control surface taken as the shell actuator takes it, and
+/// the real argument builder's mounts compared row by row.
+#[test]
+fn the_view_in_the_threat_model_is_the_view_bwrap_gets() {
+    use passepartout::sandbox::surface::SurfaceSnapshot;
+    use passepartout::sandbox::{bwrap_args_with, Boundary, SandboxSpec, SystemLayout};
+
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/threat-model.md"))
+            .unwrap();
+    let section = doc
+        .split("## The sandbox's view")
+        .nth(1)
+        .expect("the view section");
+    let rows: Vec<(String, String)> = section
+        .lines()
+        .skip_while(|l| !l.starts_with("| path | in the sandbox |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split('|').map(str::trim).collect();
+            let path = cells[0].split('`').nth(1).unwrap().to_string();
+            let kind = cells[1].split(" (").next().unwrap().to_string();
+            (path, kind)
+        })
+        .collect();
+    assert!(rows.len() >= 20, "{rows:?}");
+
+    let project = tempfile::tempdir().unwrap();
+    let cwd = project.path().canonicalize().unwrap();
+    let p = |rel: &str| cwd.join(rel);
+    for dir in [
+        ".git/hooks",
+        "docs/.git",
+        "vendor",
+        ".vendor-git",
+        "sub",
+        ".ssh",
+        "src",
+    ] {
+        std::fs::create_dir_all(p(dir)).unwrap();
+    }
+    for file in [
+        ".git/config",
+        "docs/.git/config",
+        ".vendor-git/config",
+        "sub/.envrc",
+        "sub/.dir-locals.el",
+        ".bashrc",
+        "src/main.rs",
+    ] {
+        std::fs::write(p(file), "").unwrap();
+    }
+    std::fs::write(p("vendor/.git"), "gitdir: ../.vendor-git\n").unwrap();
+    let hidden = p(".config/passepartout");
+    std::fs::create_dir_all(&hidden).unwrap();
+
+    let spec = SandboxSpec {
+        cwd: cwd.clone(),
+        read_only: false,
+        network: false,
+        extra_ro: vec![],
+        extra_rw: vec![],
+        env: Default::default(),
+        interpreter: "bash".into(),
+        script: "true".into(),
+        argv: vec![],
+    };
+    let boundary = Boundary {
+        surface: SurfaceSnapshot::take(&cwd).mounts().clone(),
+        tmp_size: None,
+        hidden: vec![hidden],
+    };
+    let layout = SystemLayout::probe();
+    let args = bwrap_args_with(&spec, &layout, &boundary).unwrap();
+    let mounts = mounts_of(&args);
+    let cwd_s = cwd.to_str().unwrap();
+    for (path, want) in &rows {
+        let path = path.replace("$CWD", cwd_s);
+        if want == "masked" && !Path::new(&path).exists() {
+            continue; // masked only where the host has the file
+        }
+        if path == "/usr" || path == "/etc" {
+            assert!(Path::new(&path).is_dir());
+        }
+        assert_eq!(&seen_as(&path, cwd_s, &mounts), want, "{path}\n{args:?}");
+    }
+}
