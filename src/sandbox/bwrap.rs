@@ -595,6 +595,38 @@ mod tests {
     }
 
     #[test]
+    fn parents_of_hidden_host_dirs_are_pinned() {
+        let hidden = vec![
+            PathBuf::from("/home/ada/.config/passepartout"),
+            PathBuf::from("/home/ada/.local/state/passepartout"),
+            PathBuf::from("/home/ada/memex"),
+        ];
+        assert_eq!(
+            host_pins(Path::new("/home/ada"), &[], &hidden),
+            vec![
+                PathBuf::from("/home/ada/.config"),
+                PathBuf::from("/home/ada/.local"),
+                PathBuf::from("/home/ada/.local/state"),
+            ]
+        );
+        let mut s = spec("bash", "true");
+        s.cwd = PathBuf::from("/home/ada");
+        let boundary = Boundary {
+            hidden: hidden[..1].to_vec(),
+            ..Boundary::default()
+        };
+        let args = bwrap_args_with(&s, &SystemLayout::merged_usr(), &boundary).unwrap();
+        let at = |x: &str| args.iter().position(|a| a == x).unwrap();
+        // The pin comes before the tmpfs that hides the directory in it.
+        assert_eq!(args[at("/home/ada/.config") - 1], "--bind");
+        assert!(at("/home/ada/.config") < at("/home/ada/.config/passepartout"));
+        // Read-only mode: nothing is writable, nothing to pin.
+        s.read_only = true;
+        let args = bwrap_args_with(&s, &SystemLayout::merged_usr(), &boundary).unwrap();
+        assert!(!args.iter().any(|a| a == "/home/ada/.config"));
+    }
+
+    #[test]
     fn default_policy_whole_vector() {
         let args = bwrap_args(&spec("bash", "ls -la"), &SystemLayout::merged_usr()).unwrap();
         let want = expected(&[

@@ -282,8 +282,11 @@ fn walk_nested(root: &Path, canonical_root: &Path, g: &mut Gather) {
         let Ok(rd) = std::fs::read_dir(root.join(&rel)) else {
             continue;
         };
+        // Sorted, so the same tree gives the same mounts every time.
+        let mut children: Vec<std::fs::DirEntry> = rd.flatten().collect();
+        children.sort_by_key(|e| e.file_name());
         let mut found = false;
-        for e in rd.flatten() {
+        for e in children {
             let name = e.file_name();
             let Some(name) = name.to_str() else {
                 continue;
@@ -361,6 +364,55 @@ mod tests {
                 ],
             }
         );
+    }
+
+    #[test]
+    fn nested_repositories_and_control_files_are_bound_at_any_depth() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("docs/.git/hooks")).unwrap();
+        std::fs::write(root.join("docs/.git/config"), "").unwrap();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/b/.envrc"), "").unwrap();
+        // Not entered: a repository's insides, a symlink out.
+        std::fs::create_dir_all(root.join(".git/objects/.envrc")).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join(".envrc"), "").unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("out")).unwrap();
+        let snap = SurfaceSnapshot::take(root);
+        assert_eq!(
+            snap.mounts(),
+            &SurfaceMounts {
+                pins: vec![
+                    root.join(".git"),
+                    root.join("docs"),
+                    root.join("a"),
+                    root.join("docs/.git"),
+                    root.join("a/b"),
+                ],
+                read_only: vec![
+                    root.join("docs/.git/config"),
+                    root.join("docs/.git/hooks"),
+                    root.join("a/b/.envrc"),
+                ],
+            }
+        );
+    }
+
+    #[test]
+    fn a_git_pointer_into_the_project_protects_the_repository_it_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("modules/lib/hooks")).unwrap();
+        std::fs::write(root.join("modules/lib/config"), "").unwrap();
+        std::fs::create_dir_all(root.join("lib")).unwrap();
+        std::fs::write(root.join("lib/.git"), "gitdir: ../modules/lib\n").unwrap();
+        let snap = SurfaceSnapshot::take(root);
+        let ro = &snap.mounts().read_only;
+        assert!(ro.contains(&root.join("lib/.git")), "{ro:?}");
+        assert!(ro.contains(&root.join("modules/lib/config")), "{ro:?}");
+        assert!(ro.contains(&root.join("modules/lib/hooks")), "{ro:?}");
+        assert!(snap.mounts().pins.contains(&root.join("modules/lib")));
     }
 
     #[test]

@@ -307,10 +307,6 @@ fn seen_as(path: &str, cwd: &str, mounts: &[(String, &'static str)]) -> String {
         None => "not visible".into(),
         Some((_, (d, "bind"))) if d == cwd || d != path => "read-write".into(),
         Some((_, (_, "bind"))) => "pinned".into(),
-        Some((_, (d, kind))) if *kind != "fresh" && *kind != "private tmpfs" && d != path => {
-            // Beneath a read-only or hidden mount: the same.
-            kind.to_string()
-        }
         Some((_, (_, kind))) => kind.to_string(),
     }
 }
