@@ -230,6 +230,9 @@ pub struct HostPath {
     /// Not even read by the agent's tools: it may hold API keys (the
     /// configuration) or the person's history (sessions, audit).
     pub private: bool,
+    /// It steers the daemon (configuration, user skills, the trust store in
+    /// the state): no sandboxed run may have its working directory inside.
+    pub steers: bool,
 }
 
 /// The daemon's own directories, as configured.
@@ -246,29 +249,49 @@ pub struct HostDirs {
 /// protected.
 pub fn host_paths_of(dirs: &HostDirs) -> Vec<HostPath> {
     let mut out: Vec<HostPath> = Vec::new();
-    let mut add = |path: PathBuf, why: &'static str, private: bool| {
+    let mut add = |path: PathBuf, why: &'static str, private: bool, steers: bool| {
         let path = path.canonicalize().unwrap_or(path);
         if path.is_absolute() && !out.iter().any(|h| h.path == path) {
-            out.push(HostPath { path, why, private });
+            out.push(HostPath {
+                path,
+                why,
+                private,
+                steers,
+            });
         }
     };
     add(
         dirs.config.clone(),
         "the agent's own configuration and policy",
         true,
+        true,
     );
     add(
         dirs.user_skills.clone(),
         "the agent's own user skills",
         false,
+        true,
     );
     add(
         dirs.state.clone(),
         "the agent's own state: flight plans, audit log, sessions, checkpoints and the trust store",
         true,
+        true,
     );
-    add(dirs.memex.clone(), "the agent's memex notes", false);
+    add(dirs.memex.clone(), "the agent's memex notes", false, false);
     out
+}
+
+/// The host path that steers the daemon and holds the directory `dir`
+/// (canonical), if any: a session there would have the daemon's own
+/// configuration, skills or trust store in its writable bind, with no
+/// parent left to hide them in, so its runs are refused.
+pub fn steering_host_path_around(dir: &Path, hosts: &[HostPath]) -> Option<HostPath> {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    hosts
+        .iter()
+        .find(|h| h.steers && dir.starts_with(&h.path))
+        .cloned()
 }
 
 /// The host paths an absolute path falls under. The path is compared as
@@ -342,16 +365,19 @@ mod tests {
                 path: config.clone(),
                 why: "config",
                 private: true,
+                steers: true,
             },
             HostPath {
                 path: state.clone(),
                 why: "state",
                 private: true,
+                steers: true,
             },
             HostPath {
                 path: config.join("skills"),
                 why: "skills",
                 private: false,
+                steers: true,
             },
         ];
         assert_eq!(
@@ -386,6 +412,12 @@ mod tests {
         // The skills directory is hidden with the config directory.
         assert_eq!(within, vec!["config", "state"]);
         assert!(host_paths_within(&[home.join("project")], &hosts).is_empty());
+        // A session inside one of them is refused; beside them it is not.
+        assert_eq!(
+            steering_host_path_around(&config.join("skills"), &hosts).map(|h| h.why),
+            Some("config")
+        );
+        assert_eq!(steering_host_path_around(&home, &hosts), None);
     }
 
     #[test]

@@ -139,6 +139,15 @@ impl ShellActuator {
     ) -> Result<ActOutput, ActError> {
         // The control surface as it is now: what exists is mounted
         // read-only, what does not is swept after the run.
+        if let Some(host) = crate::control_surface::steering_host_path_around(&ctx.cwd, &self.hosts)
+        {
+            return Ok(ActOutput::error(format!(
+                "refused to run: the working directory lies inside {} ({}), which the sandbox \
+                 cannot hide from a run there; start the session in a project directory",
+                host.path.display(),
+                host.why
+            )));
+        }
         let surface = SurfaceSnapshot::take(&ctx.cwd);
         let mut hidden = Vec::new();
         // The daemon's own directories inside a writable bind (a session

@@ -401,3 +401,43 @@ fn the_view_in_the_threat_model_is_the_view_bwrap_gets() {
         assert_eq!(&seen_as(&path, cwd_s, &mounts), want, "{path}\n{args:?}");
     }
 }
+
+/// Attack 1, variant: a session whose directory lies inside the daemon's
+/// own configuration or state directory has nothing above them to hide
+/// them in: its runs are refused with the reason, and nothing changes.
+#[tokio::test]
+async fn a_session_inside_the_daemons_own_directories_is_refused() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let home = harness::home_with_config(CONFIG);
+    let config_dir = home.path().join("config/passepartout");
+    let state_dir = home.path().join("state/passepartout");
+    std::fs::create_dir_all(&state_dir).unwrap();
+    for dir in [&config_dir, &state_dir] {
+        let mut d = daemon(
+            home.path(),
+            dir,
+            vec![
+                fake::shell_call(
+                    "c1",
+                    "printf 'sandbox = \"none\"\\n' >> config.toml; echo '{}' > trusted-skills.json",
+                ),
+                fake::openai_text("done"),
+            ],
+        )
+        .await;
+        let results = d.turn().await;
+        assert_eq!(results.len(), 1, "{results:?}");
+        assert!(
+            results[0].contains("refused to run: the working directory lies inside"),
+            "{}",
+            results[0]
+        );
+        assert!(!dir.join("trusted-skills.json").exists());
+    }
+    assert_eq!(
+        std::fs::read_to_string(config_dir.join("config.toml")).unwrap(),
+        CONFIG
+    );
+}
