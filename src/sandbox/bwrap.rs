@@ -33,7 +33,11 @@
 //!   extra read-only binds (last, so a read-only carve-out inside a writable
 //!   tree wins). `/tmp` may be given a size (`--size`, bwrap ≥ 0.5). The
 //!   daemon's own directories, when they lie inside a writable bind, are
-//!   hidden behind an empty read-only tmpfs.
+//!   hidden behind an empty read-only tmpfs, and the directories between
+//!   the bind and them are pinned so they cannot be renamed away.
+//! - Nothing else of the host is mounted: the view is built up from this
+//!   list, and `docs/threat-model.md` states it as a table that
+//!   `tests/suite/boundary.rs` checks against these arguments.
 //! - `--clearenv`, then a minimal fixed environment, then the action's
 //!   variables.
 //! - `--` and the interpreter, with the script as ONE argument and the

@@ -19,9 +19,16 @@
 //! `docs/architecture.md`.
 //!
 //! `.git` may be a directory (the repository: its dangerous parts are
-//! entries of their own) or a file (a linked worktree's `gitdir:` pointer,
-//! bound read-only like any other file; the repository it points to is
-//! outside the working directory and not visible in the sandbox at all).
+//! entries of their own) or a file (a linked worktree's or vendored
+//! repository's `gitdir:` pointer, bound read-only like any other file; the
+//! repository it points to is protected like a `.git` directory when it
+//! lies in the project, and not visible in the sandbox at all otherwise).
+//!
+//! Every entry counts at any depth: the tree is walked (see
+//! [`MAX_WALKED_DIRS`]) so a repository made with `git init` in a
+//! subfolder, or a nested `.envrc`, is as read-only as the top-level one.
+//! Only the root's missing entries are swept; what a run creates deeper
+//! is judged from the checkpoint by the effect gates.
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
