@@ -167,8 +167,14 @@ impl ShellActuator {
             }
             hidden.push(host.path);
         }
+        let mut mounts = surface.mounts().clone();
+        // Secrets stay masked unless a person approved this exact run (the
+        // gates ask before a command that reads one by name).
+        if ctx.approved_by.is_some() {
+            mounts.masked.clear();
+        }
         let boundary = Boundary {
-            surface: surface.mounts().clone(),
+            surface: mounts,
             tmp_size: resources.tmp_size,
             hidden,
         };

@@ -302,6 +302,13 @@ pub fn bwrap_args_with(
         .iter()
         .map(|p| bind_path(p))
         .collect::<Result<Vec<_>, _>>()?;
+    let masked = boundary
+        .surface
+        .masked
+        .iter()
+        .filter(|m| !boundary.hidden.iter().any(|h| m.starts_with(h)))
+        .map(|p| bind_path(p))
+        .collect::<Result<Vec<_>, _>>()?;
 
     let host_pins = host_pins(&spec.cwd, &spec.extra_rw, &boundary.hidden)
         .iter()
@@ -373,6 +380,12 @@ pub fn bwrap_args_with(
     // keys in config.toml), and nothing can be created there.
     for p in &hidden {
         push(&["--tmpfs", p, "--remount-ro", p]);
+    }
+    // Secrets: `/dev/null` (which cannot even be opened in the sandbox:
+    // its mounts are `nodev`) over each, except inside a hidden directory,
+    // where nothing is visible anyway.
+    for p in &masked {
+        push(&["--ro-bind", "/dev/null", p]);
     }
     for p in &extra_ro {
         push(&["--ro-bind", p, p]);
@@ -660,6 +673,7 @@ mod tests {
             surface: SurfaceMounts {
                 pins: vec![PathBuf::from("/home/ada/project/.git")],
                 read_only: vec![PathBuf::from("/home/ada/project/.git/config")],
+                masked: vec![],
             },
             tmp_size: None,
             hidden: vec![PathBuf::from("/home/ada/project/.local/state/passepartout")],

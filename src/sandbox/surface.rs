@@ -44,6 +44,38 @@ pub struct SurfaceMounts {
     pub pins: Vec<PathBuf>,
     /// Paths bound read-only, in order.
     pub read_only: Vec<PathBuf>,
+    /// Files named like secrets (`.env`, private keys), to cover with
+    /// `/dev/null` unless a person approved the run (see [`is_secret_name`]).
+    pub masked: Vec<PathBuf>,
+}
+
+/// Whether a file's name marks it as a secret the sandbox masks: environment
+/// files (`.env`, `.env.local`, not `.env.example`), private keys and
+/// credential stores. The gates ask about reading these by name; the mask
+/// makes a read by any route (a script building the name, a glob) find
+/// nothing.
+pub fn is_secret_name(name: &str) -> bool {
+    let env_file = name == ".env"
+        || (name.starts_with(".env.")
+            && !matches!(
+                name,
+                ".env.example" | ".env.sample" | ".env.template" | ".env.dist"
+            ));
+    let key_ext = [".pem", ".key", ".p12", ".pfx"]
+        .iter()
+        .any(|e| name.ends_with(e));
+    env_file
+        || key_ext
+        || matches!(
+            name,
+            "id_rsa"
+                | "id_dsa"
+                | "id_ecdsa"
+                | "id_ed25519"
+                | ".netrc"
+                | ".pgpass"
+                | ".git-credentials"
+        )
 }
 
 /// The state of the control surface before a run.
@@ -87,6 +119,7 @@ struct Gather {
     links: Vec<(&'static ControlEntry, PathBuf, PathBuf)>,
     pins: Vec<PathBuf>,
     read_only: Vec<PathBuf>,
+    masked: Vec<PathBuf>,
 }
 
 impl SurfaceSnapshot {
@@ -125,6 +158,7 @@ impl SurfaceSnapshot {
             mounts: SurfaceMounts {
                 pins: g.pins,
                 read_only: g.read_only,
+                masked: g.masked,
             },
         }
     }
@@ -298,12 +332,16 @@ fn walk_nested(root: &Path, canonical_root: &Path, g: &mut Gather) {
             let Some(name) = name.to_str() else {
                 continue;
             };
-            let is_start = crate::control_surface::starts_an_entry(name);
-            found |= is_start;
-            let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
-            // A control directory is read-only (or a repository) as a whole.
-            if is_dir && !is_start {
+            found |= crate::control_surface::starts_an_entry(name);
+            let file_type = e.file_type().ok();
+            let is_dir = file_type.is_some_and(|t| t.is_dir());
+            // A repository's insides are its own entries; other control
+            // directories (read-only as a whole) are entered for secrets.
+            if is_dir && name != ".git" {
                 queue.push_back(rel.join(name));
+            }
+            if file_type.is_some_and(|t| t.is_file()) && is_secret_name(name) {
+                g.masked.push(root.join(&rel).join(name));
             }
         }
         if found && !rel.as_os_str().is_empty() {
@@ -369,6 +407,7 @@ mod tests {
                     root.join(".git/hooks"),
                     root.join(".envrc"),
                 ],
+                masked: vec![],
             }
         );
     }
@@ -402,6 +441,7 @@ mod tests {
                     root.join("docs/.git/hooks"),
                     root.join("a/b/.envrc"),
                 ],
+                masked: vec![],
             }
         );
     }
@@ -420,6 +460,35 @@ mod tests {
         assert!(ro.contains(&root.join("modules/lib/config")), "{ro:?}");
         assert!(ro.contains(&root.join("modules/lib/hooks")), "{ro:?}");
         assert!(snap.mounts().pins.contains(&root.join("modules/lib")));
+    }
+
+    #[test]
+    fn secrets_are_found_at_any_depth_and_examples_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/.ssh")).unwrap();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        for f in [
+            ".env",
+            "a/.env.prod",
+            "a/.ssh/id_rsa",
+            "a/tls.pem",
+            ".env.example",
+            "a/env",
+            ".git/x.key",
+        ] {
+            std::fs::write(root.join(f), "").unwrap();
+        }
+        let snap = SurfaceSnapshot::take(root);
+        assert_eq!(
+            snap.mounts().masked,
+            vec![
+                root.join(".env"),
+                root.join("a/.env.prod"),
+                root.join("a/tls.pem"),
+                root.join("a/.ssh/id_rsa"),
+            ]
+        );
     }
 
     #[test]

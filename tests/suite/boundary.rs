@@ -363,6 +363,10 @@ fn the_view_in_the_threat_model_is_the_view_bwrap_gets() {
         "sub/.dir-locals.el",
         ".bashrc",
         "src/main.rs",
+        ".env",
+        "sub/.env.local",
+        ".ssh/id_ed25519",
+        ".env.example",
     ] {
         std::fs::write(p(file), "").unwrap();
     }
@@ -439,5 +443,43 @@ async fn a_session_inside_the_daemons_own_directories_is_refused() {
     assert_eq!(
         std::fs::read_to_string(config_dir.join("config.toml")).unwrap(),
         CONFIG
+    );
+}
+
+/// Secrets are out of the box: a `.env` (top level or nested) and a
+/// private key read by a script that builds their names find nothing,
+/// while `.env.example` stays readable.
+#[tokio::test]
+async fn secret_files_are_masked_in_the_sandbox() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let home = harness::home_with_config(CONFIG);
+    let project = tempfile::tempdir().unwrap();
+    let p = project.path();
+    std::fs::create_dir_all(p.join("svc/keys")).unwrap();
+    std::fs::write(p.join(".env"), "TOKEN=s3cr3t-top\n").unwrap();
+    std::fs::write(p.join("svc/.env.local"), "TOKEN=s3cr3t-nested\n").unwrap();
+    std::fs::write(p.join("svc/keys/id_ed25519"), "s3cr3t-key\n").unwrap();
+    std::fs::write(p.join(".env.example"), "TOKEN=placeholder\n").unwrap();
+    let mut script = Vec::new();
+    script.extend(write_then_run(
+        "c1",
+        "r.py",
+        "for n in ['.e' + 'nv', 'svc/.e' + 'nv.local', 'svc/keys/id_' + 'ed25519', '.e' + 'nv.example']:\n    \
+         try:\n        print(n, open(n).read())\n    except OSError as e:\n        print(n, 'refused', e.errno)",
+    ));
+    script.push(fake::openai_text("done"));
+    let mut d = daemon(home.path(), p, script).await;
+    let results = d.turn().await;
+    assert_eq!(results.len(), 2, "{results:?}");
+    let out = &results[1];
+    assert!(!out.contains("s3cr3t"), "{out}");
+    assert!(out.contains("TOKEN=placeholder"), "{out}");
+    assert_eq!(out.matches("refused").count(), 3, "{out}");
+    // The files themselves are untouched.
+    assert_eq!(
+        std::fs::read_to_string(p.join(".env")).unwrap(),
+        "TOKEN=s3cr3t-top\n"
     );
 }
