@@ -108,8 +108,9 @@ impl std::fmt::Display for Undone {
 
 /// Directories looked at before a run, at most: a larger tree is protected
 /// up to this many directories (breadth first, so shallow ones first) and a
-/// warning is logged. Not yet measured for this walk; a plain `find` of
-/// 1,100 directories (this crate with its `target/`) takes about 30 ms.
+/// warning is logged. Measured (debug build, load average ~8, 2026-11-25):
+/// this crate with its `target/` (1,236 directories) 145 ms median per
+/// snapshot (94–218 ms); a plain `find` of it takes about 30 ms.
 pub const MAX_WALKED_DIRS: usize = 100_000;
 
 /// What [`SurfaceSnapshot::take`] gathers.
