@@ -99,11 +99,80 @@ pub const CONTROL_SURFACE: &[ControlEntry] = &[
         dir: false,
         why: "Emacs evaluates directory-local variables in the person's editor",
     },
+    // A project that is (or holds) a home directory: the person's shell
+    // and tools read these at their next start, outside any sandbox.
+    ControlEntry {
+        path: ".bashrc",
+        dir: false,
+        why: "bash runs it in the person's next interactive shell",
+    },
+    ControlEntry {
+        path: ".bash_profile",
+        dir: false,
+        why: "bash runs it in the person's next login shell",
+    },
+    ControlEntry {
+        path: ".bash_login",
+        dir: false,
+        why: "bash runs it in the person's next login shell",
+    },
+    ControlEntry {
+        path: ".bash_logout",
+        dir: false,
+        why: "bash runs it when the person's login shell exits",
+    },
+    ControlEntry {
+        path: ".profile",
+        dir: false,
+        why: "login shells run it at the person's next login",
+    },
+    ControlEntry {
+        path: ".zshenv",
+        dir: false,
+        why: "zsh runs it in every shell the person starts",
+    },
+    ControlEntry {
+        path: ".zprofile",
+        dir: false,
+        why: "zsh runs it in the person's next login shell",
+    },
+    ControlEntry {
+        path: ".zshrc",
+        dir: false,
+        why: "zsh runs it in the person's next interactive shell",
+    },
+    ControlEntry {
+        path: ".zlogin",
+        dir: false,
+        why: "zsh runs it in the person's next login shell",
+    },
+    ControlEntry {
+        path: ".ssh",
+        dir: true,
+        why: "SSH keys, authorized_keys and client configuration (ProxyCommand runs programs)",
+    },
+    ControlEntry {
+        path: ".gitconfig",
+        dir: false,
+        why: "the person's git configuration can name programs git runs on the host",
+    },
 ];
+
+/// Whether `name` is the first component of a control-surface entry: a
+/// directory whose listing holds one may hold a nested control path.
+pub fn starts_an_entry(name: &str) -> bool {
+    CONTROL_SURFACE
+        .iter()
+        .any(|e| e.path.split('/').next() == Some(name))
+}
 
 /// The control-surface entry a path falls under, if any. `rel` is relative
 /// to the project root; `.` components are ignored, and a path that climbs
 /// out with `..` is never matched here (confinement is another layer's job).
+///
+/// Entries count at any depth: `docs/.git/config` (a nested or vendored
+/// repository), `sub/.envrc` and `sub/.dir-locals.el` steer the host as
+/// much as their top-level twins.
 pub fn control_entry(rel: &Path) -> Option<&'static ControlEntry> {
     let parts: Vec<&str> = rel
         .components()
@@ -115,13 +184,16 @@ pub fn control_entry(rel: &Path) -> Option<&'static ControlEntry> {
     if rel.components().any(|c| matches!(c, Component::ParentDir)) {
         return None;
     }
-    CONTROL_SURFACE.iter().find(|entry| {
-        let want: Vec<&str> = entry.path.split('/').collect();
-        if entry.dir {
-            parts.len() >= want.len() && parts[..want.len()] == want[..]
-        } else {
-            parts == want
-        }
+    (0..parts.len()).find_map(|start| {
+        let parts = &parts[start..];
+        CONTROL_SURFACE.iter().find(|entry| {
+            let want: Vec<&str> = entry.path.split('/').collect();
+            if entry.dir {
+                parts.len() >= want.len() && parts[..want.len()] == want[..]
+            } else {
+                parts == want
+            }
+        })
     })
 }
 
@@ -158,6 +230,9 @@ pub struct HostPath {
     /// Not even read by the agent's tools: it may hold API keys (the
     /// configuration) or the person's history (sessions, audit).
     pub private: bool,
+    /// It steers the daemon (configuration, user skills, the trust store in
+    /// the state): no sandboxed run may have its working directory inside.
+    pub steers: bool,
 }
 
 /// The daemon's own directories, as configured.
@@ -174,29 +249,49 @@ pub struct HostDirs {
 /// protected.
 pub fn host_paths_of(dirs: &HostDirs) -> Vec<HostPath> {
     let mut out: Vec<HostPath> = Vec::new();
-    let mut add = |path: PathBuf, why: &'static str, private: bool| {
+    let mut add = |path: PathBuf, why: &'static str, private: bool, steers: bool| {
         let path = path.canonicalize().unwrap_or(path);
         if path.is_absolute() && !out.iter().any(|h| h.path == path) {
-            out.push(HostPath { path, why, private });
+            out.push(HostPath {
+                path,
+                why,
+                private,
+                steers,
+            });
         }
     };
     add(
         dirs.config.clone(),
         "the agent's own configuration and policy",
         true,
+        true,
     );
     add(
         dirs.user_skills.clone(),
         "the agent's own user skills",
         false,
+        true,
     );
     add(
         dirs.state.clone(),
         "the agent's own state: flight plans, audit log, sessions, checkpoints and the trust store",
         true,
+        true,
     );
-    add(dirs.memex.clone(), "the agent's memex notes", false);
+    add(dirs.memex.clone(), "the agent's memex notes", false, false);
     out
+}
+
+/// The host path that steers the daemon and holds the directory `dir`
+/// (canonical), if any: a session there would have the daemon's own
+/// configuration, skills or trust store in its writable bind, with no
+/// parent left to hide them in, so its runs are refused.
+pub fn steering_host_path_around(dir: &Path, hosts: &[HostPath]) -> Option<HostPath> {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    hosts
+        .iter()
+        .find(|h| h.steers && dir.starts_with(&h.path))
+        .cloned()
 }
 
 /// The host paths an absolute path falls under. The path is compared as
@@ -270,16 +365,19 @@ mod tests {
                 path: config.clone(),
                 why: "config",
                 private: true,
+                steers: true,
             },
             HostPath {
                 path: state.clone(),
                 why: "state",
                 private: true,
+                steers: true,
             },
             HostPath {
                 path: config.join("skills"),
                 why: "skills",
                 private: false,
+                steers: true,
             },
         ];
         assert_eq!(
@@ -314,6 +412,12 @@ mod tests {
         // The skills directory is hidden with the config directory.
         assert_eq!(within, vec!["config", "state"]);
         assert!(host_paths_within(&[home.join("project")], &hosts).is_empty());
+        // A session inside one of them is refused; beside them it is not.
+        assert_eq!(
+            steering_host_path_around(&config.join("skills"), &hosts).map(|h| h.why),
+            Some("config")
+        );
+        assert_eq!(steering_host_path_around(&home, &hosts), None);
     }
 
     #[test]
@@ -333,6 +437,28 @@ mod tests {
     }
 
     #[test]
+    fn entries_count_at_any_depth() {
+        for (p, want) in [
+            ("docs/.git/config", ".git/config"),
+            ("vendor/lib/.git/hooks/post-checkout", ".git/hooks"),
+            ("sub/.envrc", ".envrc"),
+            ("a/b/.dir-locals.el", ".dir-locals.el"),
+            ("tools/.vscode/tasks.json", ".vscode"),
+            (".bashrc", ".bashrc"),
+            ("ada/.ssh/authorized_keys", ".ssh"),
+        ] {
+            assert_eq!(
+                control_entry(Path::new(p)).map(|e| e.path),
+                Some(want),
+                "{p}"
+            );
+        }
+        assert_eq!(control_entry(Path::new("docs/.git/objects/ab")), None);
+        assert!(starts_an_entry(".git") && starts_an_entry(".bashrc"));
+        assert!(!starts_an_entry("src"));
+    }
+
+    #[test]
     fn ordinary_project_files_are_not_control_surface() {
         for p in [
             "src/main.rs",
@@ -343,6 +469,8 @@ mod tests {
             ".git/config.d",
             "docs/.envrc.md",
             "../.envrc",
+            "docs/.git/index",
+            "src/bashrc",
         ] {
             assert_eq!(control_entry(Path::new(p)), None, "{p}");
         }

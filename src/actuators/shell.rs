@@ -139,6 +139,15 @@ impl ShellActuator {
     ) -> Result<ActOutput, ActError> {
         // The control surface as it is now: what exists is mounted
         // read-only, what does not is swept after the run.
+        if let Some(host) = crate::control_surface::steering_host_path_around(&ctx.cwd, &self.hosts)
+        {
+            return Ok(ActOutput::error(format!(
+                "refused to run: the working directory lies inside {} ({}), which the sandbox \
+                 cannot hide from a run there; start the session in a project directory",
+                host.path.display(),
+                host.why
+            )));
+        }
         let surface = SurfaceSnapshot::take(&ctx.cwd);
         let mut hidden = Vec::new();
         // The daemon's own directories inside a writable bind (a session
@@ -158,8 +167,14 @@ impl ShellActuator {
             }
             hidden.push(host.path);
         }
+        let mut mounts = surface.mounts().clone();
+        // Secrets stay masked unless a person approved this exact run (the
+        // gates ask before a command that reads one by name).
+        if ctx.approved_by.is_some() {
+            mounts.masked.clear();
+        }
         let boundary = Boundary {
-            surface: surface.mounts().clone(),
+            surface: mounts,
             tmp_size: resources.tmp_size,
             hidden,
         };

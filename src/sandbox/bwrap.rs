@@ -33,7 +33,11 @@
 //!   extra read-only binds (last, so a read-only carve-out inside a writable
 //!   tree wins). `/tmp` may be given a size (`--size`, bwrap ≥ 0.5). The
 //!   daemon's own directories, when they lie inside a writable bind, are
-//!   hidden behind an empty read-only tmpfs.
+//!   hidden behind an empty read-only tmpfs, and the directories between
+//!   the bind and them are pinned so they cannot be renamed away.
+//! - Nothing else of the host is mounted: the view is built up from this
+//!   list, and `docs/threat-model.md` states it as a table that
+//!   `tests/suite/boundary.rs` checks against these arguments.
 //! - `--clearenv`, then a minimal fixed environment, then the action's
 //!   variables.
 //! - `--` and the interpreter, with the script as ONE argument and the
@@ -298,6 +302,18 @@ pub fn bwrap_args_with(
         .iter()
         .map(|p| bind_path(p))
         .collect::<Result<Vec<_>, _>>()?;
+    let masked = boundary
+        .surface
+        .masked
+        .iter()
+        .filter(|m| !boundary.hidden.iter().any(|h| m.starts_with(h)))
+        .map(|p| bind_path(p))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let host_pins = host_pins(&spec.cwd, &spec.extra_rw, &boundary.hidden)
+        .iter()
+        .map(|p| bind_path(p))
+        .collect::<Result<Vec<_>, _>>()?;
 
     let mut a: Vec<String> = Vec::new();
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
@@ -353,6 +369,9 @@ pub fn bwrap_args_with(
         for p in &pins {
             push(&["--bind", p, p]);
         }
+        for p in &host_pins {
+            push(&["--bind", p, p]);
+        }
     }
     for p in &surface_ro {
         push(&["--ro-bind", p, p]);
@@ -361,6 +380,12 @@ pub fn bwrap_args_with(
     // keys in config.toml), and nothing can be created there.
     for p in &hidden {
         push(&["--tmpfs", p, "--remount-ro", p]);
+    }
+    // Secrets: `/dev/null` (which cannot even be opened in the sandbox:
+    // its mounts are `nodev`) over each, except inside a hidden directory,
+    // where nothing is visible anyway.
+    for p in &masked {
+        push(&["--ro-bind", "/dev/null", p]);
     }
     for p in &extra_ro {
         push(&["--ro-bind", p, p]);
@@ -378,6 +403,38 @@ pub fn bwrap_args_with(
     push(&["--"]);
     a.extend(command);
     Ok(a)
+}
+
+/// The directories between a writable bind and a hidden host directory
+/// inside it (`~/.config` and `~/.local`, `~/.local/state` for a session in
+/// `$HOME`), shallowest first. Bound onto themselves they are mount points,
+/// which cannot be renamed or removed (`EBUSY`): otherwise `mv ~/.config
+/// ~/.c && mkdir -p ~/.config/passepartout` would put a fresh, writable
+/// configuration where the hidden one was.
+fn host_pins(cwd: &Path, extra_rw: &[PathBuf], hidden: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for h in hidden {
+        let Some(bind) = std::iter::once(cwd)
+            .chain(extra_rw.iter().map(PathBuf::as_path))
+            .filter(|b| h.starts_with(b) && h.as_path() != *b)
+            .max_by_key(|b| b.components().count())
+        else {
+            continue;
+        };
+        let mut p = bind.to_path_buf();
+        let Ok(rest) = h.strip_prefix(bind) else {
+            continue;
+        };
+        let parts: Vec<Component> = rest.components().collect();
+        for c in &parts[..parts.len().saturating_sub(1)] {
+            p.push(c);
+            if !out.contains(&p) {
+                out.push(p.clone());
+            }
+        }
+    }
+    out.sort_by_key(|p| p.components().count());
+    out
 }
 
 /// The interpreter command line: `bash -c SCRIPT bash ARGV...` (the name
@@ -555,6 +612,38 @@ mod tests {
     }
 
     #[test]
+    fn parents_of_hidden_host_dirs_are_pinned() {
+        let hidden = vec![
+            PathBuf::from("/home/ada/.config/passepartout"),
+            PathBuf::from("/home/ada/.local/state/passepartout"),
+            PathBuf::from("/home/ada/memex"),
+        ];
+        assert_eq!(
+            host_pins(Path::new("/home/ada"), &[], &hidden),
+            vec![
+                PathBuf::from("/home/ada/.config"),
+                PathBuf::from("/home/ada/.local"),
+                PathBuf::from("/home/ada/.local/state"),
+            ]
+        );
+        let mut s = spec("bash", "true");
+        s.cwd = PathBuf::from("/home/ada");
+        let boundary = Boundary {
+            hidden: hidden[..1].to_vec(),
+            ..Boundary::default()
+        };
+        let args = bwrap_args_with(&s, &SystemLayout::merged_usr(), &boundary).unwrap();
+        let at = |x: &str| args.iter().position(|a| a == x).unwrap();
+        // The pin comes before the tmpfs that hides the directory in it.
+        assert_eq!(args[at("/home/ada/.config") - 1], "--bind");
+        assert!(at("/home/ada/.config") < at("/home/ada/.config/passepartout"));
+        // Read-only mode: nothing is writable, nothing to pin.
+        s.read_only = true;
+        let args = bwrap_args_with(&s, &SystemLayout::merged_usr(), &boundary).unwrap();
+        assert!(!args.iter().any(|a| a == "/home/ada/.config"));
+    }
+
+    #[test]
     fn default_policy_whole_vector() {
         let args = bwrap_args(&spec("bash", "ls -la"), &SystemLayout::merged_usr()).unwrap();
         let want = expected(&[
@@ -584,6 +673,7 @@ mod tests {
             surface: SurfaceMounts {
                 pins: vec![PathBuf::from("/home/ada/project/.git")],
                 read_only: vec![PathBuf::from("/home/ada/project/.git/config")],
+                masked: vec![],
             },
             tmp_size: None,
             hidden: vec![PathBuf::from("/home/ada/project/.local/state/passepartout")],

@@ -6,6 +6,7 @@ mod agent_turn;
 mod attacks_sandbox;
 mod attacks_shell;
 mod attacks_trust;
+mod boundary;
 mod bounds;
 mod checkpoints;
 mod client_fs;

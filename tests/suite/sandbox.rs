@@ -848,6 +848,7 @@ fn control_surface_and_tmp_size_whole_vector() {
                 PathBuf::from("/home/ada/project/.git/config"),
                 PathBuf::from("/home/ada/project/.git/hooks"),
             ],
+            masked: vec![],
         },
         tmp_size: Some(8 * 1024 * 1024),
         hidden: vec![],
