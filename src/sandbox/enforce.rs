@@ -266,17 +266,32 @@ impl Enforcer {
         None
     }
 
-    /// Remove the run's cgroup once its processes are gone.
+    /// Remove the run's cgroup once its processes are gone. The run's
+    /// result does not wait for it: right after a kill the kernel may still
+    /// hold the cgroup (EBUSY, 3 runs in 5 here) while the last processes
+    /// are released, so the removal is retried off the caller's path, soon
+    /// at first and then less often.
     pub async fn finish(self) {
-        if let Some(cg) = self.cgroup {
-            for _ in 0..200 {
+        let Some(cg) = self.cgroup else {
+            return;
+        };
+        if std::fs::remove_dir(&cg.dir).is_ok() {
+            return;
+        }
+        let retry = async move {
+            let mut wait = Duration::from_millis(1);
+            let mut waited = Duration::ZERO;
+            while waited < Duration::from_secs(10) {
+                tokio::time::sleep(wait).await;
+                waited += wait;
                 if std::fs::remove_dir(&cg.dir).is_ok() {
                     return;
                 }
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                wait = (wait * 2).min(Duration::from_millis(200));
             }
             tracing::warn!(cgroup = %cg.dir.display(), "could not remove the run's cgroup");
-        }
+        };
+        tokio::spawn(retry);
     }
 }
 
@@ -340,7 +355,11 @@ fn pids_parent() -> Option<PathBuf> {
         .get_or_init(|| {
             let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
             let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-            find_pids_parent(&own, &mounts).filter(|dir| {
+            let parent = find_pids_parent(&own, &mounts);
+            if let Some(dir) = &parent {
+                remove_stale_cgroups(dir);
+            }
+            parent.filter(|dir| {
                 // Writable here? Try once with a probe directory.
                 let probe = dir.join(format!("passepartout-probe-{}", std::process::id()));
                 let ok = std::fs::create_dir(&probe).is_ok() && probe.join("pids.max").exists();
@@ -349,6 +368,30 @@ fn pids_parent() -> Option<PathBuf> {
             })
         })
         .clone()
+}
+
+/// Remove the empty run cgroups of daemons that are gone: a run's cgroup is
+/// removed in the background after its result (see [`Enforcer::finish`]),
+/// which a process that exits at once does not wait for.
+fn remove_stale_cgroups(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("passepartout-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            // Fails (EBUSY) while processes remain in it: then it stays.
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
 }
 
 /// From `/proc/self/cgroup` and `/proc/self/mountinfo`: our cgroup in a v1
