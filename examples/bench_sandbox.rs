@@ -5,6 +5,10 @@
 //! writable, the disk watchdog) and the control surface (a snapshot of a
 //! git project before the run, its read-only binds, the sweep after).
 //!
+//! The last line is the figure issue 20 asks for: what a tool call costs
+//! (control surface, limits, runner) over a bare `bwrap … sh -c true` with
+//! the same flags spawned by `std::process::Command`, in the same run.
+//!
 //! Run: `cargo run --release --example bench_sandbox [N]` (default 50).
 
 use std::collections::BTreeMap;
@@ -217,6 +221,33 @@ async fn main() {
         delta(unlimited.p50, action.p50),
         delta(limited.mean, unlimited.mean),
         delta(limited.p50, unlimited.p50),
+    );
+    // A bare spawn with the same flags (the project's argument list, no
+    // runner, no limits, no surface), alternated with nothing else.
+    let bare_args = bwrap_args(&spec, &SystemLayout::probe()).expect("argument list");
+    let mut bare_samples = Vec::with_capacity(n);
+    for i in 0..n + 3 {
+        let started = Instant::now();
+        let status = std::process::Command::new(&program)
+            .args(&bare_args)
+            .current_dir(&spec.cwd)
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("bare bwrap");
+        if i >= 3 {
+            bare_samples.push(started.elapsed());
+        }
+        assert!(status.success());
+    }
+    let bare_spawn = stats(bare_samples);
+    row("bare bwrap … sh -c true", &bare_spawn);
+    println!(
+        "per-call overhead over a bare bwrap with the same flags: mean {:+.2} ms, p50 {:+.2} ms",
+        delta(limited.mean, bare_spawn.mean),
+        delta(limited.p50, bare_spawn.p50),
     );
     // The host-side work alone, without the spawn: snapshot + sweep.
     let started = Instant::now();

@@ -118,7 +118,8 @@ impl Endpoint {
         if let Some(client) = self.client.get() {
             return Ok(client);
         }
-        let built = http_client(self.connect_timeout)?;
+        let tls = self.base_url.starts_with("https:");
+        let built = http_client(self.connect_timeout, tls)?;
         Ok(self.client.get_or_init(|| built))
     }
 
@@ -212,13 +213,22 @@ impl Endpoint {
     }
 }
 
-/// Builds a reqwest client with our connect deadline.
-fn http_client(connect_timeout: Duration) -> Result<reqwest::Client, ProviderError> {
+/// Builds a reqwest client with our connect deadline. Without `tls` (a
+/// plain `http://` provider) it trusts no certificate at all: loading the
+/// system's CA store opens every file of `/etc/ssl/certs` (1.5–2 ms of a
+/// 10 ms cold start), which a local server never needs; a redirect to
+/// https then fails closed.
+fn http_client(connect_timeout: Duration, tls: bool) -> Result<reqwest::Client, ProviderError> {
     // reqwest is built without a default crypto provider; installing one twice
     // is harmless (the second call reports the first is in place).
     let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .connect_timeout(connect_timeout)
+    let builder = reqwest::Client::builder().connect_timeout(connect_timeout);
+    let builder = if tls {
+        builder
+    } else {
+        builder.tls_certs_only(std::iter::empty())
+    };
+    builder
         .build()
         .map_err(|e| ProviderError::Config(format!("cannot build HTTP client: {}", chain(&e))))
 }

@@ -1,12 +1,20 @@
 //! How [`ResourceLimits`] are enforced on one run, and how a limit that was
 //! hit is recognised and named.
 //!
-//! - **File size, CPU, open files, core dumps**: `setrlimit` in the child
-//!   before it executes bwrap (RLIMIT_FSIZE, RLIMIT_CPU, RLIMIT_NOFILE,
-//!   RLIMIT_CORE = 0); every process of the sandbox inherits them, and they
-//!   bind root too. A process over the file size gets SIGXFSZ, over its CPU
-//!   seconds SIGXCPU; the shell reports both, which is how the result names
-//!   them.
+//! - **Memory, file size, CPU, open files, core dumps**: `setrlimit` in the
+//!   child before it executes bwrap (RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_CPU,
+//!   RLIMIT_NOFILE, RLIMIT_CORE = 0); every process of the sandbox inherits
+//!   them, and they bind root too. A process over the file size gets
+//!   SIGXFSZ, over its CPU seconds SIGXCPU; the shell reports both, which is
+//!   how the result names them. Over its address space an allocation fails
+//!   and the program says so ("out of memory", "Cannot allocate memory",
+//!   …), which is how the memory limit is named. RLIMIT_AS rather than a
+//!   memory cgroup: it costs nothing per run, where joining a cgroup v1
+//!   hierarchy costs an RCU grace period (~12 ms measured here); the price
+//!   is that it bounds reserved address space, so a runtime that reserves
+//!   a large heap up front (a JVM without `-Xmx`) needs `memory=` raised.
+//! - **Output**: not here but in [`super::runner`]: the first read past the
+//!   output cap kills the process group.
 //! - **Processes**: a pids cgroup when one is writable here (cgroup v1
 //!   `pids`, or a cgroup v2 directory whose `subtree_control` offers
 //!   `pids`): a fresh child cgroup per run with `pids.max`, joined by the
@@ -44,6 +52,10 @@ pub const WATCH_EVERY: Duration = Duration::from_millis(100);
 pub enum LimitHit {
     /// More processes than allowed were attempted (pids cgroup).
     Processes(u64),
+    /// An allocation failed at the address-space limit (RLIMIT_AS).
+    Memory(u64),
+    /// The output passed the cap (bytes per stream); the group was killed.
+    Output(u64),
     /// The disk's free space dropped by more than allowed.
     DiskWrite(u64),
     /// A file reached the size limit (RLIMIT_FSIZE).
@@ -59,6 +71,17 @@ impl std::fmt::Display for LimitHit {
                 f,
                 "stopped: the command tried to run more than {n} processes at once \
                  (limit `processes`, pids cgroup); everything it started was killed"
+            ),
+            LimitHit::Memory(n) => write!(
+                f,
+                "stopped: a process ran out of its {} of memory (limit `memory`, RLIMIT_AS); \
+                 raise it with `:LIMITS: memory=…` if the command needs more",
+                format_size(*n)
+            ),
+            LimitHit::Output(n) => write!(
+                f,
+                "stopped: the output passed the cap of {n} bytes per stream; the command and \
+                 everything it started were killed (print less, e.g. `| head` or `| tail`)"
             ),
             LimitHit::DiskWrite(n) => write!(
                 f,
@@ -103,6 +126,9 @@ impl Enforcer {
     /// one is available; [`Enforcer::finish`] removes it.
     pub fn prepare(limits: &ResourceLimits, cwd: &Path) -> Enforcer {
         let mut rlimits = vec![(Resource::Core, 0)];
+        if let Some(n) = limits.memory {
+            rlimits.push((Resource::As, n));
+        }
         if let Some(n) = limits.file_size {
             rlimits.push((Resource::Fsize, n));
         }
@@ -232,20 +258,40 @@ impl Enforcer {
                 return Some(LimitHit::Processes(n));
             }
         }
+        if let Some(n) = self.limits.memory {
+            if exit_code != Some(0) && OUT_OF_MEMORY.iter().any(|m| stderr.contains(m)) {
+                return Some(LimitHit::Memory(n));
+            }
+        }
         None
     }
 
-    /// Remove the run's cgroup once its processes are gone.
+    /// Remove the run's cgroup once its processes are gone. The run's
+    /// result does not wait for it: right after a kill the kernel may still
+    /// hold the cgroup (EBUSY, 3 runs in 5 here) while the last processes
+    /// are released, so the removal is retried off the caller's path, soon
+    /// at first and then less often.
     pub async fn finish(self) {
-        if let Some(cg) = self.cgroup {
-            for _ in 0..200 {
+        let Some(cg) = self.cgroup else {
+            return;
+        };
+        if std::fs::remove_dir(&cg.dir).is_ok() {
+            return;
+        }
+        let retry = async move {
+            let mut wait = Duration::from_millis(1);
+            let mut waited = Duration::ZERO;
+            while waited < Duration::from_secs(10) {
+                tokio::time::sleep(wait).await;
+                waited += wait;
                 if std::fs::remove_dir(&cg.dir).is_ok() {
                     return;
                 }
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                wait = (wait * 2).min(Duration::from_millis(200));
             }
             tracing::warn!(cgroup = %cg.dir.display(), "could not remove the run's cgroup");
-        }
+        };
+        tokio::spawn(retry);
     }
 }
 
@@ -288,6 +334,19 @@ impl RunCgroup {
     }
 }
 
+/// How programs report a failed allocation on stderr: glibc's strerror
+/// (bash, coreutils), awk, Python, C++, Rust, Perl, the JVM's start-up.
+const OUT_OF_MEMORY: &[&str] = &[
+    "Cannot allocate memory",
+    "out of memory",
+    "Out of memory",
+    "MemoryError",
+    "std::bad_alloc",
+    "memory allocation of",
+    "memory exhausted",
+    "Could not reserve enough space",
+];
+
 /// The cgroup directory under which run cgroups with a pids controller can
 /// be made, found once per process.
 fn pids_parent() -> Option<PathBuf> {
@@ -296,7 +355,11 @@ fn pids_parent() -> Option<PathBuf> {
         .get_or_init(|| {
             let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
             let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-            find_pids_parent(&own, &mounts).filter(|dir| {
+            let parent = find_pids_parent(&own, &mounts);
+            if let Some(dir) = &parent {
+                remove_stale_cgroups(dir);
+            }
+            parent.filter(|dir| {
                 // Writable here? Try once with a probe directory.
                 let probe = dir.join(format!("passepartout-probe-{}", std::process::id()));
                 let ok = std::fs::create_dir(&probe).is_ok() && probe.join("pids.max").exists();
@@ -305,6 +368,30 @@ fn pids_parent() -> Option<PathBuf> {
             })
         })
         .clone()
+}
+
+/// Remove the empty run cgroups of daemons that are gone: a run's cgroup is
+/// removed in the background after its result (see [`Enforcer::finish`]),
+/// which a process that exits at once does not wait for.
+fn remove_stale_cgroups(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("passepartout-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            // Fails (EBUSY) while processes remain in it: then it stays.
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
 }
 
 /// From `/proc/self/cgroup` and `/proc/self/mountinfo`: our cgroup in a v1
@@ -470,5 +557,14 @@ mod tests {
             Some(LimitHit::Cpu(120))
         );
         assert_eq!(e.recognise(Some(0), None, "fine"), None);
+        let memory = ResourceLimits::default().memory.unwrap();
+        assert_eq!(
+            e.recognise(Some(2), None, "awk: cmd. line:1: fatal: out of memory"),
+            Some(LimitHit::Memory(memory))
+        );
+        assert_eq!(
+            e.recognise(Some(0), None, "grep: out of memory was logged"),
+            None
+        );
     }
 }

@@ -1,12 +1,12 @@
 //! Resource limits of a sandboxed run, beyond wall time and output: how
-//! many processes, how large a file, how much CPU, how many open files,
-//! how much the disk may fill, how large `/tmp` may grow.
+//! many processes, how much memory, how large a file, how much CPU, how
+//! many open files, how much the disk may fill, how large `/tmp` may grow.
 //!
 //! Defaults live here ([`ResourceLimits::default`]); `config.toml` replaces
 //! them (`[sandbox_limits]`), and a skill tool may override some for its own
 //! runs (`:LIMITS: processes=512 file_size=1G cpu=120`, parsed by
 //! [`LimitOverrides::parse`]). How each is enforced is described in
-//! [`super::runner`].
+//! [`super::enforce`].
 
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -16,6 +16,10 @@ use serde::{Deserialize, Deserializer, Serialize};
 pub struct ResourceLimits {
     /// Processes (and threads) alive at once in the run.
     pub processes: Option<u64>,
+    /// Address space per process, in bytes (RLIMIT_AS): an allocation past
+    /// it fails, and the program reports it and stops.
+    #[serde(deserialize_with = "size_opt")]
+    pub memory: Option<u64>,
     /// Largest file any process may write, in bytes (RLIMIT_FSIZE).
     #[serde(deserialize_with = "size_opt")]
     pub file_size: Option<u64>,
@@ -36,11 +40,12 @@ const MIB: u64 = 1024 * 1024;
 const GIB: u64 = 1024 * MIB;
 
 impl Default for ResourceLimits {
-    /// 256 processes, 256 MiB per file, 120 CPU seconds, 1024 open files,
+    /// 256 processes, 2 GiB of address space per process, 256 MiB per file, 120 CPU seconds, 1024 open files,
     /// 1 GiB of disk, 256 MiB of `/tmp`.
     fn default() -> Self {
         ResourceLimits {
             processes: Some(256),
+            memory: Some(2 * GIB),
             file_size: Some(256 * MIB),
             cpu_secs: Some(120),
             open_files: Some(1024),
@@ -55,6 +60,7 @@ impl ResourceLimits {
     pub fn none() -> Self {
         ResourceLimits {
             processes: None,
+            memory: None,
             file_size: None,
             cpu_secs: None,
             open_files: None,
@@ -71,6 +77,7 @@ impl ResourceLimits {
             }
         };
         pick(&mut self.processes, o.processes);
+        pick(&mut self.memory, o.memory);
         pick(&mut self.file_size, o.file_size);
         pick(&mut self.cpu_secs, o.cpu_secs);
         pick(&mut self.open_files, o.open_files);
@@ -84,6 +91,7 @@ impl ResourceLimits {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LimitOverrides {
     pub processes: Option<u64>,
+    pub memory: Option<u64>,
     pub file_size: Option<u64>,
     pub cpu_secs: Option<u64>,
     pub open_files: Option<u64>,
@@ -95,6 +103,7 @@ impl LimitOverrides {
     /// The names `:LIMITS:` understands.
     pub const NAMES: &'static [&'static str] = &[
         "processes",
+        "memory",
         "file_size",
         "cpu",
         "open_files",
@@ -123,6 +132,7 @@ impl LimitOverrides {
                 "processes" => o.processes = Some(whole()?),
                 "cpu" => o.cpu_secs = Some(whole()?),
                 "open_files" => o.open_files = Some(whole()?),
+                "memory" => o.memory = Some(parse_size(value)?),
                 "file_size" => o.file_size = Some(parse_size(value)?),
                 "disk_write" => o.disk_write = Some(parse_size(value)?),
                 "tmp_size" => o.tmp_size = Some(parse_size(value)?),
@@ -236,11 +246,12 @@ mod tests {
 
     #[test]
     fn overrides_parse_and_apply() {
-        let o = LimitOverrides::parse("processes=512 file_size=1G cpu=120").unwrap();
+        let o = LimitOverrides::parse("processes=512 file_size=1G cpu=120 memory=512M").unwrap();
         assert_eq!(
             o,
             LimitOverrides {
                 processes: Some(512),
+                memory: Some(512 * MIB),
                 file_size: Some(GIB),
                 cpu_secs: Some(120),
                 ..LimitOverrides::default()
@@ -249,10 +260,12 @@ mod tests {
         let applied = ResourceLimits::default().with(&o);
         assert_eq!(applied.processes, Some(512));
         assert_eq!(applied.open_files, Some(1024));
+        assert_eq!(applied.memory, Some(512 * MIB));
+        assert_eq!(ResourceLimits::default().memory, Some(2 * GIB));
         assert_eq!(
             LimitOverrides::parse("forks=3").unwrap_err().to_string(),
-            "unknown limit `forks`; known: processes, file_size, cpu, open_files, disk_write, \
-             tmp_size"
+            "unknown limit `forks`; known: processes, memory, file_size, cpu, open_files, \
+             disk_write, tmp_size"
         );
         assert!(LimitOverrides::parse("processes").is_err());
         assert!(LimitOverrides::parse("processes=0").is_err());

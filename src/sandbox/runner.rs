@@ -7,9 +7,10 @@
 //! its promises about resources. The program leads its own process group,
 //! so a timeout or a cancellation kills everything it started, not just the
 //! first process; whatever is left in the group when the program exits is
-//! killed too. Output is drained to the end but only the first `output_cap` bytes
-//! of each stream are kept, so memory stays flat however much a command
-//! prints.
+//! killed too. Only the first `output_cap` bytes of each stream are kept,
+//! and a command whose output passes the cap is stopped at the source: its
+//! group is killed at the first read past the cap, so `yes` costs one cap
+//! and a pipe buffer of reading, not the whole timeout of draining.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -36,7 +37,8 @@ const READ_CHUNK: usize = 64 * 1024;
 pub struct RunLimits {
     /// Wall-clock limit; the process group is killed when it passes.
     pub timeout: Duration,
-    /// Bytes kept per stream (stdout and stderr each); the rest is counted.
+    /// Bytes kept per stream (stdout and stderr each); a command that
+    /// prints more is stopped, and what was read past the cap is counted.
     pub output_cap: usize,
 }
 
@@ -253,8 +255,8 @@ async fn run_enforced(
         };
         let work = async {
             let (_, _, status) = tokio::join!(
-                drain(&mut out_pipe, &mut out),
-                drain(&mut err_pipe, &mut err),
+                drain(&mut out_pipe, &mut out, &group),
+                drain(&mut err_pipe, &mut err, &group),
                 wait_then_reap
             );
             status
@@ -280,8 +282,8 @@ async fn run_enforced(
             // follows at once unless something escaped it.
             let rest = async {
                 let (_, _, status) = tokio::join!(
-                    drain(&mut out_pipe, &mut out),
-                    drain(&mut err_pipe, &mut err),
+                    drain(&mut out_pipe, &mut out, &group),
+                    drain(&mut err_pipe, &mut err, &group),
                     child.wait()
                 );
                 status
@@ -306,7 +308,11 @@ async fn run_enforced(
     let (stdout, stdout_truncated_bytes) = out.finish();
     let (stderr, stderr_truncated_bytes) = err.finish();
     if stopped_by.is_none() && !timed_out && !cancelled {
-        stopped_by = enforcer.recognise(status.code(), status.signal(), &stderr);
+        if stdout_truncated_bytes > 0 || stderr_truncated_bytes > 0 {
+            stopped_by = Some(LimitHit::Output(limits.output_cap as u64));
+        } else {
+            stopped_by = enforcer.recognise(status.code(), status.signal(), &stderr);
+        }
     }
     Ok(RunOutcome {
         exit_code: status.code(),
@@ -349,7 +355,16 @@ impl Drop for GroupKiller {
 /// Read a pipe to EOF into `capture`. The pipe is dropped at EOF or on a
 /// read error, so a second call after a kill resumes where this one was
 /// interrupted.
-async fn drain<R: AsyncRead + Unpin>(pipe: &mut Option<R>, capture: &mut Capture) {
+///
+/// The first read past the cap kills `group`: the output cap is enforced
+/// at the source, so a command printing without end is stopped instead of
+/// being drained until its timeout. What is still in the pipe is read (and
+/// counted) until EOF, which the kill brings at once.
+async fn drain<R: AsyncRead + Unpin>(
+    pipe: &mut Option<R>,
+    capture: &mut Capture,
+    group: &GroupKiller,
+) {
     let Some(reader) = pipe.as_mut() else {
         return;
     };
@@ -357,7 +372,13 @@ async fn drain<R: AsyncRead + Unpin>(pipe: &mut Option<R>, capture: &mut Capture
     loop {
         match reader.read(&mut buf).await {
             Ok(0) | Err(_) => break,
-            Ok(n) => capture.push(&buf[..n]),
+            Ok(n) => {
+                let was_over = capture.dropped > 0;
+                capture.push(&buf[..n]);
+                if !was_over && capture.dropped > 0 {
+                    group.kill();
+                }
+            }
         }
     }
     *pipe = None;

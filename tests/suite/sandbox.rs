@@ -16,6 +16,7 @@ use passepartout::action::{Action, Approval, Effect};
 use passepartout::actuators::shell::{SandboxMode, ShellActuator, UNSANDBOXED_WARNING};
 use passepartout::actuators::{ActContext, ActError, ActOutput, Actuator};
 use passepartout::sandbox::bwrap::{bwrap_args, SandboxSpec, SystemLayout};
+use passepartout::sandbox::enforce::LimitHit;
 use passepartout::sandbox::probe::{self, probe_with, SandboxStatus, INSTALL_FIX};
 use passepartout::sandbox::runner::{self, RunLimits};
 use tokio_util::sync::CancellationToken;
@@ -469,19 +470,97 @@ async fn ten_megabytes_of_output_keep_memory_flat() {
     let outcome = once().await.unwrap();
     let after = vm_rss_kb();
 
-    assert_eq!(outcome.exit_code, Some(0));
+    // The output cap is enforced at the source: the command is stopped at
+    // the first read past the cap, so far less than 10 MB is ever read.
+    assert_eq!(outcome.stopped_by, Some(LimitHit::Output(100_000)));
     assert_eq!(outcome.stdout.len(), 100_000);
     assert!(outcome.stdout.bytes().all(|b| b == b'a'));
-    assert_eq!(outcome.stdout_truncated_bytes, 9_900_000);
+    assert!(outcome.stdout_truncated_bytes > 0);
+    assert!(
+        outcome.stdout_truncated_bytes < 2_000_000,
+        "read {} bytes past the cap",
+        outcome.stdout_truncated_bytes
+    );
     assert_eq!(outcome.stderr_truncated_bytes, 0);
     // Keeping the output would cost 10 MB or more; allow 2 MB of noise.
     let grown = after.saturating_sub(before);
     eprintln!("VmRSS {before} KB before, {after} KB after 10 MB of output");
     assert!(grown < 2048, "RSS grew by {grown} KB ({before} -> {after})");
-    assert_eq!(
-        outcome.render().lines().last(),
-        Some("[… 9.9 MB of output truncated (cap 100 KB) …]")
+    let text = outcome.render();
+    assert!(
+        text.starts_with("stopped: the output passed the cap of 100000 bytes per stream"),
+        "{text}"
     );
+    assert!(
+        text.contains("of output truncated (cap 100 KB) …]"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn yes_is_stopped_right_after_the_output_cap() {
+    let _serial = SERIAL.lock().await;
+    let Some(shell) = sandboxed().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let out = shell
+        .execute(&run_action("yes"), &ctx(dir.path()))
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        out.text
+            .starts_with("stopped: the output passed the cap of 100000 bytes per stream"),
+        "{}",
+        out.text
+    );
+    // Bounded: one cap, a read chunk and what the pipe held, not 30 s of
+    // draining (the old behaviour read gigabytes until the timeout).
+    let cut = out
+        .text
+        .lines()
+        .find_map(|l| l.strip_prefix("[… "))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        cut.ends_with("of output truncated (cap 100 KB) …]"),
+        "{cut}"
+    );
+    assert!(!cut.contains("MB") && !cut.contains("GB"), "{cut}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
+#[tokio::test]
+async fn a_memory_hog_is_stopped_at_the_memory_limit() {
+    use passepartout::sandbox::limits::ResourceLimits;
+    let _serial = SERIAL.lock().await;
+    let Some(shell) = sandboxed().await else {
+        return;
+    };
+    let shell = shell.with_resources(ResourceLimits {
+        memory: Some(256 * 1024 * 1024),
+        ..ResourceLimits::default()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    // The 2.5 GB awk: one string doubled until it is gigabytes.
+    let out = shell
+        .execute(
+            &run_action("awk 'BEGIN { s = \"x\"; while (1) s = s s }'"),
+            &ctx(dir.path()),
+        )
+        .await
+        .unwrap();
+    assert!(
+        out.text.starts_with(
+            "stopped: a process ran out of its 256 MiB of memory (limit `memory`, RLIMIT_AS)"
+        ),
+        "{}",
+        out.text
+    );
+    assert!(started.elapsed() < Duration::from_secs(20));
 }
 
 /// Values that would do damage if anything spliced them into shell text.
