@@ -39,8 +39,8 @@ use crate::plans::{render, FlightPlan, PlanResult, PlanStatus};
 use crate::protocol as proto;
 use crate::rpc::Outgoing;
 
-use crate::util::sync::lock;
 use crate::state_lock::{self, StateLock};
+use crate::util::sync::lock;
 
 /// How often a waiting turn looks for decisions made from a terminal.
 const STORE_POLL: Duration = Duration::from_millis(500);
@@ -113,7 +113,9 @@ impl FlightDesk {
                 tracing::warn!(
                     "another daemon holds {}: this one runs only the plans of its own turns \
                      until that daemon exits",
-                    crate::paths::StateDir::new(&state_dir).lock_file().display()
+                    crate::paths::StateDir::new(&state_dir)
+                        .lock_file()
+                        .display()
                 );
                 None
             }

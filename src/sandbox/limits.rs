@@ -40,12 +40,15 @@ const MIB: u64 = 1024 * 1024;
 const GIB: u64 = 1024 * MIB;
 
 impl Default for ResourceLimits {
-    /// 256 processes, 2 GiB of address space per process, 256 MiB per file, 120 CPU seconds, 1024 open files,
+    /// 256 processes, 4 GiB of address space per process (OpenJDK 17 does
+    /// not start under 2 GiB: its compressed class space alone reserves
+    /// 1 GiB; at 4 GiB it sizes itself to fit), 256 MiB per file, 120 CPU
+    /// seconds, 1024 open files,
     /// 1 GiB of disk, 256 MiB of `/tmp`.
     fn default() -> Self {
         ResourceLimits {
             processes: Some(256),
-            memory: Some(2 * GIB),
+            memory: Some(4 * GIB),
             file_size: Some(256 * MIB),
             cpu_secs: Some(120),
             open_files: Some(1024),
@@ -261,7 +264,7 @@ mod tests {
         assert_eq!(applied.processes, Some(512));
         assert_eq!(applied.open_files, Some(1024));
         assert_eq!(applied.memory, Some(512 * MIB));
-        assert_eq!(ResourceLimits::default().memory, Some(2 * GIB));
+        assert_eq!(ResourceLimits::default().memory, Some(4 * GIB));
         assert_eq!(
             LimitOverrides::parse("forks=3").unwrap_err().to_string(),
             "unknown limit `forks`; known: processes, memory, file_size, cpu, open_files, \
