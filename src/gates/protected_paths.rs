@@ -481,7 +481,9 @@ impl Gate for ProtectedPathsGate {
                 if let Some(parsed) = script_of(&action.effect, ctx) {
                     for cmd in &parsed.commands {
                         for target in cmd.write_targets() {
-                            if target.starts_with('$') {
+                            // `mkdir -p "$(dirname "$f")"` creates empty
+                            // directories: nothing is overwritten or read.
+                            if target.starts_with('$') && cmd.program != "mkdir" {
                                 findings.push((
                                     Decision::Ask,
                                     format!(

@@ -211,7 +211,14 @@ impl Walk<'_> {
                 let name = node
                     .child_by_field_name("name")
                     .map(|n| self.text(n).to_string());
-                if name.as_deref() == Some("IFS") {
+                // `IFS= read -r line` scopes IFS to one `read`, which only
+                // splits the line it reads: nothing is run from it.
+                let for_read = node
+                    .parent()
+                    .filter(|p| p.kind() == "command")
+                    .and_then(|p| p.child_by_field_name("name"))
+                    .is_some_and(|n| self.text(n) == "read");
+                if name.as_deref() == Some("IFS") && !for_read {
                     self.flag("an `IFS` assignment (it changes how words split)", node);
                 }
             }
@@ -253,6 +260,11 @@ impl Walk<'_> {
                     }
                 }
             }
+            // `command -v NAME` / `-V` looks a name up; it runs nothing.
+            "command"
+                if args
+                    .first()
+                    .is_some_and(|a| matches!(self.text(*a), "-v" | "-V")) => {}
             _ if WRAPPERS.contains(&base.as_str()) => {
                 // `sudo $c`, `xargs $(…)`: the wrapped program must be known.
                 let wrapped = args.iter().find(|a| {
