@@ -6,7 +6,8 @@
 //! back by undo. So adding to history (add, commit, a new branch, stash)
 //! runs without asking, and anything that can lose a commit — moving or
 //! deleting a ref backwards, expiring reflogs, pruning or deleting objects,
-//! rewriting HEAD, alternates, config or hooks — is *ask*. It is judged
+//! rewriting HEAD, alternates, config or hooks — is *ask*. (`git config`
+//! keys that run programs are the shell gate's control-surface check.) It is judged
 //! twice: from the command (git subcommands and flags, and any write into a
 //! `.git` directory by any program) here, and from the changeset (the
 //! `.git/` paths an action actually changed) by [`judge_changes`], which the
@@ -143,9 +144,6 @@ pub fn git_loses_history(cmd: &Command) -> Option<String> {
             "a forced or deleting push rewrites the remote's history"
         }
         "replace" => "`git replace` swaps one commit for another",
-        "config" if config_writes(rest) => {
-            "`git config` changes what git runs (hooks path, fsmonitor, aliases)"
-        }
         "worktree" if ops.first() == Some(&"remove") && has(rest, &['f'], &["force"]) => {
             "`git worktree remove --force` deletes a worktree with its changes"
         }
@@ -161,39 +159,6 @@ fn resets_a_ref(rest: &[String]) -> bool {
         || operands(rest)
             .iter()
             .any(|o| o.contains('~') || o.contains('^') || o.contains("@{") || o.len() == 40)
-}
-
-/// Whether `git config ...` writes (rather than reads) a value.
-fn config_writes(rest: &[String]) -> bool {
-    let reads = [
-        "--get",
-        "--get-all",
-        "--get-regexp",
-        "--list",
-        "-l",
-        "--show-origin",
-        "--get-urlmatch",
-    ];
-    if rest.iter().any(|a| reads.contains(&a.as_str())) {
-        return false;
-    }
-    if rest.iter().any(|a| {
-        matches!(
-            a.as_str(),
-            "--unset"
-                | "--unset-all"
-                | "--add"
-                | "--replace-all"
-                | "--edit"
-                | "-e"
-                | "--remove-section"
-                | "--rename-section"
-        )
-    }) {
-        return true;
-    }
-    let ops = operands(rest);
-    ops.first() == Some(&"set") || ops.len() >= 2
 }
 
 /// Why a path inside a `.git` directory is part of the history, or `None`
@@ -310,8 +275,7 @@ mod tests {
             "git stash pop",
             "git reset",
             "git reset src/main.rs",
-            "git config --get user.name",
-            "git config user.name",
+            "git config user.email dev@example.com",
             "git push origin main",
             "git tag v1.0",
             "git log --oneline",
@@ -330,7 +294,6 @@ mod tests {
             "git reset --soft HEAD~3",
             "git push --force origin main",
             "git push origin +main",
-            "git config core.hooksPath /tmp/h",
             "git stash clear",
             "git filter-branch --tree-filter true HEAD",
         ] {

@@ -109,11 +109,13 @@ pub fn encoded_patterns(value: &str) -> Vec<(Regex, &'static str)> {
     }
     let bytes = value.as_bytes();
     let mut forms: Vec<(String, &'static str)> = Vec::new();
-    // Plain, or spaced out (`sed 's/./& /g'`, `od -c`, `fold -w1`).
-    forms.push((joined(value.chars(), r"[ \t\n]*"), "a project secret"));
+    // Plain, or spaced out (`sed 's/./& /g'`, `fold -w1`, and `od -c`,
+    // whose lines start with an octal offset).
+    let spaced = r"[ \t]*(?:\n[0-7]*[ \t]*)?";
+    forms.push((joined(value.chars(), spaced), "a project secret"));
     let reversed: String = value.chars().rev().collect();
     forms.push((
-        joined(reversed.chars(), r"[ \t\n]*"),
+        joined(reversed.chars(), spaced),
         "a reversed project secret",
     ));
     // Hex as `xxd -p` and `od`-free tools print it, wrapped or not.
@@ -215,6 +217,14 @@ mod tests {
             ),
             (
                 v.chars().map(|c| format!("   {c}")).collect::<String>(),
+                "a project secret",
+            ),
+            (
+                format!(
+                    "0000000  {}\n0000020  {}",
+                    v[..9].chars().map(|c| format!("  {c}")).collect::<String>(),
+                    v[9..].chars().map(|c| format!("  {c}")).collect::<String>()
+                ),
                 "a project secret",
             ),
         ] {

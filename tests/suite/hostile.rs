@@ -202,3 +202,41 @@ fn print_every_hostile_reason() {
         println!("{:<50} {}", case.note, j.reason());
     }
 }
+
+/// The routine corpus: lines from real build, test and setup scripts
+/// (`tests/hostile/routine.json`). Inside the closed boundary what is
+/// confined to the project and undoable should run without asking; at
+/// least 95% of it must. The rest is printed with the reason each still
+/// asks, so the list in `docs/threat-model.md` can be checked against it.
+#[test]
+fn routine_script_lines_mostly_run_without_asking() {
+    let engine = GateEngine::with_builtin_gates();
+    let ctx = context();
+    let routine = load("routine.json");
+    assert!(
+        routine.len() >= 40,
+        "routine corpus has {} cases",
+        routine.len()
+    );
+    let mut asked = Vec::new();
+    for case in &routine {
+        assert_eq!(case.expect, "allow", "routine case {}", case.note);
+        let j = engine.evaluate(&action(case.effect.clone()), &ctx);
+        if j.decision != Decision::Allow {
+            asked.push(format!("`{}`: {}", case.note, j.reason()));
+        }
+    }
+    let allowed = routine.len() - asked.len();
+    println!(
+        "routine: {allowed} of {} run without asking ({:.1}%); still asking:\n{}",
+        routine.len(),
+        100.0 * allowed as f64 / routine.len() as f64,
+        asked.join("\n")
+    );
+    assert!(
+        allowed * 100 >= routine.len() * 95,
+        "only {allowed} of {} routine lines run without asking:\n{}",
+        routine.len(),
+        asked.join("\n")
+    );
+}
