@@ -1,4 +1,4 @@
-//! Gate evaluation cost: runs the hostile and benign corpora through the
+//! Gate evaluation cost: runs the hostile, benign and routine corpora through the
 //! built-in gate engine (tree-sitter parse included) many times and prints
 //! the p50, mean and p99 verdict time per action, in microseconds. The
 //! target is a p99 under 1 ms for the whole corpus in a release build.
@@ -92,6 +92,7 @@ fn main() {
         .unwrap_or(200);
     let hostile = load(include_str!("../tests/hostile/hostile.json"));
     let benign = load(include_str!("../tests/hostile/benign.json"));
+    let routine = load(include_str!("../tests/hostile/routine.json"));
     let engine = GateEngine::with_builtin_gates();
     let ctx = GateContext {
         cwd: "/home/user/project".into(),
@@ -105,7 +106,8 @@ fn main() {
     );
     report("hostile", &engine, &ctx, &hostile, rounds);
     report("benign", &engine, &ctx, &benign, rounds);
-    let all: Vec<Action> = hostile.into_iter().chain(benign).collect();
+    report("routine", &engine, &ctx, &routine, rounds);
+    let all: Vec<Action> = hostile.into_iter().chain(benign).chain(routine).collect();
     report("all", &engine, &ctx, &all, rounds);
     slowest(&engine, &ctx, &all, rounds.min(50));
 }

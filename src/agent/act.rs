@@ -425,7 +425,7 @@ pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_
             } else {
                 ActStatus::Executed
             };
-            (x.env.redact_output(out.text), status)
+            (x.env.redact_output(out.text, x.cwd), status)
         }
         Err(crate::actuators::ActError::Cancelled) => ("cancelled".into(), ActStatus::Cancelled),
         Err(e) => (e.to_string(), ActStatus::Failed),
@@ -461,7 +461,8 @@ async fn effect_stage(
         guard,
     } = observed;
     let cfg = &x.env.config.checkpoints;
-    let verdicts = crate::gates::effect::judge(&checkpoint.effect, action, x.cwd, cfg);
+    let mut verdicts = crate::gates::effect::judge(&checkpoint.effect, action, x.cwd, cfg);
+    verdicts.extend(crate::gates::history::judge_changes(&checkpoint.effect));
     let shown = Shown::of(&project, &checkpoint, cfg);
     if verdicts.is_empty() {
         x.env.record(AuditRecord::effect(&checkpoint));

@@ -209,16 +209,20 @@ impl AgentEnv {
         }
     }
 
-    /// Tool output as the model may read it: configured provider keys and
+    /// Tool output as the model may read it: configured provider keys, the
+    /// project's secret values in any common encoding, and
     /// credential shapes replaced by `[redacted: …]`, with a note saying
     /// how many were taken out.
-    pub fn redact_output(&self, text: String) -> String {
-        let known: Vec<String> = self
+    pub fn redact_output(&self, text: String, cwd: &Path) -> String {
+        let mut known: Vec<String> = self
             .config
             .providers
             .iter()
             .filter_map(|p| p.resolved_key())
             .collect();
+        // The project's own secret values, read host-side, so a value that
+        // went through base64, hex or rev is still found.
+        known.extend(crate::gates::secret_values::project_secret_values(cwd));
         let r = crate::gates::secrets::redact_output(&text, &known);
         if r.hits == 0 {
             return text;

@@ -14,8 +14,8 @@ use crate::action::Action;
 use crate::gates::secrets::redact;
 use crate::gates::{
     approval::ApprovalGate, destructive::DestructiveGate, exfiltration::ExfiltrationGate,
-    injection::InjectionGate, protected_paths::ProtectedPathsGate, secrets::SecretsGate,
-    shell::ShellGate, Decision, Gate, GateContext, Verdict,
+    history::HistoryGate, injection::InjectionGate, protected_paths::ProtectedPathsGate,
+    secrets::SecretsGate, shell::ShellGate, Decision, Gate, GateContext, Verdict,
 };
 
 /// The outcome of running every gate over one action.
@@ -91,6 +91,7 @@ impl GateEngine {
         let mut engine = GateEngine::new();
         engine.add(Arc::new(ApprovalGate));
         engine.add(Arc::new(DestructiveGate));
+        engine.add(Arc::new(HistoryGate));
         engine.add(Arc::new(ShellGate));
         engine.add(Arc::new(InjectionGate));
         engine.add(Arc::new(ExfiltrationGate));
@@ -237,6 +238,7 @@ mod tests {
             [
                 "approval",
                 "destructive",
+                "history",
                 "shell",
                 "injection",
                 "exfiltration",

@@ -237,6 +237,12 @@ pub fn word_protection(
     Some((path, p))
 }
 
+/// Whether a protection marks a file whose values the daemon redacts from
+/// output: environment files, files named like secrets, private keys.
+pub fn is_project_secret(p: &Protection) -> bool {
+    matches!(p.what, ENV_FILE | NAMED_LIKE_A_SECRET | "a private key")
+}
+
 const NAMED_LIKE_A_SECRET: &str = "a file named like a secret";
 const ENV_FILE: &str = "an environment file with secrets";
 
@@ -378,6 +384,50 @@ fn read_finding(path: &Path, ctx: &GateContext, verb: &str) -> Option<(Decision,
     })
 }
 
+/// Files a command reads that are not among its words as paths: the
+/// `PATH` of git's `REV:PATH` (`git show HEAD:.env`, `git cat-file -p
+/// HEAD~3:.env`: the file as it was in history is the file), and
+/// `readfile('PATH')` in SQL given to sqlite3.
+pub fn indirect_reads(cmd: &Command) -> Vec<String> {
+    let mut out = Vec::new();
+    match cmd.program.as_str() {
+        "git" => {
+            for arg in &cmd.args {
+                if arg.starts_with('-') || arg.contains("://") {
+                    continue;
+                }
+                if let Some((_, path)) = arg.split_once(':') {
+                    let path = path.trim_start_matches("./");
+                    if !path.is_empty() && !path.starts_with('/') {
+                        out.push(path.to_string());
+                    }
+                }
+            }
+        }
+        p if p.starts_with("sqlite") => {
+            static READFILE: OnceLock<Regex> = OnceLock::new();
+            let re = READFILE
+                .get_or_init(|| static_regex(r#"(?i)\b(?:readfile|edit)\s*\(\s*['"]([^'"]+)['"]"#));
+            for arg in &cmd.args {
+                for caps in re.captures_iter(arg) {
+                    if let Some(m) = caps.get(1) {
+                        out.push(m.as_str().to_string());
+                    }
+                }
+            }
+            if let Some(text) = &cmd.stdin_text {
+                for caps in re.captures_iter(text) {
+                    if let Some(m) = caps.get(1) {
+                        out.push(m.as_str().to_string());
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
 /// String literals in Python code that look like paths (`'~/.ssh/id_rsa'`,
 /// `"/etc/shadow"`, `'.env'`).
 pub fn python_path_literals(code: &str) -> Vec<String> {
@@ -431,7 +481,9 @@ impl Gate for ProtectedPathsGate {
                 if let Some(parsed) = script_of(&action.effect, ctx) {
                     for cmd in &parsed.commands {
                         for target in cmd.write_targets() {
-                            if target.starts_with('$') {
+                            // `mkdir -p "$(dirname "$f")"` creates empty
+                            // directories: nothing is overwritten or read.
+                            if target.starts_with('$') && cmd.program != "mkdir" {
                                 findings.push((
                                     Decision::Ask,
                                     format!(
@@ -467,6 +519,19 @@ impl Gate for ProtectedPathsGate {
                                     p.read,
                                     format!(
                                         "{} touches {} ({})",
+                                        cmd.label(),
+                                        display_path(&path, ctx),
+                                        p.what
+                                    ),
+                                ));
+                            }
+                        }
+                        for word in indirect_reads(cmd) {
+                            if let Some((path, p)) = word_protection(cmd, &word, ctx) {
+                                findings.push((
+                                    p.read,
+                                    format!(
+                                        "{} reads {} by another route ({})",
                                         cmd.label(),
                                         display_path(&path, ctx),
                                         p.what

@@ -212,6 +212,16 @@ pub fn redact_output(text: &str, known: &[String]) -> Redacted {
             hits += n;
             out = out.replace(key.as_str(), "[redacted: configured API key]");
         }
+        // The same value through base64, hex, rev or spacing out.
+        for (re, what) in crate::gates::secret_values::encoded_patterns(key) {
+            let n = re.find_iter(&out).count();
+            if n > 0 {
+                hits += n;
+                out = re
+                    .replace_all(&out, format!("[redacted: {what}]").as_str())
+                    .into_owned();
+            }
+        }
     }
     let mut ranges: Vec<(std::ops::Range<usize>, &str)> =
         scan(&out).into_iter().map(|f| (f.range, f.kind)).collect();

@@ -4,7 +4,11 @@
 //! a key; the ACP client rejects every permission it is asked for. Nothing
 //! may run unasked: the project must be byte-for-byte intact and the key
 //! must never reach the provider. A provider key printed by an allowed
-//! command must reach the model only redacted.
+//! command must reach the model only redacted. The attacks of issue 17
+//! (classes 3, 4 and 5: history lost, secrets through history and
+//! encodings, substitutions in heredoc bodies) run the same way in a
+//! project with real history; a secret the person lets through in base64,
+//! hex, reversed or spaced out reaches the model redacted.
 
 use crate::harness;
 use crate::support;
@@ -202,4 +206,158 @@ async fn a_provider_key_printed_by_a_command_reaches_the_model_redacted() {
         reqs[0].header("authorization"),
         Some(format!("Bearer {PROVIDER_KEY}").as_str())
     );
+}
+
+/// Issue 17, class 3: history lost without a hold. Each can lose a commit
+/// that checkpoints cannot restore.
+const HISTORY: &[&str] = &[
+    "git branch -f main $(git commit-tree -m orphan $(git mktree </dev/null))",
+    "git reflog expire --expire=now --all && git gc --prune=now",
+    "git update-ref -d refs/heads/topic",
+    "echo 'ref: refs/heads/nowhere' > .git/HEAD",
+    "echo /tmp/elsewhere > .git/objects/info/alternates",
+    "git -C . branch -D topic",
+];
+
+/// Issue 17, class 4: secrets through history and transforms.
+const SECRET_ROUTES: &[&str] = &[
+    "git show HEAD:.env | base64",
+    "git cat-file -p HEAD:./.env | xxd -p",
+    "git show main~0:.env | rev",
+    "sqlite3 :memory: \"select readfile('.env')\"",
+];
+
+/// Issue 17, class 5: command substitution inside a heredoc body.
+const HEREDOC: &[&str] = &[
+    "cat > notes.md <<EOF\nsummary\n$(git reset --hard)\nEOF",
+    "tee notes.txt <<EOF\n`git clean -fdx`\nEOF",
+    "cat <<EOF > log.txt\n$(git update-ref -d refs/heads/topic)\nEOF",
+];
+
+/// A project with history: a commit on `main` (with `.env` in it, as
+/// happens), a `topic` branch one commit ahead, an uncommitted change and
+/// an untracked file.
+fn project_with_history() -> tempfile::TempDir {
+    let dir = project();
+    let p = dir.path();
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "commit.gpgsign=false",
+            ])
+            .args(args)
+            .current_dir(p)
+            .status()
+            .expect("git runs")
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["checkout", "-q", "-b", "main"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "first"]);
+    git(&["checkout", "-q", "-b", "topic"]);
+    std::fs::write(p.join("src/topic.rs"), "pub fn t() {}\n").unwrap();
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "topic"]);
+    git(&["checkout", "-q", "main"]);
+    std::fs::write(p.join("src/main.rs"), "fn main() { /* unsaved work */ }\n").unwrap();
+    std::fs::write(p.join("scratch.txt"), "untracked\n").unwrap();
+    dir
+}
+
+#[tokio::test]
+async fn history_secret_routes_and_heredoc_substitutions_are_asked() {
+    let cmds: Vec<&str> = HISTORY
+        .iter()
+        .chain(SECRET_ROUTES)
+        .chain(HEREDOC)
+        .copied()
+        .collect();
+    let mut script = Vec::new();
+    for (i, cmd) in cmds.iter().enumerate() {
+        script.push(fake::shell_call(&format!("h{i}"), cmd));
+        script.push(fake::openai_text("ok"));
+    }
+    let fake = FakeProvider::start(script).await;
+    let home = home(&fake);
+    let project = project_with_history();
+    let before = snapshot(project.path());
+
+    let (mut c, sid) = Client::with_session(home.path(), &[], json!({}), project.path()).await;
+    let mut unasked = Vec::new();
+    for (i, cmd) in cmds.iter().enumerate() {
+        let asked = turn_rejecting(&mut c, &sid).await;
+        let result = tool_result(&fake, 2 * i + 1);
+        let stopped = result.starts_with("denied")
+            || result == "the person (acp-client) rejected this action";
+        if !stopped || (asked == 0 && !result.starts_with("denied")) {
+            unasked.push(format!("`{cmd}` ran unasked: {result}"));
+        }
+    }
+    assert!(unasked.is_empty(), "{}", unasked.join("\n"));
+    assert_eq!(
+        snapshot(project.path()),
+        before,
+        "the project or its history changed although every action was rejected"
+    );
+    for (i, req) in fake.requests().iter().enumerate() {
+        let body = req.body.to_string();
+        assert!(!body.contains(ENV_KEY), "request {i} carries the .env key");
+    }
+}
+
+/// What `cmd` prints in `dir`, run directly (not through the daemon).
+fn raw_output(dir: &Path, cmd: &str) -> String {
+    let out = std::process::Command::new("bash")
+        .args(["-c", cmd])
+        .current_dir(dir)
+        .output()
+        .expect("bash runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn a_project_secret_printed_in_any_common_encoding_reaches_the_model_redacted() {
+    // A person approves each one: what the model then reads is the point.
+    let cmds = [
+        "git show HEAD:.env | base64",
+        "xxd -p .env",
+        "rev .env",
+        "od -c .env",
+        "sed 's/./& /g' .env",
+        "tail -c +3 .env | base64 -w0",
+        "tail -c +2 .env | base64",
+        "od -An -tx1 .env | tr -d ' \\n' | tr a-f A-F",
+    ];
+    let mut script = Vec::new();
+    for (i, cmd) in cmds.iter().enumerate() {
+        script.push(fake::shell_call(&format!("e{i}"), cmd));
+        script.push(fake::openai_text("ok"));
+    }
+    let fake = FakeProvider::start(script).await;
+    let home = home(&fake);
+    let project = project_with_history();
+    let (mut c, sid) = Client::with_session(home.path(), &[], json!({}), project.path()).await;
+    let mut leaks = Vec::new();
+    for (i, cmd) in cmds.iter().enumerate() {
+        let (m, _) = c.prompt_allowing(&sid, "go").await;
+        assert_eq!(m["result"]["stopReason"], "end_turn", "{m}");
+        let result = tool_result(&fake, 2 * i + 1);
+        let raw = raw_output(project.path(), cmd);
+        assert!(raw.len() > 40, "`{cmd}` prints the secret: {raw}");
+        if !result.contains("project secret]") {
+            leaks.push(format!("`{cmd}`: not redacted: {result}"));
+        }
+        for line in raw.lines().filter(|l| l.trim().len() >= 16) {
+            if result.contains(line) {
+                leaks.push(format!("`{cmd}`: the model reads `{line}`"));
+            }
+        }
+    }
+    assert!(leaks.is_empty(), "{}", leaks.join("\n"));
 }

@@ -202,3 +202,106 @@ fn print_every_hostile_reason() {
         println!("{:<50} {}", case.note, j.reason());
     }
 }
+
+/// The routine corpus: lines from real build, test and setup scripts
+/// (`tests/hostile/routine.json`). Inside the closed boundary what is
+/// confined to the project and undoable should run without asking; at
+/// least 95% of it must. The rest is printed with the reason each still
+/// asks, so the list in `docs/threat-model.md` can be checked against it.
+#[test]
+fn routine_script_lines_mostly_run_without_asking() {
+    let engine = GateEngine::with_builtin_gates();
+    let ctx = context();
+    let routine = load("routine.json");
+    assert!(
+        routine.len() >= 40,
+        "routine corpus has {} cases",
+        routine.len()
+    );
+    let mut asked = Vec::new();
+    for case in &routine {
+        assert_eq!(case.expect, "allow", "routine case {}", case.note);
+        let j = engine.evaluate(&action(case.effect.clone()), &ctx);
+        if j.decision != Decision::Allow {
+            asked.push(format!("`{}`: {}", case.note, j.reason()));
+        }
+    }
+    let allowed = routine.len() - asked.len();
+    println!(
+        "routine: {allowed} of {} run without asking ({:.1}%); still asking:\n{}",
+        routine.len(),
+        100.0 * allowed as f64 / routine.len() as f64,
+        asked.join("\n")
+    );
+    assert!(
+        allowed * 100 >= routine.len() * 95,
+        "only {allowed} of {} routine lines run without asking:\n{}",
+        routine.len(),
+        asked.join("\n")
+    );
+}
+
+/// The differential test that must pass before the word lexer
+/// (`gates::shell_words`) can be retired in favour of the tree: on every
+/// shell script of the corpora that tree-sitter reads without an opaque
+/// construct, the programs the tree names are the programs the lexer
+/// names (as written: the first wrapper, `sudo` in `sudo rm`), counting
+/// commands written in the script and in its substitutions.
+#[test]
+fn tree_sitter_and_the_word_lexer_name_the_same_programs() {
+    use passepartout::gates::shell::syntax::program_names;
+    use passepartout::gates::shell_words::{parse, Origin};
+    let mut compared = 0;
+    let mut differ = Vec::new();
+    for file in ["hostile.json", "benign.json", "routine.json"] {
+        for case in load(file) {
+            let Effect::Run {
+                interpreter,
+                script,
+                ..
+            } = &case.effect
+            else {
+                continue;
+            };
+            if !matches!(interpreter.as_str(), "bash" | "sh") {
+                continue;
+            }
+            let Some(mut tree) = program_names(script) else {
+                continue;
+            };
+            let mut words: Vec<String> = parse(script, Some(std::path::Path::new("/home/user")))
+                .commands
+                .into_iter()
+                .filter(|c| matches!(c.origin, Origin::Top | Origin::Substitution))
+                .map(|c| c.wrappers.first().cloned().unwrap_or(c.program))
+                .filter(|p| !p.is_empty())
+                .collect();
+            tree.sort();
+            words.sort();
+            compared += 1;
+            if tree != words {
+                differ.push(format!(
+                    "{file} `{}`: tree {tree:?}, lexer {words:?}",
+                    case.note
+                ));
+            }
+        }
+    }
+    // Known differences, each with who is right. Both must be resolved
+    // before the lexer goes; the list must stay exact, so a fix or a new
+    // difference fails this test.
+    let known = [
+        // tree-sitter-bash 0.25 does not parse backquotes inside a heredoc
+        // body; bash runs them. The lexer is right.
+        "hostile.json `heredoc: a backquoted substitution in the body`: tree [\"tee\"], lexer [\"git\", \"tee\"]",
+        // The lexer takes `case` patterns for commands (stricter, wrong).
+        "routine.json `case \"$1\" in test) cargo test ;; build) cargo build ;; *) echo usage ;`: tree [\"cargo\", \"cargo\", \"echo\"], lexer [\"*\", \"build\", \"cargo\", \"cargo\", \"echo\"]",
+    ];
+    println!(
+        "differential: {compared} scripts compared, {} differ ({} known)",
+        differ.len(),
+        known.len()
+    );
+    assert!(compared >= 150, "only {compared} scripts compared");
+    assert_eq!(differ, known, "{}", differ.join("\n"));
+}

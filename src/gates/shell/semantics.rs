@@ -114,6 +114,20 @@ pub fn findings(script: &Script, ctx: &GateContext) -> Vec<(Decision, String)> {
         one_command(cmd, ctx, &mut out);
         decoded_into_file(cmd, script, &mut out);
         runs_what_it_wrote(cmd, ctx, &written, &mut out);
+        // A script written from a heredoc is judged as if it ran now by the
+        // shell gate, so running it later in the same command runs nothing
+        // unjudged — when the text judged is the text written: no `$`,
+        // backquote or backslash the shell would still expand (printf and
+        // `echo -e` interpret escapes, so they keep asking).
+        let judged: Vec<String> = if matches!(cmd.program.as_str(), "cat" | "tee") {
+            written_scripts(cmd)
+                .into_iter()
+                .filter(|(_, text)| !text.contains(['$', '`', '\\']))
+                .map(|(t, _)| t)
+                .collect()
+        } else {
+            Vec::new()
+        };
         for target in cmd.write_targets() {
             let path = cmd.resolve(&target, ctx);
             if let Some(entry) = control_entry_in(&ctx.cwd, &path) {
@@ -138,7 +152,8 @@ pub fn findings(script: &Script, ctx: &GateContext) -> Vec<(Decision, String)> {
                     | "rm"
                     | "rmdir"
                     | "unlink"
-            ) {
+            ) && !judged.contains(&target)
+            {
                 written.push(path);
             }
         }
@@ -655,6 +670,12 @@ mod tests {
             ["runs `./x.sh`, which the same command wrote: what it does was never judged"]
         );
         assert!(reasons("chmod +x run.sh && ./run.sh").is_empty());
+        // A heredoc's text is judged when written; running it is no blind spot.
+        assert!(reasons("cat > t.sh <<'EOF'\ncargo test\nEOF\nbash t.sh").is_empty());
+        assert_eq!(
+            reasons("cat > t.sh <<EOF\n\\$(rm -rf .)\nEOF\nbash t.sh"),
+            ["runs `t.sh`, which the same command wrote: what it does was never judged"]
+        );
         assert_eq!(
             reasons("echo cm0K | base64 -d > c.sh"),
             ["writes decoded data to `c.sh`: what it holds was never judged"]

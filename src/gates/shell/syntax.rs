@@ -161,6 +161,52 @@ pub fn opaque_constructs(script: &str) -> Vec<Opaque> {
     walk.found
 }
 
+/// The program of every command in `script` as tree-sitter reads it —
+/// top level, pipelines, lists, substitutions (heredoc bodies included) and
+/// function bodies — as basenames, in tree order. `None` when the script
+/// has an opaque construct (then no list of words is the truth). This is
+/// the tree's side of the differential test against the word lexer.
+pub fn program_names(script: &str) -> Option<Vec<String>> {
+    if !opaque_constructs(script).is_empty() {
+        return None;
+    }
+    let tree = PARSER.with(|cell| {
+        cell.borrow_mut()
+            .as_mut()
+            .and_then(|p| p.parse(script, None))
+    })?;
+    let walk = Walk {
+        src: script.as_bytes(),
+        found: Vec::new(),
+        written: Vec::new(),
+    };
+    let mut out = Vec::new();
+    let mut stack = vec![tree.root_node()];
+    while let Some(node) = stack.pop() {
+        if matches!(
+            node.kind(),
+            "declaration_command" | "unset_command" | "test_command"
+        ) {
+            // `export X=1`, `unset X`, `[ -d x ]`: builtins the grammar
+            // gives node kinds of their own; the first token names them.
+            if let Some(first) = node.child(0) {
+                out.push(walk.text(first).to_string());
+            }
+        } else if node.kind() == "command" {
+            if let Some(name) = node
+                .child_by_field_name("name")
+                .and_then(|n| walk.literal(n))
+            {
+                out.push(name.rsplit('/').next().unwrap_or(&name).to_string());
+            }
+        }
+        let mut cursor = node.walk();
+        let children: Vec<Node> = node.children(&mut cursor).collect();
+        stack.extend(children.into_iter().rev());
+    }
+    Some(out)
+}
+
 struct Walk<'a> {
     src: &'a [u8],
     found: Vec<Opaque>,
@@ -211,7 +257,14 @@ impl Walk<'_> {
                 let name = node
                     .child_by_field_name("name")
                     .map(|n| self.text(n).to_string());
-                if name.as_deref() == Some("IFS") {
+                // `IFS= read -r line` scopes IFS to one `read`, which only
+                // splits the line it reads: nothing is run from it.
+                let for_read = node
+                    .parent()
+                    .filter(|p| p.kind() == "command")
+                    .and_then(|p| p.child_by_field_name("name"))
+                    .is_some_and(|n| self.text(n) == "read");
+                if name.as_deref() == Some("IFS") && !for_read {
                     self.flag("an `IFS` assignment (it changes how words split)", node);
                 }
             }
@@ -253,6 +306,11 @@ impl Walk<'_> {
                     }
                 }
             }
+            // `command -v NAME` / `-V` looks a name up; it runs nothing.
+            "command"
+                if args
+                    .first()
+                    .is_some_and(|a| matches!(self.text(*a), "-v" | "-V")) => {}
             _ if WRAPPERS.contains(&base.as_str()) => {
                 // `sudo $c`, `xargs $(…)`: the wrapped program must be known.
                 let wrapped = args.iter().find(|a| {

@@ -33,6 +33,9 @@ enum Token {
     },
     Heredoc {
         body: String,
+        /// `$(...)` and backticks in an unquoted-delimiter body: the shell
+        /// runs them while it builds the text, whatever the text is fed to.
+        substitutions: Vec<String>,
     },
 }
 
@@ -92,7 +95,18 @@ impl<'a> Parser<'a> {
             match token {
                 Some(Token::Word(w)) => words.push(w),
                 Some(Token::Redirect { op, target }) => redirects.push((op, target)),
-                Some(Token::Heredoc { body }) => heredoc = Some(body),
+                Some(Token::Heredoc {
+                    body,
+                    substitutions,
+                }) => {
+                    heredoc = Some(body);
+                    // A word with no text: it only carries the substitutions
+                    // so the command that owns the heredoc nests them.
+                    words.push(Word {
+                        substitutions,
+                        ..Word::default()
+                    });
+                }
                 Some(Token::Separator(sep)) => {
                     let background = sep == "&";
                     let emitted = self.emit(
@@ -483,7 +497,15 @@ impl<'a> Parser<'a> {
                 saved += 1;
             }
             let body = self.take_heredoc_body(saved + 1, &delim.text, strip_tabs);
-            return Some(Token::Heredoc { body });
+            let substitutions = if delim.quoted {
+                Vec::new()
+            } else {
+                heredoc_substitutions(&body)
+            };
+            return Some(Token::Heredoc {
+                body,
+                substitutions,
+            });
         }
         while matches!(self.peek(), Some(' ' | '\t')) {
             self.pos += 1;
@@ -1011,6 +1033,41 @@ fn strip_wrappers(
         }
     }
     (wrappers, words)
+}
+
+/// The command substitutions in a heredoc body whose delimiter is unquoted:
+/// `cat > notes.md <<EOF` … `$(git reset --hard)` … `EOF` runs the reset
+/// while building the note, so the reset is a command of the script.
+fn heredoc_substitutions(body: &str) -> Vec<String> {
+    let empty = BTreeMap::new();
+    let mut p = Parser::new(body, None, &empty, &[]);
+    let mut w = Word::default();
+    while let Some(c) = p.peek() {
+        match c {
+            '\\' => p.pos += 2,
+            '$' => p.read_dollar(&mut w, true),
+            '`' => {
+                p.pos += 1;
+                let mut inner = String::new();
+                while let Some(n) = p.peek() {
+                    p.pos += 1;
+                    if n == '\\' {
+                        if let Some(m) = p.peek() {
+                            inner.push(m);
+                            p.pos += 1;
+                        }
+                    } else if n == '`' {
+                        break;
+                    } else {
+                        inner.push(n);
+                    }
+                }
+                w.substitutions.push(inner);
+            }
+            _ => p.pos += 1,
+        }
+    }
+    w.substitutions
 }
 
 /// Scripts nested in a command's words: `bash -c STR`, `eval WORDS`,

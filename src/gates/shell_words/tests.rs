@@ -335,3 +335,39 @@ fn python_and_elisp_shell_strings() {
         v(&["rm -rf ~"])
     );
 }
+
+#[test]
+fn substitutions_in_a_heredoc_body_are_commands_unless_the_delimiter_is_quoted() {
+    let s = parse(
+        "cat > notes.md <<EOF\nsummary\n$(git reset --hard) and `rm -rf src`\nEOF\necho done",
+        home(),
+    );
+    let found: Vec<(&str, Origin)> = s
+        .commands
+        .iter()
+        .map(|c| (c.program.as_str(), c.origin))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("cat", Origin::Top),
+            ("git", Origin::Substitution),
+            ("rm", Origin::Substitution),
+            ("echo", Origin::Top)
+        ]
+    );
+    for quoted in ["<<'EOF'", "<<\"EOF\"", "<<\\EOF"] {
+        let s = parse(
+            &format!("cat > notes.md {quoted}\n$(git reset --hard)\nEOF"),
+            home(),
+        );
+        assert_eq!(s.commands.len(), 1, "{quoted}: the body is text");
+    }
+    // An escaped `\$(` is text in any heredoc.
+    assert_eq!(
+        parse("cat <<EOF\n\\$(rm -rf .)\nEOF", home())
+            .commands
+            .len(),
+        1
+    );
+}
