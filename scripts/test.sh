@@ -45,11 +45,25 @@ trap 'rm -f "$log"' EXIT
 # call the two cores stay busy until the last link; `cargo test` then only
 # runs. Examples are not built a second time as empty test binaries.
 cargo build --locked --bins --examples --tests
-cargo test --locked --lib --bins --tests 2>&1 | tee -a "$log"
-# The Emacs suite once per tested Emacs; a missing one fails here.
+# A failing step does not stop the others: every suite runs, the tally
+# counts them all, and the script fails at the end if anything did.
+status=0
+cargo test --locked --lib --bins --tests 2>&1 | tee -a "$log" || status=1
+# The Emacs suite once per tested Emacs (a missing one fails here), the
+# versions side by side: each run mostly waits on its daemons, and each has
+# its own temporary directories and byte-compiles into its own.
 emacsen=$(tests/elisp/emacs-versions.sh list)
+ert_pids=() ert_logs=()
 for emacs in $emacsen; do
-    EMACS=$emacs bash tests/elisp/run.sh 2>&1 | tee -a "$log"
+    ert_log=$(mktemp)
+    ert_logs+=("$ert_log")
+    EMACS=$emacs bash tests/elisp/run.sh >"$ert_log" 2>&1 &
+    ert_pids+=($!)
+done
+for i in "${!ert_pids[@]}"; do
+    wait "${ert_pids[$i]}" || status=1
+    tee -a "$log" <"${ert_logs[$i]}"
+    rm -f "${ert_logs[$i]}"
 done
 
 rust_passed=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($(i+1) ~ /^passed;/) s += $i } END { print s + 0 }' "$log")
@@ -59,3 +73,4 @@ ert_passed=$(sed -E 's/^Ran [0-9]+ tests?, ([0-9]+) results? as expected.*/\1/' 
 ert_failed=$(sed -E 's/.* ([0-9]+) unexpected.*/\1/' <<<"$ert_lines" | awk '{ s += $1 } END { print s + 0 }')
 echo "Rust: $rust_passed passed, $rust_failed failed; Emacs ERT ($(wc -w <<<"$emacsen") Emacs versions): $ert_passed passed, $ert_failed failed"
 echo "$((rust_passed + ert_passed)) passed, $((rust_failed + ert_failed)) failed"
+exit "$status"
