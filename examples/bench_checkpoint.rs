@@ -7,6 +7,9 @@
 //! which nothing changed since the last one (the before-snapshot of the next
 //! action). Run with `cargo run --release --example bench_checkpoint`.
 
+// Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
+#![allow(clippy::unwrap_used)]
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 

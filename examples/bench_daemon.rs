@@ -15,6 +15,9 @@
 //! Run with `cargo run --release --example bench_daemon` (it uses the binary
 //! next to it: build it first with `cargo build --release`).
 
+// Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
+#![allow(clippy::unwrap_used)]
+
 #[allow(dead_code)]
 #[path = "../tests/support/fake_provider.rs"]
 mod fake_provider;

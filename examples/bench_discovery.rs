@@ -4,6 +4,9 @@
 //! connection but never answers (the bound: `PROBE_BUDGET`).
 //! Run with `cargo run --release --example bench_discovery`.
 
+// Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
+#![allow(clippy::unwrap_used)]
+
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 

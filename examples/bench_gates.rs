@@ -7,6 +7,9 @@
 //!
 //! `cargo run --release --example bench_gates [ROUNDS]`
 
+// Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
+#![allow(clippy::unwrap_used)]
+
 use std::time::Instant;
 
 use passepartout::action::{Action, Approval, Effect};

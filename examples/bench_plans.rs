@@ -2,6 +2,9 @@
 //! durable store's operations take. Run with
 //! `cargo run --release --example bench_plans`.
 
+// Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 use std::time::Instant;
 

@@ -4,6 +4,9 @@
 //! Run with `cargo run --release --example bench_providers` (debug builds
 //! work too, slower). Every figure is printed; nothing is asserted.
 
+// Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
+#![allow(clippy::unwrap_used)]
+
 #[allow(dead_code)]
 #[path = "../tests/support/fake_provider.rs"]
 mod fake_provider;

@@ -11,6 +11,9 @@
 //!
 //! Run: `cargo run --release --example bench_sandbox [N]` (default 50).
 
+// Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

@@ -15,6 +15,9 @@
 //! `cargo build --bins && cargo run --example bench_sessions` (or both with
 //! `--release`); it drives the binary next to it.
 
+// Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
+#![allow(clippy::unwrap_used)]
+
 #[allow(dead_code)]
 #[path = "../tests/support/fake_provider.rs"]
 mod fake_provider;

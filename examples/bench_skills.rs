@@ -10,6 +10,9 @@
 //! issue 20's figure is `1000`: what a daemon's first session/new pays to
 //! load that many skills, and the resident memory it keeps).
 
+// Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
+#![allow(clippy::unwrap_used)]
+
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 

@@ -7,6 +7,9 @@
 //! each request it receives as one JSON line to FILE when `--log` is given,
 //! and exits when its standard input reaches end of file or on SIGTERM.
 
+// Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
+#![allow(clippy::unwrap_used)]
+
 #[allow(dead_code)]
 #[path = "../tests/support/fake_provider.rs"]
 mod fake_provider;

@@ -14,6 +14,9 @@
 //! 127.0.0.1 instead of stdio and prints its URL as the first line of
 //! stdout.
 
+// Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
+#![allow(clippy::unwrap_used)]
+
 use std::io::Write;
 use std::path::PathBuf;
 

@@ -16,6 +16,9 @@
 //! Run with `cargo run --release --example soak` (it uses the binary next
 //! to it: build it first with `cargo build --release`).
 
+// Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
+#![allow(clippy::unwrap_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};

@@ -7,6 +7,9 @@
 //! client) and the support code (the fake model server). Filter as before by
 //! module path: `cargo test --test all -- suite::sessions::`.
 
+// Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
+#![allow(clippy::unwrap_used)]
+
 mod harness;
 mod suite;
 mod support;
