@@ -68,10 +68,7 @@ pub fn project_secret_values(cwd: &Path) -> Vec<String> {
             if !kind.is_file() || !protection(&path, &ctx).is_some_and(|p| is_project_secret(&p)) {
                 continue;
             }
-            if entry.metadata().map(|m| m.len()).unwrap_or(u64::MAX) > MAX_FILE_BYTES {
-                continue;
-            }
-            if let Ok(text) = std::fs::read_to_string(&path) {
+            if let Some(text) = read_small_file(&path) {
                 out.extend(values_in(&text));
             }
         }
@@ -79,6 +76,27 @@ pub fn project_secret_values(cwd: &Path) -> Vec<String> {
     out.sort();
     out.dedup();
     out
+}
+
+/// A regular file's text, read on the host without following a link and
+/// without blocking: a sandboxed command may have swapped the file for a
+/// link or a FIFO since the directory was listed. Larger than
+/// [`MAX_FILE_BYTES`], not a regular file, or not UTF-8: nothing.
+fn read_small_file(path: &Path) -> Option<String> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.len() > MAX_FILE_BYTES {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(MAX_FILE_BYTES).read_to_string(&mut text).ok()?;
+    Some(text)
 }
 
 /// The values of assignments in a secret file's text.
@@ -238,6 +256,22 @@ mod tests {
     fn values_come_from_assignments() {
         let text = "# comment\nexport API_TOKEN=\"abcdefgh12345\"\nDB_HOST=db\nkey: zyxwvutsrq\n";
         assert_eq!(values_in(text), ["abcdefgh12345", "zyxwvutsrq"]);
+    }
+
+    #[test]
+    fn a_secret_file_swapped_for_a_link_or_a_fifo_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside.env");
+        std::fs::write(&outside, "TOKEN=abcdefghijklmnop1234\n").unwrap();
+        let link = dir.path().join("link.env");
+        std::os::unix::fs::symlink(&outside, &link).unwrap();
+        assert_eq!(read_small_file(&link), None);
+        let fifo = dir.path().join("fifo.env");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // Returns at once (no writer would ever come).
+        assert_eq!(read_small_file(&fifo), None);
+        assert!(read_small_file(&outside).unwrap().contains("TOKEN="));
     }
 
     #[test]
