@@ -166,6 +166,61 @@ impl Default for Config {
     }
 }
 
+/// A TOML error as `FILE:LINE: message`; an unknown key also names the
+/// table it is in and the closest valid key (`api_keyenv` → `api_key_env`).
+fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
+    let start = e.span().map(|s| s.start.min(text.len()));
+    let line = start.map(|at| text[..at].matches('\n').count() + 1);
+    let mut message = e.message().trim().to_string();
+    if let Some(unknown) = unknown_key_message(&message) {
+        let table = start
+            .and_then(|at| {
+                text[..at]
+                    .lines()
+                    .rev()
+                    .map(str::trim)
+                    .find(|l| l.starts_with('['))
+            })
+            .map(|header| format!(" in {header}"))
+            .unwrap_or_else(|| " at the top level".into());
+        message = format!("{}{table}{}", unknown.0, unknown.1);
+    }
+    let at = match line {
+        Some(n) => format!("{}:{n}", path.display()),
+        None => path.display().to_string(),
+    };
+    ConfigError::Parse {
+        path: PathBuf::from(at),
+        message,
+    }
+}
+
+/// serde's "unknown field `x`, expected one of `a`, `b`" as
+/// ("unknown key `x`", "; did you mean `a`? (valid keys: ...)").
+pub fn unknown_key_message(message: &str) -> Option<(String, String)> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (key, expected) = rest.split_once('`')?;
+    let valid: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    let closest = valid
+        .iter()
+        .map(|v| (strsim::damerau_levenshtein(key, v), *v))
+        .filter(|(distance, v)| *distance <= (v.len().max(key.len()) / 3).max(2))
+        .min();
+    let suggestion = match closest {
+        Some((_, name)) => format!("; did you mean `{name}`?"),
+        None => String::new(),
+    };
+    let listed = if valid.is_empty() {
+        String::new()
+    } else {
+        format!(" (valid keys: {})", valid.join(", "))
+    };
+    Some((
+        format!("unknown key `{key}`"),
+        format!("{suggestion}{listed}"),
+    ))
+}
+
 /// Errors reading the configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -246,12 +301,24 @@ impl Config {
             state_dir: env.get("PASSEPARTOUT_STATE_DIR").map(PathBuf::from),
         };
         config.apply(&from_env);
+        let origin = |c: &mut Config, from: &str| {
+            if let Some(first) = c.providers.first_mut() {
+                first.key_origin = Some(from.to_string());
+            }
+        };
+        if from_env.api_key.is_some() {
+            origin(&mut config, "the environment variable PASSEPARTOUT_API_KEY");
+        }
         config.apply(cli);
+        if cli.api_key.is_some() {
+            origin(&mut config, "the --api-key flag");
+        }
         if cli.provider_url.is_some() && cli.api_key.is_none() {
             // --provider-url replaced the provider list, and with it the
             // key PASSEPARTOUT_API_KEY had put on the first provider.
             if let (Some(key), Some(first)) = (&from_env.api_key, config.providers.first_mut()) {
                 first.api_key = Some(key.clone());
+                first.key_origin = Some("the environment variable PASSEPARTOUT_API_KEY".into());
             }
         }
         config.validate()?;
@@ -263,10 +330,17 @@ impl Config {
             path: path.to_path_buf(),
             source,
         })?;
-        toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })
+        let mut config: Config = toml::from_str(&text).map_err(|e| parse_error(path, &text, &e))?;
+        for p in &mut config.providers {
+            if p.api_key.is_some() {
+                p.key_origin = Some(format!(
+                    "`api_key` of provider {} in {}",
+                    p.name,
+                    path.display()
+                ));
+            }
+        }
+        Ok(config)
     }
 
     /// Apply overrides. A provider URL replaces the provider list with that

@@ -34,7 +34,15 @@ pub const QUEUE_LINES: usize = 16 * 1024;
 /// The stderr filter when `PASSEPARTOUT_LOG` is not set. rmcp reports an
 /// MCP server that exits or closes its pipe at ERROR; our mcp module says
 /// what matters about a server, so rmcp stays off stderr.
-pub const STDERR_DEFAULT: &str = "warn,rmcp=off";
+/// Lines about what a client or a second daemon did (a late permission
+/// answer, unreadable input, another daemon on the state directory) use
+/// [`CLIENT_CAUSED`] and stay off stderr too.
+pub const STDERR_DEFAULT: &str = "warn,rmcp=off,client_caused=off";
+
+/// The `tracing` target of lines caused by a client or by another daemon:
+/// written to the log file, never to stderr (an ACP client shows every
+/// stderr line as an error).
+pub const CLIENT_CAUSED: &str = "client_caused";
 /// The log file's filter when `PASSEPARTOUT_LOG` is not set.
 pub const FILE_DEFAULT: &str = "warn,passepartout=info";
 

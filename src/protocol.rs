@@ -165,6 +165,18 @@ pub fn client_settings(
     }
 }
 
+/// Whether `initialize`'s `clientCapabilities._meta.passepartout.notifications`
+/// is `true`: the client wants the `_passepartout/*` notifications (status,
+/// usage, sandbox, compaction, records). A plain ACP client leaves it out
+/// and gets the schema-defined notifications only.
+pub fn wants_extensions(capabilities_meta: Option<&serde_json::Map<String, Value>>) -> bool {
+    capabilities_meta
+        .and_then(|m| m.get("passepartout"))
+        .and_then(|p| p.get("notifications"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
 /// `_passepartout/sandbox/status`: can shell actions run, and if not, why
 /// and how to fix it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -224,8 +236,10 @@ impl ProviderKind {
     }
 }
 
-/// One model endpoint as configured by the user.
+/// One model endpoint as configured by the user. Unknown keys are errors
+/// (a misspelt `api_keyenv` must not be ignored).
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ProviderConfig {
     /// A short name for logs and errors, e.g. `ollama`.
     pub name: String,
@@ -267,6 +281,10 @@ pub struct ProviderConfig {
     /// Extra HTTP headers sent with every request (e.g. for a proxy).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// Where `api_key` was read (the config file and line, a flag, the
+    /// editor), for the advice on a 401/403; never read from a file.
+    #[serde(skip)]
+    pub key_origin: Option<String>,
 }
 
 fn default_true() -> bool {
@@ -328,6 +346,7 @@ impl ProviderConfig {
             max_tokens: None,
             context_window: None,
             headers: BTreeMap::new(),
+            key_origin: None,
         }
     }
 }

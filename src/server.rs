@@ -266,9 +266,23 @@ impl Daemon {
             .client_fs
             .connect(self.out.clone(), &req.client_capabilities.fs);
         self.approvals.set_flight_plans(settings.flight_plans);
+        // `_passepartout/*` notifications only for a client that asked
+        // (ACP: custom capabilities live in the capability's `_meta`); a
+        // client that takes flight plans or answers emacs/eval speaks them.
+        let extensions = proto::wants_extensions(req.client_capabilities.meta.as_ref())
+            || settings.flight_plans
+            || settings.emacs;
+        self.out.allow_extensions(extensions);
         *lock(&self.settings) = settings;
-        self.out
-            .notify(proto::EXT_SANDBOX_STATUS, &self.env.sandbox);
+        if extensions {
+            // After the `initialize` reply (nothing comes before it): the
+            // reply is queued when this handler returns.
+            let (out, sandbox) = (self.out.clone(), self.env.sandbox.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(COMMANDS_AFTER_NEW).await;
+                out.notify(proto::EXT_SANDBOX_STATUS, &sandbox);
+            });
+        }
         if flight_plans {
             // Plans outlive daemons and editors: offer the pending ones again.
             self.approvals.desk.offer_pending();
@@ -286,6 +300,8 @@ impl Daemon {
             "passepartout".into(),
             serde_json::json!({
                 "version": env!("CARGO_PKG_VERSION"),
+                "sandbox": &self.env.sandbox,
+                "extensionNotifications": extensions,
                 "providers": providers.iter().map(|p| format!("{} ({})", p.name, p.base_url)).collect::<Vec<_>>(),
                 "discovery": self.discovery().map(|d| d.report().to_json()),
                 // Where INFO lines go (stderr carries warnings only).
@@ -580,6 +596,7 @@ impl Daemon {
                 token.cancel();
             })
         };
+        let usage_before = session.usage();
         let result = turn::run_turn(
             &self.env,
             &session,
@@ -600,7 +617,8 @@ impl Daemon {
         }
         match result {
             Ok(stop) => {
-                let mut response = acp::PromptResponse::new(stop);
+                let mut response = acp::PromptResponse::new(stop)
+                    .usage(turn_usage(&usage_before, &session.usage()));
                 if let Some(detail) = session.stop_detail() {
                     let mut meta = serde_json::Map::new();
                     meta.insert(
@@ -634,15 +652,33 @@ impl Daemon {
                             s.cancel();
                         }
                         None => {
-                            tracing::warn!(session = %n.session_id.0, "cancel for an unknown session")
+                            tracing::warn!(target: crate::logging::CLIENT_CAUSED, session = %n.session_id.0, "cancel for an unknown session")
                         }
                     },
-                    Err(e) => tracing::warn!("invalid session/cancel: {e}"),
+                    Err(e) => {
+                        tracing::warn!(target: crate::logging::CLIENT_CAUSED, "invalid session/cancel: {e}")
+                    }
                 }
             }
             other => tracing::debug!(method = other, "ignored notification"),
         }
     }
+}
+
+/// The tokens one turn spent (the session's totals after it minus before),
+/// as the `usage` of the `session/prompt` result.
+fn turn_usage(before: &crate::llm::Usage, after: &crate::llm::Usage) -> acp::Usage {
+    let input = after.input_tokens.saturating_sub(before.input_tokens);
+    let output = after.output_tokens.saturating_sub(before.output_tokens);
+    let read = after
+        .cache_read_tokens
+        .saturating_sub(before.cache_read_tokens);
+    let write = after
+        .cache_write_tokens
+        .saturating_sub(before.cache_write_tokens);
+    acp::Usage::new(input + output, input, output)
+        .cached_read_tokens((read > 0).then_some(read))
+        .cached_write_tokens((write > 0).then_some(write))
 }
 
 /// Sessions per `session/list` page.

@@ -72,6 +72,10 @@ pub fn effective_providers(
     for p in &mut providers {
         if let Some(key) = settings.api_keys.get(&p.name) {
             p.api_key = Some(key.clone());
+            p.key_origin = Some(format!(
+                "the key the editor sent for {} in `initialize` (apiKeys, e.g. from auth-source)",
+                p.name
+            ));
         }
     }
     providers

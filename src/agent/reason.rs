@@ -27,8 +27,10 @@ pub struct Reasoned {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReasonError {
+    /// Cancelled; `partial` holds the text streamed before (the person saw
+    /// it, so it is kept in the history and the journal).
     #[error("cancelled")]
-    Cancelled,
+    Cancelled { partial: String },
     /// No provider answered, or the answer broke off. `partial` holds what
     /// had streamed (kept in history so nothing is lost).
     #[error("{message}")]
@@ -52,7 +54,11 @@ pub async fn reason(
 ) -> Result<Reasoned, ReasonError> {
     let answered = match models.stream(request, cancel.clone()).await {
         Ok(a) => a,
-        Err(CascadeError::Cancelled) => return Err(ReasonError::Cancelled),
+        Err(CascadeError::Cancelled) => {
+            return Err(ReasonError::Cancelled {
+                partial: String::new(),
+            })
+        }
         Err(e) => {
             return Err(ReasonError::Provider {
                 message: e.to_string(),
@@ -69,7 +75,7 @@ pub async fn reason(
     loop {
         if let Some(room) = sink.room() {
             tokio::select! {
-                _ = cancel.cancelled() => return Err(ReasonError::Cancelled),
+                _ = cancel.cancelled() => return Err(ReasonError::Cancelled { partial: out.text }),
                 _ = room => {}
             }
         }
@@ -86,7 +92,7 @@ pub async fn reason(
             return Ok(out);
         }
         let next = tokio::select! {
-            _ = cancel.cancelled() => return Err(ReasonError::Cancelled),
+            _ = cancel.cancelled() => return Err(ReasonError::Cancelled { partial: out.text }),
             next = events.next() => next,
         };
         match next {
@@ -109,7 +115,9 @@ pub async fn reason(
                 out.finish = Some(f);
                 break;
             }
-            Some(Err(crate::llm::ProviderError::Cancelled)) => return Err(ReasonError::Cancelled),
+            Some(Err(crate::llm::ProviderError::Cancelled)) => {
+                return Err(ReasonError::Cancelled { partial: out.text })
+            }
             Some(Err(e)) => {
                 let message = format!("{} (answer from {} broke off)", e, out.provider);
                 return Err(ReasonError::Provider {

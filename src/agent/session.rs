@@ -43,6 +43,10 @@ pub struct Session {
     /// The session mode, read afresh by every action (a switch takes
     /// effect at the next one).
     mode: Mutex<crate::modes::Mode>,
+    /// Every ACP tool-call id shown in this session (a replay included):
+    /// a provider that reuses an id (`call_0_shell` each turn) gets a
+    /// fresh one for the client, so two calls never share one.
+    call_ids: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Session {
@@ -61,6 +65,7 @@ impl Session {
             stop_detail: Mutex::new(None),
             active_skills: Mutex::default(),
             mode: Mutex::default(),
+            call_ids: Mutex::default(),
         }
     }
 
@@ -94,10 +99,34 @@ impl Session {
         s.usage = Mutex::new(loaded.usage);
         s.spent = Mutex::new(Spent::from_usage(&loaded.usage, loaded.cost));
         s.journal = journal;
+        // The ids a client saw before stay taken.
+        let shown = loaded.replay.iter().filter_map(|r| match r {
+            crate::sessions::Replay::Update(u) => u["toolCallId"].as_str().map(str::to_string),
+            _ => None,
+        });
+        s.call_ids = Mutex::new(shown.collect());
         if let Some(mode) = loaded.mode {
             s = s.with_mode(mode);
         }
         s
+    }
+
+    /// The ACP id for a call the provider named `provider_id`: that id
+    /// itself the first time, `ID-2`, `ID-3`, ... when it was shown before
+    /// in this session.
+    pub fn unique_call_id(&self, provider_id: &str) -> String {
+        let mut taken = lock(&self.call_ids);
+        if taken.insert(provider_id.to_string()) {
+            return provider_id.to_string();
+        }
+        let mut n = 2u64;
+        loop {
+            let candidate = format!("{provider_id}-{n}");
+            if taken.insert(candidate.clone()) {
+                return candidate;
+            }
+            n += 1;
+        }
     }
 
     pub fn journal(&self) -> Option<&Journal> {

@@ -32,6 +32,9 @@ pub enum TurnError {
 /// stop reason is `max_tokens`).
 pub const BUDGET_STOP: &str = "budget";
 
+/// Ends the partial answer of a cancelled turn in the history.
+pub const CANCELLED_MARK: &str = "\n[cancelled by the person]";
+
 /// `prompt` with a leading `/name args` expanded into the command's
 /// template, and the skill that declares it; unchanged when no loaded
 /// skill declares `name`.
@@ -64,15 +67,18 @@ pub async fn run_turn(
     cancel: CancellationToken,
 ) -> Result<acp::StopReason, TurnError> {
     // Tool calls and plans are stored as they are shown, for the replay.
-    let sink_handle: Arc<dyn TurnSink> = Arc::new(RecordingSink {
+    let recording = Arc::new(RecordingSink {
         inner: sink_handle,
         journal: session.journal().cloned(),
+        provider_ids: Default::default(),
     });
+    let sink_handle: Arc<dyn TurnSink> = recording.clone();
     let sink: &dyn TurnSink = sink_handle.as_ref();
     let mut history = session.history.lock().await;
     session.set_stop_detail(None);
     // `/name args`: a skill's command becomes its prompt and activates the
     // skill; an unknown name goes to the model unchanged.
+    let typed = prompt.clone();
     let (prompt, command_skill) = expand_command(env, &session.cwd, prompt);
     let mut activation = session.activation_text(&history, &prompt);
     if let Some(skill) = command_skill {
@@ -83,6 +89,9 @@ pub async fn run_turn(
     env.mcp.register_tools(&session.id, &mut toolset.tools);
     session.remember_active(&toolset);
     session.record(Event::Prompt {
+        // The replay shows what the person typed (`/review`), the history
+        // keeps what the model got.
+        typed: (typed != prompt).then_some(typed),
         text: prompt.clone(),
     });
     history.push(ChatMessage::user(prompt));
@@ -136,7 +145,21 @@ pub async fn run_turn(
             .await
             {
                 Ok(r) => r,
-                Err(ReasonError::Cancelled) => return Ok(acp::StopReason::Cancelled),
+                Err(ReasonError::Cancelled { partial }) => {
+                    // What the person saw stays: in the history (the next
+                    // turn's model knows it was cut) and in the journal.
+                    if !partial.is_empty() {
+                        push(
+                            session,
+                            &mut history,
+                            ChatMessage::assistant(
+                                format!("{partial}{CANCELLED_MARK}"),
+                                Vec::new(),
+                            ),
+                        );
+                    }
+                    return Ok(acp::StopReason::Cancelled);
+                }
                 Err(ReasonError::Provider { message, partial }) => {
                     if !partial.text.is_empty() {
                         push(
@@ -215,10 +238,19 @@ pub async fn run_turn(
                     continue;
                 }
                 plan.mark(i, acp::PlanEntryStatus::InProgress, sink);
-                let acted = act(call, &act_env).await;
+                // The client sees a session-unique id; the model keeps
+                // its own (the result must answer the id it gave).
+                let shown = crate::llm::ToolCall {
+                    id: session.unique_call_id(&call.id),
+                    ..call.clone()
+                };
+                recording.remember_provider_id(&shown.id, &call.id);
+                let acted = act(&shown, &act_env).await;
                 plan.mark(i, acp::PlanEntryStatus::Completed, sink);
                 cancelled |= acted.status == ActStatus::Cancelled;
-                push(session, &mut history, acted.observation.into_message());
+                let mut observation = acted.observation;
+                observation.call_id = call.id.clone();
+                push(session, &mut history, observation.into_message());
             }
             if cancelled {
                 return Ok(acp::StopReason::Cancelled);
@@ -589,10 +621,33 @@ async fn summarise(
 struct RecordingSink {
     inner: Arc<dyn TurnSink>,
     journal: Option<crate::sessions::Journal>,
+    /// ACP tool-call id → the provider's, for the `tool_call`'s `_meta`
+    /// (one turn's calls: bounded by the round and call limits).
+    provider_ids: std::sync::Mutex<std::collections::HashMap<String, String>>,
+}
+
+impl RecordingSink {
+    fn remember_provider_id(&self, shown: &str, provider: &str) {
+        crate::util::sync::lock(&self.provider_ids).insert(shown.to_string(), provider.to_string());
+    }
 }
 
 impl TurnSink for RecordingSink {
-    fn update(&self, update: acp::SessionUpdate) {
+    fn update(&self, mut update: acp::SessionUpdate) {
+        if let acp::SessionUpdate::ToolCall(call) = &mut update {
+            let provider = crate::util::sync::lock(&self.provider_ids)
+                .get(&*call.tool_call_id.0)
+                .cloned();
+            if let Some(provider) = provider {
+                let meta = call.meta.get_or_insert_with(Default::default);
+                let ours = meta
+                    .entry("passepartout")
+                    .or_insert_with(|| serde_json::json!({}));
+                if let Some(ours) = ours.as_object_mut() {
+                    ours.insert("providerCallId".into(), provider.into());
+                }
+            }
+        }
         if let Some(j) = &self.journal {
             if matches!(
                 update,

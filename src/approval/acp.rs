@@ -74,16 +74,19 @@ impl AcpPrompt {
             .filter(|v| v.decision != crate::gates::Decision::Allow)
             .map(|v| format!("{}: {}", v.gate, v.reason))
             .collect();
+        // A file change is shown as ACP diffs before the person decides.
+        let mut content = vec![acp::ToolCallContent::from(format!(
+            "Why approval is needed: {}",
+            reasons.join("; ")
+        ))];
+        content.extend(proposed_changes(&self.env, &request.cwd, &request.action).await);
         let fields = acp::ToolCallUpdateFields::new()
             .title(crate::agent::act::title(
                 &request.action.tool,
                 &request.action.arguments,
             ))
             .raw_input(serde_json::to_value(&request.action.effect).unwrap_or(Value::Null))
-            .content(vec![acp::ToolCallContent::from(format!(
-                "Why approval is needed: {}",
-                reasons.join("; ")
-            ))]);
+            .content(content);
         let what = match request.action.effect {
             crate::action::Effect::Run { .. } => "command",
             _ => "action",
@@ -179,5 +182,107 @@ impl AcpPrompt {
                 }
             }
         }
+    }
+}
+
+/// The file changes `action` would make, as ACP `diff` items (old and new
+/// text), for a permission request or a flight plan: a `write_file` against
+/// the file as it is now, a held effect (checkpoint apply) from its
+/// checkpoint. Empty for anything that changes no file. Bounded by
+/// `[checkpoints] max_diff_bytes` per file and `max_diff_files`.
+pub async fn proposed_changes(
+    env: &AgentEnv,
+    cwd: &std::path::Path,
+    action: &crate::action::Action,
+) -> Vec<acp::ToolCallContent> {
+    let cfg = env.config.checkpoints.clone();
+    match &action.effect {
+        crate::action::Effect::WriteFile { path, content } => {
+            let path = cwd.join(path);
+            let max = cfg.max_diff_bytes;
+            let (path, content) = (path.clone(), content.clone());
+            tokio::task::spawn_blocking(move || write_diff(&path, &content, max))
+                .await
+                .unwrap_or_default()
+        }
+        crate::action::Effect::Op { op, args } if op == crate::checkpoint::watch::APPLY_OP => {
+            let Some(id) = args["checkpoint"].as_str().map(str::to_string) else {
+                return Vec::new();
+            };
+            let (state, cwd) = (env.config.state_dir(), cwd.to_path_buf());
+            tokio::task::spawn_blocking(move || {
+                let project = crate::checkpoint::Project::open(&state, &cwd, &cfg).ok()?;
+                let cp = project.load(&id).ok()?;
+                Some(cp.effect.acp_content(
+                    &project.store,
+                    &cwd,
+                    cfg.max_diff_files,
+                    cfg.max_diff_bytes,
+                ))
+            })
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The diff of writing `new` to `path`: old text = the file now (none for
+/// a new file). A file that is too big, not text, or not a regular file is
+/// named in a text item instead (never opened when not regular: a FIFO
+/// would block).
+fn write_diff(path: &std::path::Path, new: &str, max_bytes: u64) -> Vec<acp::ToolCallContent> {
+    use std::io::Read;
+    let shown = |old: Option<String>| {
+        vec![acp::ToolCallContent::from(
+            acp::Diff::new(path.to_path_buf(), new.to_string()).old_text(old),
+        )]
+    };
+    let too_big = |what: &str| {
+        vec![acp::ToolCallContent::from(format!(
+            "{}: {what}; no diff shown (limit max_diff_bytes = {max_bytes} in [checkpoints])",
+            path.display()
+        ))]
+    };
+    if new.len() as u64 > max_bytes {
+        return too_big("the new content is too large");
+    }
+    // Opened without following a link or waiting on a FIFO (the path may
+    // be swapped after a check), then judged by what was opened.
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return shown(None),
+        Err(e) => {
+            return vec![acp::ToolCallContent::from(format!(
+                "{}: cannot be read ({e}); no diff shown",
+                path.display()
+            ))]
+        }
+    };
+    match file.metadata() {
+        Ok(m) if !m.is_file() => {
+            return vec![acp::ToolCallContent::from(format!(
+                "{}: not a regular file; no diff shown",
+                path.display()
+            ))]
+        }
+        Ok(m) if m.len() > max_bytes => return too_big("the file is too large"),
+        _ => {}
+    }
+    let mut old = Vec::new();
+    let read = file.take(max_bytes + 1).read_to_end(&mut old);
+    match (read, String::from_utf8(old)) {
+        (Ok(_), Ok(text)) if !text.contains('\0') => shown(Some(text)),
+        _ => vec![acp::ToolCallContent::from(format!(
+            "{}: not text; no diff shown",
+            path.display()
+        ))],
     }
 }

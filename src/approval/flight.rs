@@ -110,7 +110,9 @@ impl FlightDesk {
         let lock = match state_lock::try_acquire(&state_dir) {
             Ok(Some(lock)) => Some(lock),
             Ok(None) => {
+                // Normal when two editors run: the log file, not stderr.
                 tracing::warn!(
+                    target: crate::logging::CLIENT_CAUSED,
                     "another daemon holds {}: this one runs only the plans of its own turns \
                      until that daemon exits",
                     crate::paths::StateDir::new(&state_dir)

@@ -95,6 +95,32 @@ impl ProviderConfig {
         }
     }
 
+    /// What to check after a 401 or 403: the key variable and where the
+    /// key sent was read, or that none was sent and how to give one.
+    pub fn key_hint(&self) -> String {
+        if self.api_key.as_ref().is_some_and(|k| !k.is_empty()) {
+            let origin = self
+                .key_origin
+                .clone()
+                .unwrap_or_else(|| format!("`api_key` of provider {}", self.name));
+            return format!("check the API key: it was read from {origin}");
+        }
+        match &self.api_key_env {
+            Some(var) => format!(
+                "check the API key: it was read from the environment variable {var} \
+                 (api_key_env of provider {}); is it the key for {}?",
+                self.name,
+                self.effective_base_url()
+            ),
+            None => format!(
+                "no API key was sent: set api_key_env = \"VARIABLE\" (the variable holding the \
+                 key) in the [[providers]] entry of {} (~/.config/passepartout/config.toml), or \
+                 pass --api-key / PASSEPARTOUT_API_KEY",
+                self.name
+            ),
+        }
+    }
+
     /// Builds the provider this entry describes.
     pub fn build(&self) -> Result<Arc<dyn Provider>, ProviderError> {
         Ok(match self.kind {

@@ -307,12 +307,23 @@ impl Report {
         let mut text =
             String::from("no model provider is configured and none was found. Tried, in order:");
         for (c, o) in &self.entries {
+            // A server that refuses us is running: starting it is not the fix.
+            let fix = match o {
+                Outcome::Http {
+                    status: 401 | 403,
+                } => format!(
+                    "it is running but wants an API key: add it as a [[providers]] entry with \
+                     base_url = \"{}\" and api_key_env = \"VARIABLE\" (the variable holding the key)",
+                    c.base_url
+                ),
+                _ => c.fix.clone(),
+            };
             text.push_str(&format!(
                 "\n  - {} at {}: {}\n      fix: {}",
                 c.title,
                 c.base_url,
                 o.describe(),
-                c.fix
+                fix
             ));
         }
         text.push('\n');
@@ -687,6 +698,22 @@ impl Discovery {
         self.adopt(&report)
     }
 
+    /// The provider `failed` stopped answering: probe again now, whatever
+    /// the interval (the next prompt must not fail while another server
+    /// is up), unless another prompt's probe already moved on from it.
+    /// Probes are serialised, so prompts failing together probe once.
+    /// True when the provider in use changed.
+    pub async fn reprobe_after_failure(&self, failed: &ProviderConfig) -> bool {
+        let _guard = self.probing.lock().await;
+        if self.current().map(|f| &f.config) != Some(failed) {
+            return self.current().is_some();
+        }
+        tracing::info!(provider = %failed.name, "discovery: the server in use stopped answering; probing again");
+        let report = probe(&self.candidates, self.preferred_model.as_deref()).await;
+        *lock(&self.report) = (report.clone(), Instant::now());
+        self.adopt(&report)
+    }
+
     /// The provider in use, probing again (bounded) when none was found;
     /// the failure message listing every candidate when there still is none.
     pub async fn ensure(&self) -> Result<ProviderConfig, NoProvider> {
@@ -754,7 +781,7 @@ impl Provider for DiscoveredProvider {
         match found.provider.stream(request, cancel.clone()).await {
             // The server went away: another may have come up meanwhile.
             Err(e @ ProviderError::Connect { .. }) => {
-                if self.0.reprobe().await {
+                if self.0.reprobe_after_failure(&found.config).await {
                     if let Some(next) = self.0.current() {
                         return next.provider.stream(request, cancel).await;
                     }

@@ -52,6 +52,8 @@ pub(crate) struct Endpoint {
     pub native_tools: bool,
     pub max_tokens: Option<u32>,
     idle_timeout: Duration,
+    /// Appended to a 401/403: which key was sent and from where.
+    key_hint: String,
     headers: HeaderMap,
     connect_timeout: Duration,
     /// Built at the first request, not at startup: building it loads the
@@ -107,6 +109,7 @@ impl Endpoint {
             native_tools: config.native_tools,
             max_tokens: config.max_tokens,
             idle_timeout: Duration::from_secs(config.idle_timeout_secs.max(1)),
+            key_hint: config.key_hint(),
             headers,
             connect_timeout: Duration::from_secs(config.connect_timeout_secs.max(1)),
             client: std::sync::OnceLock::new(),
@@ -180,10 +183,14 @@ impl Endpoint {
                 _ => String::new(),
             },
         };
+        let mut message = error_message(&text, status.canonical_reason().unwrap_or("error"));
+        if matches!(status.as_u16(), 401 | 403) {
+            message = format!("{message}; {}", self.key_hint);
+        }
         Err(ProviderError::Http {
             url: url.to_string(),
             status: status.as_u16(),
-            message: error_message(&text, status.canonical_reason().unwrap_or("error")),
+            message,
             retry_after,
         })
     }

@@ -79,6 +79,9 @@ pub struct Outgoing {
     pending: Pending,
     next_id: Arc<AtomicU64>,
     gauge: Arc<QueueGauge>,
+    /// Whether the client asked for `_`-prefixed (extension) notifications;
+    /// a plain ACP client gets schema-defined ones only.
+    extensions: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The receiving side of [`Outgoing::channel`], drained by the writer.
@@ -97,6 +100,7 @@ impl Outgoing {
             pending: Arc::default(),
             next_id: Arc::new(AtomicU64::new(1)),
             gauge: gauge.clone(),
+            extensions: Arc::default(),
         };
         (out, OutgoingQueue { rx, gauge })
     }
@@ -132,7 +136,15 @@ impl Outgoing {
         }
     }
 
+    /// Let `_`-prefixed notifications through (the client opted in).
+    pub fn allow_extensions(&self, allow: bool) {
+        self.extensions.store(allow, Ordering::SeqCst);
+    }
+
     pub fn notify(&self, method: &str, params: impl Serialize) {
+        if method.starts_with('_') && !self.extensions.load(Ordering::SeqCst) {
+            return;
+        }
         if self.queued_bytes() >= QUEUE_LIMIT {
             tracing::warn!(
                 method,
@@ -175,7 +187,13 @@ impl Outgoing {
             Some(tx) => {
                 let _ = tx.send(result);
             }
-            None => tracing::warn!(%id, "response to an unknown request id; ignored"),
+            // A late or second answer (a client's reject after a cancel)
+            // is the client's business: the log file, never stderr.
+            None => tracing::warn!(
+                target: crate::logging::CLIENT_CAUSED,
+                %id,
+                "response to an unknown request id; ignored"
+            ),
         }
     }
 
@@ -237,7 +255,7 @@ pub async fn serve<R, W, S>(
         let text = match frame {
             Ok(Frame::Message(text)) => text,
             Ok(Frame::Garbage(why)) => {
-                tracing::warn!("unreadable input: {why}");
+                tracing::warn!(target: crate::logging::CLIENT_CAUSED, "unreadable input: {why}");
                 outgoing.send_raw(message::error_response(
                     &ClientId::null(),
                     codes::PARSE_ERROR,

@@ -70,8 +70,14 @@ pub enum Event {
         cwd: PathBuf,
         version: String,
     },
-    /// The person's prompt (starts a turn).
-    Prompt { text: String },
+    /// The person's prompt (starts a turn): `text` is what the model got;
+    /// `typed`, when different, what the person typed (a slash command
+    /// before its expansion), which the replay shows.
+    Prompt {
+        text: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        typed: Option<String>,
+    },
     /// A message added to the model's history (assistant answers, tool
     /// results, feedback about unreadable calls).
     Message { message: ChatMessage },
@@ -484,12 +490,13 @@ pub fn read_session(path: &Path) -> Result<Loaded, StoreError> {
                 loaded.cost = cost;
                 seen_header = true;
             }
-            Event::Prompt { text } => {
+            Event::Prompt { text, typed } => {
+                let shown = typed.unwrap_or_else(|| text.clone());
                 if loaded.title.is_none() {
-                    let first = text.lines().next().unwrap_or("");
+                    let first = shown.lines().next().unwrap_or("");
                     loaded.title = Some(first.chars().take(TITLE_CHARS).collect());
                 }
-                loaded.replay.push(Replay::User(text.clone()));
+                loaded.replay.push(Replay::User(shown));
                 loaded.history.push(ChatMessage::user(text));
             }
             Event::Message { message } => {
@@ -586,7 +593,10 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let store = store(tmp.path());
         let j = store.create("s1", Path::new("/proj")).unwrap();
-        j.append(Event::Prompt { text: "hi".into() });
+        j.append(Event::Prompt {
+            text: "hi".into(),
+            typed: None,
+        });
         j.append(Event::Message {
             message: ChatMessage::assistant("hello", vec![]),
         });
@@ -645,7 +655,10 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let store = store(tmp.path());
         let j = store.create("s2", Path::new("/p")).unwrap();
-        j.append(Event::Prompt { text: "one".into() });
+        j.append(Event::Prompt {
+            text: "one".into(),
+            typed: None,
+        });
         j.sync().await.unwrap();
         let mut f = OpenOptions::new().append(true).open(j.path()).unwrap();
         f.write_all(br#"{"at":"x","kind":"prompt","te"#).unwrap();
@@ -660,12 +673,18 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let store = store(tmp.path());
         let j = store.create("s3", Path::new("/p")).unwrap();
-        j.append(Event::Prompt { text: "one".into() });
+        j.append(Event::Prompt {
+            text: "one".into(),
+            typed: None,
+        });
         j.sync().await.unwrap();
         let mut f = OpenOptions::new().append(true).open(j.path()).unwrap();
         f.write_all(b"{\"at\":\"x\",\"kind\":\"prompt\",\"text\":\"\xff\"}\n")
             .unwrap();
-        j.append(Event::Prompt { text: "two".into() });
+        j.append(Event::Prompt {
+            text: "two".into(),
+            typed: None,
+        });
         j.sync().await.unwrap();
         let l = store.load("s3").unwrap();
         let two = vec![ChatMessage::user("one"), ChatMessage::user("two")];
@@ -682,6 +701,7 @@ mod tests {
         for i in 0..5 {
             j.append(Event::Prompt {
                 text: format!("q{i}"),
+                typed: None,
             });
         }
         let before = j.sync().await.unwrap();
@@ -691,7 +711,10 @@ mod tests {
             .await
             .unwrap();
         assert!(after < before);
-        j.append(Event::Prompt { text: "q5".into() });
+        j.append(Event::Prompt {
+            text: "q5".into(),
+            typed: None,
+        });
         j.sync().await.unwrap();
         let l = store.load("s3").unwrap();
         assert_eq!(

@@ -10,8 +10,9 @@
 //! calls for: a response against the response type of the request it
 //! answers, `session/update` against `SessionNotification`,
 //! `session/request_permission` against `RequestPermissionRequest`, error
-//! objects against ACP's `Error`. `_passepartout/*` messages are extensions:
-//! only their JSON-RPC envelope is checked.
+//! objects against ACP's `Error`. These clients set no `_meta`, so any
+//! `_passepartout/*` notification is a fault (they are sent only to clients
+//! that opt in); responses to our extension requests get envelope checks.
 //!
 //! Two clients drive it: the test harness speaking raw NDJSON (which covers
 //! a rejected permission, an unknown session and the set_mode part), and the
@@ -117,7 +118,10 @@ impl AcpSchema {
                 let params = obj.get("params").ok_or("a notification without params")?;
                 match method.as_str() {
                     "session/update" => self.check("SessionNotification", params),
-                    m if m.starts_with("_passepartout/") => Ok(()),
+                    // A client that set no `_meta` asked for none of ours.
+                    m if m.starts_with('_') => Err(format!(
+                        "the extension notification `{m}` went to a plain ACP client"
+                    )),
                     other => Err(format!("the agent sent an unknown notification `{other}`")),
                 }
             }
@@ -293,6 +297,8 @@ fn the_validator_rejects_messages_that_break_the_schema() {
         json!({ "jsonrpc": "1.0", "id": 1, "result": { "stopReason": "end_turn" } }),
         json!({ "jsonrpc": "2.0", "id": 3, "result": {} }),
         json!({ "jsonrpc": "2.0", "method": "session/shout", "params": {} }),
+        // Ours, to a client that did not opt in.
+        json!({ "jsonrpc": "2.0", "method": "_passepartout/usage", "params": {} }),
     ] {
         assert!(
             schema.validate(&bad, &sent).is_err(),
@@ -335,6 +341,11 @@ async fn every_message_of_an_acp_session_matches_the_schema() {
 
     let r = c.request("initialize", initialize_params()).await;
     assert_eq!(r["result"]["protocolVersion"], 1, "{r}");
+    assert!(
+        c.unhandled.is_empty(),
+        "sent before the initialize reply: {:?}",
+        c.unhandled
+    );
     let r = c
         .request(
             "session/new",
