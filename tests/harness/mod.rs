@@ -117,6 +117,26 @@ impl Client {
         }
     }
 
+    /// A client on a command the test prepared (its own environment),
+    /// with stderr captured in `child.stderr`.
+    pub fn spawn_command(mut cmd: Command, framing: Framing) -> Client {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("spawn passepartout");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Client {
+            child,
+            stdin,
+            stdout,
+            framing,
+            next_id: 1,
+            backlog: Vec::new(),
+        }
+    }
+
     pub async fn send_raw(&mut self, bytes: &[u8]) {
         let stdin = self.stdin.as_mut().expect("stdin open");
         stdin.write_all(bytes).await.expect("write");

@@ -680,3 +680,187 @@ fn tokio_stream_lines(
         }
     })
 }
+
+/// `passepartout serve` as an ACP client starts it: default log level
+/// (no `PASSEPARTOUT_LOG`), stderr captured.
+fn spawn_quiet(home: &std::path::Path, url: &str) -> Client {
+    let mut cmd = tokio::process::Command::new(harness::BIN);
+    cmd.args(["serve", "--provider-url", url, "--model", "fake-model"])
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env_remove("PASSEPARTOUT_LOG")
+        .env_remove("PASSEPARTOUT_CONFIG")
+        .env(
+            "PASSEPARTOUT_DISCOVERY_HOSTS",
+            "ollama=,llama.cpp=,lmstudio=,vllm=,anthropic=,openai=,openrouter=,deepseek=",
+        );
+    Client::spawn_command(cmd, Framing::Ndjson)
+}
+
+/// Everything the daemon wrote on stderr, after it exited.
+async fn stderr_of(mut client: Client) -> String {
+    client.close_stdin();
+    let mut stderr = client.child.stderr.take().expect("stderr piped");
+    let _ = tokio::time::timeout(harness::WAIT, client.child.wait()).await;
+    let mut text = String::new();
+    use tokio::io::AsyncReadExt;
+    let _ = tokio::time::timeout(harness::WAIT, stderr.read_to_string(&mut text)).await;
+    text
+}
+
+/// Issue 21, done-when 1: a plain ACP client (no `_meta`) sees only
+/// schema-defined messages, nothing before the `initialize` reply, and
+/// stderr stays empty through a rejected permission, a second answer to
+/// it, an answer to a request never sent, and a second daemon on the same
+/// state directory.
+#[tokio::test]
+async fn a_plain_client_sees_only_acp_and_stderr_stays_empty() {
+    let schema = std::sync::Arc::new(AcpSchema::new());
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let push = json!({ "command": "echo no > b.txt; git push origin main" }).to_string();
+    let fake = FakeProvider::start(vec![
+        fake::openai_tool_calls(&[("call_1", "shell", &push)]),
+        fake::openai_text("Not pushing, then."),
+    ])
+    .await;
+    let url = fake.openai_url();
+    let mut c = Conformance::new(spawn_quiet(home.path(), &url), schema.clone());
+    let r = c.request("initialize", initialize_params()).await;
+    assert_eq!(r["result"]["protocolVersion"], 1, "{r}");
+    assert!(
+        c.unhandled.is_empty(),
+        "sent before the initialize reply: {:?}",
+        c.unhandled
+    );
+    let r = c
+        .request(
+            "session/new",
+            json!({ "cwd": project.path(), "mcpServers": [] }),
+        )
+        .await;
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+
+    // A second daemon on the same state directory, while this one runs.
+    let mut second = Conformance::new(spawn_quiet(home.path(), &url), schema);
+    second.request("initialize", initialize_params()).await;
+
+    let id = c.start("session/prompt", prompt(&sid, "push it")).await;
+    let r = c.finish(id, Answer::Kind("reject_once")).await;
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let ask = c
+        .seen
+        .iter()
+        .find(|m| m["method"] == "session/request_permission")
+        .cloned()
+        .expect("the push asked");
+    // agent-shell answers a rejected request a second time; and a stray
+    // answer to an id the daemon never used.
+    for id in [ask["id"].clone(), json!(987654)] {
+        c.client
+            .send(&json!({ "jsonrpc": "2.0", "id": id,
+                "result": { "outcome": { "outcome": "selected", "optionId": "reject_once" } } }))
+            .await;
+    }
+    // The connection still works after them.
+    let r = c.request("session/list", json!({})).await;
+    assert!(r.get("result").is_some(), "{r}");
+    c.assert_conformant();
+    second.assert_conformant();
+    for m in c.seen.iter().chain(second.seen.iter()) {
+        if let Some(method) = m["method"].as_str() {
+            assert!(
+                ["session/update", "session/request_permission"].contains(&method),
+                "not an ACP message: {m}"
+            );
+        }
+    }
+    let first_err = stderr_of(c.client).await;
+    let second_err = stderr_of(second.client).await;
+    assert_eq!(first_err, "", "the first daemon wrote on stderr");
+    assert_eq!(second_err, "", "the second daemon wrote on stderr");
+    // The lines went to the log file instead.
+    let log = std::fs::read_to_string(home.path().join("state/passepartout/logs/passepartout.log"))
+        .unwrap_or_default();
+    assert!(log.contains("unknown request id"), "{log}");
+    assert!(log.contains("another daemon holds"), "{log}");
+}
+
+/// Issue 21 item 2: a permission request for a file change carries the
+/// ACP `diff` (old and new text) before the person decides; a new file
+/// has no old text.
+#[tokio::test]
+async fn a_file_change_permission_request_carries_the_diff() {
+    let schema = std::sync::Arc::new(AcpSchema::new());
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("notes.txt"), "milk\n").unwrap();
+    let fake = FakeProvider::start(vec![
+        fake::write_call("w1", "notes.txt", "milk\neggs\n"),
+        fake::write_call("w2", "new.txt", "fresh\n"),
+        fake::openai_text("Asked twice."),
+    ])
+    .await;
+    let url = fake.openai_url();
+    let mut c = Conformance::new(
+        Client::spawn(
+            Framing::Ndjson,
+            home.path(),
+            &["--provider-url", &url, "--model", "fake-model"],
+        ),
+        schema,
+    );
+    c.request("initialize", initialize_params()).await;
+    let r = c
+        .request(
+            "session/new",
+            json!({ "cwd": project.path(), "mcpServers": [] }),
+        )
+        .await;
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    // `ask`: every change asks, so both writes come to the person.
+    c.request(
+        "session/set_mode",
+        json!({ "sessionId": sid, "modeId": "ask" }),
+    )
+    .await;
+    let id = c.start("session/prompt", prompt(&sid, "add eggs")).await;
+    let r = c.finish(id, Answer::Kind("reject_once")).await;
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let asks: Vec<&Value> = c
+        .seen
+        .iter()
+        .filter(|m| m["method"] == "session/request_permission")
+        .collect();
+    assert_eq!(asks.len(), 2, "{asks:?}");
+    let diffs = |ask: &Value| -> Vec<Value> {
+        ask["params"]["toolCall"]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["type"] == "diff")
+            .cloned()
+            .collect()
+    };
+    let canonical = project.path().canonicalize().unwrap();
+    assert_eq!(
+        diffs(asks[0]),
+        vec![json!({
+            "type": "diff",
+            "path": canonical.join("notes.txt"),
+            "oldText": "milk\n",
+            "newText": "milk\neggs\n",
+        })]
+    );
+    let new_file = diffs(asks[1]);
+    assert_eq!(new_file.len(), 1, "{new_file:?}");
+    assert_eq!(new_file[0]["newText"], "fresh\n");
+    assert!(new_file[0]["oldText"].is_null(), "{new_file:?}");
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("notes.txt")).unwrap(),
+        "milk\n"
+    );
+    c.assert_conformant();
+}

@@ -421,3 +421,90 @@ async fn messages_to_the_person_are_shown_and_not_fed_back() {
         "delivered to the person (13 characters)"
     );
 }
+
+/// Issue 21 item 3: a provider that names every call `call_0_shell` (some
+/// do, round after round) still gives each call its own ACP id; the
+/// provider's id travels in `_meta` and is what the model gets back.
+#[tokio::test]
+async fn a_reused_provider_call_id_becomes_unique_for_the_client() {
+    let read = r#"{"path": "notes.txt"}"#;
+    let s = setup(vec![
+        fake::openai_tool_calls(&[("call_0_shell", "read_file", read)]),
+        fake::openai_tool_calls(&[("call_0_shell", "read_file", read)]),
+        fake::openai_text("Read it twice."),
+        fake::openai_tool_calls(&[("call_0_shell", "read_file", read)]),
+        fake::openai_text("And a third time."),
+    ])
+    .await;
+    let mut c = start(&s, Framing::Ndjson, &[]);
+    c.initialize(json!({})).await;
+    let sid = c.new_session(s.project.path()).await;
+    for text in ["read notes.txt twice", "once more"] {
+        let r = c.request("session/prompt", prompt(&sid, text)).await;
+        assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    }
+    let calls = c.updates("tool_call");
+    let ids: Vec<&str> = calls
+        .iter()
+        .map(|u| u["toolCallId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3, "{calls:?}");
+    let unique: std::collections::BTreeSet<&str> = ids.iter().copied().collect();
+    assert_eq!(unique.len(), 3, "tool-call ids repeat: {ids:?}");
+    assert_eq!(
+        ids[0], "call_0_shell",
+        "the first use keeps the provider's id"
+    );
+    for call in &calls {
+        assert_eq!(
+            call["_meta"]["passepartout"]["providerCallId"], "call_0_shell",
+            "{call}"
+        );
+    }
+    // Every update names one of those ids; each call completed.
+    for id in &ids {
+        assert!(
+            c.updates("tool_call_update")
+                .iter()
+                .any(|u| u["toolCallId"] == *id && u["status"] == "completed"),
+            "{id} never completed"
+        );
+    }
+    // The model gets its own id back with each result.
+    for n in [1, 2, 4] {
+        let body = &s.fake.requests()[n].body;
+        let results = tool_messages(body);
+        assert!(
+            results.iter().all(|m| m["tool_call_id"] == "call_0_shell"),
+            "{results:?}"
+        );
+    }
+}
+
+/// Issue 21 item 4: the `session/prompt` result carries the turn's usage
+/// (ACP's `usage`), summed over the turn's requests.
+#[tokio::test]
+async fn the_prompt_result_carries_the_turns_usage() {
+    let s = setup(vec![
+        fake::with_usage(
+            fake::openai_tool_calls(&[("c1", "read_file", r#"{"path": "notes.txt"}"#)]),
+            100,
+            20,
+            0,
+            0,
+        ),
+        fake::with_usage(fake::openai_text("Milk."), 150, 5, 0, 0),
+    ])
+    .await;
+    let mut c = start(&s, Framing::Ndjson, &[]);
+    c.initialize(json!({})).await;
+    let sid = c.new_session(s.project.path()).await;
+    let r = c
+        .request("session/prompt", prompt(&sid, "what does it say?"))
+        .await;
+    assert_eq!(
+        r["result"]["usage"],
+        json!({ "totalTokens": 275, "inputTokens": 250, "outputTokens": 25 }),
+        "{r}"
+    );
+}

@@ -563,3 +563,77 @@ async fn a_compaction_summary_is_cut_at_an_eighth_of_the_window() {
     let last = &reqs[2].body;
     assert!(body_tokens(last) < window, "{} tokens", body_tokens(last));
 }
+
+/// Issue 21 item 4: a turn cancelled mid-answer keeps what had streamed
+/// (the person saw it): `session/load` in another daemon replays it, and
+/// the next request tells the model its answer was cut.
+#[tokio::test]
+async fn a_cancelled_turns_partial_answer_is_kept() {
+    let project = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let slow = match fake::openai_text("Partial words that keep coming slowly") {
+        Reply::OpenAi { chunks, done, .. } => Reply::OpenAi {
+            chunks,
+            delay_ms: 400,
+            done,
+        },
+        other => panic!("not an OpenAI stream: {other:?}"),
+    };
+    let fake = FakeProvider::start(vec![slow, fake::openai_text("Go on.")]).await;
+    let cfg = config(home.path(), &fake, "", "");
+    let mut c = spawn(home.path(), &cfg);
+    c.initialize(json!({})).await;
+    let sid = c.new_session(project.path()).await;
+    let id = c
+        .start_request("session/prompt", prompt(&sid, "tell me slowly"))
+        .await;
+    let first = c
+        .wait_for(|m| m["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    c.notify("session/cancel", json!({ "sessionId": sid }))
+        .await;
+    let r = c.wait_response(id).await;
+    assert_eq!(r["result"]["stopReason"], "cancelled", "{r}");
+    let seen = format!(
+        "{}{}",
+        first["params"]["update"]["content"]["text"]
+            .as_str()
+            .unwrap(),
+        c.message_text()
+    );
+    c.close_stdin();
+    let _ = tokio::time::timeout(harness::WAIT, c.child.wait()).await;
+
+    let mut c = spawn(home.path(), &cfg);
+    c.initialize(json!({})).await;
+    c.backlog.clear();
+    let r = c
+        .request(
+            "session/load",
+            json!({ "sessionId": sid, "cwd": project.path(), "mcpServers": [] }),
+        )
+        .await;
+    assert!(r.get("result").is_some(), "{r}");
+    let replayed = c.message_text();
+    assert!(
+        replayed.starts_with(&seen),
+        "the replay {replayed:?} lacks what was shown {seen:?}"
+    );
+    let r = c.request("session/prompt", prompt(&sid, "go on")).await;
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let messages = fake.requests()[1].body["messages"].clone();
+    let assistant: Vec<&str> = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(
+        assistant
+            .iter()
+            .any(|t| t.starts_with(&seen) && t.contains("[cancelled by the person]")),
+        "{messages}"
+    );
+}

@@ -142,3 +142,51 @@ async fn a_reload_that_adds_a_command_announces_it() {
     assert_eq!(update["params"]["sessionId"], sid.as_str());
     assert!(names(&update).contains(&"greet".to_string()), "{update}");
 }
+
+/// Issue 21 item 4: `session/load` replays the slash command the person
+/// typed, not the template it expanded into (the model got the latter).
+#[tokio::test]
+async fn a_replay_shows_the_command_as_typed() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(skills_dir(home.path()).join("greet.org"), GREET).unwrap();
+    let fake = FakeProvider::start(vec![fake::openai_text("Bonjour Ada")]).await;
+    let url = fake.openai_url();
+    let args = ["--provider-url", url.as_str()];
+    let (mut c, sid) = Client::with_session(home.path(), &args, json!({}), project.path()).await;
+    let r = c
+        .request("session/prompt", prompt(&sid, "/greet Ada"))
+        .await;
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let model_got = fake.requests()[0].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["content"]
+        .clone();
+    assert_eq!(model_got, "Say hello to Ada in French.");
+    c.close_stdin();
+    let _ = tokio::time::timeout(harness::WAIT, c.child.wait()).await;
+
+    let mut c = Client::spawn(harness::Framing::Ndjson, home.path(), &args);
+    c.initialize(json!({})).await;
+    c.backlog.clear();
+    let r = c
+        .request(
+            "session/load",
+            json!({ "sessionId": sid, "cwd": project.path(), "mcpServers": [] }),
+        )
+        .await;
+    assert!(r.get("result").is_some(), "{r}");
+    let typed: Vec<Value> = c
+        .updates("user_message_chunk")
+        .iter()
+        .map(|u| u["content"]["text"].clone())
+        .collect();
+    assert_eq!(typed, vec![json!("/greet Ada")]);
+    let list = c.request("session/list", json!({})).await;
+    assert_eq!(
+        list["result"]["sessions"][0]["title"], "/greet Ada",
+        "{list}"
+    );
+}
