@@ -375,3 +375,43 @@ async fn a_model_asked_for_is_used_with_the_discovered_server() {
     assert!(stderr.contains("model fake-large (found;"), "{stderr}");
     assert_eq!(server.requests()[0].body["model"], "fake-large");
 }
+
+/// Issue 21 item 11: when the discovered server stops answering, the next
+/// prompt probes again at once (not after the re-probe interval) and is
+/// served by another server that is up.
+#[tokio::test]
+async fn a_dead_discovered_server_is_replaced_at_once_by_another_that_answers() {
+    let first = FakeProvider::start(vec![fake::openai_text("unused")]).await;
+    let second = FakeProvider::start(vec![fake::openai_text("From LM Studio.")]).await;
+    let home = tempfile::tempdir().unwrap();
+    let hosts = format!(
+        "ollama={CLOSED},llama.cpp={},lmstudio={},vllm={CLOSED},anthropic=",
+        first.openai_url(),
+        second.openai_url()
+    );
+    let started = std::time::Instant::now();
+    let mut d = Daemon::start(command(home.path(), &hosts, &[]));
+    let init = d.request("initialize", json!({"protocolVersion": 1})).await;
+    assert_eq!(
+        init["result"]["_meta"]["passepartout"]["discovery"]["chosen"], "llama.cpp",
+        "{init}"
+    );
+    let sid = d.new_session(&home.path().join("project")).await;
+    drop(first);
+    let r = d.request("session/prompt", prompt(&sid, "hi")).await;
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    assert_eq!(
+        second
+            .requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/chat/completions"))
+            .count(),
+        1
+    );
+    // All of it within the re-probe interval: the switch did not wait for it.
+    assert!(
+        started.elapsed() < passepartout::llm::discovery::REPROBE_INTERVAL,
+        "took {:?}",
+        started.elapsed()
+    );
+}

@@ -840,3 +840,104 @@ fn script_format_reads_every_reply_kind_from_json() {
     let back: Vec<Reply> = serde_json::from_str(&text).expect("readable");
     assert_eq!(back, built);
 }
+
+/// The binary with `config` as its only configuration and `env` set.
+fn daemon_command(home: &std::path::Path, config: &std::path::Path) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(crate::harness::BIN);
+    cmd.env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env("PASSEPARTOUT_LOG", "warn")
+        .env("PASSEPARTOUT_CONFIG", config)
+        .env_remove("PASSEPARTOUT_PROVIDER_URL")
+        .env_remove("PASSEPARTOUT_MODEL")
+        .env_remove("PASSEPARTOUT_API_KEY")
+        .kill_on_drop(true);
+    cmd
+}
+
+/// Issue 21 item 11: a 401 names the variable the key was read from.
+#[tokio::test]
+async fn a_401_names_the_key_variable_and_where_it_was_read() {
+    let fake = FakeProvider::start(vec![status(401, "Incorrect API key provided")]).await;
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let config = home.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[providers]]\nname = \"hosted\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"m\"\napi_key_env = \"PP_TEST_HOSTED_KEY\"\nmax_retries = 0\n",
+            fake.openai_url()
+        ),
+    )
+    .unwrap();
+    let mut cmd = daemon_command(home.path(), &config);
+    cmd.arg("serve").env("PP_TEST_HOSTED_KEY", "sk-wrong");
+    let mut c = crate::harness::Client::spawn_command(cmd, crate::harness::Framing::Ndjson);
+    c.initialize(json!({})).await;
+    let sid = c.new_session(project.path()).await;
+    let r = c
+        .request("session/prompt", crate::harness::prompt(&sid, "hi"))
+        .await;
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("HTTP 401"), "{r}");
+    assert!(
+        message.contains("environment variable PP_TEST_HOSTED_KEY")
+            && message.contains("api_key_env of provider hosted"),
+        "{message}"
+    );
+    assert_eq!(
+        fake.requests()[0].header("authorization"),
+        Some("Bearer sk-wrong")
+    );
+}
+
+/// Issue 21 item 11: a misspelt key in any table stops the daemon with
+/// FILE:LINE, the table and the closest valid name, instead of being
+/// ignored (`api_keyenv`) or reported as something else (`modle`).
+#[tokio::test]
+async fn an_unknown_config_key_names_its_line_and_the_closest_valid_name() {
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config.toml");
+    for (body, line, table, want) in [
+        (
+            "[[providers]]\nname = \"x\"\nkind = \"openai\"\nmodel = \"m\"\napi_keyenv = \"KEY\"\n",
+            5,
+            "[[providers]]",
+            "did you mean `api_key_env`?",
+        ),
+        (
+            "max_rounds = 3\n\n[[providers]]\nname = \"x\"\nkind = \"openai\"\nmodle = \"m\"\n",
+            6,
+            "[[providers]]",
+            "did you mean `model`?",
+        ),
+        (
+            "[context]\ncompact_att = 0.5\n",
+            2,
+            "[context]",
+            "did you mean `compact_at`?",
+        ),
+        (
+            "max_round = 3\n",
+            1,
+            "the top level",
+            "did you mean `max_rounds`?",
+        ),
+    ] {
+        std::fs::write(&config, body).unwrap();
+        let mut cmd = daemon_command(home.path(), &config);
+        cmd.args(["run", "hi"]);
+        let out = tokio::time::timeout(crate::harness::WAIT, cmd.output())
+            .await
+            .unwrap()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{body}: {stderr}");
+        let at = format!("{}:{line}: unknown key", config.display());
+        assert!(stderr.contains(&at), "{body}: want {at:?} in {stderr}");
+        assert!(stderr.contains(table), "{body}: want {table} in {stderr}");
+        assert!(stderr.contains(want), "{body}: want {want:?} in {stderr}");
+    }
+}
