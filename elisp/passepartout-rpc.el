@@ -499,7 +499,12 @@ into the code.  A string value is returned as is."
         ;; fs/*: answered in passepartout-fs.el (buffers, then files).
         :clientCapabilities (list :fs (list :readTextFile t
                                             :writeTextFile t)
-                                  :terminal :json-false)
+                                  :terminal :json-false
+                                  ;; The `_passepartout/*' notifications
+                                  ;; (status, usage, sandbox, compaction):
+                                  ;; a plain ACP client gets none.
+                                  :_meta (list :passepartout
+                                               (list :notifications t)))
         :clientInfo (list :name "emacs" :version emacs-version)
         :_meta (list :passepartout
                      `(:flightPlans t :emacs t
