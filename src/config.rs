@@ -184,6 +184,13 @@ fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
             .map(|header| format!(" in {header}"))
             .unwrap_or_else(|| " at the top level".into());
         message = format!("{}{table}{}", unknown.0, unknown.1);
+    } else if let Some(n) = line {
+        // The offending line itself: the message alone rarely names the key.
+        if let Some(text) = text.lines().nth(n - 1).map(str::trim) {
+            if !text.is_empty() {
+                message = format!("{message} (in `{text}`)");
+            }
+        }
     }
     let at = match line {
         Some(n) => format!("{}:{n}", path.display()),
