@@ -166,39 +166,40 @@ impl Default for Config {
     }
 }
 
-/// A TOML error as `FILE:LINE: message`; an unknown key also names the
-/// table it is in and the closest valid key (`api_keyenv` → `api_key_env`).
+/// A TOML error. An unknown key becomes `FILE:LINE: unknown key `k` in
+/// [table]; did you mean `key`? (valid keys: ...)` (`api_keyenv` →
+/// `api_key_env`); anything else keeps toml's own report.
 fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
+    let message = e.message().trim();
+    let Some((unknown, hint)) = unknown_key_message(message) else {
+        // Anything else: toml's own report (line, column and the line).
+        return ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        };
+    };
     let start = e.span().map(|s| s.start.min(text.len()));
-    let line = start.map(|at| text[..at].matches('\n').count() + 1);
-    let mut message = e.message().trim().to_string();
-    if let Some(unknown) = unknown_key_message(&message) {
-        let table = start
-            .and_then(|at| {
-                text[..at]
-                    .lines()
-                    .rev()
-                    .map(str::trim)
-                    .find(|l| l.starts_with('['))
-            })
-            .map(|header| format!(" in {header}"))
-            .unwrap_or_else(|| " at the top level".into());
-        message = format!("{}{table}{}", unknown.0, unknown.1);
-    } else if let Some(n) = line {
-        // The offending line itself: the message alone rarely names the key.
-        if let Some(text) = text.lines().nth(n - 1).map(str::trim) {
-            if !text.is_empty() {
-                message = format!("{message} (in `{text}`)");
-            }
-        }
-    }
-    let at = match line {
-        Some(n) => format!("{}:{n}", path.display()),
+    let table = start
+        .and_then(|at| {
+            text[..at]
+                .lines()
+                .rev()
+                .map(str::trim)
+                .find(|l| l.starts_with('['))
+        })
+        .map(|header| format!(" in {header}"))
+        .unwrap_or_else(|| " at the top level".into());
+    let at = match start {
+        Some(at) => format!(
+            "{}:{}",
+            path.display(),
+            text[..at].matches('\n').count() + 1
+        ),
         None => path.display().to_string(),
     };
     ConfigError::Parse {
         path: PathBuf::from(at),
-        message,
+        message: format!("{unknown}{table}{hint}"),
     }
 }
 

@@ -864,3 +864,84 @@ async fn a_file_change_permission_request_carries_the_diff() {
     );
     c.assert_conformant();
 }
+
+/// Issue 21 item 2, held effects: a shell command whose effect is held
+/// (checkpoint apply) asks with one ACP `diff` per changed file in the
+/// permission request itself, not only in an earlier update.
+#[tokio::test]
+async fn a_held_effect_permission_request_carries_the_diff() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::create_dir(project.path().join("src")).unwrap();
+    for name in ["a.rs", "b.rs", "c.rs"] {
+        std::fs::write(
+            project.path().join("src").join(name),
+            format!("// {name}\n"),
+        )
+        .unwrap();
+    }
+    // Checkpoints observe a git work tree.
+    for args in [
+        &["init", "-q"][..],
+        &["add", "-A"],
+        &["commit", "-qm", "start"],
+    ] {
+        let ok = std::process::Command::new("git")
+            .args(args)
+            .current_dir(project.path())
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.org")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.org")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    }
+    let args = json!({ "command": "truncate -s 0 src/*.rs" }).to_string();
+    let fake = FakeProvider::start(vec![
+        fake::openai_tool_calls(&[("call_x", "shell", &args)]),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let url = fake.openai_url();
+    let (mut c, sid) = Client::with_session(
+        home.path(),
+        &["--provider-url", &url],
+        json!({}),
+        project.path(),
+    )
+    .await;
+    let id = c
+        .start_request("session/prompt", prompt(&sid, "clean up"))
+        .await;
+    let ask = loop {
+        let ask = c.wait_method("session/request_permission").await;
+        if ask["params"]["toolCall"]["rawInput"]["op"] == "apply_checkpoint" {
+            break ask;
+        }
+        c.answer(&ask, "allow_once").await;
+    };
+    let diffs: Vec<Value> = ask["params"]["toolCall"]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] == "diff")
+        .cloned()
+        .collect();
+    let a = project.path().join("src/a.rs");
+    let shown = diffs
+        .iter()
+        .find(|d| d["path"] == json!(a))
+        .unwrap_or_else(|| panic!("no diff for src/a.rs in {ask}"));
+    assert_eq!(shown["oldText"], "// a.rs\n");
+    assert_eq!(shown["newText"], "");
+    c.answer(&ask, "reject_once").await;
+    let done = c.wait_response(id).await;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    assert!(a.exists(), "rejected: the file stays");
+}
