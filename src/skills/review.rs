@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::action::Approval;
 
 use super::diagnostic::Diagnostic;
-use super::loader::{read_limited, restrict_project_skill};
+use super::loader::{read_skill_source, restrict_project_skill};
 use super::parse::parse_skill_bytes;
 use super::trust::sha256_hex;
 use super::{Origin, Skill};
@@ -44,7 +44,7 @@ pub struct Review {
 impl Review {
     /// Read and parse `path` once.
     pub fn read(path: &Path, keep_auto: bool) -> Result<Review, ReviewError> {
-        let bytes = read_limited(path).map_err(ReviewError::Unreadable)?;
+        let bytes = read_skill_source(path).map_err(ReviewError::Unreadable)?;
         let canonical = path
             .canonicalize()
             .map_err(|source| ReviewError::Canonicalize {
