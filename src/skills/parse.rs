@@ -1222,7 +1222,7 @@ impl<'p> Parser<'p> {
             None => {
                 self.error(
                     h.title_offset,
-                    format!("rule `{name}` has no `:PATTERN:`; write `:PATTERN: .` to cover every action its :TOOL: and :TARGET: match"),
+                    format!("rule `{name}` has no `:PATTERN:`; write `:PATTERN: .*` (and a `- match ::` example) to cover every action its :TOOL: and :TARGET: match"),
                 );
                 None
             }
