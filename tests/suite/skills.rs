@@ -853,3 +853,81 @@ fn the_documented_example_is_a_real_skill() {
         "docs/skills.md must contain tests/skills/valid/git.org verbatim"
     );
 }
+
+const TOOL_HI: &str = "* hi :tool:\n:PROPERTIES:\n:APPROVAL: auto\n:END:\nSay hi.\n#+begin_src sh\necho hi\n#+end_src\n";
+
+#[test]
+fn check_reports_a_tool_defined_by_two_files_as_the_loader_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("skills");
+    write(&dir, "a.org", &format!("#+SKILL: a\n{TOOL_HI}"));
+    write(&dir, "b.org", &format!("#+SKILL: b\n{TOOL_HI}"));
+    let mut out = Vec::new();
+    let code = check_command(std::slice::from_ref(&dir), &mut out);
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(code, 0, "{text}");
+    let loaded = SkillSet::load(&SkillDirs {
+        builtin: true,
+        user: Some(dir.clone()),
+        project: None,
+        trust: None,
+        project_auto_approval: false,
+    });
+    // Exactly the loader's words, file and line.
+    for d in loaded.diagnostics() {
+        assert!(text.contains(&d.to_string()), "{d} missing from:\n{text}");
+    }
+    assert!(
+        text.contains("b.org:1:1: warning: tool `hi` is also defined by skill `a`"),
+        "{text}"
+    );
+    assert!(text.ends_with("checked 2 files: 0 errors, 1 warning\n"), "{text}");
+}
+
+#[test]
+fn near_miss_keywords_tags_and_properties_name_the_closest_valid_one() {
+    let text = "#+SKILL: typo\n#+TRIGER: always\n#+TITLE: fine\n\n\
+                * hi :tols:\nSay hi.\n\n\
+                * Rules :rules:\n** No curl\n:PROPERTIES:\n:DECISION: deny\n:PATERN: \\bcurl\\b\n:END:\nNever curl.\n\n- match :: =curl x=\n\n\
+                * Guard :rulse:\n";
+    let diags: Vec<String> = check_text(Path::new("typo.org"), text)
+        .iter()
+        .map(|d| d.to_string())
+        .collect();
+    let has = |needle: &str| diags.iter().any(|d| d.contains(needle));
+    assert!(has("typo.org:2:1: warning: #+TRIGER: is not a skill keyword and is ignored; did you mean #+TRIGGER:?"), "{diags:#?}");
+    assert!(has("typo.org:5:1: warning: tag :tols: is not a skill tag and this heading is ignored; did you mean :tool:?"), "{diags:#?}");
+    assert!(has("typo.org:12:1: warning: unknown property :PATERN: is ignored; did you mean :PATTERN:?"), "{diags:#?}");
+    assert!(has("typo.org:9:4: error: rule `No curl` has no `:PATTERN:`"), "{diags:#?}");
+    assert!(has("typo.org:18:1: error: tag :rulse: is not a skill tag, so the rules under this heading are not in force; did you mean :rules:?"), "{diags:#?}");
+    assert!(!has("TITLE"), "Org's own keywords are not misspellings: {diags:#?}");
+}
+
+#[test]
+fn a_deny_rule_without_a_pattern_keeps_denying_its_scope_and_an_allow_is_dropped() {
+    let text = "#+SKILL: scope\n\n* Rules :rules:\n\
+                ** No emacs\n:PROPERTIES:\n:DECISION: deny\n:TARGET: emacs\n:PATERN: x\n:END:\nNo.\n\n\
+                ** Everything goes\n:PROPERTIES:\n:DECISION: allow\n:PATTERN: (\n:END:\nYes.\n\n- match :: =(=\n";
+    let (skill, _) = parse_skill(Path::new("scope.org"), text, Origin::User);
+    let rules = skill.unwrap().rules;
+    assert_eq!(rules.len(), 1, "the broken allow rule is dropped");
+    assert_eq!(rules[0].decision, Decision::Deny);
+    assert_eq!(rules[0].target, "emacs");
+    assert!(rules[0].pattern.is_none());
+}
+
+#[test]
+fn crlf_script_blocks_reach_the_planner_without_carriage_returns() {
+    let text = "#+SKILL: crlf\n* t :tool:\nRun.\n#+begin_src bash\nif true; then\n  echo ok\nfi\n#+end_src\n"
+        .replace('\n', "\r\n");
+    let (skill, diags) = parse_skill(Path::new("crlf.org"), &text, Origin::User);
+    assert_eq!(diags, vec![]);
+    let skill = skill.unwrap();
+    let action = skill.tools[0]
+        .plan(&json!({}), &ctx(Path::new("/tmp")))
+        .unwrap();
+    let Effect::Run { script, .. } = action.effect else {
+        panic!("not a run")
+    };
+    assert!(!script.contains('\r'), "{script:?}");
+}
