@@ -11,7 +11,6 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use super::{exit_code, load_config, CliError, ConfigFlags};
-use crate::skills::instructions::is_instructions_file;
 use crate::skills::loader::{is_skill_file_name, skill_files, trust_hint};
 use crate::skills::trust::TrustStore;
 use crate::skills::{Diagnostic, Review, Severity, SkillDirs, SkillSet};
@@ -373,19 +372,6 @@ pub fn trust_command(
     let mut reviews = Vec::new();
     let mut code = 0;
     for f in &files {
-        if is_instructions_file(f) {
-            match review_instructions(f) {
-                Ok((r, text)) => {
-                    let _ = write!(out, "{text}");
-                    reviews.push(r);
-                }
-                Err(e) => {
-                    let _ = writeln!(out, "{e}");
-                    code = 1;
-                }
-            }
-            continue;
-        }
         match Review::read(f, dirs.project_auto_approval) {
             Ok(r) if r.has_errors() => {
                 let _ = write!(out, "{}", r.describe(dirs.project_auto_approval, &taken));
@@ -461,37 +447,4 @@ pub fn untrust_command(dirs: &SkillDirs, paths: &[PathBuf], out: &mut dyn Write)
         }
     }
     code
-}
-
-/// An instruction file (`AGENTS.md`) read once for the person to trust:
-/// its path, hash and full text (what the model would read), and the
-/// review whose bytes are trusted.
-fn review_instructions(path: &Path) -> Result<(Review, String), String> {
-    let bytes = match crate::skills::instructions::read_bytes(path) {
-        Ok(Some(b)) => b,
-        Ok(None) => return Err(format!("{}: no such file", path.display())),
-        Err(d) => return Err(d.map(|d| d.to_string()).unwrap_or_default()),
-    };
-    let canonical = path
-        .canonicalize()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    let sha256 = crate::skills::trust::sha256_hex(&bytes);
-    let mut text = format!(
-        "{}\n  sha256:   {sha256}\n  instructions that join the system prompt, word for word:\n",
-        path.display()
-    );
-    for line in String::from_utf8_lossy(&bytes).lines() {
-        text.push_str(&format!("  | {line}\n"));
-    }
-    Ok((
-        Review {
-            path: path.to_path_buf(),
-            canonical,
-            sha256,
-            skill: None,
-            bytes,
-            diagnostics: Vec::new(),
-        },
-        text,
-    ))
 }
