@@ -332,11 +332,7 @@ fn targets(dirs: &SkillDirs, paths: &[PathBuf]) -> Vec<PathBuf> {
             })
             .collect();
     }
-    let mut files = dirs
-        .project
-        .as_deref()
-        .map(skill_files)
-        .unwrap_or_default();
+    let mut files = dirs.project.as_deref().map(skill_files).unwrap_or_default();
     files.extend(
         SkillSet::load(dirs)
             .instructions()

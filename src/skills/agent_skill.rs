@@ -71,7 +71,10 @@ fn diagnostic(path: &Path, line: usize, message: String) -> Box<Diagnostic> {
 }
 
 /// Split `SKILL.md` text into its front matter and body.
-pub fn split_front_matter(path: &Path, text: &str) -> Result<(FrontMatter, String), Box<Diagnostic>> {
+pub fn split_front_matter(
+    path: &Path,
+    text: &str,
+) -> Result<(FrontMatter, String), Box<Diagnostic>> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut lines = text.lines();
     if lines.next().map(str::trim_end) != Some("---") {
@@ -104,28 +107,43 @@ pub fn split_front_matter(path: &Path, text: &str) -> Result<(FrontMatter, Strin
             ));
         };
         let value = value.trim();
-        let value = if value == ">" || value == "|" || value.starts_with(">-") || value.starts_with("|-") {
-            // A block scalar: the indented lines that follow.
-            let folded = value.starts_with('>');
-            let mut parts = Vec::new();
-            while i + 1 < all.len()
-                && (all[i + 1].starts_with(' ') || all[i + 1].starts_with('\t') || all[i + 1].trim().is_empty())
-                && all[i + 1].trim_end() != "---"
-            {
-                i += 1;
-                parts.push(all[i].trim());
-            }
-            parts.join(if folded { " " } else { "\n" }).trim().to_string()
-        } else {
-            unquote(value)
-        };
+        let value =
+            if value == ">" || value == "|" || value.starts_with(">-") || value.starts_with("|-") {
+                // A block scalar: the indented lines that follow.
+                let folded = value.starts_with('>');
+                let mut parts = Vec::new();
+                while i + 1 < all.len()
+                    && (all[i + 1].starts_with(' ')
+                        || all[i + 1].starts_with('\t')
+                        || all[i + 1].trim().is_empty())
+                    && all[i + 1].trim_end() != "---"
+                {
+                    i += 1;
+                    parts.push(all[i].trim());
+                }
+                parts
+                    .join(if folded { " " } else { "\n" })
+                    .trim()
+                    .to_string()
+            } else {
+                unquote(value)
+            };
         fields.push((key.trim().to_string(), value));
         i += 1;
     }
     let Some(body_start) = body_start else {
-        return Err(diagnostic(path, 1, "the front matter has no closing `---` line".into()));
+        return Err(diagnostic(
+            path,
+            1,
+            "the front matter has no closing `---` line".into(),
+        ));
     };
-    let field = |k: &str| fields.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+    let field = |k: &str| {
+        fields
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
+    };
     let name = field("name").filter(|v| !v.is_empty());
     let description = field("description").filter(|v| !v.is_empty());
     let (Some(name), Some(description)) = (name, description) else {
@@ -141,7 +159,9 @@ pub fn split_front_matter(path: &Path, text: &str) -> Result<(FrontMatter, Strin
 
 fn unquote(v: &str) -> String {
     if v.len() >= 2 && v.starts_with('"') && v.ends_with('"') {
-        v[1..v.len() - 1].replace("\\\"", "\"").replace("\\\\", "\\")
+        v[1..v.len() - 1]
+            .replace("\\\"", "\"")
+            .replace("\\\\", "\\")
     } else if v.len() >= 2 && v.starts_with('\'') && v.ends_with('\'') {
         v[1..v.len() - 1].replace("''", "'")
     } else {
@@ -187,7 +207,13 @@ pub fn tool_name(skill: &str, file: &str) -> String {
         .unwrap_or_default();
     let mut name: String = format!("{skill}_{stem}")
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     if !name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
         name.insert(0, '_');
@@ -232,7 +258,12 @@ fn scripts(dir: &Path, skipped: &mut Vec<String>) -> Vec<Script> {
     let mut files: Vec<PathBuf> = rd
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .filter(|p| p.is_file() && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+        .filter(|p| {
+            p.is_file()
+                && !p
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        })
         .collect();
     files.sort();
     let mut out = Vec::new();
@@ -247,7 +278,9 @@ fn scripts(dir: &Path, skipped: &mut Vec<String>) -> Vec<Script> {
         }
         let text = match std::fs::metadata(&path) {
             Ok(m) if m.len() > MAX_SKILL_BYTES as u64 => {
-                skipped.push(format!("scripts/{file} (larger than {MAX_SKILL_BYTES} bytes)"));
+                skipped.push(format!(
+                    "scripts/{file} (larger than {MAX_SKILL_BYTES} bytes)"
+                ));
                 continue;
             }
             _ => match std::fs::read(&path).map(String::from_utf8) {
@@ -284,7 +317,10 @@ pub fn to_org(dir: &Path) -> Result<String, Box<Diagnostic>> {
     let name = one_line(&front.name);
     let mut org = String::new();
     org.push_str(&format!("#+TITLE: {name}\n#+SKILL: {name}\n"));
-    org.push_str(&format!("#+DESCRIPTION: {}\n", one_line(&front.description)));
+    org.push_str(&format!(
+        "#+DESCRIPTION: {}\n",
+        one_line(&front.description)
+    ));
     org.push_str("#+TRIGGER: always\n\n");
     org.push_str(&format!(
         "Imported from the Agent Skill in {} (its SKILL.md and scripts). The\n\
@@ -364,7 +400,10 @@ mod tests {
 
     #[test]
     fn tool_names_are_valid_names() {
-        assert_eq!(tool_name("pdf-tools", "fill form.py"), "pdf-tools_fill_form");
+        assert_eq!(
+            tool_name("pdf-tools", "fill form.py"),
+            "pdf-tools_fill_form"
+        );
         assert_eq!(tool_name("1x", "a.sh"), "_1x_a");
     }
 }

@@ -143,12 +143,20 @@ pub fn load(
 
 /// Read one file (bounded, UTF-8); `None` when absent or unreadable (the
 /// latter with a diagnostic).
-fn read(path: &Path, scope: &Path, origin: Origin, diagnostics: &mut Vec<Diagnostic>) -> Option<Instructions> {
+fn read(
+    path: &Path,
+    scope: &Path,
+    origin: Origin,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<Instructions> {
     let bytes = read_bytes(path).map_err(|d| diagnostics.extend(d)).ok()??;
     let text = match String::from_utf8(bytes.clone()) {
         Ok(t) => t.replace("\r\n", "\n"),
         Err(_) => {
-            diagnostics.push(error(path, "file is not UTF-8 text; save it as UTF-8".into()));
+            diagnostics.push(error(
+                path,
+                "file is not UTF-8 text; save it as UTF-8".into(),
+            ));
             return None;
         }
     };

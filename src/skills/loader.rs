@@ -254,7 +254,11 @@ impl SkillSet {
         if builtin {
             set.load_builtin();
         }
-        set.load_layers(&dirs, &[(Origin::User, files.to_vec())], &Trusted::default());
+        set.load_layers(
+            &dirs,
+            &[(Origin::User, files.to_vec())],
+            &Trusted::default(),
+        );
         set
     }
 
@@ -269,7 +273,12 @@ impl SkillSet {
 
     /// Load each layer's files in order (project files only when trusted),
     /// then settle tool clashes across every layer.
-    fn load_layers(&mut self, dirs: &SkillDirs, layers: &[(Origin, Vec<PathBuf>)], trusted: &Trusted) {
+    fn load_layers(
+        &mut self,
+        dirs: &SkillDirs,
+        layers: &[(Origin, Vec<PathBuf>)],
+        trusted: &Trusted,
+    ) {
         for (origin, files) in layers {
             let mut seen = BTreeMap::new();
             for path in files {

@@ -63,7 +63,10 @@ pub fn load_error_notice(diagnostics: &[Diagnostic]) -> Option<String> {
         text.push_str(&format!("  {d}\n"));
     }
     if errors.len() > MAX_NOTICE_LINES {
-        text.push_str(&format!("  … and {} more\n", errors.len() - MAX_NOTICE_LINES));
+        text.push_str(&format!(
+            "  … and {} more\n",
+            errors.len() - MAX_NOTICE_LINES
+        ));
     }
     text.push('\n');
     Some(text)

@@ -65,7 +65,12 @@ pub fn near_miss<'k>(word: &str, known: &[&'k str]) -> Option<&'k str> {
     let word = word.to_ascii_lowercase();
     known
         .iter()
-        .map(|k| (strsim::damerau_levenshtein(&word, &k.to_ascii_lowercase()), *k))
+        .map(|k| {
+            (
+                strsim::damerau_levenshtein(&word, &k.to_ascii_lowercase()),
+                *k,
+            )
+        })
         .filter(|(d, k)| *d > 0 && *d <= if word.len().min(k.len()) >= 4 { 2 } else { 1 })
         .min_by_key(|(d, _)| *d)
         .map(|(_, k)| k)
@@ -75,9 +80,30 @@ pub fn near_miss<'k>(word: &str, known: &[&'k str]) -> Option<&'k str> {
 /// mistaken for a misspelt skill keyword (`#+PRIORITIES:` is not
 /// `#+PRIORITY:`).
 const ORG_KEYWORDS: [&str; 24] = [
-    "TITLE", "AUTHOR", "DATE", "EMAIL", "OPTIONS", "STARTUP", "FILETAGS", "TAGS", "PROPERTY",
-    "LANGUAGE", "CATEGORY", "SETUPFILE", "INCLUDE", "NAME", "CAPTION", "RESULTS", "HEADER",
-    "CALL", "TODO", "ARCHIVE", "LINK", "MACRO", "PRIORITIES", "SUBTITLE",
+    "TITLE",
+    "AUTHOR",
+    "DATE",
+    "EMAIL",
+    "OPTIONS",
+    "STARTUP",
+    "FILETAGS",
+    "TAGS",
+    "PROPERTY",
+    "LANGUAGE",
+    "CATEGORY",
+    "SETUPFILE",
+    "INCLUDE",
+    "NAME",
+    "CAPTION",
+    "RESULTS",
+    "HEADER",
+    "CALL",
+    "TODO",
+    "ARCHIVE",
+    "LINK",
+    "MACRO",
+    "PRIORITIES",
+    "SUBTITLE",
 ];
 
 /// Tags people use on their own headings that sit close to a role tag
@@ -351,9 +377,7 @@ fn prompt_text(section: &str) -> String {
         }
         let lower = t.to_ascii_lowercase();
         let mut words = lower.split_whitespace();
-        if words.next() == Some("#+begin_src")
-            && matches!(words.next(), Some("markdown" | "md"))
-        {
+        if words.next() == Some("#+begin_src") && matches!(words.next(), Some("markdown" | "md")) {
             in_markdown = true;
             continue;
         }
@@ -1356,7 +1380,11 @@ impl<'p> Parser<'p> {
             reason: format!(
                 "this rule did not load ({first_error}); until {} is fixed, its scope ({scope}) {}",
                 self.path.display(),
-                if fallback == Decision::Deny { "is denied" } else { "asks" }
+                if fallback == Decision::Deny {
+                    "is denied"
+                } else {
+                    "asks"
+                }
             ),
             gate: self.gate.clone(),
         })

@@ -58,15 +58,15 @@ impl Review {
                     })))
                 }
                 Err(d) => {
-                    return Err(ReviewError::Unreadable(Box::new(d.unwrap_or_else(
-                        || Diagnostic {
+                    return Err(ReviewError::Unreadable(Box::new(d.unwrap_or_else(|| {
+                        Diagnostic {
                             path: path.to_path_buf(),
                             line: 1,
                             column: 1,
                             severity: super::Severity::Error,
                             message: "cannot read file".into(),
-                        },
-                    ))))
+                        }
+                    }))))
                 }
             }
         } else {

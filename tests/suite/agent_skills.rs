@@ -55,7 +55,9 @@ async fn a_skill_md_folder_runs_as_a_skill() {
     let system = body["messages"][0]["content"].as_str().unwrap();
     assert!(system.contains("## skill: greeter"), "{system}");
     assert!(
-        system.contains("* Use `scripts/greet.sh NAME` to greet.\n#+begin_src is not Org here. BODY-MARKER"),
+        system.contains(
+            "* Use `scripts/greet.sh NAME` to greet.\n#+begin_src is not Org here. BODY-MARKER"
+        ),
         "the Markdown body arrives word for word: {system}"
     );
     let results = fake.tool_results(1);
@@ -75,18 +77,41 @@ fn skills_import_writes_an_org_skill_that_check_accepts() {
     let (code, out) = cli(
         home.path(),
         work.path(),
-        &["skills", "import", dir.to_str().unwrap(), "-o", out_file.to_str().unwrap()],
+        &[
+            "skills",
+            "import",
+            dir.to_str().unwrap(),
+            "-o",
+            out_file.to_str().unwrap(),
+        ],
     );
     assert_eq!(code, 0, "{out}");
     let org = std::fs::read_to_string(&out_file).unwrap();
-    assert!(org.contains("#+SKILL: greeter\n#+DESCRIPTION: Greets people politely by name.\n"), "{org}");
+    assert!(
+        org.contains("#+SKILL: greeter\n#+DESCRIPTION: Greets people politely by name.\n"),
+        "{org}"
+    );
     assert!(org.contains("* greeter_greet :tool:"), "{org}");
-    assert!(org.contains(",* Use `scripts/greet.sh NAME`"), "Org escapes keep the body text: {org}");
-    assert!(org.contains("scripts/helper.js (only sh, bash and python scripts can be tools)"), "{org}");
-    let (code, out) = cli(home.path(), work.path(), &["skills", "check", out_file.to_str().unwrap()]);
+    assert!(
+        org.contains(",* Use `scripts/greet.sh NAME`"),
+        "Org escapes keep the body text: {org}"
+    );
+    assert!(
+        org.contains("scripts/helper.js (only sh, bash and python scripts can be tools)"),
+        "{org}"
+    );
+    let (code, out) = cli(
+        home.path(),
+        work.path(),
+        &["skills", "check", out_file.to_str().unwrap()],
+    );
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("checked 1 file: 0 errors"), "{out}");
     // The folder itself checks the same way.
-    let (code, out) = cli(home.path(), work.path(), &["skills", "check", dir.to_str().unwrap()]);
+    let (code, out) = cli(
+        home.path(),
+        work.path(),
+        &["skills", "check", dir.to_str().unwrap()],
+    );
     assert_eq!(code, 0, "{out}");
 }

@@ -771,7 +771,11 @@ fn the_policy_file_keeps_its_valid_rules_even_beside_broken_ones() {
         + "** Broken\n:PROPERTIES:\n:DECISION: deny\n:PATTERN: x\n:END:\nWhy.\n- match :: =y=\n";
     fs::write(&p, text).unwrap();
     let (rules, diags) = load_policy(&p);
-    assert_eq!(rules.len(), 2, "the valid rule survives, the broken one asks");
+    assert_eq!(
+        rules.len(),
+        2,
+        "the valid rule survives, the broken one asks"
+    );
     assert_eq!(rules[1].name, "Broken");
     assert_eq!(rules[1].decision.to_string(), "ask");
     assert!(rules[1].pattern.is_none());
@@ -881,7 +885,10 @@ fn check_reports_a_tool_defined_by_two_files_as_the_loader_does() {
         text.contains("b.org:1:1: warning: tool `hi` is also defined by skill `a`"),
         "{text}"
     );
-    assert!(text.ends_with("checked 2 files: 0 errors, 1 warning\n"), "{text}");
+    assert!(
+        text.ends_with("checked 2 files: 0 errors, 1 warning\n"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -897,10 +904,21 @@ fn near_miss_keywords_tags_and_properties_name_the_closest_valid_one() {
     let has = |needle: &str| diags.iter().any(|d| d.contains(needle));
     assert!(has("typo.org:2:1: warning: #+TRIGER: is not a skill keyword and is ignored; did you mean #+TRIGGER:?"), "{diags:#?}");
     assert!(has("typo.org:5:1: warning: tag :tols: is not a skill tag and this heading is ignored; did you mean :tool:?"), "{diags:#?}");
-    assert!(has("typo.org:12:1: warning: unknown property :PATERN: is ignored; did you mean :PATTERN:?"), "{diags:#?}");
-    assert!(has("typo.org:9:4: error: rule `No curl` has no `:PATTERN:`"), "{diags:#?}");
+    assert!(
+        has(
+            "typo.org:12:1: warning: unknown property :PATERN: is ignored; did you mean :PATTERN:?"
+        ),
+        "{diags:#?}"
+    );
+    assert!(
+        has("typo.org:9:4: error: rule `No curl` has no `:PATTERN:`"),
+        "{diags:#?}"
+    );
     assert!(has("typo.org:18:1: error: tag :rulse: is not a skill tag, so the rules under this heading are not in force; did you mean :rules:?"), "{diags:#?}");
-    assert!(!has("TITLE"), "Org's own keywords are not misspellings: {diags:#?}");
+    assert!(
+        !has("TITLE"),
+        "Org's own keywords are not misspellings: {diags:#?}"
+    );
 }
 
 #[test]

@@ -328,11 +328,16 @@ async fn a_crlf_script_runs_as_skills_check_reads_it() {
     let project = tempfile::tempdir().unwrap();
     let skills = home.path().join("config/passepartout/skills");
     std::fs::create_dir_all(&skills).unwrap();
-    let text = "#+SKILL: crlf\n* twice :tool:\n:PROPERTIES:\n:APPROVAL: auto\n:END:\nSay it twice.\n\n\
+    let text =
+        "#+SKILL: crlf\n* twice :tool:\n:PROPERTIES:\n:APPROVAL: auto\n:END:\nSay it twice.\n\n\
                 #+begin_src bash\nfor i in 1 2; do\n  printf 'hi%s ' \"$i\"\ndone\n#+end_src\n"
-        .replace('\n', "\r\n");
+            .replace('\n', "\r\n");
     std::fs::write(skills.join("crlf.org"), &text).unwrap();
-    let (code, out) = cli(home.path(), project.path(), &["skills", "check", skills.join("crlf.org").to_str().unwrap()]);
+    let (code, out) = cli(
+        home.path(),
+        project.path(),
+        &["skills", "check", skills.join("crlf.org").to_str().unwrap()],
+    );
     assert_eq!(code, 0, "{out}");
     let fake = FakeProvider::start(vec![
         fake::openai_tool_calls(&[("t1", "twice", "{}")]),
@@ -366,11 +371,24 @@ fn skills_check_without_paths_checks_every_layer_like_the_daemon() {
     .unwrap();
     let theirs = project.path().join(".passepartout/skills");
     std::fs::create_dir_all(&theirs).unwrap();
-    std::fs::write(theirs.join("theirs.org"), "#+SKILL: theirs\n#+TRIGER: always\n* p :prompt:\nHi.\n").unwrap();
+    std::fs::write(
+        theirs.join("theirs.org"),
+        "#+SKILL: theirs\n#+TRIGER: always\n* p :prompt:\nHi.\n",
+    )
+    .unwrap();
     let (code, out) = cli(home.path(), project.path(), &["skills", "check"]);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("mine.org:4:12: error: `:APPROVAL:` must be auto, ask or never"), "{out}");
-    assert!(out.contains("theirs.org:1:1: warning: project skill `theirs` is untrusted"), "{out}");
-    assert!(out.contains("theirs.org:2:1: warning: #+TRIGER: is not a skill keyword"), "{out}");
+    assert!(
+        out.contains("mine.org:4:12: error: `:APPROVAL:` must be auto, ask or never"),
+        "{out}"
+    );
+    assert!(
+        out.contains("theirs.org:1:1: warning: project skill `theirs` is untrusted"),
+        "{out}"
+    );
+    assert!(
+        out.contains("theirs.org:2:1: warning: #+TRIGER: is not a skill keyword"),
+        "{out}"
+    );
     assert!(out.contains("checked 2 files: 1 error"), "{out}");
 }
