@@ -168,7 +168,9 @@ impl ToolsetSource for SkillToolsets {
             tools,
             prompt: set.system_prompt(user_message),
             gates: entry.gates.clone(),
-            notices: crate::skills::load_error_notice(&problems).into_iter().collect(),
+            notices: crate::skills::load_error_notice(&problems)
+                .into_iter()
+                .collect(),
         }
     }
 
