@@ -150,7 +150,7 @@ pub(crate) fn parse_policy_bytes(path: &Path, bytes: &[u8]) -> (Vec<Rule>, Vec<D
         if p.is_commented(&file, i) {
             continue;
         }
-        p.near_miss_tags(h);
+        p.near_miss_tags(&file, i);
         if role(h) == Some(Role::Rules) {
             rules.extend(p.rules_under(&file, i));
         }
@@ -208,7 +208,7 @@ fn skill_from_text(path: &Path, text: &str, origin: Origin) -> (Option<Skill>, V
         if p.is_commented(&file, i) {
             continue;
         }
-        p.near_miss_tags(h);
+        p.near_miss_tags(&file, i);
         match role(h) {
             Some(Role::Prompt) => {
                 let text = prompt_text(&h.section_text);
@@ -276,9 +276,8 @@ fn skill_from_text(path: &Path, text: &str, origin: Origin) -> (Option<Skill>, V
         p.findings.push(Finding::warning(
             0,
             format!(
-                "this file has errors, so only its {} rule{} are in force (no prompt, tool or command of it is offered)",
-                rules.len(),
-                if rules.len() == 1 { "" } else { "s" }
+                "this file has errors, so only its {} in force (no prompt, tool or command of it is offered)",
+                if rules.len() == 1 { "1 rule is".to_string() } else { format!("{} rules are", rules.len()) }
             ),
         ));
         let skill = Skill {
@@ -541,9 +540,18 @@ impl<'p> Parser<'p> {
     }
 
     /// A tag one slip away from a role tag (`:tols:`, `:tools:`) is
-    /// reported with the tag meant. A misspelt `:rules:` is an error: the
-    /// rules under it are not in force, which the author must not miss.
-    fn near_miss_tags(&mut self, h: &Headline) {
+    /// reported with the tag meant. A misspelt `:rules:` over headings
+    /// with a `:DECISION:` is an error: those rules are not in force, which
+    /// the author must not miss.
+    fn near_miss_tags(&mut self, file: &OrgFile, i: usize) {
+        let h = &file.headlines[i];
+        // Sub-headings with a :DECISION: are rules whatever the tag says.
+        let holds_rules = file.headlines.iter().any(|c| {
+            c.parent == Some(i)
+                && c.properties
+                    .iter()
+                    .any(|p| p.key.eq_ignore_ascii_case("DECISION"))
+        });
         const ROLES: [&str; 4] = ["prompt", "tool", "rules", "command"];
         for t in &h.tags {
             let lower = t.to_ascii_lowercase();
@@ -551,7 +559,7 @@ impl<'p> Parser<'p> {
                 continue;
             }
             match near_miss(&lower, &ROLES) {
-                Some("rules") => self.error(
+                Some("rules") if holds_rules => self.error(
                     h.offset,
                     format!("tag :{t}: is not a skill tag, so the rules under this heading are not in force; did you mean :rules:?"),
                 ),
@@ -1241,7 +1249,6 @@ impl<'p> Parser<'p> {
         };
         let tool = glob(prop("TOOL"));
         let target = glob(prop("TARGET"));
-        let has_pattern = prop("PATTERN").is_some();
         let pattern = match prop("PATTERN") {
             None => {
                 self.error(
@@ -1260,7 +1267,7 @@ impl<'p> Parser<'p> {
                             regex_error(&e)
                         ),
                     );
-                    return self.broken_rule(h, errors_before, decision, has_pattern, tool, target);
+                    return self.broken_rule(h, errors_before, decision, tool, target);
                 }
             },
         };
@@ -1321,7 +1328,7 @@ impl<'p> Parser<'p> {
             reason = name.clone();
         }
         if self.error_count() > errors_before {
-            return self.broken_rule(h, errors_before, decision, has_pattern, tool, target);
+            return self.broken_rule(h, errors_before, decision, tool, target);
         }
         Some(Rule {
             name,
@@ -1338,23 +1345,20 @@ impl<'p> Parser<'p> {
     /// weakens the policy. A broken allow rule is dropped (dropping an
     /// allow only makes things stricter). Any other — deny, ask, or a
     /// decision that did not parse — asks for every action of its
-    /// `:TOOL:`/`:TARGET:` scope; a deny rule without a pattern already
-    /// said "this whole scope", so it keeps denying. The reason carries
+    /// `:TOOL:`/`:TARGET:` scope (asking, not denying: the pattern that
+    /// said which actions to deny is what is unknown). The reason carries
     /// the load error, so the person sees it in the approval question.
     fn broken_rule(
         &mut self,
         h: &Headline,
         errors_before: usize,
         decision: Option<Decision>,
-        has_pattern: bool,
         tool: String,
         target: String,
     ) -> Option<Rule> {
-        let fallback = match decision {
-            Some(Decision::Allow) => return None,
-            Some(Decision::Deny) if !has_pattern => Decision::Deny,
-            _ => Decision::Ask,
-        };
+        if decision == Some(Decision::Allow) {
+            return None;
+        }
         let first_error = self
             .findings
             .iter()
@@ -1366,25 +1370,19 @@ impl<'p> Parser<'p> {
         self.warning(
             h.title_offset,
             format!(
-                "rule `{}` did not load; until it is fixed every action of its scope ({scope}) is {}",
-                h.title,
-                if fallback == Decision::Deny { "denied" } else { "asked about" }
+                "rule `{}` did not load; until it is fixed every action of its scope ({scope}) is asked about",
+                h.title
             ),
         );
         Some(Rule {
             name: h.title.clone(),
-            decision: fallback,
+            decision: Decision::Ask,
             tool,
             target,
             pattern: None,
             reason: format!(
-                "this rule did not load ({first_error}); until {} is fixed, its scope ({scope}) {}",
-                self.path.display(),
-                if fallback == Decision::Deny {
-                    "is denied"
-                } else {
-                    "asks"
-                }
+                "this rule did not load ({first_error}); until {} is fixed, its scope ({scope}) asks",
+                self.path.display()
             ),
             gate: self.gate.clone(),
         })

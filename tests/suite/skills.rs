@@ -896,7 +896,8 @@ fn near_miss_keywords_tags_and_properties_name_the_closest_valid_one() {
     let text = "#+SKILL: typo\n#+TRIGER: always\n#+TITLE: fine\n\n\
                 * hi :tols:\nSay hi.\n\n\
                 * Rules :rules:\n** No curl\n:PROPERTIES:\n:DECISION: deny\n:PATERN: \\bcurl\\b\n:END:\nNever curl.\n\n- match :: =curl x=\n\n\
-                * Guard :rulse:\n";
+                * Guard :rulse:\n** No wget\n:PROPERTIES:\n:DECISION: deny\n:PATTERN: wget\n:END:\nNo.\n\n- match :: =wget x=\n\n\
+                * Roles :roles:\nWho does what.\n";
     let diags: Vec<String> = check_text(Path::new("typo.org"), text)
         .iter()
         .map(|d| d.to_string())
@@ -915,6 +916,7 @@ fn near_miss_keywords_tags_and_properties_name_the_closest_valid_one() {
         "{diags:#?}"
     );
     assert!(has("typo.org:18:1: error: tag :rulse: is not a skill tag, so the rules under this heading are not in force; did you mean :rules:?"), "{diags:#?}");
+    assert!(has("typo.org:28:1: warning: tag :roles: is not a skill tag and this heading is ignored; did you mean :rules:?"), "{diags:#?}");
     assert!(
         !has("TITLE"),
         "Org's own keywords are not misspellings: {diags:#?}"
@@ -922,14 +924,14 @@ fn near_miss_keywords_tags_and_properties_name_the_closest_valid_one() {
 }
 
 #[test]
-fn a_deny_rule_without_a_pattern_keeps_denying_its_scope_and_an_allow_is_dropped() {
+fn a_deny_rule_without_a_pattern_asks_for_its_scope_and_a_broken_allow_is_dropped() {
     let text = "#+SKILL: scope\n\n* Rules :rules:\n\
                 ** No emacs\n:PROPERTIES:\n:DECISION: deny\n:TARGET: emacs\n:PATERN: x\n:END:\nNo.\n\n\
                 ** Everything goes\n:PROPERTIES:\n:DECISION: allow\n:PATTERN: (\n:END:\nYes.\n\n- match :: =(=\n";
     let (skill, _) = parse_skill(Path::new("scope.org"), text, Origin::User);
     let rules = skill.unwrap().rules;
     assert_eq!(rules.len(), 1, "the broken allow rule is dropped");
-    assert_eq!(rules[0].decision, Decision::Deny);
+    assert_eq!(rules[0].decision, Decision::Ask);
     assert_eq!(rules[0].target, "emacs");
     assert!(rules[0].pattern.is_none());
 }
