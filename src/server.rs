@@ -776,7 +776,7 @@ impl Daemon {
                 .iter()
                 .map(|given| (given.display().to_string(), p.cwd.join(given)))
                 .collect(),
-            None => crate::skills::loader::org_files(&project)
+            None => crate::skills::loader::skill_files(&project)
                 .into_iter()
                 .map(|f| (f.display().to_string(), f))
                 .collect(),

@@ -162,10 +162,15 @@ impl ToolsetSource for SkillToolsets {
         let mut tools = ToolRegistry::new();
         builtin::register(&mut tools);
         register_active_tools(&set, user_message, &mut tools);
+        let mut problems = lock(&self.policy_diagnostics).clone();
+        problems.extend(set.diagnostics().iter().cloned());
         Toolset {
             tools,
             prompt: set.system_prompt(user_message),
             gates: entry.gates.clone(),
+            notices: crate::skills::load_error_notice(&problems)
+                .into_iter()
+                .collect(),
         }
     }
 

@@ -132,6 +132,9 @@ pub struct Toolset {
     /// Extra system-prompt text (active skills' prompt sections).
     pub prompt: String,
     pub gates: Arc<GateEngine>,
+    /// What the person must hear before the turn (skill files that failed
+    /// to load), shown as a thought so `run` prints it on stderr.
+    pub notices: Vec<String>,
 }
 
 /// Gives each turn its toolset (skills may differ per project and reload

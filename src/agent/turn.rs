@@ -86,6 +86,10 @@ pub async fn run_turn(
         activation.push_str(&skill);
     }
     let mut toolset = env.toolsets.toolset(&session.cwd, &activation);
+    for notice in &toolset.notices {
+        let chunk = acp::ContentChunk::new(notice.clone().into());
+        sink.update(acp::SessionUpdate::AgentThoughtChunk(chunk));
+    }
     env.mcp.register_tools(&session.id, &mut toolset.tools);
     session.remember_active(&toolset);
     session.record(Event::Prompt {

@@ -11,9 +11,9 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use super::{exit_code, load_config, CliError, ConfigFlags};
-use crate::skills::loader::{is_skill_file_name, load_file, org_files, trust_hint};
+use crate::skills::loader::{is_skill_file_name, skill_files, trust_hint};
 use crate::skills::trust::TrustStore;
-use crate::skills::{Diagnostic, Origin, Review, Severity, SkillDirs, SkillSet};
+use crate::skills::{Diagnostic, Review, Severity, SkillDirs, SkillSet};
 
 /// The `skills` subcommands.
 #[derive(Subcommand, Debug)]
@@ -21,9 +21,22 @@ pub enum SkillsCommand {
     /// Check skill files (or directories of them); prints
     /// `file:line:col: severity: message` and fails on errors.
     Check {
-        /// Skill files, or directories searched for them recursively.
-        #[arg(required = true)]
+        #[command(flatten)]
+        flags: ConfigFlags,
+        /// Skill files (`.org`, or an Agent Skill's `SKILL.md`), or
+        /// directories searched for them recursively. Without any: every
+        /// layer the daemon loads here (built-in, user, project skills, the
+        /// policy file and the AGENTS.md files), exactly as it loads them.
         paths: Vec<PathBuf>,
+    },
+    /// Turn an Agent Skill folder (SKILL.md, scripts/) into a literate Org
+    /// skill a person can read and edit; it is checked before it is written.
+    Import {
+        /// The folder holding SKILL.md.
+        dir: PathBuf,
+        /// Where to write the Org skill (default: standard output).
+        #[arg(long, short)]
+        output: Option<PathBuf>,
     },
     /// Show the skills loaded for the current directory, and from where;
     /// untrusted project skills are marked and not loaded.
@@ -53,7 +66,20 @@ pub enum SkillsCommand {
 pub fn command(command: SkillsCommand) -> ExitCode {
     let mut out = std::io::stdout();
     match command {
-        SkillsCommand::Check { paths } => exit_code(check_command(&paths, &mut out)),
+        SkillsCommand::Check { flags, paths } if paths.is_empty() => {
+            match (skill_dirs(&flags), load_config(&flags)) {
+                (Ok(dirs), Ok(config)) => exit_code(check_layers_command(
+                    &dirs,
+                    Some(&config.policy_file()),
+                    &mut out,
+                )),
+                (Err(e), _) | (_, Err(e)) => e.report(),
+            }
+        }
+        SkillsCommand::Check { paths, .. } => exit_code(check_command(&paths, &mut out)),
+        SkillsCommand::Import { dir, output } => {
+            exit_code(import_command(&dir, output.as_deref(), &mut out))
+        }
         SkillsCommand::List(flags) => match skill_dirs(&flags) {
             Ok(dirs) => exit_code(list_command(&dirs, &mut out)),
             Err(e) => e.report(),
@@ -95,32 +121,100 @@ pub fn skill_dirs(flags: &ConfigFlags) -> Result<SkillDirs, CliError> {
 pub fn check_command(paths: &[PathBuf], out: &mut dyn Write) -> i32 {
     let mut files = Vec::new();
     for p in paths {
-        if p.is_dir() {
+        if p.is_dir() && crate::skills::agent_skill::is_agent_skill_dir(p) {
+            files.push(p.join(crate::skills::agent_skill::SKILL_MD));
+        } else if p.is_dir() {
             collect_org_files(p, &mut files);
         } else {
             files.push(p.clone());
         }
     }
+    // The loader's own code path: the built-in skills, then these files as
+    // one layer, so cross-file clashes read exactly as the daemon reports
+    // them. Only the findings about these files are printed.
+    let set = SkillSet::load_files(true, &files);
+    let diags: Vec<&Diagnostic> = set
+        .diagnostics()
+        .iter()
+        .filter(|d| files.contains(&d.path))
+        .collect();
+    write_check_summary(&diags, files.len(), out)
+}
+
+/// `skills check` without paths: every layer for the current directory as
+/// the daemon loads it (untrusted project files included: they are
+/// checked, and said to be untrusted), and the person's policy file.
+pub fn check_layers_command(dirs: &SkillDirs, policy: Option<&Path>, out: &mut dyn Write) -> i32 {
+    let set = SkillSet::load(dirs);
+    let mut files: BTreeSet<PathBuf> = BTreeSet::new();
+    for dir in [&dirs.user, &dirs.project].into_iter().flatten() {
+        files.extend(skill_files(dir));
+    }
+    files.extend(set.instructions().iter().map(|i| i.path.clone()));
+    let mut diags: Vec<Diagnostic> = set.diagnostics().to_vec();
+    if let Some(policy) = policy.filter(|p| p.exists()) {
+        files.insert(policy.to_path_buf());
+        diags.extend(crate::skills::load_policy(policy).1);
+    }
+    let diags: Vec<&Diagnostic> = diags.iter().collect();
+    write_check_summary(&diags, files.len(), out)
+}
+
+fn write_check_summary(diags: &[&Diagnostic], files: usize, out: &mut dyn Write) -> i32 {
     let (mut errors, mut warnings) = (0, 0);
-    for f in &files {
-        let (_, diags) = load_file(f, Origin::User);
-        for d in &diags {
-            match d.severity {
-                Severity::Error => errors += 1,
-                Severity::Warning => warnings += 1,
-            }
-            let _ = writeln!(out, "{d}");
+    for d in diags {
+        match d.severity {
+            Severity::Error => errors += 1,
+            Severity::Warning => warnings += 1,
         }
+        let _ = writeln!(out, "{d}");
     }
     let _ = writeln!(
         out,
-        "checked {} file{}: {errors} error{}, {warnings} warning{}",
-        files.len(),
-        plural(files.len()),
+        "checked {files} file{}: {errors} error{}, {warnings} warning{}",
+        plural(files),
         plural(errors),
         plural(warnings)
     );
     i32::from(errors > 0)
+}
+
+/// `passepartout skills import DIR [-o OUT]`: the Org skill for an Agent
+/// Skill folder, checked before it is written (a file with errors is not
+/// written). Returns the exit code.
+pub fn import_command(dir: &Path, output: Option<&Path>, out: &mut dyn Write) -> i32 {
+    let org = match crate::skills::agent_skill::to_org(dir) {
+        Ok(org) => org,
+        Err(d) => {
+            let _ = writeln!(out, "{d}");
+            return 1;
+        }
+    };
+    let shown = output.map_or_else(|| dir.join("SKILL.md"), Path::to_path_buf);
+    let diags = crate::skills::check_text(&shown, &org);
+    if diags.iter().any(Diagnostic::is_error) {
+        for d in &diags {
+            let _ = writeln!(out, "{d}");
+        }
+        let _ = writeln!(out, "not imported: the skill has errors");
+        return 1;
+    }
+    match output {
+        None => {
+            let _ = write!(out, "{org}");
+            0
+        }
+        Some(path) => match std::fs::write(path, &org) {
+            Ok(()) => {
+                let _ = writeln!(out, "wrote {}", path.display());
+                0
+            }
+            Err(e) => {
+                let _ = writeln!(out, "{}: {e}", path.display());
+                1
+            }
+        },
+    }
 }
 
 fn plural(n: usize) -> &'static str {
@@ -139,7 +233,11 @@ fn collect_org_files(dir: &Path, out: &mut Vec<PathBuf>) {
     entries.sort();
     for p in entries {
         if p.is_dir() {
-            collect_org_files(&p, out);
+            if crate::skills::agent_skill::is_agent_skill_dir(&p) {
+                out.push(p.join(crate::skills::agent_skill::SKILL_MD));
+            } else {
+                collect_org_files(&p, out);
+            }
         } else if p
             .file_name()
             .is_some_and(|n| is_skill_file_name(&n.to_string_lossy()))
@@ -180,6 +278,23 @@ pub fn write_list(set: &SkillSet, out: &mut dyn Write) {
         let _ = writeln!(out, "  tools:    {tools}");
         let _ = writeln!(out, "  rules:    {}", s.rules);
     }
+    for i in set.instructions() {
+        let _ = writeln!(out, "instructions — {}", i.path.display());
+        if !i.trusted {
+            let _ = writeln!(
+                out,
+                "  status:   untrusted, not used; {}",
+                trust_hint(&i.path)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  from:     {}, applies to {}",
+            i.origin,
+            i.scope.display()
+        );
+        let _ = writeln!(out, "  size:     {} characters", i.text.chars().count());
+    }
     let diags: &[Diagnostic] = set.diagnostics();
     if !diags.is_empty() {
         let _ = writeln!(out);
@@ -204,12 +319,28 @@ fn taken_tool_names(dirs: &SkillDirs) -> BTreeSet<String> {
 
 /// The files `skills trust` / `untrust` act on: the given paths, or every
 /// skill file in the project's skill directory.
-fn targets(project: &Path, paths: &[PathBuf]) -> Vec<PathBuf> {
-    if paths.is_empty() {
-        org_files(project)
-    } else {
-        paths.to_vec()
+fn targets(dirs: &SkillDirs, paths: &[PathBuf]) -> Vec<PathBuf> {
+    if !paths.is_empty() {
+        return paths
+            .iter()
+            .map(|p| {
+                if p.is_dir() && crate::skills::agent_skill::is_agent_skill_dir(p) {
+                    p.join(crate::skills::agent_skill::SKILL_MD)
+                } else {
+                    p.clone()
+                }
+            })
+            .collect();
     }
+    let mut files = dirs.project.as_deref().map(skill_files).unwrap_or_default();
+    files.extend(
+        SkillSet::load(dirs)
+            .instructions()
+            .iter()
+            .filter(|i| i.origin == crate::skills::Origin::Project)
+            .map(|i| i.path.clone()),
+    );
+    files
 }
 
 /// `passepartout skills trust [PATH…]`: show each file's tools, rules and
@@ -228,7 +359,7 @@ pub fn trust_command(
         return 2;
     };
     let project = dirs.project.clone().unwrap_or_default();
-    let files = targets(&project, paths);
+    let files = targets(dirs, paths);
     if files.is_empty() {
         let _ = writeln!(out, "no project skills in {}", project.display());
         return 0;
@@ -295,9 +426,8 @@ pub fn untrust_command(dirs: &SkillDirs, paths: &[PathBuf], out: &mut dyn Write)
         let _ = writeln!(out, "no trust store is configured");
         return 2;
     };
-    let project = dirs.project.clone().unwrap_or_default();
     let mut code = 0;
-    for f in targets(&project, paths) {
+    for f in targets(dirs, paths) {
         let key = f.canonicalize().unwrap_or_else(|_| f.clone());
         match store.untrust(&key) {
             Ok(true) => {

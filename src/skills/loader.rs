@@ -133,6 +133,37 @@ pub fn org_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// Every skill source directly in `dir`, sorted: the `.org` files (see
+/// [`org_files`]) and the `SKILL.md` of each Agent Skill folder.
+pub fn skill_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = org_files(dir);
+    files.extend(
+        super::agent_skill::agent_skill_dirs(dir)
+            .into_iter()
+            .map(|d| d.join(super::agent_skill::SKILL_MD)),
+    );
+    files.sort();
+    files
+}
+
+/// Whether `path` is an Agent Skill's `SKILL.md`.
+pub fn is_agent_skill_file(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|n| n == super::agent_skill::SKILL_MD)
+}
+
+/// The bytes a skill source is parsed (and trusted) as: an Org file's own
+/// bytes, or for a `SKILL.md` the Org text of its folder
+/// ([`super::agent_skill::to_org`]), which holds every script that runs.
+pub fn read_skill_source(path: &Path) -> Result<Vec<u8>, Box<Diagnostic>> {
+    if is_agent_skill_file(path) {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        super::agent_skill::to_org(dir).map(String::into_bytes)
+    } else {
+        read_limited(path)
+    }
+}
+
 /// Whether a file name can be a skill: `x.org`, not an Emacs lock file
 /// (`.#x.org`), auto-save file (`#x.org#`) or backup (`x.org~`).
 pub fn is_skill_file_name(name: &str) -> bool {
@@ -173,6 +204,8 @@ pub struct SkillSet {
     skills: Vec<Skill>,
     untrusted: Vec<UntrustedSkill>,
     diagnostics: Vec<Diagnostic>,
+    /// `AGENTS.md` files for the working directory, trusted or not.
+    instructions: Vec<super::instructions::Instructions>,
 }
 
 /// How to trust a file, said the same way everywhere.
@@ -188,27 +221,76 @@ impl SkillSet {
     pub fn load(dirs: &SkillDirs) -> SkillSet {
         let mut set = SkillSet::default();
         if dirs.builtin {
-            let mut seen = BTreeMap::new();
-            for (file, text) in BUILTIN_SKILLS {
-                let path = PathBuf::from("<builtin>").join(file);
-                let (skill, diags) = parse_skill(&path, text, Origin::Builtin);
-                set.add(skill, diags, &mut seen);
-            }
+            set.load_builtin();
         }
         let trusted = set.trusted(dirs);
-        for (origin, dir) in dirs.sources() {
+        let layers: Vec<(Origin, Vec<PathBuf>)> = dirs
+            .sources()
+            .into_iter()
+            .map(|(origin, dir)| (origin, skill_files(dir)))
+            .collect();
+        set.load_layers(dirs, &layers, &trusted);
+        let user_config = dirs.user.as_deref().and_then(Path::parent);
+        let cwd = dirs.project.as_deref().and_then(project_root);
+        let (instructions, diags) =
+            super::instructions::load(user_config, cwd.as_deref(), &trusted);
+        set.instructions = instructions;
+        set.diagnostics.extend(diags);
+        set
+    }
+
+    /// What `skills check FILE…` sees: the built-in skills, then `files`
+    /// as one user layer, loaded by the same code as the daemon's, so a
+    /// clash between two files is reported exactly as the loader reports it.
+    pub fn load_files(builtin: bool, files: &[PathBuf]) -> SkillSet {
+        let dirs = SkillDirs {
+            builtin,
+            user: None,
+            project: None,
+            trust: None,
+            project_auto_approval: false,
+        };
+        let mut set = SkillSet::default();
+        if builtin {
+            set.load_builtin();
+        }
+        set.load_layers(
+            &dirs,
+            &[(Origin::User, files.to_vec())],
+            &Trusted::default(),
+        );
+        set
+    }
+
+    fn load_builtin(&mut self) {
+        let mut seen = BTreeMap::new();
+        for (file, text) in BUILTIN_SKILLS {
+            let path = PathBuf::from("<builtin>").join(file);
+            let (skill, diags) = parse_skill(&path, text, Origin::Builtin);
+            self.add(skill, diags, &mut seen);
+        }
+    }
+
+    /// Load each layer's files in order (project files only when trusted),
+    /// then settle tool clashes across every layer.
+    fn load_layers(
+        &mut self,
+        dirs: &SkillDirs,
+        layers: &[(Origin, Vec<PathBuf>)],
+        trusted: &Trusted,
+    ) {
+        for (origin, files) in layers {
             let mut seen = BTreeMap::new();
-            for path in org_files(dir) {
-                if origin == Origin::Project {
-                    set.load_project_file(&path, &trusted, dirs, &mut seen);
+            for path in files {
+                if *origin == Origin::Project {
+                    self.load_project_file(path, trusted, dirs, &mut seen);
                 } else {
-                    let (skill, diags) = load_file(&path, origin);
-                    set.add(skill, diags, &mut seen);
+                    let (skill, diags) = load_file(path, *origin);
+                    self.add(skill, diags, &mut seen);
                 }
             }
         }
-        set.check_tool_clashes();
-        set
+        self.check_tool_clashes();
     }
 
     /// The trust store's snapshot; a store that cannot be read trusts
@@ -258,7 +340,7 @@ impl SkillSet {
         dirs: &SkillDirs,
         seen: &mut BTreeMap<String, PathBuf>,
     ) {
-        let bytes = match read_limited(path) {
+        let bytes = match read_skill_source(path) {
             Ok(b) => b,
             Err(d) => {
                 self.diagnostics.push(*d);
@@ -498,13 +580,28 @@ impl SkillSet {
 
     /// The prompt sections of the skills active for `user_message`, highest
     /// priority first, each under a `## skill: NAME` line.
+    /// Trusted instruction files (`AGENTS.md`) come first, most general
+    /// first, each under a `## instructions: PATH (applies to DIR)` line.
     pub fn system_prompt(&self, user_message: &str) -> String {
-        self.ranked()
+        let instructions = super::instructions::prompt(&self.instructions);
+        let skills = self
+            .ranked()
             .into_iter()
             .filter(|s| !s.prompt.is_empty() && s.is_active(user_message))
             .map(|s| format!("## skill: {}\n\n{}", s.name, s.prompt))
             .collect::<Vec<_>>()
-            .join("\n\n")
+            .join("\n\n");
+        match (instructions.is_empty(), skills.is_empty()) {
+            (true, _) => skills,
+            (false, true) => instructions,
+            (false, false) => format!("{instructions}\n\n{skills}"),
+        }
+    }
+
+    /// The instruction files found for the working directory, trusted or
+    /// not (for `skills list`).
+    pub fn instructions(&self) -> &[super::instructions::Instructions] {
+        &self.instructions
     }
 
     /// Every rule of every skill of every layer.
@@ -645,7 +742,7 @@ pub fn read_limited(path: &Path) -> Result<Vec<u8>, Box<Diagnostic>> {
 
 /// Read and parse one file, refusing oversized files before reading them.
 pub fn load_file(path: &Path, origin: Origin) -> (Option<Skill>, Vec<Diagnostic>) {
-    match read_limited(path) {
+    match read_skill_source(path) {
         Ok(bytes) => parse_skill_bytes(path, &bytes, origin),
         Err(d) => (None, vec![*d]),
     }
@@ -671,8 +768,27 @@ impl Fingerprint {
             (path, modified, len)
         };
         for (_, dir) in dirs.sources() {
-            entries.extend(org_files(dir).into_iter().map(stat));
+            for file in skill_files(dir) {
+                if is_agent_skill_file(&file) {
+                    // A SKILL.md folder loads its scripts too.
+                    let scripts = file.with_file_name("scripts");
+                    if let Ok(rd) = std::fs::read_dir(&scripts) {
+                        let mut names: Vec<PathBuf> =
+                            rd.filter_map(Result::ok).map(|e| e.path()).collect();
+                        names.sort();
+                        entries.extend(names.into_iter().map(stat));
+                    }
+                }
+                entries.push(stat(file));
+            }
         }
+        let user_config = dirs.user.as_deref().and_then(Path::parent);
+        let cwd = dirs.project.as_deref().and_then(project_root);
+        entries.extend(
+            super::instructions::candidates(user_config, cwd.as_deref())
+                .into_iter()
+                .map(stat),
+        );
         if let Some(trust) = &dirs.trust {
             entries.push(stat(trust.clone()));
         }

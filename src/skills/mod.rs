@@ -13,9 +13,15 @@
 //! check` / `list` / `trust` / `untrust`, is `crate::cli::skills`). A broken file
 //! never stops the others from loading; its diagnostics say exactly what to
 //! fix. Project skills load only when the person trusts their exact
-//! content ([`trust`]).
+//! content ([`trust`]). Two formats people bring from other agents join
+//! the same pipeline: [`agent_skill`] turns an Agent Skills `SKILL.md`
+//! folder into Org text for the one parser, and [`instructions`] reads
+//! `AGENTS.md` files into the system prompt (project ones trusted by
+//! content, like project skills).
 
+pub mod agent_skill;
 pub mod diagnostic;
+pub mod instructions;
 pub mod loader;
 pub mod parse;
 pub mod planner;
@@ -36,6 +42,35 @@ pub use rules::{load_policy, Rule, RuleGate};
 pub use trust::{TrustError, TrustStore};
 
 use crate::tools::Tool;
+
+/// Most error lines a turn's notice shows (the rest are counted).
+pub const MAX_NOTICE_LINES: usize = 5;
+
+/// What the person is told at the start of a turn while skill or policy
+/// files have errors: the first [`MAX_NOTICE_LINES`] error lines and what
+/// it means (only their rules are in force). `None` without errors.
+pub fn load_error_notice(diagnostics: &[Diagnostic]) -> Option<String> {
+    let errors: Vec<&Diagnostic> = diagnostics.iter().filter(|d| d.is_error()).collect();
+    if errors.is_empty() {
+        return None;
+    }
+    let mut text = format!(
+        "⚠ {} error{} in skill or policy files: a broken file offers no tools or prompts, only its rules (a broken deny/ask rule asks for its whole scope). Fix with `passepartout skills check`:\n",
+        errors.len(),
+        if errors.len() == 1 { "" } else { "s" }
+    );
+    for d in errors.iter().take(MAX_NOTICE_LINES) {
+        text.push_str(&format!("  {d}\n"));
+    }
+    if errors.len() > MAX_NOTICE_LINES {
+        text.push_str(&format!(
+            "  … and {} more\n",
+            errors.len() - MAX_NOTICE_LINES
+        ));
+    }
+    text.push('\n');
+    Some(text)
+}
 
 /// Where a skill file came from, in layer order: builtin < user < project.
 /// Layers only add: a later skill of the same name is loaded beside the

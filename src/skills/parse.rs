@@ -2,8 +2,13 @@
 //! validates every keyword, property, table cell and rule example, and
 //! reports each problem at its place in the file.
 //!
-//! Any error keeps the whole skill from loading (a half-loaded skill could
-//! offer a tool without the rule meant to guard it); warnings never do.
+//! Any error keeps the skill's tools, prompts and commands from loading (a
+//! half-loaded skill could offer a tool without the rule meant to guard
+//! it); warnings never do. Its rules fail closed instead: the valid ones
+//! stay in force, and a broken deny or ask rule becomes an ask rule over
+//! its `:TOOL:`/`:TARGET:` scope (see [`Parser::rule`]), so a typo never
+//! weakens the policy. Line endings are normalised (CRLF → LF) before
+//! anything else, so `skills check` and the run-time see the same script.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -35,10 +40,75 @@ const PROPERTIES_TO_IGNORE: [&str; 2] = ["ID", "CUSTOM_ID"];
 
 /// Parse a skill file's text.
 pub fn parse_skill(path: &Path, text: &str, origin: Origin) -> (Option<Skill>, Vec<Diagnostic>) {
-    let index = LineIndex::new(text);
-    let (skill, findings) = skill_from_text(path, text, origin);
+    let text = normalise_newlines(text);
+    let index = LineIndex::new(&text);
+    let (skill, findings) = skill_from_text(path, &text, origin);
     (skill, index.resolve(path, findings))
 }
+
+/// CRLF → LF. A script block saved on Windows would otherwise reach bash
+/// with a `\r` on every line ("unexpected end of file"). Dropping the `\r`
+/// before a `\n` keeps every line number and column, so diagnostics still
+/// point at the file as written.
+pub fn normalise_newlines(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains("\r\n") {
+        std::borrow::Cow::Owned(text.replace("\r\n", "\n"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
+/// The closest of `known` to `word` (case-insensitive), when it is close
+/// enough to be a slip of the keyboard: at most one edit for short words,
+/// two for longer ones, and never the word itself.
+pub fn near_miss<'k>(word: &str, known: &[&'k str]) -> Option<&'k str> {
+    let word = word.to_ascii_lowercase();
+    known
+        .iter()
+        .map(|k| {
+            (
+                strsim::damerau_levenshtein(&word, &k.to_ascii_lowercase()),
+                *k,
+            )
+        })
+        .filter(|(d, k)| *d > 0 && *d <= if word.len().min(k.len()) >= 4 { 2 } else { 1 })
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// Org's own keywords, which a skill may use freely and which must not be
+/// mistaken for a misspelt skill keyword (`#+PRIORITIES:` is not
+/// `#+PRIORITY:`).
+const ORG_KEYWORDS: [&str; 24] = [
+    "TITLE",
+    "AUTHOR",
+    "DATE",
+    "EMAIL",
+    "OPTIONS",
+    "STARTUP",
+    "FILETAGS",
+    "TAGS",
+    "PROPERTY",
+    "LANGUAGE",
+    "CATEGORY",
+    "SETUPFILE",
+    "INCLUDE",
+    "NAME",
+    "CAPTION",
+    "RESULTS",
+    "HEADER",
+    "CALL",
+    "TODO",
+    "ARCHIVE",
+    "LINK",
+    "MACRO",
+    "PRIORITIES",
+    "SUBTITLE",
+];
+
+/// Tags people use on their own headings that sit close to a role tag
+/// (`:todo:` is two edits from `:tool:`): never reported as misspellings.
+const ORDINARY_TAGS: [&str; 6] = ["todo", "noexport", "export", "ignore", "note", "notes"];
 
 /// Parse a skill file's bytes; text that is not UTF-8 is reported at the
 /// first bad byte.
@@ -65,6 +135,8 @@ pub(crate) fn parse_policy_bytes(path: &Path, bytes: &[u8]) -> (Vec<Rule>, Vec<D
         Ok(t) => t,
         Err(d) => return (Vec::new(), vec![d]),
     };
+    let text = normalise_newlines(text);
+    let text = text.as_ref();
     let index = LineIndex::new(text);
     let mut p = Parser::new(path, "policy".into());
     if text.len() > MAX_SKILL_BYTES {
@@ -78,6 +150,7 @@ pub(crate) fn parse_policy_bytes(path: &Path, bytes: &[u8]) -> (Vec<Rule>, Vec<D
         if p.is_commented(&file, i) {
             continue;
         }
+        p.near_miss_tags(&file, i);
         if role(h) == Some(Role::Rules) {
             rules.extend(p.rules_under(&file, i));
         }
@@ -135,6 +208,7 @@ fn skill_from_text(path: &Path, text: &str, origin: Origin) -> (Option<Skill>, V
         if p.is_commented(&file, i) {
             continue;
         }
+        p.near_miss_tags(&file, i);
         match role(h) {
             Some(Role::Prompt) => {
                 let text = prompt_text(&h.section_text);
@@ -193,7 +267,32 @@ fn skill_from_text(path: &Path, text: &str, origin: Origin) -> (Option<Skill>, V
         ));
     }
     if p.has_errors() {
-        return (None, p.findings);
+        // Fail closed: no tool, prompt or command of a broken file is
+        // offered, but its rules (the valid ones, and an ask rule in place
+        // of each broken deny/ask rule) stay in force.
+        if rules.is_empty() {
+            return (None, p.findings);
+        }
+        p.findings.push(Finding::warning(
+            0,
+            format!(
+                "this file has errors, so only its {} in force (no prompt, tool or command of it is offered)",
+                if rules.len() == 1 { "1 rule is".to_string() } else { format!("{} rules are", rules.len()) }
+            ),
+        ));
+        let skill = Skill {
+            name: meta.name,
+            description: meta.description,
+            priority: meta.priority,
+            trigger: Trigger::Never,
+            prompt: String::new(),
+            tools: Vec::new(),
+            rules,
+            commands: Vec::new(),
+            path: path.to_path_buf(),
+            origin,
+        };
+        return (Some(skill), p.findings);
     }
     let skill = Skill {
         name: meta.name,
@@ -258,16 +357,63 @@ fn without_drawer(section: &str) -> String {
 }
 
 /// The section text minus Org comment lines (notes to the author, not the
-/// model), trimmed.
+/// model), trimmed. A `#+begin_src markdown` block is the model's text
+/// verbatim: its wrapper lines go, Org's comma escapes (`,*`, `,#+`) are
+/// undone, and its `# ` lines are Markdown headings, not comments (this is
+/// how an imported Agent Skill keeps its SKILL.md body word for word).
 fn prompt_text(section: &str) -> String {
-    let kept: Vec<&str> = section
-        .lines()
-        .filter(|l| {
-            let t = l.trim_start();
-            !(t == "#" || t.starts_with("# "))
-        })
-        .collect();
+    let mut kept: Vec<std::borrow::Cow<'_, str>> = Vec::new();
+    let mut in_markdown = false;
+    for l in section.lines() {
+        let t = l.trim_start();
+        if in_markdown {
+            if t.trim_end().eq_ignore_ascii_case("#+end_src") {
+                in_markdown = false;
+            } else {
+                kept.push(unescape_org_line(l));
+            }
+            continue;
+        }
+        let lower = t.to_ascii_lowercase();
+        let mut words = lower.split_whitespace();
+        if words.next() == Some("#+begin_src") && matches!(words.next(), Some("markdown" | "md")) {
+            in_markdown = true;
+            continue;
+        }
+        if !(t == "#" || t.starts_with("# ")) {
+            kept.push(std::borrow::Cow::Borrowed(l));
+        }
+    }
     kept.join("\n").trim().to_string()
+}
+
+/// Undo Org's escape of a block line: the comma Org puts before a leading
+/// `*`, `#+` or further commas (after any indentation) is removed.
+fn unescape_org_line(line: &str) -> std::borrow::Cow<'_, str> {
+    let t = line.trim_start();
+    let indent = &line[..line.len() - t.len()];
+    if needs_org_escape(t) && t.starts_with(',') {
+        std::borrow::Cow::Owned(format!("{indent}{}", &t[1..]))
+    } else {
+        std::borrow::Cow::Borrowed(line)
+    }
+}
+
+/// Whether text (indentation removed) starts with commas then `*` or `#+`.
+fn needs_org_escape(t: &str) -> bool {
+    let rest = t.trim_start_matches(',');
+    rest.starts_with('*') || rest.starts_with("#+")
+}
+
+/// Escape a line for an Org block as Org does: a comma after the
+/// indentation when the text starts with `*`, `#+` or commas before them.
+pub fn escape_org_line(line: &str) -> String {
+    let t = line.trim_start();
+    if needs_org_escape(t) {
+        format!("{},{t}", &line[..line.len() - t.len()])
+    } else {
+        line.to_string()
+    }
 }
 
 /// Paragraphs of a section as the model should read them: filled lines
@@ -393,6 +539,39 @@ impl<'p> Parser<'p> {
         }
     }
 
+    /// A tag one slip away from a role tag (`:tols:`, `:tools:`) is
+    /// reported with the tag meant. A misspelt `:rules:` over headings
+    /// with a `:DECISION:` is an error: those rules are not in force, which
+    /// the author must not miss.
+    fn near_miss_tags(&mut self, file: &OrgFile, i: usize) {
+        let h = &file.headlines[i];
+        // Sub-headings with a :DECISION: are rules whatever the tag says.
+        let holds_rules = file.headlines.iter().any(|c| {
+            c.parent == Some(i)
+                && c.properties
+                    .iter()
+                    .any(|p| p.key.eq_ignore_ascii_case("DECISION"))
+        });
+        const ROLES: [&str; 4] = ["prompt", "tool", "rules", "command"];
+        for t in &h.tags {
+            let lower = t.to_ascii_lowercase();
+            if ROLES.contains(&lower.as_str()) || ORDINARY_TAGS.contains(&lower.as_str()) {
+                continue;
+            }
+            match near_miss(&lower, &ROLES) {
+                Some("rules") if holds_rules => self.error(
+                    h.offset,
+                    format!("tag :{t}: is not a skill tag, so the rules under this heading are not in force; did you mean :rules:?"),
+                ),
+                Some(meant) => self.warning(
+                    h.offset,
+                    format!("tag :{t}: is not a skill tag and this heading is ignored; did you mean :{meant}:?"),
+                ),
+                None => {}
+            }
+        }
+    }
+
     /// A `COMMENT` headline disables its whole subtree, as in Org export.
     fn is_commented(&self, file: &OrgFile, mut i: usize) -> bool {
         loop {
@@ -429,6 +608,14 @@ impl<'p> Parser<'p> {
         for kw in &file.keywords {
             let key = kw.key.to_ascii_uppercase();
             if !KNOWN.contains(&key.as_str()) {
+                if !ORG_KEYWORDS.contains(&key.as_str()) {
+                    if let Some(meant) = near_miss(&key, &KNOWN) {
+                        self.warning(
+                            kw.offset,
+                            format!("#+{}: is not a skill keyword and is ignored; did you mean #+{meant}:?", kw.key),
+                        );
+                    }
+                }
                 continue;
             }
             if seen.contains(&key) {
@@ -487,14 +674,18 @@ impl<'p> Parser<'p> {
         for p in props {
             let key = p.key.to_ascii_uppercase();
             if !known.contains(&key.as_str()) && !PROPERTIES_TO_IGNORE.contains(&key.as_str()) {
-                self.warning(
-                    p.offset,
-                    format!(
+                let message = match near_miss(&key, known) {
+                    Some(meant) => format!(
+                        "unknown property :{}: is ignored; did you mean :{meant}:?",
+                        p.key
+                    ),
+                    None => format!(
                         "unknown property :{}: is ignored (known here: {})",
                         p.key,
                         known.join(", ")
                     ),
-                );
+                };
+                self.warning(p.offset, message);
             }
         }
     }
@@ -1059,7 +1250,13 @@ impl<'p> Parser<'p> {
         let tool = glob(prop("TOOL"));
         let target = glob(prop("TARGET"));
         let pattern = match prop("PATTERN") {
-            None => None,
+            None => {
+                self.error(
+                    h.title_offset,
+                    format!("rule `{name}` has no `:PATTERN:`; write `:PATTERN: .*` (and a `- match ::` example) to cover every action its :TOOL: and :TARGET: match"),
+                );
+                None
+            }
             Some(p) => match Regex::new(&p.value) {
                 Ok(re) => Some(re),
                 Err(e) => {
@@ -1070,7 +1267,7 @@ impl<'p> Parser<'p> {
                             regex_error(&e)
                         ),
                     );
-                    return None;
+                    return self.broken_rule(h, errors_before, decision, tool, target);
                 }
             },
         };
@@ -1097,10 +1294,6 @@ impl<'p> Parser<'p> {
             };
             let input = unwrap_verbatim(&item.content);
             let Some(re) = &pattern else {
-                self.warning(
-                    item.offset,
-                    format!("rule `{name}` has no `:PATTERN:`, so its examples test nothing"),
-                );
                 continue;
             };
             if should_match {
@@ -1135,7 +1328,7 @@ impl<'p> Parser<'p> {
             reason = name.clone();
         }
         if self.error_count() > errors_before {
-            return None;
+            return self.broken_rule(h, errors_before, decision, tool, target);
         }
         Some(Rule {
             name,
@@ -1144,6 +1337,53 @@ impl<'p> Parser<'p> {
             target,
             pattern,
             reason,
+            gate: self.gate.clone(),
+        })
+    }
+
+    /// What stands in for a rule that did not load, so a typo never
+    /// weakens the policy. A broken allow rule is dropped (dropping an
+    /// allow only makes things stricter). Any other — deny, ask, or a
+    /// decision that did not parse — asks for every action of its
+    /// `:TOOL:`/`:TARGET:` scope (asking, not denying: the pattern that
+    /// said which actions to deny is what is unknown). The reason carries
+    /// the load error, so the person sees it in the approval question.
+    fn broken_rule(
+        &mut self,
+        h: &Headline,
+        errors_before: usize,
+        decision: Option<Decision>,
+        tool: String,
+        target: String,
+    ) -> Option<Rule> {
+        if decision == Some(Decision::Allow) {
+            return None;
+        }
+        let first_error = self
+            .findings
+            .iter()
+            .filter(|f| f.severity == super::Severity::Error)
+            .nth(errors_before)
+            .map(|f| f.message.clone())
+            .unwrap_or_default();
+        let scope = format!("tool {tool}, target {target}");
+        self.warning(
+            h.title_offset,
+            format!(
+                "rule `{}` did not load; until it is fixed every action of its scope ({scope}) is asked about",
+                h.title
+            ),
+        );
+        Some(Rule {
+            name: h.title.clone(),
+            decision: Decision::Ask,
+            tool,
+            target,
+            pattern: None,
+            reason: format!(
+                "this rule did not load ({first_error}); until {} is fixed, its scope ({scope}) asks",
+                self.path.display()
+            ),
             gate: self.gate.clone(),
         })
     }

@@ -1,4 +1,4 @@
-//! A project skill file read once for a person to review before trusting
+//! A project skill file (or `AGENTS.md`) read once for a person to review before trusting
 //! it: what `passepartout skills trust` prints and the editor's trust
 //! request (`server.rs`) shows, and the exact bytes whose hash is recorded.
 
@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use crate::action::Approval;
 
 use super::diagnostic::Diagnostic;
-use super::loader::{read_limited, restrict_project_skill};
+use super::instructions::is_instructions_file;
+use super::loader::{read_skill_source, restrict_project_skill};
 use super::parse::parse_skill_bytes;
 use super::trust::sha256_hex;
 use super::{Origin, Skill};
@@ -44,14 +45,45 @@ pub struct Review {
 impl Review {
     /// Read and parse `path` once.
     pub fn read(path: &Path, keep_auto: bool) -> Result<Review, ReviewError> {
-        let bytes = read_limited(path).map_err(ReviewError::Unreadable)?;
+        let bytes = if is_instructions_file(path) {
+            match super::instructions::read_bytes(path) {
+                Ok(Some(b)) => b,
+                Ok(None) => {
+                    return Err(ReviewError::Unreadable(Box::new(Diagnostic {
+                        path: path.to_path_buf(),
+                        line: 1,
+                        column: 1,
+                        severity: super::Severity::Error,
+                        message: "cannot read file: no such file".into(),
+                    })))
+                }
+                Err(d) => {
+                    return Err(ReviewError::Unreadable(Box::new(d.unwrap_or_else(|| {
+                        Diagnostic {
+                            path: path.to_path_buf(),
+                            line: 1,
+                            column: 1,
+                            severity: super::Severity::Error,
+                            message: "cannot read file".into(),
+                        }
+                    }))))
+                }
+            }
+        } else {
+            read_skill_source(path).map_err(ReviewError::Unreadable)?
+        };
         let canonical = path
             .canonicalize()
             .map_err(|source| ReviewError::Canonicalize {
                 path: path.to_path_buf(),
                 source,
             })?;
-        let (skill, diagnostics) = parse_skill_bytes(path, &bytes, Origin::Project);
+        // An instruction file (AGENTS.md) is text for the model, not a skill.
+        let (skill, diagnostics) = if is_instructions_file(path) {
+            (None, Vec::new())
+        } else {
+            parse_skill_bytes(path, &bytes, Origin::Project)
+        };
         Ok(Review {
             path: path.to_path_buf(),
             canonical,
@@ -64,7 +96,8 @@ impl Review {
 
     /// Whether the file has errors (it would not load even when trusted).
     pub fn has_errors(&self) -> bool {
-        self.skill.is_none() || self.diagnostics.iter().any(Diagnostic::is_error)
+        (self.skill.is_none() && !is_instructions_file(&self.path))
+            || self.diagnostics.iter().any(Diagnostic::is_error)
     }
 
     /// What the person is about to trust, in a few lines. `taken`: tool
@@ -72,6 +105,13 @@ impl Review {
     /// skill's tool may not redefine.
     pub fn describe(&self, keep_auto: bool, taken: &BTreeSet<String>) -> String {
         let mut text = format!("{}\n  sha256:   {}\n", self.path.display(), self.sha256);
+        if is_instructions_file(&self.path) {
+            text.push_str("  instructions that join the system prompt, word for word:\n");
+            for line in String::from_utf8_lossy(&self.bytes).lines() {
+                text.push_str(&format!("  | {line}\n"));
+            }
+            return text;
+        }
         match &self.skill {
             Some(s) => {
                 text.push_str(&format!("  skill:    {} — {}\n", s.name, s.description));

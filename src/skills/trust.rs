@@ -100,6 +100,17 @@ impl Trusted {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    #[cfg(test)]
+    pub(crate) fn insert_for_test(&mut self, canonical: &Path, sha256: &str) {
+        self.0.insert(
+            canonical.to_path_buf(),
+            TrustEntry {
+                sha256: sha256.into(),
+                trusted_at: String::new(),
+            },
+        );
+    }
 }
 
 /// The trust store file.

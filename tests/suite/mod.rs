@@ -3,6 +3,8 @@
 
 mod acp_conformance;
 mod agent_turn;
+mod agents_md;
+mod agent_skills;
 mod attacks_sandbox;
 mod attacks_shell;
 mod attacks_trust;

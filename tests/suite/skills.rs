@@ -60,7 +60,17 @@ fn broken_corpus_files_do_not_load_and_say_exactly_why() {
     let files = corpus("broken");
     assert_eq!(files.len(), 10);
     for path in files {
-        assert!(check_expected(&path).is_none(), "{} loaded", path.display());
+        let skill = check_expected(&path);
+        if path.ends_with("failing-rule.org") {
+            // Fail closed: the file's rules stay in force, each broken one
+            // as an ask over its scope; nothing else of it loads.
+            let s = skill.unwrap();
+            assert!(s.tools.is_empty() && s.prompt.is_empty() && s.commands.is_empty());
+            let decisions: Vec<String> = s.rules.iter().map(|r| r.decision.to_string()).collect();
+            assert_eq!(decisions, vec!["ask", "ask", "ask", "ask"]);
+            continue;
+        }
+        assert!(skill.is_none(), "{} loaded", path.display());
     }
 }
 
@@ -127,7 +137,7 @@ fn the_everything_file_yields_every_feature() {
     assert_eq!(s.tools[4].approval, Approval::Never);
     assert_eq!(s.rules.len(), 2);
     assert_eq!(s.rules[0].tool, "*_tool");
-    assert_eq!(s.rules[1].pattern.as_ref().map(|r| r.as_str()), None);
+    assert_eq!(s.rules[1].pattern.as_ref().map(|r| r.as_str()), Some(".*"));
 }
 
 fn ctx(cwd: &Path) -> PlanContext {
@@ -615,7 +625,8 @@ fn a_directory_with_broken_and_good_files_loads_the_good_ones() {
         project_auto_approval: false,
     });
     let names: Vec<&str> = set.skills().iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, vec!["git", "policy", "everything"]);
+    // The broken rules file keeps its rules (as asks), nothing else.
+    assert_eq!(names, vec!["failing-rule", "git", "policy", "everything"]);
     let broken_files: std::collections::BTreeSet<String> = set
         .diagnostics()
         .iter()
@@ -760,13 +771,26 @@ fn the_policy_file_keeps_its_valid_rules_even_beside_broken_ones() {
         + "** Broken\n:PROPERTIES:\n:DECISION: deny\n:PATTERN: x\n:END:\nWhy.\n- match :: =y=\n";
     fs::write(&p, text).unwrap();
     let (rules, diags) = load_policy(&p);
-    assert_eq!(rules.len(), 1, "the valid rule survives");
+    assert_eq!(
+        rules.len(),
+        2,
+        "the valid rule survives, the broken one asks"
+    );
+    assert_eq!(rules[1].name, "Broken");
+    assert_eq!(rules[1].decision.to_string(), "ask");
+    assert!(rules[1].pattern.is_none());
     assert_eq!(
         diags.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
-        vec![format!(
-            "{}:24:12: error: rule `Broken`: example `y` should match /x/ but does not",
-            p.display()
-        )]
+        vec![
+            format!(
+                "{}:18:4: warning: rule `Broken` did not load; until it is fixed every action of its scope (tool *, target *) is asked about",
+                p.display()
+            ),
+            format!(
+                "{}:24:12: error: rule `Broken`: example `y` should match /x/ but does not",
+                p.display()
+            )
+        ]
     );
     let (rules, diags) = load_policy(&tmp.path().join("missing.org"));
     assert!(rules.is_empty() && diags.is_empty());
@@ -832,4 +856,98 @@ fn the_documented_example_is_a_real_skill() {
         doc.contains(&example),
         "docs/skills.md must contain tests/skills/valid/git.org verbatim"
     );
+}
+
+const TOOL_HI: &str = "* hi :tool:\n:PROPERTIES:\n:APPROVAL: auto\n:END:\nSay hi.\n#+begin_src sh\necho hi\n#+end_src\n";
+
+#[test]
+fn check_reports_a_tool_defined_by_two_files_as_the_loader_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("skills");
+    write(&dir, "a.org", &format!("#+SKILL: a\n{TOOL_HI}"));
+    write(&dir, "b.org", &format!("#+SKILL: b\n{TOOL_HI}"));
+    let mut out = Vec::new();
+    let code = check_command(std::slice::from_ref(&dir), &mut out);
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(code, 0, "{text}");
+    let loaded = SkillSet::load(&SkillDirs {
+        builtin: true,
+        user: Some(dir.clone()),
+        project: None,
+        trust: None,
+        project_auto_approval: false,
+    });
+    // Exactly the loader's words, file and line.
+    for d in loaded.diagnostics() {
+        assert!(text.contains(&d.to_string()), "{d} missing from:\n{text}");
+    }
+    assert!(
+        text.contains("b.org:1:1: warning: tool `hi` is also defined by skill `a`"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("checked 2 files: 0 errors, 1 warning\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn near_miss_keywords_tags_and_properties_name_the_closest_valid_one() {
+    let text = "#+SKILL: typo\n#+TRIGER: always\n#+TITLE: fine\n\n\
+                * hi :tols:\nSay hi.\n\n\
+                * Rules :rules:\n** No curl\n:PROPERTIES:\n:DECISION: deny\n:PATERN: \\bcurl\\b\n:END:\nNever curl.\n\n- match :: =curl x=\n\n\
+                * Guard :rulse:\n** No wget\n:PROPERTIES:\n:DECISION: deny\n:PATTERN: wget\n:END:\nNo.\n\n- match :: =wget x=\n\n\
+                * Roles :roles:\nWho does what.\n";
+    let diags: Vec<String> = check_text(Path::new("typo.org"), text)
+        .iter()
+        .map(|d| d.to_string())
+        .collect();
+    let has = |needle: &str| diags.iter().any(|d| d.contains(needle));
+    assert!(has("typo.org:2:1: warning: #+TRIGER: is not a skill keyword and is ignored; did you mean #+TRIGGER:?"), "{diags:#?}");
+    assert!(has("typo.org:5:1: warning: tag :tols: is not a skill tag and this heading is ignored; did you mean :tool:?"), "{diags:#?}");
+    assert!(
+        has(
+            "typo.org:12:1: warning: unknown property :PATERN: is ignored; did you mean :PATTERN:?"
+        ),
+        "{diags:#?}"
+    );
+    assert!(
+        has("typo.org:9:4: error: rule `No curl` has no `:PATTERN:`"),
+        "{diags:#?}"
+    );
+    assert!(has("typo.org:18:1: error: tag :rulse: is not a skill tag, so the rules under this heading are not in force; did you mean :rules:?"), "{diags:#?}");
+    assert!(has("typo.org:28:1: warning: tag :roles: is not a skill tag and this heading is ignored; did you mean :rules:?"), "{diags:#?}");
+    assert!(
+        !has("TITLE"),
+        "Org's own keywords are not misspellings: {diags:#?}"
+    );
+}
+
+#[test]
+fn a_deny_rule_without_a_pattern_asks_for_its_scope_and_a_broken_allow_is_dropped() {
+    let text = "#+SKILL: scope\n\n* Rules :rules:\n\
+                ** No emacs\n:PROPERTIES:\n:DECISION: deny\n:TARGET: emacs\n:PATERN: x\n:END:\nNo.\n\n\
+                ** Everything goes\n:PROPERTIES:\n:DECISION: allow\n:PATTERN: (\n:END:\nYes.\n\n- match :: =(=\n";
+    let (skill, _) = parse_skill(Path::new("scope.org"), text, Origin::User);
+    let rules = skill.unwrap().rules;
+    assert_eq!(rules.len(), 1, "the broken allow rule is dropped");
+    assert_eq!(rules[0].decision, Decision::Ask);
+    assert_eq!(rules[0].target, "emacs");
+    assert!(rules[0].pattern.is_none());
+}
+
+#[test]
+fn crlf_script_blocks_reach_the_planner_without_carriage_returns() {
+    let text = "#+SKILL: crlf\n* t :tool:\nRun.\n#+begin_src bash\nif true; then\n  echo ok\nfi\n#+end_src\n"
+        .replace('\n', "\r\n");
+    let (skill, diags) = parse_skill(Path::new("crlf.org"), &text, Origin::User);
+    assert_eq!(diags, vec![]);
+    let skill = skill.unwrap();
+    let action = skill.tools[0]
+        .plan(&json!({}), &ctx(Path::new("/tmp")))
+        .unwrap();
+    let Effect::Run { script, .. } = action.effect else {
+        panic!("not a run")
+    };
+    assert!(!script.contains('\r'), "{script:?}");
 }

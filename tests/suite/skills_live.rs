@@ -251,3 +251,144 @@ async fn models_without_function_calling_use_the_text_protocol() {
         .iter()
         .all(|m| m["role"] != "tool"));
 }
+
+/// Run the CLI in `cwd` with the test's home; exit code and stdout+stderr.
+pub(crate) fn cli(home: &std::path::Path, cwd: &std::path::Path, args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(harness::BIN)
+        .args(args)
+        .current_dir(cwd)
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env_remove("PASSEPARTOUT_CONFIG")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// A person's rules-only skill: one valid deny rule and one whose regex
+/// does not compile.
+const GUARD_WITH_A_TYPO: &str = "#+SKILL: guard\n#+DESCRIPTION: the person's guard\n\n* Rules :rules:\n\
+** No curl\n:PROPERTIES:\n:DECISION: deny\n:TARGET: shell\n:PATTERN: \\bcurl\\b\n:END:\nThe person never lets the agent use curl.\n\n- match :: =curl x=\n- no match :: =ls=\n\n\
+** Ask before touching the notes\n:PROPERTIES:\n:DECISION: ask\n:TARGET: shell\n:PATTERN: notes(\n:END:\nNotes are private.\n\n- match :: =cat notes(1)=\n";
+
+#[tokio::test]
+async fn a_skill_with_a_broken_rule_keeps_its_valid_deny_and_asks_for_the_broken_scope() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let skills = home.path().join("config/passepartout/skills");
+    std::fs::create_dir_all(&skills).unwrap();
+    std::fs::write(skills.join("guard.org"), GUARD_WITH_A_TYPO).unwrap();
+    let fake = FakeProvider::start(vec![
+        fake::shell_call("c1", "curl http://127.0.0.1:9/x"),
+        fake::shell_call("c2", "echo harmless"),
+        fake::openai_text("Done."),
+    ])
+    .await;
+    let url = fake.openai_url();
+    let (mut c, sid) = Client::with_session(
+        home.path(),
+        &["--provider-url", &url, "--sandbox", "none"],
+        json!({}),
+        project.path(),
+    )
+    .await;
+    let (r, asked) = c
+        .prompt_answering(&sid, "fetch it", |_| "reject_once".into())
+        .await;
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let results = fake.tool_results(2);
+    // The valid deny rule of the broken file still denies.
+    assert!(
+        results[0].contains("No curl") && results[0].contains("skill:guard"),
+        "{results:?}"
+    );
+    // The broken ask rule's scope (every shell action) asks, and says why.
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    // The person hears about the broken file in the chat, not only stderr.
+    let notice: String = c
+        .updates("agent_thought_chunk")
+        .iter()
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect();
+    assert!(
+        notice.contains("guard.org:20:") && notice.contains("not a valid regular expression"),
+        "{notice}"
+    );
+}
+
+#[tokio::test]
+async fn a_crlf_script_runs_as_skills_check_reads_it() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let skills = home.path().join("config/passepartout/skills");
+    std::fs::create_dir_all(&skills).unwrap();
+    let text =
+        "#+SKILL: crlf\n* twice :tool:\n:PROPERTIES:\n:APPROVAL: auto\n:END:\nSay it twice.\n\n\
+                #+begin_src bash\nfor i in 1 2; do\n  printf 'hi%s ' \"$i\"\ndone\n#+end_src\n"
+            .replace('\n', "\r\n");
+    std::fs::write(skills.join("crlf.org"), &text).unwrap();
+    let (code, out) = cli(
+        home.path(),
+        project.path(),
+        &["skills", "check", skills.join("crlf.org").to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{out}");
+    let fake = FakeProvider::start(vec![
+        fake::openai_tool_calls(&[("t1", "twice", "{}")]),
+        fake::openai_text("Done."),
+    ])
+    .await;
+    let url = fake.openai_url();
+    let (mut c, sid) = Client::with_session(
+        home.path(),
+        &["--provider-url", &url, "--sandbox", "none"],
+        json!({}),
+        project.path(),
+    )
+    .await;
+    let (r, _) = c.prompt_allowing(&sid, "say it").await;
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let results = fake.tool_results(1);
+    assert!(results[0].contains("hi1 hi2"), "{results:?}");
+}
+
+#[test]
+fn skills_check_without_paths_checks_every_layer_like_the_daemon() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let user = home.path().join("config/passepartout/skills");
+    std::fs::create_dir_all(&user).unwrap();
+    std::fs::write(
+        user.join("mine.org"),
+        "#+SKILL: mine\n* hi :tool:\n:PROPERTIES:\n:APPROVAL: sometimes\n:END:\nSay hi.\n#+begin_src sh\necho hi\n#+end_src\n",
+    )
+    .unwrap();
+    let theirs = project.path().join(".passepartout/skills");
+    std::fs::create_dir_all(&theirs).unwrap();
+    std::fs::write(
+        theirs.join("theirs.org"),
+        "#+SKILL: theirs\n#+TRIGER: always\n* p :prompt:\nHi.\n",
+    )
+    .unwrap();
+    let (code, out) = cli(home.path(), project.path(), &["skills", "check"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("mine.org:4:12: error: `:APPROVAL:` must be auto, ask or never"),
+        "{out}"
+    );
+    assert!(
+        out.contains("theirs.org:1:1: warning: project skill `theirs` is untrusted"),
+        "{out}"
+    );
+    assert!(
+        out.contains("theirs.org:2:1: warning: #+TRIGER: is not a skill keyword"),
+        "{out}"
+    );
+    assert!(out.contains("checked 2 files: 1 error"), "{out}");
+}
