@@ -1,13 +1,15 @@
 //! The MCP actuator: performs `mcp_call` ops by calling a tool on one of
 //! the session's MCP servers, with the call's time limit and the output
 //! cap. A server that is gone, slow or failing gives an error result the
-//! model reads; the turn goes on.
+//! model reads; the turn goes on. What the server answered reaches the
+//! model inside the untrusted-data wrapper (`mcp::tool::wrap_untrusted`);
+//! our own errors about the server do not.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::action::{Action, Effect};
-use crate::mcp::tool::{cap_text, result_text, OP_CALL, TARGET};
+use crate::mcp::tool::{cap_text, result_text, wrap_untrusted, OP_CALL, TARGET};
 use crate::mcp::{CallError, McpManager};
 
 use super::{ActContext, ActError, ActOutput, Actuator};
@@ -62,7 +64,8 @@ impl Actuator for McpActuator {
         };
         match server.call(tool, arguments, timeout, &ctx.cancel).await {
             Ok(result) => {
-                let text = result_text(&result, limits.output_cap);
+                let text = result_text(&result, limits.output_cap, limits.output_cap_setting);
+                let text = wrap_untrusted(&server.spec.name, tool, &text);
                 if result.is_error == Some(true) {
                     Ok(ActOutput::error(text))
                 } else {
@@ -70,7 +73,11 @@ impl Actuator for McpActuator {
                 }
             }
             Err(CallError::Cancelled) => Err(ActError::Cancelled),
-            Err(e) => Ok(ActOutput::error(cap_text(e.to_string(), limits.output_cap))),
+            Err(e) => Ok(ActOutput::error(cap_text(
+                e.to_string(),
+                limits.output_cap,
+                limits.output_cap_setting,
+            ))),
         }
     }
 }

@@ -80,10 +80,13 @@ impl AcpPrompt {
                 &request.action.arguments,
             ))
             .raw_input(serde_json::to_value(&request.action.effect).unwrap_or(Value::Null))
-            .content(vec![acp::ToolCallContent::from(format!(
-                "Why approval is needed: {}",
-                reasons.join("; ")
-            ))]);
+            .content(
+                std::iter::once(format!("Why approval is needed: {}", reasons.join("; ")))
+                    // An MCP tool: what its server says it does (marked untrusted).
+                    .chain(crate::mcp::tool::description_of(&request.action.effect))
+                    .map(acp::ToolCallContent::from)
+                    .collect::<Vec<_>>(),
+            );
         let what = match request.action.effect {
             crate::action::Effect::Run { .. } => "command",
             _ => "action",

@@ -16,6 +16,8 @@ mod flight_plans;
 mod hostile;
 mod layers;
 mod mcp;
+mod mcp_limits;
+mod mcp_trust;
 mod modes;
 mod plans;
 mod providers;
