@@ -15,6 +15,7 @@
 //! [`transport`]) and result size (`mcp.output_cap_tokens`), each named in
 //! its error. The chapter is docs/mcp.md.
 
+pub mod binding;
 pub mod client;
 pub mod config;
 pub mod project;
@@ -544,9 +545,18 @@ impl McpManager {
                 path,
                 names,
                 changed,
+                bound,
             } => {
-                let why = if changed {
+                let why = if changed && bound.is_empty() {
                     format!("changed since trusted; {}", project::trust_hint(&path))
+                } else if changed {
+                    let files: Vec<String> =
+                        bound.iter().map(|p| p.display().to_string()).collect();
+                    format!(
+                        "changed since trusted (the config or a file its servers run: {}); {}",
+                        files.join(", "),
+                        project::trust_hint(&path)
+                    )
                 } else {
                     project::trust_hint(&path)
                 };
