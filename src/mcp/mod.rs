@@ -230,6 +230,41 @@ impl Server {
         }
     }
 
+    /// Read one resource with a time limit; cancellation wins.
+    pub async fn read_resource(
+        &self,
+        uri: &str,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> Result<rmcp::model::ReadResourceResult, CallError> {
+        let name = self.spec.name.clone();
+        if let Some(reason) = self.failure() {
+            return Err(CallError::NotRunning { name, reason });
+        }
+        let Some(peer) = &self.peer else {
+            return Err(CallError::NotRunning {
+                name,
+                reason: "it was stopped".into(),
+            });
+        };
+        let params = rmcp::model::ReadResourceRequestParams::new(uri.to_string());
+        let answer = tokio::select! {
+            _ = cancel.cancelled() => return Err(CallError::Cancelled),
+            answer = tokio::time::timeout(timeout, peer.read_resource(params)) => answer,
+        };
+        match answer {
+            Err(_) => Err(CallError::Timeout {
+                name,
+                secs: timeout.as_secs(),
+            }),
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(e)) => Err(CallError::Failed {
+                name,
+                reason: readable_service_error(&e),
+            }),
+        }
+    }
+
     async fn stop(&self) {
         let service = self.service.lock().await.take();
         if let Some(service) = service {
@@ -659,7 +694,22 @@ impl McpManager {
             return;
         };
         for server in servers.iter().filter(|s| s.is_running()) {
-            let listed = lock(&server.catalog).tools.clone();
+            let (listed, resources) = {
+                let catalog = lock(&server.catalog);
+                (catalog.tools.clone(), catalog.resources.clone())
+            };
+            let own_reader = listed.iter().any(|t| t.name == tool::READ_RESOURCE_TOOL);
+            if !own_reader {
+                if let Some(reader) = tool::resource_tool(
+                    &server.spec.name,
+                    &server.spec.prefix,
+                    server.spec.approval,
+                    self.limits.call.as_secs(),
+                    &resources,
+                ) {
+                    tools.register(reader);
+                }
+            }
             for t in &listed {
                 match tool::to_tool(
                     &server.spec.name,

@@ -22,6 +22,12 @@ use crate::tools::{PlanContext, Tool, ToolError, ToolPlanner, ToolSource};
 pub const TARGET: &str = "mcp";
 /// The `op` of an MCP tool call.
 pub const OP_CALL: &str = "mcp_call";
+/// The `op` of reading one of a server's resources.
+pub const OP_READ_RESOURCE: &str = "mcp_read_resource";
+/// The tool (after the server prefix) that reads a server's resources.
+pub const READ_RESOURCE_TOOL: &str = "read_resource";
+/// Most resources named in that tool's description.
+const MAX_RESOURCES_DESCRIBED: usize = 50;
 
 /// Longest tool name the providers accept (OpenAI: `^[a-zA-Z0-9_-]{1,64}$`).
 const MAX_TOOL_NAME: usize = 64;
@@ -67,6 +73,8 @@ const RESULT_TAG: &str = "mcp-result";
 /// `text` inside the untrusted-data wrapper; a closing tag inside it is
 /// defused so the server cannot end the wrapper early.
 pub fn wrap_untrusted(server_name: &str, tool: &str, text: &str) -> String {
+    let attr = |v: &str| v.replace('"', "&quot;");
+    let (server_name, tool) = (attr(server_name), attr(tool));
     let close = format!("</{RESULT_TAG}");
     let body = text.replace(&close, &format!("<\\/{RESULT_TAG}"));
     format!(
@@ -152,6 +160,110 @@ pub fn to_tool(
             description,
         }),
     })
+}
+
+/// Plans a resource read of one server.
+struct ResourcePlanner {
+    server: String,
+}
+
+impl ToolPlanner for ResourcePlanner {
+    fn plan(&self, tool: &Tool, args: &Value, _ctx: &PlanContext) -> Result<Action, ToolError> {
+        let uri = args.get("uri").and_then(Value::as_str).unwrap_or_default();
+        Ok(Action {
+            tool: tool.spec.name.clone(),
+            target: TARGET.into(),
+            arguments: args.clone(),
+            effect: Effect::Op {
+                op: OP_READ_RESOURCE.into(),
+                args: json!({ "server": self.server, "uri": uri }),
+            },
+            approval: tool.approval,
+            timeout_secs: tool.timeout_secs,
+        })
+    }
+}
+
+/// The tool that offers a server's resources to the model
+/// (`mcp__<server>__read_resource`), naming the listed ones (marked as the
+/// server's words); `None` when the server lists none or has a tool of that
+/// name already.
+pub fn resource_tool(
+    server_name: &str,
+    prefix: &str,
+    approval: Approval,
+    call_timeout_secs: u64,
+    resources: &[rmcp::model::Resource],
+) -> Option<Tool> {
+    if resources.is_empty() {
+        return None;
+    }
+    let name = tool_name(prefix, READ_RESOURCE_TOOL)?;
+    let listed: Vec<String> = resources
+        .iter()
+        .take(MAX_RESOURCES_DESCRIBED)
+        .map(|r| match &r.description {
+            Some(d) => format!("{} ({}: {d})", r.uri, r.name),
+            None => format!("{} ({})", r.uri, r.name),
+        })
+        .collect();
+    let more = resources.len().saturating_sub(MAX_RESOURCES_DESCRIBED);
+    let listed = if more > 0 {
+        format!("{}; and {more} more", listed.join("; "))
+    } else {
+        listed.join("; ")
+    };
+    let description = format!(
+        "Read a resource of MCP server `{server_name}` by its URI. {}",
+        marked_description(server_name, Some(&format!("Resources: {listed}")))
+    );
+    Some(Tool {
+        spec: ToolSpec {
+            name,
+            description,
+            parameters: json!({
+                "type": "object",
+                "properties": { "uri": { "type": "string", "description": "The resource's URI" } },
+                "required": ["uri"]
+            }),
+        },
+        kind: agent_client_protocol_schema::v1::ToolKind::Read,
+        approval,
+        timeout_secs: Some(call_timeout_secs),
+        source: ToolSource::Mcp {
+            server: server_name.to_string(),
+        },
+        planner: Arc::new(ResourcePlanner {
+            server: prefix.to_string(),
+        }),
+    })
+}
+
+/// The text of a resource read: text contents as they are, binary ones
+/// described; cut at `cap` bytes with the cap named.
+pub fn resource_text(
+    result: &rmcp::model::ReadResourceResult,
+    cap: usize,
+    setting: &str,
+) -> String {
+    use rmcp::model::ResourceContents;
+    let parts: Vec<String> = result
+        .contents
+        .iter()
+        .map(|c| match c {
+            ResourceContents::TextResourceContents { text, .. } => text.clone(),
+            ResourceContents::BlobResourceContents {
+                blob, mime_type, ..
+            } => format!(
+                "[binary resource {}, {} bytes of base64 omitted]",
+                mime_type.as_deref().unwrap_or("of unknown type"),
+                blob.len()
+            ),
+            #[allow(unreachable_patterns)]
+            other => serde_json::to_string(other).unwrap_or_default(),
+        })
+        .collect();
+    cap_text(parts.join("\n"), cap, setting)
 }
 
 /// The text the model sees for a tool result: text blocks as they are,

@@ -107,7 +107,7 @@ impl Setup {
         std::fs::read_to_string(&self.record)
             .unwrap_or_default()
             .lines()
-            .filter(|l| !l.starts_with("start "))
+            .filter(|l| !l.starts_with("start ") && !l.starts_with("listed "))
             .map(String::from)
             .collect()
     }

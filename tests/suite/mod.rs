@@ -16,6 +16,7 @@ mod flight_plans;
 mod hostile;
 mod layers;
 mod mcp;
+mod mcp_features;
 mod mcp_limits;
 mod mcp_trust;
 mod modes;
