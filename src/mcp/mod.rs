@@ -402,6 +402,36 @@ async fn connect(
     Ok(service)
 }
 
+/// A prompt's arguments from the text after its command: `name=value`
+/// words for the names it declares; otherwise, for a prompt with one
+/// argument, the whole text.
+fn prompt_arguments(
+    prompt: &rmcp::model::Prompt,
+    text: &str,
+) -> serde_json::Map<String, serde_json::Value> {
+    let declared: Vec<&str> = prompt
+        .arguments
+        .iter()
+        .flatten()
+        .map(|a| a.name.as_str())
+        .collect();
+    let mut map = serde_json::Map::new();
+    for word in text.split_whitespace() {
+        if let Some((k, v)) = word.split_once('=') {
+            if declared.contains(&k) {
+                map.insert(k.to_string(), serde_json::Value::String(v.to_string()));
+            }
+        }
+    }
+    if map.is_empty() && declared.len() == 1 && !text.is_empty() {
+        map.insert(
+            declared[0].to_string(),
+            serde_json::Value::String(text.to_string()),
+        );
+    }
+    map
+}
+
 /// The innermost cause of an error: what went wrong, without the type
 /// names of the layers (rmcp, reqwest, hyper) it passed through.
 fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
@@ -727,6 +757,105 @@ impl McpManager {
                 }
             }
         }
+    }
+
+    /// The session's MCP prompts as slash commands (`/mcp__<server>__<prompt>`),
+    /// for `available_commands_update`; the description is the server's,
+    /// marked untrusted.
+    pub fn prompt_commands(&self, session_id: &str) -> Vec<crate::protocol::acp::AvailableCommand> {
+        use crate::protocol::acp;
+        let sessions = lock(&self.sessions);
+        let Some(servers) = sessions.get(session_id) else {
+            return Vec::new();
+        };
+        let mut commands = Vec::new();
+        for server in servers.iter().filter(|s| s.is_running()) {
+            for p in &lock(&server.catalog).prompts {
+                let Some(name) = tool::tool_name(&server.spec.prefix, &p.name) else {
+                    continue;
+                };
+                let description =
+                    tool::marked_description(&server.spec.name, p.description.as_deref());
+                let mut command = acp::AvailableCommand::new(name, description);
+                let arguments: Vec<String> = p
+                    .arguments
+                    .iter()
+                    .flatten()
+                    .map(|a| format!("{}=…", a.name))
+                    .collect();
+                if !arguments.is_empty() {
+                    command = command.input(acp::AvailableCommandInput::Unstructured(
+                        acp::UnstructuredCommandInput::new(arguments.join(" ")),
+                    ));
+                }
+                commands.push(command);
+            }
+        }
+        commands
+    }
+
+    /// `prompt` with a leading `/mcp__<server>__<prompt> ARGS` replaced by
+    /// that prompt's messages, fetched from the server (`ARGS` as
+    /// `name=value` words, or all of it for a prompt's single argument);
+    /// unchanged when it names no prompt of the session. A failure becomes
+    /// the text, so the person sees why.
+    pub async fn expand_prompt(&self, session_id: &str, prompt: String) -> String {
+        let Some((name, args)) = crate::skills::slash_command(&prompt) else {
+            return prompt;
+        };
+        let found = {
+            let sessions = lock(&self.sessions);
+            sessions.get(session_id).and_then(|servers| {
+                servers.iter().find_map(|server| {
+                    let catalog = lock(&server.catalog);
+                    catalog
+                        .prompts
+                        .iter()
+                        .find(|p| {
+                            tool::tool_name(&server.spec.prefix, &p.name).as_deref() == Some(name)
+                        })
+                        .map(|p| (server.clone(), p.clone()))
+                })
+            })
+        };
+        let Some((server, listed)) = found else {
+            return prompt;
+        };
+        let arguments = prompt_arguments(&listed, args.trim());
+        let Some(peer) = server.peer.clone() else {
+            return prompt;
+        };
+        let params =
+            rmcp::model::GetPromptRequestParams::new(listed.name.clone()).with_arguments(arguments);
+        let answer = tokio::time::timeout(self.limits.call, peer.get_prompt(params)).await;
+        let text = match answer {
+            Ok(Ok(result)) => result
+                .messages
+                .iter()
+                .filter_map(|m| match &m.content {
+                    rmcp::model::ContentBlock::Text(t) => Some(t.text.clone()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+                .join("\n\n"),
+            Ok(Err(e)) => {
+                return format!(
+                    "{prompt}\n\n[the MCP prompt could not be fetched: {}]",
+                    readable_service_error(&e)
+                )
+            }
+            Err(_) => {
+                return format!(
+                    "{prompt}\n\n[the MCP prompt could not be fetched: no answer within {} s (mcp.call_timeout_secs)]",
+                    self.limits.call.as_secs()
+                )
+            }
+        };
+        let text = tool::cap_text(text, self.limits.output_cap, self.limits.output_cap_setting);
+        format!(
+            "[prompt `{}` from MCP server `{}`, as the server wrote it]\n{text}",
+            listed.name, server.spec.name
+        )
     }
 
     /// A server of a session, by its prefix.
