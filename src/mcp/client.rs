@@ -127,8 +127,8 @@ impl PassepartoutClient {
                 Ok(Ok(())) => {
                     tracing::info!(%server, ?which, "MCP server's list changed; listed again")
                 }
-                Ok(Err(e)) => tracing::warn!(%server, ?which, "listing again failed: {e}"),
-                Err(_) => tracing::warn!(%server, ?which, "listing again took too long"),
+                Ok(Err(e)) => tracing::info!(%server, ?which, "listing again failed: {e}"),
+                Err(_) => tracing::info!(%server, ?which, "listing again took too long"),
             }
         });
     }

@@ -211,12 +211,12 @@ where
                 let size = size.saturating_sub(1);
                 match scanner.response_id() {
                     Some(id) => {
-                        tracing::warn!(server = %name, size, cap, "MCP answer over the message cap; the call is told");
+                        tracing::info!(server = %name, size, cap, "MCP answer over the message cap; the call is told");
                         let answer = error_line(&id, &too_large_message(Some(size), cap));
                         out.write_all(answer.as_bytes()).await
                     }
                     None => {
-                        tracing::warn!(server = %name, size, cap, "MCP message over the message cap dropped (not an answer to a call)");
+                        tracing::info!(server = %name, size, cap, "MCP message over the message cap dropped (not an answer to a call)");
                         Ok(())
                     }
                 }
@@ -469,7 +469,7 @@ impl StreamableHttpClient for BoundedHttp {
             .await;
         match (answer, id) {
             (Err(StreamableHttpError::ResponseBodyTooLarge { .. }), Some(id)) => {
-                tracing::warn!(cap, "MCP answer over the message cap; the call is told");
+                tracing::info!(cap, "MCP answer over the message cap; the call is told");
                 Ok(StreamableHttpPostResponse::Json(
                     too_large_answer(id, None, cap),
                     session_id.map(|s| s.to_string()),
@@ -545,7 +545,7 @@ fn answer_oversized_events(
             }
             let event = match event {
                 Err(e) if is_too_large(&e) => {
-                    tracing::warn!(cap, "MCP answer over the message cap; the call is told");
+                    tracing::info!(cap, "MCP answer over the message cap; the call is told");
                     *ended = true;
                     let answer = serde_json::to_string(&too_large_answer(id.clone(), None, cap))
                         .unwrap_or_default();
