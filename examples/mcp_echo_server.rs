@@ -10,12 +10,12 @@
 //! `memo://readme` and a prompt `review` (argument `focus`).
 //!
 //! Flags: `--record FILE` appends `start PID`, `listed tools` for each
-//! `tools/list`, and one line per tool call to FILE, so a test can prove a call never reached the server (and
-//! find the process); `--fail-start` writes a
-//! message to stderr and exits before speaking MCP; `--hang-start` never
-//! answers `initialize`; `--http` serves MCP streamable HTTP on
-//! 127.0.0.1 instead of stdio and prints its URL as the first line of
-//! stdout.
+//! `tools/list`, and one line per tool call to FILE, so a test can prove a
+//! call never reached the server (and find the process); `--fail-start`
+//! writes a message to stderr and exits before speaking MCP;
+//! `--hang-start` never answers `initialize`; `--slow-start SECS` waits
+//! that long first; `--http` serves MCP streamable HTTP on 127.0.0.1
+//! instead of stdio and prints its URL as the first line of stdout.
 
 // Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
 #![allow(clippy::unwrap_used)]
@@ -233,6 +233,10 @@ async fn main() -> anyhow::Result<()> {
                 std::process::exit(2);
             }
             "--http" => http = true,
+            "--slow-start" => {
+                let secs: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(1);
+                tokio::time::sleep(std::time::Duration::from_secs(secs)).await;
+            }
             "--hang-start" => {
                 tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
             }

@@ -142,3 +142,30 @@ async fn an_unreachable_http_server_is_reported_in_words_not_types() {
         assert!(!message.contains(type_name), "`{type_name}` in: {message}");
     }
 }
+
+#[tokio::test]
+async fn slow_servers_started_together_all_start_within_the_default_timeout() {
+    // Four servers that each take 11 s to answer `initialize` (a loaded
+    // machine, a cold Python): past the old 10 s default, within the 30 s
+    // one, and side by side, not one after another.
+    let s = Setup::new(vec![]).await;
+    let mut c = s.spawn(None);
+    c.initialize(json!({})).await;
+    let servers: Vec<_> = (0..4)
+        .map(|i| s.echo(&format!("slow{i}"), &["--slow-start", "11"]))
+        .collect();
+    let started = Instant::now();
+    let r = new_session(&mut c, s.project.path(), json!(servers)).await;
+    let took = started.elapsed();
+    let states: Vec<_> = r["result"]["_meta"]["passepartout"]["mcpServers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"))
+        .iter()
+        .map(|s| s["state"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(states, ["running"; 4], "{r}");
+    assert!(
+        took < Duration::from_secs(25),
+        "started one after another: {took:?}"
+    );
+}
