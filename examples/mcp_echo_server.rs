@@ -3,16 +3,19 @@
 //! `passepartout mcp list` by hand.
 //!
 //! Tools: `echo` (returns its text), `sleep` (waits, to hit a call
-//! timeout), `shout` (returns `n` bytes, to hit an output cap) and `crash`
-//! (the process exits mid-call).
+//! timeout), `shout` (returns `n` bytes, to hit an output cap or the
+//! message cap), `crash` (the process exits mid-call), `whoami` (the
+//! client's `clientInfo` and its roots), `add_tool` (adds the tool `late`
+//! and sends `notifications/tools/list_changed`). A resource
+//! `memo://readme` and a prompt `review` (argument `focus`).
 //!
-//! Flags: `--record FILE` appends `start PID` and then one line per tool
-//! call to FILE, so a test can prove a call never reached the server (and
-//! find the process); `--fail-start` writes a
-//! message to stderr and exits before speaking MCP; `--hang-start` never
-//! answers `initialize`; `--http` serves MCP streamable HTTP on
-//! 127.0.0.1 instead of stdio and prints its URL as the first line of
-//! stdout.
+//! Flags: `--record FILE` appends `start PID`, `listed tools` for each
+//! `tools/list`, and one line per tool call to FILE, so a test can prove a
+//! call never reached the server (and find the process); `--fail-start`
+//! writes a message to stderr and exits before speaking MCP;
+//! `--hang-start` never answers `initialize`; `--slow-start SECS` waits
+//! that long first; `--http` serves MCP streamable HTTP on 127.0.0.1
+//! instead of stdio and prints its URL as the first line of stdout.
 
 // Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
 #![allow(clippy::unwrap_used)]
@@ -20,14 +23,20 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::*;
 use rmcp::schemars::{self, JsonSchema};
-use rmcp::{tool, tool_router, ServiceExt};
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde::Deserialize;
 
 #[derive(Clone)]
 struct Echo {
     record: Option<PathBuf>,
+    /// Whether `add_tool` was called: `late` is listed from then on.
+    late: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tool_router: ToolRouter<Echo>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -62,8 +71,43 @@ impl Echo {
     }
 }
 
-#[tool_router(server_handler)]
+#[tool_router]
 impl Echo {
+    #[tool(description = "Say who the client is and which roots it offers")]
+    async fn whoami(&self, context: RequestContext<RoleServer>) -> String {
+        let info = context
+            .peer
+            .peer_info()
+            .map(|i| format!("{} {}", i.client_info.name, i.client_info.version))
+            .unwrap_or_default();
+        #[allow(deprecated)]
+        let roots = match context.peer.list_roots().await {
+            Ok(r) => r
+                .roots
+                .into_iter()
+                .map(|r| r.uri)
+                .collect::<Vec<_>>()
+                .join(","),
+            Err(e) => format!("no roots: {e}"),
+        };
+        self.note(&format!("whoami {info} roots={roots}"));
+        format!("client {info}; roots {roots}")
+    }
+
+    #[tool(description = "Add the tool `late` and tell the client its tool list changed")]
+    async fn add_tool(&self, context: RequestContext<RoleServer>) -> String {
+        self.note("add_tool");
+        self.late.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = context.peer.notify_tool_list_changed().await;
+        "added".into()
+    }
+
+    #[tool(description = "A tool that exists only after add_tool")]
+    async fn late(&self) -> String {
+        self.note("late");
+        "late tool ran".into()
+    }
+
     #[tool(description = "Return the given text unchanged")]
     async fn echo(&self, Parameters(args): Parameters<EchoArgs>) -> String {
         self.note(&format!("echo {}", args.text));
@@ -90,6 +134,92 @@ impl Echo {
     }
 }
 
+#[tool_handler]
+impl ServerHandler for Echo {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .enable_prompts()
+                .enable_resources()
+                .build(),
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        self.note("listed tools");
+        let late = self.late.load(std::sync::atomic::Ordering::SeqCst);
+        let tools = self
+            .tool_router
+            .list_all()
+            .into_iter()
+            .filter(|t| late || t.name != "late")
+            .collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(ListResourcesResult::with_all_items(vec![Resource::new(
+            "memo://readme",
+            "readme",
+        )]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.note(&format!("read {}", request.uri));
+        if request.uri != "memo://readme" {
+            return Err(ErrorData::resource_not_found("no such resource", None));
+        }
+        Ok(ReadResourceResult::new(vec![ResourceContents::text(
+            "The memo says: ship it.",
+            request.uri,
+        )])
+        .into())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Ok(ListPromptsResult::with_all_items(vec![Prompt::new(
+            "review",
+            Some("Review the code with a focus"),
+            Some(vec![PromptArgument::new("focus")]),
+        )]))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let focus = request
+            .arguments
+            .and_then(|a| a.get("focus").and_then(|v| v.as_str()).map(String::from))
+            .unwrap_or_else(|| "everything".into());
+        self.note(&format!("prompt review {focus}"));
+        Ok(GetPromptResult::new(vec![PromptMessage::new_text(
+            Role::User,
+            format!("Please review the code, focusing on {focus}."),
+        )])
+        .into())
+    }
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
@@ -103,13 +233,21 @@ async fn main() -> anyhow::Result<()> {
                 std::process::exit(2);
             }
             "--http" => http = true,
+            "--slow-start" => {
+                let secs: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(1);
+                tokio::time::sleep(std::time::Duration::from_secs(secs)).await;
+            }
             "--hang-start" => {
                 tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
             }
             other => anyhow::bail!("unknown argument {other}"),
         }
     }
-    let echo = Echo { record };
+    let echo = Echo {
+        record,
+        late: Default::default(),
+        tool_router: Echo::tool_router(),
+    };
     echo.note(&format!("start {}", std::process::id()));
     if http {
         return serve_http(echo).await;

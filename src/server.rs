@@ -191,6 +191,7 @@ impl Daemon {
         let commands: Vec<acp::AvailableCommand> = (self.env.toolsets.commands(&session.cwd))
             .iter()
             .map(wire_command)
+            .chain(self.env.mcp.prompt_commands(&session.id))
             .collect();
         let mut sent = lock(&self.commands_sent);
         if !force && sent.get(&session.id) == Some(&commands) {

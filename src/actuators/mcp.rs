@@ -1,13 +1,17 @@
 //! The MCP actuator: performs `mcp_call` ops by calling a tool on one of
 //! the session's MCP servers, with the call's time limit and the output
 //! cap. A server that is gone, slow or failing gives an error result the
-//! model reads; the turn goes on.
+//! model reads; the turn goes on. What the server answered reaches the
+//! model inside the untrusted-data wrapper (`mcp::tool::wrap_untrusted`);
+//! our own errors about the server do not.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::action::{Action, Effect};
-use crate::mcp::tool::{cap_text, result_text, OP_CALL, TARGET};
+use crate::mcp::tool::{
+    cap_text, resource_text, result_text, wrap_untrusted, OP_CALL, OP_READ_RESOURCE, TARGET,
+};
 use crate::mcp::{CallError, McpManager};
 
 use super::{ActContext, ActError, ActOutput, Actuator};
@@ -19,6 +23,43 @@ pub struct McpActuator {
 impl McpActuator {
     pub fn new(manager: Arc<McpManager>) -> Self {
         McpActuator { manager }
+    }
+}
+
+impl McpActuator {
+    /// `mcp_read_resource`: read one resource; its text reaches the model
+    /// inside the untrusted-data wrapper, capped like a tool result.
+    async fn read_resource(
+        &self,
+        action: &Action,
+        args: &serde_json::Value,
+        ctx: &ActContext,
+    ) -> Result<ActOutput, ActError> {
+        let (Some(server), Some(uri)) = (
+            args.get("server").and_then(|v| v.as_str()),
+            args.get("uri").and_then(|v| v.as_str()),
+        ) else {
+            return Err(ActError::Unavailable(
+                "an mcp_read_resource needs `server` and `uri`".into(),
+            ));
+        };
+        let limits = self.manager.limits();
+        let timeout = action
+            .timeout_secs
+            .map(Duration::from_secs)
+            .unwrap_or(limits.call);
+        let server = match self.manager.server(&ctx.session_id, server) {
+            Ok(s) => s,
+            Err(e) => return Ok(ActOutput::error(e.to_string())),
+        };
+        match server.read_resource(uri, timeout, &ctx.cancel).await {
+            Ok(result) => {
+                let text = resource_text(&result, limits.output_cap, limits.output_cap_setting);
+                Ok(ActOutput::ok(wrap_untrusted(&server.spec.name, uri, &text)))
+            }
+            Err(CallError::Cancelled) => Err(ActError::Cancelled),
+            Err(e) => Ok(ActOutput::error(e.to_string())),
+        }
     }
 }
 
@@ -36,6 +77,9 @@ impl Actuator for McpActuator {
         let Effect::Op { op, args } = &action.effect else {
             return Err(unsupported());
         };
+        if op == OP_READ_RESOURCE {
+            return self.read_resource(action, args, ctx).await;
+        }
         if op != OP_CALL {
             return Err(unsupported());
         }
@@ -62,7 +106,8 @@ impl Actuator for McpActuator {
         };
         match server.call(tool, arguments, timeout, &ctx.cancel).await {
             Ok(result) => {
-                let text = result_text(&result, limits.output_cap);
+                let text = result_text(&result, limits.output_cap, limits.output_cap_setting);
+                let text = wrap_untrusted(&server.spec.name, tool, &text);
                 if result.is_error == Some(true) {
                     Ok(ActOutput::error(text))
                 } else {
@@ -70,7 +115,11 @@ impl Actuator for McpActuator {
                 }
             }
             Err(CallError::Cancelled) => Err(ActError::Cancelled),
-            Err(e) => Ok(ActOutput::error(cap_text(e.to_string(), limits.output_cap))),
+            Err(e) => Ok(ActOutput::error(cap_text(
+                e.to_string(),
+                limits.output_cap,
+                limits.output_cap_setting,
+            ))),
         }
     }
 }

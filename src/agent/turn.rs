@@ -80,6 +80,8 @@ pub async fn run_turn(
     // skill; an unknown name goes to the model unchanged.
     let typed = prompt.clone();
     let (prompt, command_skill) = expand_command(env, &session.cwd, prompt);
+    // `/mcp__<server>__<prompt> args`: an MCP server's prompt, fetched.
+    let prompt = env.mcp.expand_prompt(&session.id, prompt).await;
     let mut activation = session.activation_text(&history, &prompt);
     if let Some(skill) = command_skill {
         activation.push_str(" @");

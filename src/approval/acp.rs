@@ -79,6 +79,11 @@ impl AcpPrompt {
             "Why approval is needed: {}",
             reasons.join("; ")
         ))];
+        // An MCP tool: what its server says it does (marked untrusted).
+        content.extend(
+            crate::mcp::tool::description_of(&request.action.effect)
+                .map(acp::ToolCallContent::from),
+        );
         content.extend(proposed_changes(&self.env, &request.cwd, &request.action).await);
         let fields = acp::ToolCallUpdateFields::new()
             .title(crate::agent::act::title(

@@ -195,6 +195,19 @@ pub fn trust_command(
             }
         );
     }
+    match crate::mcp::binding::bound_files(cwd, &specs) {
+        Ok(files) if !files.is_empty() => {
+            let _ = writeln!(out, "They run these project files, bound into the trust:");
+            for f in &files {
+                let _ = writeln!(out, "  {}", f.path.display());
+            }
+        }
+        Ok(_) => {}
+        Err(e) => {
+            let _ = writeln!(out, "{}: {e}\n  not trusted", shown.display());
+            return 1;
+        }
+    }
     if !assume_yes {
         let _ = write!(out, "Trust this file with exactly this content? [y/N] ");
         let _ = out.flush();
@@ -213,6 +226,15 @@ pub fn trust_command(
                 trusted.path.display(),
                 trusted.sha256
             );
+            if !trusted.files.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "and the project files its servers run, as they are now (a change asks again):"
+                );
+                for f in &trusted.files {
+                    let _ = writeln!(out, "  {}  {}", f.sha256, f.path.display());
+                }
+            }
             0
         }
         Err(e) => {

@@ -11,6 +11,12 @@ use serde::{Deserialize, Serialize};
 use crate::action::Approval;
 use crate::protocol::acp;
 
+/// The default output cap: a quarter of the 16,384-token default context
+/// window (`[context] default_window`), a third of what compaction allows.
+pub const DEFAULT_OUTPUT_CAP_TOKENS: usize = 4096;
+/// Bytes per token, the estimate compaction uses (`budget::estimate_tokens`).
+pub const BYTES_PER_TOKEN: usize = 4;
+
 /// The `[mcp]` section of config.toml.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -18,22 +24,48 @@ pub struct McpConfig {
     /// Servers started for every session (`[[mcp.servers]]`).
     pub servers: Vec<McpServerConfig>,
     /// How long a server may take to start and list its tools, in seconds.
+    /// Servers start side by side, each on its own task, each with this
+    /// whole time.
     pub startup_timeout_secs: u64,
     /// Time limit for one tool call, in seconds.
     pub call_timeout_secs: u64,
-    /// Cap on the text of one tool result, in bytes.
-    pub output_cap_bytes: usize,
+    /// Cap on the text of one tool result (or resource read), in tokens
+    /// (estimated at four bytes a token, as compaction does). The default
+    /// is a quarter of the smallest default context window, so one result
+    /// never pushes a session past its compaction threshold on its own.
+    pub output_cap_tokens: usize,
+    /// The same cap in bytes; when set it replaces `output_cap_tokens`.
+    pub output_cap_bytes: Option<usize>,
+    /// Cap on one MCP message from a server, in bytes, enforced before it
+    /// is decoded; an answer over it becomes an error for that call.
+    pub max_message_bytes: usize,
     /// Most MCP servers one session may run at once.
     pub max_servers_per_session: usize,
+}
+
+impl McpConfig {
+    /// The output cap in bytes, and the setting that set it (for the
+    /// message that names it).
+    pub fn output_cap(&self) -> (usize, &'static str) {
+        match self.output_cap_bytes {
+            Some(bytes) => (bytes, "mcp.output_cap_bytes"),
+            None => (
+                self.output_cap_tokens.saturating_mul(BYTES_PER_TOKEN),
+                "mcp.output_cap_tokens",
+            ),
+        }
+    }
 }
 
 impl Default for McpConfig {
     fn default() -> Self {
         McpConfig {
             servers: Vec::new(),
-            startup_timeout_secs: 10,
+            startup_timeout_secs: 30,
             call_timeout_secs: 60,
-            output_cap_bytes: 100 * 1024,
+            output_cap_tokens: DEFAULT_OUTPUT_CAP_TOKENS,
+            output_cap_bytes: None,
+            max_message_bytes: super::transport::DEFAULT_MAX_MESSAGE_BYTES,
             max_servers_per_session: 8,
         }
     }

@@ -10,12 +10,17 @@
 //! list` and the tool result report.
 //!
 //! Limits: servers per session (`mcp.max_servers_per_session`), startup
-//! time (`mcp.startup_timeout_secs`), call time (`mcp.call_timeout_secs`)
-//! and result size (`mcp.output_cap_bytes`), each named in its error.
+//! time (`mcp.startup_timeout_secs`), call time (`mcp.call_timeout_secs`),
+//! one message's size before it is decoded (`mcp.max_message_bytes`, see
+//! [`transport`]) and result size (`mcp.output_cap_tokens`), each named in
+//! its error. The chapter is docs/mcp.md.
 
+pub mod binding;
+pub mod client;
 pub mod config;
 pub mod project;
 pub mod tool;
+pub mod transport;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -25,6 +30,8 @@ use std::time::Duration;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{Peer, RunningService};
 use rmcp::{RoleClient, ServiceExt};
+
+use client::{Catalog, PassepartoutClient};
 use serde::Serialize;
 use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
@@ -91,27 +98,34 @@ pub struct ServerStatus {
 pub struct Limits {
     pub startup: Duration,
     pub call: Duration,
+    /// The output cap in bytes, and the setting that set it.
     pub output_cap: usize,
+    pub output_cap_setting: &'static str,
+    pub max_message: usize,
     pub max_servers: usize,
 }
 
 impl From<&McpConfig> for Limits {
     fn from(c: &McpConfig) -> Self {
+        let (output_cap, output_cap_setting) = c.output_cap();
         Limits {
             startup: Duration::from_secs(c.startup_timeout_secs),
             call: Duration::from_secs(c.call_timeout_secs),
-            output_cap: c.output_cap_bytes,
+            output_cap,
+            output_cap_setting,
+            max_message: c.max_message_bytes,
             max_servers: c.max_servers_per_session,
         }
     }
 }
 
-type Service = RunningService<RoleClient, ()>;
+type Service = RunningService<RoleClient, PassepartoutClient>;
 
 /// One connected (or failed) server.
 pub struct Server {
     pub spec: ServerSpec,
-    tools: Vec<rmcp::model::Tool>,
+    /// What it offers, as last listed (re-listed on `list_changed`).
+    catalog: Arc<Mutex<Catalog>>,
     peer: Option<Peer<RoleClient>>,
     service: tokio::sync::Mutex<Option<Service>>,
     failure: Mutex<Option<String>>,
@@ -157,7 +171,7 @@ impl Server {
             origin: self.spec.origin.to_string(),
             transport: describe(&self.spec.transport),
             state,
-            tools: self
+            tools: lock(&self.catalog)
                 .tools
                 .iter()
                 .filter_map(|t| tool::tool_name(&self.spec.prefix, &t.name))
@@ -201,15 +215,53 @@ impl Server {
                 if peer.is_transport_closed() || matches!(e, rmcp::ServiceError::TransportClosed) {
                     // Give the stderr reader a moment to catch the last words.
                     tokio::time::sleep(Duration::from_millis(50)).await;
-                    let reason = self.fail(&format!("it stopped during the call ({e})"));
+                    let reason = self.fail(&format!(
+                        "it stopped during the call ({})",
+                        readable_service_error(&e)
+                    ));
                     Err(CallError::NotRunning { name, reason })
                 } else {
                     Err(CallError::Failed {
                         name,
-                        reason: e.to_string(),
+                        reason: readable_service_error(&e),
                     })
                 }
             }
+        }
+    }
+
+    /// Read one resource with a time limit; cancellation wins.
+    pub async fn read_resource(
+        &self,
+        uri: &str,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> Result<rmcp::model::ReadResourceResult, CallError> {
+        let name = self.spec.name.clone();
+        if let Some(reason) = self.failure() {
+            return Err(CallError::NotRunning { name, reason });
+        }
+        let Some(peer) = &self.peer else {
+            return Err(CallError::NotRunning {
+                name,
+                reason: "it was stopped".into(),
+            });
+        };
+        let params = rmcp::model::ReadResourceRequestParams::new(uri.to_string());
+        let answer = tokio::select! {
+            _ = cancel.cancelled() => return Err(CallError::Cancelled),
+            answer = tokio::time::timeout(timeout, peer.read_resource(params)) => answer,
+        };
+        match answer {
+            Err(_) => Err(CallError::Timeout {
+                name,
+                secs: timeout.as_secs(),
+            }),
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(e)) => Err(CallError::Failed {
+                name,
+                reason: readable_service_error(&e),
+            }),
         }
     }
 
@@ -246,13 +298,17 @@ pub fn describe(t: &Transport) -> String {
 /// fails: a failure is kept in the server's state.
 pub async fn start(spec: ServerSpec, cwd: &Path, limits: Limits) -> Server {
     let stderr = Arc::new(Mutex::new(String::new()));
-    let connected = tokio::time::timeout(limits.startup, connect(&spec, cwd, stderr.clone())).await;
-    let (service, tools, failure) = match connected {
-        Ok(Ok((service, tools))) => (Some(service), tools, None),
-        Ok(Err(reason)) => (None, Vec::new(), Some(reason)),
+    let catalog = Arc::new(Mutex::new(Catalog::default()));
+    let connected = tokio::time::timeout(
+        limits.startup,
+        connect(&spec, cwd, limits, stderr.clone(), catalog.clone()),
+    )
+    .await;
+    let (service, failure) = match connected {
+        Ok(Ok(service)) => (Some(service), None),
+        Ok(Err(reason)) => (None, Some(reason)),
         Err(_) => (
             None,
-            Vec::new(),
             Some(format!(
                 "it did not start within {} s (mcp.startup_timeout_secs)",
                 limits.startup.as_secs()
@@ -262,7 +318,7 @@ pub async fn start(spec: ServerSpec, cwd: &Path, limits: Limits) -> Server {
     let server = Server {
         peer: service.as_ref().map(|s| s.peer().clone()),
         spec,
-        tools,
+        catalog,
         service: tokio::sync::Mutex::new(service),
         failure: Mutex::new(None),
         stderr,
@@ -273,7 +329,7 @@ pub async fn start(spec: ServerSpec, cwd: &Path, limits: Limits) -> Server {
         let message = server.fail(&reason);
         tracing::warn!(server = %server.spec.name, "MCP server failed to start: {message}");
     } else {
-        tracing::info!(server = %server.spec.name, tools = server.tools.len(), "MCP server started");
+        tracing::info!(server = %server.spec.name, tools = lock(&server.catalog).tools.len(), "MCP server started");
     }
     server
 }
@@ -281,8 +337,11 @@ pub async fn start(spec: ServerSpec, cwd: &Path, limits: Limits) -> Server {
 async fn connect(
     spec: &ServerSpec,
     cwd: &Path,
+    limits: Limits,
     stderr: Arc<Mutex<String>>,
-) -> Result<(Service, Vec<rmcp::model::Tool>), String> {
+    catalog: Arc<Mutex<Catalog>>,
+) -> Result<Service, String> {
+    let handler = PassepartoutClient::new(&spec.name, cwd, catalog.clone());
     let service = match &spec.transport {
         Transport::Stdio { command, args, env } => {
             let mut cmd = tokio::process::Command::new(command);
@@ -297,14 +356,17 @@ async fn connect(
             // Its own process group, killed whole when the server goes.
             wrapped.wrap(process_wrap::tokio::ProcessGroup::leader());
             wrapped.wrap(process_wrap::tokio::KillOnDrop);
-            let (process, err) = rmcp::transport::TokioChildProcess::builder(wrapped)
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .map_err(|e| format!("cannot run {}: {e}", command.display()))?;
+            wrapped.command_mut().stderr(std::process::Stdio::piped());
+            let (process, err) =
+                transport::BoundedChild::spawn(wrapped, limits.max_message, spec.name.clone())
+                    .map_err(|e| format!("cannot run {}: {e}", command.display()))?;
             if let Some(err) = err {
                 tokio::spawn(keep_stderr_tail(spec.name.clone(), err, stderr));
             }
-            ().serve(process).await.map_err(|e| e.to_string())?
+            handler
+                .serve(process)
+                .await
+                .map_err(|e| readable_init_error(&e, None))?
         }
         Transport::Http { url, headers } => {
             use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -319,17 +381,117 @@ async fn connect(
                     .map_err(|e| format!("header `{k}`: {e}"))?;
                 custom.insert(name, value);
             }
-            let config =
-                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
-            let transport = rmcp::transport::StreamableHttpClientTransport::from_config(config);
-            ().serve(transport).await.map_err(|e| e.to_string())?
+            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                .custom_headers(custom)
+                .max_sse_event_size(limits.max_message)
+                .max_json_response_size(limits.max_message);
+            let client = transport::BoundedHttp {
+                client: reqwest::Client::new(),
+                cap: limits.max_message,
+            };
+            let transport =
+                rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
+            handler
+                .serve(transport)
+                .await
+                .map_err(|e| readable_init_error(&e, Some(url)))?
         }
     };
-    let tools = service
-        .list_all_tools()
-        .await
-        .map_err(|e| format!("listing its tools failed: {e}"))?;
-    Ok((service, tools))
+    let listed = client::list_catalog(service.peer()).await?;
+    *lock(&catalog) = listed;
+    Ok(service)
+}
+
+/// A prompt's arguments from the text after its command: `name=value`
+/// words for the names it declares; otherwise, for a prompt with one
+/// argument, the whole text.
+fn prompt_arguments(
+    prompt: &rmcp::model::Prompt,
+    text: &str,
+) -> serde_json::Map<String, serde_json::Value> {
+    let declared: Vec<&str> = prompt
+        .arguments
+        .iter()
+        .flatten()
+        .map(|a| a.name.as_str())
+        .collect();
+    let mut map = serde_json::Map::new();
+    for word in text.split_whitespace() {
+        if let Some((k, v)) = word.split_once('=') {
+            if declared.contains(&k) {
+                map.insert(k.to_string(), serde_json::Value::String(v.to_string()));
+            }
+        }
+    }
+    if map.is_empty() && declared.len() == 1 && !text.is_empty() {
+        map.insert(
+            declared[0].to_string(),
+            serde_json::Value::String(text.to_string()),
+        );
+    }
+    map
+}
+
+/// The innermost cause of an error: what went wrong, without the type
+/// names of the layers (rmcp, reqwest, hyper) it passed through.
+fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    let mut cause = error;
+    loop {
+        // rmcp's HTTP client error does not name its cause as a source.
+        if let Some(StreamableHttpError::Client(inner)) =
+            cause.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+        {
+            cause = inner;
+            continue;
+        }
+        match cause.source() {
+            Some(next) => cause = next,
+            None => break,
+        }
+    }
+    let text = cause.to_string();
+    // "Connection refused (os error 111)" reads as "connection refused".
+    let text = match text.find(" (os error") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    };
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => text,
+    }
+}
+
+/// Why the MCP handshake failed, said for a person.
+fn readable_init_error(error: &rmcp::service::ClientInitializeError, url: Option<&str>) -> String {
+    use rmcp::service::ClientInitializeError as E;
+    match error {
+        E::ConnectionClosed(_) => {
+            "it closed the connection before answering `initialize`".to_string()
+        }
+        E::JsonRpcError(e) => format!("it refused `initialize`: {}", e.message),
+        E::TransportError { error, .. } => match url {
+            Some(url) => format!("cannot reach {url}: {}", root_cause(error)),
+            None => format!("its connection failed: {}", root_cause(error)),
+        },
+        E::LegacyFallbackFailed { fallback, .. } => readable_init_error(fallback, url),
+        E::Cancelled => "cancelled".to_string(),
+        _ => root_cause(error),
+    }
+}
+
+/// Why a request failed, said for a person (no Rust type names).
+pub fn readable_service_error(error: &rmcp::ServiceError) -> String {
+    use rmcp::ServiceError as E;
+    match error {
+        E::McpError(e) => e.message.to_string(),
+        E::TransportClosed => "the connection closed".to_string(),
+        E::Timeout { timeout } => format!("no answer within {} s", timeout.as_secs()),
+        E::Cancelled { .. } => "cancelled".to_string(),
+        E::TransportSend(e) => format!("sending to it failed: {}", root_cause(e)),
+        _ => root_cause(error),
+    }
 }
 
 /// Keep the last [`STDERR_TAIL_BYTES`] of a server's stderr and log it.
@@ -448,9 +610,18 @@ impl McpManager {
                 path,
                 names,
                 changed,
+                bound,
             } => {
-                let why = if changed {
+                let why = if changed && bound.is_empty() {
                     format!("changed since trusted; {}", project::trust_hint(&path))
+                } else if changed {
+                    let files: Vec<String> =
+                        bound.iter().map(|p| p.display().to_string()).collect();
+                    format!(
+                        "changed since trusted (the config or a file its servers run: {}); {}",
+                        files.join(", "),
+                        project::trust_hint(&path)
+                    )
                 } else {
                     project::trust_hint(&path)
                 };
@@ -512,8 +683,20 @@ impl McpManager {
         if specs.is_empty() {
             return Ok(not_started);
         }
-        let started: Vec<Server> =
-            futures::future::join_all(specs.into_iter().map(|s| start(s, cwd, self.limits))).await;
+        // Each server on its own task, with its own whole startup time:
+        // slow starters do not wait on each other.
+        let limits = self.limits;
+        let tasks = specs.into_iter().map(|s| {
+            let cwd = cwd.to_path_buf();
+            tokio::spawn(async move { start(s, &cwd, limits).await })
+        });
+        let mut started: Vec<Server> = Vec::new();
+        for joined in futures::future::join_all(tasks).await {
+            match joined {
+                Ok(server) => started.push(server),
+                Err(e) => tracing::error!("an MCP server's start task failed: {e}"),
+            }
+        }
         let started: Vec<Arc<Server>> = started.into_iter().map(Arc::new).collect();
         let failed_client = started
             .iter()
@@ -541,7 +724,23 @@ impl McpManager {
             return;
         };
         for server in servers.iter().filter(|s| s.is_running()) {
-            for t in &server.tools {
+            let (listed, resources) = {
+                let catalog = lock(&server.catalog);
+                (catalog.tools.clone(), catalog.resources.clone())
+            };
+            let own_reader = listed.iter().any(|t| t.name == tool::READ_RESOURCE_TOOL);
+            if !own_reader {
+                if let Some(reader) = tool::resource_tool(
+                    &server.spec.name,
+                    &server.spec.prefix,
+                    server.spec.approval,
+                    self.limits.call.as_secs(),
+                    &resources,
+                ) {
+                    tools.register(reader);
+                }
+            }
+            for t in &listed {
                 match tool::to_tool(
                     &server.spec.name,
                     &server.spec.prefix,
@@ -558,6 +757,105 @@ impl McpManager {
                 }
             }
         }
+    }
+
+    /// The session's MCP prompts as slash commands (`/mcp__<server>__<prompt>`),
+    /// for `available_commands_update`; the description is the server's,
+    /// marked untrusted.
+    pub fn prompt_commands(&self, session_id: &str) -> Vec<crate::protocol::acp::AvailableCommand> {
+        use crate::protocol::acp;
+        let sessions = lock(&self.sessions);
+        let Some(servers) = sessions.get(session_id) else {
+            return Vec::new();
+        };
+        let mut commands = Vec::new();
+        for server in servers.iter().filter(|s| s.is_running()) {
+            for p in &lock(&server.catalog).prompts {
+                let Some(name) = tool::tool_name(&server.spec.prefix, &p.name) else {
+                    continue;
+                };
+                let description =
+                    tool::marked_description(&server.spec.name, p.description.as_deref());
+                let mut command = acp::AvailableCommand::new(name, description);
+                let arguments: Vec<String> = p
+                    .arguments
+                    .iter()
+                    .flatten()
+                    .map(|a| format!("{}=…", a.name))
+                    .collect();
+                if !arguments.is_empty() {
+                    command = command.input(acp::AvailableCommandInput::Unstructured(
+                        acp::UnstructuredCommandInput::new(arguments.join(" ")),
+                    ));
+                }
+                commands.push(command);
+            }
+        }
+        commands
+    }
+
+    /// `prompt` with a leading `/mcp__<server>__<prompt> ARGS` replaced by
+    /// that prompt's messages, fetched from the server (`ARGS` as
+    /// `name=value` words, or all of it for a prompt's single argument);
+    /// unchanged when it names no prompt of the session. A failure becomes
+    /// the text, so the person sees why.
+    pub async fn expand_prompt(&self, session_id: &str, prompt: String) -> String {
+        let Some((name, args)) = crate::skills::slash_command(&prompt) else {
+            return prompt;
+        };
+        let found = {
+            let sessions = lock(&self.sessions);
+            sessions.get(session_id).and_then(|servers| {
+                servers.iter().find_map(|server| {
+                    let catalog = lock(&server.catalog);
+                    catalog
+                        .prompts
+                        .iter()
+                        .find(|p| {
+                            tool::tool_name(&server.spec.prefix, &p.name).as_deref() == Some(name)
+                        })
+                        .map(|p| (server.clone(), p.clone()))
+                })
+            })
+        };
+        let Some((server, listed)) = found else {
+            return prompt;
+        };
+        let arguments = prompt_arguments(&listed, args.trim());
+        let Some(peer) = server.peer.clone() else {
+            return prompt;
+        };
+        let params =
+            rmcp::model::GetPromptRequestParams::new(listed.name.clone()).with_arguments(arguments);
+        let answer = tokio::time::timeout(self.limits.call, peer.get_prompt(params)).await;
+        let text = match answer {
+            Ok(Ok(result)) => result
+                .messages
+                .iter()
+                .filter_map(|m| match &m.content {
+                    rmcp::model::ContentBlock::Text(t) => Some(t.text.clone()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+                .join("\n\n"),
+            Ok(Err(e)) => {
+                return format!(
+                    "{prompt}\n\n[the MCP prompt could not be fetched: {}]",
+                    readable_service_error(&e)
+                )
+            }
+            Err(_) => {
+                return format!(
+                    "{prompt}\n\n[the MCP prompt could not be fetched: no answer within {} s (mcp.call_timeout_secs)]",
+                    self.limits.call.as_secs()
+                )
+            }
+        };
+        let text = tool::cap_text(text, self.limits.output_cap, self.limits.output_cap_setting);
+        format!(
+            "[prompt `{}` from MCP server `{}`, as the server wrote it]\n{text}",
+            listed.name, server.spec.name
+        )
     }
 
     /// A server of a session, by its prefix.

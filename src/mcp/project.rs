@@ -13,12 +13,19 @@
 //! says `trust_project_tool_approval = true`, as for project skill tools.
 //! A project entry never replaces a global one: a name the global config
 //! (or the client) already uses is refused.
+//!
+//! Trust binds content, not names: the files inside the project that the
+//! servers run (a script, a `-m` module, an `npx` package) are hashed into
+//! the trust record ([`super::binding`]), so changing one of them makes the
+//! config untrusted again, and its servers do not start until the person
+//! trusts it anew.
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::binding::{self, BoundFile};
 use super::config::{McpServerConfig, Origin, ServerSpec};
 use crate::action::Approval;
 use crate::skills::trust::{sha256_hex, TrustState, TrustStore};
@@ -57,6 +64,8 @@ pub enum ProjectServers {
         path: PathBuf,
         names: Vec<String>,
         changed: bool,
+        /// The project files its servers run (bound into the trust).
+        bound: Vec<PathBuf>,
     },
     /// The file cannot be used (unreadable, too big, bad TOML, bad entry).
     Invalid { path: PathBuf, problem: String },
@@ -138,10 +147,19 @@ pub fn project_servers(cwd: &Path, trust_file: Option<&Path>, keep_auto: bool) -
             }
         }
     };
+    let bound = match binding::bound_files(cwd, &specs) {
+        Ok(files) => files,
+        Err(problem) => {
+            return ProjectServers::Invalid {
+                path: shown,
+                problem,
+            }
+        }
+    };
     let state = match trust_file {
         // A store the agent can write proves nothing.
         Some(store) if !inside(store, cwd) => match TrustStore::new(store).load() {
-            Ok(t) => t.state(&canonical, &sha256_hex(&bytes)),
+            Ok(t) => t.state(&canonical, &binding::digest(&bytes, &bound)),
             Err(e) => {
                 tracing::error!("{e}");
                 TrustState::Unknown
@@ -155,6 +173,7 @@ pub fn project_servers(cwd: &Path, trust_file: Option<&Path>, keep_auto: bool) -
             path: shown,
             names: specs.into_iter().map(|s| s.name).collect(),
             changed: other == TrustState::Changed,
+            bound: bound.into_iter().map(|f| f.path).collect(),
         },
     }
 }
@@ -175,6 +194,8 @@ pub struct TrustedConfig {
     pub sha256: String,
     /// The servers the file names.
     pub servers: Vec<String>,
+    /// The project files its servers run, hashed into the trust.
+    pub files: Vec<BoundFile>,
 }
 
 /// Trust the project file in `cwd` when its bytes still hash to
@@ -204,13 +225,16 @@ pub fn trust_shown(
             trust_file.display()
         ));
     }
+    let files = binding::bound_files(cwd, &specs)
+        .map_err(|e| format!("{}: {e}; not trusted", shown.display()))?;
     TrustStore::new(trust_file)
-        .trust(&canonical, &bytes)
+        .trust(&canonical, &binding::manifest(&bytes, &files))
         .map_err(|e| e.to_string())?;
     Ok(TrustedConfig {
         path: shown,
         sha256,
         servers: specs.into_iter().map(|s| s.name).collect(),
+        files,
     })
 }
 
