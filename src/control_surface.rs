@@ -625,10 +625,7 @@ pub fn git_named_in(
             let path = crate::util::path::normalize(&path);
             // Compare where it really is: a symlinked project directory
             // or a path through `..` must not slip past.
-            let real = path
-                .canonicalize()
-                .ok()
-                .or_else(|| Some(path.parent()?.canonicalize().ok()?.join(path.file_name()?)));
+            let real = real_location(&path);
             let inside = |p: &Path| {
                 p.strip_prefix(&canonical_root)
                     .is_ok_and(|rel| !rel.as_os_str().is_empty())
@@ -650,6 +647,21 @@ pub fn git_named_in(
         }
     }
     out
+}
+
+/// Where a path really is: its canonical form, or for a path that does not
+/// exist (yet), the canonical form of its deepest existing ancestor with
+/// the rest appended.
+fn real_location(path: &Path) -> Option<PathBuf> {
+    let mut rest: Vec<&std::ffi::OsStr> = Vec::new();
+    let mut at = path;
+    loop {
+        if let Ok(real) = at.canonicalize() {
+            return Some(rest.iter().rev().fold(real, |p, c| p.join(c)));
+        }
+        rest.push(at.file_name()?);
+        at = at.parent()?;
+    }
 }
 
 /// Why a repository's own configuration is dangerous, or `None`: a key of
