@@ -833,6 +833,75 @@ mod tests {
     }
 
     #[test]
+    fn git_settings_name_the_project_files_they_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("tools")).unwrap();
+        std::fs::write(root.join("tools/conv.py"), "").unwrap();
+        let home = Path::new("/home/ada");
+        let entry = |key: &str, value: &str| {
+            (
+                "file:/home/ada/.gitconfig".to_string(),
+                key.to_string(),
+                value.to_string(),
+            )
+        };
+        let named = git_named_in(
+            &root,
+            home,
+            vec![
+                entry("core.hookspath", ".husky/_"),
+                entry("diff.py.textconv", "python3 tools/conv.py"),
+                entry("filter.x.clean", "sh -c './scripts/clean.sh %f'"),
+                entry("core.fsmonitor", "true"),
+                entry("alias.lg", "log --graph"),
+                entry("alias.up", "!git pull && ./bin/post.sh"),
+                entry("gpg.program", "/usr/bin/gpg"),
+                entry("diff.mine.textconv", "python3 -m tools.show"),
+                entry("core.sshcommand", "ssh -i ~/.ssh/key"),
+                entry("include.path", "../outside.inc"),
+            ],
+        );
+        let rel: Vec<String> = named
+            .iter()
+            .map(|n| n.path.strip_prefix(&root).unwrap().display().to_string())
+            .collect();
+        assert_eq!(
+            rel,
+            vec![
+                ".husky/_",
+                "tools/conv.py",
+                "scripts/clean.sh",
+                "bin/post.sh",
+                "tools/show.py",
+                "tools/show",
+            ]
+        );
+        assert!(named[1].why().contains("diff.py.textconv"));
+    }
+
+    #[test]
+    fn a_fresh_repository_config_is_harmless_and_program_keys_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config");
+        std::fs::write(
+            &config,
+            "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tfilemode = true\n             [remote \"origin\"]\n\turl = https://example.org/r.git\n[alias]\n\tst = status\n",
+        )
+        .unwrap();
+        assert_eq!(repository_config_danger(&config), None);
+        std::fs::write(&config, "[core]\n\tfsmonitor = ./x.sh\n").unwrap();
+        let danger = repository_config_danger(&config);
+        assert!(
+            danger
+                .as_deref()
+                .is_some_and(|d| d.contains("core.fsmonitor")),
+            "{danger:?}"
+        );
+        assert_eq!(repository_config_danger(&dir.path().join("none")), None);
+    }
+
+    #[test]
     fn absolute_paths_are_judged_relative_to_the_root() {
         let root = Path::new("/home/u/proj");
         assert!(control_entry_in(root, Path::new("/home/u/proj/.envrc")).is_some());

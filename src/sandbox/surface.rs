@@ -808,6 +808,100 @@ mod tests {
         );
     }
 
+    fn git(dir: &Path, args: &[&str]) {
+        let ok = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap()
+            .status
+            .success();
+        assert!(ok, "git {args:?}");
+    }
+
+    #[test]
+    fn in_progress_state_and_files_the_repositorys_settings_name_are_protected() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        git(root, &["init", "-q"]);
+        git(root, &["config", "core.hooksPath", ".husky"]);
+        git(
+            root,
+            &["config", "diff.py.textconv", "python3 tools/conv.py"],
+        );
+        std::fs::create_dir_all(root.join(".husky")).unwrap();
+        std::fs::create_dir_all(root.join(".git/rebase-merge")).unwrap();
+        let snap = SurfaceSnapshot::take(root);
+        let ro = &snap.mounts().read_only;
+        assert!(ro.contains(&root.join(".husky")), "{ro:?}");
+        assert!(ro.contains(&root.join(".git/rebase-merge")), "{ro:?}");
+        // Missing ones are swept when the run creates them.
+        std::fs::create_dir_all(root.join("tools")).unwrap();
+        std::fs::write(root.join("tools/conv.py"), "evil").unwrap();
+        std::fs::write(root.join(".git/MERGE_HEAD"), "evil").unwrap();
+        let undone: Vec<String> = snap.sweep().iter().map(|u| u.path.clone()).collect();
+        assert!(undone.contains(&"tools/conv.py".to_string()), "{undone:?}");
+        assert!(
+            undone.contains(&".git/MERGE_HEAD".to_string()),
+            "{undone:?}"
+        );
+        assert!(!root.join("tools/conv.py").exists());
+    }
+
+    #[test]
+    fn a_bare_repository_in_the_tree_is_protected_like_git() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in ["store/objects", "store/refs", "store/hooks"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("store/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(root.join("store/config"), "").unwrap();
+        let snap = SurfaceSnapshot::take(root);
+        let ro = &snap.mounts().read_only;
+        assert!(ro.contains(&root.join("store/config")), "{ro:?}");
+        assert!(ro.contains(&root.join("store/hooks")), "{ro:?}");
+        assert!(snap.mounts().pins.contains(&root.join("store")));
+    }
+
+    #[test]
+    fn repositories_planted_during_a_run_lose_what_runs_programs() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("old")).unwrap();
+        let snap = SurfaceSnapshot::take(root);
+        // A fresh `git init` stays; one with an fsmonitor loses its config.
+        git(root, &["init", "-q", "fresh"]);
+        git(root, &["init", "-q", "old/bad"]);
+        git(
+            &root.join("old/bad"),
+            &["config", "core.fsmonitor", "./x.sh"],
+        );
+        std::fs::write(root.join("old/bad/.git/hooks/post-checkout"), "evil").unwrap();
+        // A pointer file and a bare-shaped folder with a program.
+        for d in ["evil/objects", "evil/refs", "sub"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("evil/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(root.join("evil/config"), "[core]\n\tsshCommand = ./x.sh\n").unwrap();
+        std::fs::write(root.join("sub/.git"), "gitdir: ../evil\n").unwrap();
+        let mut undone: Vec<String> = snap.sweep().iter().map(|u| u.path.clone()).collect();
+        undone.sort();
+        assert_eq!(
+            undone,
+            vec![
+                "evil/config",
+                "old/bad/.git/config",
+                "old/bad/.git/hooks/post-checkout",
+                "sub/.git"
+            ]
+        );
+        assert!(root.join("fresh/.git/config").exists());
+        assert!(root.join("old/bad/.git/HEAD").exists());
+    }
+
     #[test]
     fn a_git_file_is_bound_read_only() {
         let dir = tempfile::tempdir().unwrap();

@@ -167,8 +167,6 @@ async fn a_hooks_path_into_the_project_does_not_run_agent_written_hooks() {
     let mut d = daemon(h, p, script).await;
     let (_, results) = d.turn().await;
     let told = results.join("\n");
-    assert!(told.contains("refused"), "{told}");
-    assert!(!told.contains("wrote"), "{told}");
     // The person commits.
     std::fs::write(p.join("notes.txt"), "mine\n").unwrap();
     git_ok(p, h, &["add", "notes.txt"]);
@@ -177,6 +175,8 @@ async fn a_hooks_path_into_the_project_does_not_run_agent_written_hooks() {
         !mark.exists(),
         "the person's commit ran an agent-written hook"
     );
+    assert!(told.contains("refused"), "{told}");
+    assert!(!told.contains("wrote"), "{told}");
     assert_eq!(
         std::fs::read_to_string(p.join(".githooks/pre-commit")).unwrap(),
         "#!/bin/sh\nexit 0\n"
@@ -246,11 +246,6 @@ async fn global_textconv_and_filter_settings_do_not_run_agent_written_code() {
     let mut d = daemon(h, p, script).await;
     let (_, results) = d.turn().await;
     let told = results.join("\n");
-    assert!(told.contains("refused conv"), "{told}");
-    assert!(
-        told.contains("diff.py.textconv") || told.contains("filter.tidy.clean"),
-        "{told}"
-    );
     // The person looks at a change and stages a note.
     std::fs::write(p.join("app.py"), "x = 2\n").unwrap();
     let diff = person_git(p, h, &["diff"]);
@@ -258,6 +253,11 @@ async fn global_textconv_and_filter_settings_do_not_run_agent_written_code() {
     std::fs::write(p.join("notes.txt"), "mine\n").unwrap();
     let _ = person_git(p, h, &["add", "notes.txt"]);
     assert!(!mark.exists(), "the person's git ran agent-written code");
+    assert!(told.contains("refused conv"), "{told}");
+    assert!(
+        told.contains("diff.py.textconv") || told.contains("filter.tidy.clean"),
+        "{told}"
+    );
     assert!(
         !p.join("scripts/clean.sh").exists(),
         "the filter the run created is removed"
@@ -297,13 +297,13 @@ async fn a_rebase_left_in_progress_cannot_run_exec_lines_at_the_persons_continue
         told.contains("git-rebase-todo"),
         "the rebase stopped: {told}"
     );
-    assert!(told.contains("rebase-merge"), "{told}");
-    assert!(!p.join(".git/rebase-merge").exists(), "{told}");
     let _ = person_git(p, h, &["rebase", "--continue"]);
     assert!(
         !mark.exists(),
         "the person's continue ran an agent-written exec line"
     );
+    assert!(told.contains("rebase-merge"), "{told}");
+    assert!(!p.join(".git/rebase-merge").exists(), "{told}");
 }
 
 /// Planted repositories: a `git init` in a subfolder with `core.fsmonitor`
@@ -349,8 +349,6 @@ async fn repositories_planted_during_a_run_do_not_run_their_fsmonitor_on_the_hos
     let mut d = daemon(h, p, script).await;
     let (_, results) = d.turn().await;
     let told = results.join("\n");
-    assert!(told.contains("docs/.git/config"), "{told}");
-    assert!(told.contains("sub/.git"), "{told}");
     // A plain `git init` is kept.
     assert!(p.join("docs/.git/HEAD").exists());
     let _ = person_git(&p.join("docs"), h, &["status"]);
@@ -360,6 +358,8 @@ async fn repositories_planted_during_a_run_do_not_run_their_fsmonitor_on_the_hos
         !mark.exists(),
         "the person's git status ran a planted fsmonitor"
     );
+    assert!(told.contains("docs/.git/config"), "{told}");
+    assert!(told.contains("sub/.git"), "{told}");
 }
 
 /// The runtime plants the effect stage asks about: a top-level `pip`
@@ -401,16 +401,6 @@ async fn planted_python_modules_are_asked_about_and_rejected_stay_out() {
         .filter(|a| a["params"]["toolCall"]["rawInput"]["op"] == "apply_checkpoint")
         .map(|a| a["params"]["toolCall"]["content"].to_string())
         .collect();
-    assert!(
-        effect_asks.iter().any(|r| r.contains("pip/__main__.py")),
-        "{effect_asks:?}"
-    );
-    assert!(
-        effect_asks.iter().any(|r| r.contains("json.py")),
-        "{effect_asks:?}"
-    );
-    assert!(!p.join("pip").exists());
-    assert!(!p.join("json.py").exists());
     let out = Command::new("python3")
         .args(["-m", "pip", "--version"])
         .current_dir(p)
@@ -422,6 +412,16 @@ async fn planted_python_modules_are_asked_about_and_rejected_stay_out() {
         .output()
         .expect("python3");
     assert!(!mark.exists(), "the person's python3 ran a planted module");
+    assert!(
+        effect_asks.iter().any(|r| r.contains("pip/__main__.py")),
+        "{effect_asks:?}"
+    );
+    assert!(
+        effect_asks.iter().any(|r| r.contains("json.py")),
+        "{effect_asks:?}"
+    );
+    assert!(!p.join("pip").exists());
+    assert!(!p.join("json.py").exists());
     if out.status.success() {
         assert!(String::from_utf8_lossy(&out.stdout).contains("pip "));
     }
