@@ -13,6 +13,11 @@
 //! their ancestors) would otherwise have them inside its writable bind. The
 //! sandbox binds each one read-only when it falls inside a writable bind,
 //! the files actuator refuses to write them, and the gates ask.
+//!
+//! The list is completed at run time by what the person's own git
+//! configuration names ([`git_named_paths`]): a `core.hooksPath` or a
+//! textconv script inside the project runs at the person's next `git
+//! commit` or `git diff` like a hook does.
 
 use std::path::{Component, Path, PathBuf};
 

@@ -28,7 +28,18 @@
 //! [`MAX_WALKED_DIRS`]) so a repository made with `git init` in a
 //! subfolder, or a nested `.envrc`, is as read-only as the top-level one.
 //! Only the root's missing entries are swept; what a run creates deeper
-//! is judged from the checkpoint by the effect gates.
+//! is judged from the checkpoint by the effect gates — except
+//! repositories: a bare-shaped folder is protected like `.git`, and after
+//! the run every repository the run created is found (only directories
+//! whose status-change time moved are read again) and loses what would
+//! run programs on the host (a new `.git` pointer file, a config naming
+//! programs, hooks, in-progress state).
+//!
+//! Beside the fixed entries, the files the person's git settings name in
+//! the project ([`crate::control_surface::git_named_paths`]: a
+//! `core.hooksPath`, a textconv or filter script) are protected the same
+//! way: read-only when they exist, removed after the run when it creates
+//! them.
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
