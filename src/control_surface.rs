@@ -685,7 +685,9 @@ pub fn repository_config_danger(config: &Path) -> Option<String> {
     )
     .into_iter()
     .filter(|(_, key, value)| {
-        !is_switch(value.trim()) && !(key.starts_with("alias.") && !value.starts_with('!'))
+        // A plain alias (`st = status`) runs git itself, not a program.
+        let plain_alias = key.starts_with("alias.") && !value.starts_with('!');
+        !is_switch(value.trim()) && !plain_alias
     })
     .map(|(_, key, _)| key)
     .collect();

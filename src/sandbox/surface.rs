@@ -523,11 +523,14 @@ impl SurfaceSnapshot {
     /// removed, so a fresh `git init` or `git clone` stays as it is.
     fn sweep_planted_repositories(&self) -> Vec<Undone> {
         let mut undone = Vec::new();
-        let mut queue: VecDeque<PathBuf> = VecDeque::new();
-        queue.push_back(PathBuf::new());
+        // Each directory with whether it is new by its parent's record: a
+        // directory the walk before the run did not see and that is not
+        // new lay past the walk's limit, and its past is unknown.
+        let mut queue: VecDeque<(PathBuf, bool)> = VecDeque::new();
+        queue.push_back((PathBuf::new(), false));
         let mut walked = 0usize;
         let mut judged = 0usize;
-        while let Some(rel) = queue.pop_front() {
+        while let Some((rel, fresh)) = queue.pop_front() {
             walked += 1;
             if walked > MAX_WALKED_DIRS {
                 break;
@@ -542,9 +545,15 @@ impl SurfaceSnapshot {
                 continue;
             }
             let ctime = (meta.ctime(), meta.ctime_nsec());
-            if let Some(seen) = self.seen.get(&rel).filter(|s| s.ctime == ctime) {
-                queue.extend(seen.subdirs.iter().map(|d| rel.join(d)));
-                continue;
+            let before = self.seen.get(&rel);
+            match before {
+                Some(seen) if seen.ctime == ctime => {
+                    queue.extend(seen.subdirs.iter().map(|d| (rel.join(d), false)));
+                    continue;
+                }
+                Some(_) => {}
+                None if fresh => {}
+                None => continue,
             }
             let Ok(rd) = std::fs::read_dir(&abs) else {
                 continue;
@@ -555,7 +564,8 @@ impl SurfaceSnapshot {
                     continue;
                 };
                 if e.file_type().is_ok_and(|t| t.is_dir()) && name != ".git" {
-                    queue.push_back(rel.join(&name));
+                    let new = before.is_none_or(|b| !b.subdirs.iter().any(|d| *d == *name));
+                    queue.push_back((rel.join(&name), new));
                 }
                 names.insert(name);
             }
