@@ -13,6 +13,11 @@
 //! their ancestors) would otherwise have them inside its writable bind. The
 //! sandbox binds each one read-only when it falls inside a writable bind,
 //! the files actuator refuses to write them, and the gates ask.
+//!
+//! The list is completed at run time by what the person's own git
+//! configuration names ([`git_named_paths`]): a `core.hooksPath` or a
+//! textconv script inside the project runs at the person's next `git
+//! commit` or `git diff` like a hook does.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -73,6 +78,52 @@ pub const CONTROL_SURFACE: &[ControlEntry] = &[
         path: ".git/modules",
         dir: true,
         why: "submodule repositories have their own configuration and hooks that git runs on the host",
+    },
+    // Git's in-progress state: the person's next `git rebase --continue`,
+    // `git cherry-pick --continue`, `git am --continue` or `git commit`
+    // acts on it (a rebase todo list holds `exec` lines git runs on the
+    // host). `ORIG_HEAD` and `FETCH_HEAD` are left out: every `git pull`,
+    // `fetch`, `merge` and `reset` rewrites them, and git only reads them
+    // when the person names them.
+    ControlEntry {
+        path: ".git/rebase-merge",
+        dir: true,
+        why: "an interrupted rebase's todo list, whose `exec` lines run on the host at the person's next `git rebase --continue`",
+    },
+    ControlEntry {
+        path: ".git/rebase-apply",
+        dir: true,
+        why: "an interrupted `git am` or rebase, which the person's next `--continue` applies",
+    },
+    ControlEntry {
+        path: ".git/sequencer",
+        dir: true,
+        why: "an interrupted cherry-pick or revert's todo list, which the person's next `--continue` carries out",
+    },
+    ControlEntry {
+        path: ".git/MERGE_HEAD",
+        dir: false,
+        why: "a merge in progress: the person's next `git commit` records these commits as parents",
+    },
+    ControlEntry {
+        path: ".git/MERGE_MSG",
+        dir: false,
+        why: "a merge in progress: the message of the person's next `git commit`",
+    },
+    ControlEntry {
+        path: ".git/MERGE_MODE",
+        dir: false,
+        why: "a merge in progress: how the person's next `git commit` records it",
+    },
+    ControlEntry {
+        path: ".git/CHERRY_PICK_HEAD",
+        dir: false,
+        why: "a cherry-pick in progress, which the person's next `git commit` completes",
+    },
+    ControlEntry {
+        path: ".git/REVERT_HEAD",
+        dir: false,
+        why: "a revert in progress, which the person's next `git commit` completes",
     },
     ControlEntry {
         path: ".gitmodules",
@@ -349,6 +400,300 @@ pub fn host_paths_within(binds: &[PathBuf], hosts: &[HostPath]) -> Vec<HostPath>
         .collect()
 }
 
+/// The person's git settings that name programs git runs or files git
+/// reads as configuration, by canonical (lower-case) key: `core.hooksPath`,
+/// the diff, merge and filter drivers, `core.fsmonitor`, `core.sshCommand`,
+/// `gpg.program`, pagers and editors, `!` aliases, includes. When one of
+/// them points into the project, the file it names steers the person's next
+/// `git commit` or `git diff` as much as `.git/hooks` does.
+pub const GIT_PROGRAM_KEYS: &str = "^(core\\.(hookspath|fsmonitor|sshcommand|pager|editor|askpass|gitproxy|attributesfile|worktree)\
+|diff\\..*\\.(textconv|command)|diff\\.external|filter\\..*\\.(clean|smudge|process)|merge\\..*\\.driver\
+|gpg\\.(.*\\.)?program|include\\.path|includeif\\..*\\.path|sequence\\.editor|credential\\.(.*\\.)?helper\
+|alias\\..*|pager\\..*|interactive\\.difffilter|init\\.templatedir|(diff|merge)tool\\..*\\.(cmd|path)\
+|sendemail\\.(smtpserver|tocmd|cccmd)|web\\.browser|browser\\..*\\.(cmd|path)|uploadpack\\.packobjectshook)$";
+
+/// Keys whose whole value is one path (not a command line).
+fn is_path_key(key: &str) -> bool {
+    matches!(
+        key,
+        "core.hookspath"
+            | "include.path"
+            | "core.attributesfile"
+            | "core.worktree"
+            | "init.templatedir"
+    ) || (key.starts_with("includeif.") && key.ends_with(".path"))
+}
+
+/// Values that switch a built-in on or off rather than naming a program.
+fn is_switch(value: &str) -> bool {
+    matches!(
+        value.to_ascii_lowercase().as_str(),
+        "" | "true" | "false" | "yes" | "no" | "on" | "off" | "1" | "0"
+    )
+}
+
+/// A file or directory in the project that one of the person's git
+/// settings names: git runs it (or reads it as configuration) on the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitNamed {
+    /// Absolute, inside the project (lexically normalised; it may not exist).
+    pub path: PathBuf,
+    /// The setting, as git spells it canonically (`diff.py.textconv`).
+    pub key: String,
+    /// Where the setting comes from (`file:/home/ada/.gitconfig`).
+    pub origin: String,
+}
+
+impl GitNamed {
+    /// Why the path is control surface, for the model and the person.
+    pub fn why(&self) -> String {
+        format!(
+            "the person's git setting `{}` ({}) names it: git runs or reads it on the host",
+            self.key, self.origin
+        )
+    }
+}
+
+/// How long one `git config` read may take before it is given up (a
+/// configuration file could be a FIFO nobody writes).
+pub const GIT_CONFIG_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Bytes of `git config` output read at most.
+pub const MAX_GIT_CONFIG_OUTPUT: usize = 1 << 20;
+
+/// The settings matching `regex` that `git config` sees in `dir` (the
+/// system, global and repository configuration, includes followed), as
+/// `(origin, key, value)`. Empty when git is missing, the directory is no
+/// repository and no global setting matches, or git does not answer within
+/// [`GIT_CONFIG_TIMEOUT`] (logged).
+pub fn git_config_entries(
+    dir: &Path,
+    extra: &[&str],
+    regex: &str,
+) -> Vec<(String, String, String)> {
+    use std::io::Read;
+    let mut cmd = std::process::Command::new("git");
+    cmd.arg("-C").arg(dir).arg("config");
+    cmd.args(extra);
+    cmd.args(["--show-origin", "--null", "--get-regexp", regex]);
+    // What the person's git would see, minus variables that point git at
+    // another repository than the directory's own.
+    for var in ["GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_CONFIG"] {
+        cmd.env_remove(var);
+    }
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let Ok(mut child) = cmd.spawn() else {
+        return Vec::new();
+    };
+    let Some(mut stdout) = child.stdout.take() else {
+        return Vec::new();
+    };
+    let reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = (&mut stdout)
+            .take(MAX_GIT_CONFIG_OUTPUT as u64)
+            .read_to_end(&mut buf);
+        buf
+    });
+    let deadline = std::time::Instant::now() + GIT_CONFIG_TIMEOUT;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                tracing::warn!(
+                    dir = %dir.display(),
+                    "git config did not answer within {GIT_CONFIG_TIMEOUT:?}: the person's git \
+                     settings that point into the project are not protected for this run"
+                );
+                return Vec::new();
+            }
+        }
+    }
+    let out = reader.join().unwrap_or_default();
+    let text = String::from_utf8_lossy(&out);
+    let mut fields = text.split('\0');
+    let mut entries = Vec::new();
+    while let (Some(origin), Some(kv)) = (fields.next(), fields.next()) {
+        let (key, value) = kv.split_once('\n').unwrap_or((kv, ""));
+        if !key.is_empty() {
+            entries.push((origin.to_string(), key.to_string(), value.to_string()));
+        }
+    }
+    entries
+}
+
+/// The words of a command line a git setting holds, split at blanks,
+/// quotes and shell operators: enough to find the paths in it, also inside
+/// `sh -c '...'` (not a shell parser; it may over-split, which only
+/// protects more).
+fn command_words(value: &str) -> Vec<String> {
+    value
+        .split(|c: char| c.is_whitespace() || ";|&()<>`$'\"".contains(c))
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The paths a git setting's value names, unresolved: the whole value for
+/// a path key; for a command line, every word that is a path or a file
+/// name (the program or an argument), and for `-m MODULE` the module's file
+/// and package (the interpreter imports it from the directory git runs it
+/// in, the top of the work tree).
+fn named_words(key: &str, value: &str) -> Vec<String> {
+    let value = value.trim();
+    if is_switch(value) {
+        return Vec::new();
+    }
+    if is_path_key(key) {
+        return vec![value.to_string()];
+    }
+    let value = if key.starts_with("alias.") {
+        match value.strip_prefix('!') {
+            Some(shell) => shell,
+            None => return Vec::new(), // a git subcommand, no program
+        }
+    } else {
+        value
+    };
+    let words = command_words(value);
+    let mut out = Vec::new();
+    let mut it = words.iter();
+    while let Some(w) = it.next() {
+        if w == "-m" {
+            if let Some(module) = it.next() {
+                let file = module.replace('.', "/");
+                out.push(format!("{file}.py"));
+                out.push(file);
+            }
+            continue;
+        }
+        // A word names a file when it is a path (`./x`, `tools/x`, `~/x`)
+        // or a file name with an extension (`conv.py`); bare words are
+        // programs from PATH or arguments like `log` that only happen to
+        // match a folder's name.
+        let pathlike = w.contains('/') || w.starts_with('~');
+        let file_name = w
+            .rsplit_once('.')
+            .is_some_and(|(stem, ext)| !stem.is_empty() && !ext.is_empty());
+        if w.starts_with('-') || w.starts_with('%') || w.contains('=') || w.contains(':') {
+            continue;
+        }
+        if pathlike || file_name {
+            out.push(w.clone());
+        }
+    }
+    out
+}
+
+/// The files and directories inside the project rooted at `root` that the
+/// person's git settings (as `git config` sees them there) name: see
+/// [`GIT_PROGRAM_KEYS`]. Relative paths are taken from the top of the work
+/// tree, which is `root` for a session at the top of its repository (a
+/// session deeper down protects the same names beneath its own directory;
+/// what lies above it is not writable in the sandbox anyway), includes
+/// from the file that holds them.
+pub fn git_named_paths(root: &Path, home: &Path) -> Vec<GitNamed> {
+    git_named_in(root, home, git_config_entries(root, &[], GIT_PROGRAM_KEYS))
+}
+
+/// [`git_named_paths`] over entries already read.
+pub fn git_named_in(
+    root: &Path,
+    home: &Path,
+    entries: Vec<(String, String, String)>,
+) -> Vec<GitNamed> {
+    let canonical_root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let mut out: Vec<GitNamed> = Vec::new();
+    for (origin, key, value) in entries {
+        let base = if key == "include.path" || key.starts_with("includeif.") {
+            origin
+                .strip_prefix("file:")
+                .map(|f| root.join(f))
+                .and_then(|f| f.parent().map(Path::to_path_buf))
+                .unwrap_or_else(|| root.to_path_buf())
+        } else {
+            root.to_path_buf()
+        };
+        for word in named_words(&key, &value) {
+            let path = if let Some(rest) = word.strip_prefix("~/") {
+                home.join(rest)
+            } else {
+                base.join(&word)
+            };
+            let path = crate::util::path::normalize(&path);
+            // Compare where it really is: a symlinked project directory
+            // or a path through `..` must not slip past.
+            let real = real_location(&path);
+            let inside = |p: &Path| {
+                p.strip_prefix(&canonical_root)
+                    .is_ok_and(|rel| !rel.as_os_str().is_empty())
+            };
+            let Some(real) = real.filter(|r| inside(r)) else {
+                continue;
+            };
+            let Ok(rel) = real.strip_prefix(&canonical_root) else {
+                continue;
+            };
+            let path = root.join(rel);
+            if !out.iter().any(|n| n.path == path) {
+                out.push(GitNamed {
+                    path,
+                    key: key.clone(),
+                    origin: origin.clone(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Where a path really is: its canonical form, or for a path that does not
+/// exist (yet), the canonical form of its deepest existing ancestor with
+/// the rest appended.
+fn real_location(path: &Path) -> Option<PathBuf> {
+    let mut rest: Vec<&std::ffi::OsStr> = Vec::new();
+    let mut at = path;
+    loop {
+        if let Ok(real) = at.canonicalize() {
+            return Some(rest.iter().rev().fold(real, |p, c| p.join(c)));
+        }
+        rest.push(at.file_name()?);
+        at = at.parent()?;
+    }
+}
+
+/// Why a repository's own configuration is dangerous, or `None`: a key of
+/// [`GIT_PROGRAM_KEYS`] with a value that names a program or a path (a
+/// fresh `git init` or `git clone` has none). Read with `git config --file`
+/// (includes not followed: an include is itself such a key).
+pub fn repository_config_danger(config: &Path) -> Option<String> {
+    if std::fs::symlink_metadata(config).is_err() {
+        return None;
+    }
+    let file = config.to_string_lossy();
+    let found: Vec<String> = git_config_entries(
+        Path::new("/"),
+        &["--file", &file, "--no-includes"],
+        GIT_PROGRAM_KEYS,
+    )
+    .into_iter()
+    .filter(|(_, key, value)| {
+        // A plain alias (`st = status`) runs git itself, not a program.
+        let plain_alias = key.starts_with("alias.") && !value.starts_with('!');
+        !is_switch(value.trim()) && !plain_alias
+    })
+    .map(|(_, key, _)| key)
+    .collect();
+    (!found.is_empty()).then(|| format!("it sets {}", found.join(", ")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -492,6 +837,75 @@ mod tests {
             control_entry(Path::new(".git/modules/sub/hooks/post-checkout")).map(|e| e.path),
             Some(".git/modules")
         );
+    }
+
+    #[test]
+    fn git_settings_name_the_project_files_they_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("tools")).unwrap();
+        std::fs::write(root.join("tools/conv.py"), "").unwrap();
+        let home = Path::new("/home/ada");
+        let entry = |key: &str, value: &str| {
+            (
+                "file:/home/ada/.gitconfig".to_string(),
+                key.to_string(),
+                value.to_string(),
+            )
+        };
+        let named = git_named_in(
+            &root,
+            home,
+            vec![
+                entry("core.hookspath", ".husky/_"),
+                entry("diff.py.textconv", "python3 tools/conv.py"),
+                entry("filter.x.clean", "sh -c './scripts/clean.sh %f'"),
+                entry("core.fsmonitor", "true"),
+                entry("alias.lg", "log --graph"),
+                entry("alias.up", "!git pull && ./bin/post.sh"),
+                entry("gpg.program", "/usr/bin/gpg"),
+                entry("diff.mine.textconv", "python3 -m tools.show"),
+                entry("core.sshcommand", "ssh -i ~/.ssh/key"),
+                entry("include.path", "../outside.inc"),
+            ],
+        );
+        let rel: Vec<String> = named
+            .iter()
+            .map(|n| n.path.strip_prefix(&root).unwrap().display().to_string())
+            .collect();
+        assert_eq!(
+            rel,
+            vec![
+                ".husky/_",
+                "tools/conv.py",
+                "scripts/clean.sh",
+                "bin/post.sh",
+                "tools/show.py",
+                "tools/show",
+            ]
+        );
+        assert!(named[1].why().contains("diff.py.textconv"));
+    }
+
+    #[test]
+    fn a_fresh_repository_config_is_harmless_and_program_keys_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config");
+        std::fs::write(
+            &config,
+            "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tfilemode = true\n             [remote \"origin\"]\n\turl = https://example.org/r.git\n[alias]\n\tst = status\n",
+        )
+        .unwrap();
+        assert_eq!(repository_config_danger(&config), None);
+        std::fs::write(&config, "[core]\n\tfsmonitor = ./x.sh\n").unwrap();
+        let danger = repository_config_danger(&config);
+        assert!(
+            danger
+                .as_deref()
+                .is_some_and(|d| d.contains("core.fsmonitor")),
+            "{danger:?}"
+        );
+        assert_eq!(repository_config_danger(&dir.path().join("none")), None);
     }
 
     #[test]

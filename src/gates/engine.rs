@@ -15,7 +15,8 @@ use crate::gates::secrets::redact;
 use crate::gates::{
     approval::ApprovalGate, destructive::DestructiveGate, exfiltration::ExfiltrationGate,
     history::HistoryGate, injection::InjectionGate, protected_paths::ProtectedPathsGate,
-    secrets::SecretsGate, shell::ShellGate, Decision, Gate, GateContext, Verdict,
+    runtime_plants::RuntimePlantsGate, secrets::SecretsGate, shell::ShellGate, Decision, Gate,
+    GateContext, Verdict,
 };
 
 /// The outcome of running every gate over one action.
@@ -97,6 +98,7 @@ impl GateEngine {
         engine.add(Arc::new(ExfiltrationGate));
         engine.add(Arc::new(ProtectedPathsGate));
         engine.add(Arc::new(SecretsGate));
+        engine.add(Arc::new(RuntimePlantsGate));
         engine
     }
 
@@ -243,6 +245,7 @@ mod tests {
                 "injection",
                 "exfiltration",
                 "protected_paths",
+                "runtime_plants",
                 "secrets"
             ]
         );

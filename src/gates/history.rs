@@ -42,6 +42,9 @@ impl Gate for HistoryGate {
                     if let Some(why) = git_loses_history(cmd) {
                         findings.push((Decision::Ask, why));
                     }
+                    if let Some(why) = git_exports_history(cmd) {
+                        findings.push((Decision::Ask, why));
+                    }
                 }
                 for target in cmd.write_targets() {
                     let path = cmd.resolve(&target, ctx);
@@ -146,6 +149,31 @@ pub fn git_loses_history(cmd: &Command) -> Option<String> {
         "replace" => "`git replace` swaps one commit for another",
         "worktree" if ops.first() == Some(&"remove") && has(rest, &['f'], &["force"]) => {
             "`git worktree remove --force` deletes a worktree with its changes"
+        }
+        _ => return None,
+    };
+    Some(why.to_string())
+}
+
+/// Why this git command copies the history out of the repository, or
+/// `None`: a bundle, a fast-export stream or a mirror holds every version
+/// of every file ever committed — a secret committed once and removed
+/// since included — so it is judged like reading the secret files
+/// (issue 17: history leaving the project).
+pub fn git_exports_history(cmd: &Command) -> Option<String> {
+    let (sub, rest) = subcommand(cmd)?;
+    let ops = operands(rest);
+    let why = match sub {
+        "bundle" if ops.first() == Some(&"create") => {
+            "`git bundle create` writes the whole history (every version of every file, secrets \
+             committed once included) to one file"
+        }
+        "fast-export" => {
+            "`git fast-export` prints the whole history (every version of every file, secrets \
+             committed once included)"
+        }
+        "clone" if has(rest, &[], &["mirror", "bare"]) => {
+            "a bare or mirror clone copies the whole history (every version of every file)"
         }
         _ => return None,
     };
@@ -298,6 +326,32 @@ mod tests {
             "git filter-branch --tree-filter true HEAD",
         ] {
             assert!(loses(bad), "{bad} can lose a commit");
+        }
+    }
+
+    #[test]
+    fn history_leaving_the_repository_is_named() {
+        let exports = |script: &str| {
+            parse(script, None)
+                .commands
+                .iter()
+                .any(|c| c.program == "git" && git_exports_history(c).is_some())
+        };
+        for bad in [
+            "git bundle create /tmp/x --all",
+            "git -C . bundle create repo.bundle HEAD",
+            "git fast-export --all > /tmp/h",
+            "git clone --mirror . /tmp/m",
+        ] {
+            assert!(exports(bad), "{bad} copies the history out");
+        }
+        for ok in [
+            "git bundle verify x.bundle",
+            "git bundle list-heads x.bundle",
+            "git clone https://example.org/r.git",
+            "git log --oneline",
+        ] {
+            assert!(!exports(ok), "{ok} copies nothing out");
         }
     }
 

@@ -13,6 +13,7 @@ pub mod exfiltration;
 pub mod history;
 pub mod injection;
 pub mod protected_paths;
+pub mod runtime_plants;
 pub mod secret_reads;
 pub mod secret_values;
 pub mod secrets;

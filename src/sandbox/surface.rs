@@ -28,12 +28,59 @@
 //! [`MAX_WALKED_DIRS`]) so a repository made with `git init` in a
 //! subfolder, or a nested `.envrc`, is as read-only as the top-level one.
 //! Only the root's missing entries are swept; what a run creates deeper
-//! is judged from the checkpoint by the effect gates.
+//! is judged from the checkpoint by the effect gates — except
+//! repositories: a bare-shaped folder is protected like `.git`, and after
+//! the run every repository the run created is found (only directories
+//! whose status-change time moved are read again) and loses what would
+//! run programs on the host (a new `.git` pointer file, a config naming
+//! programs, hooks, in-progress state).
+//!
+//! Beside the fixed entries, the files the person's git settings name in
+//! the project ([`crate::control_surface::git_named_paths`]: a
+//! `core.hooksPath`, a textconv or filter script) are protected the same
+//! way: read-only when they exist, removed after the run when it creates
+//! them.
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
+
 use crate::control_surface::{is_container, ControlEntry, CONTROL_SURFACE};
+
+/// What one protected path is, for the sweep and its report: a
+/// control-surface entry, or a path the person's git settings name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Guard {
+    /// Why the path is protected, as shown to the model and the person.
+    why: String,
+    /// A `.git` directory: a new one is kept, its parts are judged.
+    container: bool,
+}
+
+impl Guard {
+    fn of(entry: &ControlEntry) -> Guard {
+        Guard {
+            why: entry.why.to_string(),
+            container: is_container(entry),
+        }
+    }
+}
+
+/// A directory as the walk before the run saw it: its status-change time
+/// (which every entry created, removed or renamed in it moves, and which no
+/// program can set back) and its subdirectories.
+#[derive(Debug, Clone)]
+struct Seen {
+    ctime: (i64, i64),
+    subdirs: Vec<OsString>,
+}
+
+/// Repositories looked at after a run for being new, at most: past this
+/// many the rest is not judged (and a warning is logged).
+pub const MAX_NESTED_REPOSITORY_CONFIGS: usize = 32;
 
 /// What the sandbox must mount for the control surface, computed on the
 /// host before a run.
@@ -83,10 +130,15 @@ pub fn is_secret_name(name: &str) -> bool {
 pub struct SurfaceSnapshot {
     root: PathBuf,
     /// Entries that did not exist, with their path relative to the root.
-    missing: Vec<(&'static ControlEntry, PathBuf)>,
+    missing: Vec<(Guard, PathBuf)>,
     /// Symlinks among the control paths: path relative to the root, target.
-    links: Vec<(&'static ControlEntry, PathBuf, PathBuf)>,
+    links: Vec<(Guard, PathBuf, PathBuf)>,
     mounts: SurfaceMounts,
+    /// Every directory walked, by path relative to the root.
+    seen: HashMap<PathBuf, Seen>,
+    /// Every repository in the tree before the run (relative: a `.git`
+    /// directory or pointer file, or a bare repository's directory).
+    repositories: HashSet<PathBuf>,
 }
 
 /// One thing the sweep undid after a run.
@@ -97,7 +149,7 @@ pub struct Undone {
     /// What was done: "removed" or "restored the symlink".
     pub what: &'static str,
     /// Why the path is control surface.
-    pub why: &'static str,
+    pub why: String,
 }
 
 impl std::fmt::Display for Undone {
@@ -116,11 +168,16 @@ pub const MAX_WALKED_DIRS: usize = 100_000;
 /// What [`SurfaceSnapshot::take`] gathers.
 #[derive(Default)]
 struct Gather {
-    missing: Vec<(&'static ControlEntry, PathBuf)>,
-    links: Vec<(&'static ControlEntry, PathBuf, PathBuf)>,
+    missing: Vec<(Guard, PathBuf)>,
+    links: Vec<(Guard, PathBuf, PathBuf)>,
     pins: Vec<PathBuf>,
     read_only: Vec<PathBuf>,
     masked: Vec<PathBuf>,
+    seen: HashMap<PathBuf, Seen>,
+    repositories: HashSet<PathBuf>,
+    /// Work trees of the nested repositories (relative), whose own
+    /// configuration may name files too.
+    nested_work_trees: Vec<PathBuf>,
 }
 
 impl SurfaceSnapshot {
@@ -138,12 +195,49 @@ impl SurfaceSnapshot {
                 root,
                 &canonical_root,
                 PathBuf::from(entry.path),
-                entry,
+                Guard::of(entry),
                 true,
                 &mut g,
             );
         }
         walk_nested(root, &canonical_root, &mut g);
+        // The person's git settings (global, system, the repository's own,
+        // and each nested repository's) that name files in the project:
+        // git runs those on the host at the person's next commit or diff.
+        let home = crate::paths::home_dir();
+        let mut work_trees = vec![PathBuf::new()];
+        work_trees.extend(
+            g.nested_work_trees
+                .iter()
+                .take(MAX_NESTED_REPOSITORY_CONFIGS)
+                .cloned(),
+        );
+        if g.nested_work_trees.len() > MAX_NESTED_REPOSITORY_CONFIGS {
+            tracing::warn!(
+                "the project {} holds more than {MAX_NESTED_REPOSITORY_CONFIGS} nested \
+                 repositories: the git settings of the rest are not read",
+                root.display()
+            );
+        }
+        for tree in work_trees {
+            for named in crate::control_surface::git_named_paths(&root.join(&tree), &home) {
+                let Ok(rel) = named.path.strip_prefix(root) else {
+                    continue;
+                };
+                let guard = Guard {
+                    why: named.why(),
+                    container: false,
+                };
+                protect(
+                    root,
+                    &canonical_root,
+                    rel.to_path_buf(),
+                    guard,
+                    true,
+                    &mut g,
+                );
+            }
+        }
         // A path beneath a read-only one is covered already; a pin there
         // would even make it writable again.
         let covered = |p: &PathBuf, ro: &[PathBuf]| ro.iter().any(|r| p != r && p.starts_with(r));
@@ -161,6 +255,8 @@ impl SurfaceSnapshot {
                 read_only: g.read_only,
                 masked: g.masked,
             },
+            seen: g.seen,
+            repositories: g.repositories,
         }
     }
 
@@ -174,7 +270,7 @@ impl SurfaceSnapshot {
     /// it replaced. Never follows a symlink out of the project.
     pub fn sweep(&self) -> Vec<Undone> {
         let mut undone = Vec::new();
-        for (entry, rel, target) in &self.links {
+        for (guard, rel, target) in &self.links {
             let path = self.root.join(rel);
             let same = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink())
                 && std::fs::read_link(&path).is_ok_and(|t| &t == target);
@@ -183,30 +279,31 @@ impl SurfaceSnapshot {
             }
             if remove_any(&path).is_ok() && std::os::unix::fs::symlink(target, &path).is_ok() {
                 undone.push(Undone {
-                    path: entry.path.to_string(),
+                    path: shown(rel),
                     what: "restored the symlink",
-                    why: entry.why,
+                    why: guard.why.clone(),
                 });
             }
         }
-        for (entry, rel) in &self.missing {
+        for (guard, rel) in &self.missing {
             let Some(path) = self.inside_root(rel) else {
                 continue;
             };
             let Ok(meta) = std::fs::symlink_metadata(&path) else {
                 continue;
             };
-            if meta.is_dir() && is_container(entry) {
+            if meta.is_dir() && guard.container {
                 continue; // a new repository: its own entries are swept one by one
             }
             if remove_any(&path).is_ok() {
                 undone.push(Undone {
-                    path: entry.path.to_string(),
+                    path: shown(rel),
                     what: "removed",
-                    why: entry.why,
+                    why: guard.why.clone(),
                 });
             }
         }
+        undone.extend(self.sweep_planted_repositories());
         undone
     }
 
@@ -230,7 +327,7 @@ fn protect(
     root: &Path,
     canonical_root: &Path,
     rel: PathBuf,
-    entry: &'static ControlEntry,
+    guard: Guard,
     record_missing: bool,
     g: &mut Gather,
 ) {
@@ -239,14 +336,14 @@ fn protect(
         Ok(m) => m,
         Err(_) => {
             if record_missing {
-                g.missing.push((entry, rel));
+                g.missing.push((guard, rel));
             }
             return;
         }
     };
     if meta.file_type().is_symlink() {
         if let Ok(target) = std::fs::read_link(&path) {
-            g.links.push((entry, rel.clone(), target));
+            g.links.push((guard.clone(), rel.clone(), target));
         }
     }
     // Protect what the path really is, if it lies in the project;
@@ -262,7 +359,7 @@ fn protect(
     }
     let real_rel = real_rel.to_path_buf();
     let inside = root.join(&real_rel);
-    let container_dir = is_container(entry) && real.is_dir();
+    let container_dir = guard.container && real.is_dir();
     for ancestor in ancestors_beneath(&real_rel) {
         push_unique(&mut g.pins, root.join(ancestor));
     }
@@ -273,21 +370,49 @@ fn protect(
     push_unique(&mut g.read_only, inside);
     // A `.git` pointer file: the repository it names, when that lies in the
     // project, steers git as much as a `.git` directory would.
-    if is_container(entry) && real.is_file() {
+    if guard.container && real.is_file() {
         if let Some(gitdir) = pointer_target(&real) {
             if let Ok(git_rel) = gitdir.strip_prefix(canonical_root) {
                 if !git_rel.as_os_str().is_empty() && gitdir.is_dir() {
                     let git_rel = git_rel.to_path_buf();
-                    push_unique(&mut g.pins, root.join(&git_rel));
-                    for sub in CONTROL_SURFACE {
-                        if let Some(rest) = sub.path.strip_prefix(".git/") {
-                            protect(root, canonical_root, git_rel.join(rest), sub, false, g);
-                        }
-                    }
+                    g.repositories.insert(git_rel.clone());
+                    protect_repository(root, canonical_root, &git_rel, g);
                 }
             }
         }
     }
+}
+
+/// Protect a repository directory that is not named `.git` (the target of
+/// a pointer file, a bare repository): it is pinned, and its configuration,
+/// hooks and in-progress state are read-only like `.git`'s.
+fn protect_repository(root: &Path, canonical_root: &Path, git_rel: &Path, g: &mut Gather) {
+    push_unique(&mut g.pins, root.join(git_rel));
+    for sub in CONTROL_SURFACE {
+        if let Some(rest) = sub.path.strip_prefix(".git/") {
+            protect(
+                root,
+                canonical_root,
+                git_rel.join(rest),
+                Guard::of(sub),
+                false,
+                g,
+            );
+        }
+    }
+}
+
+/// Whether a directory listing makes its directory a repository git
+/// accepts as bare (git's own test: `HEAD`, `objects/` and `refs/`).
+fn looks_bare(names: &HashSet<&str>) -> bool {
+    ["HEAD", "objects", "refs"]
+        .iter()
+        .all(|n| names.contains(n))
+}
+
+/// The path as shown in a report.
+fn shown(rel: &Path) -> String {
+    rel.to_string_lossy().into_owned()
 }
 
 /// The directory a `.git` file's `gitdir:` line names, canonical.
@@ -308,7 +433,7 @@ fn pointer_target(file: &Path) -> Option<PathBuf> {
 /// entered): a directory whose listing holds the start of a control entry
 /// has its entries protected like the root's.
 fn walk_nested(root: &Path, canonical_root: &Path, g: &mut Gather) {
-    let mut queue: std::collections::VecDeque<PathBuf> = std::collections::VecDeque::new();
+    let mut queue: VecDeque<PathBuf> = VecDeque::new();
     queue.push_back(PathBuf::new());
     let mut walked = 0usize;
     while let Some(rel) = queue.pop_front() {
@@ -321,18 +446,27 @@ fn walk_nested(root: &Path, canonical_root: &Path, g: &mut Gather) {
             );
             return;
         }
-        let Ok(rd) = std::fs::read_dir(root.join(&rel)) else {
+        let abs = root.join(&rel);
+        // The time is taken before the listing: a change after it moves
+        // the time, so the check after the run reads the directory again.
+        let Ok(meta) = std::fs::symlink_metadata(&abs) else {
+            continue;
+        };
+        let Ok(rd) = std::fs::read_dir(&abs) else {
             continue;
         };
         // Sorted, so the same tree gives the same mounts every time.
         let mut children: Vec<std::fs::DirEntry> = rd.flatten().collect();
         children.sort_by_key(|e| e.file_name());
         let mut found = false;
-        for e in children {
-            let name = e.file_name();
+        let mut subdirs = Vec::new();
+        let mut names: HashSet<&str> = HashSet::new();
+        let child_names: Vec<OsString> = children.iter().map(|e| e.file_name()).collect();
+        for (e, name) in children.iter().zip(&child_names) {
             let Some(name) = name.to_str() else {
                 continue;
             };
+            names.insert(name);
             found |= crate::control_surface::starts_an_entry(name);
             let file_type = e.file_type().ok();
             let is_dir = file_type.is_some_and(|t| t.is_dir());
@@ -340,16 +474,219 @@ fn walk_nested(root: &Path, canonical_root: &Path, g: &mut Gather) {
             // directories (read-only as a whole) are entered for secrets.
             if is_dir && name != ".git" {
                 queue.push_back(rel.join(name));
+                subdirs.push(OsString::from(name));
             }
             if file_type.is_some_and(|t| t.is_file()) && is_secret_name(name) {
-                g.masked.push(root.join(&rel).join(name));
+                g.masked.push(abs.join(name));
             }
+        }
+        if names.contains(".git") {
+            g.repositories.insert(rel.join(".git"));
+            if !rel.as_os_str().is_empty() {
+                g.nested_work_trees.push(rel.clone());
+            }
+        }
+        if looks_bare(&names) && !rel.as_os_str().is_empty() {
+            g.repositories.insert(rel.clone());
+            protect_repository(root, canonical_root, &rel, g);
         }
         if found && !rel.as_os_str().is_empty() {
             for entry in CONTROL_SURFACE {
-                protect(root, canonical_root, rel.join(entry.path), entry, false, g);
+                protect(
+                    root,
+                    canonical_root,
+                    rel.join(entry.path),
+                    Guard::of(entry),
+                    false,
+                    g,
+                );
             }
         }
+        g.seen.insert(
+            rel,
+            Seen {
+                ctime: (meta.ctime(), meta.ctime_nsec()),
+                subdirs,
+            },
+        );
+    }
+}
+
+impl SurfaceSnapshot {
+    /// After the run: every repository git would accept that the run
+    /// created (a `.git` pointer file, a `.git` directory, a bare
+    /// repository's `HEAD` + `objects/` + `refs/`), found by reading again
+    /// only the directories whose status-change time moved. A new pointer
+    /// file is removed (it makes git on the host use whatever repository
+    /// it names); in a new repository directory, a configuration naming
+    /// programs, hooks, a `commondir` redirect and in-progress state are
+    /// removed, so a fresh `git init` or `git clone` stays as it is.
+    fn sweep_planted_repositories(&self) -> Vec<Undone> {
+        let mut undone = Vec::new();
+        // Each directory with whether it is new by its parent's record: a
+        // directory the walk before the run did not see and that is not
+        // new lay past the walk's limit, and its past is unknown.
+        let mut queue: VecDeque<(PathBuf, bool)> = VecDeque::new();
+        queue.push_back((PathBuf::new(), false));
+        let mut walked = 0usize;
+        let mut judged = 0usize;
+        while let Some((rel, fresh)) = queue.pop_front() {
+            walked += 1;
+            if walked > MAX_WALKED_DIRS {
+                break;
+            }
+            // Only real directories are queued (no symlink is followed), and
+            // nothing runs in the sandbox any more to swap one in.
+            let abs = self.root.join(&rel);
+            let Ok(meta) = std::fs::symlink_metadata(&abs) else {
+                continue;
+            };
+            if !meta.is_dir() {
+                continue;
+            }
+            let ctime = (meta.ctime(), meta.ctime_nsec());
+            let before = self.seen.get(&rel);
+            match before {
+                Some(seen) if seen.ctime == ctime => {
+                    queue.extend(seen.subdirs.iter().map(|d| (rel.join(d), false)));
+                    continue;
+                }
+                Some(_) => {}
+                None if fresh => {}
+                None => continue,
+            }
+            let Ok(rd) = std::fs::read_dir(&abs) else {
+                continue;
+            };
+            let mut names: HashSet<String> = HashSet::new();
+            for e in rd.flatten() {
+                let Ok(name) = e.file_name().into_string() else {
+                    continue;
+                };
+                if e.file_type().is_ok_and(|t| t.is_dir()) && name != ".git" {
+                    let new = before.is_none_or(|b| !b.subdirs.iter().any(|d| *d == *name));
+                    queue.push_back((rel.join(&name), new));
+                }
+                names.insert(name);
+            }
+            let mut candidates = Vec::new();
+            if names.contains(".git") {
+                candidates.push(rel.join(".git"));
+            }
+            let borrowed: HashSet<&str> = names.iter().map(String::as_str).collect();
+            if looks_bare(&borrowed) && !rel.as_os_str().is_empty() {
+                candidates.push(rel.clone());
+            }
+            for repo in candidates {
+                if self.repositories.contains(&repo) {
+                    continue;
+                }
+                judged += 1;
+                if judged > MAX_NESTED_REPOSITORY_CONFIGS {
+                    tracing::warn!(
+                        "a run created more than {MAX_NESTED_REPOSITORY_CONFIGS} repositories in \
+                         {}: the rest are not judged",
+                        self.root.display()
+                    );
+                    return undone;
+                }
+                undone.extend(self.neutralise_repository(&repo));
+            }
+        }
+        undone
+    }
+
+    /// Remove what makes a repository the run created run programs on the
+    /// host (see [`Self::sweep_planted_repositories`]).
+    fn neutralise_repository(&self, repo: &Path) -> Vec<Undone> {
+        let mut undone = Vec::new();
+        let Some(abs) = self.inside_root_dir(repo) else {
+            return undone;
+        };
+        let Ok(meta) = std::fs::symlink_metadata(&abs) else {
+            return undone;
+        };
+        let mut remove = |rel: PathBuf, why: String| {
+            if let Some(p) = self.inside_root(&rel) {
+                if remove_any(&p).is_ok() {
+                    undone.push(Undone {
+                        path: shown(&rel),
+                        what: "removed",
+                        why,
+                    });
+                }
+            }
+        };
+        if !meta.is_dir() {
+            remove(
+                repo.to_path_buf(),
+                "a `.git` pointer file the run created makes git on the host use the \
+                 repository it names, with that repository's configuration and hooks"
+                    .into(),
+            );
+            return undone;
+        }
+        if let Some(danger) = crate::control_surface::repository_config_danger(&abs.join("config"))
+        {
+            remove(
+                repo.join("config"),
+                format!(
+                    "the configuration of a repository the run created names programs git \
+                     runs on the host: {danger}"
+                ),
+            );
+        }
+        for name in ["config.worktree", "commondir"] {
+            if std::fs::symlink_metadata(abs.join(name)).is_ok() {
+                remove(
+                    repo.join(name),
+                    format!(
+                        "`{name}` in a repository the run created redirects git's configuration"
+                    ),
+                );
+            }
+        }
+        if let Ok(hooks) = std::fs::read_dir(abs.join("hooks")) {
+            for e in hooks.flatten() {
+                let name = e.file_name();
+                if !name.to_string_lossy().ends_with(".sample") {
+                    remove(
+                        repo.join("hooks").join(&name),
+                        "a hook in a repository the run created runs on the host at the next \
+                         commit, checkout or push"
+                            .into(),
+                    );
+                }
+            }
+        }
+        for entry in CONTROL_SURFACE {
+            let Some(rest) = entry.path.strip_prefix(".git/") else {
+                continue;
+            };
+            let in_progress = !matches!(
+                rest,
+                "config"
+                    | "hooks"
+                    | "info"
+                    | "config.worktree"
+                    | "commondir"
+                    | "worktrees"
+                    | "modules"
+            );
+            if in_progress && std::fs::symlink_metadata(abs.join(rest)).is_ok() {
+                remove(repo.join(rest), entry.why.to_string());
+            }
+        }
+        undone
+    }
+
+    /// `root/rel` when it is a real directory inside the root (no symlink
+    /// on the way out of the project).
+    fn inside_root_dir(&self, rel: &Path) -> Option<PathBuf> {
+        if rel.as_os_str().is_empty() {
+            return Some(self.root.clone());
+        }
+        self.inside_root(rel)
     }
 }
 
@@ -490,6 +827,100 @@ mod tests {
                 root.join("a/.ssh/id_rsa"),
             ]
         );
+    }
+
+    fn git(dir: &Path, args: &[&str]) {
+        let ok = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap()
+            .status
+            .success();
+        assert!(ok, "git {args:?}");
+    }
+
+    #[test]
+    fn in_progress_state_and_files_the_repositorys_settings_name_are_protected() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        git(root, &["init", "-q"]);
+        git(root, &["config", "core.hooksPath", ".husky"]);
+        git(
+            root,
+            &["config", "diff.py.textconv", "python3 tools/conv.py"],
+        );
+        std::fs::create_dir_all(root.join(".husky")).unwrap();
+        std::fs::create_dir_all(root.join(".git/rebase-merge")).unwrap();
+        let snap = SurfaceSnapshot::take(root);
+        let ro = &snap.mounts().read_only;
+        assert!(ro.contains(&root.join(".husky")), "{ro:?}");
+        assert!(ro.contains(&root.join(".git/rebase-merge")), "{ro:?}");
+        // Missing ones are swept when the run creates them.
+        std::fs::create_dir_all(root.join("tools")).unwrap();
+        std::fs::write(root.join("tools/conv.py"), "evil").unwrap();
+        std::fs::write(root.join(".git/MERGE_HEAD"), "evil").unwrap();
+        let undone: Vec<String> = snap.sweep().iter().map(|u| u.path.clone()).collect();
+        assert!(undone.contains(&"tools/conv.py".to_string()), "{undone:?}");
+        assert!(
+            undone.contains(&".git/MERGE_HEAD".to_string()),
+            "{undone:?}"
+        );
+        assert!(!root.join("tools/conv.py").exists());
+    }
+
+    #[test]
+    fn a_bare_repository_in_the_tree_is_protected_like_git() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in ["store/objects", "store/refs", "store/hooks"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("store/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(root.join("store/config"), "").unwrap();
+        let snap = SurfaceSnapshot::take(root);
+        let ro = &snap.mounts().read_only;
+        assert!(ro.contains(&root.join("store/config")), "{ro:?}");
+        assert!(ro.contains(&root.join("store/hooks")), "{ro:?}");
+        assert!(snap.mounts().pins.contains(&root.join("store")));
+    }
+
+    #[test]
+    fn repositories_planted_during_a_run_lose_what_runs_programs() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("old")).unwrap();
+        let snap = SurfaceSnapshot::take(root);
+        // A fresh `git init` stays; one with an fsmonitor loses its config.
+        git(root, &["init", "-q", "fresh"]);
+        git(root, &["init", "-q", "old/bad"]);
+        git(
+            &root.join("old/bad"),
+            &["config", "core.fsmonitor", "./x.sh"],
+        );
+        std::fs::write(root.join("old/bad/.git/hooks/post-checkout"), "evil").unwrap();
+        // A pointer file and a bare-shaped folder with a program.
+        for d in ["evil/objects", "evil/refs", "sub"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("evil/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(root.join("evil/config"), "[core]\n\tsshCommand = ./x.sh\n").unwrap();
+        std::fs::write(root.join("sub/.git"), "gitdir: ../evil\n").unwrap();
+        let mut undone: Vec<String> = snap.sweep().iter().map(|u| u.path.clone()).collect();
+        undone.sort();
+        assert_eq!(
+            undone,
+            vec![
+                "evil/config",
+                "old/bad/.git/config",
+                "old/bad/.git/hooks/post-checkout",
+                "sub/.git"
+            ]
+        );
+        assert!(root.join("fresh/.git/config").exists());
+        assert!(root.join("old/bad/.git/HEAD").exists());
     }
 
     #[test]

@@ -346,6 +346,9 @@ fn the_view_in_the_threat_model_is_the_view_bwrap_gets() {
     let p = |rel: &str| cwd.join(rel);
     for dir in [
         ".git/hooks",
+        ".git/rebase-merge",
+        "store/objects",
+        "store/refs",
         "docs/.git",
         "vendor",
         ".vendor-git",
@@ -357,6 +360,8 @@ fn the_view_in_the_threat_model_is_the_view_bwrap_gets() {
     }
     for file in [
         ".git/config",
+        "store/HEAD",
+        "store/config",
         "docs/.git/config",
         ".vendor-git/config",
         "sub/.envrc",

@@ -15,6 +15,7 @@ mod client_fs;
 mod discovery;
 mod faults;
 mod flight_plans;
+mod host_side;
 mod hostile;
 mod layers;
 mod mcp;
