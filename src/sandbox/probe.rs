@@ -272,7 +272,7 @@ pub fn locate_bwrap() -> Option<PathBuf> {
 }
 
 /// The first executable file called `name` in `$PATH`.
-fn find_on_path(name: &str) -> Option<PathBuf> {
+pub(crate) fn find_on_path(name: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
@@ -282,8 +282,146 @@ fn find_on_path(name: &str) -> Option<PathBuf> {
         })
 }
 
+/// Files the sandbox sees in place of the host's, written once per daemon
+/// into a private directory (see [`synthetic_files`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyntheticFiles {
+    /// `/etc/passwd` with root and the current user only: the host's list
+    /// of accounts (names, homes, services installed) is none of a
+    /// command's business, while `id`, `whoami`, `ls -l` and ssh still
+    /// find the user they run as.
+    pub passwd: PathBuf,
+    /// `/etc/group` with root's group and the current user's.
+    pub group: PathBuf,
+    /// `/etc/resolv.conf` for a run granted network: slirp4netns's DNS
+    /// forwarder (the host's own resolver may be on its loopback, which
+    /// the sandbox cannot reach).
+    /// `None` when the host has no `/etc/resolv.conf` to mount over.
+    pub resolv_conf: Option<PathBuf>,
+}
+
+/// Prefix of the directory holding [`SyntheticFiles`], followed by the
+/// daemon's pid: `tests/suite/boundary.rs` recognises a synthetic file by it.
+pub const SYNTHETIC_DIR_PREFIX: &str = "passepartout-view-";
+
+/// The synthetic files of this daemon, written on first use; `None` when
+/// the temporary directory is not writable (then the host's files are
+/// shown, and a warning is logged).
+pub fn synthetic_files() -> Option<SyntheticFiles> {
+    static FILES: OnceLock<Option<SyntheticFiles>> = OnceLock::new();
+    FILES
+        .get_or_init(|| match write_synthetic_files() {
+            Ok(files) => Some(files),
+            Err(e) => {
+                tracing::warn!(
+                    "the sandbox shows the host's /etc/passwd and /etc/group: cannot write \
+                     synthetic ones: {e}"
+                );
+                None
+            }
+        })
+        .clone()
+}
+
+fn write_synthetic_files() -> std::io::Result<SyntheticFiles> {
+    let tmp = std::env::temp_dir();
+    remove_stale_synthetic_dirs(&tmp);
+    // A fresh directory of ours (0700, a random name): nobody else can put
+    // a file or a link where the sandbox's `/etc/passwd` comes from.
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("{SYNTHETIC_DIR_PREFIX}{}-", std::process::id()))
+        .tempdir_in(&tmp)?
+        .keep();
+    let uid = rustix::process::getuid().as_raw();
+    let gid = rustix::process::getgid().as_raw();
+    let host_passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let host_group = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    let (passwd, group) = identity(uid, gid, &host_passwd, &host_group);
+    let files = SyntheticFiles {
+        passwd: dir.join("passwd"),
+        group: dir.join("group"),
+        // Mounted over the host's, which must exist: `/etc` is read-only.
+        resolv_conf: Path::new("/etc/resolv.conf")
+            .is_file()
+            .then(|| dir.join("resolv.conf")),
+    };
+    std::fs::write(&files.passwd, passwd)?;
+    std::fs::write(&files.group, group)?;
+    if let Some(resolv) = &files.resolv_conf {
+        std::fs::write(
+            resolv,
+            format!("nameserver {}\n", super::network::SLIRP_DNS),
+        )?;
+    }
+    Ok(files)
+}
+
+/// `/etc/passwd` and `/etc/group` for a sandbox run as `uid`:`gid`: root,
+/// and the user and group with their host names (home: the sandbox's).
+fn identity(uid: u32, gid: u32, host_passwd: &str, host_group: &str) -> (String, String) {
+    let name_of = |table: &str, id: u32| {
+        table.lines().find_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?;
+            let _ = f.next()?;
+            (f.next()?.parse::<u32>().ok()? == id).then(|| name.to_string())
+        })
+    };
+    let home = super::bwrap::SANDBOX_HOME;
+    let mut passwd = String::from("root:x:0:0:root:/root:/bin/sh\n");
+    if uid != 0 {
+        let name = name_of(host_passwd, uid).unwrap_or_else(|| "user".into());
+        passwd.push_str(&format!("{name}:x:{uid}:{gid}:{name}:{home}:/bin/sh\n"));
+    }
+    let mut group = String::from("root:x:0:\n");
+    if gid != 0 {
+        let name = name_of(host_group, gid).unwrap_or_else(|| "user".into());
+        group.push_str(&format!("{name}:x:{gid}:\n"));
+    }
+    (passwd, group)
+}
+
+/// Remove the synthetic-file directories of daemons that are gone.
+fn remove_stale_synthetic_dirs(tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(SYNTHETIC_DIR_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn synthetic_identity_holds_root_and_the_user_only() {
+        let host_passwd = "root:x:0:0:root:/root:/bin/bash\n\
+                           daemon:x:1:1::/usr/sbin:/usr/sbin/nologin\n\
+                           ada:x:1000:1000:Ada L,,,:/home/ada:/bin/zsh\n\
+                           bob:x:1001:1001::/home/bob:/bin/bash\n";
+        let host_group = "root:x:0:\nsudo:x:27:ada\nada:x:1000:\nbob:x:1001:\n";
+        let (passwd, group) = identity(1000, 1000, host_passwd, host_group);
+        assert_eq!(
+            passwd,
+            "root:x:0:0:root:/root:/bin/sh\nada:x:1000:1000:ada:/tmp/home:/bin/sh\n"
+        );
+        assert_eq!(group, "root:x:0:\nada:x:1000:\n");
+        let (passwd, group) = identity(0, 0, host_passwd, host_group);
+        assert_eq!(passwd, "root:x:0:0:root:/root:/bin/sh\n");
+        assert_eq!(group, "root:x:0:\n");
+    }
+
     use super::*;
 
     #[test]
