@@ -1207,3 +1207,76 @@ async fn cpu_time_is_limited_and_named() {
         "stopped: a process used its 1 s of CPU time (limit `cpu`, RLIMIT_CPU) and was killed"
     );
 }
+
+/// Issue 20: each sandbox limit is named with whether this host enforces
+/// it and how, in `initialize` (`_meta.passepartout.limits`) and in
+/// `passepartout providers` (text and `--json`), through the real binary.
+#[tokio::test]
+async fn limit_diagnostics_in_initialize_and_providers() {
+    let home = harness::home_with_config("[sandbox_limits]\nprocesses = 77\nmemory = \"3G\"\n");
+    let mut client = harness::Client::spawn(
+        harness::Framing::Ndjson,
+        home.path(),
+        &["--provider-url", "http://127.0.0.1:9/v1", "--model", "m"],
+    );
+    let init = client.initialize(serde_json::json!({})).await;
+    let limits = init["result"]["_meta"]["passepartout"]["limits"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no limits in {init}"))
+        .clone();
+    let row = |name: &str| {
+        limits
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {limits:?}"))
+            .clone()
+    };
+    assert_eq!(row("processes")["value"], "77");
+    assert_eq!(row("memory")["value"], "3 GiB");
+    assert_eq!(row("memory")["enforced"], true);
+    // What this host does for processes, said as it is.
+    let processes = row("processes");
+    let how = processes["how"].as_str().unwrap();
+    let root = rustix::process::getuid().is_root();
+    match processes["enforced"].as_bool().unwrap() {
+        true => assert!(
+            how.contains("pids cgroup") || how.contains("RLIMIT_NPROC"),
+            "{how}"
+        ),
+        false => assert!(root && how.starts_with("NOT enforced"), "{how}"),
+    }
+    assert_eq!(
+        row("network")["enforced"],
+        passepartout::sandbox::network::available()
+    );
+    for name in [
+        "file_size",
+        "cpu",
+        "open_files",
+        "disk_write",
+        "tmp_size",
+        "output",
+    ] {
+        assert_eq!(row(name)["enforced"], true, "{name}");
+    }
+
+    let out = tokio::process::Command::new(harness::BIN)
+        .args([
+            "providers",
+            "--provider-url",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+        ])
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env("XDG_STATE_HOME", home.path().join("state"))
+        .env_remove("PASSEPARTOUT_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("sandbox limits on this host:"), "{text}");
+    assert!(text.contains("  + memory      3 GiB"), "{text}");
+    assert!(text.contains(" processes   77 "), "{text}");
+}
