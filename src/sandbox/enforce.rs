@@ -24,10 +24,13 @@
 //!   a small pool ([`CGROUP_POOL`]) with its `pids.max` and its count of
 //!   refused forks, so the next run pays neither `mkdir`, `pids.max` nor
 //!   `rmdir` (about 0.45 ms together here), only joining it. Joining a
-//!   cgroup v1 hierarchy is the remaining cost: p50 0.5 ms here, but up to
-//!   ~20 ms when the kernel waits for an RCU grace period; cgroup v2's
-//!   `CLONE_INTO_CGROUP` would spare it and is not used yet
-//!   ([`super::probe::limit_diagnostics`] says what a host enforces, how). Otherwise RLIMIT_NPROC, set to the processes this user already
+//!   cgroup is the remaining cost: moving a process between cgroups waits
+//!   for an RCU grace period unless one ran just before, so a tool call
+//!   after a pause pays one (p50 14 ms measured here on a loaded 2-core
+//!   host, 0.5 ms when joins follow each other closely). A hierarchy
+//!   mounted with `favordynmods` (Linux ≥ 6.0, v1 and v2) does not wait;
+//!   cgroup v2's `CLONE_INTO_CGROUP` would spare the move and is not used
+//!   yet. [`super::probe::limit_diagnostics`] says which applies here. Otherwise RLIMIT_NPROC, set to the processes this user already
 //!   runs plus the limit: the kernel counts NPROC per user across the host
 //!   (and the sandbox's user namespace inherits the value as the ceiling of
 //!   its parent level), so a bare limit would count the person's desktop
@@ -550,8 +553,13 @@ fn free_bytes(path: &Path) -> Option<u64> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProcessLimit {
     /// A pids cgroup per run under this directory; `v2` tells the
-    /// hierarchy.
-    Cgroup { parent: PathBuf, v2: bool },
+    /// hierarchy, `favordynmods` whether it is mounted so that joining a
+    /// cgroup does not wait for an RCU grace period.
+    Cgroup {
+        parent: PathBuf,
+        v2: bool,
+        favordynmods: bool,
+    },
     /// RLIMIT_NPROC over this user's processes.
     Nproc,
     /// Not at all: root without a writable pids cgroup.
@@ -564,7 +572,25 @@ pub fn process_limit() -> ProcessLimit {
     match pids_parent() {
         Some(parent) => {
             let v2 = parent.join("cgroup.controllers").exists();
-            ProcessLimit::Cgroup { parent, v2 }
+            // The super options of the mount holding `parent`.
+            let favordynmods = std::fs::read_to_string("/proc/self/mountinfo")
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| {
+                    let (left, right) = l.split_once(" - ")?;
+                    let point = left.split(' ').nth(4)?;
+                    let fs = right.split(' ').next()?;
+                    let opts = right.split(' ').nth(2).unwrap_or("");
+                    (fs.starts_with("cgroup") && parent.starts_with(point))
+                        .then(|| (point.len(), opts.split(',').any(|o| o == "favordynmods")))
+                })
+                .max_by_key(|(len, _)| *len)
+                .is_some_and(|(_, on)| on);
+            ProcessLimit::Cgroup {
+                parent,
+                v2,
+                favordynmods,
+            }
         }
         None if rustix::process::getuid().is_root() => ProcessLimit::NotEnforced,
         None => ProcessLimit::Nproc,
