@@ -5,9 +5,12 @@
 //! writable, the disk watchdog) and the control surface (a snapshot of a
 //! git project before the run, its read-only binds, the sweep after).
 //!
-//! The last line is the figure issue 20 asks for: what a tool call costs
-//! (control surface, limits, runner) over a bare `bwrap … sh -c true` with
-//! the same flags spawned by `std::process::Command`, in the same run.
+//! Then the figure issue 20 asks for: what a tool call costs (control
+//! surface, limits, runner) over a bare `bwrap … sh -c true` with the same
+//! flags spawned by `std::process::Command`, in the same run; what the
+//! process limit costs alone, back to back and 200 ms apart (a cgroup join
+//! after a pause waits for an RCU grace period); and what a granted network
+//! adds (slirp4netns).
 //!
 //! Run: `cargo run --release --example bench_sandbox [N]` (default 50).
 
@@ -20,6 +23,7 @@ use std::time::{Duration, Instant};
 use passepartout::sandbox::bwrap::{
     bwrap_args, bwrap_args_with, Boundary, SandboxSpec, SystemLayout,
 };
+use passepartout::sandbox::enforce::{process_limit, ProcessLimit};
 use passepartout::sandbox::limits::ResourceLimits;
 use passepartout::sandbox::probe::{probe, SandboxStatus};
 use passepartout::sandbox::runner::{run, run_limited, RunLimits};
@@ -90,11 +94,25 @@ async fn time_bounded_runs(
     spec: &SandboxSpec,
     resources: &ResourceLimits,
 ) -> Stats {
+    time_spaced_runs(n, bwrap, spec, resources, Duration::ZERO).await
+}
+
+/// [`time_bounded_runs`], pausing `pause` (untimed) before each run: tool
+/// calls come seconds apart, and some kernel costs (an RCU grace period
+/// when a process joins a cgroup) are only paid after a pause.
+async fn time_spaced_runs(
+    n: usize,
+    bwrap: &str,
+    spec: &SandboxSpec,
+    resources: &ResourceLimits,
+    pause: Duration,
+) -> Stats {
     let limits = RunLimits::default();
     let env = BTreeMap::new();
     let layout = SystemLayout::probe();
     let mut samples = Vec::with_capacity(n + 3);
     for i in 0..n + 3 {
+        tokio::time::sleep(pause).await;
         let started = Instant::now();
         let surface = SurfaceSnapshot::take(&spec.cwd);
         let boundary = Boundary {
@@ -211,6 +229,14 @@ async fn main() {
     row("+ control surface", &unlimited);
     let limited = time_bounded_runs(n, &program, &spec, &ResourceLimits::default()).await;
     row("+ control surface + limits", &limited);
+    // The process limit apart: on a cgroup host it is the one limit with a
+    // cost per run (joining the run's cgroup).
+    let no_pids = ResourceLimits {
+        processes: None,
+        ..ResourceLimits::default()
+    };
+    let without_processes = time_bounded_runs(n, &program, &spec, &no_pids).await;
+    row("  … without `processes`", &without_processes);
     // Signed: on a busy machine the noise can exceed the cost.
     let delta = |a: Duration, b: Duration| (a.as_secs_f64() - b.as_secs_f64()) * 1000.0;
     let binds = {
@@ -219,11 +245,23 @@ async fn main() {
     };
     println!(
         "\ncontrol surface per spawn: mean {:+.2} ms, p50 {:+.2} ms ({binds} binds)\n\
-         limits per spawn:          mean {:+.2} ms, p50 {:+.2} ms",
+         limits per spawn:          mean {:+.2} ms, p50 {:+.2} ms\n\
+         of which `processes`:      mean {:+.2} ms, p50 {:+.2} ms ({})",
         delta(unlimited.mean, action.mean),
         delta(unlimited.p50, action.p50),
         delta(limited.mean, unlimited.mean),
         delta(limited.p50, unlimited.p50),
+        delta(limited.mean, without_processes.mean),
+        delta(limited.p50, without_processes.p50),
+        match process_limit() {
+            ProcessLimit::Cgroup {
+                favordynmods: true, ..
+            } => "pids cgroup, favordynmods",
+            ProcessLimit::Cgroup { v2: false, .. } => "pids cgroup v1, reused",
+            ProcessLimit::Cgroup { v2: true, .. } => "pids cgroup v2, reused",
+            ProcessLimit::Nproc => "RLIMIT_NPROC",
+            ProcessLimit::NotEnforced => "not enforced here",
+        },
     );
     // A bare spawn with the same flags (the project's argument list, no
     // runner, no limits, no surface), alternated with nothing else.
@@ -252,6 +290,31 @@ async fn main() {
         delta(limited.mean, bare_spawn.mean),
         delta(limited.p50, bare_spawn.p50),
     );
+    // The same two, 200 ms apart, as tool calls come.
+    let pause = Duration::from_millis(200);
+    let spaced = time_spaced_runs(n, &program, &spec, &ResourceLimits::default(), pause).await;
+    row("+ limits, 200 ms apart", &spaced);
+    let spaced_no_pids = time_spaced_runs(n, &program, &spec, &no_pids, pause).await;
+    row("  … without `processes`", &spaced_no_pids);
+    println!(
+        "`processes` per spawn, runs 200 ms apart: mean {:+.2} ms, p50 {:+.2} ms",
+        delta(spaced.mean, spaced_no_pids.mean),
+        delta(spaced.p50, spaced_no_pids.p50),
+    );
+    // A granted network: the same run, attached through slirp4netns.
+    if passepartout::sandbox::network::available() {
+        let networked = SandboxSpec {
+            network: true,
+            ..spec.clone()
+        };
+        let granted = time_bounded_runs(n, &program, &networked, &ResourceLimits::default()).await;
+        row("+ granted network", &granted);
+        println!(
+            "granted network per spawn: mean {:+.2} ms, p50 {:+.2} ms (slirp4netns)",
+            delta(granted.mean, limited.mean),
+            delta(granted.p50, limited.p50),
+        );
+    }
     // The host-side work alone, without the spawn: snapshot + sweep.
     let started = Instant::now();
     for _ in 0..n {

@@ -3,8 +3,9 @@
 # stdio, a fake provider on 127.0.0.1, real bwrap), then the Emacs ERT tests
 # in batch Emacs against the same binary. Ends with one tally line.
 #
-# The tests need bwrap, git and every tested Emacs (28.2 from apt and 30.1
-# unpacked from bookworm-backports, see tests/elisp/emacs-versions.sh).
+# The tests need bwrap, slirp4netns (a granted network), git and every
+# tested Emacs (28.2 from apt and 30.1 unpacked from bookworm-backports, see
+# tests/elisp/emacs-versions.sh).
 # When one is missing: as root on a Debian-like system they are installed
 # with apt-get (non-interactive); otherwise the script prints the exact
 # command to run and stops.
@@ -14,6 +15,7 @@ cd "$(dirname "$0")/.."
 need_tools() {
     local missing=() packages=()
     command -v bwrap >/dev/null 2>&1 || { missing+=(bwrap); packages+=(bubblewrap); }
+    command -v slirp4netns >/dev/null 2>&1 || { missing+=(slirp4netns); packages+=(slirp4netns); }
     command -v git >/dev/null 2>&1 || { missing+=(git); packages+=(git); }
     if [ ${#missing[@]} -eq 0 ]; then
         tests/elisp/emacs-versions.sh install
@@ -30,7 +32,7 @@ need_tools() {
     echo "test.sh: the tests need ${missing[*]}, which are not on PATH. Install them with:" >&2
     echo "    sudo apt-get install ${packages[*]}" >&2
     echo "    sudo tests/elisp/emacs-versions.sh install   # Emacs 28.2 and 30.1" >&2
-    echo "(other systems: install bubblewrap, git and Emacs 28.1+ with your package manager," >&2
+    echo "(other systems: install bubblewrap, slirp4netns, git and Emacs 28.1+ with your package manager," >&2
     echo " then run tests/elisp/run.sh with EMACS=... once per Emacs)" >&2
     exit 2
 }

@@ -305,6 +305,8 @@ impl Daemon {
                 "extensionNotifications": extensions,
                 "providers": providers.iter().map(|p| format!("{} ({})", p.name, p.base_url)).collect::<Vec<_>>(),
                 "discovery": self.discovery().map(|d| d.report().to_json()),
+                // Each sandbox limit and whether this host enforces it.
+                "limits": crate::sandbox::probe::limit_diagnostics(&self.env.config.sandbox_limits),
                 // Where INFO lines go (stderr carries warnings only).
                 "logFile": self.env.config.log_file.clone().unwrap_or_else(|| {
                     crate::logging::default_log_file(&self.env.config.state_dir())

@@ -175,6 +175,8 @@ pub async fn providers_command(
     };
     let mut listing = list(&providers, discovery).await;
     listing["configured"] = json!(!config.providers.is_empty());
+    let limits = crate::sandbox::probe::limit_diagnostics(&config.sandbox_limits);
+    listing["limits"] = json!(limits);
     let status = if providers.is_empty() { 1 } else { 0 };
     if as_json {
         let _ = writeln!(out, "{listing}");
@@ -236,6 +238,8 @@ pub async fn providers_command(
             crate::llm::discovery::PIN_HINT
         );
     }
+    let text = crate::sandbox::probe::render_limit_diagnostics(&limits);
+    let _ = out.write_all(text.as_bytes());
     status
 }
 

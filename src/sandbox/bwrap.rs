@@ -8,15 +8,17 @@
 //!
 //! Policy, in the order the arguments appear:
 //! - `--die-with-parent`, `--new-session` (no `TIOCSTI` into our terminal),
-//!   `--unshare-all` (user, ipc, pid, uts, cgroup, net) and `--share-net`
-//!   only when the action was granted network, `--cap-drop ALL`.
+//!   `--unshare-all` (user, ipc, pid, uts, cgroup, net), `--cap-drop ALL`.
+//!   A run granted network keeps its own namespace too: it gets a route
+//!   out from slirp4netns, without the host's loopback ([`super::network`]).
 //! - System directories read-only; merged-usr links (`/bin -> usr/bin`)
 //!   recreated as symlinks rather than bound twice.
 //! - `/etc` is bound read-only **whole**, with known secret files masked by
 //!   `/dev/null`. A curated list of `/etc` files breaks real programs in
 //!   ways that are hard to diagnose (Debian's `/etc/alternatives` holds the
 //!   links behind `python`, `editor`, `awk`; `ld.so.cache`, TLS roots,
-//!   locale, `gitconfig`, `passwd` for `id`/`ssh`). What is secret in
+//!   locale, `gitconfig`); `passwd` and `group` are synthetic ones naming
+//!   root and the user only ([`super::probe::synthetic_files`]). What is secret in
 //!   `/etc` is protected by file modes from an unprivileged user, but not
 //!   from an agent run as root (uid 0 outside stays the owner inside), so
 //!   the known secrets (shadow files, sudoers, SSH host keys) are covered
@@ -116,6 +118,9 @@ pub struct SystemLayout {
     /// `/etc` (systemd-resolved points it into `/run`); bound read-only only
     /// when network is granted, so DNS works.
     pub resolv_conf_target: Option<PathBuf>,
+    /// Files shown in place of the host's (`/etc/passwd`, `/etc/group`, the
+    /// resolver of a run granted network); see [`super::probe::synthetic_files`].
+    pub synthetic: Option<super::probe::SyntheticFiles>,
 }
 
 /// One system path as it exists on the host.
@@ -196,6 +201,7 @@ impl SystemLayout {
             entries,
             masked,
             resolv_conf_target,
+            synthetic: super::probe::synthetic_files(),
         }
     }
 
@@ -217,6 +223,7 @@ impl SystemLayout {
             ],
             masked: Vec::new(),
             resolv_conf_target: None,
+            synthetic: None,
         }
     }
 }
@@ -320,7 +327,8 @@ pub fn bwrap_args_with(
 
     push(&["--die-with-parent", "--new-session", "--unshare-all"]);
     if spec.network {
-        push(&["--share-net"]);
+        // Not the host's network: slirp4netns, without its loopback.
+        push(&super::network::bwrap_flags());
     }
     push(&["--cap-drop", "ALL"]);
 
@@ -338,10 +346,18 @@ pub fn bwrap_args_with(
     for m in &system.masked {
         push(&["--ro-bind", "/dev/null", lossless(m)?]);
     }
+    let synthetic = system.synthetic.as_ref();
+    if let Some(s) = synthetic {
+        push(&["--ro-bind", lossless(&s.passwd)?, "/etc/passwd"]);
+        push(&["--ro-bind", lossless(&s.group)?, "/etc/group"]);
+    }
     if spec.network {
         if let Some(t) = &system.resolv_conf_target {
             let t = lossless(t)?;
             push(&["--ro-bind", t, t]);
+        }
+        if let Some(r) = synthetic.and_then(|s| s.resolv_conf.as_ref()) {
+            push(&["--ro-bind", lossless(r)?, "/etc/resolv.conf"]);
         }
     }
 
@@ -722,7 +738,10 @@ mod tests {
                 "--die-with-parent",
                 "--new-session",
                 "--unshare-all",
-                "--share-net",
+                "--info-fd",
+                super::super::network::INFO_FD_ARG,
+                "--block-fd",
+                super::super::network::BLOCK_FD_ARG,
             ],
             SYSTEM,
             &[
@@ -747,7 +766,7 @@ mod tests {
         s.network = false;
         let args = bwrap_args(&s, &layout).unwrap();
         assert!(!args.iter().any(|a| a.starts_with("/run")));
-        assert!(!args.contains(&"--share-net".to_string()));
+        assert!(!args.contains(&"--info-fd".to_string()));
     }
 
     #[test]
@@ -795,6 +814,7 @@ mod tests {
             ],
             masked: vec!["/etc/shadow".into(), "/etc/ssh/ssh_host_ed25519_key".into()],
             resolv_conf_target: None,
+            synthetic: None,
         };
         let args = bwrap_args(&s, &layout).unwrap();
         let want = expected(&[

@@ -1,7 +1,8 @@
 //! The sandbox for commands the model proposes: bubblewrap, a pure argument
 //! builder ([`bwrap`]), a probe that says whether it can run here and what
-//! to do when it cannot ([`probe`]), and a runner that holds any program to
-//! a time limit and an output cap ([`runner`]).
+//! to do when it cannot ([`probe`]), a runner that holds any program to
+//! a time limit and an output cap ([`runner`]), and the network a granted
+//! run gets without the host's loopback ([`network`]).
 //!
 //! The shell actuator (`crate::actuators::shell`) puts them together; it
 //! fails closed when the probe says the sandbox is unavailable.
@@ -9,6 +10,7 @@
 pub mod bwrap;
 pub mod enforce;
 pub mod limits;
+pub mod network;
 pub mod probe;
 pub mod runner;
 pub mod surface;

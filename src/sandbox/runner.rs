@@ -199,8 +199,14 @@ async fn run_enforced(
     enforcer: &Enforcer,
     cancel: CancellationToken,
 ) -> Result<RunOutcome, RunError> {
+    // A run granted network gets it from slirp4netns (see super::network).
+    let spawn_error = |message| RunError::Spawn {
+        program: program.to_string(),
+        message,
+    };
+    let network = super::network::Attachment::prepare(args).map_err(spawn_error)?;
     let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args)
+    cmd.args(network.args())
         .current_dir(cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -212,6 +218,7 @@ async fn run_enforced(
         cmd.env_clear().envs(env);
     }
     enforcer.install(&mut cmd);
+    network.install(&mut cmd);
     let started = Instant::now();
     let mut child = cmd.spawn().map_err(|e| RunError::Spawn {
         program: program.to_string(),
@@ -219,6 +226,7 @@ async fn run_enforced(
     })?;
     // Armed from here on: dropping this future, or returning, kills the group.
     let group = GroupKiller(child.id().and_then(|id| libc::pid_t::try_from(id).ok()));
+    let _network = network.attach().await.map_err(spawn_error)?;
 
     let mut out_pipe = child.stdout.take();
     let mut err_pipe = child.stderr.take();

@@ -252,6 +252,7 @@ async fn nested_repositories_and_nested_control_files_are_read_only() {
 /// The view as bubblewrap's arguments build it: for each destination, the
 /// kind of the last mount made there, in order.
 fn mounts_of(args: &[String]) -> Vec<(String, &'static str)> {
+    use passepartout::sandbox::probe;
     let mut out: Vec<(String, &'static str)> = Vec::new();
     let mut i = 0;
     while i < args.len() {
@@ -262,6 +263,7 @@ fn mounts_of(args: &[String]) -> Vec<(String, &'static str)> {
             "--ro-bind" | "--bind" => {
                 let kind = match (a, arg(1).as_str()) {
                     ("--ro-bind", "/dev/null") => "masked",
+                    ("--ro-bind", src) if src.contains(probe::SYNTHETIC_DIR_PREFIX) => "synthetic",
                     ("--ro-bind", _) => "read-only",
                     _ => "bind",
                 };

@@ -192,36 +192,157 @@ async fn no_network_inside_by_default() {
     assert_eq!(out, ActOutput::ok("exit code: 0\nstdout:\nlo\n"));
 }
 
+/// A non-loopback address of this host (the source address of its default
+/// route), when it has one.
+fn host_address() -> Option<std::net::IpAddr> {
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    // No packet is sent: connecting a UDP socket only picks the route.
+    probe.connect("192.0.2.123:9").ok()?;
+    Some(probe.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+}
+
+fn granted(action: Action) -> Action {
+    with_effect(action, |e| {
+        if let Effect::Run { network, .. } = e {
+            *network = true;
+        }
+    })
+}
+
+/// Issue 17, attack 7: a run granted network reaches the world (here: a
+/// listener on this host's own non-loopback address, the nearest thing to
+/// "outside" offline), but not the host's loopback, neither as 127.0.0.1
+/// nor through slirp's alias for it (10.0.2.2).
 #[tokio::test]
-async fn network_when_granted() {
+async fn network_when_granted_reaches_out_but_not_host_loopback() {
+    let _serial = SERIAL.lock().await;
+    let Some(shell) = sandboxed().await else {
+        return;
+    };
+    if !passepartout::sandbox::network::available() {
+        eprintln!("slirp4netns is not installed; checking the fail-closed path instead");
+        let dir = tempfile::tempdir().unwrap();
+        let err = shell
+            .execute(&granted(run_action("true")), &ctx(dir.path()))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("apt-get install slirp4netns"),
+            "{err}"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let loopback = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = loopback.local_addr().unwrap().port().to_string();
+    let connect = |host: &str| {
+        granted(set_env(
+            run_action("echo secret-please > /dev/tcp/$HOST/$PORT && echo reached"),
+            &[("HOST", host.to_string()), ("PORT", port.clone())],
+        ))
+    };
+    let out = shell
+        .execute(&connect("127.0.0.1"), &ctx(dir.path()))
+        .await
+        .unwrap();
+    assert!(out.text.contains("Connection refused"), "{}", out.text);
+    let out = shell
+        .execute(&connect("10.0.2.2"), &ctx(dir.path()))
+        .await
+        .unwrap();
+    assert!(out.is_error, "{}", out.text);
+    assert!(!out.text.contains("reached"), "{}", out.text);
+    loopback.set_nonblocking(true).unwrap();
+    assert_eq!(
+        loopback.accept().map(|_| ()).unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock,
+        "the host's loopback was reached from inside"
+    );
+
+    // The sandbox has an interface besides its own loopback, and a
+    // resolver it can reach.
+    let out = shell
+        .execute(
+            &granted(run_action(
+                "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort; cat /etc/resolv.conf",
+            )),
+            &ctx(dir.path()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        ActOutput::ok("exit code: 0\nstdout:\nlo\ntap0\nnameserver 10.0.2.3\n")
+    );
+
+    let Some(host) = host_address() else {
+        eprintln!("no non-loopback address here: the outbound half is not checked");
+        return;
+    };
+    let outside = TcpListener::bind((host, 0)).unwrap();
+    let port = outside.local_addr().unwrap().port().to_string();
+    let accepted = std::thread::spawn(move || {
+        let (mut stream, _) = outside.accept().unwrap();
+        let mut got = String::new();
+        std::io::Read::read_to_string(&mut stream, &mut got).unwrap();
+        got
+    });
+    let out = shell
+        .execute(
+            &granted(set_env(
+                run_action("echo hello-from-inside > /dev/tcp/$HOST/$PORT"),
+                &[("HOST", host.to_string()), ("PORT", port)],
+            )),
+            &ctx(dir.path()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out, ActOutput::ok("exit code: 0\n(no output)\n"));
+    assert_eq!(accepted.join().unwrap(), "hello-from-inside\n");
+}
+
+/// The sandbox's `/etc/passwd` and `/etc/group` name root and the user it
+/// runs as, not the host's accounts.
+#[tokio::test]
+async fn passwd_and_group_are_synthetic() {
     let _serial = SERIAL.lock().await;
     let Some(shell) = sandboxed().await else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port().to_string();
-    let accepted = std::thread::spawn(move || {
-        let (mut stream, _) = listener.accept().unwrap();
-        let mut got = String::new();
-        std::io::Read::read_to_string(&mut stream, &mut got).unwrap();
-        got
-    });
-
-    let connect = with_effect(
-        set_env(
-            run_action("echo hello-from-inside > /dev/tcp/127.0.0.1/$PORT"),
-            &[("PORT", port)],
-        ),
-        |e| {
-            if let Effect::Run { network, .. } = e {
-                *network = true;
-            }
-        },
+    let out = shell
+        .execute(
+            &run_action("cut -d: -f1,3 /etc/passwd; cut -d: -f1,3 /etc/group; id -un"),
+            &ctx(dir.path()),
+        )
+        .await
+        .unwrap();
+    let uid = rustix::process::getuid().as_raw();
+    let gid = rustix::process::getgid().as_raw();
+    let me = if uid == 0 {
+        "root".to_string()
+    } else {
+        out.text.lines().last().unwrap().to_string()
+    };
+    let mut want = String::from("exit code: 0\nstdout:\nroot:0\n");
+    if uid != 0 {
+        want.push_str(&format!("{me}:{uid}\n"));
+    }
+    want.push_str("root:0\n");
+    if gid != 0 {
+        let group = out.text.lines().nth(if uid == 0 { 3 } else { 4 }).unwrap();
+        want.push_str(&format!("{group}\n"));
+    }
+    want.push_str(&format!("{me}\n"));
+    assert_eq!(out, ActOutput::ok(want));
+    let host_accounts = std::fs::read_to_string("/etc/passwd")
+        .unwrap()
+        .lines()
+        .count();
+    assert!(
+        host_accounts > 2,
+        "this host has only {host_accounts} accounts: nothing shown"
     );
-    let out = shell.execute(&connect, &ctx(dir.path())).await.unwrap();
-    assert_eq!(out, ActOutput::ok("exit code: 0\n(no output)\n"));
-    assert_eq!(accepted.join().unwrap(), "hello-from-inside\n");
 }
 
 #[tokio::test]
@@ -1085,4 +1206,77 @@ async fn cpu_time_is_limited_and_named() {
         outcome.render().lines().next().unwrap(),
         "stopped: a process used its 1 s of CPU time (limit `cpu`, RLIMIT_CPU) and was killed"
     );
+}
+
+/// Issue 20: each sandbox limit is named with whether this host enforces
+/// it and how, in `initialize` (`_meta.passepartout.limits`) and in
+/// `passepartout providers` (text and `--json`), through the real binary.
+#[tokio::test]
+async fn limit_diagnostics_in_initialize_and_providers() {
+    let home = harness::home_with_config("[sandbox_limits]\nprocesses = 77\nmemory = \"3G\"\n");
+    let mut client = harness::Client::spawn(
+        harness::Framing::Ndjson,
+        home.path(),
+        &["--provider-url", "http://127.0.0.1:9/v1", "--model", "m"],
+    );
+    let init = client.initialize(serde_json::json!({})).await;
+    let limits = init["result"]["_meta"]["passepartout"]["limits"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no limits in {init}"))
+        .clone();
+    let row = |name: &str| {
+        limits
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {limits:?}"))
+            .clone()
+    };
+    assert_eq!(row("processes")["value"], "77");
+    assert_eq!(row("memory")["value"], "3 GiB");
+    assert_eq!(row("memory")["enforced"], true);
+    // What this host does for processes, said as it is.
+    let processes = row("processes");
+    let how = processes["how"].as_str().unwrap();
+    let root = rustix::process::getuid().is_root();
+    match processes["enforced"].as_bool().unwrap() {
+        true => assert!(
+            how.contains("pids cgroup") || how.contains("RLIMIT_NPROC"),
+            "{how}"
+        ),
+        false => assert!(root && how.starts_with("NOT enforced"), "{how}"),
+    }
+    assert_eq!(
+        row("network")["enforced"],
+        passepartout::sandbox::network::available()
+    );
+    for name in [
+        "file_size",
+        "cpu",
+        "open_files",
+        "disk_write",
+        "tmp_size",
+        "output",
+    ] {
+        assert_eq!(row(name)["enforced"], true, "{name}");
+    }
+
+    let out = tokio::process::Command::new(harness::BIN)
+        .args([
+            "providers",
+            "--provider-url",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+        ])
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env("XDG_STATE_HOME", home.path().join("state"))
+        .env_remove("PASSEPARTOUT_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("sandbox limits on this host:"), "{text}");
+    assert!(text.contains("  + memory      3 GiB"), "{text}");
+    assert!(text.contains(" processes   77 "), "{text}");
 }
