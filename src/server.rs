@@ -580,6 +580,8 @@ impl Daemon {
                 token.cancel();
             })
         };
+        // What became of this session's plans whose turn was gone.
+        let text = self.approvals.desk.with_news(&session.id, text);
         let result = turn::run_turn(
             &self.env,
             &session,
