@@ -133,14 +133,14 @@ fn line_diff<'a>(old: &[&'a str], new: &[&'a str]) -> Vec<(char, &'a str)> {
             out.push((' ', old[i]));
             i += 1;
             j += 1;
-        } else if j < new.len()
-            && (i == old.len() || common[i * width + j + 1] >= common[(i + 1) * width + j])
+        } else if i < old.len()
+            && (j == new.len() || common[(i + 1) * width + j] >= common[i * width + j + 1])
         {
-            out.push(('+', new[j]));
-            j += 1;
-        } else {
             out.push(('-', old[i]));
             i += 1;
+        } else {
+            out.push(('+', new[j]));
+            j += 1;
         }
     }
     out

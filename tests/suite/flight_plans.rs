@@ -537,7 +537,9 @@ async fn cancelling_a_turn_withdraws_its_pending_plan() {
             resolved["params"]["planId"].clone(),
             resolved["params"]["status"].clone()
         ),
-        (json!(w.plan_id), json!("cancelled"))
+        // The same word as the plan file and `plans show`: rejected (by
+        // `cancel`).
+        (json!(w.plan_id), json!("rejected"))
     );
     let list = w
         .client

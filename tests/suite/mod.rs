@@ -19,6 +19,7 @@ mod mcp;
 mod modes;
 mod plans;
 mod providers;
+mod run_cli;
 mod sandbox;
 mod session_configure;
 mod sessions;
