@@ -399,7 +399,14 @@ impl RunApprover {
         let outcome = self
             .desk
             .store
-            .decide_checked(&plan.id, approve, edited_org, RUN_CLIENT, comment.clone(), &check)
+            .decide_checked(
+                &plan.id,
+                approve,
+                edited_org,
+                RUN_CLIENT,
+                comment.clone(),
+                &check,
+            )
             .map_err(|e| match e {
                 StoreError::Refused(why) => format!(
                     "The gates deny the edited action: {why}\nNothing was recorded; {} is still \
@@ -601,10 +608,17 @@ mod tests {
             "c",
             "",
             action,
-            vec![crate::gates::Verdict::new(Decision::Ask, "destructive", "rm -rf")],
+            vec![crate::gates::Verdict::new(
+                Decision::Ask,
+                "destructive",
+                "rm -rf",
+            )],
         );
         let text = waiting_text(&plan, std::path::Path::new("/p/x.org"));
-        assert!(text.contains("gate `destructive` says ask: rm -rf"), "{text}");
+        assert!(
+            text.contains("gate `destructive` says ask: rm -rf"),
+            "{text}"
+        );
         assert!(text.contains(&format!("passepartout plans approve {}\n", plan.id)));
         assert!(!text.contains('\u{1b}'), "{text}");
     }

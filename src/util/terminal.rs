@@ -80,10 +80,7 @@ mod tests {
     #[test]
     fn c1_and_bidi_overrides_are_visible() {
         assert_eq!(escape_text("x\u{9b}2J"), "x\\x9b2J");
-        assert_eq!(
-            escape_line("evil\u{202e}txt.exe"),
-            "evil\\u{202e}txt.exe"
-        );
+        assert_eq!(escape_line("evil\u{202e}txt.exe"), "evil\\u{202e}txt.exe");
         assert_eq!(escape_line("\u{2066}a\u{2069}"), "\\u{2066}a\\u{2069}");
     }
 

@@ -997,7 +997,11 @@ mod cli {
             Effect::Run { script, .. } if script.contains("sudo") => Decision::Deny,
             _ => Decision::Allow,
         };
-        Judgement::from_trace(vec![Verdict::new(decision, "no-sudo", "sudo is not allowed")])
+        Judgement::from_trace(vec![Verdict::new(
+            decision,
+            "no-sudo",
+            "sudo is not allowed",
+        )])
     }
 
     /// `passepartout plans ARGS…` through the binary's own clap tree; a
@@ -1166,7 +1170,10 @@ mod cli {
             "{out}"
         );
         let after = store.load(&a.id).unwrap();
-        assert_eq!((after.status, after.action), (PlanStatus::Pending, run("rm -rf build")));
+        assert_eq!(
+            (after.status, after.action),
+            (PlanStatus::Pending, run("rm -rf build"))
+        );
         // Still decidable: the person can edit again or reject.
         assert_eq!(cli(&store, &["reject", &a.id]).0, 0);
     }
@@ -1181,7 +1188,10 @@ mod cli {
         for args in [vec!["list"], vec!["show", plan.id.as_str()]] {
             let (code, out) = cli_on(&store, &args, true);
             assert_eq!(code, 0, "{out}");
-            assert!(!out.contains('\x1b') && !out.contains('\x07'), "{args:?}: {out}");
+            assert!(
+                !out.contains('\x1b') && !out.contains('\x07'),
+                "{args:?}: {out}"
+            );
             assert!(out.contains("\\x1b[1A\\x1b[2K"), "{args:?}: {out}");
         }
         assert!(cli(&store, &["list"]).1.contains("echo hi"));

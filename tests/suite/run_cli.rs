@@ -131,7 +131,12 @@ async fn run_without_a_terminal_leaves_a_plan_that_continue_runs_once_approved()
     assert!(!s.project.path().join("out.txt").exists());
 
     let approved = s.plans(&["approve", &id]).await;
-    assert_eq!(approved.status.code(), Some(0), "{}", text(&approved.stdout));
+    assert_eq!(
+        approved.status.code(),
+        Some(0),
+        "{}",
+        text(&approved.stdout)
+    );
 
     let out = s.run(&["--continue"], "and now?").await;
     let stderr = text(&out.stderr);
@@ -148,7 +153,9 @@ async fn run_without_a_terminal_leaves_a_plan_that_continue_runs_once_approved()
     let told = s.user_text(1);
     assert!(told.starts_with(NEWS), "{told}");
     assert!(
-        told.contains(&format!("out.txt (6 bytes)) became flight plan {id}: approved by cli and executed")),
+        told.contains(&format!(
+            "out.txt (6 bytes)) became flight plan {id}: approved by cli and executed"
+        )),
         "{told}"
     );
     assert!(told.ends_with("and now?"), "{told}");
@@ -183,13 +190,23 @@ async fn run_without_a_terminal_leaves_a_plan_that_continue_runs_once_approved()
 
     // `sessions show` escapes the model's text too.
     let sid = stderr_session(&text(&out.stderr));
-    let shown = s.command(&["sessions", "show", &sid]).output().await.unwrap();
+    let shown = s
+        .command(&["sessions", "show", &sid])
+        .output()
+        .await
+        .unwrap();
     assert!(!shown.stdout.contains(&0x1b), "{}", text(&shown.stdout));
-    assert!(text(&shown.stdout).contains("Noted.\\x1b[1A"), "{}", text(&shown.stdout));
+    assert!(
+        text(&shown.stdout).contains("Noted.\\x1b[1A"),
+        "{}",
+        text(&shown.stdout)
+    );
 }
 
 fn stderr_session(stderr: &str) -> String {
-    let at = stderr.find("session ").unwrap_or_else(|| panic!("{stderr}"));
+    let at = stderr
+        .find("session ")
+        .unwrap_or_else(|| panic!("{stderr}"));
     stderr[at + 8..]
         .split_whitespace()
         .next()
@@ -233,7 +250,11 @@ async fn an_edit_the_gates_deny_stays_pending_and_the_audit_keeps_both_actions()
     assert!(org.contains("git push origin main"), "{org}");
 
     let edited = s.home.path().join("edited.org");
-    std::fs::write(&edited, org.replace("git push origin main", "sudo rm -rf /")).unwrap();
+    std::fs::write(
+        &edited,
+        org.replace("git push origin main", "sudo rm -rf /"),
+    )
+    .unwrap();
     let denied = s
         .plans(&["approve", &id, "--edited", edited.to_str().unwrap()])
         .await;
@@ -346,7 +367,12 @@ _, status = os.waitpid(pid, 0)
 sys.stdout.buffer.write(out)
 sys.exit(os.waitstatus_to_exitcode(status))
 "#;
-    let mut argv = vec![harness::BIN.to_string(), "run".into(), "--provider-url".into(), at.url.clone()];
+    let mut argv = vec![
+        harness::BIN.to_string(),
+        "run".into(),
+        "--provider-url".into(),
+        at.url.clone(),
+    ];
     argv.extend(args.iter().map(|a| a.to_string()));
     let out = tokio::process::Command::new("python3")
         .arg("-c")
@@ -407,7 +433,10 @@ async fn run_in_a_terminal_shows_the_plan_and_offers_every_choice() {
         .find(|r| r["kind"] == "decision")
         .unwrap();
     assert_eq!(
-        (decision["by"].clone(), decision["evidence"]["edited"].clone()),
+        (
+            decision["by"].clone(),
+            decision["evidence"]["edited"].clone()
+        ),
         (json!("run"), json!(true))
     );
 
