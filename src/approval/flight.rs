@@ -52,6 +52,9 @@ pub const SWEEP: Duration = Duration::from_secs(1);
 pub const NEWS_HEADER: &str =
     "[passepartout] What became of earlier actions that waited for a person's approval:";
 
+/// Plans told to the model per prompt, at most (the oldest first).
+const NEWS_LIMIT: usize = 20;
+
 /// How long `run` waits for another process to finish a plan it began.
 const OUTCOME_WAIT: Duration = Duration::from_secs(60);
 /// How long a daemon watches for the outcome of a plan its client approved
@@ -232,14 +235,26 @@ impl FlightDesk {
             return prompt;
         };
         let mut notes = String::new();
+        let mut told = 0;
+        let mut more = 0;
         for plan in plans {
             if self.store.is_reported(&plan.id) || lock(&self.waiters).contains_key(&plan.id) {
                 continue;
             }
+            if told == NEWS_LIMIT {
+                more += 1;
+                continue;
+            }
+            told += 1;
             notes.push_str(&outcome_note(&plan));
             if plan.status.is_final() {
                 let _ = self.store.mark_reported(&plan.id);
             }
+        }
+        if more > 0 {
+            notes.push_str(&format!(
+                "- … and {more} more (limit {NEWS_LIMIT} per prompt; the next prompt tells them)\n"
+            ));
         }
         if notes.is_empty() {
             return prompt;

@@ -846,3 +846,57 @@ async fn a_plan_stopped_while_running_is_interrupted_everywhere() {
         .unwrap()
         .contains("* INTERRUPTED shell"));
 }
+
+/// The client that decided hears the outcome even when another daemon
+/// runs the plan (the deciding daemon watches the store).
+#[tokio::test]
+async fn the_deciding_client_of_another_daemon_hears_the_outcome() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start(vec![
+        write_call("both.txt", "shared\n"),
+        fake::openai_text("Done."),
+    ])
+    .await;
+    let mut first = spawn(home.path(), &fake);
+    first.initialize(json!({ "flightPlans": true })).await;
+    let sid = first.new_session(project.path()).await;
+    let p = first
+        .start_request("session/prompt", prompt(&sid, "write both.txt"))
+        .await;
+    let offer = first.wait_method("_passepartout/plan/offer").await;
+    let id = offer["params"]["plan"]["planId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let mut second = spawn(home.path(), &fake);
+    second.initialize(json!({ "flightPlans": true })).await;
+    let r = second
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": id, "decision": "approve" }),
+        )
+        .await;
+    assert_eq!(
+        r["result"]["runs"], "now: the daemon whose turn made it runs it",
+        "{r}"
+    );
+    assert_eq!(
+        first.wait_response(p).await["result"]["stopReason"],
+        "end_turn"
+    );
+    let heard = second.wait_method("_passepartout/plan/resolved").await;
+    assert_eq!(
+        (
+            heard["params"]["planId"].clone(),
+            heard["params"]["status"].clone()
+        ),
+        (json!(id), json!("executed")),
+        "{heard}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("both.txt")).unwrap(),
+        "shared\n"
+    );
+}
