@@ -78,10 +78,15 @@ pub enum AuditEvent {
     Decision {
         plan_id: String,
         outcome: PlanOutcome,
-        /// Where the decision came from: `emacs`, `acp-client`, `cli`, ...
+        /// The client the decision came through: `emacs`, an ACP client's
+        /// name, `cli` (`passepartout plans`), `run` (its terminal prompt).
         by: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         comment: Option<String>,
+        /// What was proposed and what was approved (absent in records from
+        /// before they were kept, and for decisions made outside a plan).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        evidence: Option<Box<DecisionEvidence>>,
     },
     /// An actuator ran the action.
     Executed {
@@ -115,6 +120,92 @@ pub enum AuditEvent {
         /// Paths created, modified and deleted, and bytes added/removed.
         effect: Value,
     },
+}
+
+/// A decision as evidence: the proposed action, the approved one (the
+/// person's edit, when they changed it), the difference, who decided, and
+/// the gate verdicts on both. Actions and reasons are redacted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionEvidence {
+    pub session: String,
+    pub tool_call_id: String,
+    /// The operating-system user of the process that recorded the
+    /// decision (the person at the client named by `by`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub person: Option<String>,
+    /// [`Action::content_hash`] of the model's proposal.
+    pub proposed_hash: String,
+    /// The model's proposal.
+    pub proposed: Value,
+    /// The gate verdicts on the proposal (why a person was asked).
+    pub proposed_verdicts: Vec<crate::gates::Verdict>,
+    /// Whether the person changed the action before approving it.
+    #[serde(default)]
+    pub edited: bool,
+    /// The approved action's hash; with `approved`, `diff` and
+    /// `approved_verdicts` only when it differs from the proposal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_hash: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved: Option<Value>,
+    /// A line diff, proposal (`-`) to approved action (`+`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+    /// The gates' judgement of the edited action, made before it was
+    /// recorded as approved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_verdicts: Option<Judgement>,
+}
+
+impl DecisionEvidence {
+    /// Evidence for `proposed` (with the verdicts that asked), approved as
+    /// `approved` when that differs (with its own judgement and `diff`).
+    pub fn new(
+        session: &str,
+        tool_call_id: &str,
+        proposed: &Action,
+        proposed_verdicts: &[crate::gates::Verdict],
+        edit: Option<(&Action, String, Option<&Judgement>)>,
+    ) -> Self {
+        let redacted = |action: &Action| {
+            let mut value = serde_json::to_value(action).unwrap_or(Value::Null);
+            redact_value(&mut value);
+            value
+        };
+        let mut verdicts = proposed_verdicts.to_vec();
+        for v in &mut verdicts {
+            v.reason = redact(&v.reason);
+        }
+        let mut evidence = DecisionEvidence {
+            session: session.into(),
+            tool_call_id: tool_call_id.into(),
+            person: std::env::var("USER")
+                .or_else(|_| std::env::var("LOGNAME"))
+                .ok(),
+            proposed_hash: proposed.content_hash(),
+            proposed: redacted(proposed),
+            proposed_verdicts: verdicts,
+            edited: false,
+            approved_hash: None,
+            approved: None,
+            diff: None,
+            approved_verdicts: None,
+        };
+        if let Some((approved, diff, judgement)) = edit {
+            evidence.edited = true;
+            evidence.approved_hash = Some(approved.content_hash());
+            evidence.approved = Some(redacted(approved));
+            evidence.diff = Some(redact(&diff));
+            evidence.approved_verdicts = judgement.map(|j| {
+                let mut j = j.clone();
+                for v in &mut j.trace {
+                    v.reason = redact(&v.reason);
+                }
+                j
+            });
+        }
+        evidence
+    }
 }
 
 /// A timestamped event: one line of the log.
@@ -167,6 +258,25 @@ impl AuditRecord {
             outcome,
             by: by.into(),
             comment: comment.map(redact),
+            evidence: None,
+        })
+    }
+
+    /// A `decision` record with its evidence (what was proposed, what was
+    /// approved, the difference and the verdicts on both).
+    pub fn decision_with(
+        plan_id: &str,
+        outcome: PlanOutcome,
+        by: &str,
+        comment: Option<&str>,
+        evidence: DecisionEvidence,
+    ) -> Self {
+        Self::now(AuditEvent::Decision {
+            plan_id: plan_id.into(),
+            outcome,
+            by: by.into(),
+            comment: comment.map(redact),
+            evidence: Some(Box::new(evidence)),
         })
     }
 
@@ -422,12 +532,17 @@ pub fn render(record: &AuditRecord) -> String {
             outcome,
             by,
             comment,
+            evidence,
         } => {
-            let outcome = match outcome {
-                PlanOutcome::Approved => "approved",
-                PlanOutcome::Rejected => "rejected",
+            let outcome = match (outcome, evidence.as_ref().is_some_and(|e| e.edited)) {
+                (PlanOutcome::Approved, true) => "approved with edits",
+                (PlanOutcome::Approved, false) => "approved",
+                (PlanOutcome::Rejected, _) => "rejected",
             };
             let mut s = format!("decision  plan {plan_id}  {outcome}  by {by}");
+            if let Some(person) = evidence.as_ref().and_then(|e| e.person.as_deref()) {
+                s.push_str(&format!(" ({person})"));
+            }
             if let Some(c) = comment {
                 s.push_str(&format!("  \"{}\"", first_line(c, 80)));
             }
@@ -648,6 +763,7 @@ mod tests {
                 outcome: PlanOutcome::Approved,
                 by: "emacs".into(),
                 comment: Some("looks fine".into()),
+                evidence: None,
             }),
             at(AuditEvent::Executed {
                 session: None,

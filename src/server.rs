@@ -600,6 +600,8 @@ impl Daemon {
             })
         };
         let usage_before = session.usage();
+        // What became of this session's plans whose turn was gone.
+        let text = self.approvals.desk.with_news(&session.id, text);
         let result = turn::run_turn(
             &self.env,
             &session,

@@ -31,9 +31,9 @@ use tokio_util::sync::CancellationToken;
 use crate::action::Action;
 use crate::agent::act::{execute_action, ActStatus, ExecContext, LastMile};
 use crate::agent::{AgentEnv, ApprovalOutcome, ApprovalRequest, NullSink};
-use crate::audit::{AuditRecord, PlanOutcome};
-use crate::gates::Decision;
+use crate::gates::{Decision, Judgement};
 use crate::modes::Mode;
+use crate::plans::evidence::{decision_record, outcome_note};
 use crate::plans::store::{PlanStore, StoreError};
 use crate::plans::{render, FlightPlan, PlanResult, PlanStatus};
 use crate::protocol as proto;
@@ -47,6 +47,19 @@ const STORE_POLL: Duration = Duration::from_millis(500);
 /// How often the lock holder looks for approved plans with no live turn
 /// (and a second daemon checks whether the lock became free).
 pub const SWEEP: Duration = Duration::from_secs(1);
+
+/// How a prompt carrying the outcome of earlier flight plans begins.
+pub const NEWS_HEADER: &str =
+    "[passepartout] What became of earlier actions that waited for a person's approval:";
+
+/// Plans told to the model per prompt, at most (the oldest first).
+const NEWS_LIMIT: usize = 20;
+
+/// How long `run` waits for another process to finish a plan it began.
+const OUTCOME_WAIT: Duration = Duration::from_secs(60);
+/// How long a daemon watches for the outcome of a plan its client approved
+/// and another daemon runs.
+const WATCH_LIMIT: Duration = Duration::from_secs(6 * 3600);
 
 /// A live session's mode by session id (`None`: no such live session).
 pub type ModeSource = Arc<dyn Fn(&str) -> Option<Mode> + Send + Sync>;
@@ -136,6 +149,119 @@ impl FlightDesk {
             lock: Mutex::new(lock),
             shutdown: CancellationToken::new(),
         })
+    }
+
+    /// A desk for `passepartout run`: no editor to offer plans to, never
+    /// the state directory's decider (a daemon that starts meanwhile runs
+    /// the plans it finds approved); it records decisions made on its
+    /// terminal and runs its session's approved plans through
+    /// [`FlightDesk::run_approved`].
+    pub fn standalone(env: Arc<AgentEnv>) -> Arc<FlightDesk> {
+        let state_dir = env.config.state_dir();
+        let store = PlanStore::new(crate::paths::StateDir::new(&state_dir).plans());
+        // Nobody reads the notifications: the terminal is told directly.
+        let (out, _unread) = Outgoing::channel();
+        Arc::new(FlightDesk {
+            env,
+            out,
+            modes: Arc::new(|_| None),
+            store,
+            waiters: Mutex::default(),
+            by_call: Mutex::default(),
+            lock: Mutex::new(None),
+            shutdown: CancellationToken::new(),
+        })
+    }
+
+    /// Follow `plan` (decided elsewhere, for a live turn of this process)
+    /// through `begin` and `settle`, as a plan offered by [`FlightDesk::ask`].
+    pub fn track(&self, plan: &FlightPlan) {
+        lock(&self.by_call).insert(
+            call_key(&plan.session_id, &plan.tool_call_id),
+            plan.id.clone(),
+        );
+    }
+
+    /// Run approved `plan`, whose turn is gone, through the normal plan
+    /// path (the last-mile check, the exactly-once guard, the actuator) and
+    /// return it as it ended. When another process runs it (the guard was
+    /// taken), wait up to [`OUTCOME_WAIT`] for that outcome.
+    pub async fn run_approved(self: &Arc<Self>, plan: FlightPlan) -> Option<FlightPlan> {
+        let id = plan.id.clone();
+        self.clone().run_orphan(plan).await;
+        self.wait_final(&id, OUTCOME_WAIT).await
+    }
+
+    /// Plan `id` once it is final, or as it is when `limit` has passed
+    /// (`None`: it cannot be read).
+    async fn wait_final(&self, id: &str, limit: Duration) -> Option<FlightPlan> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let plan = self.store.load(id);
+            let now = tokio::time::Instant::now();
+            match plan {
+                Ok(p) if p.status.is_final() || now >= deadline => return Some(p),
+                Err(e) if now >= deadline => {
+                    tracing::warn!(plan = %id, "cannot read the plan: {e}");
+                    return None;
+                }
+                _ => {}
+            }
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return self.store.load(id).ok(),
+                _ = tokio::time::sleep(STORE_POLL) => {}
+            }
+        }
+    }
+
+    /// This client decided `id`, which another daemon (or a later sweep)
+    /// runs: watch the store and tell the client how it ended.
+    fn watch_outcome(self: &Arc<Self>, id: String) {
+        let desk = self.clone();
+        tokio::spawn(async move {
+            let plan = desk.wait_final(&id, WATCH_LIMIT).await;
+            if let Some(plan) = plan.filter(|p| p.status.is_final()) {
+                let result = plan.result.as_ref().map(|r| r.output.clone());
+                desk.resolved(&plan, result.as_deref());
+            }
+        });
+    }
+
+    /// `prompt`, preceded by what became of this session's flight plans
+    /// whose turn was gone before their outcome (left pending by `run`,
+    /// or decided after a daemon restart): the model then knows, instead
+    /// of reading "interrupted" or "cancelled" in its history. A final
+    /// outcome is told once; a plan still waiting is mentioned each turn.
+    pub fn with_news(&self, session: &str, prompt: String) -> String {
+        let Ok(plans) = self.store.of_session(session) else {
+            return prompt;
+        };
+        let mut notes = String::new();
+        let mut told = 0;
+        let mut more = 0;
+        for plan in plans {
+            if self.store.is_reported(&plan.id) || lock(&self.waiters).contains_key(&plan.id) {
+                continue;
+            }
+            if told == NEWS_LIMIT {
+                more += 1;
+                continue;
+            }
+            told += 1;
+            notes.push_str(&outcome_note(&plan));
+            if plan.status.is_final() {
+                let _ = self.store.mark_reported(&plan.id);
+            }
+        }
+        if more > 0 {
+            notes.push_str(&format!(
+                "- … and {more} more (limit {NEWS_LIMIT} per prompt; the next prompt tells them)\n"
+            ));
+        }
+        if notes.is_empty() {
+            return prompt;
+        }
+        format!("{NEWS_HEADER}\n{notes}\n{prompt}")
     }
 
     /// Whether this daemon is the state directory's decider.
@@ -302,13 +428,17 @@ impl FlightDesk {
                     lock(&self.waiters).remove(&id);
                     let why = "the turn was cancelled";
                     if let Ok(outcome) = self.store.decide(&id, false, None, "cancel", Some(why.into())) {
-                        self.env.record(AuditRecord::decision(&id, PlanOutcome::Rejected, "cancel", Some(why)));
+                        self.env.record(decision_record(&outcome.plan, None));
                         self.forget(&outcome.plan);
-                        self.resolved(&outcome.plan, "cancelled", None);
+                        self.resolved(&outcome.plan, None);
                     }
+                    // The turn hears "cancelled", the plan says rejected
+                    // by `cancel`: nothing more to tell its model later.
+                    let _ = self.store.mark_reported(&id);
                     return ApprovalOutcome::Cancelled;
                 }
                 outcome = &mut rx => {
+                    let _ = self.store.mark_reported(&id);
                     return outcome.unwrap_or(ApprovalOutcome::Cancelled);
                 }
                 _ = poll.tick() => {
@@ -316,14 +446,13 @@ impl FlightDesk {
                     if let Ok(p) = self.store.load(&id) {
                         if p.status != PlanStatus::Pending {
                             lock(&self.waiters).remove(&id);
-                            if let Some(d) = &p.decision {
-                                let verdict = if d.approved { PlanOutcome::Approved } else { PlanOutcome::Rejected };
-                                self.env.record(AuditRecord::decision(&id, verdict, &d.by, d.comment.as_deref()));
-                            }
+                            // The deciding command recorded its decision
+                            // (with the evidence) in the audit log.
                             if p.status == PlanStatus::Rejected {
                                 self.forget(&p);
-                                self.resolved(&p, "rejected", None);
+                                self.resolved(&p, None);
                             }
+                            let _ = self.store.mark_reported(&id);
                             return outcome_of(&p);
                         }
                     }
@@ -346,17 +475,16 @@ impl FlightDesk {
         })?;
         let cwd = plan.cwd.clone().unwrap_or_else(|| PathBuf::from("/"));
         let env = self.env.clone();
-        let check = move |a: &Action| -> Result<(), String> {
-            let judgement = env
-                .toolsets
-                .toolset(&cwd, "")
-                .gates
-                .evaluate(a, &env.gate_context(&cwd));
-            if judgement.decision == Decision::Deny {
+        let edit_judgement: Mutex<Option<Judgement>> = Mutex::new(None);
+        let check = |a: &Action| -> Result<(), String> {
+            let judgement = judge_edit(&env, &cwd, a);
+            let verdict = if judgement.decision == Decision::Deny {
                 Err(judgement.reason())
             } else {
                 Ok(())
-            }
+            };
+            *lock(&edit_judgement) = Some(judgement);
+            verdict
         };
         let outcome = self
             .store
@@ -372,15 +500,10 @@ impl FlightDesk {
                 StoreError::Parse(p) => DecideError::BadEdit(p.to_string()),
                 other => DecideError::Refused(other.to_string()),
             })?;
-        self.env.record(AuditRecord::decision(
-            &outcome.plan.id,
-            if outcome.approved {
-                PlanOutcome::Approved
-            } else {
-                PlanOutcome::Rejected
-            },
-            by,
-            params.comment.as_deref(),
+        let judgement = lock(&edit_judgement).take();
+        self.env.record(decision_record(
+            &outcome.plan,
+            judgement.as_ref().filter(|_| outcome.edited),
         ));
         let waiter = lock(&self.waiters).remove(&outcome.plan.id);
         let live_elsewhere = waiter.is_none() && self.has_live_owner(&outcome.plan);
@@ -409,7 +532,7 @@ impl FlightDesk {
             }
         } else {
             self.forget(&outcome.plan);
-            self.resolved(&outcome.plan, "rejected", None);
+            self.resolved(&outcome.plan, None);
             ApprovalOutcome::Rejected {
                 comment: params.comment,
                 by: by.to_string(),
@@ -425,6 +548,9 @@ impl FlightDesk {
                 let plan = outcome.plan;
                 tokio::spawn(async move { desk.run_orphan(plan).await });
             }
+            // Another daemon (or this one's next sweep, as the decider)
+            // runs it: this client still hears how it ended.
+            None if outcome.approved => self.watch_outcome(outcome.plan.id.clone()),
             None => {}
         }
         Ok(result)
@@ -437,8 +563,9 @@ impl FlightDesk {
         };
         let stored = self.store.begin_execution(&id).map_err(|e| e.to_string())?;
         if stored.content_hash() != action.content_hash() {
-            let _ = self.store.finish_execution(
+            let _ = self.store.finish_as(
                 &id,
+                PlanStatus::Denied,
                 PlanResult::new(true, "not run: the action differs from the approved plan"),
             );
             return Err(
@@ -448,39 +575,42 @@ impl FlightDesk {
         Ok(())
     }
 
-    /// What became of an approved plan's action.
+    /// What became of an approved plan's action: recorded in the plan (as
+    /// the status the lifecycle names: a cancelled run is `interrupted`, a
+    /// refusal `denied`), then announced with that same status.
     pub fn settle(&self, session: &str, call: &str, status: &ActStatus, text: &str) {
         let Some(id) = lock(&self.by_call).remove(&call_key(session, call)) else {
             return;
         };
-        let (word, stored) = match status {
-            ActStatus::Executed => (
-                "executed",
-                self.store
-                    .finish_execution(&id, PlanResult::new(false, text)),
-            ),
-            ActStatus::Failed | ActStatus::Cancelled => {
-                let word = if *status == ActStatus::Failed {
-                    "failed"
-                } else {
-                    "cancelled"
-                };
-                (
-                    word,
-                    self.store
-                        .finish_execution(&id, PlanResult::new(true, text)),
-                )
-            }
-            ActStatus::Denied | ActStatus::Rejected => ("denied", self.store.abandon(&id, text)),
-        };
-        match stored {
-            Ok(plan) => self.resolved(&plan, word, Some(text)),
+        match self.close(&id, status, text) {
+            Ok(plan) => self.resolved(&plan, Some(text)),
             Err(e) => {
                 tracing::warn!(plan = %id, "could not record the outcome: {e}");
                 if let Ok(plan) = self.store.load(&id) {
-                    self.resolved(&plan, word, Some(text));
+                    self.resolved(&plan, Some(text));
                 }
             }
+        }
+    }
+
+    /// Record the end of plan `id` (approved or executing) as `status`.
+    fn close(&self, id: &str, status: &ActStatus, text: &str) -> Result<FlightPlan, StoreError> {
+        let ended = match status {
+            ActStatus::Executed => PlanStatus::Executed,
+            ActStatus::Failed => PlanStatus::Failed,
+            ActStatus::Cancelled => PlanStatus::Interrupted,
+            ActStatus::Denied | ActStatus::Rejected => PlanStatus::Denied,
+        };
+        let stored = self.store.load(id)?;
+        match stored.status {
+            // Refused before the exactly-once guard: it never began.
+            PlanStatus::Approved => self.store.abandon(id, text),
+            PlanStatus::Executing => self.store.finish_as(
+                id,
+                ended,
+                PlanResult::new(ended != PlanStatus::Executed, text),
+            ),
+            _ => Ok(stored),
         }
     }
 
@@ -489,13 +619,15 @@ impl FlightDesk {
         lock(&self.by_call).remove(&call_key(&plan.session_id, &plan.tool_call_id));
     }
 
-    fn resolved(&self, plan: &FlightPlan, status: &str, result: Option<&str>) {
+    /// Announce how `plan` ended, with the status its record holds (the
+    /// plan file, `plans show` and the audit log say the same).
+    fn resolved(&self, plan: &FlightPlan, result: Option<&str>) {
         self.out.notify(
             proto::EXT_PLAN_RESOLVED,
             json!({
                 "planId": plan.id,
                 "sessionId": plan.session_id,
-                "status": status,
+                "status": plan.status.as_str(),
                 "result": result,
                 "org": render(plan),
             }),
@@ -540,9 +672,11 @@ impl FlightDesk {
                 }
                 Ok(_) => {
                     let why = "not run: the action differs from the approved plan";
-                    let _ = self
-                        .store
-                        .finish_execution(&plan.id, PlanResult::new(true, why));
+                    let _ = self.store.finish_as(
+                        &plan.id,
+                        PlanStatus::Denied,
+                        PlanResult::new(true, why),
+                    );
                     (Guard::Differs, Err(why.to_string()))
                 }
                 Err(e) => (Guard::Taken, Err(format!("not run: {e}"))),
@@ -579,13 +713,13 @@ impl FlightDesk {
             // Refused at the last mile, before the guard: it never runs now.
             None => {
                 if let Ok(p) = self.store.abandon(&plan.id, &text) {
-                    self.resolved(&p, "denied", Some(&text));
+                    self.resolved(&p, Some(&text));
                 }
                 return;
             }
             Some(Guard::Differs) => {
                 if let Ok(p) = self.store.load(&plan.id) {
-                    self.resolved(&p, "denied", Some(&text));
+                    self.resolved(&p, Some(&text));
                 }
                 return;
             }
@@ -596,16 +730,8 @@ impl FlightDesk {
             }
             Some(Guard::Won) => {}
         }
-        let is_error = acted.status != ActStatus::Executed;
-        match self
-            .store
-            .finish_execution(&plan.id, PlanResult::new(is_error, &text))
-        {
-            Ok(p) => self.resolved(
-                &p,
-                if is_error { "failed" } else { "executed" },
-                Some(&text),
-            ),
+        match self.close(&plan.id, &acted.status, &text) {
+            Ok(p) => self.resolved(&p, Some(&text)),
             Err(e) => tracing::error!(plan = %plan.id, "could not record the result: {e}"),
         }
     }
@@ -614,6 +740,15 @@ impl FlightDesk {
     pub fn plan_of(&self, session: &str, call: &str) -> Option<String> {
         lock(&self.by_call).get(&call_key(session, call)).cloned()
     }
+}
+
+/// The gates' judgement of an action a person edited, in the plan's
+/// directory (the same check for every client that can edit a plan).
+pub fn judge_edit(env: &AgentEnv, cwd: &std::path::Path, action: &Action) -> Judgement {
+    env.toolsets
+        .toolset(cwd, "")
+        .gates
+        .evaluate(action, &env.gate_context(cwd))
 }
 
 /// How a plan run after its turn fared at the exactly-once guard.

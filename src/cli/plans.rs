@@ -1,7 +1,12 @@
 //! `passepartout plans …`: flight plans from a terminal.
 //!
 //! `list` shows one line per plan, `show ID` prints the Org rendering,
-//! `approve ID` and `reject ID` record a decision (by `cli`). Approving
+//! `approve ID` and `reject ID` record a decision (by `cli`) and its audit
+//! record (the proposal, the edit and a diff, the verdicts). An edit
+//! (`approve --edited FILE`) is judged by the gates of the plan's directory
+//! before anything is recorded: an edit they deny leaves the plan pending,
+//! says why, and fails (exit 1). Text the model wrote is escaped on a
+//! terminal (`show` prints it exactly when piped, to be edited). Approving
 //! here does not run anything: a daemon does, and `approve` says which one
 //! and when, from the state directory's lock (`daemon.lock`): the daemon
 //! whose turn made the plan if it still runs, else the lock holder within a
@@ -9,16 +14,35 @@
 //! given writer; the return value is the process exit code (0 ok, 1 failed,
 //! 2 bad usage).
 
-use std::io::Write;
-use std::path::PathBuf;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, CommandFactory, Subcommand};
 
 use super::{exit_code, load_config, ConfigFlags};
+use crate::action::Action;
+use crate::audit::AuditRecord;
+use crate::gates::{Decision, Judgement};
+use crate::plans::evidence::decision_record;
 use crate::plans::render::render;
 use crate::plans::store::{PlanStore, StoreError};
 use crate::plans::FlightPlan;
+use crate::util::terminal::{escape_line, escape_text};
+
+/// The gates' judgement of an edited action in its plan's directory.
+pub type Judge<'a> = dyn Fn(&Path, &Action) -> Judgement + 'a;
+
+/// How `plans` checks, records and prints a decision.
+pub struct Deciding<'a> {
+    /// Judges an edited action; `None` (the gates could not be loaded):
+    /// an edit is refused, never approved unchecked.
+    pub judge: Option<&'a Judge<'a>>,
+    /// Where decisions go as audit records (`None`: not audited).
+    pub audit: Option<&'a (dyn Fn(AuditRecord) + 'a)>,
+    /// The output is a terminal: model-written text is escaped.
+    pub terminal: bool,
+}
 
 /// `passepartout plans [SUBCOMMAND]`.
 #[derive(Args, Debug)]
@@ -70,10 +94,34 @@ pub fn command(args: PlansArgs) -> ExitCode {
         Err(e) => return e.report(),
     };
     let store = PlanStore::new(config.state().plans());
+    // The gates and the audit log, as the daemon has them.
+    let env = crate::setup::build_env(config);
+    if let Err(e) = &env {
+        eprintln!("passepartout: cannot load the gates: {e}; edited plans are refused");
+    }
+    let env = env.ok();
+    let judge = |cwd: &Path, action: &Action| match &env {
+        Some(env) => crate::approval::flight::judge_edit(env, cwd, action),
+        None => Judgement::from_trace(vec![]),
+    };
+    let audit = |record: AuditRecord| {
+        if let Some(env) = &env {
+            env.record(record);
+            if let Some(log) = &env.audit {
+                log.flush();
+            }
+        }
+    };
+    let deciding = Deciding {
+        judge: env.is_some().then_some(&judge as &Judge),
+        audit: Some(&audit),
+        terminal: std::io::stdout().is_terminal(),
+    };
     exit_code(plans_command(
         &store,
         args.command.as_ref(),
         &mut std::io::stdout(),
+        &deciding,
     ))
 }
 
@@ -83,15 +131,16 @@ pub fn plans_command(
     store: &PlanStore,
     command: Option<&PlansCommand>,
     out: &mut dyn Write,
+    deciding: &Deciding<'_>,
 ) -> i32 {
     let Some(command) = command else {
         let _ = writeln!(out, "error: which plans command?\n\n{}", usage());
         return 2;
     };
-    match run(store, command, out) {
+    match run(store, command, out, deciding) {
         Ok(()) => 0,
         Err(message) => {
-            let _ = writeln!(out, "error: {message}");
+            let _ = writeln!(out, "error: {}", escape_text(&message.to_string()));
             1
         }
     }
@@ -118,14 +167,37 @@ enum Failure {
     },
     #[error("{0}")]
     Store(String),
+    #[error(
+        "the gates deny the edited action: {reason}\n{id} is still pending: nothing was \
+         approved. Edit it again (`passepartout plans show {id}`), or reject it."
+    )]
+    EditDenied { id: String, reason: String },
+    #[error(
+        "the edited action cannot be checked: the gates could not be loaded (see the warning \
+         above); {0} is still pending"
+    )]
+    NoGates(String),
 }
 
-fn run(store: &PlanStore, command: &PlansCommand, out: &mut dyn Write) -> Result<(), Failure> {
+fn run(
+    store: &PlanStore,
+    command: &PlansCommand,
+    out: &mut dyn Write,
+    deciding: &Deciding<'_>,
+) -> Result<(), Failure> {
     match command {
-        PlansCommand::List => list(store, out),
+        PlansCommand::List => list(store, out, deciding.terminal),
         PlansCommand::Show { id } => {
             let plan = store.load(id).map_err(|e| store_failure(id, e))?;
-            out.write_all(render(&plan).as_bytes())?;
+            let text = render(&plan);
+            // Piped, exactly (what `approve --edited` reads back); on a
+            // terminal, nothing the model wrote may drive it.
+            let text = if deciding.terminal {
+                escape_text(&text)
+            } else {
+                text.into()
+            };
+            out.write_all(text.as_bytes())?;
             Ok(())
         }
         PlansCommand::Approve {
@@ -144,9 +216,44 @@ fn run(store: &PlanStore, command: &PlansCommand, out: &mut dyn Write) -> Result
                 }
                 None => None,
             };
+            let judged: std::sync::Mutex<Option<Judgement>> = Default::default();
+            let cwd = store
+                .load(id)
+                .ok()
+                .and_then(|p| p.cwd)
+                .unwrap_or_else(|| PathBuf::from("/"));
+            let check = |action: &Action| -> Result<(), String> {
+                let original = store.load(id).map(|p| p.action).ok();
+                if original.as_ref() == Some(action) {
+                    return Ok(()); // the proposal itself: already judged
+                }
+                let Some(judge) = deciding.judge else {
+                    return Err(String::new());
+                };
+                let judgement = judge(&cwd, action);
+                let verdict = match judgement.decision {
+                    Decision::Deny => Err(judgement.reason()),
+                    _ => Ok(()),
+                };
+                *crate::util::sync::lock(&judged) = Some(judgement);
+                verdict
+            };
             let outcome = store
-                .decide(id, true, edited.as_deref(), "cli", comment.clone())
-                .map_err(|e| store_failure(id, e))?;
+                .decide_checked(id, true, edited.as_deref(), "cli", comment.clone(), &check)
+                .map_err(|e| match e {
+                    StoreError::Refused(_) if deciding.judge.is_none() => {
+                        Failure::NoGates(id.clone())
+                    }
+                    StoreError::Refused(reason) => Failure::EditDenied {
+                        id: id.clone(),
+                        reason,
+                    },
+                    other => store_failure(id, other),
+                })?;
+            let judgement = crate::util::sync::lock(&judged).take();
+            if let Some(audit) = deciding.audit {
+                audit(decision_record(&outcome.plan, judgement.as_ref()));
+            }
             let edits = if outcome.edited {
                 " with your edits (the gates check the edited action again before it runs)"
             } else {
@@ -160,9 +267,12 @@ fn run(store: &PlanStore, command: &PlansCommand, out: &mut dyn Write) -> Result
             Ok(())
         }
         PlansCommand::Reject { id, comment } => {
-            store
+            let outcome = store
                 .decide(id, false, None, "cli", comment.clone())
                 .map_err(|e| store_failure(id, e))?;
+            if let Some(audit) = deciding.audit {
+                audit(decision_record(&outcome.plan, None));
+            }
             writeln!(out, "{id} rejected; it will not run.")?;
             Ok(())
         }
@@ -193,7 +303,14 @@ fn who_runs(store: &PlanStore, plan: &FlightPlan) -> String {
     }
 }
 
-fn list(store: &PlanStore, out: &mut dyn Write) -> Result<(), Failure> {
+fn list(store: &PlanStore, out: &mut dyn Write, terminal: bool) -> Result<(), Failure> {
+    let shown = |text: &str| -> String {
+        if terminal {
+            escape_line(text).into_owned()
+        } else {
+            text.to_string()
+        }
+    };
     let scan = store.scan().map_err(|e| Failure::Store(e.to_string()))?;
     if scan.plans.is_empty() {
         writeln!(out, "No flight plans in {}.", store.dir().display())?;
@@ -201,7 +318,7 @@ fn list(store: &PlanStore, out: &mut dyn Write) -> Result<(), Failure> {
     let tool_width = scan
         .plans
         .iter()
-        .map(|p| p.action.tool.chars().count())
+        .map(|p| shown(&p.action.tool).chars().count())
         .max()
         .unwrap_or(0);
     for plan in &scan.plans {
@@ -210,9 +327,9 @@ fn list(store: &PlanStore, out: &mut dyn Write) -> Result<(), Failure> {
             "{}  {:<11}  {}  {:<tool_width$}  {}",
             plan.id,
             plan.status.as_str(),
-            plan.created_at,
-            plan.action.tool,
-            plan.summary()
+            shown(&plan.created_at),
+            shown(&plan.action.tool),
+            shown(&plan.summary())
         )?;
     }
     for problem in &scan.problems {

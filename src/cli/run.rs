@@ -1,21 +1,54 @@
 //! `passepartout run` (and `sessions resume`): one headless turn on the
 //! terminal. The answer streams to stdout; reasoning, tool calls and their
-//! results go to stderr, so the answer can be piped. Approvals are asked on
-//! the terminal when there is one.
+//! results go to stderr, so the answer can be piped. Everything the model
+//! or a tool wrote is escaped first (`util::terminal`): it never drives the
+//! terminal.
+//!
+//! An action that needs a person becomes a flight plan, the same object
+//! every front end decides (`plans/`, docs/plans.md): written to the plan
+//! store first, then
+//! - with a terminal (stdin and stderr), shown as its Org rendering with
+//!   the choice approve / reject / edit in `$EDITOR` (the edit is gated
+//!   again; a denied edit leaves the plan pending and asks again) / leave
+//!   it pending;
+//! - without one, or when left pending: the gate and its reason and the
+//!   exact `passepartout plans show|approve|reject ID` lines are printed,
+//!   the turn stops, and `run` exits with [`EXIT_WAITING`].
+//!
+//! `run --continue` (and `sessions resume`) first runs the session's plans
+//! approved since, through the normal plan path (`FlightDesk::run_approved`),
+//! and tells the model what became of every plan its earlier turns left.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
 use super::{load_discovered_config, CliError, ConfigFlags};
+use crate::action::Action;
+use crate::agent::act::ActStatus;
 use crate::agent::{turn, AgentEnv, Session};
 use crate::agent::{ApprovalOutcome, ApprovalRequest, Approver, TurnSink};
+use crate::approval::flight::{judge_edit, FlightDesk};
+use crate::gates::{Decision, Judgement};
 use crate::modes::Mode;
+use crate::plans::evidence::decision_record;
+use crate::plans::store::StoreError;
+use crate::plans::{render, FlightPlan};
 use crate::protocol::{acp, SessionStatus};
+use crate::util::sync::lock;
+use crate::util::terminal::{escape_line, escape_text};
+
+/// The exit status of a `run` whose turn stopped at an action waiting for
+/// a person (a flight plan left pending): decide it with `passepartout
+/// plans approve|reject ID`, then `passepartout run --continue`.
+pub const EXIT_WAITING: u8 = 3;
+
+/// The client name decisions made at `run`'s terminal are recorded with.
+const RUN_CLIENT: &str = "run";
 
 /// `passepartout run [--continue] [--mode MODE] PROMPT`.
 #[derive(Args, Debug)]
@@ -68,9 +101,10 @@ pub async fn run(flags: ConfigFlags, prompt: String, which: Which, mode: Option<
         }
     }
     let env = match crate::setup::build_env(config) {
-        Ok(env) => env,
+        Ok(env) => Arc::new(env),
         Err(e) => return CliError::from(e).report(),
     };
+    let earlier = !matches!(which, Which::New);
     let session = match super::current_dir().and_then(|cwd| open_session(&env, cwd, which)) {
         Ok(s) => s,
         Err(e) => return e.report(),
@@ -81,6 +115,13 @@ pub async fn run(flags: ConfigFlags, prompt: String, which: Which, mode: Option<
     if let Err(e) = env.mcp.start_session(&session.id, &session.cwd, &[]).await {
         eprintln!("passepartout: {e}");
     }
+    let desk = FlightDesk::standalone(env.clone());
+    let prompt = if earlier {
+        run_approved_plans(&desk, &session.id).await;
+        desk.with_news(&session.id, prompt)
+    } else {
+        prompt
+    };
     let (_, cancel) = session.begin_turn();
     let ctrl_c = cancel.clone();
     tokio::spawn(async move {
@@ -88,12 +129,18 @@ pub async fn run(flags: ConfigFlags, prompt: String, which: Which, mode: Option<
             ctrl_c.cancel();
         }
     });
+    let approver = RunApprover {
+        desk,
+        env: env.clone(),
+        terminal: std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
+        left_pending: Mutex::default(),
+    };
     let result = turn::run_turn(
         &env,
         &session,
         prompt,
         Arc::new(TerminalSink),
-        &TerminalApprover,
+        &approver,
         cancel,
     )
     .await;
@@ -112,6 +159,24 @@ pub async fn run(flags: ConfigFlags, prompt: String, which: Which, mode: Option<
             spent.cost,
             crate::budget::CURRENCY
         );
+    }
+    let waiting = std::mem::take(&mut *lock(&approver.left_pending));
+    if !waiting.is_empty() {
+        let store = &approver.desk.store;
+        for plan in &waiting {
+            eprint!("{}", waiting_text(plan, &store.org_path(&plan.id)));
+        }
+        eprintln!(
+            "passepartout: {} waiting for a person (exit status {EXIT_WAITING}); once decided, \
+             `passepartout run --continue PROMPT` runs what was approved and tells the model \
+             what happened",
+            if waiting.len() == 1 {
+                "one action is".to_string()
+            } else {
+                format!("{} actions are", waiting.len())
+            }
+        );
+        return ExitCode::from(EXIT_WAITING);
     }
     match result {
         Ok(acp::StopReason::EndTurn) => ExitCode::SUCCESS,
@@ -199,11 +264,11 @@ impl TurnSink for TerminalSink {
         match update {
             acp::SessionUpdate::AgentMessageChunk(c) => {
                 let mut out = std::io::stdout().lock();
-                let _ = out.write_all(text_of(&c).as_bytes());
+                let _ = out.write_all(escape_text(&text_of(&c)).as_bytes());
                 let _ = out.flush();
             }
-            acp::SessionUpdate::AgentThoughtChunk(c) => eprint!("{}", text_of(&c)),
-            acp::SessionUpdate::ToolCall(call) => eprintln!("\n⚙ {}", call.title),
+            acp::SessionUpdate::AgentThoughtChunk(c) => eprint!("{}", escape_text(&text_of(&c))),
+            acp::SessionUpdate::ToolCall(call) => eprintln!("\n⚙ {}", escape_line(&call.title)),
             acp::SessionUpdate::ToolCallUpdate(u) => {
                 if let Some(status) = u.fields.status {
                     let mark = match status {
@@ -225,7 +290,7 @@ impl TurnSink for TerminalSink {
                                 },
                                 _ => String::new(),
                             });
-                    eprintln!("  {mark} {}", first.unwrap_or_default());
+                    eprintln!("  {mark} {}", escape_line(&first.unwrap_or_default()));
                 }
             }
             _ => {}
@@ -235,52 +300,326 @@ impl TurnSink for TerminalSink {
     fn status(&self, _status: SessionStatus) {}
 }
 
-/// Asks on the terminal when there is one; otherwise rejects with a reason
-/// the model (and the log) can read.
-pub struct TerminalApprover;
+/// The approver of `run`: every question becomes a flight plan (see the
+/// module documentation).
+pub struct RunApprover {
+    desk: Arc<FlightDesk>,
+    env: Arc<AgentEnv>,
+    /// stdin and stderr are a terminal: the person can answer here.
+    terminal: bool,
+    /// Plans this turn left for a person to decide later.
+    left_pending: Mutex<Vec<FlightPlan>>,
+}
+
+/// What the person chose at the terminal.
+enum Choice {
+    Approve,
+    Reject,
+    Edit,
+    Leave,
+}
+
+impl RunApprover {
+    /// Stop the turn at `plan`: it stays pending, and `run` exits with
+    /// [`EXIT_WAITING`] after saying how to decide it.
+    fn leave(&self, plan: FlightPlan) -> ApprovalOutcome {
+        lock(&self.left_pending).push(plan);
+        ApprovalOutcome::Cancelled
+    }
+
+    /// Ask at the terminal until the person decides or leaves the plan.
+    async fn ask_here(&self, plan: FlightPlan, cancel: &CancellationToken) -> ApprovalOutcome {
+        eprintln!("\n{}", escape_text(&render(&plan)));
+        loop {
+            eprint!(
+                "Flight plan {}: [a]pprove, [r]eject, [e]dit in $EDITOR, [l]eave it pending? ",
+                plan.id
+            );
+            let Some(line) = read_line(cancel).await else {
+                return self.cancelled(&plan);
+            };
+            let choice = match line.as_deref().map(str::trim) {
+                Some("a" | "A" | "approve" | "y" | "yes") => Choice::Approve,
+                Some("r" | "R" | "reject" | "n" | "no") => Choice::Reject,
+                Some("e" | "E" | "edit") => Choice::Edit,
+                Some("l" | "L" | "leave" | "") | None => Choice::Leave,
+                Some(other) => {
+                    eprintln!("`{}` is not one of a, r, e, l.", escape_line(other));
+                    continue;
+                }
+            };
+            let decided = match choice {
+                Choice::Leave => return self.leave(plan),
+                Choice::Approve => self.decide(&plan, true, None, None),
+                Choice::Reject => {
+                    eprint!("Why (optional, the model reads it)? ");
+                    let comment = match read_line(cancel).await {
+                        None => return self.cancelled(&plan),
+                        Some(line) => line.map(|l| l.trim().to_string()).filter(|l| !l.is_empty()),
+                    };
+                    self.decide(&plan, false, None, comment)
+                }
+                Choice::Edit => match edit_in_editor(&plan).await {
+                    Ok(org) => self.decide(&plan, true, Some(&org), None),
+                    Err(why) => Err(why),
+                },
+            };
+            match decided {
+                Ok(outcome) => return outcome,
+                // A refused edit, a bad edit, an editor that failed: the
+                // plan stays pending; the person chooses again.
+                Err(why) => eprintln!("{}", escape_text(&why)),
+            }
+        }
+    }
+
+    /// Record the person's decision (an edit is gated first; a denied
+    /// edit records nothing) and the audit evidence.
+    fn decide(
+        &self,
+        plan: &FlightPlan,
+        approve: bool,
+        edited_org: Option<&str>,
+        comment: Option<String>,
+    ) -> Result<ApprovalOutcome, String> {
+        let judged: Mutex<Option<Judgement>> = Mutex::new(None);
+        let cwd = plan.cwd.clone().unwrap_or_else(|| PathBuf::from("/"));
+        let check = |action: &Action| -> Result<(), String> {
+            if action == &plan.action {
+                return Ok(()); // the model's proposal: judged already
+            }
+            let judgement = judge_edit(&self.env, &cwd, action);
+            let verdict = match judgement.decision {
+                Decision::Deny => Err(judgement.reason()),
+                _ => Ok(()),
+            };
+            *lock(&judged) = Some(judgement);
+            verdict
+        };
+        let outcome = self
+            .desk
+            .store
+            .decide_checked(
+                &plan.id,
+                approve,
+                edited_org,
+                RUN_CLIENT,
+                comment.clone(),
+                &check,
+            )
+            .map_err(|e| match e {
+                StoreError::Refused(why) => format!(
+                    "The gates deny the edited action: {why}\nNothing was recorded; {} is still \
+                     pending. Edit again, or reject it.",
+                    plan.id
+                ),
+                other => format!("{other}; {} is still pending.", plan.id),
+            })?;
+        let judgement = lock(&judged).take();
+        self.env
+            .record(decision_record(&outcome.plan, judgement.as_ref()));
+        let _ = self.desk.store.mark_reported(&plan.id);
+        if !outcome.approved {
+            return Ok(ApprovalOutcome::Rejected {
+                comment,
+                by: RUN_CLIENT.into(),
+            });
+        }
+        // Followed through begin and settle like any approved plan.
+        self.desk.track(&outcome.plan);
+        Ok(ApprovalOutcome::Approved {
+            hash: outcome.action.content_hash(),
+            action: Box::new(outcome.action),
+            by: RUN_CLIENT.into(),
+        })
+    }
+
+    /// Ctrl-C while asking: the plan is rejected by `cancel`, as when a
+    /// daemon's turn is cancelled while its plan waits.
+    fn cancelled(&self, plan: &FlightPlan) -> ApprovalOutcome {
+        let why = Some("the turn was cancelled".to_string());
+        if let Ok(outcome) = self.desk.store.decide(&plan.id, false, None, "cancel", why) {
+            self.env.record(decision_record(&outcome.plan, None));
+            let _ = self.desk.store.mark_reported(&plan.id);
+        }
+        ApprovalOutcome::Cancelled
+    }
+}
 
 #[async_trait::async_trait]
-impl Approver for TerminalApprover {
+impl Approver for RunApprover {
     async fn approve(
         &self,
         request: ApprovalRequest,
         cancel: CancellationToken,
     ) -> ApprovalOutcome {
-        if !std::io::stdin().is_terminal() {
+        let plan = FlightPlan::new(
+            request.session_id,
+            request.tool_call_id,
+            request.explanation,
+            request.action,
+            request.trace,
+        )
+        .in_cwd(request.cwd);
+        if let Err(e) = self.desk.store.create(&plan) {
+            // Fail closed: a plan that could not be saved is not offered.
             return ApprovalOutcome::Rejected {
-                comment: Some("this action needs a person's approval and `passepartout run` has no terminal to ask on; run it in Emacs (M-x passepartout) or interactively".into()),
-                by: "run".into(),
+                comment: Some(format!("the flight plan could not be saved: {e}")),
+                by: RUN_CLIENT.into(),
             };
         }
-        eprintln!("\nApproval needed for {}:", request.action.tool);
+        if self.terminal {
+            self.ask_here(plan, &cancel).await
+        } else {
+            self.leave(plan)
+        }
+    }
+
+    fn begin(&self, session_id: &str, tool_call_id: &str, action: &Action) -> Result<(), String> {
+        self.desk.begin(session_id, tool_call_id, action)
+    }
+
+    fn plan_id(&self, session_id: &str, tool_call_id: &str) -> Option<String> {
+        self.desk.plan_of(session_id, tool_call_id)
+    }
+
+    fn settle(&self, session_id: &str, tool_call_id: &str, status: &ActStatus, text: &str) {
+        self.desk.settle(session_id, tool_call_id, status, text)
+    }
+}
+
+/// One line from stdin: `Some(None)` at end of input, `None` when the turn
+/// was cancelled first.
+async fn read_line(cancel: &CancellationToken) -> Option<Option<String>> {
+    let read = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        match std::io::stdin().read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(line),
+        }
+    });
+    tokio::select! {
+        _ = cancel.cancelled() => None,
+        line = read => Some(line.ok().flatten()),
+    }
+}
+
+/// Let the person edit the plan's Org text in `$VISUAL` / `$EDITOR`
+/// (default `vi`); the edited text, or why there is none.
+async fn edit_in_editor(plan: &FlightPlan) -> Result<String, String> {
+    let file = tempfile::Builder::new()
+        .prefix(&format!("{}-", plan.id))
+        .suffix(".org")
+        .tempfile()
+        .map_err(|e| format!("cannot make a file to edit: {e}"))?;
+    std::fs::write(file.path(), render(plan))
+        .map_err(|e| format!("cannot write {}: {e}", file.path().display()))?;
+    let editor = std::env::var("VISUAL")
+        .or_else(|_| std::env::var("EDITOR"))
+        .unwrap_or_else(|_| "vi".into());
+    // The editor setting is the person's own and may carry arguments
+    // ("emacs -nw"): the shell splits it; the file name is an argument.
+    let status = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{editor} \"$1\""))
+        .arg("sh")
+        .arg(file.path())
+        .status()
+        .await
+        .map_err(|e| format!("cannot start the editor `{editor}`: {e}"))?;
+    if !status.success() {
+        return Err(format!(
+            "the editor `{editor}` failed ({status}); nothing was decided"
+        ));
+    }
+    std::fs::read_to_string(file.path())
+        .map_err(|e| format!("cannot read {}: {e}", file.path().display()))
+}
+
+/// What to print for a plan left waiting: the gate and its reason, the
+/// plan file, and the exact commands that decide it.
+pub fn waiting_text(plan: &FlightPlan, org: &std::path::Path) -> String {
+    let mut out = format!(
+        "\npassepartout: waiting for a person: {}: {}\n",
+        escape_line(&plan.action.tool),
+        escape_line(&plan.summary())
+    );
+    for v in plan.trace.iter().filter(|v| v.decision != Decision::Allow) {
+        out.push_str(&format!(
+            "  gate `{}` says {}: {}\n",
+            escape_line(&v.gate),
+            v.decision,
+            escape_line(&v.reason)
+        ));
+    }
+    out.push_str(&format!(
+        "  flight plan: {}\n  passepartout plans show {id}\n  passepartout plans approve {id}\n  \
+         passepartout plans reject {id} --comment \"why\"\n",
+        escape_line(&org.to_string_lossy()),
+        id = plan.id
+    ));
+    out
+}
+
+/// Before a turn of an earlier session: run its plans approved since its
+/// last turn (unless a living process owns them), through the normal plan
+/// path, and say how each ended.
+async fn run_approved_plans(desk: &Arc<FlightDesk>, session: &str) {
+    use crate::state_lock::process_alive;
+    let Ok(plans) = desk.store.approved() else {
+        return;
+    };
+    for plan in plans.into_iter().filter(|p| p.session_id == session) {
+        let owned_elsewhere = plan
+            .owner()
+            .is_some_and(|pid| pid != std::process::id() && process_alive(pid));
+        if owned_elsewhere {
+            continue;
+        }
         eprintln!(
-            "{}",
-            serde_json::to_string_pretty(&request.action.effect).unwrap_or_default()
+            "passepartout: running approved flight plan {}: {}",
+            plan.id,
+            escape_line(&plan.summary())
         );
-        for v in &request.trace {
-            eprintln!("  {} {}: {}", v.decision, v.gate, v.reason);
+        if let Some(ended) = desk.run_approved(plan).await {
+            eprintln!("  {}: {}", ended.id, ended.status);
         }
-        eprint!("Run it? [y/N] ");
-        let answer = tokio::select! {
-            _ = cancel.cancelled() => return ApprovalOutcome::Cancelled,
-            line = tokio::task::spawn_blocking(|| {
-                let mut s = String::new();
-                std::io::stdin().read_line(&mut s).map(|_| s)
-            }) => line,
-        };
-        match answer {
-            Ok(Ok(line)) if matches!(line.trim(), "y" | "Y" | "yes") => {
-                let hash = request.action.content_hash();
-                ApprovalOutcome::Approved {
-                    action: Box::new(request.action),
-                    hash,
-                    by: "terminal".into(),
-                }
-            }
-            _ => ApprovalOutcome::Rejected {
-                comment: None,
-                by: "terminal".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_waiting_text_names_the_gate_and_the_commands() {
+        let action = Action {
+            tool: "shell".into(),
+            target: "shell".into(),
+            arguments: serde_json::json!({}),
+            effect: crate::action::Effect::Message {
+                text: "hi\u{1b}]52;c;eA==\u{7}".into(),
             },
-        }
+            approval: crate::action::Approval::Ask,
+            timeout_secs: None,
+        };
+        let plan = FlightPlan::new(
+            "s",
+            "c",
+            "",
+            action,
+            vec![crate::gates::Verdict::new(
+                Decision::Ask,
+                "destructive",
+                "rm -rf",
+            )],
+        );
+        let text = waiting_text(&plan, std::path::Path::new("/p/x.org"));
+        assert!(
+            text.contains("gate `destructive` says ask: rm -rf"),
+            "{text}"
+        );
+        assert!(text.contains(&format!("passepartout plans approve {}\n", plan.id)));
+        assert!(!text.contains('\u{1b}'), "{text}");
     }
 }

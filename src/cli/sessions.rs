@@ -9,6 +9,7 @@ use clap::{Args, Subcommand};
 use super::run::{run, Which};
 use super::{load_config, CliError, ConfigFlags};
 use crate::sessions::{Replay, SessionStore};
+use crate::util::terminal::{escape_line, escape_text};
 
 /// `passepartout sessions …`.
 #[derive(Args, Debug)]
@@ -75,15 +76,20 @@ pub async fn command(args: SessionsArgs) -> ExitCode {
                     s.input_tokens + s.output_tokens,
                     s.cost,
                     crate::budget::CURRENCY,
-                    s.cwd.display(),
-                    s.title.unwrap_or_default()
+                    escape_line(&s.cwd.to_string_lossy()),
+                    escape_line(&s.title.unwrap_or_default())
                 );
             }
             ExitCode::SUCCESS
         }
         SessionsCommand::Show { id } => match store.load(&id) {
             Ok(l) => {
-                let _ = writeln!(out, "session {} in {}", l.id, l.cwd.display());
+                let _ = writeln!(
+                    out,
+                    "session {} in {}",
+                    escape_line(&l.id),
+                    escape_line(&l.cwd.to_string_lossy())
+                );
                 let _ = writeln!(
                     out,
                     "created {}, last active {}, {} turns, {} in / {} out tokens ({} cached), {:.4} {}\n",
@@ -96,24 +102,32 @@ pub async fn command(args: SessionsArgs) -> ExitCode {
                     l.cost,
                     crate::budget::CURRENCY
                 );
+                // Everything below was written by the person, the model or
+                // a tool: escaped, so none of it drives the terminal.
                 for item in &l.replay {
                     let _ = match item {
-                        Replay::User(t) => writeln!(out, "> {}", t.replace('\n', "\n> ")),
-                        Replay::Agent(t) => writeln!(out, "{t}"),
-                        Replay::Thought(t) => writeln!(out, "({t})"),
+                        Replay::User(t) => {
+                            writeln!(out, "> {}", escape_text(t).replace('\n', "\n> "))
+                        }
+                        Replay::Agent(t) => writeln!(out, "{}", escape_text(t)),
+                        Replay::Thought(t) => writeln!(out, "({})", escape_text(t)),
                         Replay::Update(u) => match u["sessionUpdate"].as_str() {
-                            Some("tool_call") => {
-                                writeln!(out, "  ⚙ {}", u["title"].as_str().unwrap_or(""))
-                            }
+                            Some("tool_call") => writeln!(
+                                out,
+                                "  ⚙ {}",
+                                escape_line(u["title"].as_str().unwrap_or(""))
+                            ),
                             Some("tool_call_update") => match u["status"].as_str() {
                                 Some(status @ ("completed" | "failed")) => {
                                     writeln!(out, "    {status}")
                                 }
                                 _ => Ok(()),
                             },
-                            Some("agent_message_chunk") => {
-                                writeln!(out, "{}", u["content"]["text"].as_str().unwrap_or(""))
-                            }
+                            Some("agent_message_chunk") => writeln!(
+                                out,
+                                "{}",
+                                escape_text(u["content"]["text"].as_str().unwrap_or(""))
+                            ),
                             _ => Ok(()),
                         },
                     };

@@ -11,6 +11,7 @@
 //! refuses to approve or run a plan whose action or directory no longer
 //! matches it.
 
+pub mod evidence;
 pub mod parse;
 pub mod render;
 pub mod store;
@@ -31,9 +32,11 @@ pub use store::{CorruptRecord, DecisionOutcome, PlanStore, Recovery, Scan, Store
 /// Largest result output kept with a plan, in bytes.
 pub const RESULT_OUTPUT_LIMIT: usize = 4096;
 
-/// Where a plan is in its life. Only `Pending` plans can be decided; only
-/// `Approved` ones can begin; `Interrupted` ones are never re-run
-/// automatically.
+/// Where a plan is in its life (docs/plans.md has the whole table). Only
+/// `Pending` plans can be decided; only `Approved` ones can begin;
+/// `Interrupted` ones are never re-run automatically. The plan file, `plans
+/// show`, the audit log, the `plan/resolved` notification and what the
+/// model is told all use these names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PlanStatus {
@@ -47,9 +50,14 @@ pub enum PlanStatus {
     Executed,
     /// A person rejected it.
     Rejected,
-    /// It ran and failed, or was abandoned before running.
+    /// It ran and failed.
     Failed,
-    /// The daemon stopped while it was running; the outcome is unknown.
+    /// Approved, but refused before it ran: the gates or the session mode
+    /// at the last mile, a stale record, or an action that differs from
+    /// the approved one.
+    Denied,
+    /// It was stopped while running (the turn was cancelled, the person
+    /// quit, or the daemon died); its outcome is unknown.
     Interrupted,
 }
 
@@ -63,6 +71,7 @@ impl PlanStatus {
             PlanStatus::Executed => "executed",
             PlanStatus::Rejected => "rejected",
             PlanStatus::Failed => "failed",
+            PlanStatus::Denied => "denied",
             PlanStatus::Interrupted => "interrupted",
         }
     }
@@ -76,8 +85,19 @@ impl PlanStatus {
             PlanStatus::Executed => "DONE",
             PlanStatus::Rejected => "REJECTED",
             PlanStatus::Failed => "FAILED",
+            PlanStatus::Denied => "DENIED",
             PlanStatus::Interrupted => "INTERRUPTED",
         }
+    }
+}
+
+impl PlanStatus {
+    /// Whether the plan's life is over (nothing more will happen to it).
+    pub fn is_final(self) -> bool {
+        !matches!(
+            self,
+            PlanStatus::Pending | PlanStatus::Approved | PlanStatus::Executing
+        )
     }
 }
 

@@ -32,7 +32,7 @@ use crate::action::{Action, Effect};
 pub const ACTION_BLOCK_NAME: &str = "action";
 
 /// The TODO keywords used by plan headings, as an Org `#+TODO:` line value.
-pub const TODO_KEYWORDS: &str = "TODO APPROVED RUNNING | DONE REJECTED FAILED INTERRUPTED";
+pub const TODO_KEYWORDS: &str = "TODO APPROVED RUNNING | DONE REJECTED FAILED DENIED INTERRUPTED";
 
 /// Render `plan` as an Org document.
 pub fn render(plan: &FlightPlan) -> String {
@@ -142,6 +142,7 @@ pub fn render(plan: &FlightPlan) -> String {
             "{} at {}:\n",
             match plan.status {
                 PlanStatus::Interrupted => "Interrupted",
+                PlanStatus::Denied => "Refused before it ran",
                 _ if result.is_error => "Failed",
                 _ => "Succeeded",
             },
@@ -403,9 +404,10 @@ fn describe_decision(plan: &FlightPlan) -> String {
         PlanStatus::Approved => Some("It runs once, when the daemon picks it up."),
         PlanStatus::Executing => Some("It is running."),
         PlanStatus::Interrupted => Some(
-            "The daemon stopped while it was running, so its outcome is unknown. It will \
-             not be run again automatically.",
+            "It was stopped while it was running (cancelled, or its daemon stopped), so \
+             its outcome is unknown. It will not be run again automatically.",
         ),
+        PlanStatus::Denied => Some("It did not run: it was refused at the last check."),
         _ => None,
     };
     if let Some(note) = note {

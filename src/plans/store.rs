@@ -12,6 +12,8 @@
 //! - `ID.lock`: whoever creates it runs the approved plan (or abandons it).
 //!   It is never removed, so an approved plan begins at most once, even
 //!   across processes and daemon restarts.
+//! - `ID.reported`: the model of the plan's session knows how it ended
+//!   (so a later turn is not told again).
 //!
 //! At daemon start, [`PlanStore::recover`] turns plans caught mid-run into
 //! `Interrupted` (never re-run automatically) and hands back the approved
@@ -418,11 +420,11 @@ impl PlanStore {
         Ok(plan.action)
     }
 
-    /// Mark approved plan `id` as failed without running it, for example
+    /// Mark approved plan `id` as denied without running it, for example
     /// because the gates refused the edited action at the last mile.
     pub fn abandon(&self, id: &str, reason: &str) -> Result<FlightPlan, StoreError> {
         let mut plan = self.claim(id)?;
-        plan.status = PlanStatus::Failed;
+        plan.status = PlanStatus::Denied;
         plan.result = Some(PlanResult::new(true, &format!("not run: {reason}")));
         self.save(&plan)?;
         Ok(plan)
@@ -443,7 +445,7 @@ impl PlanStore {
             let note = format!("refused by process {}: {stale}\n", std::process::id());
             if create_marker(&lock, note.as_bytes()).is_ok() {
                 let mut failed = plan;
-                failed.status = PlanStatus::Failed;
+                failed.status = PlanStatus::Denied;
                 failed.result = Some(PlanResult::new(true, &format!("not run: {stale}")));
                 self.save(&failed)?;
             }
@@ -466,18 +468,60 @@ impl PlanStore {
     /// Record how executing plan `id` ended: `Executed`, or `Failed` when
     /// `result.is_error`.
     pub fn finish_execution(&self, id: &str, result: PlanResult) -> Result<FlightPlan, StoreError> {
-        let mut plan = self.load(id)?;
-        if plan.status != PlanStatus::Executing {
-            return Err(StoreError::NotExecuting(plan.status));
-        }
-        plan.status = if result.is_error {
+        let status = if result.is_error {
             PlanStatus::Failed
         } else {
             PlanStatus::Executed
         };
+        self.finish_as(id, status, result)
+    }
+
+    /// Record that executing plan `id` ended as `status` (a final one:
+    /// executed, failed, denied or interrupted).
+    pub fn finish_as(
+        &self,
+        id: &str,
+        status: PlanStatus,
+        result: PlanResult,
+    ) -> Result<FlightPlan, StoreError> {
+        let mut plan = self.load(id)?;
+        if plan.status != PlanStatus::Executing {
+            return Err(StoreError::NotExecuting(plan.status));
+        }
+        plan.status = status;
         plan.result = Some(result);
         self.save(&plan)?;
         Ok(plan)
+    }
+
+    /// Record that the model of the plan's session was told how it ended
+    /// (its turn heard the decision, or a later turn was told): the
+    /// `ID.reported` marker, so the record itself is never rewritten for it.
+    pub fn mark_reported(&self, id: &str) -> Result<(), StoreError> {
+        check_id(id)?;
+        let marker = self.reported_path(id);
+        match create_marker(&marker, b"") {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(io_err(&marker, e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the model of the plan's session was told how it ended.
+    pub fn is_reported(&self, id: &str) -> bool {
+        self.reported_path(id).exists()
+    }
+
+    fn reported_path(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("{id}.reported"))
+    }
+
+    /// The plans of session `session`, oldest first.
+    pub fn of_session(&self, session: &str) -> Result<Vec<FlightPlan>, StoreError> {
+        Ok(self
+            .list()?
+            .into_iter()
+            .filter(|p| p.session_id == session)
+            .collect())
     }
 
     /// Sort out the store at daemon start (call it before serving anyone).

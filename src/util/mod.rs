@@ -8,4 +8,5 @@ pub mod fs;
 pub mod jsonl;
 pub mod path;
 pub mod sync;
+pub mod terminal;
 pub mod time;

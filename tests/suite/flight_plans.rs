@@ -537,7 +537,9 @@ async fn cancelling_a_turn_withdraws_its_pending_plan() {
             resolved["params"]["planId"].clone(),
             resolved["params"]["status"].clone()
         ),
-        (json!(w.plan_id), json!("cancelled"))
+        // The same word as the plan file and `plans show`: rejected (by
+        // `cancel`).
+        (json!(w.plan_id), json!("rejected"))
     );
     let list = w
         .client
@@ -718,4 +720,183 @@ async fn a_second_daemon_does_not_interrupt_a_running_plan() {
         "ran\n"
     );
     drop(second);
+}
+
+/// Issue 18 item 5, through ACP: a plan approved after its daemon
+/// restarted runs once, its chat hears the stored status, and the
+/// session's model is told the outcome at its next prompt (not
+/// "interrupted … may or may not have run"), once.
+#[tokio::test]
+async fn after_a_restart_the_model_is_told_what_became_of_its_plan() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start(vec![
+        write_call("late.txt", "late\n"),
+        fake::openai_text("I see."),
+        fake::openai_text("Still here."),
+    ])
+    .await;
+    let mut first = spawn(home.path(), &fake);
+    first.initialize(json!({ "flightPlans": true })).await;
+    let sid = first.new_session(project.path()).await;
+    first
+        .start_request("session/prompt", prompt(&sid, "write late.txt"))
+        .await;
+    let offer = first.wait_method("_passepartout/plan/offer").await;
+    let id = offer["params"]["plan"]["planId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+
+    let mut second = spawn(home.path(), &fake);
+    second.initialize(json!({ "flightPlans": true })).await;
+    second.wait_method("_passepartout/plan/offer").await;
+    let r = second
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": id, "decision": "approve" }),
+        )
+        .await;
+    assert_eq!(r["result"]["status"], "approved", "{r}");
+    let resolved = second.wait_method("_passepartout/plan/resolved").await;
+    assert_eq!(resolved["params"]["status"], "executed", "{resolved}");
+    let org = resolved["params"]["org"].as_str().unwrap();
+    assert!(org.contains("* DONE write_file"), "{org}");
+
+    let r = second
+        .request(
+            "session/load",
+            json!({ "sessionId": sid, "cwd": project.path(), "mcpServers": [] }),
+        )
+        .await;
+    assert!(r.get("result").is_some(), "{r}");
+    let r = second.request("session/prompt", prompt(&sid, "so?")).await;
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let user = |n: usize| -> String {
+        let reqs = fake.requests();
+        let msgs = reqs[n].body["messages"].as_array().unwrap().clone();
+        let last = msgs.iter().rev().find(|m| m["role"] == "user").unwrap();
+        last["content"].as_str().unwrap_or_default().to_string()
+    };
+    let told = user(1);
+    assert!(
+        told.contains(&format!(
+            "became flight plan {id}: approved by emacs and executed"
+        )),
+        "{told}"
+    );
+    assert!(told.ends_with("so?"), "{told}");
+    let r = second.request("session/prompt", prompt(&sid, "and?")).await;
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    assert_eq!(user(2), "and?");
+}
+
+/// A plan stopped while running (the person cancelled the turn) is stored
+/// and announced with one word: `interrupted`.
+#[tokio::test]
+async fn a_plan_stopped_while_running_is_interrupted_everywhere() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let args = json!({ "command": "sleep 30; git push origin main" }).to_string();
+    let fake = FakeProvider::start(vec![fake::openai_tool_calls(&[("c1", "shell", &args)])]).await;
+    let mut c = spawn(home.path(), &fake);
+    c.initialize(json!({ "flightPlans": true })).await;
+    let sid = c.new_session(project.path()).await;
+    let p = c
+        .start_request("session/prompt", prompt(&sid, "push later"))
+        .await;
+    let offer = c.wait_method("_passepartout/plan/offer").await;
+    let id = offer["params"]["plan"]["planId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = c
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": id, "decision": "approve" }),
+        )
+        .await;
+    assert_eq!(r["result"]["status"], "approved", "{r}");
+    let plan_file = home
+        .path()
+        .join(format!("state/passepartout/plans/{id}.json"));
+    let deadline = std::time::Instant::now() + harness::WAIT;
+    while !std::fs::read_to_string(&plan_file)
+        .unwrap()
+        .contains("\"executing\"")
+    {
+        assert!(std::time::Instant::now() < deadline, "it never began");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    c.notify("session/cancel", json!({ "sessionId": sid }))
+        .await;
+    let done = c.wait_response(p).await;
+    assert_eq!(done["result"]["stopReason"], "cancelled", "{done}");
+    let resolved = c.wait_method("_passepartout/plan/resolved").await;
+    assert_eq!(resolved["params"]["status"], "interrupted", "{resolved}");
+    let stored: Value = serde_json::from_slice(&std::fs::read(&plan_file).unwrap()).unwrap();
+    assert_eq!(stored["status"], "interrupted");
+    assert!(resolved["params"]["org"]
+        .as_str()
+        .unwrap()
+        .contains("* INTERRUPTED shell"));
+}
+
+/// The client that decided hears the outcome even when another daemon
+/// runs the plan (the deciding daemon watches the store).
+#[tokio::test]
+async fn the_deciding_client_of_another_daemon_hears_the_outcome() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start(vec![
+        write_call("both.txt", "shared\n"),
+        fake::openai_text("Done."),
+    ])
+    .await;
+    let mut first = spawn(home.path(), &fake);
+    first.initialize(json!({ "flightPlans": true })).await;
+    let sid = first.new_session(project.path()).await;
+    let p = first
+        .start_request("session/prompt", prompt(&sid, "write both.txt"))
+        .await;
+    let offer = first.wait_method("_passepartout/plan/offer").await;
+    let id = offer["params"]["plan"]["planId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let mut second = spawn(home.path(), &fake);
+    second.initialize(json!({ "flightPlans": true })).await;
+    let r = second
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": id, "decision": "approve" }),
+        )
+        .await;
+    assert_eq!(
+        r["result"]["runs"], "now: the daemon whose turn made it runs it",
+        "{r}"
+    );
+    assert_eq!(
+        first.wait_response(p).await["result"]["stopReason"],
+        "end_turn"
+    );
+    let heard = second.wait_method("_passepartout/plan/resolved").await;
+    assert_eq!(
+        (
+            heard["params"]["planId"].clone(),
+            heard["params"]["status"].clone()
+        ),
+        (json!(id), json!("executed")),
+        "{heard}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("both.txt")).unwrap(),
+        "shared\n"
+    );
 }

@@ -25,6 +25,7 @@ mod mcp_trust;
 mod modes;
 mod plans;
 mod providers;
+mod run_cli;
 mod sandbox;
 mod session_configure;
 mod sessions;

@@ -231,7 +231,7 @@ fn pending_plan_renders_exactly() {
     let plan = fixed_plan(a, "The build directory is stale.\n");
     let expected = format!(
         "#+TITLE: Flight plan fp-0123456789ab
-#+TODO: TODO APPROVED RUNNING | DONE REJECTED FAILED INTERRUPTED
+#+TODO: TODO APPROVED RUNNING | DONE REJECTED FAILED DENIED INTERRUPTED
 #+STARTUP: showall
 
 * TODO shell: rm -rf build
@@ -662,10 +662,10 @@ mod store {
             store.begin_execution(&other.id),
             Err(StoreError::Stale { .. })
         ));
-        // It does not stay `approved` forever: it failed, says why, and no
-        // daemon picks it up again.
+        // It does not stay `approved` forever: it was denied (it never
+        // ran), says why, and no daemon picks it up again.
         let after = store.load(&other.id).unwrap();
-        assert_eq!(after.status, PlanStatus::Failed);
+        assert_eq!(after.status, PlanStatus::Denied);
         assert!(
             after.result.as_ref().unwrap().output.contains("not run"),
             "{after:?}"
@@ -883,7 +883,7 @@ mod store {
         store.create(&plan).unwrap();
         store.decide(&plan.id, true, None, "cli", None).unwrap();
         let abandoned = store.abandon(&plan.id, "denied by destructive").unwrap();
-        assert_eq!(abandoned.status, PlanStatus::Failed);
+        assert_eq!(abandoned.status, PlanStatus::Denied);
         assert_eq!(
             abandoned.result.unwrap().output,
             "not run: denied by destructive"
@@ -985,20 +985,45 @@ mod store {
 mod cli {
     use super::*;
     use clap::Parser;
-    use passepartout::cli::plans::plans_command;
+    use passepartout::cli::plans::{plans_command, Deciding};
     use passepartout::cli::{Cli, Command};
+    use passepartout::gates::{Judgement, Verdict};
     use passepartout::plans::PlanStore;
+    use std::path::Path;
+
+    /// A stand-in for the gates: `sudo` is denied, everything else allowed.
+    fn no_sudo(_cwd: &Path, action: &Action) -> Judgement {
+        let decision = match &action.effect {
+            Effect::Run { script, .. } if script.contains("sudo") => Decision::Deny,
+            _ => Decision::Allow,
+        };
+        Judgement::from_trace(vec![Verdict::new(
+            decision,
+            "no-sudo",
+            "sudo is not allowed",
+        )])
+    }
 
     /// `passepartout plans ARGS…` through the binary's own clap tree; a
     /// usage error is what clap prints, with clap's exit code.
     fn cli(store: &PlanStore, args: &[&str]) -> (i32, String) {
+        cli_on(store, args, false)
+    }
+
+    /// [`cli`], its output a terminal when `terminal`.
+    fn cli_on(store: &PlanStore, args: &[&str], terminal: bool) -> (i32, String) {
         let argv = ["passepartout", "plans"].iter().chain(args);
         match Cli::try_parse_from(argv) {
             Ok(Cli {
                 command: Command::Plans(plans),
             }) => {
                 let mut out = Vec::new();
-                let code = plans_command(store, plans.command.as_ref(), &mut out);
+                let deciding = Deciding {
+                    judge: Some(&no_sudo),
+                    audit: None,
+                    terminal,
+                };
+                let code = plans_command(store, plans.command.as_ref(), &mut out, &deciding);
                 (code, String::from_utf8(out).unwrap())
             }
             Ok(other) => panic!("parsed as another command: {other:?}"),
@@ -1120,6 +1145,58 @@ mod cli {
             )
         );
         assert_eq!(store.load(&a.id).unwrap().action, run("rm -rf build/tmp"));
+    }
+
+    #[test]
+    fn an_edit_the_gates_deny_stays_pending_and_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = PlanStore::new(dir.path().join("plans"));
+        let (a, _) = two_plans(&store);
+        let edited = dir.path().join("edited.org");
+        std::fs::write(
+            &edited,
+            render(&a).replace("-i\nrm -rf build\n", "-i\nsudo rm -rf /\n"),
+        )
+        .unwrap();
+        let (code, out) = cli(
+            &store,
+            &["approve", &a.id, "--edited", edited.to_str().unwrap()],
+        );
+        assert_eq!(code, 1, "{out}");
+        assert!(
+            out.starts_with("error: the gates deny the edited action: ")
+                && out.contains("sudo is not allowed")
+                && out.contains("fp-0123456789ab is still pending: nothing was approved"),
+            "{out}"
+        );
+        let after = store.load(&a.id).unwrap();
+        assert_eq!(
+            (after.status, after.action),
+            (PlanStatus::Pending, run("rm -rf build"))
+        );
+        // Still decidable: the person can edit again or reject.
+        assert_eq!(cli(&store, &["reject", &a.id]).0, 0);
+    }
+
+    #[test]
+    fn model_text_is_escaped_on_a_terminal() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = PlanStore::new(dir.path());
+        let hostile = "echo hi\x1b[1A\x1b[2K\x1b]52;c;ZXZpbA==\x07";
+        let plan = fixed_plan(run(hostile), "Look\x1b[2J here.");
+        store.create(&plan).unwrap();
+        for args in [vec!["list"], vec!["show", plan.id.as_str()]] {
+            let (code, out) = cli_on(&store, &args, true);
+            assert_eq!(code, 0, "{out}");
+            assert!(
+                !out.contains('\x1b') && !out.contains('\x07'),
+                "{args:?}: {out}"
+            );
+            assert!(out.contains("\\x1b[1A\\x1b[2K"), "{args:?}: {out}");
+        }
+        assert!(cli(&store, &["list"]).1.contains("echo hi"));
+        // Piped, `show` is exact: it is what `approve --edited` reads back.
+        assert_eq!(cli(&store, &["show", &plan.id]).1, render(&plan));
     }
 
     #[test]
