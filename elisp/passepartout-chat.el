@@ -25,7 +25,8 @@
 ;; the next "* You": the person writes the next prompt while it streams,
 ;; and the transcript above the prompt is read-only.
 ;; Reasoning and tool calls become level-2 sections whose TODO keyword is
-;; the call's status (PENDING, RUNNING, DONE, FAILED); they fold when they
+;; the call's status (PENDING, RUNNING, WAITING, DONE, FAILED, or a flight
+;; plan's outcome: REJECTED, DENIED, INTERRUPTED); they fold when they
 ;; are complete.
 ;;
 ;; Streaming costs in proportion to each chunk: text is inserted at a
@@ -162,8 +163,16 @@ streams) is refused too; rear-nonsticky, so the prompt after the last
 \"* You\" line stays writable.")
 
 (defconst passepartout-chat--keywords
-  '((sequence "PENDING" "RUNNING" "WAITING" "|" "DONE" "FAILED"))
+  '((sequence "PENDING" "RUNNING" "WAITING" "|"
+              "DONE" "FAILED" "REJECTED" "DENIED" "INTERRUPTED"))
   "Org TODO keywords showing tool call status.")
+
+(defconst passepartout-chat--plan-keywords
+  '(("executed" . "DONE") ("failed" . "FAILED") ("rejected" . "REJECTED")
+    ("denied" . "DENIED") ("interrupted" . "INTERRUPTED"))
+  "Flight plan outcome (docs/plans.md) to Org keyword.
+A call that waited for a plan ends with the plan's outcome, which ACP's
+tool call status can only call \"failed\".")
 
 (defconst passepartout-chat--tool-keywords
   '(("pending" . "PENDING") ("in_progress" . "RUNNING")
@@ -785,12 +794,9 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
             (keyword (cdr (assoc (plist-get update :status)
                                  passepartout-chat--tool-keywords)))
             (text (passepartout-chat--tool-text update)))
-        (when (and keyword (not (equal keyword (plist-get tool :current))))
-          (save-excursion
-            (goto-char (plist-get tool :keyword))
-            (delete-char (length (plist-get tool :current)))
-            (insert keyword))
-          (plist-put tool :current keyword))
+        ;; A call whose flight plan was resolved keeps the plan's outcome.
+        (unless (plist-get tool :plan-outcome)
+          (passepartout-chat--tool-set-keyword tool keyword))
         (when text
           (save-excursion
             (let ((end (plist-get tool :end)))
@@ -815,6 +821,16 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
                     (end-of-line)))))))
         (when (member keyword '("DONE" "FAILED"))
           (passepartout-chat--fold (plist-get tool :heading)))))))
+
+(defun passepartout-chat--tool-set-keyword (tool keyword)
+  "Show KEYWORD (a string, or nil for no change) in TOOL's heading."
+  (when (and keyword (not (equal keyword (plist-get tool :current))))
+    (let ((inhibit-read-only t))
+      (save-excursion
+        (goto-char (plist-get tool :keyword))
+        (delete-char (length (plist-get tool :current)))
+        (insert keyword)))
+    (plist-put tool :current keyword)))
 
 (defun passepartout-chat--gate-trace (org)
   "Return the gate trace section's body of flight plan ORG, or nil."
@@ -876,7 +892,13 @@ EDITED non-nil says the person edited the action before approving it."
                   (let ((trace (plist-get tool :trace)))
                     (if trace (concat "Gate trace:\n" trace) "")))
           (set-marker (cdr line) (point))
-          (when end-follows (set-marker (plist-get tool :end) (point))))))))
+          (when end-follows (set-marker (plist-get tool :end) (point)))))
+      ;; The heading says what became of the plan, also when its turn is
+      ;; gone (a restart, another daemon ran it) and no tool call update
+      ;; follows.
+      (when-let ((keyword (cdr (assoc status passepartout-chat--plan-keywords))))
+        (passepartout-chat--tool-set-keyword tool keyword)
+        (plist-put tool :plan-outcome status)))))
 
 (defun passepartout-chat--tool-retitle (tool-call-id title)
   "Show TITLE, the action that actually ran, in TOOL-CALL-ID's heading.

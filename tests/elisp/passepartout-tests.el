@@ -767,12 +767,47 @@ This tool has no body.
                            "** DONE shell: ls\n:PROPERTIES:\n:TOOL_CALL_ID: c1\n:KIND: execute\n:END:\n"
                            "#+begin_src json\n{\"command\":\"ls\"}\n#+end_src\n"
                            "#+begin_example\na\nb\n#+end_example\n"
-                           "** FAILED shell: rm -r old\n:PROPERTIES:\n:TOOL_CALL_ID: c2\n:KIND: execute\n:END:\n"
+                           "** REJECTED shell: rm -r old\n:PROPERTIES:\n:TOOL_CALL_ID: c2\n:KIND: execute\n:END:\n"
                            "#+begin_src json\n{\"command\":\"rm -r old\"}\n#+end_src\n"
                            "Flight plan fp-9: rejected.\n"
                            "#+begin_example\nrejected: no\n#+end_example\n"
                            "\n* You\n"))))
       (remhash "s-test" passepartout-chat--sessions)
+      (kill-buffer buffer))))
+
+;; Issue 18 item 5: the heading shows the plan's outcome, also when no
+;; tool call update follows (a restart; another daemon ran the plan).
+(ert-deftest passepartout-test-plan-outcome-in-heading ()
+  "A resolved plan sets its call's heading: DONE, REJECTED, DENIED, INTERRUPTED."
+  (let ((buffer (passepartout-chat-buffer temporary-file-directory)))
+    (unwind-protect
+        (with-current-buffer buffer
+          (setq passepartout-chat--session-id "s-outcome")
+          (puthash "s-outcome" buffer passepartout-chat--sessions)
+          (goto-char (point-max))
+          (insert "Four things.")
+          (passepartout-chat-begin-turn)
+          (pcase-dolist (`(,call ,plan ,status) '(("c1" "fp-1" "executed")
+                                                  ("c2" "fp-2" "rejected")
+                                                  ("c3" "fp-3" "denied")
+                                                  ("c4" "fp-4" "interrupted")))
+            (passepartout-test--update
+             "s-outcome" (list :sessionUpdate "tool_call" :toolCallId call
+                               :title (concat "shell: step " call)
+                               :kind "execute" :status "pending"))
+            (passepartout-chat--tool-waiting call plan)
+            (passepartout-chat--tool-plan-resolved call plan status))
+          ;; A late "failed" update for the rejected call changes nothing.
+          (passepartout-test--update
+           "s-outcome" '(:sessionUpdate "tool_call_update" :toolCallId "c2" :status "failed"))
+          (passepartout-chat-end-turn)
+          (let ((text (buffer-substring-no-properties (point-min) (point-max))))
+            (should (string-match-p "^\\*\\* DONE shell: step c1$" text))
+            (should (string-match-p "^\\*\\* REJECTED shell: step c2$" text))
+            (should (string-match-p "^\\*\\* DENIED shell: step c3$" text))
+            (should (string-match-p "^\\*\\* INTERRUPTED shell: step c4$" text))
+            (should-not (string-match-p "WAITING\\|FAILED" text))))
+      (remhash "s-outcome" passepartout-chat--sessions)
       (kill-buffer buffer))))
 
 (ert-deftest passepartout-test-org-safe-stars ()
