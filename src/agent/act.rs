@@ -463,7 +463,9 @@ async fn effect_stage(
     let cfg = &x.env.config.checkpoints;
     let mut verdicts = crate::gates::effect::judge(&checkpoint.effect, action, x.cwd, cfg);
     verdicts.extend(crate::gates::history::judge_changes(&checkpoint.effect));
-    verdicts.extend(crate::gates::runtime_plants::judge_changes(&checkpoint.effect.changes));
+    verdicts.extend(crate::gates::runtime_plants::judge_changes(
+        &checkpoint.effect.changes,
+    ));
     let shown = Shown::of(&project, &checkpoint, cfg);
     if verdicts.is_empty() {
         x.env.record(AuditRecord::effect(&checkpoint));

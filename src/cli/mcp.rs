@@ -15,6 +15,7 @@ use crate::action::Approval;
 use crate::mcp::project::{self, ProjectServers, PROJECT_CONFIG};
 use crate::mcp::{McpConfig, McpManager};
 use crate::skills::trust::sha256_hex;
+use crate::util::terminal::Escaping;
 
 /// The `mcp` subcommands.
 #[derive(Subcommand, Debug)]
@@ -51,7 +52,7 @@ pub async fn command(command: McpCommand) -> ExitCode {
                     config.trust_file(),
                     config.trust_project_tool_approval,
                     &cwd,
-                    &mut std::io::stdout(),
+                    &mut Escaping(std::io::stdout()),
                 )
                 .await,
             )
@@ -72,7 +73,7 @@ pub async fn command(command: McpCommand) -> ExitCode {
                 config.trust_project_tool_approval,
                 yes,
                 &mut std::io::stdin().lock(),
-                &mut std::io::stdout(),
+                &mut Escaping(std::io::stdout()),
             ))
         }
     }

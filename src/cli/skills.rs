@@ -4,7 +4,7 @@
 //! process.
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, Write};
+use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -14,6 +14,7 @@ use super::{exit_code, load_config, CliError, ConfigFlags};
 use crate::skills::loader::{is_skill_file_name, skill_files, trust_hint};
 use crate::skills::trust::TrustStore;
 use crate::skills::{Diagnostic, Review, Severity, SkillDirs, SkillSet};
+use crate::util::terminal::Escaping;
 
 /// The `skills` subcommands.
 #[derive(Subcommand, Debug)]
@@ -64,7 +65,9 @@ pub enum SkillsCommand {
 
 /// Run a `skills` subcommand on the terminal.
 pub fn command(command: SkillsCommand) -> ExitCode {
-    let mut out = std::io::stdout();
+    // Skill files, their names and diagnostics may come from a project the
+    // agent writes: nothing in them may steer the terminal.
+    let mut out = Escaping(std::io::stdout());
     match command {
         SkillsCommand::Check { flags, paths } if paths.is_empty() => {
             match (skill_dirs(&flags), load_config(&flags)) {
@@ -77,6 +80,11 @@ pub fn command(command: SkillsCommand) -> ExitCode {
             }
         }
         SkillsCommand::Check { paths, .. } => exit_code(check_command(&paths, &mut out)),
+        // The Org text of an import is the output itself when piped into a
+        // file; escaped only on a terminal.
+        SkillsCommand::Import { dir, output } if !std::io::stdout().is_terminal() => exit_code(
+            import_command(&dir, output.as_deref(), &mut std::io::stdout()),
+        ),
         SkillsCommand::Import { dir, output } => {
             exit_code(import_command(&dir, output.as_deref(), &mut out))
         }

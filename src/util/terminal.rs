@@ -44,6 +44,25 @@ fn escape(text: &str, keep_layout: bool) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// A writer that passes every write through [`escape_text`]: for commands
+/// whose whole output is a report made of names and text from files the
+/// agent could have written (`skills`, `mcp`, `history`). Bytes that are not
+/// UTF-8 are shown as U+FFFD; a write is escaped on its own, which is exact
+/// because escaping keeps no state between characters.
+pub struct Escaping<W: std::io::Write>(pub W);
+
+impl<W: std::io::Write> std::io::Write for Escaping<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        self.0.write_all(escape_text(&text).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
 /// C0 controls (ESC, BEL, CR, BS, …), DEL, C1 controls, and the Unicode
 /// marks that change the direction text is shown in.
 fn needs_escape(c: char) -> bool {
@@ -82,6 +101,18 @@ mod tests {
         assert_eq!(escape_text("x\u{9b}2J"), "x\\x9b2J");
         assert_eq!(escape_line("evil\u{202e}txt.exe"), "evil\\u{202e}txt.exe");
         assert_eq!(escape_line("\u{2066}a\u{2069}"), "\\u{2066}a\\u{2069}");
+    }
+
+    #[test]
+    fn the_escaping_writer_escapes_every_write() {
+        use std::io::Write as _;
+        let mut out = Escaping(Vec::new());
+        let _ = writeln!(out, "file {}", "x\x1b[2K\x1b]52;c;aGk=\x07.org");
+        let _ = write!(out, "tab\there");
+        assert_eq!(
+            String::from_utf8_lossy(&out.0),
+            "file x\\x1b[2K\\x1b]52;c;aGk=\\x07.org\ntab\there"
+        );
     }
 
     #[test]

@@ -285,10 +285,13 @@ impl Client {
 
     pub async fn initialize(&mut self, meta: Value) -> Value {
         let r = self
-            .request("initialize", json!({ "protocolVersion": 1,
+            .request(
+                "initialize",
+                json!({ "protocolVersion": 1,
                 // The passepartout extensions, as the Emacs package asks.
                 "clientCapabilities": { "_meta": { "passepartout": { "notifications": true } } },
-                "_meta": { "passepartout": meta } }))
+                "_meta": { "passepartout": meta } }),
+            )
             .await;
         assert!(r.get("result").is_some(), "initialize failed: {r}");
         r

@@ -457,3 +457,32 @@ async fn attack_7_a_pending_plan_whose_directory_was_edited_is_refused() {
         assert!(dir.join("victim/inner").exists());
     }
 }
+
+/// Issue 24 item 5: a project skill is written by whoever writes the project
+/// — the agent too. Its name, description, text and the diagnostics about it
+/// reach `skills check|list|trust` escaped, never as control sequences that
+/// erase lines or write the person's clipboard (OSC 52).
+#[test]
+fn terminal_escapes_in_a_project_skill_never_reach_the_terminal_raw() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let evil = "#+SKILL: evil\x1b[1A\x1b[2K\n#+DESCRIPTION: harmless\x1b]52;c;ZXZpbA==\x07\n\n\
+                * Notes\nHello\x1b[2J there.\n* Broken :tools:\n** x\x1b[1A :tool:\n:PROPERTIES:\n:BOGUS\x1b[2K: 1\n:END:\n";
+    let path = project_skill(project.path(), "evil\x1b[1A.org", evil);
+    let runs: [&[&str]; 3] = [
+        &["skills", "check", path.to_str().unwrap()],
+        &["skills", "list"],
+        &["skills", "trust"],
+    ];
+    for args in runs {
+        let (_, out) = cli(home.path(), project.path(), args);
+        assert!(
+            !out.contains('\x1b') && !out.contains('\x07'),
+            "{args:?} printed a raw control character: {out:?}"
+        );
+        assert!(
+            out.contains("\\x1b"),
+            "{args:?} shows no escaped ESC: {out}"
+        );
+    }
+}

@@ -2,9 +2,9 @@
 //! each); see `tests/all.rs` for why they share a binary.
 
 mod acp_conformance;
+mod agent_skills;
 mod agent_turn;
 mod agents_md;
-mod agent_skills;
 mod attacks_sandbox;
 mod attacks_shell;
 mod attacks_trust;
