@@ -18,9 +18,8 @@ use crate::gates::Judgement;
 
 /// Largest diff kept in an audit record, in bytes.
 pub const DIFF_LIMIT: usize = 8192;
-/// Above this many line pairs the diff shows old and new whole (the
-/// comparison is quadratic).
-const DIFF_CELLS: usize = 1_000_000;
+/// Time the diff may take to find the shortest edit script.
+const DIFF_TIME: std::time::Duration = std::time::Duration::from_millis(50);
 /// Output of a plan quoted back to the model, in characters.
 const NOTE_OUTPUT_CHARS: usize = 2000;
 
@@ -60,8 +59,6 @@ pub fn decision_record(plan: &FlightPlan, edit_judgement: Option<&Judgement>) ->
 pub fn action_diff(proposed: &Action, approved: &Action) -> String {
     let old = action_text(proposed);
     let new = action_text(approved);
-    let old: Vec<&str> = old.lines().collect();
-    let new: Vec<&str> = new.lines().collect();
     let mut out = String::new();
     for (mark, line) in line_diff(&old, &new) {
         if out.len() + line.len() + 2 > DIFF_LIMIT {
@@ -107,43 +104,23 @@ fn action_text(action: &Action) -> String {
     out
 }
 
-/// Longest-common-subsequence line diff.
-fn line_diff<'a>(old: &[&'a str], new: &[&'a str]) -> Vec<(char, &'a str)> {
-    if old.len().saturating_mul(new.len()) > DIFF_CELLS {
-        let mut out: Vec<(char, &str)> = old.iter().map(|l| ('-', *l)).collect();
-        out.extend(new.iter().map(|l| ('+', *l)));
-        return out;
-    }
-    // common[i][j]: the LCS length of old[i..] and new[j..].
-    let width = new.len() + 1;
-    let mut common = vec![0usize; (old.len() + 1) * width];
-    for i in (0..old.len()).rev() {
-        for j in (0..new.len()).rev() {
-            common[i * width + j] = if old[i] == new[j] {
-                common[(i + 1) * width + j + 1] + 1
-            } else {
-                common[(i + 1) * width + j].max(common[i * width + j + 1])
+/// A line diff (Myers, from the `similar` crate), given at most
+/// [`DIFF_TIME`] to find a short one: past that it may be longer, never
+/// wrong.
+fn line_diff<'a>(old: &'a str, new: &'a str) -> Vec<(char, &'a str)> {
+    similar::TextDiff::configure()
+        .timeout(DIFF_TIME)
+        .diff_lines(old, new)
+        .iter_all_changes()
+        .map(|change| {
+            let mark = match change.tag() {
+                similar::ChangeTag::Equal => ' ',
+                similar::ChangeTag::Delete => '-',
+                similar::ChangeTag::Insert => '+',
             };
-        }
-    }
-    let (mut i, mut j) = (0, 0);
-    let mut out = Vec::new();
-    while i < old.len() || j < new.len() {
-        if i < old.len() && j < new.len() && old[i] == new[j] {
-            out.push((' ', old[i]));
-            i += 1;
-            j += 1;
-        } else if i < old.len()
-            && (j == new.len() || common[(i + 1) * width + j] >= common[i * width + j + 1])
-        {
-            out.push(('-', old[i]));
-            i += 1;
-        } else {
-            out.push(('+', new[j]));
-            j += 1;
-        }
-    }
-    out
+            (mark, change.value().trim_end_matches(['\n', '\r']))
+        })
+        .collect()
 }
 
 /// What the model is told about `plan`, a call of an earlier turn that
