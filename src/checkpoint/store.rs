@@ -201,6 +201,17 @@ impl Store {
         self
     }
 
+    /// The store's object directory (blobs and trees are written there
+    /// as loose objects).
+    pub fn objects(&self) -> PathBuf {
+        self.git_dir.join("objects")
+    }
+
+    /// The store's own directory (holds `git/`, `records/`, `txn/`).
+    pub fn dir(&self) -> &Path {
+        self.git_dir.parent().unwrap_or(&self.git_dir)
+    }
+
     pub fn work_tree(&self) -> &Path {
         &self.work_tree
     }
@@ -479,7 +490,7 @@ impl Store {
         current_in(&b, rel)
     }
 
-    fn beneath(&self) -> Result<Beneath, StoreError> {
+    pub fn beneath(&self) -> Result<Beneath, StoreError> {
         Beneath::open(&self.work_tree).map_err(io(&self.work_tree))
     }
 

@@ -9,6 +9,7 @@
 pub mod bwrap;
 pub mod enforce;
 pub mod limits;
+pub mod overlay;
 pub mod probe;
 pub mod runner;
 pub mod surface;
