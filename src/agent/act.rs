@@ -777,9 +777,10 @@ fn changeset_notes(cp: &checkpoint::Checkpoint) -> String {
         ));
     }
     if !cp.dropped.is_empty() {
+        let list: Vec<String> = cp.dropped.iter().map(|d| format!("removed {d}")).collect();
         text.push_str(&format!(
-            "\nNot applied (control surface; the sandbox never lets an action create it): {}",
-            cp.dropped.join(", ")
+            "\nNot applied (control surface, which no action may create): {}",
+            list.join(", ")
         ));
     }
     for r in cp.reasons.iter().filter(|r| r.starts_with("not applied")) {

@@ -270,6 +270,18 @@ impl Beneath {
         Ok(())
     }
 
+    /// Make the directory `rel` (and its parents) with `perm` (already
+    /// there is fine).
+    pub fn make_dir(&self, rel: &str, perm: u32) -> Result<(), BeneathError> {
+        let Some((dir, name)) = self.parent(rel, true)? else {
+            return Err(BeneathError::sys(rel, Errno::NOENT));
+        };
+        match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(perm)) {
+            Ok(()) | Err(Errno::EXIST) => Ok(()),
+            Err(e) => Err(BeneathError::sys(rel, e)),
+        }
+    }
+
     /// Remove the file or symlink at `rel` (already gone is fine).
     pub fn remove(&self, rel: &str) -> Result<(), BeneathError> {
         let Some((dir, name)) = self.parent(rel, false)? else {

@@ -54,6 +54,10 @@ pub struct Passthrough {
     /// Removed (a whiteout), rather than written.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub remove: bool,
+    /// A directory the command made (git records none; `.git/refs` and
+    /// an empty `build/` must exist all the same).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dir: bool,
 }
 
 /// Everything one transactional action changed.
@@ -207,6 +211,15 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
     let objects = store.objects();
     let mut out = Changeset::default();
     for (path, upper_item) in paths {
+        // First: the control surface (`.git/config`, hooks, the agent's
+        // own skills…) that the command created is never applied.
+        if let Some(entry) = crate::control_surface::control_entry(Path::new(&path)) {
+            let shown = format!("`{}` ({})", entry.path, entry.why);
+            if !out.dropped.contains(&shown) {
+                out.dropped.push(shown);
+            }
+            continue;
+        }
         let is_git = path == ".git" || path.starts_with(".git/");
         if is_git {
             let remove = upper_item.is_none();
@@ -220,11 +233,11 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
                     }
                 }
             }
-            out.passthrough.push(Passthrough { path, remove });
-            continue;
-        }
-        if crate::control_surface::control_entry(Path::new(&path)).is_some() {
-            out.dropped.push(path);
+            out.passthrough.push(Passthrough {
+                path,
+                remove,
+                dir: false,
+            });
             continue;
         }
         let (ignored, precious) = rules.classify(&path);
@@ -232,6 +245,7 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
             out.passthrough.push(Passthrough {
                 path,
                 remove: upper_item.is_none(),
+                dir: false,
             });
             continue;
         }
@@ -279,6 +293,7 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
             out.passthrough.push(Passthrough {
                 path,
                 remove: false,
+                dir: false,
             });
             continue;
         }
@@ -292,6 +307,26 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
             new_size,
             old,
             new,
+        });
+    }
+    // Directories the command made where the project has none: made too
+    // (parents first; the sorted order gives that).
+    dirs.sort();
+    for d in dirs {
+        if matches!(b.node(&d), Ok(Some(Node::Dir))) {
+            continue;
+        }
+        if let Some(entry) = crate::control_surface::control_entry(Path::new(&d)) {
+            let shown = format!("`{}` ({})", entry.path, entry.why);
+            if !out.dropped.contains(&shown) {
+                out.dropped.push(shown);
+            }
+            continue;
+        }
+        out.passthrough.push(Passthrough {
+            path: d,
+            remove: false,
+            dir: true,
         });
     }
     Ok(out)

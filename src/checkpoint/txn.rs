@@ -182,6 +182,12 @@ pub fn pass_through(b: &Beneath, upper: &Path, p: &Passthrough) -> Result<(), St
     }
     let abs = upper.join(&p.path);
     let meta = std::fs::symlink_metadata(&abs).map_err(|e| e.to_string())?;
+    if p.dir {
+        use std::os::unix::fs::MetadataExt;
+        return b
+            .make_dir(&p.path, meta.mode() & 0o7777)
+            .map_err(|e| e.to_string());
+    }
     if meta.file_type().is_symlink() {
         let target = std::fs::read_link(&abs).map_err(|e| e.to_string())?;
         b.put(&p.path, target.as_os_str().as_encoded_bytes(), 0, true)
