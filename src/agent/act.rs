@@ -446,6 +446,16 @@ pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_
             };
         }
         Observing::Transaction(t) => t.finish().await,
+        Observing::File(f) => {
+            return match f.finish().await {
+                Ok(None) => finish(x.sink, id, text, status),
+                Ok(Some(observed)) => effect_stage(x, id, action, text, status, observed).await,
+                Err(e) => {
+                    let text = format!("{text}\n(the effect could not be observed: {e})");
+                    finish(x.sink, id, text, status)
+                }
+            };
+        }
     };
     match finished {
         Ok(None) => finish(x.sink, id, text, status),
@@ -474,6 +484,8 @@ enum Observing {
     Watch(watch::Watch, bool),
     /// Into an overlay, its changeset judged before it is applied.
     Transaction(checkpoint::txn::Transaction),
+    /// A file tool's write: the change of its one path.
+    File(checkpoint::txn::FileWrite),
 }
 
 /// Choose and start the observation of one action: sandboxed commands run
@@ -510,6 +522,17 @@ async fn begin_observing(
                 tracing::warn!("transactions: observing instead: {why}");
             }
             Err(why) => return Err(why),
+        }
+    }
+    if let crate::action::Effect::WriteFile { path, .. } = &action.effect {
+        let file = cfg.enabled && watch::watches(action) && checkpoint::observable(x.cwd);
+        if file {
+            let state = config.state_dir();
+            let begun =
+                checkpoint::txn::begin_file(&state, cfg, x.cwd, path, origin.clone()).await?;
+            if let Some(f) = begun {
+                return Ok(Observing::File(f));
+            }
         }
     }
     let watched = watch::begin(&config.state_dir(), cfg, x.cwd, action, origin).await?;

@@ -332,6 +332,53 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
     Ok(out)
 }
 
+/// What is at `rel` in the project now, its bytes stored as a blob (the
+/// pre-image a file tool's write is undone to), and its size.
+pub fn pre_image(store: &Store, rel: &str) -> Result<Option<(Entry, u64)>, StoreError> {
+    let b = store.beneath()?;
+    match b.node(rel)? {
+        Some(node @ (Node::File { .. } | Node::Symlink)) => {
+            Ok(Some(lower_entry(&b, rel, node, &store.objects())?))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The effect of one path going from `before` to `after` (None: no
+/// change), with the precious mark the effect gates read.
+pub fn one_path(
+    store: &Store,
+    cfg: &super::CheckpointConfig,
+    rel: &str,
+    before: Option<(Entry, u64)>,
+    after: Option<(Entry, u64)>,
+) -> Option<ObservedEffect> {
+    let (old, old_size) = before.map_or((None, None), |(e, s)| (Some(e), Some(s)));
+    let (new, new_size) = after.map_or((None, None), |(e, s)| (Some(e), Some(s)));
+    let kind = match (&old, &new) {
+        (None, None) => return None,
+        (Some(o), Some(n)) if o.same_content(n) && o.perm == n.perm => return None,
+        (None, Some(_)) => ChangeKind::Created,
+        (Some(_), None) => ChangeKind::Deleted,
+        (Some(_), Some(_)) => ChangeKind::Modified,
+    };
+    let mut rules = Ignores::new(store.work_tree(), &cfg.precious);
+    let (ignored, precious) = rules.classify(rel);
+    let mut effect = ObservedEffect::default();
+    if ignored && precious && kind != ChangeKind::Created {
+        effect.precious.push(rel.to_string());
+    }
+    effect.changes.push(FileChange {
+        path: rel.to_string(),
+        kind,
+        old_size,
+        new_size,
+        old,
+        new,
+    });
+    Some(effect)
+}
+
 /// An extended attribute of `path` (not following a link), if set.
 fn xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; 64];

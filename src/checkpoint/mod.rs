@@ -385,14 +385,17 @@ impl Project {
         Ok(Some(cp))
     }
 
-    /// Record an effect known change by change (a changeset, a restore):
-    /// no snapshot, no walk. `before`/`after` are trees of the changed
-    /// paths only, so a diff of the two is the change's patch.
+    /// Record an effect known change by change (a changeset, a file
+    /// tool's one path, a restore): no snapshot, no walk. `before`/`after`
+    /// are trees of the changed paths only, so a diff of the two is the
+    /// change's patch. `changeset`: not applied yet (an overlay's upper
+    /// layer), rather than already in the project.
     pub fn record_effect(
         &self,
         origin: &Origin,
         effect: ObservedEffect,
         status: CheckpointStatus,
+        changeset: bool,
     ) -> Result<Checkpoint, CheckpointError> {
         let before = self.partial_tree(effect.changes.iter().map(|c| (&c.path, &c.old)))?;
         let after = self.partial_tree(effect.changes.iter().map(|c| (&c.path, &c.new)))?;
@@ -410,7 +413,7 @@ impl Project {
             reasons: vec![],
             undoes: None,
             turn: origin.turn.clone(),
-            changeset: true,
+            changeset,
             conflicts: vec![],
             passthrough: vec![],
             dropped: vec![],
@@ -822,7 +825,7 @@ impl Project {
         if effect.is_empty() {
             return Ok(None);
         }
-        let mut undo = self.record_effect(origin, effect, CheckpointStatus::Applied)?;
+        let mut undo = self.record_effect(origin, effect, CheckpointStatus::Applied, false)?;
         undo.undoes = Some(undoes);
         self.save(&undo)?;
         Ok(Some(undo))

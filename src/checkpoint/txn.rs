@@ -130,7 +130,7 @@ impl Transaction {
                 remove_dir(&dir);
                 return Ok(None);
             }
-            let mut cp = p.record_effect(&origin, cs.effect, CheckpointStatus::Held)?;
+            let mut cp = p.record_effect(&origin, cs.effect, CheckpointStatus::Held, true)?;
             cp.conflicts = cs.conflicts;
             cp.passthrough = cs.passthrough;
             cp.dropped = cs.dropped;
@@ -210,5 +210,156 @@ pub fn remove_dir(dir: &Path) {
         if e.kind() != std::io::ErrorKind::NotFound {
             tracing::warn!("transaction: {} not removed: {e}", dir.display());
         }
+    }
+}
+
+/// A file tool's write (`write_file`, an edit through the client's `fs`),
+/// recorded as the change of its one path: the pre-image before, the file
+/// after — no walk, and nothing else in the project is counted.
+pub struct FileWrite {
+    project: Project,
+    rel: String,
+    before: Option<(super::store::Entry, u64)>,
+    cfg: CheckpointConfig,
+    origin: Origin,
+    guard: tokio::sync::OwnedMutexGuard<()>,
+}
+
+/// Prepare the record of a write to `path` (absolute, inside `cwd`).
+/// `Ok(None)`: the path is not inside the project (the caller watches
+/// instead); `Err`: why the write must not run.
+pub async fn begin_file(
+    state_dir: &Path,
+    cfg: &CheckpointConfig,
+    cwd: &Path,
+    path: &Path,
+    origin: Origin,
+) -> Result<Option<FileWrite>, String> {
+    let guard = lock(cwd).lock_owned().await;
+    let (state_dir, cwd, path, cfg_owned) = (
+        state_dir.to_path_buf(),
+        cwd.to_path_buf(),
+        path.to_path_buf(),
+        cfg.clone(),
+    );
+    let opened = tokio::task::spawn_blocking(move || {
+        let root = cwd.canonicalize().unwrap_or_else(|_| cwd.clone());
+        let abs = crate::util::path::normalize(&if path.is_absolute() {
+            path.clone()
+        } else {
+            cwd.join(&path)
+        });
+        let rel = abs
+            .strip_prefix(&root)
+            .or_else(|_| abs.strip_prefix(&cwd))
+            .ok()
+            .and_then(|r| r.to_str())
+            .filter(|r| !r.is_empty())
+            .map(str::to_string);
+        let Some(rel) = rel else {
+            return Ok(None);
+        };
+        let project = Project::open(&state_dir, &cwd, &cfg_owned)?;
+        let before = changeset::pre_image(&project.store, &rel)?;
+        Ok::<_, CheckpointError>(Some((project, rel, before)))
+    })
+    .await
+    .map_err(|e| format!("not run: the checkpoint task failed: {e}"))?;
+    match opened {
+        Ok(Some((project, rel, before))) => Ok(Some(FileWrite {
+            project,
+            rel,
+            before,
+            cfg: cfg.clone(),
+            origin,
+            guard,
+        })),
+        Ok(None) => Ok(None),
+        Err(e) => Err(format!(
+            "not run: the file could not be checkpointed before the write ({e}); \
+             set `[checkpoints] enabled = false` to run without checkpoints"
+        )),
+    }
+}
+
+impl FileWrite {
+    /// Record what the write did to its path (`Ok(None)`: nothing).
+    pub async fn finish(self) -> Result<Option<Observed>, WatchError> {
+        let FileWrite {
+            project,
+            rel,
+            before,
+            cfg,
+            origin,
+            guard,
+        } = self;
+        let p = project.clone();
+        let recorded = tokio::task::spawn_blocking(move || {
+            let after = changeset::pre_image(&p.store, &rel)?;
+            let Some(effect) = changeset::one_path(&p.store, &cfg, &rel, before, after) else {
+                return Ok(None);
+            };
+            p.record_effect(&origin, effect, CheckpointStatus::Applied, false)
+                .map(Some)
+        })
+        .await??;
+        Ok(recorded.map(|checkpoint| Observed {
+            project,
+            checkpoint,
+            guard,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origin() -> Origin {
+        Origin {
+            session_id: "s".into(),
+            tool_call_id: "t".into(),
+            tool: "write_file".into(),
+            turn: Some("t1".into()),
+        }
+    }
+
+    /// A file tool's record names its one path: what someone else wrote
+    /// in the project meanwhile is not part of it, and its undo leaves that
+    /// alone (and puts a 0600 file back 0600).
+    #[tokio::test]
+    async fn a_file_write_records_only_its_path() {
+        use std::os::unix::fs::PermissionsExt;
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        std::fs::write(t.join("a.txt"), "a\n").unwrap();
+        std::fs::set_permissions(t.join("a.txt"), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
+        std::fs::write(t.join("b.txt"), "b\n").unwrap();
+        let cfg = CheckpointConfig::default();
+        let w = begin_file(state.path(), &cfg, t, &t.join("a.txt"), origin())
+            .await
+            .unwrap()
+            .unwrap();
+        // The person, meanwhile; then the tool's write.
+        std::fs::write(t.join("b.txt"), "the person's b\n").unwrap();
+        std::fs::write(t.join("draft.txt"), "draft\n").unwrap();
+        std::fs::write(t.join("a.txt"), "agent\n").unwrap();
+        let observed = w.finish().await.unwrap().unwrap();
+        let cp = observed.checkpoint;
+        drop(observed.guard);
+        let paths: Vec<&str> = cp.effect.changes.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(paths, ["a.txt"]);
+        assert!(!cp.changeset, "already in the project");
+        observed.project.undo(&cp.id, &origin()).unwrap();
+        assert_eq!(std::fs::read_to_string(t.join("a.txt")).unwrap(), "a\n");
+        let mode = std::fs::metadata(t.join("a.txt")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(
+            std::fs::read_to_string(t.join("b.txt")).unwrap(),
+            "the person's b\n"
+        );
+        assert!(t.join("draft.txt").exists());
     }
 }
