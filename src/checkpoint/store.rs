@@ -393,12 +393,26 @@ impl Store {
         Ok(text)
     }
 
-    /// The contents of blobs, by id (one `cat-file --batch` process).
+    /// The contents of blobs, by id: loose objects are read (inflated) in
+    /// Rust — an action's changeset writes its blobs loose, so applying
+    /// it spawns no process — and the rest by one `cat-file --batch`.
     pub fn blobs(&self, oids: &[&str]) -> Result<BTreeMap<String, Vec<u8>>, StoreError> {
         let mut result = BTreeMap::new();
-        if oids.is_empty() {
+        let packed: Vec<&str> = oids
+            .iter()
+            .copied()
+            .filter(|oid| match self.loose_blob(oid) {
+                Some(bytes) => {
+                    result.insert(oid.to_string(), bytes);
+                    false
+                }
+                None => true,
+            })
+            .collect();
+        if packed.is_empty() {
             return Ok(result);
         }
+        let oids = &packed[..];
         let mut child = self
             .command()
             .args(["cat-file", "--batch"])
@@ -445,6 +459,26 @@ impl Store {
             rest = &rest[size + 1..];
         }
         Ok(result)
+    }
+
+    /// A loose blob's bytes (None: not loose, not a blob, or damaged —
+    /// the caller asks git).
+    fn loose_blob(&self, oid: &str) -> Option<Vec<u8>> {
+        if oid.len() != 40 || !oid.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let path = self.objects().join(&oid[..2]).join(&oid[2..]);
+        let file = std::fs::File::open(path).ok()?;
+        let mut raw = Vec::new();
+        flate2::read::ZlibDecoder::new(file)
+            .read_to_end(&mut raw)
+            .ok()?;
+        let nul = raw.iter().position(|b| *b == 0)?;
+        let header = std::str::from_utf8(&raw[..nul]).ok()?;
+        let len: usize = header.strip_prefix("blob ")?.parse().ok()?;
+        let body = raw.split_off(nul + 1);
+        // What was read must be what was asked for.
+        (body.len() == len && blob_id(&body) == oid).then_some(body)
     }
 
     /// Sizes of blobs, by id.

@@ -98,7 +98,10 @@ pub fn install(cmd: &mut tokio::process::Command, mount: &OverlayMount) -> std::
     options.extend_from_slice(mount.upper.as_os_str().as_bytes());
     options.extend_from_slice(b",workdir=");
     options.extend_from_slice(mount.work.as_os_str().as_bytes());
-    options.extend_from_slice(b",userxattr");
+    // `volatile`: the upper layer is read once and thrown away, so the
+    // overlay must not sync the whole file system it lives on when the
+    // namespace goes (an ext4 `syncfs` per action, tens of ms or worse).
+    options.extend_from_slice(b",userxattr,volatile");
     let options = cstring(&options, "the overlay options")?;
     // SAFETY: the closure runs in the forked child before exec, where only
     // async-signal-safe calls are allowed: raw unshare, open, write, close
