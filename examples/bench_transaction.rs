@@ -130,7 +130,9 @@ async fn measure(files: usize, rounds: usize) -> Figures {
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     println!("per action: prepare the upper layer + read, record and apply the changeset,");
-    println!("plus the overlay's own cost (a command in the overlay minus the same command without)");
+    println!(
+        "plus the overlay's own cost (a command in the overlay minus the same command without)"
+    );
     println!(
         "{:>8} | {:>14} | {:>12} | {:>12} | {:>12} | {:>12}",
         "files", "first action", "books p50", "books p95", "overlay p50", "total p50"

@@ -191,7 +191,7 @@ impl Beneath {
         };
         match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => Ok(Some(
-                (st.st_ctime as i64).saturating_mul(1_000_000_000) + st.st_ctime_nsec as i64,
+                st.st_ctime.saturating_mul(1_000_000_000) + st.st_ctime_nsec as i64,
             )),
             Err(Errno::NOENT) | Err(Errno::NOTDIR) => Ok(None),
             Err(e) => Err(BeneathError::sys(rel, e)),

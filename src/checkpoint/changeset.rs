@@ -107,7 +107,7 @@ pub fn coarse_now_ns() -> i64 {
     if !ok {
         return 0;
     }
-    (ts.tv_sec as i64).saturating_mul(1_000_000_000) + ts.tv_nsec as i64
+    ts.tv_sec.saturating_mul(1_000_000_000) + ts.tv_nsec
 }
 
 /// Read the changeset in `upper` against the project of `store`.
@@ -226,10 +226,9 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
             if remove {
                 for vital in ["HEAD", "objects", "refs"] {
                     let v = format!(".git/{vital}");
-                    if path == v || path.starts_with(&format!("{v}/")) {
-                        if !out.effect.git_damage.contains(&v) {
-                            out.effect.git_damage.push(v);
-                        }
+                    let hit = path == v || path.starts_with(&format!("{v}/"));
+                    if hit && !out.effect.git_damage.contains(&v) {
+                        out.effect.git_damage.push(v);
                     }
                 }
             }

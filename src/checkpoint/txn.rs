@@ -334,8 +334,7 @@ mod tests {
         let tree = tempfile::tempdir().unwrap();
         let t = tree.path();
         std::fs::write(t.join("a.txt"), "a\n").unwrap();
-        std::fs::set_permissions(t.join("a.txt"), std::fs::Permissions::from_mode(0o600))
-            .unwrap();
+        std::fs::set_permissions(t.join("a.txt"), std::fs::Permissions::from_mode(0o600)).unwrap();
         std::fs::write(t.join("b.txt"), "b\n").unwrap();
         let cfg = CheckpointConfig::default();
         let w = begin_file(state.path(), &cfg, t, &t.join("a.txt"), origin())
@@ -354,7 +353,10 @@ mod tests {
         assert!(!cp.changeset, "already in the project");
         observed.project.undo(&cp.id, &origin()).unwrap();
         assert_eq!(std::fs::read_to_string(t.join("a.txt")).unwrap(), "a\n");
-        let mode = std::fs::metadata(t.join("a.txt")).unwrap().permissions().mode();
+        let mode = std::fs::metadata(t.join("a.txt"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
         assert_eq!(
             std::fs::read_to_string(t.join("b.txt")).unwrap(),
