@@ -260,7 +260,12 @@ pub async fn begin_file(
             return Ok(None);
         };
         let project = Project::open(&state_dir, &cwd, &cfg_owned)?;
-        let before = changeset::pre_image(&project.store, &rel)?;
+        // A path the project cannot resolve plainly (a link on the way):
+        // the files actuator refuses it itself; observe as before.
+        let before = match changeset::pre_image(&project.store, &rel) {
+            Err(super::StoreError::Beneath(_)) => return Ok(None),
+            other => other?,
+        };
         Ok::<_, CheckpointError>(Some((project, rel, before)))
     })
     .await
