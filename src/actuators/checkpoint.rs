@@ -88,7 +88,25 @@ impl Actuator for CheckpointActuator {
         })
         .await;
         Ok(match applied {
-            Ok(cp) => ActOutput::ok(format!("applied the held change: {}", cp.summary())),
+            Ok(cp) if cp.conflicts.is_empty() => {
+                ActOutput::ok(format!("applied the held change: {}", cp.summary()))
+            }
+            Ok(cp) => {
+                // Per file: what changed meanwhile was not overwritten.
+                let list: Vec<String> = cp
+                    .conflicts
+                    .iter()
+                    .take(10)
+                    .map(|c| format!("{} ({})", c.path, c.why))
+                    .collect();
+                ActOutput::ok(format!(
+                    "applied the held change: {}\nConflict: {} file(s) not applied, the \
+                     project's version kept: {}",
+                    cp.summary(),
+                    cp.conflicts.len(),
+                    list.join(", ")
+                ))
+            }
             Err(e) => ActOutput::error(format!("the held change was not applied: {e}")),
         })
     }

@@ -184,19 +184,30 @@ impl ShellActuator {
         };
         // bwrap needs nothing from our environment; --clearenv builds the
         // sandbox's own.
-        let outcome = runner::run_limited(
+        // A transactional action (see `crate::checkpoint::txn`) runs with
+        // the project as the lower layer of an overlay: its writes land in
+        // the upper layer, and reach the project only once judged.
+        let overlay = crate::sandbox::overlay::current();
+        let outcome = runner::run_limited_in(
             &bwrap_path.to_string_lossy(),
             &args,
             &ctx.cwd,
             Some(&BTreeMap::new()),
             limits,
             resources,
+            overlay.as_ref(),
             ctx.cancel.clone(),
         )
         .await;
         // Every process of the sandbox is gone by now (bwrap's pid
         // namespace dies with it), so nothing races the sweep.
-        let undone = surface.sweep();
+        // In an overlay the run created nothing on the host: what it made
+        // on the control surface is in its changeset (dropped there), and
+        // a sweep now could only remove what the person made meanwhile.
+        let undone = match overlay {
+            Some(_) => Vec::new(),
+            None => surface.sweep(),
+        };
         let outcome = outcome.map_err(|e| {
             ActError::Unavailable(unavailable_message(&e.to_string(), probe::INSTALL_FIX))
         })?;

@@ -363,17 +363,8 @@ pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_
         tool: action.tool.clone(),
         turn: x.live.as_ref().map(|l| l.act.turn_id.to_string()),
     };
-    let config = &x.env.config;
-    let watch = match watch::begin(
-        &config.state_dir(),
-        &config.checkpoints,
-        x.cwd,
-        action,
-        origin,
-    )
-    .await
-    {
-        Ok(w) => w,
+    let observing = match begin_observing(x, action, origin).await {
+        Ok(o) => o,
         Err(why) => {
             x.env.record(AuditRecord::denied(x.session_id, id, &why));
             return finish(x.sink, id, why, ActStatus::Denied);
@@ -398,7 +389,12 @@ pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_
         read_only: x.last_mile.mode.read_only(),
         limits: x.limits,
     };
-    let result = actuator.execute(action, &ctx).await;
+    let result = match &observing {
+        Observing::Transaction(t) => {
+            crate::sandbox::overlay::scope(t.mount(), actuator.execute(action, &ctx)).await
+        }
+        _ => actuator.execute(action, &ctx).await,
+    };
     let (is_error, output) = match &result {
         Ok(out) => (out.is_error, out.text.clone()),
         Err(e) => (true, e.to_string()),
@@ -430,18 +426,119 @@ pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_
         Err(crate::actuators::ActError::Cancelled) => ("cancelled".into(), ActStatus::Cancelled),
         Err(e) => (e.to_string(), ActStatus::Failed),
     };
-    // Checkpoint after: the effect, judged by the effect gates.
-    let Some(watch) = watch else {
-        return finish(x.sink, id, text, status);
+    // After: the changeset (or the observed effect), judged by the effect
+    // gates.
+    let finished = match observing {
+        Observing::Nothing => return finish(x.sink, id, text, status),
+        Observing::Watch(watch, long_running) => {
+            let text = if long_running {
+                format!("{text}\n{LONG_RUNNING_NOTE}")
+            } else {
+                text
+            };
+            return match watch.finish().await {
+                Ok(None) => finish(x.sink, id, text, status),
+                Ok(Some(observed)) => effect_stage(x, id, action, text, status, observed).await,
+                Err(e) => {
+                    let text = format!("{text}\n(the effect could not be observed: {e})");
+                    finish(x.sink, id, text, status)
+                }
+            };
+        }
+        Observing::Transaction(t) => t.finish().await,
+        Observing::File(f) => {
+            return match f.finish().await {
+                Ok(None) => finish(x.sink, id, text, status),
+                Ok(Some(observed)) => effect_stage(x, id, action, text, status, observed).await,
+                Err(e) => {
+                    let text = format!("{text}\n(the effect could not be observed: {e})");
+                    finish(x.sink, id, text, status)
+                }
+            };
+        }
     };
-    match watch.finish().await {
+    match finished {
         Ok(None) => finish(x.sink, id, text, status),
         Ok(Some(observed)) => effect_stage(x, id, action, text, status, observed).await,
         Err(e) => {
-            let text = format!("{text}\n(the effect could not be observed: {e})");
-            finish(x.sink, id, text, status)
+            let text = format!(
+                "{text}\n(the changes of this action could not be read, so none was applied: {e})"
+            );
+            finish(x.sink, id, text, ActStatus::Failed)
         }
     }
+}
+
+/// Shown with the result of a command that ran without an overlay because
+/// its tool says it is long-running.
+const LONG_RUNNING_NOTE: &str = "(long-running: ran without an overlay, writing straight into the \
+     project; its effect was observed after the fact, so changes anyone else made meanwhile \
+     count as its own)";
+
+/// How an action's effect on the project is taken.
+enum Observing {
+    /// Not at all (reads, messages; checkpoints off; not a project).
+    Nothing,
+    /// Two snapshots around it (file tools, Emacs, long-running commands,
+    /// and the configured fallback); `true`: long-running, said so.
+    Watch(watch::Watch, bool),
+    /// Into an overlay, its changeset judged before it is applied.
+    Transaction(checkpoint::txn::Transaction),
+    /// A file tool's write: the change of its one path.
+    File(checkpoint::txn::FileWrite),
+}
+
+/// Choose and start the observation of one action: sandboxed commands run
+/// into an overlay (unless their tool is long-running, or the session is
+/// read-only, or `[checkpoints] transactions` says otherwise); everything
+/// else that can change the project is watched. `Err`: not run, and why.
+async fn begin_observing(
+    x: &ExecContext<'_>,
+    action: &Action,
+    origin: checkpoint::Origin,
+) -> Result<Observing, String> {
+    use checkpoint::TransactionMode;
+    let config = &x.env.config;
+    let cfg = &config.checkpoints;
+    let long_running = x
+        .last_mile
+        .toolset
+        .tools
+        .get(&action.tool)
+        .is_some_and(|t| crate::tools::long_running(t.as_ref(), &action.arguments));
+    let command =
+        action.target == "shell" && matches!(action.effect, crate::action::Effect::Run { .. });
+    let transactional = cfg.enabled
+        && command
+        && cfg.transactions != TransactionMode::Observe
+        && !long_running
+        && !x.last_mile.mode.read_only()
+        && config.sandbox == crate::config::SandboxSetting::Bwrap
+        && checkpoint::observable(x.cwd);
+    if transactional {
+        match checkpoint::txn::begin(&config.state_dir(), cfg, x.cwd, origin.clone()).await {
+            Ok(t) => return Ok(Observing::Transaction(t)),
+            Err(why) if cfg.transactions == TransactionMode::OverlayOrObserve => {
+                tracing::warn!("transactions: observing instead: {why}");
+            }
+            Err(why) => return Err(why),
+        }
+    }
+    if let crate::action::Effect::WriteFile { path, .. } = &action.effect {
+        let file = cfg.enabled && watch::watches(action) && checkpoint::observable(x.cwd);
+        if file {
+            let state = config.state_dir();
+            let begun =
+                checkpoint::txn::begin_file(&state, cfg, x.cwd, path, origin.clone()).await?;
+            if let Some(f) = begun {
+                return Ok(Observing::File(f));
+            }
+        }
+    }
+    let watched = watch::begin(&config.state_dir(), cfg, x.cwd, action, origin).await?;
+    Ok(watched.map_or(Observing::Nothing, |w| {
+        Observing::Watch(w, long_running && command)
+    }))
 }
 
 /// The second gate stage: what the action did. Allowed, the effect is
@@ -466,6 +563,35 @@ async fn effect_stage(
     verdicts.extend(crate::gates::runtime_plants::judge_changes(
         &checkpoint.effect.changes,
     ));
+    if verdicts.is_empty() && checkpoint.changeset {
+        // Judged and allowed: now, and only now, the project changes.
+        let applied = {
+            let (p, mut cp) = (project.clone(), checkpoint.clone());
+            tokio::task::spawn_blocking(move || p.apply_changeset(&mut cp).map(|_| cp)).await
+        };
+        drop(guard);
+        let (text, status) = match applied {
+            Ok(Ok(cp)) => {
+                checkpoint = cp;
+                let text = format!("{text}\n{}", changeset_notes(&checkpoint));
+                (text, status)
+            }
+            Ok(Err(e)) => {
+                let text = format!(
+                    "{text}\nThe changes of this action were not applied: {e} (checkpoint {})",
+                    checkpoint.id
+                );
+                (text, ActStatus::Failed)
+            }
+            Err(e) => (
+                format!("{text}\n(checkpoint task failed: {e})"),
+                ActStatus::Failed,
+            ),
+        };
+        x.env.record(AuditRecord::effect(&checkpoint));
+        let shown = Shown::of(&project, &checkpoint, cfg);
+        return finish_shown(x.sink, id, text, status, Some(shown));
+    }
     let shown = Shown::of(&project, &checkpoint, cfg);
     if verdicts.is_empty() {
         x.env.record(AuditRecord::effect(&checkpoint));
@@ -501,18 +627,34 @@ async fn effect_stage(
         }
     };
     x.env.record(AuditRecord::effect(&checkpoint));
-    let held_text = format!(
-        "{text}\nThe effect of this action was held and rolled back: {}. {}",
-        reasons.join("; "),
-        checkpoint.summary()
-    );
+    let held_text = if checkpoint.changeset {
+        format!(
+            "{text}\nThe changes of this action were held; the project was not touched: {}. {}",
+            reasons.join("; "),
+            changeset_notes(&checkpoint)
+        )
+    } else {
+        format!(
+            "{text}\nThe effect of this action was held and rolled back: {}. {}",
+            reasons.join("; "),
+            checkpoint.summary()
+        )
+    };
     let Some(&Live { act: a, asked }) = x.live.as_ref() else {
         // Nobody to ask: the plan ran after its turn was gone. Fail closed.
-        let why = format!(
-            "{held_text}\nNobody was there to approve the change, so it stays rolled back \
-             (checkpoint {}).",
-            checkpoint.id
-        );
+        let why = if checkpoint.changeset {
+            format!(
+                "{held_text}\nNobody was there to approve the change, so it was not applied \
+                 (checkpoint {}).",
+                checkpoint.id
+            )
+        } else {
+            format!(
+                "{held_text}\nNobody was there to approve the change, so it stays rolled back \
+                 (checkpoint {}).",
+                checkpoint.id
+            )
+        };
         let (p, cid) = (project.clone(), checkpoint.id.clone());
         if let Ok(Ok(cp)) = tokio::task::spawn_blocking(move || p.reject(&cid)).await {
             x.env.record(AuditRecord::effect(&cp));
@@ -637,6 +779,40 @@ async fn effect_stage(
     let text = format!("{held_text}\nA person approved it: {applied_text}");
     a.approver.settle(&a.session.id, id, &final_status, &text);
     finish_shown(a.sink, id, text, final_status, Some(shown))
+}
+
+/// A changeset's summary, then what was not applied and why: paths the
+/// person changed meanwhile (conflicts, never overwritten), control-surface
+/// paths the command created, unrecorded files that failed.
+fn changeset_notes(cp: &checkpoint::Checkpoint) -> String {
+    let mut text = cp.summary();
+    if !cp.conflicts.is_empty() {
+        let list: Vec<String> = cp
+            .conflicts
+            .iter()
+            .take(10)
+            .map(|c| format!("{} ({})", c.path, c.why))
+            .collect();
+        text.push_str(&format!(
+            "\nConflict: {} file(s) not applied, because they changed in the project while \
+             the action ran; the person's version was kept and the action's is stored in \
+             checkpoint {}: {}",
+            cp.conflicts.len(),
+            cp.id,
+            list.join(", ")
+        ));
+    }
+    if !cp.dropped.is_empty() {
+        let list: Vec<String> = cp.dropped.iter().map(|d| format!("removed {d}")).collect();
+        text.push_str(&format!(
+            "\nNot applied (control surface, which no action may create): {}",
+            list.join(", ")
+        ));
+    }
+    for r in cp.reasons.iter().filter(|r| r.starts_with("not applied")) {
+        text.push_str(&format!("\n{r}"));
+    }
+    text
 }
 
 /// An effect as shown to the person and ACP clients: diff items, locations

@@ -181,6 +181,23 @@ impl Beneath {
         }
     }
 
+    /// The change time of what is at `rel` (ns since the epoch; None:
+    /// nothing there), without following a link. A transaction compares it
+    /// with its start: ctime cannot be set back from user space, so a file
+    /// changed since then is seen whatever its mtime says.
+    pub fn ctime_ns(&self, rel: &str) -> Result<Option<i64>, BeneathError> {
+        let Some((dir, name)) = self.parent(rel, false)? else {
+            return Ok(None);
+        };
+        match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(Some(
+                st.st_ctime.saturating_mul(1_000_000_000) + st.st_ctime_nsec as i64,
+            )),
+            Err(Errno::NOENT) | Err(Errno::NOTDIR) => Ok(None),
+            Err(e) => Err(BeneathError::sys(rel, e)),
+        }
+    }
+
     /// The bytes of the regular file at `rel`.
     pub fn read(&self, rel: &str) -> Result<Vec<u8>, BeneathError> {
         use std::io::Read;
@@ -251,6 +268,18 @@ impl Beneath {
             return Err(BeneathError::sys(rel, e));
         }
         Ok(())
+    }
+
+    /// Make the directory `rel` (and its parents) with `perm` (already
+    /// there is fine).
+    pub fn make_dir(&self, rel: &str, perm: u32) -> Result<(), BeneathError> {
+        let Some((dir, name)) = self.parent(rel, true)? else {
+            return Err(BeneathError::sys(rel, Errno::NOENT));
+        };
+        match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(perm)) {
+            Ok(()) | Err(Errno::EXIST) => Ok(()),
+            Err(e) => Err(BeneathError::sys(rel, e)),
+        }
     }
 
     /// Remove the file or symlink at `rel` (already gone is fine).

@@ -11,10 +11,12 @@
 //! action that made it.
 
 pub mod beneath;
+pub mod changeset;
 pub mod effect;
 pub mod notify;
 pub mod scan;
 pub mod store;
+pub mod txn;
 pub mod watch;
 
 use std::collections::HashMap;
@@ -60,6 +62,26 @@ pub struct CheckpointConfig {
     /// (for file systems whose changes inotify does not see, e.g. a
     /// network mount written from another machine).
     pub watch: bool,
+    /// How a sandboxed command's effect is taken: into an overlay, judged
+    /// before it reaches the project (the default), or observed after the
+    /// fact (see `docs/transactions.md`).
+    pub transactions: TransactionMode,
+}
+
+/// `[checkpoints] transactions`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TransactionMode {
+    /// Every sandboxed command runs into an overlay; where overlays are
+    /// unavailable, commands are refused with the reason and the fix.
+    #[default]
+    Overlay,
+    /// Into an overlay where possible, else observed (the effect is the
+    /// difference of two snapshots; whatever else changes meanwhile is
+    /// counted as the action's).
+    OverlayOrObserve,
+    /// Always observed, never an overlay.
+    Observe,
 }
 
 impl Default for CheckpointConfig {
@@ -90,6 +112,7 @@ impl Default for CheckpointConfig {
             keep_days: 30,
             prune_every: 100,
             watch: true,
+            transactions: TransactionMode::Overlay,
         }
     }
 }
@@ -171,6 +194,20 @@ pub struct Checkpoint {
     /// or a plan run after its turn was gone).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<String>,
+    /// Read from an overlay's upper layer (a transaction): held, it has
+    /// touched nothing; `before`/`after` are trees of the changed paths only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub changeset: bool,
+    /// Paths the action changed that someone else changed too since it
+    /// started: not applied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<changeset::Conflict>,
+    /// Applied without a record (`.git` internals, ignored files).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passthrough: Vec<changeset::Passthrough>,
+    /// Control-surface paths the action created: never applied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<String>,
 }
 
 impl Checkpoint {
@@ -339,9 +376,141 @@ impl Project {
             reasons: vec![],
             undoes: None,
             turn: origin.turn.clone(),
+            changeset: false,
+            conflicts: vec![],
+            passthrough: vec![],
+            dropped: vec![],
         };
         self.save(&cp)?;
         Ok(Some(cp))
+    }
+
+    /// Record an effect known change by change (a changeset, a file
+    /// tool's one path, a restore): no snapshot, no walk. `before`/`after`
+    /// are trees of the changed paths only, so a diff of the two is the
+    /// change's patch. `changeset`: not applied yet (an overlay's upper
+    /// layer), rather than already in the project.
+    pub fn record_effect(
+        &self,
+        origin: &Origin,
+        effect: ObservedEffect,
+        status: CheckpointStatus,
+        changeset: bool,
+    ) -> Result<Checkpoint, CheckpointError> {
+        let before = self.partial_tree(effect.changes.iter().map(|c| (&c.path, &c.old)))?;
+        let after = self.partial_tree(effect.changes.iter().map(|c| (&c.path, &c.new)))?;
+        let cp = Checkpoint {
+            id: self.next_id()?,
+            created_at: crate::util::time::rfc3339(std::time::SystemTime::now()),
+            session_id: origin.session_id.clone(),
+            tool_call_id: origin.tool_call_id.clone(),
+            tool: origin.tool.clone(),
+            cwd: self.cwd.clone(),
+            before,
+            after,
+            effect,
+            status,
+            reasons: vec![],
+            undoes: None,
+            turn: origin.turn.clone(),
+            changeset,
+            conflicts: vec![],
+            passthrough: vec![],
+            dropped: vec![],
+        };
+        self.save(&cp)?;
+        Ok(cp)
+    }
+
+    /// The tree object holding just these entries.
+    fn partial_tree<'a>(
+        &self,
+        entries: impl Iterator<Item = (&'a String, &'a Option<store::Entry>)>,
+    ) -> Result<String, CheckpointError> {
+        let mut files = std::collections::BTreeMap::new();
+        for (path, entry) in entries {
+            let Some(e) = entry else { continue };
+            let Some(oid) = oid_bytes(&e.oid) else {
+                continue; // a submodule or directory marker: no blob
+            };
+            let mode = u32::from_str_radix(&e.mode, 8).unwrap_or(scan::MODE_FILE);
+            files.insert(
+                path.clone(),
+                scan::FileState {
+                    mode,
+                    perm: e.perm.unwrap_or(0),
+                    oid,
+                    size: 0,
+                    mtime_ns: 0,
+                    ctime_ns: 0,
+                    ino: 0,
+                    dev: 0,
+                    precious: false,
+                },
+            );
+        }
+        Ok(scan::write_trees(&self.store.objects(), &files)?)
+    }
+
+    /// Where a transaction's upper layer waits while its changeset is
+    /// judged or held: `<store>/txn/<id>`.
+    pub fn txn_dir(&self, id: &str) -> PathBuf {
+        self.store.dir().join("txn").join(id)
+    }
+
+    /// Apply a changeset: per file, only where the project still holds the
+    /// pre-image (a path changed since becomes a conflict, never
+    /// overwritten); the rest all or nothing through [`Store::restore`];
+    /// then the unrecorded passthrough from the upper layer.
+    pub fn apply_changeset(&self, cp: &mut Checkpoint) -> Result<(), CheckpointError> {
+        let mut kept = Vec::new();
+        for c in std::mem::take(&mut cp.effect.changes) {
+            let now = self.store.current(&c.path);
+            let same = match (&now, &c.old) {
+                (Ok(None), None) => true,
+                // A folder where the action put a file: consistent if the
+                // changeset also removes everything in it (the restore
+                // checks that, all or nothing).
+                (Ok(Some(a)), None) => a.mode == "040000",
+                (Ok(Some(a)), Some(b)) => a.same_content(b),
+                _ => false,
+            };
+            if same {
+                kept.push(c);
+            } else {
+                let why = match now {
+                    Err(e) => format!("not written: {e}"),
+                    Ok(_) => "changed in the project since the action started".into(),
+                };
+                cp.conflicts.push(changeset::Conflict {
+                    path: c.path,
+                    why,
+                    agent: c.new,
+                });
+            }
+        }
+        cp.effect.changes = kept;
+        self.store.restore(&cp.forward())?;
+        let upper = self.txn_dir(&cp.id).join("upper");
+        let mut failed = Vec::new();
+        if !cp.passthrough.is_empty() {
+            let b = self.store.beneath()?;
+            for p in &cp.passthrough {
+                if let Err(e) = txn::pass_through(&b, &upper, p) {
+                    failed.push(format!("{}: {e}", p.path));
+                }
+            }
+        }
+        cp.status = CheckpointStatus::Applied;
+        if !failed.is_empty() {
+            cp.reasons.push(format!(
+                "not applied (unrecorded files): {}",
+                failed.join("; ")
+            ));
+        }
+        self.save(cp)?;
+        txn::remove_dir(&self.txn_dir(&cp.id));
+        Ok(())
     }
 
     /// Ids are never reused: not after pruning, not after the store is
@@ -452,7 +621,10 @@ impl Project {
     /// Hold an applied change: put its paths back as they were (refusing if
     /// any changed since the after-snapshot).
     pub fn hold(&self, cp: &mut Checkpoint, reasons: Vec<String>) -> Result<(), CheckpointError> {
-        self.store.restore(&cp.backward())?;
+        // A changeset has not touched the project: nothing to roll back.
+        if !cp.changeset {
+            self.store.restore(&cp.backward())?;
+        }
         cp.status = CheckpointStatus::Held;
         cp.reasons = reasons;
         self.save(cp)
@@ -464,6 +636,10 @@ impl Project {
         let mut cp = self.load(id)?;
         if cp.status != CheckpointStatus::Held {
             return Err(wrong(&cp, "held", "applied"));
+        }
+        if cp.changeset {
+            self.apply_changeset(&mut cp)?;
+            return Ok(cp);
         }
         self.store.restore(&cp.forward())?;
         cp.status = CheckpointStatus::Applied;
@@ -477,6 +653,7 @@ impl Project {
         if cp.status == CheckpointStatus::Held {
             cp.status = CheckpointStatus::Rejected;
             self.save(&cp)?;
+            txn::remove_dir(&self.txn_dir(&cp.id));
         }
         Ok(cp)
     }
@@ -578,22 +755,13 @@ impl Project {
                 (a, b) => a.is_some() != b.is_some(),
             })
             .collect();
-        let before = self.store.snapshot()?;
         self.store.restore(&changes)?;
-        let after = self.store.snapshot()?;
         for cp in &mut targets {
             cp.status = CheckpointStatus::Undone;
             self.save(cp)?;
         }
-        let undo = match self.record(origin, &before, &after)? {
-            Some(mut u) => {
-                let ids: Vec<&str> = targets.iter().map(|c| c.id.as_str()).collect();
-                u.undoes = Some(ids.join(","));
-                self.save(&u)?;
-                Some(u)
-            }
-            None => None,
-        };
+        let ids: Vec<&str> = targets.iter().map(|c| c.id.as_str()).collect();
+        let undo = self.record_restore(origin, &changes, ids.join(","))?;
         Ok((targets, undo))
     }
 
@@ -604,18 +772,63 @@ impl Project {
         if cp.status != CheckpointStatus::Applied {
             return Err(wrong(&cp, "applied", "undone"));
         }
-        let before = self.store.snapshot()?;
-        self.store.restore(&cp.backward())?;
-        let after = self.store.snapshot()?;
+        let changes = cp.backward();
+        self.store.restore(&changes)?;
         cp.status = CheckpointStatus::Undone;
         self.save(&cp)?;
-        let mut undo = match self.record(origin, &before, &after)? {
-            Some(u) => u,
-            None => return Ok(cp),
+        match self.record_restore(origin, &changes, cp.id.clone())? {
+            Some(undo) => Ok(undo),
+            None => Ok(cp),
+        }
+    }
+
+    /// Record a restore that was just made, from its own list of changes
+    /// (no snapshot: exactly the paths it wrote), as undoing `undoes`.
+    fn record_restore(
+        &self,
+        origin: &Origin,
+        changes: &[(String, Option<store::Entry>, Option<store::Entry>)],
+        undoes: String,
+    ) -> Result<Option<Checkpoint>, CheckpointError> {
+        let oids: Vec<&str> = changes
+            .iter()
+            .flat_map(|(_, a, b)| [a.as_ref(), b.as_ref()])
+            .flatten()
+            .filter(|e| oid_bytes(&e.oid).is_some())
+            .map(|e| e.oid.as_str())
+            .collect();
+        let sizes = self.store.sizes(&oids)?;
+        let size =
+            |e: &Option<store::Entry>| e.as_ref().map(|e| sizes.get(&e.oid).copied().unwrap_or(0));
+        let effect = ObservedEffect {
+            changes: changes
+                .iter()
+                .filter(|(_, now, wanted)| match (now, wanted) {
+                    (Some(a), Some(b)) => !a.same_content(b) || a.perm != b.perm,
+                    (a, b) => a.is_some() || b.is_some(),
+                })
+                .map(|(path, now, wanted)| FileChange {
+                    path: path.clone(),
+                    kind: match (now, wanted) {
+                        (None, _) => ChangeKind::Created,
+                        (_, None) => ChangeKind::Deleted,
+                        _ => ChangeKind::Modified,
+                    },
+                    old_size: size(now),
+                    new_size: size(wanted),
+                    old: now.clone(),
+                    new: wanted.clone(),
+                })
+                .collect(),
+            ..Default::default()
         };
-        undo.undoes = Some(cp.id.clone());
+        if effect.is_empty() {
+            return Ok(None);
+        }
+        let mut undo = self.record_effect(origin, effect, CheckpointStatus::Applied, false)?;
+        undo.undoes = Some(undoes);
         self.save(&undo)?;
-        Ok(undo)
+        Ok(Some(undo))
     }
 }
 
@@ -680,6 +893,19 @@ pub fn undo_turn(
     let (undone, undo) = project.undo_turn(&turn, origin)?;
     scan::flush_all();
     Ok((turn, undone, undo))
+}
+
+/// A hex object id as 20 bytes (None: not a sha1 hex, e.g. a directory
+/// marker).
+fn oid_bytes(hex: &str) -> Option<[u8; 20]> {
+    if hex.len() != 40 {
+        return None;
+    }
+    let mut out = [0u8; 20];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
 }
 
 fn wrong(cp: &Checkpoint, wanted: &str, verb: &str) -> CheckpointError {

@@ -397,7 +397,7 @@ fn settle(
 
 /// The `.gitignore` matchers of the directories above `rel` (outermost
 /// first), as a walk arriving at `rel` would hold them.
-fn ancestor_matchers(root: &Path, rel: &str) -> Vec<Arc<Gitignore>> {
+pub(crate) fn ancestor_matchers(root: &Path, rel: &str) -> Vec<Arc<Gitignore>> {
     let mut out = Vec::new();
     if rel.is_empty() {
         return out;
@@ -855,7 +855,12 @@ impl Walk<'_> {
 
 /// git's precedence: the deepest `.gitignore` with a matching pattern
 /// decides (a `!pattern` re-includes), then `.git/info/exclude`.
-fn ignored(abs: &Path, is_dir: bool, exclude: &Gitignore, matchers: &[Arc<Gitignore>]) -> bool {
+pub(crate) fn ignored(
+    abs: &Path,
+    is_dir: bool,
+    exclude: &Gitignore,
+    matchers: &[Arc<Gitignore>],
+) -> bool {
     for m in matchers.iter().rev() {
         match m.matched(abs, is_dir) {
             Match::Ignore(_) => return true,
@@ -866,7 +871,7 @@ fn ignored(abs: &Path, is_dir: bool, exclude: &Gitignore, matchers: &[Arc<Gitign
     exclude.matched(abs, is_dir).is_ignore()
 }
 
-fn root_excludes(root: &Path) -> Gitignore {
+pub(crate) fn root_excludes(root: &Path) -> Gitignore {
     let path = root.join(".git/info/exclude");
     if !path.is_file() {
         return Gitignore::empty();

@@ -11,6 +11,7 @@ pub mod bwrap;
 pub mod enforce;
 pub mod limits;
 pub mod network;
+pub mod overlay;
 pub mod probe;
 pub mod runner;
 pub mod surface;

@@ -184,12 +184,31 @@ pub async fn run_limited(
     resources: &ResourceLimits,
     cancel: CancellationToken,
 ) -> Result<RunOutcome, RunError> {
+    run_limited_in(program, args, cwd, env, limits, resources, None, cancel).await
+}
+
+/// [`run_limited`], started inside a new user and mount namespace in which
+/// `overlay` (when given) is mounted over the project (see
+/// [`super::overlay`]): what the program writes there lands in the upper
+/// layer.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_limited_in(
+    program: &str,
+    args: &[String],
+    cwd: &Path,
+    env: Option<&BTreeMap<String, String>>,
+    limits: &RunLimits,
+    resources: &ResourceLimits,
+    overlay: Option<&super::overlay::OverlayMount>,
+    cancel: CancellationToken,
+) -> Result<RunOutcome, RunError> {
     let enforcer = Enforcer::prepare(resources, cwd);
-    let outcome = run_enforced(program, args, cwd, env, limits, &enforcer, cancel).await;
+    let outcome = run_enforced(program, args, cwd, env, limits, &enforcer, overlay, cancel).await;
     enforcer.finish().await;
     outcome
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run_enforced(
     program: &str,
     args: &[String],
@@ -197,6 +216,7 @@ async fn run_enforced(
     env: Option<&BTreeMap<String, String>>,
     limits: &RunLimits,
     enforcer: &Enforcer,
+    overlay: Option<&super::overlay::OverlayMount>,
     cancel: CancellationToken,
 ) -> Result<RunOutcome, RunError> {
     // A run granted network gets it from slirp4netns (see super::network).
@@ -219,6 +239,13 @@ async fn run_enforced(
     }
     enforcer.install(&mut cmd);
     network.install(&mut cmd);
+    // After the limits (set in the host's namespaces), the overlay.
+    if let Some(mount) = overlay {
+        super::overlay::install(&mut cmd, mount).map_err(|e| RunError::Spawn {
+            program: program.to_string(),
+            message: format!("the overlay cannot be prepared: {e}"),
+        })?;
+    }
     let started = Instant::now();
     let mut child = cmd.spawn().map_err(|e| RunError::Spawn {
         program: program.to_string(),

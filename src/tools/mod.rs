@@ -88,6 +88,21 @@ impl Tool {
     }
 }
 
+/// Whether a call of `tool` runs as a long-running command (a dev server,
+/// a watcher): its definition declares a boolean `long_running` parameter
+/// and the call sets it. Such a command must show its writes to the
+/// outside while it runs, so it runs without an overlay, its effect
+/// observed after the fact (marked so in its result).
+pub fn long_running(tool: &Tool, args: &Value) -> bool {
+    let declared = tool
+        .spec
+        .parameters
+        .pointer("/properties/long_running/type")
+        .and_then(Value::as_str)
+        == Some("boolean");
+    declared && args.get("long_running").and_then(Value::as_bool) == Some(true)
+}
+
 /// A light JSON Schema check: arguments must be an object, carry every
 /// `required` property, and each known property must have the declared
 /// primitive `type`. Enough to give a model a precise correction.

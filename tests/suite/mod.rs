@@ -34,3 +34,4 @@ mod skills_live;
 mod slash_commands;
 mod stdio_protocol;
 mod text_protocol;
+mod transactions;

@@ -1,0 +1,153 @@
+//! Transaction figures (issue 23): what running one action into an overlay
+//! costs beyond the command itself — the upper layer prepared, the overlay
+//! mounted in a user and mount namespace, the changeset read and recorded,
+//! and applied to the project — on working trees of 100, 10,000 and
+//! 100,000 small files with one file changed per action. Also printed: the
+//! first action's cost (no snapshot: nothing walks the tree).
+//!
+//! The overlay's own cost is the time of a trivial command started in the
+//! overlay minus the same command started without one (both are timed, the
+//! medians subtracted). Run with
+//! `cargo run --release --example bench_transaction`.
+
+// Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use passepartout::checkpoint::{txn, CheckpointConfig, Origin};
+use passepartout::sandbox::runner::{run_limited_in, RunLimits};
+use passepartout::sandbox::ResourceLimits;
+use tokio_util::sync::CancellationToken;
+
+fn build_tree(root: &Path, files: usize) {
+    for i in 0..files {
+        let dir = root.join(format!("d{:04}", i / 100));
+        if i % 100 == 0 {
+            std::fs::create_dir_all(&dir).unwrap();
+        }
+        std::fs::write(dir.join(format!("f{i}.txt")), format!("file {i}\n")).unwrap();
+    }
+    std::fs::write(root.join(".gitignore"), "target/\n").unwrap();
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn p95(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[((v.len() as f64 - 1.0) * 0.95).round() as usize]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+async fn sh(script: &str, overlay: Option<&passepartout::sandbox::overlay::OverlayMount>) {
+    let args = vec!["-c".to_string(), script.to_string()];
+    let out = run_limited_in(
+        "/bin/sh",
+        &args,
+        Path::new("/"),
+        None,
+        &RunLimits::default(),
+        &ResourceLimits::none(),
+        overlay,
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert!(out.success(), "{}", out.render());
+}
+
+struct Figures {
+    first: Duration,
+    bookkeeping: Vec<Duration>,
+    overlay: Duration,
+}
+
+async fn measure(files: usize, rounds: usize) -> Figures {
+    let origin = Origin {
+        session_id: "bench".into(),
+        tool_call_id: "call".into(),
+        tool: "shell".into(),
+        turn: None,
+    };
+    let state = tempfile::tempdir().unwrap();
+    let tree = tempfile::tempdir().unwrap();
+    build_tree(tree.path(), files);
+    let cfg = CheckpointConfig::default();
+    let target = tree.path().join("d0000/f0.txt");
+    let scratch = tree.path().join("scratch.txt");
+    let mut bookkeeping = Vec::with_capacity(rounds);
+    let mut with_overlay = Vec::with_capacity(rounds);
+    let mut without = Vec::with_capacity(rounds);
+    let mut first = Duration::ZERO;
+    for r in 0..=rounds {
+        let start = Instant::now();
+        let t = txn::begin(state.path(), &cfg, tree.path(), origin.clone())
+            .await
+            .unwrap();
+        let prepared = start.elapsed();
+        let mount = t.mount();
+        let script = format!("echo change {r} >> '{}'", target.display());
+        let start = Instant::now();
+        sh(&script, Some(&mount)).await;
+        with_overlay.push(start.elapsed());
+        let start = Instant::now();
+        let observed = t.finish().await.unwrap().unwrap();
+        let mut cp = observed.checkpoint;
+        assert_eq!(cp.effect.changes.len(), 1);
+        observed.project.apply_changeset(&mut cp).unwrap();
+        drop(observed.guard);
+        let done = prepared + start.elapsed();
+        assert!(std::fs::read_to_string(&target)
+            .unwrap()
+            .ends_with(&format!("change {r}\n")));
+        // The same command without an overlay, for the overlay's own cost.
+        let plain = format!("echo change {r} >> '{}'", scratch.display());
+        let start = Instant::now();
+        sh(&plain, None).await;
+        without.push(start.elapsed());
+        if r == 0 {
+            first = done + with_overlay[0].saturating_sub(without[0]);
+            with_overlay.clear();
+            without.clear();
+        } else {
+            bookkeeping.push(done);
+        }
+    }
+    Figures {
+        first,
+        bookkeeping,
+        overlay: median(with_overlay).saturating_sub(median(without)),
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    println!("per action: prepare the upper layer + read, record and apply the changeset,");
+    println!(
+        "plus the overlay's own cost (a command in the overlay minus the same command without)"
+    );
+    println!(
+        "{:>8} | {:>14} | {:>12} | {:>12} | {:>12} | {:>12}",
+        "files", "first action", "books p50", "books p95", "overlay p50", "total p50"
+    );
+    for (files, rounds) in [(100, 50), (10_000, 50), (100_000, 30)] {
+        let f = measure(files, rounds).await;
+        let p50 = median(f.bookkeeping.clone());
+        println!(
+            "{:>8} | {:>14} | {:>12} | {:>12} | {:>12} | {:>12}",
+            files,
+            ms(f.first),
+            ms(p50),
+            ms(p95(f.bookkeeping)),
+            ms(f.overlay),
+            ms(p50 + f.overlay)
+        );
+    }
+}

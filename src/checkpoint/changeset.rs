@@ -1,0 +1,506 @@
+//! The changeset of a transactional action, read from its overlay's upper
+//! layer (see `crate::sandbox::overlay`): exactly what the command wrote,
+//! created, deleted, renamed or chmod-ed — nothing anyone else did to the
+//! project meanwhile.
+//!
+//! The upper layer holds every file the command wrote (whole: a chmod or an
+//! append copies the file up), a character device 0/0 for every path it
+//! deleted (a "whiteout"), and `user.overlay.opaque = y` on a directory
+//! that replaced a lower one (the lower contents are all gone). A rename
+//! is a new file plus a whiteout at the old name.
+//!
+//! Each changed path is sorted into one of four piles:
+//! - **recorded** (an [`ObservedEffect`]): project files, with the
+//!   pre-image read from the project now and the agent's version, both
+//!   written to the store as blobs — judged by the effect gates, applied,
+//!   undoable;
+//! - **conflicts**: the person (or anything else) changed the path since
+//!   the action started (its ctime is not older than the start): never
+//!   applied, the agent's version kept as a blob and named;
+//! - **passthrough**: what checkpoints never recorded — the project's
+//!   `.git` internals, ignored files (build output) and new untracked files
+//!   over the size cap — applied as is, not undoable;
+//! - **dropped**: paths of the control surface the command created (the
+//!   sandbox binds the existing ones read-only): never applied, reported.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ignore::gitignore::Gitignore;
+use serde::{Deserialize, Serialize};
+
+use super::beneath::{Beneath, Node};
+use super::effect::{ChangeKind, FileChange, ObservedEffect};
+use super::scan;
+use super::store::{Entry, Store, StoreError};
+
+/// A path the agent changed that someone else changed too, since the
+/// action started: refused, the agent's version kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Conflict {
+    pub path: String,
+    pub why: String,
+    /// The agent's version (None: the agent deleted it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<Entry>,
+}
+
+/// A path applied from the upper layer without a record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Passthrough {
+    pub path: String,
+    /// Removed (a whiteout), rather than written.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub remove: bool,
+    /// A directory the command made (git records none; `.git/refs` and
+    /// an empty `build/` must exist all the same).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dir: bool,
+}
+
+/// Everything one transactional action changed.
+#[derive(Debug, Clone, Default)]
+pub struct Changeset {
+    pub effect: ObservedEffect,
+    pub conflicts: Vec<Conflict>,
+    pub passthrough: Vec<Passthrough>,
+    pub dropped: Vec<String>,
+}
+
+impl Changeset {
+    pub fn is_empty(&self) -> bool {
+        self.effect.is_empty()
+            && self.conflicts.is_empty()
+            && self.passthrough.is_empty()
+            && self.dropped.is_empty()
+    }
+}
+
+/// What the upper layer holds at one path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Upper {
+    File,
+    Whiteout,
+}
+
+/// Settings of one read.
+pub struct ReadConfig<'a> {
+    pub untracked_cap: u64,
+    pub precious: &'a [String],
+    /// When the action started (ns since the epoch, the kernel's coarse
+    /// clock, which file timestamps use): a lower path whose ctime is not
+    /// older is a conflict.
+    pub started_ns: i64,
+}
+
+/// The kernel's coarse real-time clock now, in ns: the clock file
+/// timestamps are taken from, so "changed since" compares like with like.
+pub fn coarse_now_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0;
+    if !ok {
+        return 0;
+    }
+    ts.tv_sec.saturating_mul(1_000_000_000) + ts.tv_nsec
+}
+
+/// Read the changeset in `upper` against the project of `store`.
+pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changeset, StoreError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| StoreError::Io { path, source }
+    };
+    let mut items: BTreeMap<String, Upper> = BTreeMap::new();
+    let mut opaque: Vec<String> = Vec::new();
+    let mut dirs: Vec<String> = Vec::new();
+    let mut stack = vec![String::new()];
+    while let Some(rel) = stack.pop() {
+        let dir = upper.join(&rel);
+        for entry in std::fs::read_dir(&dir).map_err(io(&dir))? {
+            let entry = entry.map_err(io(&dir))?;
+            let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+                tracing::warn!("changeset: a file name that is not UTF-8 in {rel:?} is skipped");
+                continue;
+            };
+            let child = if rel.is_empty() {
+                name
+            } else {
+                format!("{rel}/{name}")
+            };
+            let abs = upper.join(&child);
+            let meta = std::fs::symlink_metadata(&abs).map_err(io(&abs))?;
+            let ft = meta.file_type();
+            if ft.is_char_device() && meta.rdev() == 0 {
+                items.insert(child, Upper::Whiteout);
+            } else if ft.is_dir() {
+                if xattr(&abs, "user.overlay.redirect").is_some()
+                    || xattr(&abs, "user.overlay.metacopy").is_some()
+                {
+                    return Err(StoreError::Parse(format!(
+                        "{child}: the overlay redirected or meta-copied it, which a changeset \
+                         does not model"
+                    )));
+                }
+                if xattr(&abs, "user.overlay.opaque").as_deref() == Some(b"y") {
+                    opaque.push(child.clone());
+                }
+                dirs.push(child.clone());
+                stack.push(child);
+            } else if ft.is_file() || ft.is_symlink() {
+                items.insert(child, Upper::File);
+            } else {
+                tracing::warn!("changeset: {child} is neither a file nor a link; not applied");
+            }
+        }
+    }
+    let b = store.beneath()?;
+    // Every path whose state changes, with what the upper layer holds there
+    // (None: gone with a whiteout or an opaque directory above it).
+    let mut paths: BTreeMap<String, Option<Upper>> = BTreeMap::new();
+    let lower_files = |rel: &str| -> Result<Vec<String>, StoreError> {
+        match b.node(rel) {
+            Ok(Some(Node::Dir)) => Ok(b.files_under(rel)?),
+            Ok(Some(_)) => Ok(vec![rel.to_string()]),
+            Ok(None) => Ok(vec![]),
+            Err(e) => Err(e.into()),
+        }
+    };
+    for (path, item) in &items {
+        match item {
+            Upper::File => {
+                // A file where a lower directory was: its files are gone.
+                if matches!(b.node(path), Ok(Some(Node::Dir))) {
+                    for f in b.files_under(path)? {
+                        paths.entry(f).or_insert(None);
+                    }
+                }
+                paths.insert(path.clone(), Some(Upper::File));
+            }
+            Upper::Whiteout => {
+                for f in lower_files(path)? {
+                    paths.entry(f).or_insert(None);
+                }
+            }
+        }
+    }
+    for d in &dirs {
+        // A directory where a lower file was: the file is gone.
+        if matches!(
+            b.node(d),
+            Ok(Some(Node::File { .. })) | Ok(Some(Node::Symlink))
+        ) {
+            paths.entry(d.clone()).or_insert(None);
+        }
+    }
+    for d in &opaque {
+        if matches!(b.node(d), Ok(Some(Node::Dir))) {
+            for f in b.files_under(d)? {
+                paths.entry(f).or_insert(None);
+            }
+        }
+    }
+
+    let root = store.work_tree().to_path_buf();
+    let mut rules = Ignores::new(&root, cfg.precious);
+    let objects = store.objects();
+    let mut out = Changeset::default();
+    for (path, upper_item) in paths {
+        // First: the control surface (`.git/config`, hooks, the agent's
+        // own skills…) that the command created is never applied.
+        if let Some(entry) = crate::control_surface::control_entry(Path::new(&path)) {
+            let shown = format!("`{}` ({})", entry.path, entry.why);
+            if !out.dropped.contains(&shown) {
+                out.dropped.push(shown);
+            }
+            continue;
+        }
+        let is_git = path == ".git" || path.starts_with(".git/");
+        if is_git {
+            let remove = upper_item.is_none();
+            if remove {
+                for vital in ["HEAD", "objects", "refs"] {
+                    let v = format!(".git/{vital}");
+                    let hit = path == v || path.starts_with(&format!("{v}/"));
+                    if hit && !out.effect.git_damage.contains(&v) {
+                        out.effect.git_damage.push(v);
+                    }
+                }
+            }
+            out.passthrough.push(Passthrough {
+                path,
+                remove,
+                dir: false,
+            });
+            continue;
+        }
+        let (ignored, precious) = rules.classify(&path);
+        if ignored && !precious {
+            out.passthrough.push(Passthrough {
+                path,
+                remove: upper_item.is_none(),
+                dir: false,
+            });
+            continue;
+        }
+        let new = match upper_item {
+            Some(Upper::File) => Some(upper_entry(&upper.join(&path), &objects)?),
+            _ => None,
+        };
+        let old = match b.node(&path)? {
+            Some(Node::Dir) | Some(Node::Other) | None => None,
+            Some(node) => Some(lower_entry(&b, &path, node, &objects)?),
+        };
+        let (old, old_size) = match old {
+            Some((e, size)) => (Some(e), Some(size)),
+            None => (None, None),
+        };
+        let (new, new_size) = match new {
+            Some((e, size)) => (Some(e), Some(size)),
+            None => (None, None),
+        };
+        let kind = match (&old, &new) {
+            (None, None) => continue,
+            (Some(o), Some(n)) if o.same_content(n) && o.perm == n.perm => continue,
+            (None, Some(_)) => ChangeKind::Created,
+            (Some(_), None) => ChangeKind::Deleted,
+            (Some(_), Some(_)) => ChangeKind::Modified,
+        };
+        // Only a file the project holds can have been changed by someone
+        // else; a folder's ctime moves with anything inside it.
+        let lower_ctime = match old {
+            Some(_) => b.ctime_ns(&path)?,
+            None => None,
+        };
+        if let Some(ctime) = lower_ctime {
+            if ctime >= cfg.started_ns {
+                out.conflicts.push(Conflict {
+                    why: "changed in the project while the action ran".into(),
+                    path,
+                    agent: new,
+                });
+                continue;
+            }
+        }
+        if kind == ChangeKind::Created && new_size.unwrap_or(0) > cfg.untracked_cap {
+            out.effect.skipped.push(path.clone());
+            out.passthrough.push(Passthrough {
+                path,
+                remove: false,
+                dir: false,
+            });
+            continue;
+        }
+        if ignored && kind != ChangeKind::Created {
+            out.effect.precious.push(path.clone());
+        }
+        out.effect.changes.push(FileChange {
+            path,
+            kind,
+            old_size,
+            new_size,
+            old,
+            new,
+        });
+    }
+    // Directories the command made where the project has none: made too
+    // (parents first; the sorted order gives that).
+    dirs.sort();
+    for d in dirs {
+        if matches!(b.node(&d), Ok(Some(Node::Dir))) {
+            continue;
+        }
+        if let Some(entry) = crate::control_surface::control_entry(Path::new(&d)) {
+            let shown = format!("`{}` ({})", entry.path, entry.why);
+            if !out.dropped.contains(&shown) {
+                out.dropped.push(shown);
+            }
+            continue;
+        }
+        out.passthrough.push(Passthrough {
+            path: d,
+            remove: false,
+            dir: true,
+        });
+    }
+    Ok(out)
+}
+
+/// What is at `rel` in the project now, its bytes stored as a blob (the
+/// pre-image a file tool's write is undone to), and its size.
+pub fn pre_image(store: &Store, rel: &str) -> Result<Option<(Entry, u64)>, StoreError> {
+    let b = store.beneath()?;
+    match b.node(rel)? {
+        Some(node @ (Node::File { .. } | Node::Symlink)) => {
+            Ok(Some(lower_entry(&b, rel, node, &store.objects())?))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The effect of one path going from `before` to `after` (None: no
+/// change), with the precious mark the effect gates read.
+pub fn one_path(
+    store: &Store,
+    cfg: &super::CheckpointConfig,
+    rel: &str,
+    before: Option<(Entry, u64)>,
+    after: Option<(Entry, u64)>,
+) -> Option<ObservedEffect> {
+    let (old, old_size) = before.map_or((None, None), |(e, s)| (Some(e), Some(s)));
+    let (new, new_size) = after.map_or((None, None), |(e, s)| (Some(e), Some(s)));
+    let kind = match (&old, &new) {
+        (None, None) => return None,
+        (Some(o), Some(n)) if o.same_content(n) && o.perm == n.perm => return None,
+        (None, Some(_)) => ChangeKind::Created,
+        (Some(_), None) => ChangeKind::Deleted,
+        (Some(_), Some(_)) => ChangeKind::Modified,
+    };
+    let mut rules = Ignores::new(store.work_tree(), &cfg.precious);
+    let (ignored, precious) = rules.classify(rel);
+    let mut effect = ObservedEffect::default();
+    if ignored && precious && kind != ChangeKind::Created {
+        effect.precious.push(rel.to_string());
+    }
+    effect.changes.push(FileChange {
+        path: rel.to_string(),
+        kind,
+        old_size,
+        new_size,
+        old,
+        new,
+    });
+    Some(effect)
+}
+
+/// An extended attribute of `path` (not following a link), if set.
+fn xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; 64];
+    match rustix::fs::lgetxattr(path, name, &mut buf) {
+        Ok(n) => {
+            buf.truncate(n);
+            Some(buf)
+        }
+        Err(_) => None,
+    }
+}
+
+fn mode_of(perm: u32) -> String {
+    if perm & 0o111 != 0 {
+        "100755"
+    } else {
+        "100644"
+    }
+    .into()
+}
+
+/// The agent's version of a path: its bytes stored as a blob.
+fn upper_entry(abs: &Path, objects: &Path) -> Result<(Entry, u64), StoreError> {
+    let io = |source| StoreError::Io {
+        path: abs.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::symlink_metadata(abs).map_err(io)?;
+    if meta.file_type().is_symlink() {
+        let target = std::fs::read_link(abs)
+            .map_err(io)?
+            .into_os_string()
+            .into_encoded_bytes();
+        let oid = scan::write_object(objects, "blob", &target)?;
+        let size = target.len() as u64;
+        return Ok((
+            Entry {
+                mode: "120000".into(),
+                oid: scan::hex(&oid),
+                perm: None,
+            },
+            size,
+        ));
+    }
+    let bytes = std::fs::read(abs).map_err(io)?;
+    let oid = scan::write_object(objects, "blob", &bytes)?;
+    let perm = meta.mode() & 0o7777;
+    Ok((
+        Entry {
+            mode: mode_of(perm),
+            oid: scan::hex(&oid),
+            perm: Some(perm),
+        },
+        bytes.len() as u64,
+    ))
+}
+
+/// The project's version of a path now (the pre-image), stored as a blob.
+fn lower_entry(
+    b: &Beneath,
+    rel: &str,
+    node: Node,
+    objects: &Path,
+) -> Result<(Entry, u64), StoreError> {
+    let (bytes, mode, perm) = match node {
+        Node::Symlink => (b.read_link(rel)?, "120000".to_string(), None),
+        Node::File { perm } => (b.read(rel)?, mode_of(perm), Some(perm)),
+        Node::Dir | Node::Other => {
+            return Err(StoreError::Parse(format!("{rel} is not a file")));
+        }
+    };
+    let oid = scan::write_object(objects, "blob", &bytes)?;
+    Ok((
+        Entry {
+            mode,
+            oid: scan::hex(&oid),
+            perm,
+        },
+        bytes.len() as u64,
+    ))
+}
+
+/// `.gitignore` rules of the project, read once per directory per read.
+struct Ignores {
+    root: PathBuf,
+    exclude: Gitignore,
+    precious: Gitignore,
+    by_dir: HashMap<String, Vec<Arc<Gitignore>>>,
+}
+
+impl Ignores {
+    fn new(root: &Path, precious: &[String]) -> Self {
+        Ignores {
+            root: root.to_path_buf(),
+            exclude: scan::root_excludes(root),
+            precious: scan::precious_matcher(root, precious),
+            by_dir: HashMap::new(),
+        }
+    }
+
+    /// (ignored, precious): ignored as git would (a file inside an ignored
+    /// directory is ignored), precious by the `precious` globs.
+    fn classify(&mut self, rel: &str) -> (bool, bool) {
+        let parts: Vec<&str> = rel.split('/').collect();
+        let mut ignored = false;
+        for depth in 1..=parts.len() {
+            let prefix = parts[..depth].join("/");
+            let parent = parts[..depth - 1].join("/");
+            let matchers = self
+                .by_dir
+                .entry(parent.clone())
+                .or_insert_with(|| scan::ancestor_matchers(&self.root, &prefix))
+                .clone();
+            let is_dir = depth < parts.len();
+            if scan::ignored(&self.root.join(&prefix), is_dir, &self.exclude, &matchers) {
+                ignored = true;
+                break;
+            }
+        }
+        let precious = self
+            .precious
+            .matched(self.root.join(rel), false)
+            .is_ignore();
+        (ignored, precious)
+    }
+}

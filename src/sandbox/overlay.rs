@@ -1,0 +1,254 @@
+//! Transactional runs: the project as the lower layer of an overlay.
+//!
+//! A sandboxed command runs with the project mounted as an overlay whose
+//! lower layer is the project itself and whose upper layer is a private
+//! directory of the daemon ([`OverlayMount`]). Everything the command
+//! writes, creates, deletes, renames or chmods lands in the upper layer;
+//! the project is untouched until the daemon reads that upper layer (the
+//! changeset, `crate::checkpoint::changeset`), judges it and applies it.
+//!
+//! bubblewrap 0.8 has no `--overlay`, so the mount is made here: between
+//! fork and exec of bwrap, the child unshares a user and a mount namespace,
+//! maps its own uid and gid, makes its mounts private and mounts the
+//! overlay *over the project's own path*. bwrap, started next inside that
+//! namespace, binds the project path as it always does — and so binds the
+//! overlay. Unprivileged overlay mounts need Linux ≥ 5.11; with
+//! `userxattr` the overlay keeps its marks in `user.overlay.*` (an opaque
+//! directory is `user.overlay.opaque = y`; a deletion is a character device
+//! 0/0, a "whiteout").
+//!
+//! [`probe`] tries it once per process; where it fails the daemon either
+//! fails closed (the default) or, when configured, falls back to observing
+//! effects (see `docs/transactions.md`).
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// One overlay: the project (lower layer, mounted over at its own path),
+/// the private upper layer, and the overlay's work directory (same file
+/// system as the upper layer, empty).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverlayMount {
+    pub project: PathBuf,
+    pub upper: PathBuf,
+    pub work: PathBuf,
+}
+
+tokio::task_local! {
+    /// The overlay the shell actuator runs the current action in: set by
+    /// the action's execution (`agent::act`) around the actuator call, so
+    /// that no actuator signature has to carry it.
+    static CURRENT: OverlayMount;
+}
+
+/// Run `work` with `mount` as the current action's overlay.
+pub async fn scope<F: std::future::Future>(mount: OverlayMount, work: F) -> F::Output {
+    CURRENT.scope(mount, work).await
+}
+
+/// The overlay of the action running in this task, if it runs in one.
+pub fn current() -> Option<OverlayMount> {
+    CURRENT.try_with(Clone::clone).ok()
+}
+
+/// Why an overlay cannot be mounted for a project path: the overlay's
+/// option string separates with `,` and `:` and escapes with `\`.
+pub fn unmountable(path: &Path) -> Option<String> {
+    let bytes = path.as_os_str().as_bytes();
+    bytes
+        .iter()
+        .any(|b| matches!(b, b',' | b':' | b'\\' | 0))
+        .then(|| {
+            format!(
+                "{} contains `,`, `:` or `\\`, which an overlay mount option cannot carry",
+                path.display()
+            )
+        })
+}
+
+fn cstring(bytes: &[u8], what: &str) -> std::io::Result<CString> {
+    CString::new(bytes).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{what} holds a NUL byte"),
+        )
+    })
+}
+
+/// Make `cmd` start inside a new user and mount namespace in which
+/// `mount.project` is the overlay. Everything the child needs is prepared
+/// here, before the fork.
+pub fn install(cmd: &mut tokio::process::Command, mount: &OverlayMount) -> std::io::Result<()> {
+    if let Some(why) = [&mount.project, &mount.upper, &mount.work]
+        .into_iter()
+        .find_map(|p| unmountable(p))
+    {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, why));
+    }
+    let uid = rustix::process::getuid().as_raw();
+    let gid = rustix::process::getgid().as_raw();
+    let uid_map = format!("{uid} {uid} 1");
+    let gid_map = format!("{gid} {gid} 1");
+    let target = cstring(mount.project.as_os_str().as_bytes(), "the project path")?;
+    let mut options = b"lowerdir=".to_vec();
+    options.extend_from_slice(mount.project.as_os_str().as_bytes());
+    options.extend_from_slice(b",upperdir=");
+    options.extend_from_slice(mount.upper.as_os_str().as_bytes());
+    options.extend_from_slice(b",workdir=");
+    options.extend_from_slice(mount.work.as_os_str().as_bytes());
+    // `volatile`: the upper layer is read once and thrown away, so the
+    // overlay must not sync the whole file system it lives on when the
+    // namespace goes (an ext4 `syncfs` per action, tens of ms or worse).
+    options.extend_from_slice(b",userxattr,volatile");
+    let options = cstring(&options, "the overlay options")?;
+    // SAFETY: the closure runs in the forked child before exec, where only
+    // async-signal-safe calls are allowed: raw unshare, open, write, close
+    // and mount system calls on data prepared above; it allocates nothing
+    // (`last_os_error` only wraps the errno).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            write_proc(c"/proc/self/setgroups", b"deny")?;
+            write_proc(c"/proc/self/uid_map", uid_map.as_bytes())?;
+            write_proc(c"/proc/self/gid_map", gid_map.as_bytes())?;
+            // Nothing mounted here may reach the host's mount table.
+            if libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::mount(
+                c"overlay".as_ptr(),
+                target.as_ptr(),
+                c"overlay".as_ptr(),
+                0,
+                options.as_ptr().cast(),
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}
+
+/// Write `bytes` to a `/proc` file in the child (no allocation).
+fn write_proc(path: &std::ffi::CStr, bytes: &[u8]) -> std::io::Result<()> {
+    // SAFETY: raw open/write/close on a NUL-terminated path and a borrowed
+    // buffer; async-signal-safe.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let wrote = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+        let err = std::io::Error::last_os_error();
+        libc::close(fd);
+        if wrote < 0 {
+            return Err(err);
+        }
+    }
+    Ok(())
+}
+
+/// Whether overlays can be mounted here (tried once per process, in
+/// `scratch`: a lower file, a deletion and a write, then the upper layer
+/// must hold exactly the write and a whiteout, and the lower must be
+/// untouched). `Err` is the reason and the fix.
+pub fn probe(scratch: &Path) -> Result<(), String> {
+    static RESULT: OnceLock<Result<(), String>> = OnceLock::new();
+    RESULT.get_or_init(|| probe_once(scratch)).clone()
+}
+
+fn probe_once(scratch: &Path) -> Result<(), String> {
+    let fix = "Linux ≥ 5.11 with unprivileged user namespaces \
+               (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0) \
+               lets each action run into an overlay; or set `[checkpoints] transactions = \
+               \"overlay-or-observe\"` to observe effects instead";
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        format!("overlays are unavailable here ({what}: {e}); {fix}")
+    };
+    std::fs::create_dir_all(scratch).map_err(|e| fail("scratch directory", &e))?;
+    let dir = tempfile::Builder::new()
+        .prefix("probe-")
+        .tempdir_in(scratch)
+        .map_err(|e| fail("scratch directory", &e))?;
+    let (lower, upper, work) = (
+        dir.path().join("lower"),
+        dir.path().join("upper"),
+        dir.path().join("work"),
+    );
+    for d in [&lower, &upper, &work] {
+        std::fs::create_dir(d).map_err(|e| fail("scratch directory", &e))?;
+    }
+    std::fs::write(lower.join("gone"), "x").map_err(|e| fail("scratch file", &e))?;
+    let mount = OverlayMount {
+        project: lower.clone(),
+        upper: upper.clone(),
+        work,
+    };
+    let mut cmd = tokio::process::Command::new("/bin/sh");
+    // Absolute paths: the child's working directory is set before the
+    // mount and would name the lower directory itself, not the overlay.
+    cmd.args(["-c", "rm \"$1/gone\" && echo y > \"$1/made\"", "sh"])
+        .arg(&lower)
+        .current_dir("/")
+        .env_clear();
+    install(&mut cmd, &mount).map_err(|e| fail("mount options", &e))?;
+    // The probe runs once, before any action; a small current-thread
+    // runtime keeps it independent of the caller's.
+    let status = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async {
+            let mut cmd = cmd;
+            cmd.status().await
+        })
+    })
+    .join()
+    .map_err(|_| fail("probe", &"the probe thread panicked"))?
+    .map_err(|e| fail("unshare or mount", &e))?;
+    if !status.success() {
+        return Err(fail("probe command", &status));
+    }
+    let whiteout = std::fs::symlink_metadata(upper.join("gone"))
+        .map(|m| {
+            use std::os::unix::fs::{FileTypeExt, MetadataExt};
+            m.file_type().is_char_device() && m.rdev() == 0
+        })
+        .unwrap_or(false);
+    let made = std::fs::read_to_string(upper.join("made")).unwrap_or_default() == "y\n";
+    let lower_kept = lower.join("gone").exists() && !lower.join("made").exists();
+    if whiteout && made && lower_kept {
+        Ok(())
+    } else {
+        Err(fail(
+            "probe",
+            &format!("whiteout {whiteout}, write in upper {made}, lower untouched {lower_kept}"),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_an_overlay_option_cannot_carry_are_named() {
+        assert!(unmountable(Path::new("/home/ada/project")).is_none());
+        for bad in ["/a,b", "/a:b", "/a\\b"] {
+            assert!(unmountable(Path::new(bad)).is_some(), "{bad}");
+        }
+    }
+}

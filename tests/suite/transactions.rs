@@ -1,0 +1,353 @@
+//! Transactional actions (issue 23) through the real binary, real
+//! bubblewrap and the fake provider: a command runs into an overlay, and
+//! only its own changeset — never what the person does in the project
+//! meanwhile — is judged, applied and undone.
+//!
+//! The person's concurrent edits are made from the test while the fake
+//! model's command sleeps (after the call's `in_progress` update, which is
+//! sent just before the command starts).
+
+use crate::harness;
+use crate::support;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+
+use harness::{prompt, Client};
+use serde_json::{json, Value};
+use support::fake_provider::{self as fake, FakeProvider};
+
+/// A git project: two text files, a data folder of 24 files (deleting them
+/// all is a bulk delete), and a private `.env` the project ignores.
+fn project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(p)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.org")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.org")
+            .output()
+            .unwrap()
+            .status
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    std::fs::write(p.join("a.txt"), "a\n").unwrap();
+    std::fs::write(p.join("b.txt"), "b\n").unwrap();
+    std::fs::write(p.join("notes.txt"), "my notes\n").unwrap();
+    std::fs::write(p.join(".gitignore"), ".env\n").unwrap();
+    std::fs::create_dir_all(p.join("data")).unwrap();
+    for i in 0..24 {
+        std::fs::write(p.join(format!("data/{i:02}.txt")), format!("row {i}\n")).unwrap();
+    }
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "init"]);
+    std::fs::write(p.join(".env"), "SECRET=1\n").unwrap();
+    std::fs::set_permissions(p.join(".env"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    dir
+}
+
+/// Every file of the work tree (not `.git`) with its bytes and mode.
+fn tree(root: &Path) -> BTreeMap<String, (Vec<u8>, u32)> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, (Vec<u8>, u32)>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = e.path();
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .to_string();
+            if rel == ".git" {
+                continue;
+            }
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                walk(root, &path, out);
+            } else {
+                let mode = meta.permissions().mode() & 0o7777;
+                out.insert(rel, (std::fs::read(&path).unwrap(), mode));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+struct Run {
+    _home: tempfile::TempDir,
+    fake: FakeProvider,
+    client: Client,
+    session: String,
+    prompt_id: u64,
+}
+
+/// Start a turn whose model runs `command` with the shell tool, and return
+/// once the command is running (text-gate asks before it are allowed).
+async fn running(project: &Path, command: &str) -> Run {
+    let home = tempfile::tempdir().unwrap();
+    let args = json!({ "command": command }).to_string();
+    let fake = FakeProvider::start(vec![
+        fake::openai_tool_calls(&[("call_t", "shell", &args)]),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let url = fake.openai_url();
+    let (mut client, session) =
+        Client::with_session(home.path(), &["--provider-url", &url], json!({}), project).await;
+    let prompt_id = client
+        .start_request("session/prompt", prompt(&session, "go"))
+        .await;
+    loop {
+        let msg = client
+            .wait_for(|v| {
+                v["method"] == "session/request_permission"
+                    || (v["method"] == "session/update"
+                        && v["params"]["update"]["status"] == "in_progress")
+            })
+            .await;
+        if msg["method"] != "session/request_permission" {
+            break;
+        }
+        client.answer(&msg, "allow_once").await;
+    }
+    Run {
+        _home: home,
+        fake,
+        client,
+        session,
+        prompt_id,
+    }
+}
+
+impl Run {
+    /// Answer every further permission request with `option`; the asks.
+    async fn finish(&mut self, option: &str) -> Vec<Value> {
+        let id = self.prompt_id;
+        let mut asked = Vec::new();
+        loop {
+            let msg = self
+                .client
+                .wait_for(|v| {
+                    (v["id"] == json!(id) && v.get("method").is_none())
+                        || v["method"] == "session/request_permission"
+                })
+                .await;
+            if msg["method"] != "session/request_permission" {
+                assert_eq!(msg["result"]["stopReason"], "end_turn", "{msg}");
+                return asked;
+            }
+            self.client.answer(&msg, option).await;
+            asked.push(msg);
+        }
+    }
+
+    fn told(&self) -> String {
+        self.fake.last_tool_results().pop().expect("a tool result")
+    }
+
+    async fn history(&mut self, cwd: &Path) -> Value {
+        let _ = &self.session;
+        self.client
+            .request("_passepartout/history", json!({ "cwd": cwd }))
+            .await
+    }
+}
+
+/// Issue 23, item 1: the person edits `b.txt` and creates `my-draft.txt`
+/// while the agent's command sleeps. The checkpoint holds only the agent's
+/// `a.txt`, and undo reverts only that.
+#[tokio::test]
+async fn a_persons_edits_while_a_command_runs_are_not_the_agents() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let project = project();
+    let p = project.path();
+    let mut run = running(p, "sleep 2; echo agent > a.txt").await;
+    std::fs::write(p.join("b.txt"), "the person's b\n").unwrap();
+    std::fs::write(p.join("my-draft.txt"), "draft\n").unwrap();
+    let asked = run.finish("reject_once").await;
+    assert!(asked.is_empty(), "nothing to ask about: {asked:?}");
+    assert_eq!(std::fs::read_to_string(p.join("a.txt")).unwrap(), "agent\n");
+    let h = run.history(p).await;
+    let effect = &h["result"]["checkpoints"][0]["effect"];
+    assert_eq!(effect["modified"], json!(["a.txt"]), "{h}");
+    assert_eq!(effect["created"], json!([]), "{h}");
+    assert!(
+        run.told().contains("changed 1 file: +0 ~1 −0"),
+        "{}",
+        run.told()
+    );
+
+    let r = run
+        .client
+        .request("_passepartout/undo", json!({ "cwd": p }))
+        .await;
+    assert_eq!(r["result"]["undone"], "c1", "{r}");
+    assert_eq!(std::fs::read_to_string(p.join("a.txt")).unwrap(), "a\n");
+    assert_eq!(
+        std::fs::read_to_string(p.join("b.txt")).unwrap(),
+        "the person's b\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(p.join("my-draft.txt")).unwrap(),
+        "draft\n"
+    );
+}
+
+/// Issue 23, item 2: the person rewrites the ignored-but-precious `.env`
+/// and empties `notes.txt` during the command. Neither is blamed on the
+/// agent: nothing is held, nothing rolled back, nothing asked.
+#[tokio::test]
+async fn a_persons_env_rewrite_is_not_blamed_on_the_agent() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let project = project();
+    let p = project.path();
+    let mut run = running(p, "sleep 2; echo agent > a.txt").await;
+    std::fs::write(p.join(".env"), "SECRET=mine\n").unwrap();
+    std::fs::write(p.join("notes.txt"), "").unwrap();
+    // Rejecting any ask would lose the person's edits if they were blamed.
+    let asked = run.finish("reject_once").await;
+    assert!(
+        asked.is_empty(),
+        "the person's edits were judged: {asked:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(p.join(".env")).unwrap(),
+        "SECRET=mine\n"
+    );
+    assert_eq!(std::fs::read_to_string(p.join("notes.txt")).unwrap(), "");
+    assert_eq!(std::fs::read_to_string(p.join("a.txt")).unwrap(), "agent\n");
+    let told = run.told();
+    assert!(
+        !told.contains(".env") && !told.contains("notes.txt"),
+        "{told}"
+    );
+}
+
+/// Issue 23, item 3: the agent appends to a 0600 `.env` (held: precious),
+/// it is applied on approval still 0600, and undo puts it back 0600.
+#[tokio::test]
+async fn a_private_env_stays_private_through_apply_and_undo() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let project = project();
+    let p = project.path();
+    let mut run = running(p, "echo MORE=1 >> .env").await;
+    let asked = run.finish("allow_once").await;
+    assert!(
+        asked
+            .iter()
+            .any(|a| a["params"]["toolCall"]["rawInput"]["op"] == "apply_checkpoint"),
+        "a precious file's change is held: {asked:?}"
+    );
+    let mode = |p: &Path| {
+        std::fs::metadata(p.join(".env"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(
+        std::fs::read_to_string(p.join(".env")).unwrap(),
+        "SECRET=1\nMORE=1\n"
+    );
+    assert_eq!(mode(p), 0o600);
+    let r = run
+        .client
+        .request("_passepartout/undo", json!({ "cwd": p }))
+        .await;
+    assert_eq!(r["result"]["undone"], "c1", "{r}");
+    assert_eq!(
+        std::fs::read_to_string(p.join(".env")).unwrap(),
+        "SECRET=1\n"
+    );
+    assert_eq!(mode(p), 0o600);
+}
+
+/// A held changeset has touched nothing: while the command runs, while
+/// the person decides, and after a rejection the project is byte for byte
+/// (and mode for mode) what it was.
+#[tokio::test]
+async fn a_held_changeset_leaves_the_project_byte_identical() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let project = project();
+    let p = project.path();
+    let original = tree(p);
+    let mut run = running(
+        p,
+        "for f in data/*; do rm \"$f\"; done; echo x > a.txt; sleep 2",
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    assert_eq!(tree(p), original, "while the command runs");
+    let ask = run
+        .client
+        .wait_for(|v| {
+            v["method"] == "session/request_permission"
+                && v["params"]["toolCall"]["rawInput"]["op"] == "apply_checkpoint"
+        })
+        .await;
+    assert_eq!(tree(p), original, "while the plan waits");
+    let why = ask["params"]["toolCall"]["content"].to_string();
+    assert!(why.contains("effect-deletes"), "{why}");
+    let shown: String = run
+        .client
+        .updates("tool_call_update")
+        .into_iter()
+        .filter(|u| u["status"] == "pending")
+        .map(|u| u["content"].to_string())
+        .collect();
+    assert!(shown.contains("the project was not touched"), "{shown}");
+    run.client.answer(&ask, "reject_once").await;
+    run.finish("reject_once").await;
+    assert_eq!(tree(p), original, "after the rejection");
+    let h = run.history(p).await;
+    assert_eq!(h["result"]["checkpoints"][0]["status"], "rejected", "{h}");
+}
+
+/// The agent and the person change the same file: the person's version is
+/// kept (never overwritten), the conflict is named, the agent's other
+/// change is applied.
+#[tokio::test]
+async fn a_file_the_person_changed_meanwhile_is_a_conflict_not_overwritten() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let project = project();
+    let p = project.path();
+    let mut run = running(p, "sleep 2; echo agent > a.txt; echo agent > b.txt").await;
+    std::fs::write(p.join("b.txt"), "the person's b\n").unwrap();
+    let asked = run.finish("reject_once").await;
+    assert!(asked.is_empty(), "{asked:?}");
+    assert_eq!(std::fs::read_to_string(p.join("a.txt")).unwrap(), "agent\n");
+    assert_eq!(
+        std::fs::read_to_string(p.join("b.txt")).unwrap(),
+        "the person's b\n"
+    );
+    let told = run.told();
+    assert!(
+        told.contains("Conflict") && told.contains("b.txt"),
+        "{told}"
+    );
+    let h = run.history(p).await;
+    assert_eq!(
+        h["result"]["checkpoints"][0]["effect"]["modified"],
+        json!(["a.txt"]),
+        "{h}"
+    );
+}
