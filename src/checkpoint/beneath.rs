@@ -305,7 +305,19 @@ impl Beneath {
     /// Every file (not directory) beneath the directory `rel`, relative to
     /// the project; symlinks are listed, never entered.
     pub fn files_under(&self, rel: &str) -> Result<Vec<String>, BeneathError> {
+        Ok(self.walk(rel)?.0)
+    }
+
+    /// Every directory beneath the directory `rel` (not `rel` itself),
+    /// relative to the project; symlinks are never entered.
+    pub fn dirs_under(&self, rel: &str) -> Result<Vec<String>, BeneathError> {
+        Ok(self.walk(rel)?.1)
+    }
+
+    /// The files and the directories beneath the directory `rel`.
+    fn walk(&self, rel: &str) -> Result<(Vec<String>, Vec<String>), BeneathError> {
         let mut out = Vec::new();
+        let mut dirs = Vec::new();
         let mut stack = vec![rel.trim_end_matches('/').to_string()];
         while let Some(d) = stack.pop() {
             let fd = rustix::fs::openat2(
@@ -325,13 +337,16 @@ impl Beneath {
                 }
                 let child = format!("{d}/{}", String::from_utf8_lossy(name));
                 match self.node(&child)? {
-                    Some(Node::Dir) => stack.push(child),
+                    Some(Node::Dir) => {
+                        dirs.push(child.clone());
+                        stack.push(child);
+                    }
                     Some(_) => out.push(child),
                     None => {}
                 }
             }
         }
-        Ok(out)
+        Ok((out, dirs))
     }
 }
 

@@ -55,7 +55,8 @@ pub struct Passthrough {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub remove: bool,
     /// A directory the command made (git records none; `.git/refs` and
-    /// an empty `build/` must exist all the same).
+    /// an empty `build/` must exist all the same); with `remove`, a
+    /// directory the command removed, removed only once it is empty.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dir: bool,
 }
@@ -205,6 +206,26 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
             }
         }
     }
+    // Directories of the project the command removed (`rm -r dir`, an
+    // opaque directory hiding the old one): once their files are gone they
+    // are removed too, when empty — a file someone else put there keeps
+    // its folder.
+    let mut gone_dirs: Vec<String> = Vec::new();
+    for (path, item) in &items {
+        if matches!(item, Upper::Whiteout) && matches!(b.node(path), Ok(Some(Node::Dir))) {
+            gone_dirs.extend(b.dirs_under(path)?);
+            gone_dirs.push(path.clone());
+        }
+    }
+    for d in &opaque {
+        if matches!(b.node(d), Ok(Some(Node::Dir))) {
+            gone_dirs.extend(
+                b.dirs_under(d)?
+                    .into_iter()
+                    .filter(|sub| !upper.join(sub).is_dir()),
+            );
+        }
+    }
 
     let root = store.work_tree().to_path_buf();
     let mut rules = Ignores::new(&root, cfg.precious);
@@ -325,6 +346,19 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
         out.passthrough.push(Passthrough {
             path: d,
             remove: false,
+            dir: true,
+        });
+    }
+    // Deepest first, after every file (passthrough is applied in order).
+    gone_dirs.sort_by_key(|d| std::cmp::Reverse(d.matches('/').count()));
+    gone_dirs.dedup();
+    for d in gone_dirs {
+        if crate::control_surface::control_entry(Path::new(&d)).is_some() {
+            continue;
+        }
+        out.passthrough.push(Passthrough {
+            path: d,
+            remove: true,
             dir: true,
         });
     }

@@ -155,6 +155,12 @@ impl Transaction {
 /// link, its mode kept) or remove it (a file, or a directory and all it
 /// holds), beneath the project.
 pub fn pass_through(b: &Beneath, upper: &Path, p: &Passthrough) -> Result<(), String> {
+    if p.remove && p.dir {
+        // A folder the command removed: its files went first; one that
+        // still holds something (put there by someone else) stays.
+        b.remove_empty_dir(&p.path);
+        return Ok(());
+    }
     if p.remove {
         return match b.node(&p.path).map_err(|e| e.to_string())? {
             Some(Node::Dir) => {

@@ -351,3 +351,32 @@ async fn a_file_the_person_changed_meanwhile_is_a_conflict_not_overwritten() {
         "{h}"
     );
 }
+
+/// `rm -r` of a folder tree removes the folders too, not only their files;
+/// a folder the person put a file into meanwhile keeps it.
+#[tokio::test]
+async fn a_removed_folder_tree_is_gone_and_a_persons_new_file_keeps_its_folder() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let project = project();
+    let p = project.path();
+    for d in ["build/a/b", "build/c", "logs/old"] {
+        std::fs::create_dir_all(p.join(d)).unwrap();
+    }
+    std::fs::write(p.join("build/a/b/out.o"), "obj\n").unwrap();
+    std::fs::write(p.join("logs/old/1.log"), "log\n").unwrap();
+    let mut run = running(p, "sleep 2; rm -r build logs/old").await;
+    std::fs::write(p.join("logs/old/mine.txt"), "the person's\n").unwrap();
+    run.finish("allow_once").await;
+    assert!(
+        !p.join("build").exists(),
+        "the removed tree stays: {:?}",
+        tree(p)
+    );
+    assert!(!p.join("logs/old/1.log").exists());
+    assert_eq!(
+        std::fs::read_to_string(p.join("logs/old/mine.txt")).unwrap(),
+        "the person's\n"
+    );
+}
