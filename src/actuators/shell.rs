@@ -201,11 +201,14 @@ impl ShellActuator {
         .await;
         // Every process of the sandbox is gone by now (bwrap's pid
         // namespace dies with it), so nothing races the sweep.
-        // In an overlay the run created nothing on the host: what it made
-        // on the control surface is in its changeset (dropped there), and
-        // a sweep now could only remove what the person made meanwhile.
-        let undone = match overlay {
-            Some(_) => Vec::new(),
+        // In an overlay the run created nothing on the host: what it did
+        // to the control surface (the fixed list, and what this run's
+        // snapshot found: the person's git settings' files, in-progress
+        // state, planted repositories) is undone in the upper layer before
+        // the changeset is read; a sweep of the project could only remove
+        // what the person made meanwhile.
+        let undone = match &overlay {
+            Some(mount) => surface.sweep_upper(&mount.upper),
             None => surface.sweep(),
         };
         let outcome = outcome.map_err(|e| {

@@ -445,7 +445,10 @@ pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_
                 }
             };
         }
-        Observing::Transaction(t) => t.finish().await,
+        Observing::Transaction(t) => {
+            t.finish(|path| crate::gates::runtime_plants::plant(path, true).is_some())
+                .await
+        }
         Observing::File(f) => {
             return match f.finish().await {
                 Ok(None) => finish(x.sink, id, text, status),
@@ -562,6 +565,13 @@ async fn effect_stage(
     verdicts.extend(crate::gates::history::judge_changes(&checkpoint.effect));
     verdicts.extend(crate::gates::runtime_plants::judge_changes(
         &checkpoint.effect.changes,
+    ));
+    verdicts.extend(crate::gates::runtime_plants::judge_written(
+        checkpoint
+            .passthrough
+            .iter()
+            .filter(|p| !p.remove && !p.dir)
+            .map(|p| p.path.as_str()),
     ));
     if verdicts.is_empty() && checkpoint.changeset {
         // Judged and allowed: now, and only now, the project changes.

@@ -90,8 +90,13 @@ impl Transaction {
     /// Read the changeset the command left and record it (status `held`
     /// until the effect stage applies it). `Ok(None)`: it changed nothing
     /// that needs judging (what it left outside the record, such as build
-    /// output in ignored directories, is applied at once).
-    pub async fn finish(self) -> Result<Option<Observed>, WatchError> {
+    /// output in ignored directories, is applied at once — unless
+    /// `needs_judging` says one of those paths must be judged first, e.g. a
+    /// `.pth` file in `.venv`: the gates live above this module).
+    pub async fn finish(
+        self,
+        needs_judging: fn(&str) -> bool,
+    ) -> Result<Option<Observed>, WatchError> {
         let guard = lock(self.project.cwd()).lock_owned().await;
         let Transaction {
             project,
@@ -120,7 +125,15 @@ impl Transaction {
                 remove_dir(&dir);
                 return Ok(None);
             }
-            if cs.effect.is_empty() && cs.conflicts.is_empty() && cs.dropped.is_empty() {
+            let judged_writes = cs
+                .passthrough
+                .iter()
+                .any(|pass| !pass.remove && !pass.dir && needs_judging(&pass.path));
+            if cs.effect.is_empty()
+                && cs.conflicts.is_empty()
+                && cs.dropped.is_empty()
+                && !judged_writes
+            {
                 let b = p.store.beneath()?;
                 for pass in &cs.passthrough {
                     if let Err(e) = pass_through(&b, &mount.upper, pass) {

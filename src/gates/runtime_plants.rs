@@ -359,6 +359,17 @@ pub fn judge_changes(changes: &[FileChange]) -> Vec<Verdict> {
         .filter(|c| c.kind != ChangeKind::Deleted)
         .filter_map(|c| plant(&c.path, c.kind == ChangeKind::Created))
         .collect();
+    verdict_for(found)
+}
+
+/// Judge the files an action wrote that checkpoints do not record (an
+/// overlay's passthrough: ignored trees such as `.venv`, `node_modules`,
+/// build folders) — where a `.pth` file hides best. Each counts as created.
+pub fn judge_written<'a>(paths: impl IntoIterator<Item = &'a str>) -> Vec<Verdict> {
+    verdict_for(paths.into_iter().filter_map(|p| plant(p, true)).collect())
+}
+
+fn verdict_for(found: Vec<String>) -> Vec<Verdict> {
     if found.is_empty() {
         return Vec::new();
     }
@@ -422,6 +433,14 @@ impl Gate for RuntimePlantsGate {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_pth_file_in_an_ignored_tree_is_asked_about() {
+        let v = judge_written([".venv/lib/python3.11/site-packages/zz.pth", "build/out.o"]);
+        assert_eq!(v.len(), 1);
+        assert!(v[0].reason.contains("zz.pth"), "{}", v[0].reason);
+        assert!(judge_written(["node_modules/x/index.js"]).is_empty());
+    }
+
     use super::*;
     use crate::action::{Action, Effect};
     use std::path::PathBuf;

@@ -307,17 +307,70 @@ impl SurfaceSnapshot {
         undone
     }
 
+    /// After a run into an overlay (every sandboxed process is gone): undo,
+    /// in its upper layer `upper`, what the run did to the control surface,
+    /// before the changeset is read. Removing an upper entry brings back
+    /// the project's own (a replaced symlink, a path that did not exist);
+    /// planted repositories lose what runs programs, as in [`Self::sweep`].
+    /// The project itself is never touched: what the person does there
+    /// meanwhile is theirs.
+    pub fn sweep_upper(&self, upper: &Path) -> Vec<Undone> {
+        let mut undone = Vec::new();
+        for (guard, rel, _) in &self.links {
+            let Some(path) = inside(upper, rel) else {
+                continue;
+            };
+            if std::fs::symlink_metadata(&path).is_ok() && remove_any(&path).is_ok() {
+                undone.push(Undone {
+                    path: shown(rel),
+                    what: "restored the symlink",
+                    why: guard.why.clone(),
+                });
+            }
+        }
+        for (guard, rel) in &self.missing {
+            let Some(path) = inside(upper, rel) else {
+                continue;
+            };
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() && guard.container {
+                continue; // a new repository: its own entries are swept one by one
+            }
+            if remove_any(&path).is_ok() {
+                undone.push(Undone {
+                    path: shown(rel),
+                    what: "removed",
+                    why: guard.why.clone(),
+                });
+            }
+        }
+        let in_upper = SurfaceSnapshot {
+            root: upper.to_path_buf(),
+            ..self.clone()
+        };
+        undone.extend(in_upper.sweep_planted_repositories());
+        undone
+    }
+
     /// `root/rel`, if every directory on the way is a real directory inside
     /// the root (a symlinked ancestor that leaves the project yields None).
     fn inside_root(&self, rel: &Path) -> Option<PathBuf> {
-        let canonical_root = self.root.canonicalize().ok()?;
-        let path = self.root.join(rel);
-        let parent = path.parent()?.canonicalize().ok()?;
-        if !parent.starts_with(&canonical_root) {
-            return None;
-        }
-        Some(parent.join(path.file_name()?))
+        inside(&self.root, rel)
     }
+}
+
+/// `root/rel`, if every directory on the way is a real directory inside
+/// `root` (a symlinked ancestor that leaves it yields None).
+fn inside(root: &Path, rel: &Path) -> Option<PathBuf> {
+    let canonical_root = root.canonicalize().ok()?;
+    let path = root.join(rel);
+    let parent = path.parent()?.canonicalize().ok()?;
+    if !parent.starts_with(&canonical_root) {
+        return None;
+    }
+    Some(parent.join(path.file_name()?))
 }
 
 /// Protect the control path `rel` (relative to the root) of `entry`, if it

@@ -380,3 +380,31 @@ async fn a_removed_folder_tree_is_gone_and_a_persons_new_file_keeps_its_folder()
         "the person's\n"
     );
 }
+
+/// Issue 24 item 4: a `.pth` file written into an ignored `.venv` (which
+/// checkpoints never record) is asked about before it reaches the project;
+/// rejected, it never does.
+#[tokio::test]
+async fn a_pth_file_in_an_ignored_venv_is_asked_about_and_rejected_stays_out() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let project = project();
+    let p = project.path();
+    std::fs::write(p.join(".gitignore"), ".env\n.venv/\n").unwrap();
+    let site = ".venv/lib/python3.11/site-packages";
+    std::fs::create_dir_all(p.join(site)).unwrap();
+    let mut run = running(
+        p,
+        &format!("echo 'import os' > {site}/zz_hook.pth; echo ok > {site}/plain.txt"),
+    )
+    .await;
+    let asked = run.finish("reject_once").await;
+    let shown = asked
+        .iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(shown.contains("zz_hook.pth"), "not asked about: {shown}");
+    assert!(!p.join(site).join("zz_hook.pth").exists());
+}
