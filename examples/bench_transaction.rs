@@ -98,7 +98,7 @@ async fn measure(files: usize, rounds: usize) -> Figures {
         sh(&script, Some(&mount)).await;
         with_overlay.push(start.elapsed());
         let start = Instant::now();
-        let observed = t.finish().await.unwrap().unwrap();
+        let observed = t.finish(|_| false).await.unwrap().unwrap();
         let mut cp = observed.checkpoint;
         assert_eq!(cp.effect.changes.len(), 1);
         observed.project.apply_changeset(&mut cp).unwrap();
