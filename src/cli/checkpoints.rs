@@ -6,6 +6,18 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::{current_dir, load_config, ConfigFlags};
+use crate::util::terminal::{escape_line, escape_text};
+
+/// `println!` for text that holds names the agent chose (file names, tool
+/// titles, errors quoting paths): escaped, so none steers the terminal.
+macro_rules! say {
+    ($($arg:tt)*) => { println!("{}", escape_text(&format!($($arg)*))) };
+}
+
+/// `eprintln!`, escaped like [`say!`].
+macro_rules! say_err {
+    ($($arg:tt)*) => { eprintln!("{}", escape_text(&format!($($arg)*))) };
+}
 use crate::audit::{AuditLog, AuditRecord};
 use crate::checkpoint::{self, ChangeKind, Origin};
 
@@ -68,9 +80,9 @@ pub fn undo(args: UndoArgs) -> ExitCode {
                         if let Ok(log) = audit() {
                             let _ = log.append(&AuditRecord::effect(&u));
                         }
-                        println!("undid turn {turn} ({}): {}", ids.join(", "), u.summary());
+                        say!("undid turn {turn} ({}): {}", ids.join(", "), u.summary());
                     }
-                    None => println!(
+                    None => say!(
                         "undid turn {turn} ({}): nothing left to change",
                         ids.join(", ")
                     ),
@@ -78,7 +90,7 @@ pub fn undo(args: UndoArgs) -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("passepartout: {e}");
+                say_err!("passepartout: {e}");
                 ExitCode::from(1)
             }
         };
@@ -94,11 +106,11 @@ pub fn undo(args: UndoArgs) -> ExitCode {
             if let Ok(log) = audit() {
                 let _ = log.append(&AuditRecord::effect(&undo));
             }
-            println!("undid {}: {}", undone.id, undo.summary());
+            say!("undid {}: {}", undone.id, undo.summary());
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("passepartout: {e}");
+            say_err!("passepartout: {e}");
             ExitCode::from(1)
         }
     }
@@ -118,9 +130,9 @@ pub fn history(args: HistoryArgs) -> ExitCode {
     };
     if prune {
         match checkpoint::prune(&config.state_dir(), &config.checkpoints, &cwd) {
-            Ok(ids) => eprintln!("pruned {} checkpoint(s)", ids.len()),
+            Ok(ids) => say_err!("pruned {} checkpoint(s)", ids.len()),
             Err(e) => {
-                eprintln!("passepartout: {e}");
+                say_err!("passepartout: {e}");
                 return ExitCode::from(1);
             }
         }
@@ -128,15 +140,16 @@ pub fn history(args: HistoryArgs) -> ExitCode {
     let list = match checkpoint::history(&config.state_dir(), &config.checkpoints, &cwd, limit) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("passepartout: {e}");
+            say_err!("passepartout: {e}");
             return ExitCode::from(1);
         }
     };
     if list.is_empty() {
-        println!("no checkpoints for {}", cwd.display());
+        say!("no checkpoints for {}", cwd.display());
     }
     for cp in list {
         if json {
+            // JSON escapes control characters itself; a machine reads it.
             println!("{}", cp.wire());
             continue;
         }
@@ -145,7 +158,7 @@ pub fn history(args: HistoryArgs) -> ExitCode {
             .as_deref()
             .map(|u| format!(" (undoes {u})"))
             .unwrap_or_default();
-        println!(
+        say!(
             "{}  {}  {}  {}  {}{undoes}  {}",
             cp.id,
             cp.status.as_str(),
@@ -160,10 +173,10 @@ pub fn history(args: HistoryArgs) -> ExitCode {
                 ChangeKind::Modified => '~',
                 ChangeKind::Deleted => '-',
             };
-            println!("    {mark} {}", c.path);
+            say!("    {mark} {}", escape_line(&c.path));
         }
         if cp.effect.changes.len() > 10 {
-            println!("    … {} more", cp.effect.changes.len() - 10);
+            say!("    … {} more", cp.effect.changes.len() - 10);
         }
     }
     ExitCode::SUCCESS

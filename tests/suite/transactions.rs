@@ -408,3 +408,41 @@ async fn a_pth_file_in_an_ignored_venv_is_asked_about_and_rejected_stays_out() {
     assert!(shown.contains("zz_hook.pth"), "not asked about: {shown}");
     assert!(!p.join(site).join("zz_hook.pth").exists());
 }
+
+/// Issue 24 item 5: a file name the agent chose with terminal controls in
+/// it (erase the line above, write the clipboard) is shown escaped by
+/// `passepartout history`, never obeyed.
+#[tokio::test]
+async fn history_shows_an_agent_chosen_file_name_escaped() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let project = project();
+    let p = project.path();
+    let mut run = running(
+        p,
+        "touch \"$(printf 'x\\033[1A\\033[2Ky\\033]52;c;aGk=\\007.txt')\"",
+    )
+    .await;
+    run.finish("allow_once").await;
+    let planted = std::fs::read_dir(p)
+        .unwrap()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().contains('\x1b'));
+    assert!(planted, "the command made no such file: {:?}", tree(p));
+    let home = run._home.path();
+    let out = Command::new(env!("CARGO_BIN_EXE_passepartout"))
+        .arg("history")
+        .current_dir(p)
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_STATE_HOME", home.join("state"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("+ x\\x1b[1A\\x1b[2Ky"), "{text}");
+    assert!(
+        !out.stdout.contains(&0x1b) && !out.stdout.contains(&0x07),
+        "{text:?}"
+    );
+}
