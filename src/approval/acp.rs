@@ -203,10 +203,9 @@ pub async fn proposed_changes(
     let cfg = env.config.checkpoints.clone();
     match &action.effect {
         crate::action::Effect::WriteFile { path, content } => {
-            let path = cwd.join(path);
             let max = cfg.max_diff_bytes;
-            let (path, content) = (path.clone(), content.clone());
-            tokio::task::spawn_blocking(move || write_diff(&path, &content, max))
+            let (cwd, path, content) = (cwd.to_path_buf(), cwd.join(path), content.clone());
+            tokio::task::spawn_blocking(move || write_diff(&cwd, &path, &content, max))
                 .await
                 .unwrap_or_default()
         }
@@ -236,58 +235,88 @@ pub async fn proposed_changes(
 
 /// The diff of writing `new` to `path`: old text = the file now (none for
 /// a new file). A file that is too big, not text, or not a regular file is
-/// named in a text item instead (never opened when not regular: a FIFO
-/// would block).
-fn write_diff(path: &std::path::Path, new: &str, max_bytes: u64) -> Vec<acp::ToolCallContent> {
-    use std::io::Read;
-    let shown = |old: Option<String>| {
-        vec![acp::ToolCallContent::from(
+/// named in a text item instead.
+fn write_diff(
+    cwd: &std::path::Path,
+    path: &std::path::Path,
+    new: &str,
+    max_bytes: u64,
+) -> Vec<acp::ToolCallContent> {
+    match old_text(cwd, path, new, max_bytes) {
+        Ok(old) => vec![acp::ToolCallContent::from(
             acp::Diff::new(path.to_path_buf(), new.to_string()).old_text(old),
-        )]
-    };
-    let too_big = |what: &str| {
-        vec![acp::ToolCallContent::from(format!(
-            "{}: {what}; no diff shown (limit max_diff_bytes = {max_bytes} in [checkpoints])",
-            path.display()
-        ))]
-    };
-    if new.len() as u64 > max_bytes {
-        return too_big("the new content is too large");
-    }
-    // Opened without following a link or waiting on a FIFO (the path may
-    // be swapped after a check), then judged by what was opened.
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return shown(None),
-        Err(e) => {
-            return vec![acp::ToolCallContent::from(format!(
-                "{}: cannot be read ({e}); no diff shown",
-                path.display()
-            ))]
-        }
-    };
-    match file.metadata() {
-        Ok(m) if !m.is_file() => {
-            return vec![acp::ToolCallContent::from(format!(
-                "{}: not a regular file; no diff shown",
-                path.display()
-            ))]
-        }
-        Ok(m) if m.len() > max_bytes => return too_big("the file is too large"),
-        _ => {}
-    }
-    let mut old = Vec::new();
-    let read = file.take(max_bytes + 1).read_to_end(&mut old);
-    match (read, String::from_utf8(old)) {
-        (Ok(_), Ok(text)) if !text.contains('\0') => shown(Some(text)),
-        _ => vec![acp::ToolCallContent::from(format!(
-            "{}: not text; no diff shown",
+        )],
+        Err(why) => vec![acp::ToolCallContent::from(format!(
+            "{}: {why}; no diff shown",
             path.display()
         ))],
+    }
+}
+
+/// The text at `path` now, before `new` is written there: `Ok(None)` for
+/// no file, `Err(why)` when no diff can be shown (outside the working
+/// directory `cwd`, too large for `max_bytes`, not text, not a regular
+/// file, unreadable). Resolved beneath `cwd` like the files actuator
+/// resolves it (no symlink followed, no `..` out), opened non-blocking.
+pub(crate) fn old_text(
+    cwd: &std::path::Path,
+    path: &std::path::Path,
+    new: &str,
+    max_bytes: u64,
+) -> Result<Option<String>, String> {
+    let limit =
+        |what: &str| format!("{what} (limit max_diff_bytes = {max_bytes} in [checkpoints])");
+    if new.len() as u64 > max_bytes {
+        return Err(limit("the new content is too large"));
+    }
+    let rel = match path.strip_prefix(cwd) {
+        Ok(rel) => rel,
+        Err(_) if path.is_relative() => path,
+        Err(_) => return Err("outside the working directory".into()),
+    };
+    let beneath = crate::checkpoint::beneath::Beneath::open(cwd)
+        .map_err(|e| format!("the working directory cannot be opened ({e})"))?;
+    let old = beneath
+        .read_capped(&rel.to_string_lossy(), max_bytes)
+        .map_err(|why| {
+            if why.starts_with("larger than") {
+                limit("the file is too large")
+            } else {
+                why
+            }
+        })?;
+    match old.map(String::from_utf8) {
+        None => Ok(None),
+        Some(Ok(text)) if !text.contains('\0') => Ok(Some(text)),
+        Some(_) => Err("not text".into()),
+    }
+}
+
+/// A unified diff of what `action` changes, for a flight plan's Org text:
+/// a `write_file` against the file now. `None` for other actions, or when
+/// no diff can be shown (the reason is then the diff's one line).
+pub(crate) fn proposed_unified_diff(
+    cwd: &std::path::Path,
+    action: &crate::action::Action,
+    max_bytes: u64,
+) -> Option<String> {
+    let crate::action::Effect::WriteFile { path, content } = &action.effect else {
+        return None;
+    };
+    let shown = path.strip_prefix(cwd).unwrap_or(path).display().to_string();
+    match old_text(cwd, path, content, max_bytes) {
+        Ok(old) => {
+            let old = old.unwrap_or_default();
+            let diff = similar::TextDiff::configure()
+                .timeout(std::time::Duration::from_millis(50))
+                .diff_lines(old.as_str(), content.as_str());
+            let text = diff
+                .unified_diff()
+                .context_radius(3)
+                .header(&format!("a/{shown}"), &format!("b/{shown}"))
+                .to_string();
+            (!text.is_empty()).then_some(text)
+        }
+        Err(why) => Some(format!("{shown}: {why}; no diff shown\n")),
     }
 }

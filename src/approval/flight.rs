@@ -397,6 +397,12 @@ impl FlightDesk {
             request.trace,
         );
         plan = plan.in_cwd(request.cwd);
+        // The person sees what a file change does before deciding (the
+        // same diff an ACP client gets in its permission request).
+        if let Some(cwd) = &plan.cwd {
+            let max = self.env.config.checkpoints.max_diff_bytes;
+            plan.changes = super::acp::proposed_unified_diff(cwd, &plan.action, max);
+        }
         if let Err(e) = self.store.create(&plan) {
             // Fail closed: a plan that could not be saved is not offered.
             return ApprovalOutcome::Rejected {

@@ -216,6 +216,37 @@ impl Beneath {
         Ok(bytes)
     }
 
+    /// The bytes of the regular file at `rel` if it has at most `max`
+    /// bytes: `Ok(None)` when nothing is there, `Err(why)` when it is not a
+    /// regular file, too large, or unreadable. Opened non-blocking, so a
+    /// FIFO swapped in after a check never blocks the reader.
+    pub fn read_capped(&self, rel: &str, max: u64) -> Result<Option<Vec<u8>>, String> {
+        use std::io::Read;
+        let fd = match rustix::fs::openat2(
+            &self.root,
+            rel,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+            BENEATH,
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(format!("cannot be read beneath the project ({e})")),
+        };
+        let file = std::fs::File::from(fd);
+        match file.metadata() {
+            Ok(m) if !m.is_file() => return Err("not a regular file".into()),
+            Ok(m) if m.len() > max => return Err(format!("larger than {max} bytes")),
+            Ok(_) => {}
+            Err(e) => return Err(format!("cannot be read ({e})")),
+        }
+        let mut bytes = Vec::new();
+        file.take(max + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| format!("cannot be read ({e})"))?;
+        Ok(Some(bytes))
+    }
+
     /// The target of the symlink at `rel` (the link itself, not followed).
     pub fn read_link(&self, rel: &str) -> Result<Vec<u8>, BeneathError> {
         let Some((dir, name)) = self.parent(rel, false)? else {

@@ -197,6 +197,12 @@ pub struct FlightPlan {
     /// Absent in older plans: read from the session id then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_pid: Option<u32>,
+    /// What the proposed action changes, as a unified diff, for the person
+    /// to read before deciding (a `write_file`: the file now against the
+    /// new content). Made when the plan is made; not part of the hash, and
+    /// not shown once a person edited the action (it would be stale).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<String>,
 }
 
 impl FlightPlan {
@@ -225,6 +231,7 @@ impl FlightPlan {
             original: None,
             cwd: None,
             owner_pid: Some(std::process::id()),
+            changes: None,
         }
     }
 

@@ -96,6 +96,17 @@ pub fn render(plan: &FlightPlan) -> String {
     out.push_str(&action_block(action));
     out.push('\n');
 
+    if let (Some(diff), None) = (&plan.changes, &plan.original) {
+        {
+            out.push_str(
+                "** Changes\nWhat the action changes, against the project as it is now:\n\n\
+                 #+begin_src diff\n",
+            );
+            out.push_str(&escape_block_body(diff.trim_end_matches('\n')));
+            out.push_str("\n#+end_src\n\n");
+        }
+    }
+
     if let Some(original) = &plan.original {
         out.push_str(
             "** Original proposal\nWhat the model proposed, before a person edited it:\n\n",

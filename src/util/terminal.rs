@@ -107,7 +107,8 @@ mod tests {
     fn the_escaping_writer_escapes_every_write() {
         use std::io::Write as _;
         let mut out = Escaping(Vec::new());
-        let _ = writeln!(out, "file {}", "x\x1b[2K\x1b]52;c;aGk=\x07.org");
+        let name = "x\x1b[2K\x1b]52;c;aGk=\x07.org";
+        let _ = writeln!(out, "file {name}");
         let _ = write!(out, "tab\there");
         assert_eq!(
             String::from_utf8_lossy(&out.0),

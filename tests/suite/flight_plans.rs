@@ -900,3 +900,44 @@ async fn the_deciding_client_of_another_daemon_hears_the_outcome() {
         "shared\n"
     );
 }
+
+/// Issue 18 / 21: a flight plan for a file change shows the diff against
+/// the file as it is now, before the person decides (the Org plan gets
+/// what an ACP client gets in its permission request).
+#[tokio::test]
+async fn a_write_file_plan_shows_its_diff_before_the_decision() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("notes.txt"), "one\ntwo\nthree\n").unwrap();
+    let fake = FakeProvider::start(vec![
+        write_call("notes.txt", "one\n2\nthree\n"),
+        fake::openai_text("ok"),
+    ])
+    .await;
+    let mut c = spawn(home.path(), &fake);
+    c.initialize(json!({ "flightPlans": true })).await;
+    let sid = c.new_session(project.path()).await;
+    let _p = c
+        .start_request("session/prompt", prompt(&sid, "edit"))
+        .await;
+    let offer = c.wait_method("_passepartout/plan/offer").await;
+    let org = offer["params"]["plan"]["org"].as_str().unwrap();
+    let changes = org
+        .split("** Changes\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no Changes section: {org}"));
+    assert!(changes.contains("#+begin_src diff"), "{org}");
+    assert!(
+        changes.contains("--- a/notes.txt") && changes.contains("+++ b/notes.txt"),
+        "{org}"
+    );
+    assert!(
+        changes.contains("\n-two\n") && changes.contains("\n+2\n"),
+        "{org}"
+    );
+    // Nothing was written before the decision.
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("notes.txt")).unwrap(),
+        "one\ntwo\nthree\n"
+    );
+}

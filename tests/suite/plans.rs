@@ -55,6 +55,7 @@ fn fixed_plan(action: Action, explanation: &str) -> FlightPlan {
         original: None,
         cwd: None,
         owner_pid: None,
+        changes: None,
     }
 }
 
