@@ -1256,6 +1256,63 @@ mod tests {
         );
     }
 
+    /// `n` bytes git cannot compress.
+    fn random_bytes(n: usize) -> Vec<u8> {
+        use std::io::Read;
+        let mut bytes = vec![0u8; n];
+        std::fs::File::open("/dev/urandom")
+            .unwrap()
+            .read_exact(&mut bytes)
+            .unwrap();
+        bytes
+    }
+
+    #[test]
+    fn the_quota_evicts_oldest_first_but_never_held_or_the_newest_steps() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        let cfg = CheckpointConfig {
+            max_store_bytes: 4_500_000,
+            keep_undo_steps: 2,
+            ..Default::default()
+        };
+        let p = Project::open(state.path(), t, &cfg).unwrap();
+        let big = t.join("big.bin");
+        // c1 is held (rolled back, a person may still approve it).
+        let mut c1 = recorded(&p, || {
+            std::fs::write(&big, random_bytes(1_000_000)).unwrap()
+        });
+        p.hold(&mut c1, vec!["big".into()]).unwrap();
+        let mut versions = Vec::new();
+        let mut last = None;
+        for _ in 2..=5 {
+            let bytes = random_bytes(1_000_000);
+            versions.push(bytes.clone());
+            last = Some(recorded(&p, || std::fs::write(&big, &bytes).unwrap()));
+        }
+        // Five 1 MB versions are over 4.5 MB: c2 and c3 go (c2 alone is not
+        // enough, c3 still needs c2's version), c1 is held, c4 and c5 are
+        // the newest two steps.
+        let evicted = last.unwrap().evicted.expect("an eviction");
+        assert_eq!(evicted.ids, ["c2", "c3"]);
+        assert!(evicted.bytes_after <= cfg.max_store_bytes, "{evicted:?}");
+        assert!(store_bytes(&state.path().join("checkpoints")) <= cfg.max_store_bytes);
+        assert!(evicted.message().contains("older checkpoints were evicted"));
+        assert_eq!(p.last_eviction(), Some(evicted));
+        let left: Vec<String> = p.list().unwrap().into_iter().map(|c| c.id).collect();
+        assert_eq!(left, ["c1", "c4", "c5"]);
+        p.undo("c5", &origin()).unwrap();
+        assert!(std::fs::read(&big).unwrap() == versions[2]);
+        p.undo("c4", &origin()).unwrap();
+        assert!(std::fs::read(&big).unwrap() == versions[1]);
+        // Pruning again (and again) keeps working: its keep refs are
+        // replaced, not created twice.
+        p.prune(&cfg).unwrap();
+        p.prune(&cfg).unwrap();
+        assert_eq!(p.load("c1").unwrap().status, CheckpointStatus::Held);
+    }
+
     /// One recorded change: `change` runs between two snapshots.
     fn recorded(p: &Project, change: impl FnOnce()) -> Checkpoint {
         let before = p.store.snapshot().unwrap();
