@@ -57,6 +57,15 @@ pub struct CheckpointConfig {
     /// Prune (and `git gc` the store) after every this many checkpoints,
     /// in the background.
     pub prune_every: u64,
+    /// The checkpoint stores of one state directory together (every
+    /// project's objects, records and held upper layers) stay under this
+    /// many bytes: past it, a new checkpoint evicts the oldest records of
+    /// its project (never a held one, never the newest `keep_undo_steps`)
+    /// and drops the objects only they needed. 0: no quota.
+    pub max_store_bytes: u64,
+    /// The newest this many checkpoints of a project are never evicted to
+    /// meet `max_store_bytes`, even when the store stays over it.
+    pub keep_undo_steps: usize,
     /// Let the kernel (inotify) say which directories changed, so that a
     /// snapshot reads only those. Off: every snapshot walks the whole tree
     /// (for file systems whose changes inotify does not see, e.g. a
@@ -111,6 +120,8 @@ impl Default for CheckpointConfig {
             keep_records: 200,
             keep_days: 30,
             prune_every: 100,
+            max_store_bytes: 1024 * 1024 * 1024,
+            keep_undo_steps: 20,
             watch: true,
             transactions: TransactionMode::Overlay,
         }
@@ -208,11 +219,68 @@ pub struct Checkpoint {
     /// Control-surface paths the action created: never applied.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dropped: Vec<String>,
+    /// Recording this checkpoint took the store over `max_store_bytes`:
+    /// what was evicted to stay under it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evicted: Option<Eviction>,
+}
+
+/// Older checkpoints dropped to keep the store under `max_store_bytes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Eviction {
+    /// The evicted records, oldest first.
+    pub ids: Vec<String>,
+    /// Bytes the checkpoint stores of the state directory took before and
+    /// after.
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    /// The quota.
+    pub max_store_bytes: u64,
+    pub at: String,
+}
+
+impl Eviction {
+    /// The line shown in a tool result and by `history`.
+    pub fn message(&self) -> String {
+        let over = if self.bytes_after > self.max_store_bytes {
+            " (still over it: the newest undo steps and held changes are never evicted)"
+        } else {
+            ""
+        };
+        format!(
+            "older checkpoints were evicted to stay under the storage quota of {}: {} record(s), {} -> {} bytes{over}",
+            self.max_store_bytes,
+            self.ids.len(),
+            self.bytes_before,
+            self.bytes_after,
+        )
+    }
+}
+
+/// What `prune` dropped.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pruned {
+    /// Records dropped (by age, count or the quota), oldest first.
+    pub ids: Vec<String>,
+    /// Bytes the checkpoint stores of the state directory took before and
+    /// after (records, objects and held upper layers).
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+}
+
+impl Pruned {
+    pub fn freed(&self) -> u64 {
+        self.bytes_before.saturating_sub(self.bytes_after)
+    }
 }
 
 impl Checkpoint {
     pub fn summary(&self) -> String {
-        self.effect.summary(&self.id)
+        let summary = self.effect.summary(&self.id);
+        match &self.evicted {
+            Some(e) => format!("{summary}; {}", e.message()),
+            None => summary,
+        }
     }
 
     /// `(path, expected now, wanted)` to go from `after` back to `before`.
@@ -288,6 +356,12 @@ pub struct Project {
     /// kept outside every store so that deleting a store never lets an id
     /// come back.
     ids: PathBuf,
+    /// `<state>/checkpoints`: every project's store, measured for the quota.
+    root: PathBuf,
+    /// This project's store directory (its marker of the last eviction).
+    dir: PathBuf,
+    max_store_bytes: u64,
+    keep_undo_steps: usize,
 }
 
 /// Working directories that are never checkpointed: the file system root
@@ -332,6 +406,10 @@ impl Project {
             records,
             cwd: cwd.to_path_buf(),
             ids: root.join("last-id"),
+            root,
+            dir,
+            max_store_bytes: cfg.max_store_bytes,
+            keep_undo_steps: cfg.keep_undo_steps,
         })
     }
 
@@ -362,7 +440,7 @@ impl Project {
         if effect.is_empty() {
             return Ok(None);
         }
-        let cp = Checkpoint {
+        let mut cp = Checkpoint {
             id: self.next_id()?,
             created_at: crate::util::time::rfc3339(std::time::SystemTime::now()),
             session_id: origin.session_id.clone(),
@@ -380,8 +458,10 @@ impl Project {
             conflicts: vec![],
             passthrough: vec![],
             dropped: vec![],
+            evicted: None,
         };
         self.save(&cp)?;
+        self.keep_under_quota(&mut cp)?;
         Ok(Some(cp))
     }
 
@@ -399,7 +479,7 @@ impl Project {
     ) -> Result<Checkpoint, CheckpointError> {
         let before = self.partial_tree(effect.changes.iter().map(|c| (&c.path, &c.old)))?;
         let after = self.partial_tree(effect.changes.iter().map(|c| (&c.path, &c.new)))?;
-        let cp = Checkpoint {
+        let mut cp = Checkpoint {
             id: self.next_id()?,
             created_at: crate::util::time::rfc3339(std::time::SystemTime::now()),
             session_id: origin.session_id.clone(),
@@ -417,8 +497,10 @@ impl Project {
             conflicts: vec![],
             passthrough: vec![],
             dropped: vec![],
+            evicted: None,
         };
         self.save(&cp)?;
+        self.keep_under_quota(&mut cp)?;
         Ok(cp)
     }
 
@@ -671,9 +753,11 @@ impl Project {
     /// those older than `keep_days` (never a held one: a person may still
     /// approve it), then let git drop the objects no kept record, and not
     /// the stat cache, needs (`git gc --prune`; objects younger than an
-    /// hour are kept, so a snapshot running meanwhile loses nothing).
-    /// Returns the ids pruned.
-    pub fn prune(&self, cfg: &CheckpointConfig) -> Result<Vec<String>, CheckpointError> {
+    /// hour are kept, so a snapshot running meanwhile loses nothing). Then,
+    /// if the stores are still over `max_store_bytes`, evict for the quota
+    /// (see [`Project::evict_for_quota`]).
+    pub fn prune(&self, cfg: &CheckpointConfig) -> Result<Pruned, CheckpointError> {
+        let bytes_before = store_bytes(&self.root);
         let all = self.list()?;
         let cutoff = std::time::SystemTime::now()
             - std::time::Duration::from_secs(cfg.keep_days.saturating_mul(86_400));
@@ -684,22 +768,144 @@ impl Project {
         for (i, cp) in all.into_iter().enumerate() {
             let old = i < excess || cp.created_at < cutoff;
             if old && cp.status != CheckpointStatus::Held {
-                let path = self.records.join(format!("{}.json", cp.id));
-                std::fs::remove_file(&path)
-                    .map_err(|source| CheckpointError::Io { path, source })?;
+                self.remove_record(&cp.id)?;
                 pruned.push(cp.id);
             } else {
                 kept.push(cp);
             }
         }
-        let mut roots: Vec<&str> = kept
+        self.store.collect_garbage(&self.roots(&kept), false)?;
+        if let Some(e) = self.evict_for_quota()? {
+            pruned.extend(e.ids);
+        }
+        Ok(Pruned {
+            ids: pruned,
+            bytes_before,
+            bytes_after: store_bytes(&self.root),
+        })
+    }
+
+    fn remove_record(&self, id: &str) -> Result<(), CheckpointError> {
+        let path = self.records.join(format!("{id}.json"));
+        std::fs::remove_file(&path).map_err(|source| CheckpointError::Io { path, source })
+    }
+
+    /// The objects the kept records and the stat cache need.
+    fn roots(&self, kept: &[Checkpoint]) -> Vec<String> {
+        let mut roots: Vec<String> = kept
             .iter()
-            .flat_map(|c| [c.before.as_str(), c.after.as_str()])
+            .flat_map(|c| [c.before.clone(), c.after.clone()])
             .collect();
-        let cached = self.store.snapshot_tree();
-        roots.extend(cached.as_deref());
-        self.store.collect_garbage(&roots)?;
-        Ok(pruned)
+        roots.extend(self.store.snapshot_tree());
+        roots
+    }
+
+    /// After recording `cp`: if the stores are over the quota, evict, and
+    /// say so on `cp` (its tool result and `history` show the line). A
+    /// failed eviction does not fail the action that was just recorded: it
+    /// is logged, and the next checkpoint tries again.
+    fn keep_under_quota(&self, cp: &mut Checkpoint) -> Result<(), CheckpointError> {
+        match self.evict_for_quota() {
+            Ok(Some(eviction)) => {
+                cp.evicted = Some(eviction);
+                self.save(cp)
+            }
+            Ok(None) => Ok(()),
+            Err(e) => {
+                tracing::warn!(cwd = %self.cwd.display(), "checkpoint: eviction for the storage quota failed: {e}");
+                Ok(())
+            }
+        }
+    }
+
+    /// When the checkpoint stores of the state directory take more than
+    /// `max_store_bytes`: evict this project's oldest records (never a held
+    /// one, never the newest `keep_undo_steps`), as few as the estimate
+    /// (`git rev-list --disk-usage` of what the rest still need) says
+    /// bring the stores under the quota, and drop the objects only they
+    /// needed at once (`git gc --prune=now`; callers hold the project's
+    /// lock). None: under the quota, or nothing may be evicted.
+    pub fn evict_for_quota(&self) -> Result<Option<Eviction>, CheckpointError> {
+        let max = self.max_store_bytes;
+        let bytes_before = store_bytes(&self.root);
+        if max == 0 || bytes_before <= max {
+            return Ok(None);
+        }
+        let all = self.list()?;
+        let protected_from = all.len().saturating_sub(self.keep_undo_steps);
+        let evictable: Vec<usize> = (0..protected_from)
+            .filter(|&i| all[i].status != CheckpointStatus::Held)
+            .collect();
+        if evictable.is_empty() {
+            tracing::warn!(
+                cwd = %self.cwd.display(),
+                bytes = bytes_before,
+                max_store_bytes = max,
+                "checkpoint: the store is over its quota, but only the newest undo steps and held changes are left"
+            );
+            return Ok(None);
+        }
+        // Everything but this project's objects stays as it is.
+        let others = bytes_before.saturating_sub(self.store.objects_bytes());
+        let kept_after = |evicted: usize| -> Vec<Checkpoint> {
+            let gone: std::collections::HashSet<usize> =
+                evictable[..evicted].iter().copied().collect();
+            all.iter()
+                .enumerate()
+                .filter(|(i, _)| !gone.contains(i))
+                .map(|(_, c)| c.clone())
+                .collect()
+        };
+        // The fewest evictions whose estimate fits (the estimate falls as
+        // more are evicted): a binary search over `1..=evictable.len()`.
+        let (mut low, mut high) = (1, evictable.len());
+        while low < high {
+            let mid = low + (high - low) / 2;
+            let roots = self.roots(&kept_after(mid));
+            let estimate = others.saturating_add(self.store.disk_usage(&roots)?);
+            if estimate <= max {
+                high = mid;
+            } else {
+                low = mid + 1;
+            }
+        }
+        tracing::warn!(
+            cwd = %self.cwd.display(),
+            bytes = bytes_before,
+            max_store_bytes = max,
+            records = low,
+            "checkpoint: the store is over its quota: evicting the oldest checkpoints"
+        );
+        let mut ids = Vec::new();
+        for &i in &evictable[..low] {
+            self.remove_record(&all[i].id)?;
+            ids.push(all[i].id.clone());
+        }
+        self.store
+            .collect_garbage(&self.roots(&kept_after(low)), true)?;
+        let eviction = Eviction {
+            ids,
+            bytes_before,
+            bytes_after: store_bytes(&self.root),
+            max_store_bytes: max,
+            at: crate::util::time::rfc3339(std::time::SystemTime::now()),
+        };
+        // For `history`: the last eviction of this project.
+        if let Ok(text) = serde_json::to_vec(&eviction) {
+            let marker = self.dir.join("last-eviction.json");
+            if let Err(e) =
+                crate::util::fs::write_atomic(&marker, &text, crate::util::fs::Atomic::FAST)
+            {
+                tracing::warn!("checkpoint: {}: {e}", marker.display());
+            }
+        }
+        Ok(Some(eviction))
+    }
+
+    /// The last eviction for the quota in this project, if any.
+    pub fn last_eviction(&self) -> Option<Eviction> {
+        let text = std::fs::read(self.dir.join("last-eviction.json")).ok()?;
+        serde_json::from_slice(&text).ok()
     }
 
     /// The last turn that changed this directory.
@@ -873,8 +1079,38 @@ pub fn prune(
     state_dir: &Path,
     cfg: &CheckpointConfig,
     cwd: &Path,
-) -> Result<Vec<String>, CheckpointError> {
+) -> Result<Pruned, CheckpointError> {
     Project::open(state_dir, cwd, cfg)?.prune(cfg)
+}
+
+/// The last eviction for the storage quota in the store of `cwd`.
+pub fn last_eviction(
+    state_dir: &Path,
+    cfg: &CheckpointConfig,
+    cwd: &Path,
+) -> Result<Option<Eviction>, CheckpointError> {
+    Ok(Project::open(state_dir, cwd, cfg)?.last_eviction())
+}
+
+/// Bytes of the files under `dir` (links not followed; unreadable entries
+/// count as nothing): what the checkpoint stores take on disk.
+pub fn store_bytes(dir: &Path) -> u64 {
+    let mut total = 0u64;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(next) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&next) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                pending.push(entry.path());
+            } else if meta.is_file() {
+                total = total.saturating_add(meta.len());
+            }
+        }
+    }
+    total
 }
 
 /// Undo a whole turn of `cwd` (None: the last turn that changed it).
@@ -1002,7 +1238,7 @@ mod tests {
             let after = p.store.snapshot().unwrap();
             p.record(&origin(), &before, &after).unwrap().unwrap();
         }
-        assert_eq!(p.prune(&cfg).unwrap(), ["c1", "c2"]);
+        assert_eq!(p.prune(&cfg).unwrap().ids, ["c1", "c2"]);
         let left: Vec<String> = p.list().unwrap().into_iter().map(|c| c.id).collect();
         assert_eq!(left, ["c3", "c4"]);
         // The kept records still undo byte for byte (their objects survived
@@ -1018,6 +1254,63 @@ mod tests {
             std::fs::read_to_string(t.join("f.txt")).unwrap(),
             "version 1"
         );
+    }
+
+    /// `n` bytes git cannot compress.
+    fn random_bytes(n: usize) -> Vec<u8> {
+        use std::io::Read;
+        let mut bytes = vec![0u8; n];
+        std::fs::File::open("/dev/urandom")
+            .unwrap()
+            .read_exact(&mut bytes)
+            .unwrap();
+        bytes
+    }
+
+    #[test]
+    fn the_quota_evicts_oldest_first_but_never_held_or_the_newest_steps() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        let cfg = CheckpointConfig {
+            max_store_bytes: 4_500_000,
+            keep_undo_steps: 2,
+            ..Default::default()
+        };
+        let p = Project::open(state.path(), t, &cfg).unwrap();
+        let big = t.join("big.bin");
+        // c1 is held (rolled back, a person may still approve it).
+        let mut c1 = recorded(&p, || {
+            std::fs::write(&big, random_bytes(1_000_000)).unwrap()
+        });
+        p.hold(&mut c1, vec!["big".into()]).unwrap();
+        let mut versions = Vec::new();
+        let mut last = None;
+        for _ in 2..=5 {
+            let bytes = random_bytes(1_000_000);
+            versions.push(bytes.clone());
+            last = Some(recorded(&p, || std::fs::write(&big, &bytes).unwrap()));
+        }
+        // Five 1 MB versions are over 4.5 MB: c2 and c3 go (c2 alone is not
+        // enough, c3 still needs c2's version), c1 is held, c4 and c5 are
+        // the newest two steps.
+        let evicted = last.unwrap().evicted.expect("an eviction");
+        assert_eq!(evicted.ids, ["c2", "c3"]);
+        assert!(evicted.bytes_after <= cfg.max_store_bytes, "{evicted:?}");
+        assert!(store_bytes(&state.path().join("checkpoints")) <= cfg.max_store_bytes);
+        assert!(evicted.message().contains("older checkpoints were evicted"));
+        assert_eq!(p.last_eviction(), Some(evicted));
+        let left: Vec<String> = p.list().unwrap().into_iter().map(|c| c.id).collect();
+        assert_eq!(left, ["c1", "c4", "c5"]);
+        p.undo("c5", &origin()).unwrap();
+        assert!(std::fs::read(&big).unwrap() == versions[2]);
+        p.undo("c4", &origin()).unwrap();
+        assert!(std::fs::read(&big).unwrap() == versions[1]);
+        // Pruning again (and again) keeps working: its keep refs are
+        // replaced, not created twice.
+        p.prune(&cfg).unwrap();
+        p.prune(&cfg).unwrap();
+        assert_eq!(p.load("c1").unwrap().status, CheckpointStatus::Held);
     }
 
     /// One recorded change: `change` runs between two snapshots.

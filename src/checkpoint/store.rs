@@ -304,16 +304,28 @@ impl Store {
     /// Keep only the objects reachable from `roots` (tree ids), plus any
     /// younger than an hour: refs are written for the roots, then `git gc
     /// --prune=1.hour.ago` packs and drops the rest.
-    pub fn collect_garbage(&self, roots: &[&str]) -> Result<(), StoreError> {
+    ///
+    /// `now`: drop unreachable objects whatever their age (eviction for
+    /// the storage quota, under the project's lock), not only those older
+    /// than an hour.
+    pub fn collect_garbage(&self, roots: &[String], now: bool) -> Result<(), StoreError> {
         let mut input = String::from("start\n");
-        // Replace the previous set of keep refs wholesale.
+        let mut keep = std::collections::BTreeSet::new();
+        for root in roots.iter().filter(|r| r.len() == 40) {
+            keep.insert(format!("refs/keep/{root}"));
+        }
+        // Replace the previous set of keep refs wholesale: drop those no
+        // longer kept (one update per ref: git refuses two in one
+        // transaction), then (re)point the kept ones.
         let old = self.git(&["for-each-ref", "--format=%(refname)", "refs/keep/"])?;
         for r in String::from_utf8_lossy(&old).lines() {
-            input.push_str(&format!("delete {r}\n"));
+            if !keep.contains(r) {
+                input.push_str(&format!("delete {r}\n"));
+            }
         }
-        let mut seen = std::collections::BTreeSet::new();
-        for root in roots.iter().filter(|r| r.len() == 40 && seen.insert(**r)) {
-            input.push_str(&format!("create refs/keep/{root} {root}\n"));
+        for r in &keep {
+            let oid = r.trim_start_matches("refs/keep/");
+            input.push_str(&format!("update {r} {oid}\n"));
         }
         input.push_str("prepare\ncommit\n");
         let mut child = self
@@ -336,8 +348,41 @@ impl Store {
                 stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
             });
         }
-        self.git(&["gc", "--quiet", "--prune=1.hour.ago"])?;
+        let expire = if now {
+            "--prune=now"
+        } else {
+            "--prune=1.hour.ago"
+        };
+        self.git(&["gc", "--quiet", expire])?;
         Ok(())
+    }
+
+    /// Bytes on disk of the objects reachable from `roots` (trees), packed
+    /// or loose (`git rev-list --objects --disk-usage`): what the store
+    /// would keep if only these were kept.
+    pub fn disk_usage(&self, roots: &[String]) -> Result<u64, StoreError> {
+        let mut args = vec!["rev-list", "--objects", "--disk-usage"];
+        let mut seen = std::collections::BTreeSet::new();
+        args.extend(
+            roots
+                .iter()
+                .filter(|r| r.len() == 40 && seen.insert(r.as_str()))
+                .map(String::as_str),
+        );
+        if args.len() == 3 {
+            return Ok(0);
+        }
+        let out = self.git(&args)?;
+        let text = String::from_utf8_lossy(&out);
+        text.trim().parse().map_err(|_| StoreError::Git {
+            args: "rev-list --disk-usage".into(),
+            stderr: format!("not a byte count: {}", text.trim()),
+        })
+    }
+
+    /// Bytes of this store's object database on disk.
+    pub fn objects_bytes(&self) -> u64 {
+        super::store_bytes(&self.git_dir.join("objects"))
     }
 
     /// Every path that differs between two trees.

@@ -130,7 +130,13 @@ pub fn history(args: HistoryArgs) -> ExitCode {
     };
     if prune {
         match checkpoint::prune(&config.state_dir(), &config.checkpoints, &cwd) {
-            Ok(ids) => say_err!("pruned {} checkpoint(s)", ids.len()),
+            Ok(pruned) => say_err!(
+                "pruned {} checkpoint(s), freed {} bytes ({} -> {} bytes in the checkpoint stores)",
+                pruned.ids.len(),
+                pruned.freed(),
+                pruned.bytes_before,
+                pruned.bytes_after
+            ),
             Err(e) => {
                 say_err!("passepartout: {e}");
                 return ExitCode::from(1);
@@ -146,6 +152,16 @@ pub fn history(args: HistoryArgs) -> ExitCode {
     };
     if list.is_empty() {
         say!("no checkpoints for {}", cwd.display());
+    }
+    if !json {
+        // Undo steps older than the listing's oldest may be gone: say why.
+        if let Ok(Some(e)) =
+            checkpoint::last_eviction(&config.state_dir(), &config.checkpoints, &cwd)
+        {
+            let first = e.ids.first().map_or("", String::as_str);
+            let last = e.ids.last().map_or("", String::as_str);
+            say!("{} (at {}: {first} to {last})", e.message(), e.at);
+        }
     }
     for cp in list {
         if json {

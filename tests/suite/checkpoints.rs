@@ -899,3 +899,156 @@ async fn undo_puts_a_private_env_back_private() {
         assert_eq!(mode & 0o777, 0o600, "{command}: mode {mode:o}");
     }
 }
+
+/// `n` bytes of /dev/urandom: content git cannot compress or share.
+fn random_bytes(n: usize) -> Vec<u8> {
+    use std::io::Read;
+    let mut bytes = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")
+        .unwrap()
+        .read_exact(&mut bytes)
+        .unwrap();
+    bytes
+}
+
+/// Every file under `dir` (links not followed), in bytes.
+fn bytes_under(dir: &Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let meta = entry.path().symlink_metadata().unwrap();
+        if meta.is_dir() {
+            total += bytes_under(&entry.path());
+        } else if meta.is_file() {
+            total += meta.len();
+        }
+    }
+    total
+}
+
+const QUOTA_FILES: usize = 5;
+const QUOTA_FILE_BYTES: usize = 1_000_000;
+const QUOTA_BYTES: u64 = 20_000_000;
+
+/// Issue 24 item 6 (the issue's repro scaled down: six rewrites of the
+/// same 5 files, 1 MB of random bytes each, under a 20 MB quota that
+/// keeps the last 2 undo steps): the checkpoint stores stay under the
+/// quota, the tool result says older checkpoints were evicted, `history`
+/// says so too, the last 2 steps still undo byte for byte, and
+/// `history --prune` reports what it freed.
+#[tokio::test]
+async fn six_rewrites_of_big_files_stay_under_the_store_quota_and_still_undo() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let home = harness::home_with_config(&format!(
+        "[checkpoints]\n\
+         max_store_bytes = {QUOTA_BYTES}\n\
+         keep_undo_steps = 2\n\
+         keep_records = 3\n\
+         max_removed_bytes = 100000000\n\
+         max_deleted_files = 1000\n\
+         [sandbox_limits]\n\
+         file_size = \"20M\"\n\
+         disk_write = \"1G\"\n"
+    ));
+    let project = project();
+    let p = project.path();
+    // The versions the agent copies in, ignored (never recorded).
+    std::fs::write(p.join(".gitignore"), "pool/\n").unwrap();
+    let mut versions: Vec<Vec<Vec<u8>>> = Vec::new();
+    for v in 0..=6 {
+        let files: Vec<Vec<u8>> = (0..QUOTA_FILES)
+            .map(|_| random_bytes(QUOTA_FILE_BYTES))
+            .collect();
+        let dir = if v == 0 {
+            p.join("big")
+        } else {
+            p.join(format!("pool/v{v}"))
+        };
+        std::fs::create_dir_all(&dir).unwrap();
+        for (i, bytes) in files.iter().enumerate() {
+            std::fs::write(dir.join(format!("{i}.bin")), bytes).unwrap();
+        }
+        versions.push(files);
+    }
+    let big = |p: &Path| -> Vec<Vec<u8>> {
+        (0..QUOTA_FILES)
+            .map(|i| std::fs::read(p.join(format!("big/{i}.bin"))).unwrap())
+            .collect()
+    };
+    let mut script: Vec<_> = (1..=6)
+        .map(|v| {
+            let args = json!({ "command": format!("cp pool/v{v}/*.bin big/") }).to_string();
+            fake::openai_tool_calls(&[(&format!("call_{v}"), "shell", &args)])
+        })
+        .collect();
+    script.push(fake::openai_text("done"));
+    let fake = FakeProvider::start(script).await;
+    let url = fake.openai_url();
+    let (mut client, sid) =
+        Client::with_session(home.path(), &["--provider-url", &url], json!({}), p).await;
+    let (done, _) = client.prompt_allowing(&sid, "rewrite").await;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    assert!(big(p) == versions[6], "the six rewrites ran");
+    drop(client);
+
+    let stores = home.path().join("state/passepartout/checkpoints");
+    let used = bytes_under(&stores);
+    assert!(
+        used <= QUOTA_BYTES,
+        "the checkpoint stores take {used} bytes, over the {QUOTA_BYTES} quota"
+    );
+    let results: Vec<String> = (0..fake.requests().len())
+        .flat_map(|n| fake.tool_results(n))
+        .collect();
+    assert!(
+        results
+            .iter()
+            .any(|r| r.contains("older checkpoints were evicted to stay under the storage quota")),
+        "{results:#?}"
+    );
+
+    let listing = cli_in(home.path(), p, &["history"]);
+    let listing = String::from_utf8_lossy(&listing.stdout).to_string();
+    assert!(
+        listing.contains("older checkpoints were evicted to stay under the storage quota"),
+        "{listing}"
+    );
+    // The last two undo steps, newest first, from the terminal.
+    let json_listing = cli_in(home.path(), p, &["history", "--json"]);
+    let ids: Vec<String> = String::from_utf8_lossy(&json_listing.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|c| c["status"] == "applied")
+        .map(|c| c["id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(ids.len() >= 2, "{listing}");
+    for (step, id) in ids.iter().take(2).enumerate() {
+        let out = cli_in(home.path(), p, &["undo", id]);
+        assert!(
+            out.status.success(),
+            "undo {id}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            big(p) == versions[5 - step],
+            "undo {id} restores version {}",
+            5 - step
+        );
+    }
+
+    let pruned = cli_in(home.path(), p, &["history", "--prune"]);
+    let said = String::from_utf8_lossy(&pruned.stderr).to_string();
+    let after = bytes_under(&stores);
+    assert!(
+        said.contains("pruned ") && said.contains(&format!("-> {after} bytes")),
+        "{said} (the stores now take {after} bytes)"
+    );
+    let count: usize = said
+        .split("pruned ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(count >= 1, "keep_records = 3 drops at least one: {said}");
+}
