@@ -942,6 +942,97 @@ mod tests {
         assert_eq!(SkillSet::load(&moved).len(), 1);
     }
 
+    fn json_entries(dir: &Path) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map(|rd| rd.filter_map(Result::ok).map(|e| e.path()).collect())
+            .unwrap_or_default();
+        v.retain(|p| p.extension().is_some_and(|e| e == "json"));
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_second_load_comes_from_the_parse_cache_and_a_damaged_entry_is_rewritten() {
+        let state = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let user = tempfile::tempdir().unwrap();
+        let skills = project_dir(project.path());
+        std::fs::create_dir_all(&skills).unwrap();
+        let rule = "#+SKILL: u\n#+TRIGGER: /\\bdeploy\\b/\n* Rules :rules:\n** No rm\n:PROPERTIES:\n:DECISION: deny\n:TARGET: shell\n:PATTERN: \\brm\\b\n:END:\nDangerous.\n\n- match :: =rm x=\n- no match :: =ls=\n";
+        std::fs::write(user.path().join("u.org"), rule).unwrap();
+        let text = "#+SKILL: p\n* p :prompt:\nHi.\n";
+        std::fs::write(skills.join("p.org"), text).unwrap();
+        let store = TrustStore::in_state_dir(state.path());
+        store
+            .trust(&skills.join("p.org").canonicalize().unwrap(), text.as_bytes())
+            .unwrap();
+        let dirs = SkillDirs {
+            builtin: false,
+            user: Some(user.path().to_path_buf()),
+            project: Some(skills.clone()),
+            trust: Some(store.path().to_path_buf()),
+            project_auto_approval: false,
+        };
+        let cache_dir = state.path().join(super::super::cache::CACHE_DIR_NAME);
+
+        let first = SkillSet::load(&dirs);
+        assert_eq!(first.len(), 2, "{:?}", first.diagnostics());
+        assert_eq!(first.cache_hits(), 0);
+        let entries = json_entries(&cache_dir);
+        assert_eq!(entries.len(), 2);
+
+        let second = SkillSet::load(&dirs);
+        assert_eq!(second.cache_hits(), 2);
+        let mut names: Vec<&str> = second.skills().iter().map(|s| s.name.as_str()).collect();
+        names.sort();
+        assert_eq!(names, ["p", "u"]);
+        // The cached rule and trigger still judge, compiled on first use.
+        let loaded = second.skills();
+        let u = loaded.iter().find(|s| s.name == "u").unwrap();
+        let pattern = u.rules[0].pattern.as_ref().unwrap();
+        assert!(!pattern.is_compiled());
+        assert!(pattern.is_match("rm -rf x") && !pattern.is_match("ls"));
+        assert!(u.is_active("please deploy") && !u.is_active("hello"));
+
+        // A damaged entry is ignored (the file still loads) and rewritten.
+        for entry in &entries {
+            std::fs::write(entry, "not json {").unwrap();
+        }
+        let third = SkillSet::load(&dirs);
+        assert_eq!(third.len(), 2);
+        assert_eq!(third.cache_hits(), 0);
+        for entry in &entries {
+            let bytes = std::fs::read(entry).unwrap();
+            assert!(serde_json::from_slice::<serde_json::Value>(&bytes).is_ok());
+        }
+        assert_eq!(SkillSet::load(&dirs).cache_hits(), 2);
+
+        // Trust is judged on the bytes read, never on the cache.
+        std::fs::write(skills.join("p.org"), "#+SKILL: p\n* p :prompt:\nBye.\n").unwrap();
+        let changed = SkillSet::load(&dirs);
+        assert_eq!(changed.len(), 1);
+        assert_eq!(changed.untrusted().len(), 1);
+    }
+
+    #[test]
+    fn no_parse_cache_when_the_state_directory_is_inside_the_project() {
+        let project = tempfile::tempdir().unwrap();
+        let dirs = SkillDirs {
+            builtin: false,
+            user: None,
+            project: Some(project_dir(project.path())),
+            trust: Some(project.path().join("state/trusted-skills.json")),
+            project_auto_approval: false,
+        };
+        assert!(parse_cache(&dirs).is_none());
+        let elsewhere = tempfile::tempdir().unwrap();
+        let dirs = SkillDirs {
+            trust: Some(elsewhere.path().join("trusted-skills.json")),
+            ..dirs
+        };
+        assert!(parse_cache(&dirs).is_some());
+    }
+
     #[test]
     fn only_org_files_directly_in_the_directory_count() {
         let dir = tempfile::tempdir().unwrap();
