@@ -98,7 +98,11 @@ fn dirs_in(root: &std::path::Path) -> SkillDirs {
         builtin: true,
         user: None,
         project: Some(root.join("skills")),
-        trust: Some(TrustStore::in_state_dir(&root.join("state")).path().to_path_buf()),
+        trust: Some(
+            TrustStore::in_state_dir(&root.join("state"))
+                .path()
+                .to_path_buf(),
+        ),
         project_auto_approval: false,
     }
 }

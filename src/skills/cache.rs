@@ -190,11 +190,10 @@ impl ParseCache {
         }
         self.make_room();
         // Write then rename, so a reader never sees half an entry.
-        let tmp = self
-            .dir
-            .join(format!(".{key}.{}.tmp", std::process::id()));
-        if std::fs::write(&tmp, &json).is_ok() && std::fs::rename(&tmp, self.entry_path(key)).is_err()
-        {
+        let tmp = self.dir.join(format!(".{key}.{}.tmp", std::process::id()));
+        let written = std::fs::write(&tmp, &json).is_ok()
+            && std::fs::rename(&tmp, self.entry_path(key)).is_ok();
+        if !written {
             let _ = std::fs::remove_file(&tmp);
         }
     }
@@ -222,14 +221,10 @@ impl CachedSkill {
             .tools
             .iter()
             .map(|t| {
-                let planner = t
-                    .planner
-                    .as_any()?
-                    .downcast_ref::<SkillPlanner>()?
-                    .clone();
+                let planner = t.planner.as_any()?.downcast_ref::<SkillPlanner>()?.clone();
                 Some(CachedTool {
                     spec: t.spec.clone(),
-                    kind: t.kind.clone(),
+                    kind: t.kind,
                     approval: t.approval,
                     timeout_secs: t.timeout_secs,
                     source: t.source.clone(),
@@ -278,8 +273,7 @@ impl CachedSkill {
         let rules = self
             .rules
             .into_iter()
-            .map(|r| {
-                Rule {
+            .map(|r| Rule {
                 name: r.name,
                 decision: r.decision,
                 tool: r.tool,
@@ -287,7 +281,6 @@ impl CachedSkill {
                 pattern: r.pattern.map(LazyRegex::deferred),
                 reason: r.reason,
                 gate: r.gate,
-                }
             })
             .collect();
         let tools = self

@@ -964,7 +964,10 @@ mod tests {
         std::fs::write(skills.join("p.org"), text).unwrap();
         let store = TrustStore::in_state_dir(state.path());
         store
-            .trust(&skills.join("p.org").canonicalize().unwrap(), text.as_bytes())
+            .trust(
+                &skills.join("p.org").canonicalize().unwrap(),
+                text.as_bytes(),
+            )
             .unwrap();
         let dirs = SkillDirs {
             builtin: false,

@@ -8,7 +8,6 @@
 
 use std::path::Path;
 
-
 use crate::action::{Action, Effect};
 use crate::gates::shell_words::{basename, is_shell, parse};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
