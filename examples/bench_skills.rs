@@ -2,13 +2,16 @@
 //!
 //! Generates 200 realistic skill files (prose, a prompt, three tools with
 //! parameter tables and bash/python/elisp bodies, two rules with examples)
-//! in a temporary directory, loads them several times and prints the
-//! median, the cost of the per-turn "did anything change?" check, and the
-//! process's resident memory before and after.
+//! in a temporary directory, then loads them the way a daemon's first
+//! `session/new` does, each time in a fresh process (this example run
+//! again as a child): once with an empty parse cache (every file parsed,
+//! the cache filled) and once with the cache filled (what every later
+//! daemon start pays). It prints each load's time and the resident memory
+//! it added, then the in-process median of repeated (cached) loads and the
+//! cost of the per-turn "did anything change?" check.
 //!
-//! `cargo run --release --example bench_skills [FILES]` (default 200;
-//! issue 20's figure is `1000`: what a daemon's first session/new pays to
-//! load that many skills, and the resident memory it keeps).
+//! `cargo run --example bench_skills [FILES]` (default 200; issue 20's
+//! figure is `1000`).
 
 // Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
 #![allow(clippy::unwrap_used)]
@@ -73,7 +76,63 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
+/// Child mode: `bench_skills --load DIR` loads the skills set up in DIR
+/// once and prints `<milliseconds> <KiB added> <cache hits>`.
+fn child(root: &std::path::Path) {
+    let dirs = dirs_in(root);
+    let rss_before = rss_kib().unwrap_or(0);
+    let start = Instant::now();
+    let set = SkillSet::load(&dirs);
+    let elapsed = start.elapsed();
+    let rss_after = rss_kib().unwrap_or(0);
+    println!(
+        "{:.2} {} {}",
+        elapsed.as_secs_f64() * 1e3,
+        rss_after.saturating_sub(rss_before),
+        set.cache_hits()
+    );
+}
+
+fn dirs_in(root: &std::path::Path) -> SkillDirs {
+    SkillDirs {
+        builtin: true,
+        user: None,
+        project: Some(root.join("skills")),
+        trust: Some(
+            TrustStore::in_state_dir(&root.join("state"))
+                .path()
+                .to_path_buf(),
+        ),
+        project_auto_approval: false,
+    }
+}
+
+/// Run one child load and return its output line.
+fn load_in_child(root: &std::path::Path) -> String {
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .arg("--load")
+        .arg(root)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "child load failed");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn print_child(what: &str, line: &str) {
+    let mut parts = line.split_whitespace();
+    let ms = parts.next().unwrap_or("?");
+    let kib = parts.next().unwrap_or("?");
+    let hits = parts.next().unwrap_or("?");
+    println!("{what}: {ms} ms, +{kib} KiB resident, {hits} files from the cache");
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--load") {
+        child(std::path::Path::new(&args[2]));
+        return;
+    }
     let files: usize = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())
@@ -108,19 +167,15 @@ fn main() {
             std::process::exit(1);
         }
     }
-    let dirs = SkillDirs {
-        builtin: true,
-        user: None,
-        project: Some(dir.clone()),
-        trust: Some(trust.path().to_path_buf()),
-        project_auto_approval: false,
-    };
+    let dirs = dirs_in(tmp.path());
+    assert_eq!(dirs.trust.as_deref(), Some(trust.path()));
 
-    // Memory first, with a single load, so the figure is one set's worth
-    // (later runs would add whatever the allocator keeps from freed sets).
-    let rss_before = rss_kib();
+    // A daemon start: a fresh process, first with an empty parse cache,
+    // then with the cache the first one filled.
+    let cold = load_in_child(tmp.path());
+    let warm = load_in_child(tmp.path());
+
     let set = SkillSet::load(&dirs);
-    let rss_after = rss_kib();
     let mut times = Vec::new();
     for _ in 0..RUNS {
         let start = Instant::now();
@@ -150,8 +205,10 @@ fn main() {
         set.diagnostics().len()
     );
     let m = median(times.clone());
+    print_child("first load, empty cache (parse + fill)", &cold);
+    print_child("first load, cache filled", &warm);
     println!(
-        "load: median {:.2} ms over {RUNS} runs (min {:.2} ms, max {:.2} ms), {:.1} µs per file",
+        "in-process cached reload: median {:.2} ms over {RUNS} runs (min {:.2} ms, max {:.2} ms), {:.1} µs per file",
         m.as_secs_f64() * 1e3,
         times.iter().min().map_or(0.0, |d| d.as_secs_f64() * 1e3),
         times.iter().max().map_or(0.0, |d| d.as_secs_f64() * 1e3),
@@ -161,11 +218,4 @@ fn main() {
         "per-turn change check (no change): median {:.3} ms",
         median(checks).as_secs_f64() * 1e3
     );
-    match (rss_before, rss_after) {
-        (Some(b), Some(a)) => println!(
-            "VmRSS: {b} KiB before loading, {a} KiB after one load (+{} KiB)",
-            a.saturating_sub(b)
-        ),
-        _ => println!("VmRSS: /proc/self/status not readable here"),
-    }
 }

@@ -10,7 +10,9 @@ use std::path::PathBuf;
 
 /// How bad a finding is. Any error keeps the file from loading; warnings
 /// never do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum Severity {
     Warning,
     Error,
@@ -26,7 +28,7 @@ impl fmt::Display for Severity {
 }
 
 /// One finding about one place in one file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Diagnostic {
     pub path: PathBuf,
     /// 1-based line.

@@ -19,8 +19,9 @@ use crate::action::Approval;
 use crate::gates::Gate;
 use crate::tools::{builtin, Tool, ToolRegistry};
 
+use super::cache::ParseCache;
 use super::diagnostic::{Diagnostic, Severity};
-use super::parse::{parse_skill, parse_skill_bytes, MAX_SKILL_BYTES};
+use super::parse::{parse_skill_bytes, MAX_SKILL_BYTES};
 use super::rules::{Rule, RuleGate};
 use super::trust::{sha256_hex, TrustState, TrustStore, Trusted};
 use super::{Origin, Skill};
@@ -107,6 +108,18 @@ fn inside(path: &Path, dir: &Path) -> bool {
         full.push(name);
     }
     full.starts_with(&dir)
+}
+
+/// The parse cache beside the trust store, unless that directory lies in
+/// the project, where the agent could forge an entry.
+fn parse_cache(dirs: &SkillDirs) -> Option<ParseCache> {
+    let state = dirs.trust.as_deref()?.parent()?;
+    if let Some(root) = dirs.project.as_deref().and_then(project_root) {
+        if inside(state, &root) {
+            return None;
+        }
+    }
+    Some(ParseCache::in_state_dir(state))
 }
 
 /// A project's skill directory: `<cwd>/.passepartout/skills`.
@@ -206,6 +219,8 @@ pub struct SkillSet {
     diagnostics: Vec<Diagnostic>,
     /// `AGENTS.md` files for the working directory, trusted or not.
     instructions: Vec<super::instructions::Instructions>,
+    /// How many files came from the parse cache rather than the parser.
+    cache_hits: usize,
 }
 
 /// How to trust a file, said the same way everywhere.
@@ -220,8 +235,9 @@ impl SkillSet {
     /// Load every source in `dirs`. Never fails: problems become diagnostics.
     pub fn load(dirs: &SkillDirs) -> SkillSet {
         let mut set = SkillSet::default();
+        let cache = parse_cache(dirs);
         if dirs.builtin {
-            set.load_builtin();
+            set.load_builtin(cache.as_ref());
         }
         let trusted = set.trusted(dirs);
         let layers: Vec<(Origin, Vec<PathBuf>)> = dirs
@@ -229,7 +245,7 @@ impl SkillSet {
             .into_iter()
             .map(|(origin, dir)| (origin, skill_files(dir)))
             .collect();
-        set.load_layers(dirs, &layers, &trusted);
+        set.load_layers(dirs, &layers, &trusted, cache.as_ref());
         let user_config = dirs.user.as_deref().and_then(Path::parent);
         let cwd = dirs.project.as_deref().and_then(project_root);
         let (instructions, diags) =
@@ -252,21 +268,22 @@ impl SkillSet {
         };
         let mut set = SkillSet::default();
         if builtin {
-            set.load_builtin();
+            set.load_builtin(None);
         }
         set.load_layers(
             &dirs,
             &[(Origin::User, files.to_vec())],
             &Trusted::default(),
+            None,
         );
         set
     }
 
-    fn load_builtin(&mut self) {
+    fn load_builtin(&mut self, cache: Option<&ParseCache>) {
         let mut seen = BTreeMap::new();
         for (file, text) in BUILTIN_SKILLS {
             let path = PathBuf::from("<builtin>").join(file);
-            let (skill, diags) = parse_skill(&path, text, Origin::Builtin);
+            let (skill, diags) = self.parse_cached(&path, text.as_bytes(), Origin::Builtin, cache);
             self.add(skill, diags, &mut seen);
         }
     }
@@ -278,14 +295,18 @@ impl SkillSet {
         dirs: &SkillDirs,
         layers: &[(Origin, Vec<PathBuf>)],
         trusted: &Trusted,
+        cache: Option<&ParseCache>,
     ) {
         for (origin, files) in layers {
             let mut seen = BTreeMap::new();
             for path in files {
                 if *origin == Origin::Project {
-                    self.load_project_file(path, trusted, dirs, &mut seen);
+                    self.load_project_file(path, trusted, dirs, cache, &mut seen);
                 } else {
-                    let (skill, diags) = load_file(path, *origin);
+                    let (skill, diags) = match read_skill_source(path) {
+                        Ok(bytes) => self.parse_cached(path, &bytes, *origin, cache),
+                        Err(d) => (None, vec![*d]),
+                    };
                     self.add(skill, diags, &mut seen);
                 }
             }
@@ -338,6 +359,7 @@ impl SkillSet {
         path: &Path,
         trusted: &Trusted,
         dirs: &SkillDirs,
+        cache: Option<&ParseCache>,
         seen: &mut BTreeMap<String, PathBuf>,
     ) {
         let bytes = match read_skill_source(path) {
@@ -349,7 +371,9 @@ impl SkillSet {
         };
         let sha256 = sha256_hex(&bytes);
         let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-        let (skill, diags) = parse_skill_bytes(path, &bytes, Origin::Project);
+        // Trust is judged on `bytes` below; the cache only stands in for
+        // parsing these same bytes.
+        let (skill, diags) = self.parse_cached(path, &bytes, Origin::Project, cache);
         let state = trusted.state(&canonical, &sha256);
         if state != TrustState::Trusted {
             let why = match state {
@@ -380,6 +404,32 @@ impl SkillSet {
         }
         let skill = skill.map(|s| restrict_project_skill(s, dirs.project_auto_approval));
         self.add(skill, diags, seen);
+    }
+
+    /// Parse `bytes`, or take what parsing them produced last time.
+    fn parse_cached(
+        &mut self,
+        path: &Path,
+        bytes: &[u8],
+        origin: Origin,
+        cache: Option<&ParseCache>,
+    ) -> (Option<Skill>, Vec<Diagnostic>) {
+        let Some(cache) = cache else {
+            return parse_skill_bytes(path, bytes, origin);
+        };
+        let key = ParseCache::key(path, origin, bytes);
+        if let Some(parsed) = cache.get(&key) {
+            self.cache_hits += 1;
+            return parsed;
+        }
+        let parsed = parse_skill_bytes(path, bytes, origin);
+        cache.put(&key, &parsed);
+        parsed
+    }
+
+    /// How many skill files this load took from the parse cache.
+    pub fn cache_hits(&self) -> usize {
+        self.cache_hits
     }
 
     /// Build a set from skills already parsed (tests, embedding). Project
@@ -890,6 +940,100 @@ mod tests {
         };
         std::fs::copy(store.path(), elsewhere.path().join("trusted-skills.json")).unwrap();
         assert_eq!(SkillSet::load(&moved).len(), 1);
+    }
+
+    fn json_entries(dir: &Path) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map(|rd| rd.filter_map(Result::ok).map(|e| e.path()).collect())
+            .unwrap_or_default();
+        v.retain(|p| p.extension().is_some_and(|e| e == "json"));
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_second_load_comes_from_the_parse_cache_and_a_damaged_entry_is_rewritten() {
+        let state = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let user = tempfile::tempdir().unwrap();
+        let skills = project_dir(project.path());
+        std::fs::create_dir_all(&skills).unwrap();
+        let rule = "#+SKILL: u\n#+TRIGGER: /\\bdeploy\\b/\n* Rules :rules:\n** No rm\n:PROPERTIES:\n:DECISION: deny\n:TARGET: shell\n:PATTERN: \\brm\\b\n:END:\nDangerous.\n\n- match :: =rm x=\n- no match :: =ls=\n";
+        std::fs::write(user.path().join("u.org"), rule).unwrap();
+        let text = "#+SKILL: p\n* p :prompt:\nHi.\n";
+        std::fs::write(skills.join("p.org"), text).unwrap();
+        let store = TrustStore::in_state_dir(state.path());
+        store
+            .trust(
+                &skills.join("p.org").canonicalize().unwrap(),
+                text.as_bytes(),
+            )
+            .unwrap();
+        let dirs = SkillDirs {
+            builtin: false,
+            user: Some(user.path().to_path_buf()),
+            project: Some(skills.clone()),
+            trust: Some(store.path().to_path_buf()),
+            project_auto_approval: false,
+        };
+        let cache_dir = state.path().join(super::super::cache::CACHE_DIR_NAME);
+
+        let first = SkillSet::load(&dirs);
+        assert_eq!(first.len(), 2, "{:?}", first.diagnostics());
+        assert_eq!(first.cache_hits(), 0);
+        let entries = json_entries(&cache_dir);
+        assert_eq!(entries.len(), 2);
+
+        let second = SkillSet::load(&dirs);
+        assert_eq!(second.cache_hits(), 2);
+        let mut names: Vec<&str> = second.skills().iter().map(|s| s.name.as_str()).collect();
+        names.sort();
+        assert_eq!(names, ["p", "u"]);
+        // The cached rule and trigger still judge, compiled on first use.
+        let loaded = second.skills();
+        let u = loaded.iter().find(|s| s.name == "u").unwrap();
+        let pattern = u.rules[0].pattern.as_ref().unwrap();
+        assert!(!pattern.is_compiled());
+        assert!(pattern.is_match("rm -rf x") && !pattern.is_match("ls"));
+        assert!(u.is_active("please deploy") && !u.is_active("hello"));
+
+        // A damaged entry is ignored (the file still loads) and rewritten.
+        for entry in &entries {
+            std::fs::write(entry, "not json {").unwrap();
+        }
+        let third = SkillSet::load(&dirs);
+        assert_eq!(third.len(), 2);
+        assert_eq!(third.cache_hits(), 0);
+        for entry in &entries {
+            let bytes = std::fs::read(entry).unwrap();
+            assert!(serde_json::from_slice::<serde_json::Value>(&bytes).is_ok());
+        }
+        assert_eq!(SkillSet::load(&dirs).cache_hits(), 2);
+
+        // Trust is judged on the bytes read, never on the cache.
+        std::fs::write(skills.join("p.org"), "#+SKILL: p\n* p :prompt:\nBye.\n").unwrap();
+        let changed = SkillSet::load(&dirs);
+        assert_eq!(changed.len(), 1);
+        assert_eq!(changed.untrusted().len(), 1);
+    }
+
+    #[test]
+    fn no_parse_cache_when_the_state_directory_is_inside_the_project() {
+        let project = tempfile::tempdir().unwrap();
+        let dirs = SkillDirs {
+            builtin: false,
+            user: None,
+            project: Some(project_dir(project.path())),
+            trust: Some(project.path().join("state/trusted-skills.json")),
+            project_auto_approval: false,
+        };
+        assert!(parse_cache(&dirs).is_none());
+        let elsewhere = tempfile::tempdir().unwrap();
+        let dirs = SkillDirs {
+            trust: Some(elsewhere.path().join("trusted-skills.json")),
+            ..dirs
+        };
+        assert!(parse_cache(&dirs).is_some());
     }
 
     #[test]

@@ -20,8 +20,10 @@
 //! content, like project skills).
 
 pub mod agent_skill;
+pub mod cache;
 pub mod diagnostic;
 pub mod instructions;
+pub mod lazy_regex;
 pub mod loader;
 pub mod parse;
 pub mod planner;
@@ -31,7 +33,7 @@ pub mod trust;
 
 use std::path::PathBuf;
 
-use regex::Regex;
+use lazy_regex::LazyRegex;
 
 pub use diagnostic::{Diagnostic, Severity};
 pub use loader::{project_dir, SkillDirs, SkillLoader, SkillSet, SkillSummary, UntrustedSkill};
@@ -75,7 +77,9 @@ pub fn load_error_notice(diagnostics: &[Diagnostic]) -> Option<String> {
 /// Where a skill file came from, in layer order: builtin < user < project.
 /// Layers only add: a later skill of the same name is loaded beside the
 /// earlier one and never removes its rules.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum Origin {
     /// Embedded in the binary (`skills/*.org` in the source tree).
     Builtin,
@@ -104,7 +108,7 @@ pub enum Trigger {
     Never,
     /// When the person's message matches (case-insensitively), or names
     /// the skill as `@name`.
-    Pattern(Regex),
+    Pattern(LazyRegex),
 }
 
 impl std::fmt::Display for Trigger {
@@ -145,7 +149,7 @@ pub const ARGUMENTS: &str = "$ARGUMENTS";
 
 /// A slash command a skill declares: `/name args` in a prompt becomes the
 /// template with [`ARGUMENTS`] replaced, and activates the skill.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Command {
     /// The name typed after `/`.
     pub name: String,

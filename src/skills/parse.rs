@@ -1335,7 +1335,7 @@ impl<'p> Parser<'p> {
             decision: decision?,
             tool,
             target,
-            pattern,
+            pattern: pattern.map(Into::into),
             reason,
             gate: self.gate.clone(),
         })
@@ -1405,7 +1405,7 @@ fn parse_trigger(v: &str) -> Result<Trigger, String> {
         ));
     };
     Regex::new(&format!("(?i){inner}"))
-        .map(Trigger::Pattern)
+        .map(|re| Trigger::Pattern(re.into()))
         .map_err(|e| {
             format!(
                 "#+TRIGGER is not a valid regular expression: {}",

@@ -18,7 +18,7 @@ use crate::action::{Action, Approval, Effect};
 use crate::tools::{confine_to, PlanContext, Tool, ToolError, ToolPlanner};
 
 /// The JSON type of a parameter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ParamType {
     String,
     Integer,
@@ -71,7 +71,7 @@ impl ParamType {
 }
 
 /// One declared parameter of a tool.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Param {
     pub name: String,
     pub ty: ParamType,
@@ -127,7 +127,7 @@ pub fn schema(params: &[Param]) -> Value {
 }
 
 /// A built-in actuator a tool can be bound to with `:ACTUATOR:`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Binding {
     ShellRun,
     FilesRead,
@@ -259,7 +259,7 @@ impl Binding {
 }
 
 /// What a skill tool does when called.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Body {
     /// A src block run by the shell actuator.
     Script { interpreter: String, script: String },
@@ -314,7 +314,7 @@ impl Body {
 }
 
 /// The planner of every skill tool.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct SkillPlanner {
     pub body: Body,
     pub params: Vec<Param>,
@@ -451,6 +451,10 @@ impl ToolPlanner for SkillPlanner {
 
     fn limits(&self) -> crate::sandbox::limits::LimitOverrides {
         self.limits
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }
 

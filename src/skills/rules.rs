@@ -8,13 +8,12 @@
 
 use std::path::Path;
 
-use regex::Regex;
-
 use crate::action::{Action, Effect};
 use crate::gates::shell_words::{basename, is_shell, parse};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
 use super::diagnostic::Diagnostic;
+use super::lazy_regex::LazyRegex;
 use super::parse;
 
 /// One declarative rule.
@@ -28,7 +27,7 @@ pub struct Rule {
     /// Glob over the action's target (`shell`, `files`, `emacs`, `memex`).
     pub target: String,
     /// Regex over [`subject`]; `None` matches every action the globs match.
-    pub pattern: Option<Regex>,
+    pub pattern: Option<LazyRegex>,
     /// Why, in the author's words: shown to the person and the model.
     pub reason: String,
     /// The gate the rule belongs to (`skill:NAME` or `policy`).
@@ -47,7 +46,19 @@ impl Rule {
         if !glob_match(&self.tool, &action.tool) || !glob_match(&self.target, &action.target) {
             return None;
         }
-        if let Some(re) = &self.pattern {
+        if let Some(pattern) = &self.pattern {
+            let Some(re) = pattern.regex() else {
+                // Only a damaged parse-cache entry gets here (the parser
+                // compiled this pattern once): fail closed.
+                return Some(Verdict::new(
+                    Decision::Deny,
+                    self.gate.clone(),
+                    format!(
+                        "{}: its pattern does not compile (a damaged skill cache entry?); reload the skills",
+                        self.name
+                    ),
+                ));
+            };
             if !subjects.iter().any(|s| re.is_match(s)) {
                 return None;
             }
@@ -225,7 +236,7 @@ mod tests {
             decision,
             tool: tool.into(),
             target: "*".into(),
-            pattern: Some(Regex::new(pattern).unwrap()),
+            pattern: Some(regex::Regex::new(pattern).unwrap().into()),
             reason: format!("because {name}"),
             gate: "skill:test".into(),
         }

@@ -18,7 +18,7 @@ use crate::action::{Action, Approval};
 use crate::llm::ToolSpec;
 
 /// Where a tool was defined, for `skills list` and diagnostics.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ToolSource {
     /// Compiled into the binary.
     Builtin,
@@ -54,6 +54,11 @@ pub trait ToolPlanner: Send + Sync {
     /// `:LIMITS:`); none by default.
     fn limits(&self) -> crate::sandbox::limits::LimitOverrides {
         Default::default()
+    }
+    /// The planner as `Any`, for a layer that stores its own planners (the
+    /// skill parse cache); none by default.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
     }
 }
 
