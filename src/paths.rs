@@ -85,6 +85,10 @@ pub fn memex_dir(data_dir: &Path) -> PathBuf {
 /// The trust store's file name inside the state directory.
 pub const TRUST_FILE_NAME: &str = "trusted-skills.json";
 
+/// The skills parse cache's directory name inside the state directory,
+/// beside the trust file (see `skills::cache`).
+pub const SKILL_CACHE_DIR: &str = "skill-cache";
+
 /// The daemon lock's file name inside the state directory.
 pub const LOCK_FILE: &str = "daemon.lock";
 
@@ -148,6 +152,11 @@ impl StateDir {
     /// Trusted project skills and MCP configurations.
     pub fn trust_file(&self) -> PathBuf {
         self.root.join(TRUST_FILE_NAME)
+    }
+
+    /// Parsed skills by content, so unchanged files are not parsed again.
+    pub fn skill_cache(&self) -> PathBuf {
+        self.root.join(SKILL_CACHE_DIR)
     }
 
     /// The lock held by the one deciding daemon.

@@ -41,7 +41,7 @@ use super::trust::sha256_hex;
 use super::{Command, Origin, Skill, Trigger};
 
 /// The directory name under the state directory.
-pub const CACHE_DIR_NAME: &str = "skill-cache";
+pub const CACHE_DIR_NAME: &str = crate::paths::SKILL_CACHE_DIR;
 
 /// The most entries the cache directory holds; when a write finds it full,
 /// every entry is removed first (the next loads refill it).
