@@ -24,6 +24,27 @@ pub fn bwrap_available() -> bool {
     ok
 }
 
+/// Run the terminal command line in `cwd` against the test's home (its
+/// XDG config, state and data directories; no `PASSEPARTOUT_CONFIG`, no
+/// stdin); the exit code and stdout followed by stderr.
+pub fn cli(home: &Path, cwd: &Path, args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(BIN)
+        .args(args)
+        .current_dir(cwd)
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env_remove("PASSEPARTOUT_CONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("the passepartout binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
 /// How long any single wait may take before the test fails (generous: CI
 /// machines are slow; this bounds hangs, it does not measure speed).
 pub const WAIT: Duration = Duration::from_secs(20);

@@ -10,7 +10,7 @@ use harness::Client;
 use serde_json::json;
 use support::fake_provider::{self as fake, FakeProvider};
 
-use super::skills_live::cli;
+use crate::harness::cli;
 
 const SKILL_MD: &str = "---\nname: greeter\ndescription: >\n  Greets people politely\n  by name.\nlicense: MIT\n---\n# Greeter\n\n* Use `scripts/greet.sh NAME` to greet.\n#+begin_src is not Org here. BODY-MARKER\n";
 

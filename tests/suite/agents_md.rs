@@ -9,7 +9,7 @@ use harness::{prompt, Client};
 use serde_json::json;
 use support::fake_provider::{self as fake, FakeProvider};
 
-use super::skills_live::cli;
+use crate::harness::cli;
 
 fn system_prompt(fake: &FakeProvider, n: usize) -> String {
     fake.requests()[n].body["messages"][0]["content"]

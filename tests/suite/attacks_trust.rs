@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use harness::{prompt, Client, Framing};
+use harness::{cli, prompt, Client, Framing};
 use serde_json::{json, Value};
 use support::fake_provider::{self as fake, FakeProvider};
 
@@ -61,25 +61,6 @@ fn host_listener() -> HostListener {
         }
     });
     HostListener { port, hits }
-}
-
-/// Run the CLI in `cwd` with the test's home.
-fn cli(home: &Path, cwd: &Path, args: &[&str]) -> (i32, String) {
-    let out = std::process::Command::new(harness::BIN)
-        .args(args)
-        .current_dir(cwd)
-        .env("HOME", home)
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env("XDG_STATE_HOME", home.join("state"))
-        .env("XDG_DATA_HOME", home.join("data"))
-        .env_remove("PASSEPARTOUT_CONFIG")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
 }
 
 /// Drive one prompt to its end, answering each permission request with the

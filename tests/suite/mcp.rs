@@ -97,6 +97,28 @@ impl Setup {
     }
 
     /// The echo server as an ACP `McpServer` (stdio).
+    /// Start the echo server over streamable HTTP, recording into this
+    /// setup's record; the running server (killed on drop) and its URL.
+    pub(crate) async fn start_http_echo(&self) -> (tokio::process::Child, String) {
+        let mut server = tokio::process::Command::new(echo_server())
+            .arg("--record")
+            .arg(&self.record)
+            .arg("--http")
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(
+            server.stdout.take().unwrap(),
+        ));
+        let url = tokio::time::timeout(harness::WAIT, lines.next_line())
+            .await
+            .expect("the server prints its URL")
+            .unwrap()
+            .expect("a URL line");
+        (server, url)
+    }
+
     pub(crate) fn echo(&self, name: &str, extra: &[&str]) -> Value {
         let mut args = vec!["--record".to_string(), self.record.display().to_string()];
         args.extend(extra.iter().map(|s| s.to_string()));
@@ -466,21 +488,7 @@ async fn a_streamable_http_server_works_like_a_stdio_one() {
         fake::openai_text("done"),
     ])
     .await;
-    let mut server = tokio::process::Command::new(echo_server())
-        .arg("--record")
-        .arg(&s.record)
-        .arg("--http")
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines =
-        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(server.stdout.take().unwrap()));
-    let url = tokio::time::timeout(harness::WAIT, lines.next_line())
-        .await
-        .expect("the server prints its URL")
-        .unwrap()
-        .expect("a URL line");
+    let (mut server, url) = s.start_http_echo().await;
     let mut c = s.spawn(None);
     c.initialize(json!({})).await;
     let r = new_session(

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use support::fake_provider as fake;
 
-use super::mcp::{echo_server, new_session, prompt_and_answer, tool_result, wrapped, Setup};
+use super::mcp::{new_session, prompt_and_answer, tool_result, wrapped, Setup};
 
 const TWENTY_MIB: usize = 20 * 1024 * 1024;
 
@@ -71,21 +71,7 @@ async fn a_20_mib_answer_over_stdio_is_refused_at_once_naming_the_cap() {
 #[tokio::test]
 async fn a_20_mib_answer_over_http_is_refused_and_the_server_stays_up() {
     let s = Setup::new(script("web")).await;
-    let mut server = tokio::process::Command::new(echo_server())
-        .arg("--record")
-        .arg(&s.record)
-        .arg("--http")
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines =
-        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(server.stdout.take().unwrap()));
-    let url = tokio::time::timeout(harness::WAIT, lines.next_line())
-        .await
-        .expect("the server prints its URL")
-        .unwrap()
-        .expect("a URL line");
+    let (mut server, url) = s.start_http_echo().await;
     let mut c = s.spawn(None);
     c.initialize(json!({})).await;
     let r = new_session(

@@ -6,7 +6,7 @@
 use crate::harness;
 use crate::support;
 
-use harness::{prompt, Client, Framing};
+use harness::{cli, prompt, Client, Framing};
 use serde_json::{json, Value};
 use support::fake_provider::{self as fake, FakeProvider, Reply};
 
@@ -250,25 +250,6 @@ async fn models_without_function_calling_use_the_text_protocol() {
         .unwrap()
         .iter()
         .all(|m| m["role"] != "tool"));
-}
-
-/// Run the CLI in `cwd` with the test's home; exit code and stdout+stderr.
-pub(crate) fn cli(home: &std::path::Path, cwd: &std::path::Path, args: &[&str]) -> (i32, String) {
-    let out = std::process::Command::new(harness::BIN)
-        .args(args)
-        .current_dir(cwd)
-        .env("HOME", home)
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env("XDG_STATE_HOME", home.join("state"))
-        .env("XDG_DATA_HOME", home.join("data"))
-        .env_remove("PASSEPARTOUT_CONFIG")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
 }
 
 /// A person's rules-only skill: one valid deny rule and one whose regex
