@@ -307,14 +307,7 @@ pub(crate) fn proposed_unified_diff(
     match old_text(cwd, path, content, max_bytes) {
         Ok(old) => {
             let old = old.unwrap_or_default();
-            let diff = similar::TextDiff::configure()
-                .timeout(std::time::Duration::from_millis(50))
-                .diff_lines(old.as_str(), content.as_str());
-            let text = diff
-                .unified_diff()
-                .context_radius(3)
-                .header(&format!("a/{shown}"), &format!("b/{shown}"))
-                .to_string();
+            let text = crate::util::diff::unified(&old, content, &shown);
             (!text.is_empty()).then_some(text)
         }
         Err(why) => Some(format!("{shown}: {why}; no diff shown\n")),

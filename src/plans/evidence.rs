@@ -18,8 +18,6 @@ use crate::gates::Judgement;
 
 /// Largest diff kept in an audit record, in bytes.
 pub const DIFF_LIMIT: usize = 8192;
-/// Time the diff may take to find the shortest edit script.
-const DIFF_TIME: std::time::Duration = std::time::Duration::from_millis(50);
 /// Output of a plan quoted back to the model, in characters.
 const NOTE_OUTPUT_CHARS: usize = 2000;
 
@@ -60,7 +58,7 @@ pub fn action_diff(proposed: &Action, approved: &Action) -> String {
     let old = action_text(proposed);
     let new = action_text(approved);
     let mut out = String::new();
-    for (mark, line) in line_diff(&old, &new) {
+    for (mark, line) in crate::util::diff::marked_lines(&old, &new) {
         if out.len() + line.len() + 2 > DIFF_LIMIT {
             out.push_str("… (diff truncated)\n");
             break;
@@ -102,25 +100,6 @@ fn action_text(action: &Action) -> String {
         }
     }
     out
-}
-
-/// A line diff (Myers, from the `similar` crate), given at most
-/// [`DIFF_TIME`] to find a short one: past that it may be longer, never
-/// wrong.
-fn line_diff<'a>(old: &'a str, new: &'a str) -> Vec<(char, &'a str)> {
-    similar::TextDiff::configure()
-        .timeout(DIFF_TIME)
-        .diff_lines(old, new)
-        .iter_all_changes()
-        .map(|change| {
-            let mark = match change.tag() {
-                similar::ChangeTag::Equal => ' ',
-                similar::ChangeTag::Delete => '-',
-                similar::ChangeTag::Insert => '+',
-            };
-            (mark, change.value().trim_end_matches(['\n', '\r']))
-        })
-        .collect()
 }
 
 /// What the model is told about `plan`, a call of an earlier turn that
