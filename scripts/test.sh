@@ -5,7 +5,9 @@
 #
 # The tests need bwrap, slirp4netns (a granted network), git and every
 # tested Emacs (28.2 from apt and 30.1 unpacked from bookworm-backports, see
-# tests/elisp/emacs-versions.sh).
+# tests/elisp/emacs-versions.sh), and python3 with venv (the official
+# Python ACP SDK is installed from PyPI into target/sdk-venv by
+# tests/sdk/setup.sh).
 # When one is missing: as root on a Debian-like system they are installed
 # with apt-get (non-interactive); otherwise the script prints the exact
 # command to run and stops.
@@ -17,6 +19,8 @@ need_tools() {
     command -v bwrap >/dev/null 2>&1 || { missing+=(bwrap); packages+=(bubblewrap); }
     command -v slirp4netns >/dev/null 2>&1 || { missing+=(slirp4netns); packages+=(slirp4netns); }
     command -v git >/dev/null 2>&1 || { missing+=(git); packages+=(git); }
+    # The Python ACP SDK test (tests/sdk) needs python3 with venv and pip.
+    python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || { missing+=("python3 venv"); packages+=(python3 python3-venv); }
     if [ ${#missing[@]} -eq 0 ]; then
         tests/elisp/emacs-versions.sh install
         return 0
@@ -32,7 +36,7 @@ need_tools() {
     echo "test.sh: the tests need ${missing[*]}, which are not on PATH. Install them with:" >&2
     echo "    sudo apt-get install ${packages[*]}" >&2
     echo "    sudo tests/elisp/emacs-versions.sh install   # Emacs 28.2 and 30.1" >&2
-    echo "(other systems: install bubblewrap, slirp4netns, git and Emacs 28.1+ with your package manager," >&2
+    echo "(other systems: install bubblewrap, slirp4netns, git, python3 with venv and Emacs 28.1+ with your package manager," >&2
     echo " then run tests/elisp/run.sh with EMACS=... once per Emacs)" >&2
     exit 2
 }
@@ -47,6 +51,8 @@ trap 'rm -f "$log"' EXIT
 # call the two cores stay busy until the last link; `cargo test` then only
 # runs. Examples are not built a second time as empty test binaries.
 cargo build --locked --bins --examples --tests
+# The official Python ACP SDK, for tests/suite/sdk_python.rs (once; PyPI).
+tests/sdk/setup.sh
 # A failing step does not stop the others: every suite runs, the tally
 # counts them all, and the script fails at the end if anything did.
 status=0

@@ -27,6 +27,7 @@ mod plans;
 mod providers;
 mod run_cli;
 mod sandbox;
+mod sdk_python;
 mod session_configure;
 mod sessions;
 mod skills;
