@@ -48,6 +48,8 @@ use crate::util::sync::lock;
 
 /// How much of a server's stderr is kept for error messages.
 const STDERR_TAIL_BYTES: usize = 2048;
+/// Most MCP resources one prompt's `@`-mentions read.
+pub const MAX_MENTIONED: usize = 8;
 /// How long a server gets to exit when it is stopped.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Environment variables a stdio server inherits from the daemon; all
@@ -940,6 +942,40 @@ impl McpManager {
             "[prompt `{}` from MCP server `{}`, as the server wrote it]\n{text}",
             listed.name, server.spec.name
         )
+    }
+
+    /// The resources among `uris` (a prompt's `resource_link`s, an
+    /// `@`-mention) that a running server of the session lists: the
+    /// reader tool's name for each (`mcp__<server>__read_resource`) and
+    /// the URI, at most [`MAX_MENTIONED`], in the prompt's order.
+    pub fn mentioned_resources(&self, session_id: &str, uris: &[&str]) -> Vec<(String, String)> {
+        let sessions = lock(&self.sessions);
+        let Some(servers) = sessions.get(session_id) else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        for uri in uris {
+            let reader = servers
+                .iter()
+                .filter(|s| s.is_running())
+                .find_map(|server| {
+                    let catalog = lock(&server.catalog);
+                    let own_reader = catalog
+                        .tools
+                        .iter()
+                        .any(|t| t.name == tool::READ_RESOURCE_TOOL);
+                    let listed = catalog.resources.iter().any(|r| r.uri == *uri);
+                    (listed && !own_reader)
+                        .then(|| tool::tool_name(&server.spec.prefix, tool::READ_RESOURCE_TOOL))
+                        .flatten()
+                });
+            if let Some(reader) = reader {
+                if !found.iter().any(|(_, u)| u == uri) && found.len() < MAX_MENTIONED {
+                    found.push((reader, uri.to_string()));
+                }
+            }
+        }
+        found
     }
 
     /// A server of a session, by its prefix.
