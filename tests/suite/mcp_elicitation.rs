@@ -60,6 +60,23 @@ async fn prompt_eliciting(
     }
 }
 
+/// Fail unless `params` is a valid ACP `CreateElicitationRequest` (the
+/// JSON schema generated from the ACP schema crate's type).
+fn assert_acp_elicitation(params: &Value) {
+    use agent_client_protocol_schema::v1 as acp;
+    let schema =
+        serde_json::to_value(schemars::schema_for!(acp::CreateElicitationRequest)).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(params)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "not an ACP elicitation request: {errors:?} in {params}"
+    );
+}
+
 /// A one-tool-call script: `tool` of server `echo`, then "done".
 fn calling(tool: &str) -> Vec<fake::Reply> {
     vec![
@@ -92,6 +109,9 @@ async fn a_form_reaches_the_person_and_a_checked_answer_goes_back() {
     assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
     assert_eq!(questions.len(), 2, "{questions:#?}");
     let first = &questions[0]["params"];
+    for q in &questions {
+        assert_acp_elicitation(&q["params"]);
+    }
     assert_eq!(first["sessionId"], sid.as_str());
     assert_eq!(first["mode"], "form");
     assert_eq!(
@@ -198,6 +218,7 @@ async fn a_url_question_shows_the_url_to_a_client_that_takes_urls() {
     .await;
     assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
     let q = &questions[0]["params"];
+    assert_acp_elicitation(q);
     assert_eq!(q["mode"], "url");
     assert_eq!(q["url"], "https://example.com/sign-in");
     assert_eq!(q["elicitationId"], "sign-in-1");
