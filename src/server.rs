@@ -267,10 +267,10 @@ impl Daemon {
             .client_fs
             .connect(self.out.clone(), &req.client_capabilities.fs);
         // MCP servers' questions go to the person when the client shows them.
-        self.env
-            .mcp
-            .elicitation()
-            .connect(self.out.clone(), req.client_capabilities.elicitation.as_ref());
+        self.env.mcp.elicitation().connect(
+            self.out.clone(),
+            req.client_capabilities.elicitation.as_ref(),
+        );
         self.approvals.set_flight_plans(settings.flight_plans);
         // `_passepartout/*` notifications only for a client that asked
         // (ACP: custom capabilities live in the capability's `_meta`); a
