@@ -1,5 +1,5 @@
 //! A small MCP server over stdio, built with rmcp's server side, for the
-//! tests of passepartout's MCP client (`tests/suite/mcp.rs`) and for trying
+//! tests of passepartout's MCP client (`tests/suite/mcp*.rs`) and for trying
 //! `passepartout mcp list` by hand.
 //!
 //! Tools: `echo` (returns its text), `sleep` (waits, to hit a call
