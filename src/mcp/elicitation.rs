@@ -717,7 +717,7 @@ mod tests {
         let link = Arc::new(ElicitationLink::with_timeout(Duration::from_millis(50)));
         let (out, _queue) = Outgoing::channel();
         link.connect(
-            out,
+            out.clone(),
             Some(
                 &acp::ElicitationCapabilities::new().form(acp::ElicitationFormCapabilities::new()),
             ),
@@ -741,5 +741,7 @@ mod tests {
         );
         // The session's place is free again.
         assert!(link.take_turn("sess"));
+        // And the request the client never answered is forgotten.
+        assert_eq!(out.waiting(), 0);
     }
 }
