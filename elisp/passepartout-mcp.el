@@ -27,6 +27,9 @@
 ;; daemon refuses if the file changed meanwhile, and any later change
 ;; makes it untrusted again.  The shell equivalent is
 ;; `passepartout mcp trust PATH'.
+;;
+;; A running server's questions for the person (MCP elicitation) are
+;; asked by passepartout-elicit.el.
 
 ;;; Code:
 
@@ -34,6 +37,8 @@
 (require 'jsonrpc)
 (require 'passepartout-rpc)
 (require 'passepartout-trust)
+;; MCP servers' questions for the person (elicitation).
+(require 'passepartout-elicit)
 
 (defconst passepartout-mcp--project-config ".passepartout/config.toml"
   "The project file naming MCP servers, relative to the project root.")

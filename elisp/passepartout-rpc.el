@@ -500,6 +500,10 @@ into the code.  A string value is returned as is."
         :clientCapabilities (list :fs (list :readTextFile t
                                             :writeTextFile t)
                                   :terminal :json-false
+                                  ;; MCP servers' questions: asked in the
+                                  ;; minibuffer (passepartout-elicit.el).
+                                  :elicitation (list :form (make-hash-table)
+                                                     :url (make-hash-table))
                                   ;; The `_passepartout/*' notifications
                                   ;; (status, usage, sandbox, compaction):
                                   ;; a plain ACP client gets none.

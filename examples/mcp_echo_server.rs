@@ -1,12 +1,15 @@
 //! A small MCP server over stdio, built with rmcp's server side, for the
-//! tests of passepartout's MCP client (`tests/suite/mcp.rs`) and for trying
+//! tests of passepartout's MCP client (`tests/suite/mcp*.rs`) and for trying
 //! `passepartout mcp list` by hand.
 //!
 //! Tools: `echo` (returns its text), `sleep` (waits, to hit a call
 //! timeout), `shout` (returns `n` bytes, to hit an output cap or the
 //! message cap), `crash` (the process exits mid-call), `whoami` (the
 //! client's `clientInfo` and its roots), `add_tool` (adds the tool `late`
-//! and sends `notifications/tools/list_changed`). A resource
+//! and sends `notifications/tools/list_changed`), `ask` (asks the person
+//! a form through MCP elicitation and returns the outcome: `accept
+//! {"name":…}`, `decline` or `cancel`), `ask_twice` (two questions at
+//! once, both outcomes), `ask_url` (a URL-mode question). A resource
 //! `memo://readme` and a prompt `review` (argument `focus`).
 //!
 //! Flags: `--record FILE` appends `start PID`, `listed tools` for each
@@ -55,6 +58,37 @@ struct SleepArgs {
 struct ShoutArgs {
     /// How many bytes to return.
     n: usize,
+}
+
+/// The form `ask` shows: a name (required), a size (one of two) and a
+/// yes/no.
+fn ask_form() -> ElicitationSchema {
+    serde_json::from_value(serde_json::json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "title": "Name", "minLength": 1},
+            "size": {"type": "string", "title": "Size", "enum": ["small", "large"]},
+            "urgent": {"type": "boolean", "title": "Urgent"}
+        },
+        "required": ["name"]
+    }))
+    .unwrap()
+}
+
+/// `accept {content}`, `decline`, `cancel` or `error: …`.
+fn outcome(answer: Result<ElicitResult, rmcp::ServiceError>) -> String {
+    match answer {
+        Ok(r) => match r.action {
+            ElicitationAction::Accept => format!(
+                "accept {}",
+                r.content.map(|c| c.to_string()).unwrap_or_default()
+            ),
+            ElicitationAction::Decline => "decline".into(),
+            ElicitationAction::Cancel => "cancel".into(),
+            _ => "other".into(),
+        },
+        Err(e) => format!("error: {e}"),
+    }
 }
 
 impl Echo {
@@ -106,6 +140,47 @@ impl Echo {
     async fn late(&self) -> String {
         self.note("late");
         "late tool ran".into()
+    }
+
+    #[tool(description = "Ask the person for a name, a size and whether it is urgent")]
+    async fn ask(&self, context: RequestContext<RoleServer>) -> String {
+        self.note("ask");
+        let params = ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: "What is your name?".into(),
+            requested_schema: ask_form(),
+        };
+        let answer = outcome(context.peer.create_elicitation(params).await);
+        self.note(&format!("asked: {answer}"));
+        answer
+    }
+
+    #[tool(description = "Ask the person two questions at once")]
+    async fn ask_twice(&self, context: RequestContext<RoleServer>) -> String {
+        self.note("ask_twice");
+        let params = |n: u8| ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: format!("Question {n}: what is your name?"),
+            requested_schema: ask_form(),
+        };
+        let (first, second) = tokio::join!(context.peer.create_elicitation(params(1)), async {
+            // The second after the first is surely on its way.
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            context.peer.create_elicitation(params(2)).await
+        });
+        format!("first: {}; second: {}", outcome(first), outcome(second))
+    }
+
+    #[tool(description = "Ask the person to visit a page")]
+    async fn ask_url(&self, context: RequestContext<RoleServer>) -> String {
+        self.note("ask_url");
+        let params = ElicitRequestParams::UrlElicitationParams {
+            meta: None,
+            message: "Sign in to continue".into(),
+            url: "https://example.com/sign-in".into(),
+            elicitation_id: "sign-in-1".into(),
+        };
+        outcome(context.peer.create_elicitation(params).await)
     }
 
     #[tool(description = "Return the given text unchanged")]

@@ -266,6 +266,11 @@ impl Daemon {
         self.env
             .client_fs
             .connect(self.out.clone(), &req.client_capabilities.fs);
+        // MCP servers' questions go to the person when the client shows them.
+        self.env.mcp.elicitation().connect(
+            self.out.clone(),
+            req.client_capabilities.elicitation.as_ref(),
+        );
         self.approvals.set_flight_plans(settings.flight_plans);
         // `_passepartout/*` notifications only for a client that asked
         // (ACP: custom capabilities live in the capability's `_meta`); a
@@ -600,6 +605,10 @@ impl Daemon {
             })
         };
         let usage_before = session.usage();
+        // `@`-mentioned MCP resources join the prompt, read as actions.
+        let text = self
+            .mentioned_resources(&session, &req.prompt, text, &turn_cancel)
+            .await;
         // What became of this session's plans whose turn was gone.
         let text = self.approvals.desk.with_news(&session.id, text);
         let result = turn::run_turn(
@@ -908,6 +917,82 @@ impl Daemon {
         Ok(serde_json::json!({
             "checkpoints": list.iter().map(|c| c.wire()).collect::<Vec<_>>()
         }))
+    }
+}
+
+impl Daemon {
+    /// `prompt` followed by the text of each MCP resource its
+    /// `resource_link`s name (a resource a running server of the session
+    /// lists; other links stay links). Each is read as an
+    /// `mcp_read_resource` action the person approved by mentioning it:
+    /// recorded in the audit log, judged again at the last mile (a gate's
+    /// or the mode's deny still wins), its text capped like a tool result
+    /// and inside the server's untrusted-data wrapper.
+    async fn mentioned_resources(
+        &self,
+        session: &Session,
+        blocks: &[acp::ContentBlock],
+        prompt: String,
+        cancel: &CancellationToken,
+    ) -> String {
+        use crate::agent::act::{execute_action, ExecContext, LastMile};
+        let uris: Vec<&str> = blocks
+            .iter()
+            .filter_map(|b| match b {
+                acp::ContentBlock::ResourceLink(l) => Some(l.uri.as_str()),
+                _ => None,
+            })
+            .collect();
+        let mentioned = self.env.mcp.mentioned_resources(&session.id, &uris);
+        if mentioned.is_empty() {
+            return prompt;
+        }
+        let mut toolset = self.env.toolsets.toolset(&session.cwd, "");
+        self.env.mcp.register_tools(&session.id, &mut toolset.tools);
+        let mut parts = vec![prompt];
+        for (reader, uri) in mentioned {
+            let Some(tool) = toolset.tools.get(&reader) else {
+                continue;
+            };
+            let context = crate::tools::PlanContext {
+                cwd: session.cwd.clone(),
+            };
+            let Ok(action) = tool.plan(&serde_json::json!({ "uri": uri }), &context) else {
+                continue;
+            };
+            let id = session.unique_call_id("mention");
+            self.env.record(crate::audit::AuditRecord::proposed(
+                &session.id,
+                &id,
+                &action,
+            ));
+            let hash = action.content_hash();
+            let x = ExecContext {
+                env: &self.env,
+                session_id: &session.id,
+                cwd: &session.cwd,
+                plan_id: None,
+                sink: &crate::agent::NullSink,
+                sink_handle: None,
+                cancel: cancel.clone(),
+                approved_by: Some("the person (an @-mention in the prompt)".into()),
+                last_mile: LastMile {
+                    approved_hash: &hash,
+                    toolset: &toolset,
+                    mode: session.mode(),
+                    recorded: None,
+                    begin: None,
+                },
+                limits: Default::default(),
+                live: None,
+            };
+            let acted = execute_action(&id, &action, &x).await;
+            parts.push(format!(
+                "[the MCP resource {uri}, mentioned by the person]\n{}",
+                acted.observation.text
+            ));
+        }
+        parts.join("\n\n")
     }
 }
 

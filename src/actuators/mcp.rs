@@ -108,6 +108,8 @@ impl Actuator for McpActuator {
             Ok(result) => {
                 let text = result_text(&result, limits.output_cap, limits.output_cap_setting);
                 let text = wrap_untrusted(&server.spec.name, tool, &text);
+                // The daemon's lines about the server's questions, if any.
+                let text = server.with_notes(text);
                 if result.is_error == Some(true) {
                     Ok(ActOutput::error(text))
                 } else {

@@ -43,10 +43,40 @@ pub struct Session {
     /// The session mode, read afresh by every action (a switch takes
     /// effect at the next one).
     mode: Mutex<crate::modes::Mode>,
-    /// Every ACP tool-call id shown in this session (a replay included):
-    /// a provider that reuses an id (`call_0_shell` each turn) gets a
-    /// fresh one for the client, so two calls never share one.
-    call_ids: Mutex<std::collections::HashSet<String>>,
+    /// The ACP tool-call ids shown in this session (a replay included),
+    /// the last [`MAX_CALL_IDS`] of them: a provider that reuses an id
+    /// (`call_0_shell` each turn) gets a fresh one for the client, so two
+    /// calls never share one.
+    call_ids: Mutex<CallIds>,
+}
+
+/// Most tool-call ids a session remembers. Past it the oldest are
+/// forgotten, and from then on every id gets a session-wide sequence
+/// number (`ID-sN`), so a forgotten id is never handed out again.
+pub const MAX_CALL_IDS: usize = 4096;
+
+/// The ids shown, oldest first, bounded by [`MAX_CALL_IDS`].
+#[derive(Default)]
+struct CallIds {
+    taken: std::collections::HashSet<String>,
+    order: std::collections::VecDeque<String>,
+    /// Whether an id was forgotten: plain provider ids are no longer safe.
+    forgot: bool,
+    sequence: u64,
+}
+
+impl CallIds {
+    fn remember(&mut self, id: String) {
+        if self.taken.insert(id.clone()) {
+            self.order.push_back(id);
+        }
+        while self.order.len() > MAX_CALL_IDS {
+            if let Some(old) = self.order.pop_front() {
+                self.taken.remove(&old);
+            }
+            self.forgot = true;
+        }
+    }
 }
 
 impl Session {
@@ -104,7 +134,11 @@ impl Session {
             crate::sessions::Replay::Update(u) => u["toolCallId"].as_str().map(str::to_string),
             _ => None,
         });
-        s.call_ids = Mutex::new(shown.collect());
+        let mut ids = CallIds::default();
+        for id in shown {
+            ids.remember(id);
+        }
+        s.call_ids = Mutex::new(ids);
         if let Some(mode) = loaded.mode {
             s = s.with_mode(mode);
         }
@@ -113,20 +147,28 @@ impl Session {
 
     /// The ACP id for a call the provider named `provider_id`: that id
     /// itself the first time, `ID-2`, `ID-3`, ... when it was shown before
-    /// in this session.
+    /// in this session; once the session has forgotten ids (over
+    /// [`MAX_CALL_IDS`]), `ID-sN` with a sequence number that never repeats.
     pub fn unique_call_id(&self, provider_id: &str) -> String {
-        let mut taken = lock(&self.call_ids);
-        if taken.insert(provider_id.to_string()) {
-            return provider_id.to_string();
-        }
-        let mut n = 2u64;
-        loop {
-            let candidate = format!("{provider_id}-{n}");
-            if taken.insert(candidate.clone()) {
-                return candidate;
+        let mut ids = lock(&self.call_ids);
+        let id = if ids.forgot {
+            loop {
+                ids.sequence += 1;
+                let candidate = format!("{provider_id}-s{}", ids.sequence);
+                if !ids.taken.contains(&candidate) {
+                    break candidate;
+                }
             }
-            n += 1;
-        }
+        } else if !ids.taken.contains(provider_id) {
+            provider_id.to_string()
+        } else {
+            (2u64..)
+                .map(|n| format!("{provider_id}-{n}"))
+                .find(|c| !ids.taken.contains(c))
+                .unwrap_or_else(|| format!("{provider_id}-s0"))
+        };
+        ids.remember(id.clone());
+        id
     }
 
     pub fn journal(&self) -> Option<&Journal> {
@@ -274,4 +316,36 @@ fn earlier_prompts(history: &[ChatMessage], prompt: &str) -> String {
     }
     parts.reverse();
     parts.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_ids_stay_unique_and_bounded() {
+        let s = Session::new("s", PathBuf::from("/tmp"));
+        assert_eq!(s.unique_call_id("call_0"), "call_0");
+        assert_eq!(s.unique_call_id("call_0"), "call_0-2");
+        assert_eq!(s.unique_call_id("call_0"), "call_0-3");
+        for i in 3..MAX_CALL_IDS {
+            assert_eq!(s.unique_call_id(&format!("c{i}")), format!("c{i}"));
+        }
+        // One more than the limit: the oldest (`call_0`) is forgotten.
+        assert_eq!(s.unique_call_id("last"), "last");
+        {
+            let ids = lock(&s.call_ids);
+            assert_eq!(ids.taken.len(), MAX_CALL_IDS);
+            assert_eq!(ids.order.len(), MAX_CALL_IDS);
+            assert!(ids.forgot);
+            assert!(!ids.taken.contains("call_0"));
+        }
+        // A forgotten id is not handed out again.
+        assert_eq!(s.unique_call_id("call_0"), "call_0-s1");
+        let mut shown = std::collections::HashSet::new();
+        for _ in 0..1000 {
+            assert!(shown.insert(s.unique_call_id("c3")), "an id came twice");
+        }
+        assert_eq!(lock(&s.call_ids).taken.len(), MAX_CALL_IDS);
+    }
 }

@@ -1,8 +1,9 @@
 //! passepartout's side of an MCP session: who it says it is (`clientInfo`
 //! names passepartout and its version), what it offers (roots: the session
-//! directory), and what it does with a server's notifications (a changed
-//! tool, prompt or resource list is listed again, so the next turn sees
-//! it).
+//! directory; elicitation, form and URL, routed to the person by
+//! [`super::elicitation`]), and what it does with a server's notifications
+//! (a changed tool, prompt or resource list is listed again, so the next
+//! turn sees it).
 
 // Roots are deprecated upstream (SEP-2577) and still asked for by servers.
 #![allow(deprecated)]
@@ -12,12 +13,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, ErrorData, Implementation, ListRootsResult, Prompt, Resource,
-    Root, RootsCapabilities, Tool,
+    ClientCapabilities, ClientConfig, CustomNotification, ElicitRequestParams, ElicitResult,
+    ElicitationAction, ElicitationCapability, ErrorData, FormElicitationCapability, Implementation,
+    ListRootsResult, Prompt, Resource, Root, RootsCapabilities, Tool, UrlElicitationCapability,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::{ClientHandler, RoleClient};
 
+use super::elicitation::{Asker, MCP_ELICITATION_COMPLETE};
 use crate::util::sync::lock;
 
 /// How long a re-list after a `list_changed` notification may take.
@@ -40,14 +43,23 @@ pub struct PassepartoutClient {
     server: String,
     root: PathBuf,
     catalog: Arc<Mutex<Catalog>>,
+    /// Who asks the person for this server (None: `mcp list`, no person;
+    /// every question is declined).
+    asker: Option<Asker>,
 }
 
 impl PassepartoutClient {
-    pub fn new(server: &str, root: &Path, catalog: Arc<Mutex<Catalog>>) -> Self {
+    pub fn new(
+        server: &str,
+        root: &Path,
+        catalog: Arc<Mutex<Catalog>>,
+        asker: Option<Asker>,
+    ) -> Self {
         PassepartoutClient {
             server: server.to_string(),
             root: root.to_path_buf(),
             catalog,
+            asker,
         }
     }
 }
@@ -139,6 +151,12 @@ impl ClientHandler for PassepartoutClient {
         // Roots: deprecated upstream (SEP-2577), still what servers ask for.
         let mut capabilities = ClientCapabilities::default();
         capabilities.roots = Some(RootsCapabilities::default());
+        // Always offered: a question the person's client cannot show is
+        // declined at once (and the person told), never left hanging.
+        let mut elicitation = ElicitationCapability::default();
+        elicitation.form = Some(FormElicitationCapability::new().with_schema_validation(true));
+        elicitation.url = Some(UrlElicitationCapability::new());
+        capabilities.elicitation = Some(elicitation);
         ClientConfig::new(
             capabilities,
             Implementation::new("passepartout", env!("CARGO_PKG_VERSION"))
@@ -159,6 +177,29 @@ impl ClientHandler for PassepartoutClient {
         Ok(ListRootsResult::new(vec![
             Root::new(file_uri(&self.root)).with_name(name)
         ]))
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        match &self.asker {
+            Some(asker) => Ok(asker.ask(request, context.ct).await),
+            None => Ok(ElicitResult::new(ElicitationAction::Decline)),
+        }
+    }
+
+    async fn on_custom_notification(
+        &self,
+        notification: CustomNotification,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if notification.method == MCP_ELICITATION_COMPLETE {
+            if let (Some(asker), Some(params)) = (&self.asker, &notification.params) {
+                asker.completed(params);
+            }
+        }
     }
 
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {

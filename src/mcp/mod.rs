@@ -14,10 +14,15 @@
 //! one message's size before it is decoded (`mcp.max_message_bytes`, see
 //! [`transport`]) and result size (`mcp.output_cap_tokens`), each named in
 //! its error. The chapter is docs/mcp.md.
+//!
+//! A server's questions for the person (`elicitation/create`) go to the
+//! session's ACP client through [`elicitation`]; while one waits, the
+//! call that caused it does not time out.
 
 pub mod binding;
 pub mod client;
 pub mod config;
+pub mod elicitation;
 pub mod project;
 pub mod tool;
 pub mod transport;
@@ -43,6 +48,8 @@ use crate::util::sync::lock;
 
 /// How much of a server's stderr is kept for error messages.
 const STDERR_TAIL_BYTES: usize = 2048;
+/// Most MCP resources one prompt's `@`-mentions read.
+pub const MAX_MENTIONED: usize = 8;
 /// How long a server gets to exit when it is stopped.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Environment variables a stdio server inherits from the daemon; all
@@ -130,6 +137,9 @@ pub struct Server {
     service: tokio::sync::Mutex<Option<Service>>,
     failure: Mutex<Option<String>>,
     stderr: Arc<Mutex<String>>,
+    /// Its questions for the person, and the lines about them the model
+    /// reads with the next result.
+    questions: Arc<elicitation::ServerQuestions>,
 }
 
 impl Server {
@@ -179,7 +189,20 @@ impl Server {
         }
     }
 
-    /// Call one tool with a time limit; cancellation wins.
+    /// The daemon's lines about this server's questions (declined, not
+    /// shown), added after a result the model reads: outside the result's
+    /// untrusted wrapper, since they are the daemon's words.
+    pub fn with_notes(&self, text: String) -> String {
+        let notes = self.questions.take_notes();
+        if notes.is_empty() {
+            return text;
+        }
+        format!("{text}\n{}", notes.join("\n"))
+    }
+
+    /// Call one tool with a time limit; cancellation wins. The time a
+    /// question waits for the person does not count: the clock restarts
+    /// when it is answered.
     pub async fn call(
         &self,
         tool: &str,
@@ -202,9 +225,15 @@ impl Server {
             params = params.with_arguments(map);
         }
         let answer = tokio::select! {
-            _ = cancel.cancelled() => return Err(CallError::Cancelled),
-            answer = tokio::time::timeout(timeout, peer.call_tool(params)) => answer,
+            _ = cancel.cancelled() => {
+                self.questions.cancel();
+                return Err(CallError::Cancelled);
+            }
+            answer = self.timed(timeout, peer.call_tool(params)) => answer,
         };
+        if answer.is_err() {
+            self.questions.cancel();
+        }
         match answer {
             Err(_) => Err(CallError::Timeout {
                 name,
@@ -225,6 +254,39 @@ impl Server {
                         name,
                         reason: readable_service_error(&e),
                     })
+                }
+            }
+        }
+    }
+
+    /// `call` within `timeout`, the clock paused while the person is asked
+    /// and restarted when they answer.
+    async fn timed<T>(
+        &self,
+        timeout: Duration,
+        call: impl std::future::Future<Output = T>,
+    ) -> Result<T, tokio::time::error::Elapsed> {
+        let started = tokio::time::Instant::now();
+        let mut deadline = started + timeout;
+        tokio::pin!(call);
+        loop {
+            match tokio::time::timeout_at(deadline, &mut call).await {
+                Ok(done) => return Ok(done),
+                Err(elapsed) => {
+                    if self.questions.asking() {
+                        deadline = tokio::time::Instant::now() + Duration::from_millis(200);
+                        continue;
+                    }
+                    let answered = self
+                        .questions
+                        .answered_at()
+                        .map(tokio::time::Instant::from_std);
+                    match answered {
+                        Some(at) if at > started && at + timeout > deadline => {
+                            deadline = at + timeout;
+                        }
+                        _ => return Err(elapsed),
+                    }
                 }
             }
         }
@@ -296,12 +358,24 @@ pub fn describe(t: &Transport) -> String {
 
 /// Start one server and list its tools within the startup limit. Never
 /// fails: a failure is kept in the server's state.
-pub async fn start(spec: ServerSpec, cwd: &Path, limits: Limits) -> Server {
+pub async fn start(
+    spec: ServerSpec,
+    cwd: &Path,
+    limits: Limits,
+    asking: Option<(String, Arc<elicitation::ElicitationLink>)>,
+) -> Server {
     let stderr = Arc::new(Mutex::new(String::new()));
     let catalog = Arc::new(Mutex::new(Catalog::default()));
+    let questions = Arc::new(elicitation::ServerQuestions::default());
+    let asker = asking.map(|(session, link)| elicitation::Asker {
+        server: spec.name.clone(),
+        session,
+        link,
+        questions: questions.clone(),
+    });
     let connected = tokio::time::timeout(
         limits.startup,
-        connect(&spec, cwd, limits, stderr.clone(), catalog.clone()),
+        connect(&spec, cwd, limits, stderr.clone(), catalog.clone(), asker),
     )
     .await;
     let (service, failure) = match connected {
@@ -322,6 +396,7 @@ pub async fn start(spec: ServerSpec, cwd: &Path, limits: Limits) -> Server {
         service: tokio::sync::Mutex::new(service),
         failure: Mutex::new(None),
         stderr,
+        questions,
     };
     if let Some(reason) = failure {
         // The stderr reader may still be draining the child's last words.
@@ -340,8 +415,9 @@ async fn connect(
     limits: Limits,
     stderr: Arc<Mutex<String>>,
     catalog: Arc<Mutex<Catalog>>,
+    asker: Option<elicitation::Asker>,
 ) -> Result<Service, String> {
-    let handler = PassepartoutClient::new(&spec.name, cwd, catalog.clone());
+    let handler = PassepartoutClient::new(&spec.name, cwd, catalog.clone(), asker);
     let service = match &spec.transport {
         Transport::Stdio { command, args, env } => {
             let mut cmd = tokio::process::Command::new(command);
@@ -531,6 +607,8 @@ pub struct McpManager {
     trust_file: Option<std::path::PathBuf>,
     /// Whether trusted project entries keep `approval = "auto"`.
     project_auto_approval: bool,
+    /// Where servers' questions for the person go (set at `initialize`).
+    elicitation: Arc<elicitation::ElicitationLink>,
 }
 
 impl McpManager {
@@ -555,7 +633,14 @@ impl McpManager {
             sessions: Mutex::default(),
             trust_file: None,
             project_auto_approval: false,
+            elicitation: Arc::default(),
         }
+    }
+
+    /// Where the servers' questions for the person go: the server connects
+    /// it at `initialize` with the client's `elicitation` capability.
+    pub fn elicitation(&self) -> &elicitation::ElicitationLink {
+        &self.elicitation
     }
 
     /// The config.toml entries that were refused, with why.
@@ -688,7 +773,8 @@ impl McpManager {
         let limits = self.limits;
         let tasks = specs.into_iter().map(|s| {
             let cwd = cwd.to_path_buf();
-            tokio::spawn(async move { start(s, &cwd, limits).await })
+            let asking = Some((session_id.to_string(), self.elicitation.clone()));
+            tokio::spawn(async move { start(s, &cwd, limits, asking).await })
         });
         let mut started: Vec<Server> = Vec::new();
         for joined in futures::future::join_all(tasks).await {
@@ -856,6 +942,40 @@ impl McpManager {
             "[prompt `{}` from MCP server `{}`, as the server wrote it]\n{text}",
             listed.name, server.spec.name
         )
+    }
+
+    /// The resources among `uris` (a prompt's `resource_link`s, an
+    /// `@`-mention) that a running server of the session lists: the
+    /// reader tool's name for each (`mcp__<server>__read_resource`) and
+    /// the URI, at most [`MAX_MENTIONED`], in the prompt's order.
+    pub fn mentioned_resources(&self, session_id: &str, uris: &[&str]) -> Vec<(String, String)> {
+        let sessions = lock(&self.sessions);
+        let Some(servers) = sessions.get(session_id) else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        for uri in uris {
+            let reader = servers
+                .iter()
+                .filter(|s| s.is_running())
+                .find_map(|server| {
+                    let catalog = lock(&server.catalog);
+                    let own_reader = catalog
+                        .tools
+                        .iter()
+                        .any(|t| t.name == tool::READ_RESOURCE_TOOL);
+                    let listed = catalog.resources.iter().any(|r| r.uri == *uri);
+                    (listed && !own_reader)
+                        .then(|| tool::tool_name(&server.spec.prefix, tool::READ_RESOURCE_TOOL))
+                        .flatten()
+                });
+            if let Some(reader) = reader {
+                if !found.iter().any(|(_, u)| u == uri) && found.len() < MAX_MENTIONED {
+                    found.push((reader, uri.to_string()));
+                }
+            }
+        }
+        found
     }
 
     /// A server of a session, by its prefix.

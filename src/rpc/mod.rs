@@ -165,9 +165,20 @@ impl Outgoing {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.lock_pending().insert(id.to_string(), tx);
+        // A caller that stops waiting (a timeout, a cancel) takes its entry
+        // out of the map: an answer that never comes leaves nothing behind.
+        let _forget = ForgetPending {
+            out: self,
+            id: id.to_string(),
+        };
         self.send_raw(message::request(id, method, &params));
         rx.await
             .unwrap_or_else(|_| Err(RpcError::internal("connection closed")))
+    }
+
+    /// Requests sent to the client whose callers still wait for an answer.
+    pub fn waiting(&self) -> usize {
+        self.lock_pending().len()
     }
 
     fn lock_pending(
@@ -200,6 +211,18 @@ impl Outgoing {
     /// Fail every request still waiting (the client went away).
     fn fail_all(&self) {
         self.lock_pending().clear();
+    }
+}
+
+/// Removes a request's pending entry when its caller is done with it.
+struct ForgetPending<'a> {
+    out: &'a Outgoing,
+    id: String,
+}
+
+impl Drop for ForgetPending<'_> {
+    fn drop(&mut self) {
+        self.out.lock_pending().remove(&self.id);
     }
 }
 

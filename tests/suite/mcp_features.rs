@@ -145,3 +145,49 @@ async fn an_mcp_prompt_is_a_slash_command_fetched_from_the_server() {
     );
     assert_eq!(s.calls(), ["prompt review errors"]);
 }
+
+#[tokio::test]
+async fn a_mentioned_mcp_resource_joins_the_prompt_marked_untrusted() {
+    let s = Setup::new(vec![fake::openai_text("Summarised.")]).await;
+    let mut c = s.spawn(None);
+    c.initialize(json!({})).await;
+    let r = new_session(&mut c, s.project.path(), json!([s.echo("echo", &[])])).await;
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    // An @-mention of a listed resource, and a link no server lists.
+    let done = c
+        .request(
+            "session/prompt",
+            json!({ "sessionId": sid, "prompt": [
+                { "type": "text", "text": "Summarise" },
+                { "type": "resource_link", "uri": "memo://readme", "name": "readme" },
+                { "type": "resource_link", "uri": "memo://elsewhere", "name": "elsewhere" },
+            ]}),
+        )
+        .await;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    // The person's mention is the approval: nobody was asked.
+    assert!(!c
+        .backlog
+        .iter()
+        .any(|m| m["method"] == "session/request_permission"));
+    let messages = s.fake.requests()[0].body["messages"].clone();
+    let user = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        user,
+        format!(
+            "Summarise\n\n[readme](memo://readme)\n\n[elsewhere](memo://elsewhere)\n\n[the MCP resource memo://readme, mentioned by the person]\n{}",
+            wrapped("echo", "memo://readme", "The memo says: ship it.")
+        )
+    );
+    // Only the listed resource was read.
+    assert_eq!(s.calls(), ["read memo://readme"]);
+}

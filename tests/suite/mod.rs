@@ -19,6 +19,7 @@ mod host_side;
 mod hostile;
 mod layers;
 mod mcp;
+mod mcp_elicitation;
 mod mcp_features;
 mod mcp_limits;
 mod mcp_trust;
