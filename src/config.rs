@@ -61,6 +61,10 @@ pub struct Config {
     pub output_cap_bytes: usize,
     /// Hosts network commands may reach without approval.
     pub network_allow: Vec<String>,
+    /// Private ranges and host addresses a run granted network may reach
+    /// (`["10.1.2.0/24"]`); all others are blocked in the sandbox, see
+    /// [`crate::sandbox::network`].
+    pub network_reach: Vec<String>,
     /// Where plans, the audit log and logs live.
     pub state_dir: Option<PathBuf>,
     /// Where memex notes live.
@@ -149,6 +153,7 @@ impl Default for Config {
             shell_timeout_secs: 30,
             output_cap_bytes: 100 * 1024,
             network_allow: Vec::new(),
+            network_reach: Vec::new(),
             state_dir: None,
             memex_dir: None,
             skills_dir: None,

@@ -78,6 +78,9 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
         timeout: Duration::from_secs(config.shell_timeout_secs),
         output_cap: config.output_cap_bytes,
     };
+    if let Err(why) = crate::sandbox::network::set_reach(&config.network_reach) {
+        tracing::warn!("{why}");
+    }
     let shell = LazyShell::new(mode, limits, config.sandbox_limits).with_host_paths(hosts);
     let sandbox = startup_report(mode);
     if sandbox.available {
