@@ -127,6 +127,13 @@ pub struct SessionsConfig {
     pub persist: bool,
     /// A journal past this size is rewritten as one snapshot record.
     pub max_file_bytes: u64,
+    /// All journals together past this size: the oldest are removed (see
+    /// [`crate::sessions::Quota`]).
+    pub max_total_bytes: u64,
+    /// More journals than this: the oldest are removed.
+    pub max_journals: usize,
+    /// The newest journals never removed by the quota, whatever their size.
+    pub keep_newest: usize,
 }
 
 impl Default for SessionsConfig {
@@ -134,6 +141,9 @@ impl Default for SessionsConfig {
         SessionsConfig {
             persist: true,
             max_file_bytes: crate::sessions::DEFAULT_CAP_BYTES,
+            max_total_bytes: crate::sessions::Quota::DEFAULT.max_total_bytes,
+            max_journals: crate::sessions::Quota::DEFAULT.max_journals,
+            keep_newest: crate::sessions::Quota::DEFAULT.keep_newest,
         }
     }
 }

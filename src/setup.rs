@@ -137,7 +137,9 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
             config.state().sessions(),
             config.sessions.max_file_bytes,
         ) {
-            Ok(store) => Some(Arc::new(store)),
+            Ok(store) => Some(Arc::new(
+                store.with_quota(crate::sessions::Quota::of(&config.sessions)),
+            )),
             Err(e) => {
                 tracing::error!("cannot open the session store: {e}; sessions will not be saved");
                 None
