@@ -136,6 +136,17 @@ pub struct SessionsConfig {
     pub keep_newest: usize,
 }
 
+impl SessionsConfig {
+    /// The total quota of the session journals these settings give.
+    pub fn quota(&self) -> crate::sessions::Quota {
+        crate::sessions::Quota {
+            max_total_bytes: self.max_total_bytes,
+            max_journals: self.max_journals,
+            keep_newest: self.keep_newest,
+        }
+    }
+}
+
 impl Default for SessionsConfig {
     fn default() -> Self {
         SessionsConfig {

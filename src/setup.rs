@@ -138,7 +138,7 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
             config.sessions.max_file_bytes,
         ) {
             Ok(store) => Some(Arc::new(
-                store.with_quota(crate::sessions::Quota::of(&config.sessions)),
+                store.with_quota(config.sessions.quota()),
             )),
             Err(e) => {
                 tracing::error!("cannot open the session store: {e}; sessions will not be saved");

@@ -56,7 +56,7 @@ pub async fn command(args: SessionsArgs) -> ExitCode {
     let store = match load_config(&flags).and_then(|config| {
         Ok(
             SessionStore::open(config.state().sessions(), config.sessions.max_file_bytes)?
-                .with_quota(crate::sessions::Quota::of(&config.sessions)),
+                .with_quota(config.sessions.quota()),
         )
     }) {
         Ok(s) => s,

@@ -217,15 +217,6 @@ impl Quota {
         keep_newest: 10,
     };
 
-    /// The quota the `[sessions]` settings give.
-    pub fn of(config: &crate::config::SessionsConfig) -> Quota {
-        Quota {
-            max_total_bytes: config.max_total_bytes,
-            max_journals: config.max_journals,
-            keep_newest: config.keep_newest,
-        }
-    }
-
     /// The limits, as a person would set them.
     pub fn describe(&self) -> String {
         format!(
