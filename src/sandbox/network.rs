@@ -403,9 +403,9 @@ pub mod routes {
                 // slirp's, never routed to the host.
                 continue;
             }
-            let net = IpNet::from(*addr);
-            if !blocked.iter().any(|b| b == &net) {
-                blocked.push(net);
+            // One inside a blocked range is unreachable already.
+            if !blocked.iter().any(|b| b.contains(addr)) {
+                blocked.push(IpNet::from(*addr));
             }
         }
         blocked.retain(|b| !reach.iter().any(|r| r.contains(b)));
@@ -453,6 +453,11 @@ pub mod routes {
         out.dedup();
         out
     }
+
+    /// The most routes one run gets (the blocked ranges, the host's own
+    /// addresses outside them, the lifted ranges); past it the run is
+    /// refused rather than left with some of the host unblocked.
+    pub const ROUTE_LIMIT: usize = 4096;
 
     const RTM_NEWROUTE: u16 = 24;
     const NLMSG_ERROR: u16 = 2;
@@ -520,6 +525,13 @@ pub mod routes {
     /// acknowledged. Blocking; the caller bounds it.
     pub fn install(pid: u32, routes: &[Route]) -> Result<(), String> {
         use std::os::fd::AsRawFd;
+        if routes.len() > ROUTE_LIMIT {
+            return Err(format!(
+                "{} routes to install (the host has many addresses), more than \
+                 {ROUTE_LIMIT} (limit ROUTE_LIMIT)",
+                routes.len()
+            ));
+        }
         let open = |ns: &str| {
             std::fs::File::open(format!("/proc/{pid}/ns/{ns}"))
                 .map_err(|e| format!("cannot open the sandbox's {ns} namespace: {e}"))
@@ -788,10 +800,16 @@ mod tests {
     fn private_ranges_and_host_addresses_are_blocked_unless_reached() {
         use routes::Route;
         let net = |s: &str| s.parse::<ipnet::IpNet>().unwrap();
-        let host: Vec<std::net::IpAddr> = ["127.0.0.1", "203.0.113.1", "10.0.2.15", "::1"]
-            .iter()
-            .map(|a| a.parse().unwrap())
-            .collect();
+        let host: Vec<std::net::IpAddr> = [
+            "127.0.0.1",
+            "203.0.113.1",
+            "10.0.2.15",
+            "::1",
+            "192.168.1.5",
+        ]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
         let plan = routes::plan(&[], &host);
         for range in BLOCKED_RANGES {
             assert!(plan.contains(&Route::Unreachable(net(range))), "{range}");
