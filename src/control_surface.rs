@@ -952,12 +952,18 @@ mod tests {
         git(&["init", "-q"]);
         git(&["config", "core.hooksPath", "sub/hooks"]);
         git(&["config", "diff.x.textconv", "sh hooks/conv.sh"]);
+        // An include is relative to the file that holds it (`.git/config`).
+        git(&["config", "include.path", "../sub/extra.inc"]);
         assert_eq!(git_base(&sub), Some(top.clone()));
         let named = git_named_paths(&sub, Path::new("/nonexistent-home"));
         let paths: Vec<&Path> = named.iter().map(|n| n.path.as_path()).collect();
         // `sub/hooks` is the session's `hooks`; `hooks/conv.sh` lies above
         // the session (not writable there), so it is not returned.
-        assert_eq!(paths, vec![sub.join("hooks").as_path()], "{named:?}");
+        assert_eq!(
+            paths,
+            vec![sub.join("hooks").as_path(), sub.join("extra.inc").as_path()],
+            "{named:?}"
+        );
         let bare = top.join("b.git");
         git(&["init", "-q", "--bare", "b.git"]);
         assert_eq!(git_base(&bare), Some(bare.clone()));

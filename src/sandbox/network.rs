@@ -411,6 +411,11 @@ pub mod routes {
         blocked.retain(|b| !reach.iter().any(|r| r.contains(b)));
         let mut routes: Vec<Route> = blocked.iter().copied().map(Route::Unreachable).collect();
         for r in reach {
+            // slirp's own network is slirp's (its gateway stays refused):
+            // a route there would only clash with its interface's.
+            if slirp.contains(r) {
+                continue;
+            }
             if matches!(r, IpNet::V4(_)) && blocked.iter().any(|b| b.contains(r)) {
                 routes.push(Route::ViaSlirp(*r));
             }
@@ -831,6 +836,8 @@ mod tests {
         assert!(!plan.contains(&Route::Unreachable(net("192.168.0.0/16"))));
         assert!(!plan.contains(&Route::ViaSlirp(net("192.168.0.0/16"))));
         assert!(!plan.contains(&Route::Unreachable(net("203.0.113.1/32"))));
+        let (reach, _) = parse_reach(&["10.0.2.2".into()]);
+        assert_eq!(routes::plan(&reach, &host), routes::plan(&[], &host));
     }
 
     #[test]
