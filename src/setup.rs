@@ -137,9 +137,7 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
             config.state().sessions(),
             config.sessions.max_file_bytes,
         ) {
-            Ok(store) => Some(Arc::new(
-                store.with_quota(config.sessions.quota()),
-            )),
+            Ok(store) => Some(Arc::new(store.with_quota(config.sessions.quota()))),
             Err(e) => {
                 tracing::error!("cannot open the session store: {e}; sessions will not be saved");
                 None
