@@ -61,6 +61,10 @@ pub struct Config {
     pub output_cap_bytes: usize,
     /// Hosts network commands may reach without approval.
     pub network_allow: Vec<String>,
+    /// Private ranges and host addresses a run granted network may reach
+    /// (`["10.1.2.0/24"]`); all others are blocked in the sandbox, see
+    /// [`crate::sandbox::network`].
+    pub network_reach: Vec<String>,
     /// Where plans, the audit log and logs live.
     pub state_dir: Option<PathBuf>,
     /// Where memex notes live.
@@ -123,6 +127,24 @@ pub struct SessionsConfig {
     pub persist: bool,
     /// A journal past this size is rewritten as one snapshot record.
     pub max_file_bytes: u64,
+    /// All journals together past this size: the oldest are removed (see
+    /// [`crate::sessions::Quota`]).
+    pub max_total_bytes: u64,
+    /// More journals than this: the oldest are removed.
+    pub max_journals: usize,
+    /// The newest journals never removed by the quota, whatever their size.
+    pub keep_newest: usize,
+}
+
+impl SessionsConfig {
+    /// The total quota of the session journals these settings give.
+    pub fn quota(&self) -> crate::sessions::Quota {
+        crate::sessions::Quota {
+            max_total_bytes: self.max_total_bytes,
+            max_journals: self.max_journals,
+            keep_newest: self.keep_newest,
+        }
+    }
 }
 
 impl Default for SessionsConfig {
@@ -130,6 +152,9 @@ impl Default for SessionsConfig {
         SessionsConfig {
             persist: true,
             max_file_bytes: crate::sessions::DEFAULT_CAP_BYTES,
+            max_total_bytes: crate::sessions::Quota::DEFAULT.max_total_bytes,
+            max_journals: crate::sessions::Quota::DEFAULT.max_journals,
+            keep_newest: crate::sessions::Quota::DEFAULT.keep_newest,
         }
     }
 }
@@ -149,6 +174,7 @@ impl Default for Config {
             shell_timeout_secs: 30,
             output_cap_bytes: 100 * 1024,
             network_allow: Vec::new(),
+            network_reach: Vec::new(),
             state_dir: None,
             memex_dir: None,
             skills_dir: None,

@@ -471,11 +471,37 @@ pub fn git_config_entries(
     extra: &[&str],
     regex: &str,
 ) -> Vec<(String, String, String)> {
-    use std::io::Read;
     let mut cmd = std::process::Command::new("git");
     cmd.arg("-C").arg(dir).arg("config");
     cmd.args(extra);
     cmd.args(["--show-origin", "--null", "--get-regexp", regex]);
+    let Some(out) = run_git_bounded(cmd) else {
+        tracing::warn!(
+            dir = %dir.display(),
+            "git config did not answer within {GIT_CONFIG_TIMEOUT:?}: the person's git \
+             settings that point into the project are not protected for this run"
+        );
+        return Vec::new();
+    };
+    let text = String::from_utf8_lossy(&out);
+    let mut fields = text.split('\0');
+    let mut entries = Vec::new();
+    while let (Some(origin), Some(kv)) = (fields.next(), fields.next()) {
+        let (key, value) = kv.split_once('\n').unwrap_or((kv, ""));
+        if !key.is_empty() {
+            entries.push((origin.to_string(), key.to_string(), value.to_string()));
+        }
+    }
+    entries
+}
+
+/// Run a git command with no input, its output read up to
+/// [`MAX_GIT_CONFIG_OUTPUT`] bytes and its run bounded by
+/// [`GIT_CONFIG_TIMEOUT`] (a configuration file could be a FIFO nobody
+/// writes). `None` when it takes too long (it is killed); its output,
+/// whatever its exit status, otherwise (empty when git cannot start).
+fn run_git_bounded(mut cmd: std::process::Command) -> Option<Vec<u8>> {
+    use std::io::Read;
     // What the person's git would see, minus variables that point git at
     // another repository than the directory's own.
     for var in ["GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_CONFIG"] {
@@ -485,10 +511,10 @@ pub fn git_config_entries(
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
     let Ok(mut child) = cmd.spawn() else {
-        return Vec::new();
+        return Some(Vec::new());
     };
     let Some(mut stdout) = child.stdout.take() else {
-        return Vec::new();
+        return Some(Vec::new());
     };
     let reader = std::thread::spawn(move || {
         let mut buf = Vec::new();
@@ -507,26 +533,11 @@ pub fn git_config_entries(
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                tracing::warn!(
-                    dir = %dir.display(),
-                    "git config did not answer within {GIT_CONFIG_TIMEOUT:?}: the person's git \
-                     settings that point into the project are not protected for this run"
-                );
-                return Vec::new();
+                return None;
             }
         }
     }
-    let out = reader.join().unwrap_or_default();
-    let text = String::from_utf8_lossy(&out);
-    let mut fields = text.split('\0');
-    let mut entries = Vec::new();
-    while let (Some(origin), Some(kv)) = (fields.next(), fields.next()) {
-        let (key, value) = kv.split_once('\n').unwrap_or((kv, ""));
-        if !key.is_empty() {
-            entries.push((origin.to_string(), key.to_string(), value.to_string()));
-        }
-    }
-    entries
+    Some(reader.join().unwrap_or_default())
 }
 
 /// The words of a command line a git setting holds, split at blanks,
@@ -594,32 +605,66 @@ fn named_words(key: &str, value: &str) -> Vec<String> {
 
 /// The files and directories inside the project rooted at `root` that the
 /// person's git settings (as `git config` sees them there) name: see
-/// [`GIT_PROGRAM_KEYS`]. Relative paths are taken from the top of the work
-/// tree, which is `root` for a session at the top of its repository (a
-/// session deeper down protects the same names beneath its own directory;
-/// what lies above it is not writable in the sandbox anyway), includes
-/// from the file that holds them.
+/// [`GIT_PROGRAM_KEYS`]. Relative paths are resolved as git resolves them
+/// ([`git_base`]): from the top of the work tree, also when the session's
+/// directory is a folder deeper down (`core.hooksPath = sub/hooks` set in
+/// `proj` names `proj/sub/hooks`, which a session in `proj/sub` can write),
+/// includes from the file that holds them. Only what lies inside `root`
+/// is returned: nothing else is writable in the sandbox.
 pub fn git_named_paths(root: &Path, home: &Path) -> Vec<GitNamed> {
-    git_named_in(root, home, git_config_entries(root, &[], GIT_PROGRAM_KEYS))
+    let base = git_base(root).unwrap_or_else(|| root.to_path_buf());
+    git_named_in(
+        root,
+        &base,
+        home,
+        git_config_entries(root, &[], GIT_PROGRAM_KEYS),
+    )
 }
 
-/// [`git_named_paths`] over entries already read.
+/// The directory git resolves `dir`'s relative settings from, and runs
+/// hooks and drivers in: the top of the work tree, or the repository
+/// itself when it is bare (`git help githooks`). `None` when `dir` is in
+/// no repository or git does not answer within [`GIT_CONFIG_TIMEOUT`].
+pub fn git_base(dir: &Path) -> Option<PathBuf> {
+    let mut cmd = std::process::Command::new("git");
+    // One run: in a bare repository the last question fails after the
+    // first two are answered.
+    cmd.arg("-C").arg(dir).args([
+        "rev-parse",
+        "--is-bare-repository",
+        "--absolute-git-dir",
+        "--show-toplevel",
+    ]);
+    let out = run_git_bounded(cmd)?;
+    let text = String::from_utf8_lossy(&out);
+    let mut lines = text.lines();
+    let bare = lines.next()? == "true";
+    let git_dir = lines.next()?;
+    let found = if bare { Some(git_dir) } else { lines.next() };
+    found.filter(|p| !p.is_empty()).map(PathBuf::from)
+}
+
+/// [`git_named_paths`] over entries already read: relative paths from
+/// `base`, kept when they lie inside `root`.
 pub fn git_named_in(
     root: &Path,
+    base: &Path,
     home: &Path,
     entries: Vec<(String, String, String)>,
 ) -> Vec<GitNamed> {
     let canonical_root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
     let mut out: Vec<GitNamed> = Vec::new();
     for (origin, key, value) in entries {
+        // git names the repository's own file relative to where it runs
+        // (`file:.git/config`, from the top of the work tree).
         let base = if key == "include.path" || key.starts_with("includeif.") {
             origin
                 .strip_prefix("file:")
-                .map(|f| root.join(f))
+                .map(|f| base.join(f))
                 .and_then(|f| f.parent().map(Path::to_path_buf))
-                .unwrap_or_else(|| root.to_path_buf())
+                .unwrap_or_else(|| base.to_path_buf())
         } else {
-            root.to_path_buf()
+            base.to_path_buf()
         };
         for word in named_words(&key, &value) {
             let path = if let Some(rest) = word.strip_prefix("~/") {
@@ -855,6 +900,7 @@ mod tests {
         };
         let named = git_named_in(
             &root,
+            &root,
             home,
             vec![
                 entry("core.hookspath", ".husky/_"),
@@ -885,6 +931,43 @@ mod tests {
             ]
         );
         assert!(named[1].why().contains("diff.py.textconv"));
+    }
+
+    #[test]
+    fn relative_settings_resolve_from_the_top_of_the_work_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let top = dir.path().canonicalize().unwrap();
+        let sub = top.join("sub");
+        std::fs::create_dir_all(&sub).unwrap();
+        let git = |args: &[&str]| {
+            let ok = std::process::Command::new("git")
+                .arg("-C")
+                .arg(&top)
+                .args(args)
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "git {args:?}");
+        };
+        git(&["init", "-q"]);
+        git(&["config", "core.hooksPath", "sub/hooks"]);
+        git(&["config", "diff.x.textconv", "sh hooks/conv.sh"]);
+        // An include is relative to the file that holds it (`.git/config`).
+        git(&["config", "include.path", "../sub/extra.inc"]);
+        assert_eq!(git_base(&sub), Some(top.clone()));
+        let named = git_named_paths(&sub, Path::new("/nonexistent-home"));
+        let paths: Vec<&Path> = named.iter().map(|n| n.path.as_path()).collect();
+        // `sub/hooks` is the session's `hooks`; `hooks/conv.sh` lies above
+        // the session (not writable there), so it is not returned.
+        assert_eq!(
+            paths,
+            vec![sub.join("hooks").as_path(), sub.join("extra.inc").as_path()],
+            "{named:?}"
+        );
+        let bare = top.join("b.git");
+        git(&["init", "-q", "--bare", "b.git"]);
+        assert_eq!(git_base(&bare), Some(bare.clone()));
+        assert_eq!(git_base(Path::new("/")), None);
     }
 
     #[test]

@@ -78,6 +78,9 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
         timeout: Duration::from_secs(config.shell_timeout_secs),
         output_cap: config.output_cap_bytes,
     };
+    if let Err(why) = crate::sandbox::network::set_reach(&config.network_reach) {
+        tracing::warn!("{why}");
+    }
     let shell = LazyShell::new(mode, limits, config.sandbox_limits).with_host_paths(hosts);
     let sandbox = startup_report(mode);
     if sandbox.available {
@@ -134,7 +137,7 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
             config.state().sessions(),
             config.sessions.max_file_bytes,
         ) {
-            Ok(store) => Some(Arc::new(store)),
+            Ok(store) => Some(Arc::new(store.with_quota(config.sessions.quota()))),
             Err(e) => {
                 tracing::error!("cannot open the session store: {e}; sessions will not be saved");
                 None

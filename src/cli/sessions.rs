@@ -1,4 +1,4 @@
-//! `passepartout sessions list | show ID | resume ID PROMPT`: the stored
+//! `passepartout sessions list | show ID | prune | resume ID PROMPT`: the stored
 //! sessions (`sessions/` in the state directory) from a terminal.
 
 use std::io::Write as _;
@@ -34,6 +34,10 @@ pub enum SessionsCommand {
         /// The session id (from `sessions list`).
         id: String,
     },
+    /// Remove the oldest journals until the rest fit the `[sessions]`
+    /// quota (never an open session or the newest `keep_newest`), and say
+    /// what was freed.
+    Prune,
     /// Run one more turn in a stored session (in its directory).
     Resume {
         /// The session id (from `sessions list`).
@@ -50,10 +54,10 @@ pub async fn command(args: SessionsArgs) -> ExitCode {
         return run(flags, prompt, Which::Id(id), None).await;
     }
     let store = match load_config(&flags).and_then(|config| {
-        Ok(SessionStore::open(
-            config.state().sessions(),
-            config.sessions.max_file_bytes,
-        )?)
+        Ok(
+            SessionStore::open(config.state().sessions(), config.sessions.max_file_bytes)?
+                .with_quota(config.sessions.quota()),
+        )
     }) {
         Ok(s) => s,
         Err(e) => return e.report(),
@@ -139,6 +143,19 @@ pub async fn command(args: SessionsArgs) -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        SessionsCommand::Prune => {
+            let pruned = store.prune();
+            for (id, len) in &pruned.removed {
+                let _ = writeln!(
+                    out,
+                    "removed {}  {}",
+                    escape_line(id),
+                    crate::sessions::human_bytes(*len)
+                );
+            }
+            let _ = writeln!(out, "{}", pruned.summary(&store.quota()));
+            ExitCode::SUCCESS
+        }
         SessionsCommand::Resume { .. } => ExitCode::SUCCESS,
     }
 }

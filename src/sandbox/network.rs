@@ -32,9 +32,24 @@
 //! port id bwrap's loopback set-up expects (`getpid()` = 1 there), and
 //! bwrap then fails with `loopback: Failed RTM_NEWADDR` (seen 1 run in 15).
 //!
-//! Not covered: private ranges (a service of the LAN, or one bound to the
-//! host's own non-loopback address) stay reachable, as they are from any
-//! process of the person's.
+//! Private ranges and the host's own addresses are out of reach too: once
+//! slirp4netns has configured the interface and before bwrap is unblocked,
+//! [`routes::install`] adds `unreachable` routes to the sandbox's routing
+//! table for the private, link-local and shared ranges ([`BLOCKED_RANGES`]:
+//! the LAN, the cloud metadata service at 169.254.169.254, a carrier's
+//! NAT) and for every address of the host's own interfaces (a service bound
+//! to the host's 192.168.1.5 or public address, which slirp would otherwise
+//! reach as the host itself). slirp's own network (10.0.2.0/24: its
+//! gateway and DNS forwarder) keeps its more specific route. The kernel
+//! answers a connection to a blocked address with "No route to host"
+//! whatever name led to it, so no text gate has to see the address. A route
+//! that cannot be installed refuses the run with the reason (fail closed).
+//! The person lifts a range with the `network_reach` setting of the
+//! daemon's configuration (`network_reach = ["10.1.2.0/24"]`): each range
+//! named there gets a route through slirp's gateway, more specific than the
+//! block, and nothing else changes. IPv6 has no way out at all (slirp4netns
+//! runs without `--enable-ipv6`); its private and link-local ranges are
+//! blocked anyway, so enabling it later cannot open them.
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -256,6 +271,19 @@ impl Pipes {
                 String::from_utf8_lossy(&said).trim()
             ));
         }
+        // The routes go in before the command runs, or the run is refused.
+        let routes = routes::plan(&reach(), &routes::host_addresses());
+        if let Err(why) = blocking_bounded("installing the sandbox's routes", move || {
+            routes::install(pid, &routes).map_err(std::io::Error::other)
+        })
+        .await
+        {
+            let _ = child.start_kill();
+            return Err(format!(
+                "the sandbox's network could not be kept from private ranges and the \
+                 host's own addresses, so the run was refused: {why}"
+            ));
+        }
         let stderr = child.stderr.take();
         // Unblock bwrap: the command runs from here on, with its network.
         use std::io::Write;
@@ -269,6 +297,374 @@ impl Pipes {
                 _stderr: stderr,
             }),
         })
+    }
+}
+
+/// The ranges a run granted network cannot reach unless the person's
+/// `network_reach` names them: private (RFC 1918, unique local), link-local
+/// (169.254/16 holds the cloud metadata service), and shared address space
+/// (RFC 6598, a carrier's or a VPN's NAT).
+pub const BLOCKED_RANGES: [&str; 7] = [
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "169.254.0.0/16",
+    "100.64.0.0/10",
+    "fc00::/7",
+    "fe80::/10",
+];
+
+/// slirp4netns's virtual network: its gateway (10.0.2.2, the host's
+/// loopback, refused by `--disable-host-loopback`), DNS forwarder
+/// (10.0.2.3) and the sandbox's own address. Its connected route is more
+/// specific than the 10/8 block, so it keeps working.
+pub const SLIRP_NETWORK: &str = "10.0.2.0/24";
+
+/// slirp4netns's gateway, the next hop of a lifted range.
+pub const SLIRP_GATEWAY: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 0, 2, 2);
+
+/// The most entries `network_reach` may hold (each is one route per run).
+pub const REACH_LIMIT: usize = 64;
+
+static REACH: std::sync::OnceLock<Vec<ipnet::IpNet>> = std::sync::OnceLock::new();
+
+/// Set, once at startup, the ranges the person's `network_reach` lifts.
+/// Each entry is a range (`10.1.2.0/24`) or an address (`192.168.1.5`).
+/// Returns why an entry was refused; a refused entry lifts nothing.
+pub fn set_reach(entries: &[String]) -> Result<(), String> {
+    let (nets, errors) = parse_reach(entries);
+    let _ = REACH.set(nets);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
+/// Parse `network_reach`: ranges and addresses; at most [`REACH_LIMIT`].
+pub fn parse_reach(entries: &[String]) -> (Vec<ipnet::IpNet>, Vec<String>) {
+    let mut nets = Vec::new();
+    let mut errors = Vec::new();
+    for entry in entries {
+        if nets.len() == REACH_LIMIT {
+            errors.push(format!(
+                "network_reach holds more than {REACH_LIMIT} entries (limit REACH_LIMIT); \
+                 `{entry}` and the rest lift nothing"
+            ));
+            break;
+        }
+        let entry = entry.trim();
+        match entry
+            .parse::<ipnet::IpNet>()
+            .or_else(|_| entry.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        {
+            Ok(net) => nets.push(net.trunc()),
+            Err(_) => errors.push(format!(
+                "network_reach: `{entry}` is not an address or range like 10.1.2.0/24"
+            )),
+        }
+    }
+    (nets, errors)
+}
+
+/// The ranges the person lifted (none unless [`set_reach`] was called).
+fn reach() -> Vec<ipnet::IpNet> {
+    REACH.get().cloned().unwrap_or_default()
+}
+
+/// The routes of a sandbox's network namespace, and how they go in.
+pub mod routes {
+    use ipnet::IpNet;
+    use std::net::IpAddr;
+
+    /// One route to add.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum Route {
+        /// Connections to the range fail with "No route to host".
+        Unreachable(IpNet),
+        /// The range goes out through slirp (a lifted part of a block).
+        ViaSlirp(IpNet),
+    }
+
+    /// The routes for a run: [`super::BLOCKED_RANGES`] and each host
+    /// address (as a /32 or /128) unreachable, except what `reach` covers;
+    /// each `reach` range inside a remaining block through slirp.
+    pub fn plan(reach: &[IpNet], host: &[IpAddr]) -> Vec<Route> {
+        let slirp: IpNet = super::SLIRP_NETWORK
+            .parse()
+            .unwrap_or_else(|_| IpNet::from(IpAddr::from(super::SLIRP_GATEWAY)));
+        let mut blocked: Vec<IpNet> = super::BLOCKED_RANGES
+            .iter()
+            .filter_map(|r| r.parse().ok())
+            .collect();
+        for addr in host {
+            if addr.is_loopback() || addr.is_unspecified() || slirp.contains(addr) {
+                // The sandbox's loopback is its own; slirp's network is
+                // slirp's, never routed to the host.
+                continue;
+            }
+            // One inside a blocked range is unreachable already.
+            if !blocked.iter().any(|b| b.contains(addr)) {
+                blocked.push(IpNet::from(*addr));
+            }
+        }
+        blocked.retain(|b| !reach.iter().any(|r| r.contains(b)));
+        let mut routes: Vec<Route> = blocked.iter().copied().map(Route::Unreachable).collect();
+        for r in reach {
+            // slirp's own network is slirp's (its gateway stays refused):
+            // a route there would only clash with its interface's.
+            if slirp.contains(r) {
+                continue;
+            }
+            if matches!(r, IpNet::V4(_)) && blocked.iter().any(|b| b.contains(r)) {
+                routes.push(Route::ViaSlirp(*r));
+            }
+        }
+        routes
+    }
+
+    /// Every address of the host's interfaces (the daemon's namespace).
+    pub fn host_addresses() -> Vec<IpAddr> {
+        let mut out = Vec::new();
+        let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+        // SAFETY: getifaddrs fills `list` with a linked list we free below.
+        if unsafe { libc::getifaddrs(&mut list) } != 0 {
+            return out;
+        }
+        let mut at = list;
+        while !at.is_null() {
+            // SAFETY: `at` is a node of the list getifaddrs returned.
+            let node = unsafe { &*at };
+            if !node.ifa_addr.is_null() {
+                // SAFETY: ifa_addr points to a sockaddr of the family it names.
+                let family = i32::from(unsafe { (*node.ifa_addr).sa_family });
+                if family == libc::AF_INET {
+                    // SAFETY: an AF_INET address is a sockaddr_in.
+                    let sin = unsafe { &*(node.ifa_addr as *const libc::sockaddr_in) };
+                    out.push(IpAddr::from(
+                        u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                    ));
+                } else if family == libc::AF_INET6 {
+                    // SAFETY: an AF_INET6 address is a sockaddr_in6.
+                    let sin6 = unsafe { &*(node.ifa_addr as *const libc::sockaddr_in6) };
+                    out.push(IpAddr::from(sin6.sin6_addr.s6_addr));
+                }
+            }
+            at = node.ifa_next;
+        }
+        // SAFETY: the list getifaddrs returned, freed once.
+        unsafe { libc::freeifaddrs(list) };
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The most routes one run gets (the blocked ranges, the host's own
+    /// addresses outside them, the lifted ranges); past it the run is
+    /// refused rather than left with some of the host unblocked.
+    pub const ROUTE_LIMIT: usize = 4096;
+
+    const RTM_NEWROUTE: u16 = 24;
+    const NLMSG_ERROR: u16 = 2;
+    const NLM_F_REQUEST: u16 = 0x1;
+    const NLM_F_ACK: u16 = 0x4;
+    const NLM_F_EXCL: u16 = 0x200;
+    const NLM_F_CREATE: u16 = 0x400;
+    const RT_TABLE_MAIN: u8 = 254;
+    const RTPROT_STATIC: u8 = 4;
+    const RTN_UNICAST: u8 = 1;
+    const RTN_UNREACHABLE: u8 = 7;
+    const RTA_DST: u16 = 1;
+    const RTA_GATEWAY: u16 = 5;
+
+    /// The `RTM_NEWROUTE` request for one route.
+    pub fn message(route: &Route, seq: u32) -> Vec<u8> {
+        let (net, kind) = match route {
+            Route::Unreachable(n) => (n, RTN_UNREACHABLE),
+            Route::ViaSlirp(n) => (n, RTN_UNICAST),
+        };
+        let (family, dst): (u8, Vec<u8>) = match net {
+            IpNet::V4(n) => (libc::AF_INET as u8, n.network().octets().to_vec()),
+            IpNet::V6(n) => (libc::AF_INET6 as u8, n.network().octets().to_vec()),
+        };
+        let mut body = vec![
+            family,
+            net.prefix_len(),
+            0, // src_len
+            0, // tos
+            RT_TABLE_MAIN,
+            RTPROT_STATIC,
+            0, // scope: universe
+            kind,
+            0,
+            0,
+            0,
+            0, // flags
+        ];
+        let mut attr = |kind: u16, data: &[u8]| {
+            let len = 4 + data.len();
+            body.extend_from_slice(&(len as u16).to_ne_bytes());
+            body.extend_from_slice(&kind.to_ne_bytes());
+            body.extend_from_slice(data);
+            body.resize(body.len().next_multiple_of(4), 0);
+        };
+        attr(RTA_DST, &dst);
+        if let Route::ViaSlirp(_) = route {
+            attr(RTA_GATEWAY, &super::SLIRP_GATEWAY.octets());
+        }
+        let flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
+        let mut msg = Vec::with_capacity(16 + body.len());
+        msg.extend_from_slice(&((16 + body.len()) as u32).to_ne_bytes());
+        msg.extend_from_slice(&RTM_NEWROUTE.to_ne_bytes());
+        msg.extend_from_slice(&flags.to_ne_bytes());
+        msg.extend_from_slice(&seq.to_ne_bytes());
+        msg.extend_from_slice(&0u32.to_ne_bytes());
+        msg.extend_from_slice(&body);
+        msg
+    }
+
+    /// Add `routes` to the network namespace of process `pid` (the
+    /// sandbox, still blocked before its command): a forked child of the
+    /// daemon enters the sandbox's user and network namespaces, as
+    /// slirp4netns does, and sends one netlink request per route, each
+    /// acknowledged. Blocking; the caller bounds it.
+    pub fn install(pid: u32, routes: &[Route]) -> Result<(), String> {
+        use std::os::fd::AsRawFd;
+        if routes.len() > ROUTE_LIMIT {
+            return Err(format!(
+                "{} routes to install (the host has many addresses), more than \
+                 {ROUTE_LIMIT} (limit ROUTE_LIMIT)",
+                routes.len()
+            ));
+        }
+        let open = |ns: &str| {
+            std::fs::File::open(format!("/proc/{pid}/ns/{ns}"))
+                .map_err(|e| format!("cannot open the sandbox's {ns} namespace: {e}"))
+        };
+        let userns = open("user")?;
+        let netns = open("net")?;
+        let same_user_ns = {
+            use std::os::unix::fs::MetadataExt;
+            let ours = std::fs::metadata("/proc/self/ns/user").map(|m| (m.dev(), m.ino()));
+            let theirs = userns.metadata().map(|m| (m.dev(), m.ino()));
+            matches!((ours, theirs), (Ok(a), Ok(b)) if a == b)
+        };
+        // Everything the child needs is made here: after the fork it may
+        // only make system calls (no allocation in a copy of a
+        // multi-threaded process).
+        let messages: Vec<(Vec<u8>, bool)> = routes
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let optional = matches!(r, Route::Unreachable(IpNet::V6(_)));
+                (message(r, i as u32 + 1), optional)
+            })
+            .collect();
+        let (mut report_read, report_write) =
+            std::io::pipe().map_err(|e| format!("cannot make a pipe: {e}"))?;
+        let (user_fd, net_fd, report_fd) = (
+            userns.as_raw_fd(),
+            netns.as_raw_fd(),
+            report_write.as_raw_fd(),
+        );
+        // SAFETY: the child only makes system calls on memory prepared
+        // above and ends with _exit.
+        let child = unsafe { libc::fork() };
+        if child < 0 {
+            return Err(format!(
+                "cannot fork to set the routes: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        if child == 0 {
+            let (step, errno) = child_install(user_fd, net_fd, same_user_ns, &messages);
+            let mut report = [0u8; 8];
+            report[..4].copy_from_slice(&step.to_ne_bytes());
+            report[4..].copy_from_slice(&errno.to_ne_bytes());
+            // SAFETY: write and _exit are async-signal-safe.
+            unsafe {
+                libc::write(report_fd, report.as_ptr().cast(), report.len());
+                libc::_exit(0);
+            }
+        }
+        drop(report_write);
+        let mut report = [0u8; 8];
+        let read = std::io::Read::read_exact(&mut report_read, &mut report);
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        unsafe { libc::waitpid(child, &mut status, 0) };
+        read.map_err(|e| format!("the route setter ended without a report: {e}"))?;
+        let step = u32::from_ne_bytes([report[0], report[1], report[2], report[3]]);
+        let errno = i32::from_ne_bytes([report[4], report[5], report[6], report[7]]);
+        if errno == 0 {
+            return Ok(());
+        }
+        let error = std::io::Error::from_raw_os_error(errno);
+        Err(match step {
+            0 => format!("cannot enter the sandbox's user namespace: {error}"),
+            1 => format!("cannot enter the sandbox's network namespace: {error}"),
+            2 => format!("cannot open a netlink socket: {error}"),
+            n => {
+                let route = routes
+                    .get(n as usize - 3)
+                    .map(|r| format!("{r:?}"))
+                    .unwrap_or_default();
+                format!("the kernel refused the route {route}: {error}")
+            }
+        })
+    }
+
+    /// In the forked child: the step that failed and its errno, or (_, 0).
+    fn child_install(
+        user_fd: i32,
+        net_fd: i32,
+        same_user_ns: bool,
+        messages: &[(Vec<u8>, bool)],
+    ) -> (u32, i32) {
+        let errno = || {
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO)
+        };
+        // SAFETY (all blocks below): plain system calls on fds and on
+        // buffers that live for the whole call.
+        if !same_user_ns && unsafe { libc::setns(user_fd, libc::CLONE_NEWUSER) } != 0 {
+            return (0, errno());
+        }
+        if unsafe { libc::setns(net_fd, libc::CLONE_NEWNET) } != 0 {
+            return (1, errno());
+        }
+        let sock = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                libc::NETLINK_ROUTE,
+            )
+        };
+        if sock < 0 {
+            return (2, errno());
+        }
+        let mut answer = [0u8; 1024];
+        for (i, (msg, optional)) in messages.iter().enumerate() {
+            let step = i as u32 + 3;
+            if unsafe { libc::send(sock, msg.as_ptr().cast(), msg.len(), 0) } < 0 {
+                return (step, errno());
+            }
+            let n = unsafe { libc::recv(sock, answer.as_mut_ptr().cast(), answer.len(), 0) };
+            if n < 0 {
+                return (step, errno());
+            }
+            // The acknowledgement: an NLMSG_ERROR whose code is 0.
+            if n < 20 || u16::from_ne_bytes([answer[4], answer[5]]) != NLMSG_ERROR {
+                return (step, libc::EPROTO);
+            }
+            let code = i32::from_ne_bytes([answer[16], answer[17], answer[18], answer[19]]);
+            // IPv6 missing from the kernel: there is no IPv6 to block.
+            if code != 0 && !(*optional && -code == libc::EAFNOSUPPORT) {
+                return (step, -code);
+            }
+        }
+        (0, 0)
     }
 }
 
@@ -403,6 +799,68 @@ mod tests {
         let prepared = Attachment::prepare(&args).unwrap();
         assert!(prepared.pipes.is_none());
         assert_eq!(prepared.args(), &args[..]);
+    }
+
+    #[test]
+    fn private_ranges_and_host_addresses_are_blocked_unless_reached() {
+        use routes::Route;
+        let net = |s: &str| s.parse::<ipnet::IpNet>().unwrap();
+        let host: Vec<std::net::IpAddr> = [
+            "127.0.0.1",
+            "203.0.113.1",
+            "10.0.2.15",
+            "::1",
+            "192.168.1.5",
+        ]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+        let plan = routes::plan(&[], &host);
+        for range in BLOCKED_RANGES {
+            assert!(plan.contains(&Route::Unreachable(net(range))), "{range}");
+        }
+        assert!(plan.contains(&Route::Unreachable(net("203.0.113.1/32"))));
+        // Loopback is the sandbox's own; slirp's network is slirp's.
+        assert_eq!(plan.len(), BLOCKED_RANGES.len() + 1, "{plan:?}");
+
+        let (reach, errors) = parse_reach(&[
+            "10.1.2.0/24".into(),
+            "192.168.0.0/16".into(),
+            "203.0.113.1".into(),
+            "nonsense".into(),
+        ]);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let plan = routes::plan(&reach, &host);
+        assert!(plan.contains(&Route::ViaSlirp(net("10.1.2.0/24"))));
+        assert!(plan.contains(&Route::Unreachable(net("10.0.0.0/8"))));
+        assert!(!plan.contains(&Route::Unreachable(net("192.168.0.0/16"))));
+        assert!(!plan.contains(&Route::ViaSlirp(net("192.168.0.0/16"))));
+        assert!(!plan.contains(&Route::Unreachable(net("203.0.113.1/32"))));
+        let (reach, _) = parse_reach(&["10.0.2.2".into()]);
+        assert_eq!(routes::plan(&reach, &host), routes::plan(&[], &host));
+    }
+
+    #[test]
+    fn a_route_request_is_well_formed() {
+        let msg = routes::message(&routes::Route::ViaSlirp("10.1.2.0/24".parse().unwrap()), 7);
+        // header 16 + rtmsg 12 + RTA_DST 8 + RTA_GATEWAY 8
+        assert_eq!(msg.len(), 44);
+        assert_eq!(u32::from_ne_bytes(msg[..4].try_into().unwrap()), 44);
+        assert_eq!(&msg[16..18], &[libc::AF_INET as u8, 24]);
+        assert_eq!(&msg[32..36], &[10, 1, 2, 0]);
+        assert_eq!(&msg[40..44], &[10, 0, 2, 2]);
+        let v6 = routes::message(&routes::Route::Unreachable("fc00::/7".parse().unwrap()), 1);
+        assert_eq!(v6.len(), 16 + 12 + 20);
+    }
+
+    #[test]
+    fn too_many_reach_entries_are_refused_by_name() {
+        let many: Vec<String> = (0..REACH_LIMIT + 3)
+            .map(|i| format!("10.9.{i}.0/24"))
+            .collect();
+        let (nets, errors) = parse_reach(&many);
+        assert_eq!(nets.len(), REACH_LIMIT);
+        assert!(errors[0].contains("REACH_LIMIT"), "{errors:?}");
     }
 
     #[test]

@@ -486,6 +486,13 @@ fn pointer_target(file: &Path) -> Option<PathBuf> {
 /// entered): a directory whose listing holds the start of a control entry
 /// has its entries protected like the root's.
 fn walk_nested(root: &Path, canonical_root: &Path, g: &mut Gather) {
+    let mut walks = Walks::of(canonical_root);
+    walk_listed(root, canonical_root, g, &mut walks);
+    walks.keep();
+}
+
+/// [`walk_nested`] with the listings of `walks`.
+fn walk_listed(root: &Path, canonical_root: &Path, g: &mut Gather, walks: &mut Walks) {
     let mut queue: VecDeque<PathBuf> = VecDeque::new();
     queue.push_back(PathBuf::new());
     let mut walked = 0usize;
@@ -505,45 +512,27 @@ fn walk_nested(root: &Path, canonical_root: &Path, g: &mut Gather) {
         let Ok(meta) = std::fs::symlink_metadata(&abs) else {
             continue;
         };
-        let Ok(rd) = std::fs::read_dir(&abs) else {
+        let Some(facts) = walks.facts(&abs, &meta) else {
             continue;
         };
-        // Sorted, so the same tree gives the same mounts every time.
-        let mut children: Vec<std::fs::DirEntry> = rd.flatten().collect();
-        children.sort_by_key(|e| e.file_name());
-        let mut found = false;
-        let mut subdirs = Vec::new();
-        let mut names: HashSet<&str> = HashSet::new();
-        let child_names: Vec<OsString> = children.iter().map(|e| e.file_name()).collect();
-        for (e, name) in children.iter().zip(&child_names) {
-            let Some(name) = name.to_str() else {
-                continue;
-            };
-            names.insert(name);
-            found |= crate::control_surface::starts_an_entry(name);
-            let file_type = e.file_type().ok();
-            let is_dir = file_type.is_some_and(|t| t.is_dir());
-            // A repository's insides are its own entries; other control
-            // directories (read-only as a whole) are entered for secrets.
-            if is_dir && name != ".git" {
-                queue.push_back(rel.join(name));
-                subdirs.push(OsString::from(name));
-            }
-            if file_type.is_some_and(|t| t.is_file()) && is_secret_name(name) {
-                g.masked.push(abs.join(name));
-            }
+        for name in &facts.subdirs {
+            queue.push_back(rel.join(name));
         }
-        if names.contains(".git") {
+        for name in &facts.secrets {
+            g.masked.push(abs.join(name));
+        }
+        let subdirs = facts.subdirs.clone();
+        if facts.has_git {
             g.repositories.insert(rel.join(".git"));
             if !rel.as_os_str().is_empty() {
                 g.nested_work_trees.push(rel.clone());
             }
         }
-        if looks_bare(&names) && !rel.as_os_str().is_empty() {
+        if facts.bare && !rel.as_os_str().is_empty() {
             g.repositories.insert(rel.clone());
             protect_repository(root, canonical_root, &rel, g);
         }
-        if found && !rel.as_os_str().is_empty() {
+        if facts.control && !rel.as_os_str().is_empty() {
             for entry in CONTROL_SURFACE {
                 protect(
                     root,
@@ -562,6 +551,159 @@ fn walk_nested(root: &Path, canonical_root: &Path, g: &mut Gather) {
                 subdirs,
             },
         );
+    }
+}
+
+/// What the walk needs from one directory's listing.
+#[derive(Debug, Default)]
+struct DirFacts {
+    /// Subdirectories to walk (sorted; not `.git`, symlinks not followed).
+    subdirs: Vec<OsString>,
+    /// Files whose names mark secrets ([`is_secret_name`]).
+    secrets: Vec<OsString>,
+    /// A name that starts a control-surface entry is present.
+    control: bool,
+    /// A `.git` entry is present.
+    has_git: bool,
+    /// The listing makes the directory a bare repository ([`looks_bare`]).
+    bare: bool,
+}
+
+impl DirFacts {
+    fn read(dir: &Path) -> Option<DirFacts> {
+        let mut children: Vec<std::fs::DirEntry> = std::fs::read_dir(dir).ok()?.flatten().collect();
+        // Sorted, so the same tree gives the same mounts every time.
+        children.sort_by_key(|e| e.file_name());
+        let mut facts = DirFacts::default();
+        let names: Vec<OsString> = children.iter().map(|e| e.file_name()).collect();
+        let mut seen: HashSet<&str> = HashSet::new();
+        for (e, name) in children.iter().zip(&names) {
+            let Some(name) = name.to_str() else {
+                continue;
+            };
+            seen.insert(name);
+            facts.control |= crate::control_surface::starts_an_entry(name);
+            let file_type = e.file_type().ok();
+            // A repository's insides are its own entries; other control
+            // directories (read-only as a whole) are entered for secrets.
+            if file_type.is_some_and(|t| t.is_dir()) && name != ".git" {
+                facts.subdirs.push(OsString::from(name));
+            }
+            if file_type.is_some_and(|t| t.is_file()) && is_secret_name(name) {
+                facts.secrets.push(OsString::from(name));
+            }
+        }
+        facts.has_git = seen.contains(".git");
+        facts.bare = looks_bare(&seen);
+        Some(facts)
+    }
+
+    /// What remembering these facts costs, in entries.
+    fn size(&self) -> usize {
+        1 + self.subdirs.len() + self.secrets.len()
+    }
+}
+
+type Listing = std::sync::Arc<DirFacts>;
+
+/// The listings of one project's directories from the last walk, keyed by
+/// (device, inode, status-change time). A directory's status-change time
+/// moves whenever an entry in it is created, removed or renamed (and when
+/// it is itself renamed), so an unchanged key means the same names of the
+/// same kinds: the walk before the next shell call reads only directories
+/// that changed, and stats the rest (measured by `examples/bench_surface`).
+/// A listing is kept only when the directory's time lies more than
+/// [`TRUSTED_AGE`] before the listing was read: the kernel's clock for
+/// these times is coarse, and a change in the same tick as the listing
+/// could leave the time where it was.
+struct Walks {
+    root: PathBuf,
+    old: HashMap<(u64, u64, i64, i64), Listing>,
+    new: HashMap<(u64, u64, i64, i64), Listing>,
+    entries: usize,
+}
+
+/// Projects whose walks are remembered (the most recently walked).
+pub const WALK_CACHE_PROJECTS: usize = 8;
+/// Directory entries remembered per project at most; past it the rest of
+/// the walk is read every time.
+pub const WALK_CACHE_ENTRIES: usize = 1_000_000;
+/// How much older than its listing a directory's status-change time must
+/// be for the listing to be reused (a clock tick is at most 10 ms; one
+/// second leaves room for a clock that was just set back a little).
+pub const TRUSTED_AGE: std::time::Duration = std::time::Duration::from_secs(1);
+
+type WalkCache = VecDeque<(PathBuf, HashMap<(u64, u64, i64, i64), Listing>)>;
+
+fn walk_cache() -> &'static std::sync::Mutex<WalkCache> {
+    static CACHE: std::sync::OnceLock<std::sync::Mutex<WalkCache>> = std::sync::OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// Forget every remembered walk (for measurements and tests).
+pub fn forget_walks() {
+    if let Ok(mut cache) = walk_cache().lock() {
+        cache.clear();
+    }
+}
+
+impl Walks {
+    /// The walk of `root` remembered from last time (taken out of the
+    /// cache; [`Walks::keep`] puts this walk's back).
+    fn of(root: &Path) -> Walks {
+        let old = walk_cache()
+            .lock()
+            .ok()
+            .and_then(|mut cache| {
+                let at = cache.iter().position(|(r, _)| r == root)?;
+                cache.remove(at).map(|(_, listings)| listings)
+            })
+            .unwrap_or_default();
+        Walks {
+            root: root.to_path_buf(),
+            old,
+            new: HashMap::new(),
+            entries: 0,
+        }
+    }
+
+    /// Remember this walk's listings (only those of directories it saw).
+    fn keep(self) {
+        if let Ok(mut cache) = walk_cache().lock() {
+            if cache.len() >= WALK_CACHE_PROJECTS {
+                cache.pop_back();
+            }
+            cache.push_front((self.root, self.new));
+        }
+    }
+
+    /// What the walk needs from `dir` (whose metadata is `meta`): the
+    /// last walk's when the directory has not changed since, otherwise
+    /// read now.
+    fn facts(&mut self, dir: &Path, meta: &std::fs::Metadata) -> Option<Listing> {
+        let key = (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec());
+        if let Some(facts) = self.old.get(&key).cloned() {
+            self.remember(key, facts.clone());
+            return Some(facts);
+        }
+        let read_at = std::time::SystemTime::now();
+        let facts = std::sync::Arc::new(DirFacts::read(dir)?);
+        let changed = std::time::UNIX_EPOCH
+            + std::time::Duration::new(
+                u64::try_from(meta.ctime()).unwrap_or(u64::MAX / 2),
+                u32::try_from(meta.ctime_nsec()).unwrap_or(0),
+            );
+        if changed + TRUSTED_AGE < read_at {
+            self.remember(key, facts.clone());
+        }
+        Some(facts)
+    }
+
+    fn remember(&mut self, key: (u64, u64, i64, i64), listing: Listing) {
+        if self.entries + listing.size() <= WALK_CACHE_ENTRIES {
+            self.entries += listing.size();
+            self.new.insert(key, listing);
+        }
     }
 }
 
@@ -835,6 +977,41 @@ mod tests {
                 masked: vec![],
             }
         );
+    }
+
+    #[test]
+    fn the_walk_cache_sees_every_change_to_a_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::create_dir_all(root.join("c")).unwrap();
+        std::fs::write(root.join("c/x.rs"), "").unwrap();
+        // Older than the tick the cache distrusts: these listings are kept.
+        std::thread::sleep(TRUSTED_AGE + std::time::Duration::from_millis(100));
+        let first = SurfaceSnapshot::take(root);
+        assert!(first.mounts().read_only.is_empty());
+        let again = SurfaceSnapshot::take(root);
+        assert_eq!(
+            first.mounts(),
+            again.mounts(),
+            "the same tree, the same mounts"
+        );
+        assert_eq!(first.seen.len(), again.seen.len());
+        // Each change moves its folder's time: seen at once.
+        std::fs::write(root.join("a/b/.envrc"), "").unwrap();
+        std::fs::write(root.join("c/.env"), "K=v").unwrap();
+        std::fs::create_dir_all(root.join("c/d/.git")).unwrap();
+        let after = SurfaceSnapshot::take(root);
+        assert!(
+            after.mounts().read_only.contains(&root.join("a/b/.envrc")),
+            "{after:?}"
+        );
+        assert_eq!(after.mounts().masked, vec![root.join("c/.env")]);
+        assert!(after.repositories.contains(Path::new("c/d/.git")));
+        // Removed again: gone from the snapshot too.
+        std::fs::remove_file(root.join("a/b/.envrc")).unwrap();
+        let last = SurfaceSnapshot::take(root);
+        assert!(!last.mounts().read_only.contains(&root.join("a/b/.envrc")));
     }
 
     #[test]

@@ -17,6 +17,15 @@
 //!   the history the model sees is kept whole, the step-by-step replay of
 //!   older turns (tool call cards) is not.
 //!
+//! - **A total quota.** All journals of a state directory together are held
+//!   to [`Quota`] (default 512 MiB and 500 journals, settable under
+//!   `[sessions]`): when a session is created past it, the oldest journals
+//!   (by last write) are removed until it holds, never one of the newest
+//!   [`Quota::keep_newest`] and never one that is open — an open journal is
+//!   held with a shared `flock` by the process writing it, so a prune by
+//!   another process (`passepartout sessions prune`) sees it too. What was
+//!   removed is logged as a warning; `sessions prune` prints it.
+//!
 //! Reading a journal ([`read_session`]) rebuilds the model's history
 //! (`prompt`, `message`, `compacted`, `snapshot` records) and the replay a
 //! client is shown on `session/load` (`prompt`, assistant text, and the
@@ -188,11 +197,77 @@ pub fn new_id(counter: u64) -> String {
     format!("{compact}-{}-{counter}", std::process::id())
 }
 
+/// The limit on all journals of a state directory together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    /// Past this many bytes in all, the oldest journals are removed.
+    pub max_total_bytes: u64,
+    /// Past this many journals, the oldest are removed.
+    pub max_journals: usize,
+    /// The newest journals (by last write) the quota never removes.
+    pub keep_newest: usize,
+}
+
+impl Quota {
+    /// 512 MiB (sixteen journals at their default size cap), 500 journals,
+    /// the newest 10 always kept.
+    pub const DEFAULT: Quota = Quota {
+        max_total_bytes: 512 * 1024 * 1024,
+        max_journals: 500,
+        keep_newest: 10,
+    };
+
+    /// The limits, as a person would set them.
+    pub fn describe(&self) -> String {
+        format!(
+            "[sessions] max_total_bytes = {}, max_journals = {}, keep_newest = {}",
+            self.max_total_bytes, self.max_journals, self.keep_newest
+        )
+    }
+}
+
+/// What a prune did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pruned {
+    /// Each journal removed (id, bytes), oldest first.
+    pub removed: Vec<(String, u64)>,
+    /// Bytes freed.
+    pub freed: u64,
+    /// Journals left, and their bytes.
+    pub kept: usize,
+    pub kept_bytes: u64,
+    /// Journals past the quota that were kept because they are open.
+    pub open_kept: Vec<String>,
+}
+
+impl Pruned {
+    /// One line for the person: what was freed and what is left.
+    pub fn summary(&self, quota: &Quota) -> String {
+        let mut line = format!(
+            "freed {} in {} journal(s); {} journal(s), {} kept ({})",
+            human_bytes(self.freed),
+            self.removed.len(),
+            self.kept,
+            human_bytes(self.kept_bytes),
+            quota.describe()
+        );
+        if !self.open_kept.is_empty() {
+            line.push_str(&format!(
+                "; still over it: {} open session(s) kept ({})",
+                self.open_kept.len(),
+                self.open_kept.join(", ")
+            ));
+        }
+        line
+    }
+}
+
 /// The directory of journals plus the writer thread.
 #[derive(Debug)]
 pub struct SessionStore {
     dir: PathBuf,
     cap_bytes: u64,
+    quota: Quota,
     writer: Appender,
 }
 
@@ -210,8 +285,96 @@ impl SessionStore {
         Ok(SessionStore {
             dir,
             cap_bytes,
+            quota: Quota::DEFAULT,
             writer,
         })
+    }
+
+    /// Hold the journals to `quota` instead of [`Quota::DEFAULT`].
+    pub fn with_quota(mut self, quota: Quota) -> SessionStore {
+        self.quota = quota;
+        self
+    }
+
+    pub fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    /// Remove the oldest journals (by last write) until all of them fit the
+    /// quota, never one of the newest [`Quota::keep_newest`] and never an
+    /// open one (held by a writer's shared `flock`, in this process or
+    /// another). Each is removed while this holds it locked exclusively, so
+    /// a session being resumed meanwhile is not removed under it.
+    pub fn prune(&self) -> Pruned {
+        use std::os::unix::fs::MetadataExt;
+        let mut journals: Vec<(PathBuf, String, u64, i64)> = std::fs::read_dir(&self.dir)
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .filter_map(|e| {
+                        let path = e.path();
+                        let id = path
+                            .file_name()?
+                            .to_str()?
+                            .strip_suffix(".jsonl")?
+                            .to_string();
+                        let meta = std::fs::symlink_metadata(&path).ok()?;
+                        meta.is_file().then(|| {
+                            (
+                                path,
+                                id,
+                                meta.len(),
+                                meta.mtime_nsec() + meta.mtime() * 1_000_000_000,
+                            )
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        // Newest first.
+        journals.sort_by(|a, b| b.3.cmp(&a.3).then(b.1.cmp(&a.1)));
+        let mut total: u64 = journals.iter().map(|j| j.2).sum();
+        let mut count = journals.len();
+        let mut pruned = Pruned::default();
+        let over = |total: u64, count: usize| {
+            total > self.quota.max_total_bytes || count > self.quota.max_journals
+        };
+        for (path, id, len, _) in journals.iter().skip(self.quota.keep_newest).rev() {
+            if !over(total, count) {
+                break;
+            }
+            match remove_unless_open(path) {
+                Ok(true) => {
+                    total -= len;
+                    count -= 1;
+                    pruned.freed += len;
+                    pruned.removed.push((id.clone(), *len));
+                }
+                Ok(false) => pruned.open_kept.push(id.clone()),
+                Err(e) => tracing::warn!("cannot remove the journal {}: {e}", path.display()),
+            }
+        }
+        pruned.kept = count;
+        pruned.kept_bytes = total;
+        pruned
+    }
+
+    /// [`Self::prune`], with a warning naming what was removed.
+    fn enforce_quota(&self) {
+        let pruned = self.prune();
+        if !pruned.removed.is_empty() {
+            let names: Vec<String> = pruned
+                .removed
+                .iter()
+                .map(|(id, len)| format!("{id} ({})", human_bytes(*len)))
+                .collect();
+            tracing::warn!(
+                "the session journals in {} passed their quota: removed the oldest: {}; {}",
+                self.dir.display(),
+                names.join(", "),
+                pruned.summary(&self.quota)
+            );
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -231,9 +394,11 @@ impl SessionStore {
         id: &str,
         cwd: &Path,
     ) -> Result<Journal, StoreError> {
+        let path = self.path_of(id)?;
         let journal = Journal {
             store: self.clone(),
-            path: self.path_of(id)?,
+            lock: std::sync::Arc::new(OpenLock::take(&path, true)),
+            path,
             id: id.to_string(),
         };
         journal.append(Event::Created {
@@ -241,6 +406,8 @@ impl SessionStore {
             cwd: cwd.to_path_buf(),
             version: env!("CARGO_PKG_VERSION").into(),
         });
+        // The new journal is open (locked), so it is never the one removed.
+        self.enforce_quota();
         Ok(journal)
     }
 
@@ -252,6 +419,7 @@ impl SessionStore {
         }
         Ok(Journal {
             store: self.clone(),
+            lock: std::sync::Arc::new(OpenLock::take(&path, false)),
             path,
             id: id.to_string(),
         })
@@ -305,10 +473,86 @@ impl SessionStore {
     }
 }
 
+/// `1.5 MiB`, `730 B`: sizes for the person.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// Remove a journal unless a writer holds it open: `Ok(false)` then.
+fn remove_unless_open(path: &Path) -> std::io::Result<bool> {
+    let file = File::open(path)?;
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::WOULDBLOCK) => return Ok(false),
+        Err(e) => return Err(e.into()),
+    }
+    // Removed while locked; the lock goes with the descriptor.
+    std::fs::remove_file(path)?;
+    Ok(true)
+}
+
+/// A shared `flock` on an open journal, so the quota never removes it:
+/// taken when the journal is created or reopened, taken again on the new
+/// file after a snapshot replaces it, released when the last clone of the
+/// [`Journal`] is dropped.
+#[derive(Debug)]
+struct OpenLock {
+    file: std::sync::Mutex<Option<File>>,
+}
+
+impl OpenLock {
+    /// Lock `path` shared (creating it, 0600, when `create`). Failing only
+    /// leaves the journal unprotected from the quota: logged.
+    fn take(path: &Path, create: bool) -> OpenLock {
+        let lock = OpenLock {
+            file: std::sync::Mutex::new(None),
+        };
+        lock.renew(path, create);
+        lock
+    }
+
+    fn renew(&self, path: &Path, create: bool) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let taken = std::fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(create)
+            .mode(0o600)
+            .open(path)
+            .and_then(|f| {
+                rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared)
+                    .map_err(std::io::Error::from)?;
+                Ok(f)
+            });
+        match taken {
+            Ok(f) => {
+                if let Ok(mut slot) = self.file.lock() {
+                    *slot = Some(f);
+                }
+            }
+            Err(e) => tracing::warn!(
+                "cannot lock the open journal {}: {e}; the journal quota could remove it",
+                path.display()
+            ),
+        }
+    }
+}
+
 /// The append side of one session's journal.
 #[derive(Debug, Clone)]
 pub struct Journal {
     store: std::sync::Arc<SessionStore>,
+    lock: std::sync::Arc<OpenLock>,
     path: PathBuf,
     id: String,
 }
@@ -386,7 +630,10 @@ impl Journal {
             .writer
             .replace(&self.path, text, answer_with(done))
             .map_err(|_| StoreError::WriterGone)?;
-        self.answer(rx).await
+        let size = self.answer(rx).await;
+        // The lock was on the file the snapshot replaced.
+        self.lock.renew(&self.path, false);
+        size
     }
 
     async fn answer(

@@ -264,6 +264,68 @@ async fn global_textconv_and_filter_settings_do_not_run_agent_written_code() {
     );
 }
 
+/// Relative paths in the person's git settings are resolved as git does,
+/// from the top of the work tree, also for a session in a subfolder: the
+/// repository sets `core.hooksPath = sub/hooks` and a textconv `sh
+/// sub/conv.sh`, the session's directory is `proj/sub`. The agent rewrites
+/// `hooks/pre-commit` and `conv.sh` there (the same files, seen from the
+/// session); the person's next `git commit` and `git diff` in `proj` run
+/// neither.
+#[tokio::test]
+async fn git_settings_relative_to_the_work_tree_protect_a_subfolder_session() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let home = harness::home_with_config(CONFIG);
+    let h = home.path();
+    let dir = project(
+        h,
+        &[
+            ("sub/hooks/pre-commit", "#!/bin/sh\nexit 0\n", true),
+            ("sub/conv.sh", "#!/bin/sh\ncat \"$1\"\n", true),
+            (".gitattributes", "*.txt diff=show\n", false),
+            ("sub/notes.txt", "one\n", false),
+        ],
+    );
+    let p = dir.path();
+    git_ok(p, h, &["config", "core.hooksPath", "sub/hooks"]);
+    git_ok(p, h, &["config", "diff.show.textconv", "sh sub/conv.sh"]);
+    let session_dir = p.join("sub");
+    let mark = marker(h);
+    let evil = format!("#!/bin/sh\\ntouch {}\\ncat $1\\n", mark.display());
+    let mut script = Vec::new();
+    script.extend(write_then_run(
+        "s1",
+        "plant.py",
+        &format!(
+            "import os\n\
+             for f in [os.path.join('ho' + 'oks', 'pre-commit'), 'conv' + '.sh']:\n\
+             \x20   try:\n\
+             \x20       open(f, 'w').write('{evil}')\n\
+             \x20       os.chmod(f, 0o755)\n\
+             \x20       print('wrote', f)\n\
+             \x20   except OSError as e:\n\
+             \x20       print('refused', f, e)"
+        ),
+    ));
+    let mut d = daemon(h, &session_dir, script).await;
+    let (_, results) = d.turn().await;
+    let told = results.join("\n");
+    // The person looks at a change, then commits, at the top.
+    std::fs::write(session_dir.join("notes.txt"), "two\n").unwrap();
+    let diff = person_git(p, h, &["diff"]);
+    assert!(diff.status.success());
+    git_ok(p, h, &["add", "-A"]);
+    let _ = person_git(p, h, &["commit", "-qm", "notes"]);
+    assert!(
+        !mark.exists(),
+        "the person's git ran agent-written code: {told}"
+    );
+    assert!(told.contains("refused hooks/pre-commit"), "{told}");
+    assert!(told.contains("refused conv.sh"), "{told}");
+    assert!(!told.contains("wrote"), "{told}");
+}
+
 /// In-progress state: the agent stops an interactive rebase at a `break`
 /// with an `exec` line still to come. The state is removed after the run,
 /// so the person's `git rebase --continue` runs nothing the agent wrote.

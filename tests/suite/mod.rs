@@ -24,6 +24,7 @@ mod mcp_features;
 mod mcp_limits;
 mod mcp_trust;
 mod modes;
+mod network_scope;
 mod plans;
 mod providers;
 mod run_cli;

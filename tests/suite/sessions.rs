@@ -637,3 +637,86 @@ async fn a_cancelled_turns_partial_answer_is_kept() {
         "{messages}"
     );
 }
+
+/// The session journals of a state directory have a total quota: a new
+/// session past it removes the oldest journals (never the newest
+/// `keep_newest`, never an open one), and `sessions prune` says what it
+/// freed and keeps a session that another process has open.
+#[tokio::test]
+async fn session_journals_are_held_to_a_total_quota_oldest_first() {
+    let home = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start(vec![]).await;
+    let cfg = config(
+        home.path(),
+        &fake,
+        "",
+        "[sessions]\nmax_total_bytes = 350000\nkeep_newest = 2\n",
+    );
+    let dir = home.path().join("state/passepartout/sessions");
+    std::fs::create_dir_all(&dir).unwrap();
+    // Six old journals of 100 kB, the first the oldest.
+    let old: Vec<String> = (0..6).map(|i| format!("20200101T00000{i}-1-1")).collect();
+    let now = std::time::SystemTime::now();
+    for (i, id) in old.iter().enumerate() {
+        let path = dir.join(format!("{id}.jsonl"));
+        std::fs::write(&path, "x".repeat(100_000)).unwrap();
+        let age = std::time::Duration::from_secs(3600 * (10 - i as u64));
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(now - age)
+            .unwrap();
+    }
+    let project = tempfile::tempdir().unwrap();
+    let (client, sid) = Client::with_session(
+        home.path(),
+        &["--config", cfg.to_str().unwrap()],
+        json!({}),
+        project.path(),
+    )
+    .await;
+    let exists = |id: &str| dir.join(format!("{id}.jsonl")).exists();
+    // 600 kB over a 350 kB quota: the three oldest go.
+    for id in &old[..3] {
+        assert!(!exists(id), "{id} should have been removed");
+    }
+    for id in old[3..].iter().chain([&sid]) {
+        assert!(exists(id), "{id} should have been kept");
+    }
+
+    // The open session is made the oldest of all; a prune with a quota of
+    // nothing removes every other journal but keeps it, and says so.
+    std::fs::File::options()
+        .write(true)
+        .open(dir.join(format!("{sid}.jsonl")))
+        .unwrap()
+        .set_modified(now - std::time::Duration::from_secs(3600 * 24))
+        .unwrap();
+    let tight = config(
+        home.path(),
+        &fake,
+        "",
+        "[sessions]\nmax_total_bytes = 1\nkeep_newest = 0\n",
+    );
+    let out = std::process::Command::new(harness::BIN)
+        .args(["sessions", "--config", tight.to_str().unwrap(), "prune"])
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env("XDG_STATE_HOME", home.path().join("state"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    for id in &old[3..] {
+        assert!(!exists(id), "{id} should have been pruned: {said}");
+        assert!(said.contains(&format!("removed {id}  97.7 KiB")), "{said}");
+    }
+    assert!(exists(&sid), "the open session was removed: {said}");
+    assert!(said.contains("freed 293.0 KiB in 3 journal(s)"), "{said}");
+    assert!(
+        said.contains(&format!("1 open session(s) kept ({sid})")),
+        "{said}"
+    );
+    drop(client);
+}
