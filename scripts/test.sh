@@ -3,7 +3,8 @@
 # stdio, a fake provider on 127.0.0.1, real bwrap), then the Emacs ERT tests
 # in batch Emacs against the same binary. Ends with one tally line.
 #
-# The tests need bwrap, slirp4netns (a granted network), git and every
+# The tests need bwrap, slirp4netns (a granted network), iproute2 (the
+# network-scope tests' veth pair), git and every
 # tested Emacs (28.2 from apt and 30.1 unpacked from bookworm-backports, see
 # tests/elisp/emacs-versions.sh), and python3 with venv (the official
 # Python ACP SDK is installed from PyPI into target/sdk-venv by
@@ -19,6 +20,8 @@ need_tools() {
     command -v bwrap >/dev/null 2>&1 || { missing+=(bwrap); packages+=(bubblewrap); }
     command -v slirp4netns >/dev/null 2>&1 || { missing+=(slirp4netns); packages+=(slirp4netns); }
     command -v git >/dev/null 2>&1 || { missing+=(git); packages+=(git); }
+    # The network-scope tests build a veth pair and a namespace with ip(8).
+    command -v ip >/dev/null 2>&1 || { missing+=(ip); packages+=(iproute2); }
     # The Python ACP SDK test (tests/sdk) needs python3 with venv and pip.
     python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || { missing+=("python3 venv"); packages+=(python3 python3-venv); }
     if [ ${#missing[@]} -eq 0 ]; then
@@ -36,7 +39,7 @@ need_tools() {
     echo "test.sh: the tests need ${missing[*]}, which are not on PATH. Install them with:" >&2
     echo "    sudo apt-get install ${packages[*]}" >&2
     echo "    sudo tests/elisp/emacs-versions.sh install   # Emacs 28.2 and 30.1" >&2
-    echo "(other systems: install bubblewrap, slirp4netns, git, python3 with venv and Emacs 28.1+ with your package manager," >&2
+    echo "(other systems: install bubblewrap, slirp4netns, iproute2, git, python3 with venv and Emacs 28.1+ with your package manager," >&2
     echo " then run tests/elisp/run.sh with EMACS=... once per Emacs)" >&2
     exit 2
 }
