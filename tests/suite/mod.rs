@@ -21,6 +21,8 @@ mod layers;
 mod mcp;
 mod mcp_features;
 mod mcp_limits;
+mod mcp_oauth;
+mod mcp_sse;
 mod mcp_trust;
 mod modes;
 mod plans;
