@@ -219,7 +219,7 @@ pub async fn authorized_client(
 /// does not have: a 401 with a challenge, and no token (or one that could
 /// not be refreshed).
 pub fn needs_login(error: &(dyn std::error::Error + 'static)) -> bool {
-    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    use rmcp::transport::streamable_http_client::{AuthRequiredError, StreamableHttpError};
     use rmcp::transport::worker::WorkerQuitReason;
     type HttpError = StreamableHttpError<reqwest::Error>;
     fn auth_says_login(e: &AuthError) -> bool {
@@ -235,8 +235,20 @@ pub fn needs_login(error: &(dyn std::error::Error + 'static)) -> bool {
             _ => false,
         }
     }
+    use rmcp::service::ClientInitializeError;
     let mut cause = Some(error);
     while let Some(e) = cause {
+        // rmcp's handshake error does not name its transport error as a
+        // source.
+        if let Some(ClientInitializeError::TransportError { error, .. }) =
+            e.downcast_ref::<ClientInitializeError>()
+        {
+            return needs_login(error);
+        }
+        // rmcp's worker reports the 401 as the source of its own error.
+        if e.downcast_ref::<AuthRequiredError>().is_some() {
+            return true;
+        }
         if let Some(h) = e.downcast_ref::<HttpError>() {
             if http_says_login(h) {
                 return true;

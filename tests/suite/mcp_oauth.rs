@@ -80,6 +80,7 @@ async fn login(home: &Path, config: &str) -> String {
     .expect("mcp login prints the URL to open");
     // The browser: follow the authorization URL; the server approves and
     // redirects to the callback listener of `mcp login`.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let page = reqwest::get(&url).await.unwrap();
     assert!(page.status().is_success(), "{page:?}");
     let text = page.text().await.unwrap();
@@ -159,13 +160,17 @@ async fn login_stores_tokens_the_daemon_uses_and_refreshes() {
     file["credentials"]["token_received_at"] = json!(received - 7200);
     std::fs::write(&files[0], file.to_string()).unwrap();
     let access = |f: &Value| f["credentials"]["token_response"]["access_token"].clone();
-    let refused = server.shared.refused.load(std::sync::atomic::Ordering::SeqCst);
+    let rejected = |s: &OAuthServer| {
+        s.shared
+            .rejected_tokens
+            .load(std::sync::atomic::Ordering::SeqCst)
+    };
     let r = new_session(&mut c, s.project.path(), json!([])).await;
     assert_eq!(docs_state(&r), "running", "{r}");
     assert_eq!(server.refreshes(), 1, "the expired token was refreshed");
     assert_eq!(
-        server.shared.refused.load(std::sync::atomic::Ordering::SeqCst),
-        refused,
+        rejected(&server),
+        0,
         "refreshed before use: the expired token was never sent"
     );
     let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
@@ -180,6 +185,14 @@ async fn login_stores_tokens_the_daemon_uses_and_refreshes() {
     let after: Value = serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
     assert_ne!(access(&after), access(&file), "the refreshed tokens are stored");
     assert!(access(&after).is_string(), "{after}");
+
+    // A token the server refuses before its time (expired on the server's
+    // clock) is refreshed once and the request sent again.
+    server.expire_access_tokens();
+    let r = new_session(&mut c, s.project.path(), json!([])).await;
+    assert_eq!(docs_state(&r), "running", "{r}");
+    assert_eq!(server.refreshes(), 2);
+    assert_eq!(rejected(&server), 1);
 
     // `mcp logout` removes them.
     let out = cli(home, &config, &["mcp", "logout", "docs"])

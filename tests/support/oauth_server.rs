@@ -52,8 +52,9 @@ pub struct Shared {
     pub registrations: AtomicUsize,
     pub code_exchanges: AtomicUsize,
     pub refreshes: AtomicUsize,
-    /// Requests to `/mcp` refused for want of a valid token.
-    pub refused: AtomicUsize,
+    /// Requests to `/mcp` refused for the token they carried (discovery's
+    /// requests without one are not counted).
+    pub rejected_tokens: AtomicUsize,
     /// Tool calls that reached the MCP server.
     pub calls: Arc<AtomicUsize>,
 }
@@ -82,7 +83,7 @@ impl OAuthServer {
             registrations: AtomicUsize::new(0),
             code_exchanges: AtomicUsize::new(0),
             refreshes: AtomicUsize::new(0),
-            refused: AtomicUsize::new(0),
+            rejected_tokens: AtomicUsize::new(0),
             calls: calls.clone(),
         });
         use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -336,6 +337,7 @@ async fn require_token(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(String::from);
+    let sent = token.is_some();
     let valid = token.is_some_and(|tok| {
         s.tokens
             .lock()
@@ -347,7 +349,9 @@ async fn require_token(
     if valid {
         return next.run(request).await;
     }
-    s.refused.fetch_add(1, Ordering::SeqCst);
+    if sent {
+        s.rejected_tokens.fetch_add(1, Ordering::SeqCst);
+    }
     Response::builder()
         .status(StatusCode::UNAUTHORIZED)
         .header(
