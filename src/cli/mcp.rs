@@ -211,7 +211,11 @@ pub fn logout_command(
     let store = crate::mcp::oauth::FileStore::new(token_dir, &url);
     match store.remove() {
         Ok(true) => {
-            let _ = writeln!(out, "logged out of {url} (removed {})", store.path().display());
+            let _ = writeln!(
+                out,
+                "logged out of {url} (removed {})",
+                store.path().display()
+            );
             0
         }
         Ok(false) => {

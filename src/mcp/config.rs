@@ -393,10 +393,17 @@ mod tests {
         assert!(typo.is_err());
         let odd: McpServerConfig =
             toml::from_str("name = \"o\"\nurl = \"http://a\"\ntype = \"ws\"").unwrap();
-        assert!(odd.to_spec().unwrap_err().to_string().contains("`type = \"ws\"`"));
+        assert!(odd
+            .to_spec()
+            .unwrap_err()
+            .to_string()
+            .contains("`type = \"ws\"`"));
         let sse: McpServerConfig =
             toml::from_str("name = \"s\"\nurl = \"http://a/sse\"\ntype = \"sse\"").unwrap();
-        assert!(matches!(sse.to_spec().unwrap().unwrap().transport, Transport::Sse { .. }));
+        assert!(matches!(
+            sse.to_spec().unwrap().unwrap().transport,
+            Transport::Sse { .. }
+        ));
         let disabled: McpServerConfig =
             toml::from_str("name = \"d\"\ncommand = \"/bin/d\"\nenabled = false").unwrap();
         assert_eq!(disabled.to_spec().unwrap(), None);

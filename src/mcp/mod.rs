@@ -715,7 +715,9 @@ impl McpManager {
         let (project_specs, not_started) = self.project_specs(cwd, &specs);
         specs.extend(project_specs);
         if let Some(dir) = &self.oauth_dir {
-            specs.iter_mut().for_each(|s| s.transport.set_token_dir(dir));
+            for spec in &mut specs {
+                spec.transport.set_token_dir(dir);
+            }
         }
         if specs.len() > self.limits.max_servers {
             return Err(McpError::TooMany {

@@ -108,16 +108,15 @@ impl FileStore {
                 self.path.display()
             ));
         }
-        let file: TokenFile = serde_json::from_slice(&bytes)
-            .map_err(|e| format!("{}: {e}", self.path.display()))?;
+        let file: TokenFile =
+            serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", self.path.display()))?;
         // Another URL's tokens are never sent here.
         Ok((file.url == self.url).then_some(file.credentials))
     }
 
     fn write(&self, credentials: StoredCredentials) -> Result<(), String> {
         if let Some(dir) = self.path.parent() {
-            crate::paths::create_private_dir(dir)
-                .map_err(|e| format!("{}: {e}", dir.display()))?;
+            crate::paths::create_private_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         }
         let file = TokenFile {
             url: self.url.clone(),
@@ -451,7 +450,9 @@ async fn receive_callback(
         .next()
         .and_then(|line| {
             let mut words = line.split(' ');
-            (words.next() == Some("GET")).then(|| words.next()).flatten()
+            (words.next() == Some("GET"))
+                .then(|| words.next())
+                .flatten()
         })
         .unwrap_or("");
     let parsed = reqwest::Url::parse(&format!("http://127.0.0.1{target}"))
@@ -525,7 +526,10 @@ async fn respond(
     status: &str,
     text: &str,
 ) -> std::io::Result<()> {
-    let body = format!("<!doctype html><meta charset=utf-8><title>passepartout</title><p>{}</p>\n", html_escape(text));
+    let body = format!(
+        "<!doctype html><meta charset=utf-8><title>passepartout</title><p>{}</p>\n",
+        html_escape(text)
+    );
     let answer = format!(
         "HTTP/1.1 {status}\r\ncontent-type: text/html; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
@@ -551,9 +555,14 @@ mod tests {
         let tokens = dir.path().join("mcp-oauth");
         let a = FileStore::new(&tokens, "http://127.0.0.1:1/mcp");
         assert!(a.load().await.unwrap().is_none());
-        a.save(StoredCredentials::new("client".into(), None, vec![], Some(1)))
-            .await
-            .unwrap();
+        a.save(StoredCredentials::new(
+            "client".into(),
+            None,
+            vec![],
+            Some(1),
+        ))
+        .await
+        .unwrap();
         let mode = std::fs::metadata(a.path()).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         let dir_mode = std::fs::metadata(&tokens).unwrap().permissions().mode() & 0o777;
@@ -570,10 +579,14 @@ mod tests {
 
     #[tokio::test]
     async fn the_callback_listener_refuses_a_wrong_state_and_answers_once() {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap();
         let port = listener.local_addr().unwrap().port();
         let browser = tokio::spawn(async move {
-            let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .unwrap();
             s.write_all(b"GET /callback?code=c&state=forged HTTP/1.1\r\nHost: x\r\n\r\n")
                 .await
                 .unwrap();

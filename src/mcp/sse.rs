@@ -184,7 +184,8 @@ impl Transport<RoleClient> for SseTransport {
                         }
                     },
                     Data::Oversized { size, id } => {
-                        let id = id.and_then(|raw| serde_json::from_str::<NumberOrString>(&raw).ok());
+                        let id =
+                            id.and_then(|raw| serde_json::from_str::<NumberOrString>(&raw).ok());
                         match id {
                             Some(id) => {
                                 tracing::info!(server = %self.name, size, cap = self.cap, "MCP answer over the message cap; the call is told");

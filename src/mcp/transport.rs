@@ -70,7 +70,8 @@ pub fn header_map(
 ) -> Result<HashMap<HeaderName, HeaderValue>, String> {
     let mut map = HashMap::new();
     for (k, v) in headers {
-        let name = HeaderName::from_bytes(k.as_bytes()).map_err(|e| format!("header `{k}`: {e}"))?;
+        let name =
+            HeaderName::from_bytes(k.as_bytes()).map_err(|e| format!("header `{k}`: {e}"))?;
         let value = HeaderValue::from_str(v).map_err(|e| format!("header `{k}`: {e}"))?;
         map.insert(name, value);
     }
@@ -399,7 +400,11 @@ pub struct BoundedHttp {
 
 type HttpResult<T> = Result<T, StreamableHttpError<reqwest::Error>>;
 
-pub(super) fn too_large_answer(id: NumberOrString, size: Option<usize>, cap: usize) -> ServerJsonRpcMessage {
+pub(super) fn too_large_answer(
+    id: NumberOrString,
+    size: Option<usize>,
+    cap: usize,
+) -> ServerJsonRpcMessage {
     ServerJsonRpcMessage::error(
         ErrorData::new(
             rmcp::model::ErrorCode(TOO_LARGE_CODE),

@@ -126,7 +126,10 @@ async fn login_stores_tokens_the_daemon_uses_and_refreshes() {
     assert!(printed.contains("Open this URL in a browser"), "{printed}");
     let files = token_files(home);
     assert_eq!(files.len(), 1, "{printed}");
-    assert!(printed.contains(&files[0].display().to_string()), "{printed}");
+    assert!(
+        printed.contains(&files[0].display().to_string()),
+        "{printed}"
+    );
     let mode = std::fs::metadata(&files[0]).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     let stored = std::fs::read_to_string(&files[0]).unwrap();
@@ -147,7 +150,10 @@ async fn login_stores_tokens_the_daemon_uses_and_refreshes() {
     assert_eq!(docs_state(&r), "running", "{r}");
     let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
     prompt_and_answer(&mut c, &sid, "allow_once").await;
-    assert_eq!(tool_result(&s.fake, 1), wrapped("docs", "echo", "echo: first"));
+    assert_eq!(
+        tool_result(&s.fake, 1),
+        wrapped("docs", "echo", "echo: first")
+    );
     assert_eq!(server.calls(), 1);
     assert_eq!(server.refreshes(), 0);
 
@@ -183,7 +189,11 @@ async fn login_stores_tokens_the_daemon_uses_and_refreshes() {
     // The new tokens (the refresh token rotated) were saved for the next
     // daemon.
     let after: Value = serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
-    assert_ne!(access(&after), access(&file), "the refreshed tokens are stored");
+    assert_ne!(
+        access(&after),
+        access(&file),
+        "the refreshed tokens are stored"
+    );
     assert!(access(&after).is_string(), "{after}");
 
     // A token the server refuses before its time (expired on the server's

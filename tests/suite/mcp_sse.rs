@@ -9,9 +9,9 @@ use crate::harness;
 use crate::suite::mcp::{
     new_session, offered_tools, prompt_and_answer, tool_result, wrapped, Setup,
 };
-use harness::prompt;
 use crate::support::fake_provider as fake;
 use crate::support::sse_server::SseServer;
+use harness::prompt;
 
 use serde_json::json;
 
@@ -26,8 +26,7 @@ async fn a_legacy_sse_server_named_by_the_client_works_like_a_stdio_one() {
     let mut c = s.spawn(None);
     let init = c.initialize(json!({})).await;
     assert_eq!(
-        init["result"]["agentCapabilities"]["mcpCapabilities"]["sse"],
-        true,
+        init["result"]["agentCapabilities"]["mcpCapabilities"]["sse"], true,
         "{init}"
     );
     let r = new_session(
@@ -69,8 +68,7 @@ async fn an_oversized_sse_answer_is_an_error_and_a_dropped_stream_stops_the_serv
     c.initialize(json!({})).await;
     let r = new_session(&mut c, s.project.path(), json!([])).await;
     assert_eq!(
-        r["result"]["_meta"]["passepartout"]["mcpServers"][0]["state"],
-        "running",
+        r["result"]["_meta"]["passepartout"]["mcpServers"][0]["state"], "running",
         "{r}"
     );
     let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
@@ -87,13 +85,18 @@ async fn an_oversized_sse_answer_is_an_error_and_a_dropped_stream_stops_the_serv
     assert!(started.elapsed() < harness::WAIT, "no wait for a timeout");
     // The server stays up.
     prompt_and_answer(&mut c, &sid, "allow_once").await;
-    assert_eq!(tool_result(&s.fake, 3), wrapped("old", "echo", "echo: small"));
+    assert_eq!(
+        tool_result(&s.fake, 3),
+        wrapped("old", "echo", "echo: small")
+    );
 
     // The server drops its stream: it is stopped; the next turn no longer
     // offers its tools, and a call to one is answered, never a hang.
     server.drop_streams();
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let p = c.start_request("session/prompt", prompt(&sid, "again")).await;
+    let p = c
+        .start_request("session/prompt", prompt(&sid, "again"))
+        .await;
     let done = c.wait_response(p).await;
     assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
     assert!(!offered_tools(&s.fake, 4).contains(&"mcp__old__echo".to_string()));

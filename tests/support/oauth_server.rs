@@ -96,14 +96,18 @@ impl OAuthServer {
             Arc::new(LocalSessionManager::default()),
             StreamableHttpServerConfig::default(),
         );
-        let protected = Router::new()
-            .nest_service("/mcp", mcp)
-            .layer(axum::middleware::from_fn_with_state(
-                shared.clone(),
-                require_token,
-            ));
+        let protected =
+            Router::new()
+                .nest_service("/mcp", mcp)
+                .layer(axum::middleware::from_fn_with_state(
+                    shared.clone(),
+                    require_token,
+                ));
         let app = Router::new()
-            .route("/.well-known/oauth-protected-resource", get(resource_metadata))
+            .route(
+                "/.well-known/oauth-protected-resource",
+                get(resource_metadata),
+            )
             .route(
                 "/.well-known/oauth-protected-resource/mcp",
                 get(resource_metadata),
@@ -243,8 +247,10 @@ async fn authorize(State(s): State<Arc<Shared>>, uri: Uri) -> Response {
     }
     t.next += 1;
     let code = format!("code-{}", t.next);
-    t.codes
-        .insert(code.clone(), (client, redirect.clone(), get("code_challenge")));
+    t.codes.insert(
+        code.clone(),
+        (client, redirect.clone(), get("code_challenge")),
+    );
     let mut location = reqwest::Url::parse(&redirect).unwrap();
     location
         .query_pairs_mut()
@@ -305,7 +311,9 @@ async fn token(State(s): State<Arc<Shared>>, body: String) -> Response {
             };
             let verifier = get("code_verifier");
             let computed = base64url(&sha2::Sha256::digest(verifier.as_bytes()));
-            if client != get("client_id") || redirect != get("redirect_uri") || computed != challenge
+            if client != get("client_id")
+                || redirect != get("redirect_uri")
+                || computed != challenge
             {
                 return invalid();
             }

@@ -104,7 +104,9 @@ async fn open_stream(State(s): State<Arc<Shared>>) -> Response {
         id
     };
     to_stream
-        .unbounded_send(format!("event: endpoint\ndata: /messages?sessionId={id}\n\n"))
+        .unbounded_send(format!(
+            "event: endpoint\ndata: /messages?sessionId={id}\n\n"
+        ))
         .unwrap();
     // The server's messages become `message` events on this stream.
     let shared = s.clone();
@@ -118,9 +120,18 @@ async fn open_stream(State(s): State<Arc<Shared>>) -> Response {
                 value["result"]["padding"] = serde_json::Value::String("x".repeat(pad));
                 text = value.to_string();
             }
-            let sender = shared.sessions.lock().unwrap().outbound.get(&session).cloned();
+            let sender = shared
+                .sessions
+                .lock()
+                .unwrap()
+                .outbound
+                .get(&session)
+                .cloned();
             match sender {
-                Some(out) if out.unbounded_send(format!("event: message\ndata: {text}\n\n")).is_ok() => {}
+                Some(out)
+                    if out
+                        .unbounded_send(format!("event: message\ndata: {text}\n\n"))
+                        .is_ok() => {}
                 _ => break,
             }
         }
