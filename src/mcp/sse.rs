@@ -165,35 +165,32 @@ impl Transport<RoleClient> for SseTransport {
         }
     }
 
-    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
-        async move {
-            loop {
-                let event = self.events.next().await;
-                let Some(event) = event else {
-                    tracing::info!(server = %self.name, "the legacy SSE stream ended: the server stopped");
-                    return None;
-                };
-                if event.name != "message" {
-                    continue;
-                }
-                match event.data {
-                    Data::Text(text) => match serde_json::from_str::<ServerJsonRpcMessage>(&text) {
-                        Ok(message) => return Some(message),
-                        Err(e) => {
-                            tracing::info!(server = %self.name, "a legacy SSE message that is not JSON-RPC was dropped: {e}");
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        loop {
+            let event = self.events.next().await;
+            let Some(event) = event else {
+                tracing::info!(server = %self.name, "the legacy SSE stream ended: the server stopped");
+                return None;
+            };
+            if event.name != "message" {
+                continue;
+            }
+            match event.data {
+                Data::Text(text) => match serde_json::from_str::<ServerJsonRpcMessage>(&text) {
+                    Ok(message) => return Some(message),
+                    Err(e) => {
+                        tracing::info!(server = %self.name, "a legacy SSE message that is not JSON-RPC was dropped: {e}");
+                    }
+                },
+                Data::Oversized { size, id } => {
+                    let id = id.and_then(|raw| serde_json::from_str::<NumberOrString>(&raw).ok());
+                    match id {
+                        Some(id) => {
+                            tracing::info!(server = %self.name, size, cap = self.cap, "MCP answer over the message cap; the call is told");
+                            return Some(too_large_answer(id, Some(size), self.cap));
                         }
-                    },
-                    Data::Oversized { size, id } => {
-                        let id =
-                            id.and_then(|raw| serde_json::from_str::<NumberOrString>(&raw).ok());
-                        match id {
-                            Some(id) => {
-                                tracing::info!(server = %self.name, size, cap = self.cap, "MCP answer over the message cap; the call is told");
-                                return Some(too_large_answer(id, Some(size), self.cap));
-                            }
-                            None => {
-                                tracing::info!(server = %self.name, size, cap = self.cap, "MCP message over the message cap dropped (not an answer to a call)");
-                            }
+                        None => {
+                            tracing::info!(server = %self.name, size, cap = self.cap, "MCP message over the message cap dropped (not an answer to a call)");
                         }
                     }
                 }
