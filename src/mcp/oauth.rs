@@ -409,7 +409,10 @@ fn open_browser(url: &str) {
     let display = ["DISPLAY", "WAYLAND_DISPLAY"]
         .iter()
         .any(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty()));
-    if !display {
+    // The URL comes from the server's metadata: only a web address is
+    // handed to the opener (never `file:` or another scheme's handler).
+    let web = url.starts_with("https://") || url.starts_with("http://");
+    if !display || !web {
         return;
     }
     // The URL is one argument, never shell text.
