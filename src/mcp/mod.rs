@@ -3,9 +3,10 @@
 //! `mcpServers`), listed, called by the `mcp` actuator, and stopped with
 //! the daemon.
 //!
-//! A server is a child process speaking MCP on stdio, or a streamable HTTP
-//! endpoint; both through the `rmcp` crate. Nothing a server does can take
-//! the daemon down: a server that fails to start, hangs, or dies mid-call
+//! A server is a child process speaking MCP on stdio, a streamable HTTP
+//! endpoint (with OAuth tokens from `mcp login`, [`oauth`]) or a legacy
+//! HTTP+SSE one ([`sse`]); all through the `rmcp` crate. Nothing a server
+//! does can take the daemon down: a server that fails to start, hangs, or dies mid-call
 //! becomes a state (`failed: …`, with the tail of its stderr) that `mcp
 //! list` and the tool result report.
 //!
