@@ -159,6 +159,12 @@ impl StateDir {
         self.root.join(SKILL_CACHE_DIR)
     }
 
+    /// OAuth tokens of streamable HTTP MCP servers, one 0600 file per
+    /// server URL (`mcp login`).
+    pub fn mcp_oauth(&self) -> PathBuf {
+        self.root.join("mcp-oauth")
+    }
+
     /// The lock held by the one deciding daemon.
     pub fn lock_file(&self) -> PathBuf {
         self.root.join(LOCK_FILE)

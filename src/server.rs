@@ -296,7 +296,7 @@ impl Daemon {
         let caps = acp::AgentCapabilities::new()
             .prompt_capabilities(acp::PromptCapabilities::new().embedded_context(true))
             // stdio and streamable HTTP MCP servers (src/mcp); no SSE.
-            .mcp_capabilities(acp::McpCapabilities::new().http(true))
+            .mcp_capabilities(acp::McpCapabilities::new().http(true).sse(true))
             .load_session(self.env.sessions.is_some())
             .session_capabilities(
                 acp::SessionCapabilities::new().list(acp::SessionListCapabilities::new()),

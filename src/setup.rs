@@ -96,7 +96,8 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
     actuators.register(Arc::new(EmacsActuator::new(editor.clone())));
     let mcp = Arc::new(
         crate::mcp::McpManager::new(&config.mcp)
-            .with_project_trust(config.trust_file(), config.trust_project_tool_approval),
+            .with_project_trust(config.trust_file(), config.trust_project_tool_approval)
+            .with_oauth_tokens(config.state().mcp_oauth()),
     );
     actuators.register(Arc::new(crate::actuators::mcp::McpActuator::new(
         mcp.clone(),

@@ -1,8 +1,10 @@
-//! `passepartout mcp list | trust`: the MCP servers from a terminal. `list`
-//! starts the configured servers (and the project's, when trusted), prints
-//! each one's state and tools, and stops them; `trust` shows what a
-//! project's `.passepartout/config.toml` starts and records the person's
-//! trust in exactly those bytes.
+//! `passepartout mcp list | trust | login | logout`: the MCP servers from a
+//! terminal. `list` starts the configured servers (and the project's, when
+//! trusted), prints each one's state and tools, and stops them; `trust`
+//! shows what a project's `.passepartout/config.toml` starts and records
+//! the person's trust in exactly those bytes; `login` runs the OAuth flow
+//! for a streamable HTTP server and stores its tokens, `logout` removes
+//! them (`crate::mcp::oauth`).
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -34,6 +36,25 @@ pub enum McpCommand {
         /// (default: the current directory).
         path: Option<PathBuf>,
     },
+    /// Log in to a streamable HTTP MCP server with OAuth (authorization
+    /// code + PKCE): prints the URL to open, waits for the browser's
+    /// redirect on 127.0.0.1, and stores the tokens in the state directory.
+    Login {
+        #[command(flatten)]
+        flags: ConfigFlags,
+        /// How long to wait for the browser, in seconds.
+        #[arg(long, default_value_t = crate::mcp::oauth::DEFAULT_LOGIN_TIMEOUT.as_secs())]
+        timeout: u64,
+        /// The server's name in config.toml, or its URL.
+        server: String,
+    },
+    /// Remove the OAuth tokens stored for a server.
+    Logout {
+        #[command(flatten)]
+        flags: ConfigFlags,
+        /// The server's name in config.toml, or its URL.
+        server: String,
+    },
 }
 
 /// Run an `mcp` subcommand on the terminal.
@@ -50,6 +71,7 @@ pub async fn command(command: McpCommand) -> ExitCode {
                 list_command(
                     &config.mcp,
                     config.trust_file(),
+                    &config.state().mcp_oauth(),
                     config.trust_project_tool_approval,
                     &cwd,
                     &mut Escaping(std::io::stdout()),
@@ -76,6 +98,134 @@ pub async fn command(command: McpCommand) -> ExitCode {
                 &mut Escaping(std::io::stdout()),
             ))
         }
+        McpCommand::Login {
+            flags,
+            timeout,
+            server,
+        } => {
+            let config = match load_config(&flags) {
+                Ok(c) => c,
+                Err(e) => return e.report(),
+            };
+            let mut out = Escaping(std::io::stdout());
+            exit_code(
+                login_command(
+                    &config.mcp,
+                    &config.state().mcp_oauth(),
+                    &server,
+                    std::time::Duration::from_secs(timeout),
+                    &mut out,
+                )
+                .await,
+            )
+        }
+        McpCommand::Logout { flags, server } => {
+            let config = match load_config(&flags) {
+                Ok(c) => c,
+                Err(e) => return e.report(),
+            };
+            exit_code(logout_command(
+                &config.mcp,
+                &config.state().mcp_oauth(),
+                &server,
+                &mut Escaping(std::io::stdout()),
+            ))
+        }
+    }
+}
+
+/// The URL of the streamable HTTP server `server` names: a URL as given,
+/// or the `url` of the config.toml entry of that name.
+fn server_url(config: &McpConfig, server: &str) -> Result<String, String> {
+    if server.starts_with("http://") || server.starts_with("https://") {
+        return Ok(server.to_string());
+    }
+    let Some(entry) = config.servers.iter().find(|s| s.name == server) else {
+        let names: Vec<&str> = config.servers.iter().map(|s| s.name.as_str()).collect();
+        return Err(format!(
+            "no MCP server `{server}` in config.toml (servers: {}); give its name or its URL",
+            if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            }
+        ));
+    };
+    match (&entry.url, entry.kind.as_deref()) {
+        (Some(url), None | Some("http")) => Ok(url.clone()),
+        (Some(_), Some(kind)) => Err(format!(
+            "MCP server `{server}` uses the `{kind}` transport; OAuth login is for streamable HTTP servers"
+        )),
+        (None, _) => Err(format!(
+            "MCP server `{server}` is a stdio server; OAuth login is for streamable HTTP servers"
+        )),
+    }
+}
+
+/// `passepartout mcp login SERVER`: the OAuth flow; the tokens go to
+/// `token_dir`. Returns the exit code.
+pub async fn login_command(
+    config: &McpConfig,
+    token_dir: &Path,
+    server: &str,
+    timeout: std::time::Duration,
+    out: &mut (dyn Write + Send),
+) -> i32 {
+    let url = match server_url(config, server) {
+        Ok(u) => u,
+        Err(e) => {
+            let _ = writeln!(out, "{e}");
+            return 1;
+        }
+    };
+    match crate::mcp::oauth::login(&url, token_dir, timeout, out).await {
+        Ok(path) => {
+            let _ = writeln!(
+                out,
+                "logged in to {url}; the tokens are in {} (refreshed by the daemon when they expire)",
+                path.display()
+            );
+            0
+        }
+        Err(e) => {
+            let _ = writeln!(out, "login to {url} failed: {e}");
+            1
+        }
+    }
+}
+
+/// `passepartout mcp logout SERVER`: remove its stored tokens.
+pub fn logout_command(
+    config: &McpConfig,
+    token_dir: &Path,
+    server: &str,
+    out: &mut dyn Write,
+) -> i32 {
+    let url = match server_url(config, server) {
+        Ok(u) => u,
+        Err(e) => {
+            let _ = writeln!(out, "{e}");
+            return 1;
+        }
+    };
+    let store = crate::mcp::oauth::FileStore::new(token_dir, &url);
+    match store.remove() {
+        Ok(true) => {
+            let _ = writeln!(
+                out,
+                "logged out of {url} (removed {})",
+                store.path().display()
+            );
+            0
+        }
+        Ok(false) => {
+            let _ = writeln!(out, "no tokens stored for {url}");
+            0
+        }
+        Err(e) => {
+            let _ = writeln!(out, "{}: {e}", store.path().display());
+            1
+        }
     }
 }
 
@@ -91,17 +241,21 @@ fn project_of(given: PathBuf) -> Result<PathBuf, CliError> {
     }
 }
 
-/// `passepartout mcp list`: start the configured servers in `cwd`, print
-/// each one's state and tools, stop them. Exit status 1 when any entry is
+/// `passepartout mcp list`: start the configured servers in `cwd` (with
+/// the OAuth tokens in `token_dir`), print each one's state and tools,
+/// stop them. Exit status 1 when any entry is
 /// invalid or failed to start.
 pub async fn list_command(
     config: &McpConfig,
     trust_file: PathBuf,
+    token_dir: &Path,
     keep_auto: bool,
     cwd: &Path,
     out: &mut dyn Write,
 ) -> i32 {
-    let manager = McpManager::new(config).with_project_trust(trust_file, keep_auto);
+    let manager = McpManager::new(config)
+        .with_project_trust(trust_file, keep_auto)
+        .with_oauth_tokens(token_dir.to_path_buf());
     let mut code = 0;
     for problem in manager.invalid() {
         let _ = writeln!(out, "invalid  {problem}");

@@ -72,7 +72,7 @@ impl Default for McpConfig {
 }
 
 /// One `[[mcp.servers]]` entry: `command` (stdio) or `url` (streamable
-/// HTTP), never both.
+/// HTTP, or the legacy HTTP+SSE transport with `type = "sse"`), never both.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerConfig {
@@ -87,6 +87,10 @@ pub struct McpServerConfig {
     pub url: Option<String>,
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// The transport of a `url`: `http` (streamable HTTP, the default) or
+    /// `sse` (the legacy HTTP+SSE transport of MCP 2024-11-05).
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
     /// How the server's tools are approved: `ask` (default), `auto` or
     /// `never`. Rules can still make any of them stricter.
     #[serde(default)]
@@ -112,7 +116,25 @@ pub enum Transport {
     Http {
         url: String,
         headers: BTreeMap<String, String>,
+        /// Where OAuth tokens from `mcp login` are looked for (the
+        /// daemon's `<state_dir>/mcp-oauth`); set when the session starts.
+        token_dir: Option<PathBuf>,
     },
+    /// The legacy HTTP+SSE transport: an event stream to read, an endpoint
+    /// it names to post to.
+    Sse {
+        url: String,
+        headers: BTreeMap<String, String>,
+    },
+}
+
+impl Transport {
+    /// Look for OAuth tokens of a streamable HTTP server in `dir`.
+    pub fn set_token_dir(&mut self, dir: &std::path::Path) {
+        if let Transport::Http { token_dir, .. } = self {
+            *token_dir = Some(dir.to_path_buf());
+        }
+    }
 }
 
 /// Where a server was named.
@@ -205,9 +227,20 @@ impl McpServerConfig {
             },
             (None, Some(url)) => {
                 check_url(&self.name, url)?;
-                Transport::Http {
-                    url: url.clone(),
-                    headers: self.headers.clone(),
+                let (url, headers) = (url.clone(), self.headers.clone());
+                match self.kind.as_deref() {
+                    None | Some("http") => Transport::Http {
+                        url,
+                        headers,
+                        token_dir: None,
+                    },
+                    Some("sse") => Transport::Sse { url, headers },
+                    Some(other) => {
+                        return Err(invalid(
+                            &self.name,
+                            format!("`type = \"{other}\"` is not a transport; give `http` (streamable HTTP, the default) or `sse` (legacy HTTP+SSE)"),
+                        ))
+                    }
                 }
             }
             (Some(_), Some(_)) => {
@@ -220,6 +253,12 @@ impl McpServerConfig {
                 ))
             }
         };
+        if self.kind.is_some() && self.command.is_some() && self.kind.as_deref() != Some("stdio") {
+            return Err(invalid(
+                &self.name,
+                "`type` names the transport of a `url`; a `command` is always stdio",
+            ));
+        }
         Ok(Some(ServerSpec {
             name: self.name.clone(),
             prefix,
@@ -275,19 +314,28 @@ pub fn from_acp(server: &acp::McpServer) -> Result<ServerSpec, SpecError> {
                         .iter()
                         .map(|e| (e.name.clone(), e.value.clone()))
                         .collect(),
+                    token_dir: None,
                 },
             )
         }
         acp::McpServer::Sse(s) => {
-            return Err(invalid(
-                &s.name,
-                "the SSE transport is not supported (mcpCapabilities.sse is false); use stdio or streamable HTTP",
-            ))
+            check_url(&s.name, &s.url)?;
+            (
+                s.name.clone(),
+                Transport::Sse {
+                    url: s.url.clone(),
+                    headers: s
+                        .headers
+                        .iter()
+                        .map(|e| (e.name.clone(), e.value.clone()))
+                        .collect(),
+                },
+            )
         }
         _ => {
             return Err(invalid(
                 "?",
-                "this MCP transport is not supported; use stdio or streamable HTTP",
+                "this MCP transport is not supported; use stdio, streamable HTTP or SSE",
             ))
         }
     };
@@ -343,6 +391,19 @@ mod tests {
         assert!(neither.to_spec().is_err());
         let typo = toml::from_str::<McpServerConfig>("name = \"z\"\ncomand = \"/bin/z\"");
         assert!(typo.is_err());
+        let odd: McpServerConfig =
+            toml::from_str("name = \"o\"\nurl = \"http://a\"\ntype = \"ws\"").unwrap();
+        assert!(odd
+            .to_spec()
+            .unwrap_err()
+            .to_string()
+            .contains("`type = \"ws\"`"));
+        let sse: McpServerConfig =
+            toml::from_str("name = \"s\"\nurl = \"http://a/sse\"\ntype = \"sse\"").unwrap();
+        assert!(matches!(
+            sse.to_spec().unwrap().unwrap().transport,
+            Transport::Sse { .. }
+        ));
         let disabled: McpServerConfig =
             toml::from_str("name = \"d\"\ncommand = \"/bin/d\"\nenabled = false").unwrap();
         assert_eq!(disabled.to_spec().unwrap(), None);
@@ -378,9 +439,12 @@ mod tests {
             .to_string()
             .contains("absolute path"));
         let sse: acp::McpServer = serde_json::from_value(serde_json::json!({
-            "type": "sse", "name": "s", "url": "http://a", "headers": []
+            "type": "sse", "name": "s", "url": "http://a/sse", "headers": []
         }))
         .unwrap();
-        assert!(from_acp(&sse).unwrap_err().to_string().contains("SSE"));
+        assert!(matches!(
+            from_acp(&sse).unwrap().transport,
+            Transport::Sse { ref url, .. } if url == "http://a/sse"
+        ));
     }
 }

@@ -3,9 +3,10 @@
 //! `mcpServers`), listed, called by the `mcp` actuator, and stopped with
 //! the daemon.
 //!
-//! A server is a child process speaking MCP on stdio, or a streamable HTTP
-//! endpoint; both through the `rmcp` crate. Nothing a server does can take
-//! the daemon down: a server that fails to start, hangs, or dies mid-call
+//! A server is a child process speaking MCP on stdio, a streamable HTTP
+//! endpoint (with OAuth tokens from `mcp login`, [`oauth`]) or a legacy
+//! HTTP+SSE one ([`sse`]); all through the `rmcp` crate. Nothing a server
+//! does can take the daemon down: a server that fails to start, hangs, or dies mid-call
 //! becomes a state (`failed: …`, with the tail of its stderr) that `mcp
 //! list` and the tool result report.
 //!
@@ -23,7 +24,9 @@ pub mod binding;
 pub mod client;
 pub mod config;
 pub mod elicitation;
+pub mod oauth;
 pub mod project;
+pub mod sse;
 pub mod tool;
 pub mod transport;
 
@@ -353,6 +356,7 @@ pub fn describe(t: &Transport) -> String {
             s
         }
         Transport::Http { url, .. } => format!("http: {url}"),
+        Transport::Sse { url, .. } => format!("sse: {url}"),
     }
 }
 
@@ -444,31 +448,65 @@ async fn connect(
                 .await
                 .map_err(|e| readable_init_error(&e, None))?
         }
-        Transport::Http { url, headers } => {
+        Transport::Http {
+            url,
+            headers,
+            token_dir,
+        } => {
             use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+            use rmcp::transport::StreamableHttpClientTransport;
             // reqwest is built without a default crypto provider (see
             // setup.rs); `mcp list` does not go through setup, so make sure.
             let _ = rustls::crypto::ring::default_provider().install_default();
-            let mut custom = HashMap::new();
-            for (k, v) in headers {
-                let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
-                    .map_err(|e| format!("header `{k}`: {e}"))?;
-                let value = reqwest::header::HeaderValue::from_str(v)
-                    .map_err(|e| format!("header `{k}`: {e}"))?;
-                custom.insert(name, value);
-            }
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                .custom_headers(custom)
+                .custom_headers(transport::header_map(headers)?)
                 .max_sse_event_size(limits.max_message)
                 .max_json_response_size(limits.max_message);
             let client = transport::BoundedHttp {
                 client: reqwest::Client::new(),
                 cap: limits.max_message,
             };
-            let transport =
-                rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
+            // A server answering 401 needs `mcp login`: said so, with the
+            // name `mcp login` knows it by (an ACP client's server is not
+            // in config.toml: its URL).
+            let who = if spec.origin == Origin::Client {
+                url.as_str()
+            } else {
+                spec.name.as_str()
+            };
+            let init_error = |e: rmcp::service::ClientInitializeError| {
+                if oauth::needs_login(&e) {
+                    oauth::login_hint(who)
+                } else {
+                    readable_init_error(&e, Some(url))
+                }
+            };
+            let authorized = match token_dir {
+                Some(dir) => oauth::authorized_client(dir, url, client.clone()).await?,
+                None => None,
+            };
+            match authorized {
+                Some(client) => handler
+                    .serve(StreamableHttpClientTransport::with_client(client, config))
+                    .await
+                    .map_err(init_error)?,
+                None => handler
+                    .serve(StreamableHttpClientTransport::with_client(client, config))
+                    .await
+                    .map_err(init_error)?,
+            }
+        }
+        Transport::Sse { url, headers } => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let sse = sse::SseTransport::connect(
+                url,
+                transport::header_map(headers)?,
+                limits.max_message,
+                spec.name.clone(),
+            )
+            .await?;
             handler
-                .serve(transport)
+                .serve(sse)
                 .await
                 .map_err(|e| readable_init_error(&e, Some(url)))?
         }
@@ -609,6 +647,8 @@ pub struct McpManager {
     project_auto_approval: bool,
     /// Where servers' questions for the person go (set at `initialize`).
     elicitation: Arc<elicitation::ElicitationLink>,
+    /// Where `mcp login` keeps OAuth tokens (None: none are sent).
+    oauth_dir: Option<std::path::PathBuf>,
 }
 
 impl McpManager {
@@ -634,6 +674,7 @@ impl McpManager {
             trust_file: None,
             project_auto_approval: false,
             elicitation: Arc::default(),
+            oauth_dir: None,
         }
     }
 
@@ -641,6 +682,12 @@ impl McpManager {
     /// it at `initialize` with the client's `elicitation` capability.
     pub fn elicitation(&self) -> &elicitation::ElicitationLink {
         &self.elicitation
+    }
+
+    /// Send the OAuth tokens `mcp login` stored in `dir` to their servers.
+    pub fn with_oauth_tokens(mut self, dir: std::path::PathBuf) -> Self {
+        self.oauth_dir = Some(dir);
+        self
     }
 
     /// The config.toml entries that were refused, with why.
@@ -753,6 +800,11 @@ impl McpManager {
         }
         let (project_specs, not_started) = self.project_specs(cwd, &specs);
         specs.extend(project_specs);
+        if let Some(dir) = &self.oauth_dir {
+            for spec in &mut specs {
+                spec.transport.set_token_dir(dir);
+            }
+        }
         if specs.len() > self.limits.max_servers {
             return Err(McpError::TooMany {
                 count: specs.len(),

@@ -63,6 +63,21 @@ pub fn too_large_message(size: Option<usize>, cap: usize) -> String {
     }
 }
 
+/// The custom headers of an HTTP entry, checked (a bad name or value is
+/// refused with the header's name).
+pub fn header_map(
+    headers: &std::collections::BTreeMap<String, String>,
+) -> Result<HashMap<HeaderName, HeaderValue>, String> {
+    let mut map = HashMap::new();
+    for (k, v) in headers {
+        let name =
+            HeaderName::from_bytes(k.as_bytes()).map_err(|e| format!("header `{k}`: {e}"))?;
+        let value = HeaderValue::from_str(v).map_err(|e| format!("header `{k}`: {e}"))?;
+        map.insert(name, value);
+    }
+    Ok(map)
+}
+
 /// A stdio server: the child process, and rmcp's line transport reading
 /// the bounded copy of its stdout.
 pub struct BoundedChild {
@@ -236,7 +251,7 @@ where
 }
 
 /// A JSON-RPC error line answering the request `id` (raw JSON).
-fn error_line(raw_id: &str, message: &str) -> String {
+pub(super) fn error_line(raw_id: &str, message: &str) -> String {
     let error = serde_json::json!({ "code": TOO_LARGE_CODE, "message": message });
     format!("{{\"jsonrpc\":\"2.0\",\"id\":{raw_id},\"error\":{error}}}\n")
 }
@@ -245,7 +260,7 @@ fn error_line(raw_id: &str, message: &str) -> String {
 /// top-level `id` and whether it is a response (`result` or `error` at the
 /// top level, no `method`), in constant memory.
 #[derive(Default)]
-struct IdScanner {
+pub(super) struct IdScanner {
     depth: u32,
     in_string: bool,
     escaped: bool,
@@ -267,7 +282,7 @@ const MAX_KEY: usize = 8;
 const MAX_ID: usize = 256;
 
 impl IdScanner {
-    fn feed(&mut self, bytes: &[u8]) {
+    pub(super) fn feed(&mut self, bytes: &[u8]) {
         for &b in bytes {
             self.step(b);
         }
@@ -367,7 +382,7 @@ impl IdScanner {
     /// The raw id of a response (never of a request or notification the
     /// server sent: answering those with an error under their id would
     /// resolve one of *our* requests that happens to share it).
-    fn response_id(&self) -> Option<String> {
+    pub(super) fn response_id(&self) -> Option<String> {
         (self.has_outcome && !self.has_method)
             .then(|| self.id.clone())
             .flatten()
@@ -385,7 +400,11 @@ pub struct BoundedHttp {
 
 type HttpResult<T> = Result<T, StreamableHttpError<reqwest::Error>>;
 
-fn too_large_answer(id: NumberOrString, size: Option<usize>, cap: usize) -> ServerJsonRpcMessage {
+pub(super) fn too_large_answer(
+    id: NumberOrString,
+    size: Option<usize>,
+    cap: usize,
+) -> ServerJsonRpcMessage {
     ServerJsonRpcMessage::error(
         ErrorData::new(
             rmcp::model::ErrorCode(TOO_LARGE_CODE),

@@ -216,7 +216,7 @@ async fn an_mcp_tool_is_listed_asked_approved_run_and_its_result_reaches_the_mod
         .await;
     assert_eq!(
         init["result"]["agentCapabilities"]["mcpCapabilities"],
-        json!({ "http": true, "sse": false }),
+        json!({ "http": true, "sse": true }),
         "{init}"
     );
     let r = new_session(&mut c, s.project.path(), json!([s.echo("echo", &[])])).await;

@@ -22,6 +22,8 @@ mod mcp;
 mod mcp_elicitation;
 mod mcp_features;
 mod mcp_limits;
+mod mcp_oauth;
+mod mcp_sse;
 mod mcp_trust;
 mod modes;
 mod network_scope;

@@ -5,3 +5,9 @@
 
 #[allow(dead_code)]
 pub mod fake_provider;
+#[allow(dead_code)]
+pub mod mcp_echo;
+#[allow(dead_code)]
+pub mod oauth_server;
+#[allow(dead_code)]
+pub mod sse_server;
