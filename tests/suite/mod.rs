@@ -24,6 +24,7 @@ mod mcp_limits;
 mod mcp_trust;
 mod modes;
 mod plans;
+mod process_limit;
 mod providers;
 mod run_cli;
 mod sandbox;
