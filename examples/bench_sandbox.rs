@@ -6,13 +6,15 @@
 //! git project before the run, its read-only binds, the sweep after).
 //!
 //! Then the figure issue 20 asks for: what a tool call costs (control
-//! surface, limits, runner) over a bare `bwrap … sh -c true` with the same
-//! flags spawned by `std::process::Command`, in the same run; what the
-//! process limit costs alone, back to back and 200 ms apart (a cgroup join
-//! after a pause waits for an RCU grace period); and what a granted network
-//! adds (slirp4netns).
+//! surface, every limit, runner) over a bare `bwrap … sh -c true` with the
+//! same argument list spawned by `std::process::Command`, the two
+//! alternating in one run, p50 and p99 over at least 200 calls, back to
+//! back and 50 ms apart (a cgroup join after a pause would wait for an RCU
+//! grace period; see `passepartout::sandbox::enforce`); and what a granted
+//! network adds (slirp4netns).
 //!
-//! Run: `cargo run --release --example bench_sandbox [N]` (default 50).
+//! Run: `cargo run --release --example bench_sandbox [N]` (default 50; the
+//! tool-call figure uses max(N, 200) calls).
 
 // Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
 #![allow(clippy::unwrap_used)]
@@ -34,16 +36,19 @@ struct Stats {
     mean: Duration,
     p50: Duration,
     p95: Duration,
+    p99: Duration,
 }
 
 fn stats(mut samples: Vec<Duration>) -> Stats {
     samples.sort();
     let n = samples.len();
     let total: Duration = samples.iter().sum();
+    let at = |pct: usize| samples[((n * pct).div_ceil(100)).saturating_sub(1).min(n - 1)];
     Stats {
         mean: total / n as u32,
         p50: samples[n / 2],
-        p95: samples[((n * 95).div_ceil(100)).saturating_sub(1).min(n - 1)],
+        p95: at(95),
+        p99: at(99),
     }
 }
 
@@ -140,6 +145,85 @@ async fn time_spaced_runs(
         assert!(undone.is_empty());
     }
     stats(samples)
+}
+
+/// `calls` pairs of (a bare `bwrap` spawn, a passepartout tool call) with
+/// the same argument list, alternating, `pause` (untimed) before each.
+async fn time_against_bare(
+    calls: usize,
+    bwrap: &str,
+    spec: &SandboxSpec,
+    pause: Duration,
+) -> (Stats, Stats) {
+    let limits = RunLimits::default();
+    let resources = ResourceLimits::default();
+    let env = BTreeMap::new();
+    let layout = SystemLayout::probe();
+    let mut bare_samples = Vec::with_capacity(calls);
+    let mut call_samples = Vec::with_capacity(calls);
+    for i in 0..calls + 3 {
+        // Bare: the list the tool call below builds, spawned and waited.
+        let surface = SurfaceSnapshot::take(&spec.cwd);
+        let boundary = Boundary {
+            surface: surface.mounts().clone(),
+            tmp_size: resources.tmp_size,
+            hidden: vec![],
+        };
+        let args = bwrap_args_with(spec, &layout, &boundary).expect("argument list");
+        drop(surface);
+        tokio::time::sleep(pause).await;
+        let started = Instant::now();
+        let status = std::process::Command::new(bwrap)
+            .args(&args)
+            .current_dir(&spec.cwd)
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("bare bwrap");
+        let bare = started.elapsed();
+        assert!(status.success());
+
+        tokio::time::sleep(pause).await;
+        let started = Instant::now();
+        let surface = SurfaceSnapshot::take(&spec.cwd);
+        let boundary = Boundary {
+            surface: surface.mounts().clone(),
+            tmp_size: resources.tmp_size,
+            hidden: vec![],
+        };
+        let args = bwrap_args_with(spec, &layout, &boundary).expect("argument list");
+        let outcome = run_limited(
+            bwrap,
+            &args,
+            &spec.cwd,
+            Some(&env),
+            &limits,
+            &resources,
+            CancellationToken::new(),
+        )
+        .await
+        .expect("run");
+        let undone = surface.sweep();
+        let call = started.elapsed();
+        assert_eq!(outcome.exit_code, Some(0), "{}", outcome.render());
+        assert!(undone.is_empty());
+        if i >= 3 {
+            bare_samples.push(bare);
+            call_samples.push(call);
+        }
+    }
+    (stats(bare_samples), stats(call_samples))
+}
+
+fn row_p99(label: &str, s: &Stats) {
+    println!(
+        "{label:<28} p50 {:>10}  p99 {:>10}  mean {:>10}",
+        ms(s.p50),
+        ms(s.p99),
+        ms(s.mean)
+    );
 }
 
 fn row(label: &str, s: &Stats) {
@@ -254,6 +338,8 @@ async fn main() {
         delta(limited.mean, without_processes.mean),
         delta(limited.p50, without_processes.p50),
         match process_limit() {
+            ProcessLimit::UserNamespace => "RLIMIT_NPROC in the run's user namespace",
+            ProcessLimit::Cgroup { resident: true, .. } => "pids cgroup v1, resident thread",
             ProcessLimit::Cgroup {
                 favordynmods: true, ..
             } => "pids cgroup, favordynmods",
@@ -263,44 +349,30 @@ async fn main() {
             ProcessLimit::NotEnforced => "not enforced here",
         },
     );
-    // A bare spawn with the same flags (the project's argument list, no
-    // runner, no limits, no surface), alternated with nothing else.
-    let bare_args = bwrap_args(&spec, &SystemLayout::probe()).expect("argument list");
-    let mut bare_samples = Vec::with_capacity(n);
-    for i in 0..n + 3 {
-        let started = Instant::now();
-        let status = std::process::Command::new(&program)
-            .args(&bare_args)
-            .current_dir(&spec.cwd)
-            .env_clear()
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .expect("bare bwrap");
-        if i >= 3 {
-            bare_samples.push(started.elapsed());
-        }
-        assert!(status.success());
+    // The figure issue 20 asks for: a tool call through passepartout (the
+    // control surface, every limit, the runner) against a bare spawn of
+    // bwrap with the very same argument list by std::process::Command, the
+    // two alternating in one run, back to back and 50 ms apart.
+    let calls = n.max(200);
+    for pause in [Duration::ZERO, Duration::from_millis(50)] {
+        let (bare_spawn, tool_call) = time_against_bare(calls, &program, &spec, pause).await;
+        let when = if pause.is_zero() {
+            "back to back".to_string()
+        } else {
+            format!("{} ms apart", pause.as_millis())
+        };
+        println!("\n{calls} calls each, alternating, {when}:");
+        row_p99("bare bwrap … sh -c true", &bare_spawn);
+        row_p99("passepartout tool call", &tool_call);
+        println!(
+            "per-call overhead over a bare bwrap with the same flags ({when}): \
+             p50 {:+.2} ms, p99 {:+.2} ms, mean {:+.2} ms",
+            delta(tool_call.p50, bare_spawn.p50),
+            delta(tool_call.p99, bare_spawn.p99),
+            delta(tool_call.mean, bare_spawn.mean),
+        );
     }
-    let bare_spawn = stats(bare_samples);
-    row("bare bwrap … sh -c true", &bare_spawn);
-    println!(
-        "per-call overhead over a bare bwrap with the same flags: mean {:+.2} ms, p50 {:+.2} ms",
-        delta(limited.mean, bare_spawn.mean),
-        delta(limited.p50, bare_spawn.p50),
-    );
-    // The same two, 200 ms apart, as tool calls come.
-    let pause = Duration::from_millis(200);
-    let spaced = time_spaced_runs(n, &program, &spec, &ResourceLimits::default(), pause).await;
-    row("+ limits, 200 ms apart", &spaced);
-    let spaced_no_pids = time_spaced_runs(n, &program, &spec, &no_pids, pause).await;
-    row("  … without `processes`", &spaced_no_pids);
-    println!(
-        "`processes` per spawn, runs 200 ms apart: mean {:+.2} ms, p50 {:+.2} ms",
-        delta(spaced.mean, spaced_no_pids.mean),
-        delta(spaced.p50, spaced_no_pids.p50),
-    );
+    println!();
     // A granted network: the same run, attached through slirp4netns.
     if passepartout::sandbox::network::available() {
         let networked = SandboxSpec {

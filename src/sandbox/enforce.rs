@@ -15,29 +15,45 @@
 //!   a large heap up front (a JVM without `-Xmx`) needs `memory=` raised.
 //! - **Output**: not here but in [`super::runner`]: the first read past the
 //!   output cap kills the process group.
-//! - **Processes**: a pids cgroup when one is writable here (cgroup v1
-//!   `pids`, or a cgroup v2 directory whose `subtree_control` offers
-//!   `pids`): a child cgroup per run with `pids.max`, joined by the
-//!   child before exec, watched through `pids.events` so the run is stopped
-//!   (not left spinning until its timeout) when a fork bomb reaches the
-//!   limit. Run cgroups are reused: one that a run left empty goes back to
-//!   a small pool ([`CGROUP_POOL`]) with its `pids.max` and its count of
-//!   refused forks, so the next run pays neither `mkdir`, `pids.max` nor
-//!   `rmdir` (about 0.45 ms together here), only joining it. Joining a
-//!   cgroup is the remaining cost: moving a process between cgroups waits
-//!   for an RCU grace period unless one ran just before, so a tool call
-//!   after a pause pays one (p50 14 ms measured here on a loaded 2-core
-//!   host, 0.5 ms when joins follow each other closely). A hierarchy
-//!   mounted with `favordynmods` (Linux ≥ 6.0, v1 and v2) does not wait;
-//!   cgroup v2's `CLONE_INTO_CGROUP` would spare the move and is not used
-//!   yet. [`super::probe::limit_diagnostics`] says which applies here. Otherwise RLIMIT_NPROC, set to the processes this user already
-//!   runs plus the limit: the kernel counts NPROC per user across the host
-//!   (and the sandbox's user namespace inherits the value as the ceiling of
-//!   its parent level), so a bare limit would count the person's desktop
-//!   too. RLIMIT_NPROC does not bind root (the kernel exempts the initial
-//!   user namespace's root), measured on this machine: as root without a
-//!   writable pids cgroup the process limit is not enforced, and a warning
-//!   is logged.
+//! - **Processes**, by the first of these that works here (see
+//!   [`process_limit`]; [`super::probe::limit_diagnostics`] says which):
+//!   1. **RLIMIT_NPROC in a user namespace of the run's own** (a daemon
+//!      that is not root): the child unshares a user namespace, maps its
+//!      own uid and gid, and only then sets RLIMIT_NPROC. Since Linux 5.14
+//!      the kernel counts processes per (user namespace, uid) and checks
+//!      every level, so the limit counts this run's processes only — not
+//!      the person's desktop — and the namespace keeps the daemon's own
+//!      (high) limit as its ceiling at the parent level. It costs an
+//!      `unshare` and three small `/proc` writes in the child (tens of µs),
+//!      and bwrap's own user namespace nests inside it. It does not bind
+//!      root: the kernel exempts a task whose real uid is the host's root
+//!      (`INIT_USER`), measured here (1,000 forks under a limit of 32).
+//!   2. **A pids cgroup** when one is writable here (cgroup v1 `pids`, or a
+//!      cgroup v2 directory whose `subtree_control` offers `pids`): a cgroup
+//!      per run with `pids.max`, watched through `pids.events`. Moving a
+//!      process into a cgroup waits for an RCU grace period unless one ran
+//!      just before (p50 14 ms on this 2-core host after a pause), so no
+//!      process is moved per run where it can be avoided: on cgroup v1,
+//!      which moves single threads, each run cgroup has a *resident
+//!      thread* of the daemon that joined it once when the cgroup was made
+//!      and forks every run's child there — a child starts in its parent
+//!      thread's cgroup, so nothing migrates and the per-run cost is a hop
+//!      to that thread (µs). `pids.max` counts the resident thread, so it is
+//!      the limit plus one. On cgroup v2 (whole processes only) the child
+//!      joins the cgroup before exec and pays the wait unless the hierarchy
+//!      is mounted with `favordynmods`. Run cgroups are reused: one that a
+//!      run left empty goes back to a small pool ([`CGROUP_POOL`]) with
+//!      its thread, its `pids.max` and its count of refused forks.
+//!   3. RLIMIT_NPROC over this user's processes when no user namespace can
+//!      be made: the processes this user already runs plus the limit.
+//!   4. Not at all as root without a writable pids cgroup (a warning is
+//!      logged, and the diagnostics say so).
+//!
+//!   A run that reaches the limit is stopped (not left spinning until its
+//!   timeout): with a cgroup when `pids.events` counts a refused fork; in a
+//!   user namespace when the run's process tree (read from `/proc` every
+//!   [`WATCH_EVERY`]) holds as many tasks as the limit, or when the shell
+//!   reports a fork refused for lack of resources.
 //! - **Disk**: the free space of the filesystem holding the working
 //!   directory is sampled every [`WATCH_EVERY`]; when it has dropped by more
 //!   than the limit the run is stopped. This bounds `cat /dev/urandom >
@@ -60,7 +76,8 @@ pub const WATCH_EVERY: Duration = Duration::from_millis(100);
 /// A limit a run reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LimitHit {
-    /// More processes than allowed were attempted (pids cgroup).
+    /// More processes than allowed were attempted (pids cgroup or
+    /// RLIMIT_NPROC).
     Processes(u64),
     /// An allocation failed at the address-space limit (RLIMIT_AS).
     Memory(u64),
@@ -80,7 +97,7 @@ impl std::fmt::Display for LimitHit {
             LimitHit::Processes(n) => write!(
                 f,
                 "stopped: the command tried to run more than {n} processes at once \
-                 (limit `processes`, pids cgroup); everything it started was killed"
+                 (limit `processes`); everything it started was killed"
             ),
             LimitHit::Memory(n) => write!(
                 f,
@@ -121,7 +138,59 @@ pub struct Enforcer {
     /// (resource, soft, hard)
     rlimits: Vec<(Resource, u64, u64)>,
     cgroup: Option<RunCgroup>,
+    /// The uid and gid maps of the run's own user namespace, when the
+    /// process limit is RLIMIT_NPROC counted in one.
+    userns: Option<UserNamespaceMaps>,
     disk: Option<(PathBuf, u64)>,
+}
+
+/// `/proc/self/uid_map` and `gid_map` contents mapping the daemon's own ids.
+#[derive(Debug, Clone)]
+struct UserNamespaceMaps {
+    uid_map: String,
+    gid_map: String,
+}
+
+impl UserNamespaceMaps {
+    fn own() -> UserNamespaceMaps {
+        let uid = rustix::process::getuid().as_raw();
+        let gid = rustix::process::getgid().as_raw();
+        UserNamespaceMaps {
+            uid_map: format!("{uid} {uid} 1"),
+            gid_map: format!("{gid} {gid} 1"),
+        }
+    }
+
+    /// In the forked child: enter a new user namespace mapping our own
+    /// ids. Async-signal-safe (raw system calls on prepared data).
+    fn enter(&self) -> std::io::Result<()> {
+        // SAFETY: unshare takes a flag word and touches no memory of ours.
+        if unsafe { libc::unshare(libc::CLONE_NEWUSER) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        write_proc(c"/proc/self/setgroups", b"deny")?;
+        write_proc(c"/proc/self/uid_map", self.uid_map.as_bytes())?;
+        write_proc(c"/proc/self/gid_map", self.gid_map.as_bytes())
+    }
+}
+
+/// Write `bytes` to a `/proc` file in a forked child (no allocation).
+fn write_proc(path: &std::ffi::CStr, bytes: &[u8]) -> std::io::Result<()> {
+    // SAFETY: raw open/write/close on a NUL-terminated path and a borrowed
+    // buffer; async-signal-safe.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let wrote = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+        let err = std::io::Error::last_os_error();
+        libc::close(fd);
+        if wrote < 0 {
+            return Err(err);
+        }
+    }
+    Ok(())
 }
 
 #[derive(Debug)]
@@ -129,8 +198,12 @@ struct RunCgroup {
     dir: PathBuf,
     /// `cgroup.procs` of the run's cgroup, as a C string for the child.
     procs: std::ffi::CString,
-    /// Its `pids.max`.
+    /// The limit of processes of a run in it (`pids.max` is one more when
+    /// a resident thread lives there).
     max: u64,
+    /// The daemon's thread living in this cgroup (cgroup v1), which forks
+    /// the run's child so that it starts here; None: the child joins.
+    resident: Option<Resident>,
     /// Forks refused in it before this run (a reused cgroup keeps its count).
     refused_before: u64,
 }
@@ -159,9 +232,15 @@ impl Enforcer {
             rlimits.push((Resource::Nofile, n));
         }
         let mut cgroup = None;
+        let mut userns = None;
         if let Some(n) = limits.processes {
-            cgroup = RunCgroup::take(n);
-            if cgroup.is_none() {
+            if userns_nproc_binds() {
+                userns = Some(UserNamespaceMaps::own());
+                rlimits.push((Resource::Nproc, n));
+            } else {
+                cgroup = RunCgroup::take(n);
+            }
+            if cgroup.is_none() && userns.is_none() {
                 if rustix::process::getuid().is_root() {
                     warn_once();
                 } else {
@@ -188,6 +267,7 @@ impl Enforcer {
             limits: *limits,
             rlimits,
             cgroup,
+            userns,
             disk,
         }
     }
@@ -195,13 +275,23 @@ impl Enforcer {
     /// Apply the limits in the child between fork and exec.
     pub fn install(&self, cmd: &mut tokio::process::Command) {
         let rlimits = self.rlimits.clone();
-        let procs = self.cgroup.as_ref().map(|c| c.procs.clone());
+        // A child forked by the cgroup's resident thread starts in it.
+        let procs = self
+            .cgroup
+            .as_ref()
+            .filter(|c| c.resident.is_none())
+            .map(|c| c.procs.clone());
+        let userns = self.userns.clone();
         // SAFETY: the closure runs in the forked child before exec, where
-        // only async-signal-safe calls are allowed: it makes raw setrlimit,
-        // open, write and close system calls on data prepared before the
-        // fork, and allocates nothing.
+        // only async-signal-safe calls are allowed: it makes raw unshare,
+        // setrlimit, open, write and close system calls on data prepared
+        // before the fork, and allocates nothing.
         unsafe {
             cmd.pre_exec(move || {
+                // First the namespace, so that RLIMIT_NPROC counts in it.
+                if let Some(maps) = &userns {
+                    maps.enter()?;
+                }
                 for (res, soft, hard) in &rlimits {
                     rustix::process::setrlimit(
                         *res,
@@ -228,11 +318,41 @@ impl Enforcer {
         }
     }
 
+    /// Spawn `cmd` (prepared with [`Enforcer::install`]): from the run
+    /// cgroup's resident thread when it has one, so that the child starts
+    /// in the cgroup, else from here.
+    pub async fn spawn(
+        &self,
+        mut cmd: tokio::process::Command,
+    ) -> std::io::Result<tokio::process::Child> {
+        let Some(resident) = self.cgroup.as_ref().and_then(|c| c.resident.as_ref()) else {
+            return cmd.spawn();
+        };
+        let (sender, spawned) = tokio::sync::oneshot::channel();
+        let runtime = tokio::runtime::Handle::current();
+        let job: SpawnJob = Box::new(move || {
+            // The child's pipes and its reaping belong to the caller's runtime.
+            let _entered = runtime.enter();
+            // A caller gone meanwhile drops the child, which kills it.
+            let _ = sender.send(cmd.spawn());
+        });
+        let gone = || std::io::Error::other("the run cgroup's spawning thread is gone");
+        resident.jobs.send(job).map_err(|_| gone())?;
+        spawned.await.map_err(|_| gone())?
+    }
+
     /// A limit the running command has reached, if any (called every
-    /// [`WATCH_EVERY`]).
-    pub fn check(&self) -> Option<LimitHit> {
+    /// [`WATCH_EVERY`] while `child`, the process spawned, runs).
+    pub fn check(&self, child: Option<u32>) -> Option<LimitHit> {
         if let (Some(cg), Some(n)) = (&self.cgroup, self.limits.processes) {
             if cg.limit_events() > 0 {
+                return Some(LimitHit::Processes(n));
+            }
+        }
+        if let (Some(_), Some(n), Some(root)) = (&self.userns, self.limits.processes, child) {
+            // The kernel refuses the fork past n; a run holding n tasks is
+            // at the limit (a fork bomb stays there, forking in vain).
+            if tree_tasks(root) >= n {
                 return Some(LimitHit::Processes(n));
             }
         }
@@ -248,7 +368,7 @@ impl Enforcer {
 
     /// Whether a watchdog is needed at all.
     pub fn watches(&self) -> bool {
-        self.cgroup.is_some() || self.disk.is_some()
+        self.cgroup.is_some() || self.userns.is_some() || self.disk.is_some()
     }
 
     /// The limit an ended run ran into, read from how it ended: the signal
@@ -278,6 +398,11 @@ impl Enforcer {
                 return Some(LimitHit::Processes(n));
             }
         }
+        if let (Some(_), Some(n)) = (&self.userns, self.limits.processes) {
+            if exit_code != Some(0) && FORK_REFUSED.iter().any(|m| stderr.contains(m)) {
+                return Some(LimitHit::Processes(n));
+            }
+        }
         if let Some(n) = self.limits.memory {
             if exit_code != Some(0) && OUT_OF_MEMORY.iter().any(|m| stderr.contains(m)) {
                 return Some(LimitHit::Memory(n));
@@ -296,9 +421,7 @@ impl Enforcer {
         let Some(mut cg) = self.cgroup else {
             return;
         };
-        let empty = std::fs::read_to_string(cg.dir.join("cgroup.procs"))
-            .is_ok_and(|procs| procs.trim().is_empty());
-        if empty {
+        if cg.is_empty() {
             cg.refused_before = cg.refused_total();
             if let Ok(mut pool) = POOL.lock() {
                 if pool.len() < CGROUP_POOL {
@@ -307,6 +430,8 @@ impl Enforcer {
                 }
             }
         }
+        // A resident thread leaves the cgroup when it ends: tell it to.
+        cg.resident = None;
         if std::fs::remove_dir(&cg.dir).is_ok() {
             return;
         }
@@ -333,13 +458,35 @@ impl RunCgroup {
     fn take(max: u64) -> Option<RunCgroup> {
         let pooled = POOL.lock().ok().and_then(|mut pool| pool.pop());
         if let Some(mut cg) = pooled {
-            if cg.max == max || std::fs::write(cg.dir.join("pids.max"), max.to_string()).is_ok() {
+            if cg.max == max || cg.set_max(max) {
                 cg.max = max;
                 return Some(cg);
             }
+            cg.resident = None;
             let _ = std::fs::remove_dir(&cg.dir);
         }
         Self::create(max)
+    }
+
+    /// Write `pids.max` for a run limit of `max` processes (the resident
+    /// thread counts too); `u64::MAX` is no limit.
+    fn set_max(&self, max: u64) -> bool {
+        let value = match max {
+            u64::MAX => "max".to_string(),
+            n => n
+                .saturating_add(u64::from(self.resident.is_some()))
+                .to_string(),
+        };
+        std::fs::write(self.dir.join("pids.max"), value).is_ok()
+    }
+
+    /// Whether no process of a run is left in it (its resident thread
+    /// aside).
+    fn is_empty(&self) -> bool {
+        std::fs::read_to_string(self.dir.join("pids.current"))
+            .ok()
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .is_some_and(|n| n <= u64::from(self.resident.is_some()))
     }
 
     /// A fresh pids cgroup with `pids.max = max`.
@@ -357,26 +504,36 @@ impl RunCgroup {
         );
         let dir = parent.join(name);
         std::fs::create_dir(&dir).ok()?;
-        let limit = match max {
-            u64::MAX => "max".to_string(),
-            n => n.to_string(),
-        };
-        if std::fs::write(dir.join("pids.max"), limit).is_err() {
-            let _ = std::fs::remove_dir(&dir);
-            return None;
-        }
         let procs = std::ffi::CString::new(
             dir.join("cgroup.procs")
                 .into_os_string()
                 .into_encoded_bytes(),
         )
-        .ok()?;
-        Some(RunCgroup {
+        .ok();
+        let Some(procs) = procs else {
+            let _ = std::fs::remove_dir(&dir);
+            return None;
+        };
+        // `pids.max` binds forks, not moves: set it, let the thread join,
+        // then count the thread in.
+        let mut cg = RunCgroup {
+            resident: None,
             dir,
             procs,
             max,
             refused_before: 0,
-        })
+        };
+        if !cg.set_max(max) {
+            let _ = std::fs::remove_dir(&cg.dir);
+            return None;
+        }
+        cg.resident = Resident::start(&cg.dir);
+        if !cg.set_max(max) {
+            cg.resident = None;
+            let _ = std::fs::remove_dir(&cg.dir);
+            return None;
+        }
+        Some(cg)
     }
 
     /// How many times a fork was refused for `pids.max` in this run.
@@ -395,6 +552,135 @@ impl RunCgroup {
             })
             .unwrap_or(0)
     }
+}
+
+/// Work for a resident thread: spawn one child.
+type SpawnJob = Box<dyn FnOnce() + Send>;
+
+/// A thread of the daemon living in a run cgroup: cgroup v1 moves single
+/// threads (`tasks`), and a child starts in the cgroup of the thread that
+/// forks it, so the run's child is in its cgroup without being moved.
+/// Dropping it ends the thread, which leaves the cgroup.
+#[derive(Debug)]
+struct Resident {
+    jobs: std::sync::mpsc::Sender<SpawnJob>,
+}
+
+impl Resident {
+    /// A thread that moved itself into the cgroup at `dir` (once, off the
+    /// per-run path), or None where threads cannot be moved alone (cgroup
+    /// v2 outside threaded mode).
+    fn start(dir: &Path) -> Option<Resident> {
+        let tasks = dir.join("tasks");
+        if !tasks.exists() {
+            return None;
+        }
+        let (jobs, queue) = std::sync::mpsc::channel::<SpawnJob>();
+        let (joined_tx, joined_rx) = std::sync::mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("run-cgroup".into())
+            // It only forks; bwrap's --die-with-parent follows this thread,
+            // which lives as long as the cgroup is in use.
+            .stack_size(RESIDENT_STACK)
+            .spawn(move || {
+                // "0": the writing thread, alone (cgroup v1).
+                let joined = std::fs::write(&tasks, "0").is_ok();
+                let _ = joined_tx.send(joined);
+                if joined {
+                    while let Ok(job) = queue.recv() {
+                        job();
+                    }
+                }
+            })
+            .ok()?;
+        joined_rx.recv().ok()?.then_some(Resident { jobs })
+    }
+}
+
+/// Stack of a resident thread: it runs `Command::spawn` and nothing else.
+const RESIDENT_STACK: usize = 256 * 1024;
+
+/// How a shell reports a fork refused at RLIMIT_NPROC (bash, dash, zsh,
+/// Python).
+const FORK_REFUSED: &[&str] = &[
+    "fork: Resource temporarily unavailable",
+    "fork: retry: Resource temporarily unavailable",
+    "Cannot fork",
+    "can't fork",
+    "BlockingIOError: [Errno 11] Resource temporarily unavailable",
+];
+
+/// Tasks (threads count, as RLIMIT_NPROC counts them) of `root` and of
+/// all its descendants, from `/proc`.
+fn tree_tasks(root: u32) -> u64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    // (pid, parent, threads)
+    let procs: Vec<(u32, u32, u64)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // After the command name, which may hold spaces and parentheses:
+            // state ppid pgrp session tty tpgid flags minflt cminflt majflt
+            // cmajflt utime stime cutime cstime priority nice num_threads.
+            let rest = &stat[stat.rfind(')')? + 1..];
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            Some((
+                pid,
+                fields.get(1)?.parse().ok()?,
+                fields.get(17)?.parse().ok()?,
+            ))
+        })
+        .collect();
+    let mut tree = vec![root];
+    let mut total = 0;
+    while let Some(pid) = tree.pop() {
+        for &(child, parent, threads) in &procs {
+            if child == pid {
+                total += threads;
+            }
+            if parent == pid {
+                tree.push(child);
+            }
+        }
+    }
+    total
+}
+
+/// Whether RLIMIT_NPROC set inside a user namespace of the run's own binds
+/// here: not for root (exempt), and only where this process may create a
+/// user namespace (tried once, in a forked child).
+pub fn userns_nproc_binds() -> bool {
+    static WORKS: OnceLock<bool> = OnceLock::new();
+    *WORKS.get_or_init(|| {
+        if rustix::process::getuid().is_root() {
+            return false;
+        }
+        let maps = UserNamespaceMaps::own();
+        // SAFETY: the child makes only async-signal-safe calls (unshare,
+        // open, write, close, setrlimit, _exit) on data prepared before the
+        // fork, then exits; the parent waits for it.
+        unsafe {
+            let pid = libc::fork();
+            if pid == 0 {
+                let limit = libc::rlimit {
+                    rlim_cur: 16,
+                    rlim_max: 16,
+                };
+                let ok = maps.enter().is_ok() && libc::setrlimit(libc::RLIMIT_NPROC, &limit) == 0;
+                libc::_exit(if ok { 0 } else { 1 });
+            }
+            if pid < 0 {
+                return false;
+            }
+            let mut status = 0;
+            libc::waitpid(pid, &mut status, 0) == pid
+                && libc::WIFEXITED(status)
+                && libc::WEXITSTATUS(status) == 0
+        }
+    })
 }
 
 /// How programs report a failed allocation on stderr: glibc's strerror
@@ -424,7 +710,7 @@ fn pids_parent() -> Option<PathBuf> {
             }
             parent.filter(|dir| {
                 // Writable here? Try once with a run cgroup, which the
-                // first run then takes from the pool.
+                // first run then takes from the pool (with its thread).
                 let trial = RunCgroup::create_in(dir, u64::MAX);
                 let ok = trial.is_some();
                 if let (Some(cg), Ok(mut pool)) = (trial, POOL.lock()) {
@@ -552,13 +838,19 @@ fn free_bytes(path: &Path) -> Option<u64> {
 /// How the process limit is enforced on this host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProcessLimit {
+    /// RLIMIT_NPROC set inside a user namespace of the run's own: counts
+    /// the run's processes only, costs no cgroup.
+    UserNamespace,
     /// A pids cgroup per run under this directory; `v2` tells the
     /// hierarchy, `favordynmods` whether it is mounted so that joining a
-    /// cgroup does not wait for an RCU grace period.
+    /// cgroup does not wait for an RCU grace period, `resident` whether
+    /// the run's child is forked by a thread living in the cgroup (cgroup
+    /// v1), so that no process joins per run.
     Cgroup {
         parent: PathBuf,
         v2: bool,
         favordynmods: bool,
+        resident: bool,
     },
     /// RLIMIT_NPROC over this user's processes.
     Nproc,
@@ -569,6 +861,9 @@ pub enum ProcessLimit {
 /// How this host enforces the process limit (found once; the first call
 /// makes a trial cgroup, which the first run then uses).
 pub fn process_limit() -> ProcessLimit {
+    if userns_nproc_binds() {
+        return ProcessLimit::UserNamespace;
+    }
     match pids_parent() {
         Some(parent) => {
             let v2 = parent.join("cgroup.controllers").exists();
@@ -586,10 +881,13 @@ pub fn process_limit() -> ProcessLimit {
                 })
                 .max_by_key(|(len, _)| *len)
                 .is_some_and(|(_, on)| on);
+            // Threads move alone in v1 only (a `tasks` file per cgroup).
+            let resident = !v2 && parent.join("tasks").exists();
             ProcessLimit::Cgroup {
                 parent,
                 v2,
                 favordynmods,
+                resident,
             }
         }
         None if rustix::process::getuid().is_root() => ProcessLimit::NotEnforced,
@@ -634,6 +932,33 @@ mod tests {
     }
 
     #[test]
+    fn a_process_tree_counts_its_threads() {
+        // This test process runs at least one thread; a pid that does not
+        // exist has no tree.
+        assert!(tree_tasks(std::process::id()) >= 1);
+        assert_eq!(tree_tasks(u32::MAX), 0);
+    }
+
+    #[test]
+    fn a_refused_fork_is_named_in_a_user_namespace_only() {
+        let mut e = Enforcer {
+            limits: ResourceLimits::default(),
+            rlimits: vec![],
+            cgroup: None,
+            userns: None,
+            disk: None,
+        };
+        let bash = "bash: fork: retry: Resource temporarily unavailable";
+        assert_eq!(e.recognise(Some(254), None, bash), None);
+        e.userns = Some(UserNamespaceMaps::own());
+        let n = ResourceLimits::default().processes.unwrap();
+        assert_eq!(
+            e.recognise(Some(254), None, bash),
+            Some(LimitHit::Processes(n))
+        );
+    }
+
+    #[test]
     fn hits_are_named() {
         assert_eq!(
             LimitHit::FileSize(1024 * 1024).to_string(),
@@ -651,6 +976,7 @@ mod tests {
             limits: ResourceLimits::default(),
             rlimits: vec![],
             cgroup: None,
+            userns: None,
             disk: None,
         };
         let fsize = ResourceLimits::default().file_size.unwrap();

@@ -312,10 +312,19 @@ pub fn limit_diagnostics(limits: &ResourceLimits) -> Vec<LimitDiagnostic> {
         how: how.to_string(),
     };
     let processes = match process_limit() {
+        ProcessLimit::UserNamespace => row(
+            "processes",
+            count(limits.processes),
+            true,
+            "RLIMIT_NPROC set inside a user namespace of each run's own (Linux >= 5.14 counts \
+             it per namespace): counts only the run's processes, nothing joins a cgroup, \
+             no cost per tool call; a run is stopped when its process tree reaches the limit",
+        ),
         ProcessLimit::Cgroup {
             parent,
             v2,
             favordynmods,
+            resident,
         } => row(
             "processes",
             count(limits.processes),
@@ -324,13 +333,17 @@ pub fn limit_diagnostics(limits: &ResourceLimits) -> Vec<LimitDiagnostic> {
                 "pids cgroup {} under {} (reused across runs); {}",
                 if v2 { "v2" } else { "v1" },
                 parent.display(),
-                if favordynmods {
+                if resident {
+                    "each run's child is forked by a daemon thread living in the cgroup, so \
+                     nothing joins a cgroup per tool call (no cost per call)"
+                } else if favordynmods {
                     "joined before exec without waiting (favordynmods)"
                 } else {
                     "joining it before exec waits for an RCU grace period when the previous \
                      run was not just before (several ms per tool call; 14 ms p50 on a \
                      loaded 2-core host); mounting the hierarchy with `favordynmods` \
-                     (Linux >= 6.0) removes the wait, `processes` unset removes the cost"
+                     (Linux >= 6.0) removes the wait, running the daemon as a user (RLIMIT_NPROC \
+                     in a user namespace) or `processes` unset removes the cost"
                 }
             ),
         ),
@@ -338,8 +351,9 @@ pub fn limit_diagnostics(limits: &ResourceLimits) -> Vec<LimitDiagnostic> {
             "processes",
             count(limits.processes),
             true,
-            "RLIMIT_NPROC above this user's running processes (no writable pids cgroup): \
-             free, but other programs of the user starting meanwhile use up the margin",
+            "RLIMIT_NPROC above this user's running processes (no user namespace can be made, \
+             no writable pids cgroup): free, but other programs of the user starting meanwhile \
+             use up the margin",
         ),
         ProcessLimit::NotEnforced => row(
             "processes",

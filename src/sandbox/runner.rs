@@ -173,7 +173,8 @@ pub async fn run(
 }
 
 /// [`run`], also held to `resources` (see [`super::enforce`]): rlimits set
-/// in the child before exec, a pids cgroup or RLIMIT_NPROC, and a watchdog
+/// in the child before exec, RLIMIT_NPROC in the run's own user namespace
+/// or a pids cgroup, and a watchdog
 /// that stops the run when the process or disk limit is reached.
 pub async fn run_limited(
     program: &str,
@@ -247,12 +248,15 @@ async fn run_enforced(
         })?;
     }
     let started = Instant::now();
-    let mut child = cmd.spawn().map_err(|e| RunError::Spawn {
+    // From the run cgroup's resident thread when there is one (see
+    // super::enforce): the child then starts in its cgroup.
+    let mut child = enforcer.spawn(cmd).await.map_err(|e| RunError::Spawn {
         program: program.to_string(),
         message: e.to_string(),
     })?;
     // Armed from here on: dropping this future, or returning, kills the group.
-    let group = GroupKiller(child.id().and_then(|id| libc::pid_t::try_from(id).ok()));
+    let child_pid = child.id();
+    let group = GroupKiller(child_pid.and_then(|id| libc::pid_t::try_from(id).ok()));
     let _network = network.attach().await.map_err(spawn_error)?;
 
     let mut out_pipe = child.stdout.take();
@@ -271,10 +275,13 @@ async fn run_enforced(
         if !enforcer.watches() {
             return std::future::pending().await;
         }
-        let mut tick = tokio::time::interval(WATCH_EVERY);
+        // The first look after one period: a run that ends sooner (most
+        // tool calls) costs the watchdog nothing.
+        let mut tick =
+            tokio::time::interval_at(tokio::time::Instant::now() + WATCH_EVERY, WATCH_EVERY);
         loop {
             tick.tick().await;
-            if let Some(hit) = enforcer.check() {
+            if let Some(hit) = enforcer.check(child_pid) {
                 return hit;
             }
         }

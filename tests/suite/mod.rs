@@ -28,6 +28,7 @@ mod mcp_trust;
 mod modes;
 mod network_scope;
 mod plans;
+mod process_limit;
 mod providers;
 mod run_cli;
 mod sandbox;
