@@ -126,16 +126,11 @@ thread_local! {
     static PARSER: RefCell<Option<Parser>> = const { RefCell::new(None) };
 }
 
-/// Parse `script` and list what cannot be reduced to known words. An empty
-/// list means every program name and every `eval`/`source` is literal.
-pub fn opaque_constructs(script: &str) -> Vec<Opaque> {
-    if script.len() > MAX_SCRIPT_BYTES {
-        return vec![Opaque {
-            construct: "a script longer than the parser reads",
-            text: format!("{} bytes, limit {MAX_SCRIPT_BYTES}", script.len()),
-        }];
-    }
-    let tree = PARSER.with(|cell| {
+/// Parse `script` with this thread's tree-sitter-bash parser (made once per
+/// thread). `None` when the grammar cannot be loaded or the parse fails;
+/// callers fail closed. The size limit is the caller's to check.
+pub(crate) fn parse_tree(script: &str) -> Option<tree_sitter::Tree> {
+    PARSER.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
             let mut p = Parser::new();
@@ -145,7 +140,19 @@ pub fn opaque_constructs(script: &str) -> Vec<Opaque> {
             *slot = Some(p);
         }
         slot.as_mut().and_then(|p| p.parse(script, None))
-    });
+    })
+}
+
+/// Parse `script` and list what cannot be reduced to known words. An empty
+/// list means every program name and every `eval`/`source` is literal.
+pub fn opaque_constructs(script: &str) -> Vec<Opaque> {
+    if script.len() > MAX_SCRIPT_BYTES {
+        return vec![Opaque {
+            construct: "a script longer than the parser reads",
+            text: format!("{} bytes, limit {MAX_SCRIPT_BYTES}", script.len()),
+        }];
+    }
+    let tree = parse_tree(script);
     let Some(tree) = tree else {
         return vec![Opaque {
             construct: "text the shell parser could not read",
@@ -170,11 +177,7 @@ pub fn program_names(script: &str) -> Option<Vec<String>> {
     if !opaque_constructs(script).is_empty() {
         return None;
     }
-    let tree = PARSER.with(|cell| {
-        cell.borrow_mut()
-            .as_mut()
-            .and_then(|p| p.parse(script, None))
-    })?;
+    let tree = parse_tree(script)?;
     let walk = Walk {
         src: script.as_bytes(),
         found: Vec::new(),

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::embedded::{code_shell_strings, python_shell_strings, shell_quote};
 use super::{basename, is_shell, Command, Origin, Redirect, Script, MAX_COMMANDS, MAX_DEPTH};
+use crate::gates::shell::embedded::{code_shell_strings, python_shell_strings, shell_quote};
 
 #[derive(Default)]
 struct Word {

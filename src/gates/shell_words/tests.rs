@@ -1,7 +1,7 @@
 //! Tests of the normaliser.
 
-use super::embedded::shell_quote;
 use super::*;
+use crate::gates::shell::embedded::shell_quote;
 
 fn home() -> Option<&'static Path> {
     Some(Path::new("/home/u"))
