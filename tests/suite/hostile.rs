@@ -364,3 +364,4 @@ fn tree_commands_equal_the_word_lexers_on_the_corpora() {
     assert!(compared >= 400, "only {compared} actions compared");
     assert_eq!(differing, expected, "{}", differ.join("\n"));
 }
+

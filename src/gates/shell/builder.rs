@@ -1297,7 +1297,7 @@ fn heredoc_substitutions(src: &[u8], body: Node, out: &mut Vec<String>) {
     let mut at = body.start_byte();
     let mut cursor = body.walk();
     let parts: Vec<Node> = body.named_children(&mut cursor).collect();
-    let mut scan = |from: usize, to: usize, found: &mut Vec<(usize, String)>| {
+    let scan = |from: usize, to: usize, found: &mut Vec<(usize, String)>| {
         if to > from {
             let t = String::from_utf8_lossy(&src[from..to]);
             for (offset, inner) in backquoted(&t) {

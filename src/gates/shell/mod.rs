@@ -6,7 +6,7 @@
 //! expansion, computed or globbed program names, `eval`, `IFS`, `source` of
 //! a computed file, parse errors, unknown node kinds): each is *ask*, never
 //! *allow*. [`semantics`] reads the normalised commands
-//! ([`crate::gates::shell_words`]) for ordinary tools used destructively,
+//! ([`commands`], built from the same tree) for ordinary tools used destructively,
 //! interpreter one-liners, write-then-run, symlinks out of the project,
 //! writes to the control surface and resource bombs. Whole-file writes to
 //! the control surface (`Effect::WriteFile`) are asked about here too.
