@@ -292,26 +292,46 @@ fn differential_inputs() -> Vec<(String, Effect)> {
     out
 }
 
-/// The differential test that must pass before the word lexer
-/// (`gates::shell_words`) is retired in favour of the tree: on every action
-/// of the corpora, the commands built from the tree-sitter tree
-/// (`gates::shell::script_of`) equal the lexer's (`gates::shell_words`)
-/// — program, words, assignments, wrappers, redirections, heredoc text,
-/// origin, nesting and pipeline stage. Every difference is listed below
-/// with the reason the tree is right.
+/// The differential test, kept after the word lexer (`gates::shell_words`)
+/// was retired: on every action of the corpora, the commands built from the
+/// tree-sitter tree (`gates::shell::script_of`) equal the lexer's, as
+/// recorded once from the lexer before it was deleted
+/// (`tests/hostile/lexer_golden.json`) — program, words, assignments,
+/// wrappers, redirections, heredoc text, origin, nesting and pipeline
+/// stage. Every difference is listed below with the reason the tree is
+/// right.
 #[test]
-fn tree_commands_equal_the_word_lexers_on_the_corpora() {
+fn tree_commands_equal_the_retired_lexers_on_the_corpora() {
+    #[derive(Deserialize)]
+    struct Golden {
+        cases: Vec<GoldenCase>,
+    }
+    #[derive(Deserialize)]
+    struct GoldenCase {
+        input: String,
+        commands: Vec<String>,
+    }
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/hostile/lexer_golden.json");
+    let golden: Golden =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("golden file readable"))
+            .expect("golden file is valid JSON");
     let ctx = context();
     let mut compared = 0;
     let mut differ = Vec::new();
+    let mut expected_cases = golden.cases.into_iter();
     for (name, effect) in differential_inputs() {
-        let tree = passepartout::gates::shell::script_of(&effect, &ctx);
-        let words = passepartout::gates::shell_words::script_of(&effect, &ctx);
-        let (Some(tree), Some(words)) = (tree, words) else {
+        let Some(tree) = passepartout::gates::shell::script_of(&effect, &ctx) else {
             continue;
         };
+        let lexer = expected_cases
+            .next()
+            .expect("the golden file has a case for every action that runs a shell");
+        assert_eq!(
+            lexer.input, name,
+            "the golden file follows the corpora's order"
+        );
         compared += 1;
-        let (t, w) = (signature(&tree), signature(&words));
+        let (t, w) = (signature(&tree), lexer.commands);
         if t != w {
             let mut lines = vec![format!("{name}:")];
             for i in 0..t.len().max(w.len()) {
@@ -323,6 +343,10 @@ fn tree_commands_equal_the_word_lexers_on_the_corpora() {
             differ.push(lines.join("\n"));
         }
     }
+    assert!(
+        expected_cases.next().is_none(),
+        "the golden file has cases the corpora no longer hold"
+    );
     // Where the tree is right and the lexer was not. The list is exact: a
     // new difference, or one that goes away, fails the test.
     let intended: [(&str, &str); 6] = [
@@ -364,4 +388,3 @@ fn tree_commands_equal_the_word_lexers_on_the_corpora() {
     assert!(compared >= 400, "only {compared} actions compared");
     assert_eq!(differing, expected, "{}", differ.join("\n"));
 }
-

@@ -509,3 +509,6 @@ pub fn is_shell(name: &str) -> bool {
 pub fn basename(program: &str) -> &str {
     program.rsplit('/').next().unwrap_or(program)
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,7 +1,9 @@
-//! Tests of the normaliser.
+//! Tests of the tree-built commands (formerly of the hand lexer; the
+//! same inputs, the same expectations).
 
 use super::*;
-use crate::gates::shell::embedded::shell_quote;
+use crate::gates::shell::embedded::{elisp_shell_strings, shell_quote};
+use crate::gates::shell::paths::strip_glob;
 
 fn home() -> Option<&'static Path> {
     Some(Path::new("/home/u"))
