@@ -16,7 +16,8 @@
 //! (an unset variable) it keeps the text as written, so gates can still see
 //! `$DIR` and decide to ask.
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 
 use super::builder;
@@ -415,10 +416,53 @@ impl Script {
 /// The script an effect would hand to a shell, if any: a shell `Run`, the
 /// shell strings inside a Python `Run`, or `shell-command` calls inside
 
+/// How many recently built scripts each thread keeps: every gate asks for
+/// the commands of the same action, so the tree is walked once per action,
+/// not once per gate.
+const RECENT_SCRIPTS: usize = 4;
+
+/// What a built script depends on: the effect, the working directory and
+/// the home directory.
+type ScriptKey = (Effect, PathBuf, Option<PathBuf>);
+
+thread_local! {
+    static RECENT: RefCell<VecDeque<(ScriptKey, Option<Script>)>> =
+        const { RefCell::new(VecDeque::new()) };
+}
+
 /// The script an effect would hand to a shell, if any: a shell `Run`, the
 /// shell strings inside a Python `Run`, or `shell-command` calls inside
-/// Emacs Lisp. `None` for effects that run no shell.
+/// Emacs Lisp. `None` for effects that run no shell. The result for the
+/// last few effects is kept per thread ([`RECENT_SCRIPTS`]).
 pub fn script_of(effect: &Effect, ctx: &GateContext) -> Option<Script> {
+    if !matches!(effect, Effect::Run { .. } | Effect::EvalElisp { .. }) {
+        return None;
+    }
+    let hit = RECENT.with(|recent| {
+        recent
+            .borrow()
+            .iter()
+            .find(|((e, cwd, home), _)| e == effect && *cwd == ctx.cwd && *home == ctx.home)
+            .map(|(_, script)| script.clone())
+    });
+    if let Some(script) = hit {
+        return script;
+    }
+    let script = build_script_of(effect, ctx);
+    RECENT.with(|recent| {
+        let mut recent = recent.borrow_mut();
+        if recent.len() >= RECENT_SCRIPTS {
+            recent.pop_back();
+        }
+        recent.push_front((
+            (effect.clone(), ctx.cwd.clone(), ctx.home.clone()),
+            script.clone(),
+        ));
+    });
+    script
+}
+
+fn build_script_of(effect: &Effect, ctx: &GateContext) -> Option<Script> {
     match effect {
         Effect::Run {
             interpreter,
