@@ -783,6 +783,22 @@ impl<'a> Builder<'a> {
                 let inner = strip_delims(written, 2, 1);
                 let value = self.expand_braced(inner);
                 self.push_value(w, value, written, in_quotes);
+                // `${X:-$(cmd)}`, `${X:=`cmd`}`: the shell may run the
+                // substitution inside; judge it as if it does.
+                let mut stack: Vec<Node> = {
+                    let mut cursor = node.walk();
+                    node.named_children(&mut cursor).collect()
+                };
+                while let Some(n) = stack.pop() {
+                    if matches!(n.kind(), "command_substitution" | "process_substitution") {
+                        let mut inner = Word::default();
+                        self.word_into(src, n, &mut inner, true);
+                        w.substitutions.extend(inner.substitutions);
+                    } else {
+                        let mut cursor = n.walk();
+                        stack.extend(n.named_children(&mut cursor));
+                    }
+                }
             }
             "command_substitution" => {
                 let inner = if let Some(rest) = written.strip_prefix("$(") {
