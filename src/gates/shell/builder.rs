@@ -454,12 +454,7 @@ impl<'a> Builder<'a> {
                     continue;
                 };
                 let mut stage = first + 1;
-                let mut cursor = c.walk();
-                let stages: Vec<Node> = c.named_children(&mut cursor).collect();
-                for s in stages {
-                    self.statement(out, src, s, parent, depth, Position::Stage(pipeline, stage));
-                    stage += 1;
-                }
+                self.pipeline_stages(out, src, c, pipeline, &mut stage, parent, depth);
             } else {
                 self.statement(out, src, c, parent, depth, pos);
             }

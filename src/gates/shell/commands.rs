@@ -413,9 +413,6 @@ impl Script {
     }
 }
 
-/// The script an effect would hand to a shell, if any: a shell `Run`, the
-/// shell strings inside a Python `Run`, or `shell-command` calls inside
-
 /// How many recently built scripts each thread keeps: every gate asks for
 /// the commands of the same action, so the tree is walked once per action,
 /// not once per gate.
