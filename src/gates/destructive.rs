@@ -5,7 +5,7 @@
 //! directory or a system tree, block-device writes, file-system creation,
 //! fork bombs and shutdown are denied outright; wiping the working directory,
 //! `git clean -fdx`, `git reset --hard` and `crontab -r` are held for
-//! approval. Judged on normalised commands (see `shell_words`), so quoting,
+//! approval. Judged on normalised commands (see `shell::commands`), so quoting,
 //! wrappers and nesting do not hide them.
 
 use std::path::{Path, PathBuf};
@@ -16,8 +16,8 @@ use regex::Regex;
 use crate::action::{Action, Effect};
 use crate::gates::engine::verdict_from_findings;
 use crate::gates::protected_paths::display_path;
-use crate::gates::shell_words::static_regex;
-use crate::gates::shell_words::{basename, resolve_path, script_of, strip_glob, Command};
+use crate::gates::shell::static_regex;
+use crate::gates::shell::{basename, resolve_path, script_of, strip_glob, Command};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
 /// Trees whose recursive removal or mass chmod/chown breaks the system.

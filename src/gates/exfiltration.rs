@@ -17,8 +17,8 @@ use crate::gates::protected_paths::{
     display_path, holds_credentials, protection, python_path_literals, reads_recursively,
     word_protection,
 };
-use crate::gates::shell_words::static_regex;
-use crate::gates::shell_words::{basename, is_shell, resolve_path, script_of, Command, Script};
+use crate::gates::shell::static_regex;
+use crate::gates::shell::{basename, is_shell, resolve_path, script_of, Command, Script};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
 /// Where a network command sends data.

@@ -18,7 +18,7 @@ use std::path::{Component, Path};
 use crate::action::{Action, Effect};
 use crate::checkpoint::effect::{ChangeKind, ObservedEffect};
 use crate::gates::engine::verdict_from_findings;
-use crate::gates::shell_words::{resolve_path, script_of, Command};
+use crate::gates::shell::{resolve_path, script_of, Command};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
 /// Holds commands and writes that can lose git history.
@@ -283,7 +283,7 @@ fn is_packed_elsewhere(path: &str, effect: &ObservedEffect) -> bool {
 mod tests {
     use super::*;
     use crate::checkpoint::effect::FileChange;
-    use crate::gates::shell_words::parse;
+    use crate::gates::shell::parse;
 
     fn loses(script: &str) -> bool {
         parse(script, None)

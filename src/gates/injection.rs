@@ -16,8 +16,8 @@ use crate::action::{Action, Effect};
 use crate::gates::engine::verdict_from_findings;
 use crate::gates::protected_paths::{display_path, is_startup_path};
 use crate::gates::secrets::redact;
-use crate::gates::shell_words::static_regex;
-use crate::gates::shell_words::{is_shell, script_of, Command, Origin, Script};
+use crate::gates::shell::static_regex;
+use crate::gates::shell::{is_shell, script_of, Command, Origin, Script};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
 /// Programs that fetch data from the network.

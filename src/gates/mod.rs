@@ -18,7 +18,6 @@ pub mod secret_reads;
 pub mod secret_values;
 pub mod secrets;
 pub mod shell;
-pub mod shell_words;
 pub mod verdict;
 
 pub use engine::{GateEngine, Judgement};

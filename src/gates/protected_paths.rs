@@ -15,8 +15,8 @@ use regex::Regex;
 
 use crate::action::{Action, Effect};
 use crate::gates::engine::verdict_from_findings;
-use crate::gates::shell_words::static_regex;
-use crate::gates::shell_words::{python_shell_strings, resolve_path, script_of, Command};
+use crate::gates::shell::static_regex;
+use crate::gates::shell::{python_shell_strings, resolve_path, script_of, Command};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
 /// Credential stores relative to the home directory: reading them asks.

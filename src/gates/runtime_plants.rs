@@ -30,7 +30,7 @@ use std::path::Path;
 use crate::action::{Action, Effect};
 use crate::checkpoint::effect::{ChangeKind, FileChange};
 use crate::gates::engine::verdict_from_findings;
-use crate::gates::shell_words::{resolve_path, script_of};
+use crate::gates::shell::{resolve_path, script_of};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
 /// Python's standard-library top-level modules (3.11), as a project-level

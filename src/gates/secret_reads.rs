@@ -14,7 +14,7 @@ use regex::Regex;
 
 use crate::action::Effect;
 use crate::gates::shell::semantics::one_liner;
-use crate::gates::shell_words::{basename, static_regex, Command, Script};
+use crate::gates::shell::{basename, static_regex, Command, Script};
 use crate::gates::Decision;
 
 /// File names that hold secrets, as a glob could meet them in a project or
@@ -251,7 +251,7 @@ fn built_names(cmd: &Command, out: &mut Vec<(Decision, String)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gates::shell_words::parse;
+    use crate::gates::shell::parse;
 
     fn asks(script: &str) -> bool {
         !script_findings(&parse(script, None)).is_empty()

@@ -14,7 +14,7 @@ use regex::Regex;
 use crate::action::{Action, Effect};
 use crate::gates::engine::verdict_from_findings;
 use crate::gates::secret_reads;
-use crate::gates::shell_words::{script_of, static_regex};
+use crate::gates::shell::{script_of, static_regex};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
 /// One credential found in text.

@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use crate::action::{Action, Effect};
-use crate::gates::shell_words::{basename, is_shell, parse};
+use crate::gates::shell::{basename, is_shell, parse};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
 
 use super::diagnostic::Diagnostic;

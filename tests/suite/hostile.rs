@@ -241,67 +241,150 @@ fn routine_script_lines_mostly_run_without_asking() {
     );
 }
 
-/// The differential test that must pass before the word lexer
-/// (`gates::shell_words`) can be retired in favour of the tree: on every
-/// shell script of the corpora that tree-sitter reads without an opaque
-/// construct, the programs the tree names are the programs the lexer
-/// names (as written: the first wrapper, `sudo` in `sudo rm`), counting
-/// commands written in the script and in its substitutions.
-#[test]
-fn tree_sitter_and_the_word_lexer_name_the_same_programs() {
-    use passepartout::gates::shell::syntax::program_names;
-    use passepartout::gates::shell_words::{parse, Origin};
-    let mut compared = 0;
-    let mut differ = Vec::new();
-    for file in ["hostile.json", "benign.json", "routine.json"] {
+/// One command as the differential and golden tests compare it: where it
+/// came from (origin, nesting parent, pipeline stage), the program, its
+/// words, assignments, wrappers, redirections and heredoc text.
+fn signature(script: &passepartout::gates::shell::Script) -> Vec<String> {
+    let mut out: Vec<String> = script
+        .commands
+        .iter()
+        .map(|c| {
+            format!(
+                "{:?} parent={:?} stage={} bg={} prog={:?} path={:?} args={:?} assign={:?} wrap={:?} redir={:?} stdin={:?} cwd={:?}",
+                c.origin,
+                c.parent,
+                c.stage,
+                c.background,
+                c.program,
+                c.program_path,
+                c.args,
+                c.assignments,
+                c.wrappers,
+                c.redirects
+                    .iter()
+                    .map(|r| format!("{} {}", r.op, r.target))
+                    .collect::<Vec<_>>(),
+                c.stdin_text,
+                c.cwd,
+            )
+        })
+        .collect();
+    if script.truncated {
+        out.push("truncated".into());
+    }
+    out
+}
+
+/// Every effect of the corpora (hostile, benign, routine) and the inputs of
+/// the old lexer's unit tests, with a name for failure messages.
+fn differential_inputs() -> Vec<(String, Effect)> {
+    let mut out = Vec::new();
+    for file in [
+        "hostile.json",
+        "benign.json",
+        "routine.json",
+        "lexer_inputs.json",
+    ] {
         for case in load(file) {
-            let Effect::Run {
-                interpreter,
-                script,
-                ..
-            } = &case.effect
-            else {
-                continue;
-            };
-            if !matches!(interpreter.as_str(), "bash" | "sh") {
-                continue;
-            }
-            let Some(mut tree) = program_names(script) else {
-                continue;
-            };
-            let mut words: Vec<String> = parse(script, Some(std::path::Path::new("/home/user")))
-                .commands
-                .into_iter()
-                .filter(|c| matches!(c.origin, Origin::Top | Origin::Substitution))
-                .map(|c| c.wrappers.first().cloned().unwrap_or(c.program))
-                .filter(|p| !p.is_empty())
-                .collect();
-            tree.sort();
-            words.sort();
-            compared += 1;
-            if tree != words {
-                differ.push(format!(
-                    "{file} `{}`: tree {tree:?}, lexer {words:?}",
-                    case.note
-                ));
-            }
+            out.push((format!("{file} `{}`", case.note), case.effect));
         }
     }
-    // Known differences, each with who is right. Both must be resolved
-    // before the lexer goes; the list must stay exact, so a fix or a new
-    // difference fails this test.
-    let known = [
-        // tree-sitter-bash 0.25 does not parse backquotes inside a heredoc
-        // body; bash runs them. The lexer is right.
-        "hostile.json `heredoc: a backquoted substitution in the body`: tree [\"tee\"], lexer [\"git\", \"tee\"]",
-        // The lexer takes `case` patterns for commands (stricter, wrong).
-        "routine.json `case \"$1\" in test) cargo test ;; build) cargo build ;; *) echo usage ;`: tree [\"cargo\", \"cargo\", \"echo\"], lexer [\"*\", \"build\", \"cargo\", \"cargo\", \"echo\"]",
-    ];
-    println!(
-        "differential: {compared} scripts compared, {} differ ({} known)",
-        differ.len(),
-        known.len()
+    out
+}
+
+/// The differential test, kept after the word lexer (`gates::shell_words`)
+/// was retired: on every action of the corpora, the commands built from the
+/// tree-sitter tree (`gates::shell::script_of`) equal the lexer's, as
+/// recorded once from the lexer before it was deleted
+/// (`tests/hostile/lexer_golden.json`) — program, words, assignments,
+/// wrappers, redirections, heredoc text, origin, nesting and pipeline
+/// stage. Every difference is listed below with the reason the tree is
+/// right.
+#[test]
+fn tree_commands_equal_the_retired_lexers_on_the_corpora() {
+    #[derive(Deserialize)]
+    struct Golden {
+        cases: Vec<GoldenCase>,
+    }
+    #[derive(Deserialize)]
+    struct GoldenCase {
+        input: String,
+        commands: Vec<String>,
+    }
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/hostile/lexer_golden.json");
+    let golden: Golden =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("golden file readable"))
+            .expect("golden file is valid JSON");
+    let ctx = context();
+    let mut compared = 0;
+    let mut differ = Vec::new();
+    let mut expected_cases = golden.cases.into_iter();
+    for (name, effect) in differential_inputs() {
+        let Some(tree) = passepartout::gates::shell::script_of(&effect, &ctx) else {
+            continue;
+        };
+        let lexer = expected_cases
+            .next()
+            .expect("the golden file has a case for every action that runs a shell");
+        assert_eq!(
+            lexer.input, name,
+            "the golden file follows the corpora's order"
+        );
+        compared += 1;
+        let (t, w) = (signature(&tree), lexer.commands);
+        if t != w {
+            let mut lines = vec![format!("{name}:")];
+            for i in 0..t.len().max(w.len()) {
+                let (a, b) = (t.get(i), w.get(i));
+                if a != b {
+                    lines.push(format!("  tree  {a:?}\n  lexer {b:?}"));
+                }
+            }
+            differ.push(lines.join("\n"));
+        }
+    }
+    assert!(
+        expected_cases.next().is_none(),
+        "the golden file has cases the corpora no longer hold"
     );
-    assert!(compared >= 150, "only {compared} scripts compared");
-    assert_eq!(differ, known, "{}", differ.join("\n"));
+    // Where the tree is right and the lexer was not. The list is exact: a
+    // new difference, or one that goes away, fails the test.
+    let intended: [(&str, &str); 6] = [
+        (
+            "hostile.json `classic fork bomb`",
+            "the lexer took the name in the definition `:(){ ... }` for a command; defining a function runs nothing",
+        ),
+        (
+            "hostile.json `renamed fork bomb`",
+            "the same: `f(){ ... }` defines `f`, it does not run it",
+        ),
+        (
+            "hostile.json `brace expansion spelling rm -rf .`",
+            "both are wrong (bash runs `rm -rf .`); the tree has an ERROR node and the syntax pass asks on brace expansion either way",
+        ),
+        (
+            "hostile.json `brace expansion spelling rm -rf /`",
+            "the same: an ERROR node the syntax pass asks about; the words are unknowable without expanding braces",
+        ),
+        (
+            "hostile.json `fork bomb with a named function`",
+            "the same: `bomb() { ... }` defines `bomb`, it does not run it",
+        ),
+        (
+            "routine.json `case \"$1\" in test) cargo test ;; build) cargo build ;; *) echo usage ;`",
+            "the lexer took the patterns `build)` and `*)` for commands; patterns are matched, never run",
+        ),
+    ];
+    let differing: Vec<&str> = differ
+        .iter()
+        .map(|d| d.split(":\n").next().unwrap_or(""))
+        .collect();
+    let expected: Vec<&str> = intended.iter().map(|(name, _)| *name).collect();
+    println!(
+        "differential: {compared} actions compared, {} differ ({} intended)",
+        differ.len(),
+        intended.len()
+    );
+    assert!(compared >= 400, "only {compared} actions compared");
+    assert_eq!(differing, expected, "{}", differ.join("\n"));
 }

