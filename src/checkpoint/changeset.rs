@@ -404,7 +404,7 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
             }
             continue;
         }
-        let ignored = rules.classify(&d).0;
+        let ignored = rules.ignored_dir(&d);
         out.passthrough.push(Passthrough {
             ignored,
             ..Passthrough::new(d, false, true)
@@ -418,7 +418,7 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
             continue;
         }
         let perm = b.stat(&d).ok().flatten().map(|st| st.st_mode & 0o7777);
-        let ignored = d != ".git" && !d.starts_with(".git/") && rules.classify(&d).0;
+        let ignored = d != ".git" && !d.starts_with(".git/") && rules.ignored_dir(&d);
         out.passthrough.push(Passthrough {
             ignored,
             perm,
@@ -621,6 +621,16 @@ impl Ignores {
     /// (ignored, precious): ignored as git would (a file inside an ignored
     /// directory is ignored), precious by the `precious` globs.
     fn classify(&mut self, rel: &str) -> (bool, bool) {
+        self.classify_as(rel, false)
+    }
+
+    /// Whether the directory `rel` is ignored (`node_modules/` matches a
+    /// directory only).
+    fn ignored_dir(&mut self, rel: &str) -> bool {
+        self.classify_as(rel, true).0
+    }
+
+    fn classify_as(&mut self, rel: &str, dir: bool) -> (bool, bool) {
         let parts: Vec<&str> = rel.split('/').collect();
         let mut ignored = false;
         for depth in 1..=parts.len() {
@@ -631,7 +641,7 @@ impl Ignores {
                 .entry(parent.clone())
                 .or_insert_with(|| scan::ancestor_matchers(&self.root, &prefix))
                 .clone();
-            let is_dir = depth < parts.len();
+            let is_dir = depth < parts.len() || dir;
             if scan::ignored(&self.root.join(&prefix), is_dir, &self.exclude, &matchers) {
                 ignored = true;
                 break;

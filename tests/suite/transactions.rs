@@ -5,7 +5,8 @@
 //!
 //! The person's concurrent edits are made from the test while the fake
 //! model's command sleeps (after the call's `in_progress` update, which is
-//! sent just before the command starts).
+//! sent just before the command starts, and a short pause: the command
+//! starts only once the coarse clock has ticked past the action's start).
 
 use crate::harness;
 use crate::support;
@@ -131,6 +132,12 @@ async fn running_calls(
         }
         client.answer(&msg, "allow_once").await;
     }
+    // The update comes just before the command is started, and the command
+    // starts only once the kernel's coarse clock has ticked past the
+    // action's start (≤ 4 ms here): what the person does before that is
+    // the state the command begins from. Edits meant as concurrent come
+    // after.
+    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
     Run {
         _home: home,
         fake,
@@ -660,12 +667,12 @@ async fn empty_folders_a_command_removed_come_back_with_undo() {
 
 /// A user skill whose tool declares `long_running` (a dev server).
 const DEV_SERVER_SKILL: &str = "#+SKILL: devserver\n#+DESCRIPTION: a dev server\n\n\
-* serve :tool:\n:PROPERTIES:\n:ACTUATOR: shell.run\n:APPROVAL: auto\n:END:\n\
-Run a command that keeps running and shows its writes while it runs.\n\n\
+* serve :tool:\n:PROPERTIES:\n:APPROVAL: auto\n:END:\n\
+Start the dev server: it keeps running and shows its writes while it runs.\n\n\
 | name | type | required | description |\n\
 |------+------+----------+-------------|\n\
-| command | string | yes | the command |\n\
-| long_running | boolean | no | it keeps running |\n";
+| long_running | boolean | no | it keeps running |\n\n\
+#+begin_src bash\necho live > live.txt; sleep 3\n#+end_src\n";
 
 /// Issue 23: a tool that says it is long-running runs without the overlay
 /// — its writes reach the project while it runs — and is marked so in its
@@ -677,7 +684,7 @@ async fn a_long_running_command_writes_live_and_is_marked() {
     }
     let project = project();
     let p = project.path();
-    let args = json!({ "command": "echo live > live.txt; sleep 3", "long_running": true });
+    let args = json!({ "long_running": true });
     let mut run = running_calls(p, &[("call_s", "serve", &args.to_string())], |home| {
         let skills = home.join("config/passepartout/skills");
         std::fs::create_dir_all(&skills).unwrap();
