@@ -140,9 +140,8 @@ enum Upper {
 pub struct ReadConfig<'a> {
     pub untracked_cap: u64,
     pub precious: &'a [String],
-    /// When the action started (ns since the epoch, the kernel's coarse
-    /// clock, which file timestamps use): a lower path whose ctime is
-    /// later is a conflict. The command itself started only once that
+    /// When the action started (ns since the epoch, the fine clock): a
+    /// lower path whose ctime is later is a conflict. The command itself started only once that
     /// clock had moved past it (`OverlayMount::not_before_ns`), so a write
     /// in the same clock tick before the start (ctime equal) is the
     /// project's state the command began from, not a conflict.

@@ -70,10 +70,15 @@ pub async fn begin(
     .map_err(|e| format!("the transaction could not be prepared: {e}"))?;
     let (project, dir, mut mount) =
         prepared.map_err(|e| format!("not run: the action could not be given an overlay: {e}"))?;
-    // The command starts only once the coarse clock has moved past this:
-    // a file with a later ctime changed after the command could have read
-    // it (a conflict), one with this ctime or older before (not one).
-    let started_ns = changeset::coarse_now_ns();
+    // The command starts only once the coarse clock has moved past this
+    // (the fine clock now: a save just before may carry a fine-grained
+    // ctime, Linux's multigrain timestamps): a file with a later ctime
+    // changed after the command could have read it (a conflict), one with
+    // this ctime or older before (not one).
+    let started_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or_else(|_| changeset::coarse_now_ns());
     mount.not_before_ns = started_ns;
     Ok(Transaction {
         project,
