@@ -292,10 +292,7 @@ impl Checkpoint {
         } else {
             let mut s = self.effect.summary(&self.id);
             if !ignored.is_empty() {
-                s.push_str(&format!(
-                    "; and {} file(s) in ignored trees",
-                    ignored.len()
-                ));
+                s.push_str(&format!("; and {} file(s) in ignored trees", ignored.len()));
             }
             s
         };
@@ -963,9 +960,11 @@ impl Project {
             .changes
             .iter()
             .map(|c| c.old_size.unwrap_or(0) + c.new_size.unwrap_or(0))
-            .chain(cp.passthrough.iter().filter_map(|p| {
-                p.before.as_ref().map(|_| IGNORED_PRE_IMAGE_MAX_BYTES_U64)
-            }))
+            .chain(
+                cp.passthrough
+                    .iter()
+                    .filter_map(|p| p.before.as_ref().map(|_| IGNORED_PRE_IMAGE_MAX_BYTES_U64)),
+            )
             .fold(RECORD_OVERHEAD_BYTES, u64::saturating_add);
         let map = MEASURED.get_or_init(Mutex::default);
         let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
@@ -1216,7 +1215,8 @@ impl Project {
     /// all-or-nothing restore of the recorded files: what is left, and
     /// why, is said in the returned notes.
     fn undo_passthrough(&self, cp: &Checkpoint) -> Vec<String> {
-        let outside_git = |p: &&changeset::Passthrough| !(p.path == ".git" || p.path.starts_with(".git/"));
+        let outside_git =
+            |p: &&changeset::Passthrough| !(p.path == ".git" || p.path.starts_with(".git/"));
         let mut made: Vec<&changeset::Passthrough> = cp
             .passthrough
             .iter()
@@ -1235,7 +1235,11 @@ impl Project {
         }
         let b = match self.store.beneath() {
             Ok(b) => b,
-            Err(e) => return vec![format!("ignored-tree files and removed folders not undone: {e}")],
+            Err(e) => {
+                return vec![format!(
+                    "ignored-tree files and removed folders not undone: {e}"
+                )]
+            }
         };
         let oids: Vec<&str> = files
             .iter()

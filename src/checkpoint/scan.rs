@@ -425,8 +425,8 @@ pub(crate) fn ancestor_matchers(root: &Path, rel: &str) -> Vec<Arc<Gitignore>> {
 /// than the action.
 fn cached_gitignore(root: &Path, file: &Path) -> Option<Arc<Gitignore>> {
     type Identity = (u64, u64, u64, i64, i64);
-    static CACHE: OnceLock<Mutex<HashMap<PathBuf, (Identity, Arc<Gitignore>)>>> =
-        OnceLock::new();
+    type Compiled = HashMap<PathBuf, (Identity, Arc<Gitignore>)>;
+    static CACHE: OnceLock<Mutex<Compiled>> = OnceLock::new();
     /// Compiled ignore files kept at most (a project with more `.gitignore`
     /// files than this compiles the rest each time).
     const MAX_CACHED_IGNORE_FILES: usize = 4096;

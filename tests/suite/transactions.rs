@@ -583,7 +583,10 @@ async fn a_change_just_before_the_action_starts_is_not_a_conflict() {
     let calls: Vec<(String, String)> = (0..ROUNDS)
         .map(|i| {
             let command = format!("rm -rf gone-{i}; echo agent {i} >> b.txt");
-            (format!("call_{i}"), json!({ "command": command }).to_string())
+            (
+                format!("call_{i}"),
+                json!({ "command": command }).to_string(),
+            )
         })
         .collect();
     let calls: Vec<(&str, &str, &str)> = calls
@@ -700,7 +703,10 @@ async fn a_long_running_command_writes_live_and_is_marked() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    assert!(live, "the long-running command's write is not visible while it runs");
+    assert!(
+        live,
+        "the long-running command's write is not visible while it runs"
+    );
     run.finish("allow_once").await;
     let told = run.told();
     assert!(
@@ -709,7 +715,10 @@ async fn a_long_running_command_writes_live_and_is_marked() {
     );
     let out = run.cli(p, &["history"]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(text.contains("serve") && text.contains("long-running"), "{text}");
+    assert!(
+        text.contains("serve") && text.contains("long-running"),
+        "{text}"
+    );
     assert!(text.contains("+ live.txt"), "{text}");
 }
 
@@ -772,9 +781,7 @@ async fn a_client_fs_write_is_a_one_file_changeset_that_undo_reverts() {
     let effect = &h["result"]["checkpoints"][0]["effect"];
     assert_eq!(effect["modified"], json!(["notes.txt"]), "{h}");
     assert_eq!(effect["created"], json!([]), "{h}");
-    let r = c
-        .request("_passepartout/undo", json!({ "cwd": p }))
-        .await;
+    let r = c.request("_passepartout/undo", json!({ "cwd": p })).await;
     assert_eq!(r["result"]["undone"], "c1", "{r}");
     assert_eq!(
         std::fs::read_to_string(p.join("notes.txt")).unwrap(),
