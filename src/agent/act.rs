@@ -539,7 +539,10 @@ async fn begin_observing(
         }
     }
     let watched = watch::begin(&config.state_dir(), cfg, x.cwd, action, origin).await?;
-    Ok(watched.map_or(Observing::Nothing, |w| {
+    Ok(watched.map_or(Observing::Nothing, |mut w| {
+        if long_running && command {
+            w.mark(watch::LONG_RUNNING);
+        }
         Observing::Watch(w, long_running && command)
     }))
 }

@@ -181,21 +181,27 @@ impl Beneath {
         }
     }
 
+    /// The status of what is at `rel` (None: nothing there), without
+    /// following a link.
+    pub fn stat(&self, rel: &str) -> Result<Option<rustix::fs::Stat>, BeneathError> {
+        let Some((dir, name)) = self.parent(rel, false)? else {
+            return Ok(None);
+        };
+        match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(Some(st)),
+            Err(Errno::NOENT) | Err(Errno::NOTDIR) => Ok(None),
+            Err(e) => Err(BeneathError::sys(rel, e)),
+        }
+    }
+
     /// The change time of what is at `rel` (ns since the epoch; None:
     /// nothing there), without following a link. A transaction compares it
     /// with its start: ctime cannot be set back from user space, so a file
     /// changed since then is seen whatever its mtime says.
     pub fn ctime_ns(&self, rel: &str) -> Result<Option<i64>, BeneathError> {
-        let Some((dir, name)) = self.parent(rel, false)? else {
-            return Ok(None);
-        };
-        match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) => Ok(Some(
-                st.st_ctime.saturating_mul(1_000_000_000) + st.st_ctime_nsec as i64,
-            )),
-            Err(Errno::NOENT) | Err(Errno::NOTDIR) => Ok(None),
-            Err(e) => Err(BeneathError::sys(rel, e)),
-        }
+        Ok(self
+            .stat(rel)?
+            .map(|st| st.st_ctime.saturating_mul(1_000_000_000) + st.st_ctime_nsec as i64))
     }
 
     /// The bytes of the regular file at `rel`.

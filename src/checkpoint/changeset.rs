@@ -23,7 +23,7 @@
 //! - **dropped**: paths of the control surface the command created (the
 //!   sandbox binds the existing ones read-only): never applied, reported.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -47,8 +47,8 @@ pub struct Conflict {
     pub agent: Option<Entry>,
 }
 
-/// A path applied from the upper layer without a record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A path applied from the upper layer outside the recorded effect.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Passthrough {
     pub path: String,
     /// Removed (a whiteout), rather than written.
@@ -59,7 +59,57 @@ pub struct Passthrough {
     /// directory the command removed, removed only once it is empty.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dir: bool,
+    /// In a tree the project ignores (`.venv`, `node_modules`, build
+    /// output): not part of the effect the gates count, but listed by
+    /// `history` and undone by `undo` (what the action created there is
+    /// removed; what it overwrote or removed comes back when its pre-image
+    /// was small enough to keep).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignored: bool,
+    /// Bytes of the file written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// Something was at the path before the action (overwritten or
+    /// removed), rather than created by it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub existed: bool,
+    /// The pre-image of what was there, kept as a blob when at most
+    /// [`IGNORED_PRE_IMAGE_MAX_BYTES`] (and the action's total under
+    /// [`IGNORED_PRE_IMAGES_MAX_TOTAL`]); `existed` without it: not kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<Entry>,
+    /// The blob id of the bytes applied (not stored): undo removes or
+    /// restores the path only while it still holds exactly these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written: Option<String>,
+    /// The permission bits of a directory the command removed, so undo
+    /// makes it again (an empty folder holds nothing else to restore).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub perm: Option<u32>,
 }
+
+impl Passthrough {
+    fn new(path: String, remove: bool, dir: bool) -> Self {
+        Passthrough {
+            path,
+            remove,
+            dir,
+            ..Default::default()
+        }
+    }
+
+    /// A file written into an ignored tree (what `history` lists).
+    pub fn ignored_file(&self) -> bool {
+        self.ignored && !self.dir
+    }
+}
+
+/// An ignored-tree file the action overwrote or removed is kept as a blob
+/// (so undo can put it back) only up to this size …
+pub const IGNORED_PRE_IMAGE_MAX_BYTES: u64 = 256 * 1024;
+/// … and only while the action's kept pre-images stay under this total
+/// (`rm -rf node_modules` must not copy the whole tree into the store).
+pub const IGNORED_PRE_IMAGES_MAX_TOTAL: u64 = 16 * 1024 * 1024;
 
 /// Everything one transactional action changed.
 #[derive(Debug, Clone, Default)]
@@ -90,25 +140,18 @@ enum Upper {
 pub struct ReadConfig<'a> {
     pub untracked_cap: u64,
     pub precious: &'a [String],
-    /// When the action started (ns since the epoch, the kernel's coarse
-    /// clock, which file timestamps use): a lower path whose ctime is not
-    /// older is a conflict.
+    /// When the action started (ns since the epoch, the fine clock): a
+    /// lower path whose ctime is later is a conflict. The command itself started only once that
+    /// clock had moved past it (`OverlayMount::not_before_ns`), so a write
+    /// in the same clock tick before the start (ctime equal) is the
+    /// project's state the command began from, not a conflict.
     pub started_ns: i64,
 }
 
 /// The kernel's coarse real-time clock now, in ns: the clock file
 /// timestamps are taken from, so "changed since" compares like with like.
 pub fn coarse_now_ns() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec we own.
-    let ok = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0;
-    if !ok {
-        return 0;
-    }
-    ts.tv_sec.saturating_mul(1_000_000_000) + ts.tv_nsec
+    crate::sandbox::overlay::coarse_now_ns()
 }
 
 /// Read the changeset in `upper` against the project of `store`.
@@ -118,6 +161,9 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
         move |source| StoreError::Io { path, source }
     };
     let mut items: BTreeMap<String, Upper> = BTreeMap::new();
+    // Files the overlay copied up from the project (`user.overlay.origin`):
+    // the project held them when the command first wrote them.
+    let mut copied_up: BTreeSet<String> = BTreeSet::new();
     let mut opaque: Vec<String> = Vec::new();
     let mut dirs: Vec<String> = Vec::new();
     let mut stack = vec![String::new()];
@@ -154,6 +200,9 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
                 dirs.push(child.clone());
                 stack.push(child);
             } else if ft.is_file() || ft.is_symlink() {
+                if xattr(&abs, "user.overlay.origin").is_some() {
+                    copied_up.insert(child.clone());
+                }
                 items.insert(child, Upper::File);
             } else {
                 tracing::warn!("changeset: {child} is neither a file nor a link; not applied");
@@ -231,6 +280,7 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
     let mut rules = Ignores::new(&root, cfg.precious);
     let objects = store.objects();
     let mut out = Changeset::default();
+    let mut kept_pre_images = 0u64;
     for (path, upper_item) in paths {
         // First: the control surface (`.git/config`, hooks, the agent's
         // own skills…) that the command created is never applied.
@@ -253,20 +303,22 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
                     }
                 }
             }
-            out.passthrough.push(Passthrough {
-                path,
-                remove,
-                dir: false,
-            });
+            out.passthrough.push(Passthrough::new(path, remove, false));
             continue;
         }
         let (ignored, precious) = rules.classify(&path);
         if ignored && !precious {
-            out.passthrough.push(Passthrough {
+            let was_copied_up = copied_up.contains(&path);
+            let pass = ignored_write(
+                &b,
+                upper,
+                &objects,
                 path,
-                remove: upper_item.is_none(),
-                dir: false,
-            });
+                upper_item.is_none(),
+                was_copied_up,
+                &mut kept_pre_images,
+            )?;
+            out.passthrough.push(pass);
             continue;
         }
         let new = match upper_item {
@@ -299,7 +351,7 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
             None => None,
         };
         if let Some(ctime) = lower_ctime {
-            if ctime >= cfg.started_ns {
+            if ctime > cfg.started_ns {
                 out.conflicts.push(Conflict {
                     why: "changed in the project while the action ran".into(),
                     path,
@@ -308,13 +360,21 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
                 continue;
             }
         }
+        // The command wrote a file the project held (the overlay copied it
+        // up), and the project no longer holds it: someone deleted it
+        // meanwhile. Applying the agent's version would bring back what
+        // the person removed.
+        if kind == ChangeKind::Created && copied_up.contains(&path) {
+            out.conflicts.push(Conflict {
+                why: "deleted in the project while the action ran".into(),
+                path,
+                agent: new,
+            });
+            continue;
+        }
         if kind == ChangeKind::Created && new_size.unwrap_or(0) > cfg.untracked_cap {
             out.effect.skipped.push(path.clone());
-            out.passthrough.push(Passthrough {
-                path,
-                remove: false,
-                dir: false,
-            });
+            out.passthrough.push(Passthrough::new(path, false, false));
             continue;
         }
         if ignored && kind != ChangeKind::Created {
@@ -343,10 +403,10 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
             }
             continue;
         }
+        let ignored = rules.ignored_dir(&d);
         out.passthrough.push(Passthrough {
-            path: d,
-            remove: false,
-            dir: true,
+            ignored,
+            ..Passthrough::new(d, false, true)
         });
     }
     // Deepest first, after every file (passthrough is applied in order).
@@ -356,13 +416,58 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
         if crate::control_surface::control_entry(Path::new(&d)).is_some() {
             continue;
         }
+        let perm = b.stat(&d).ok().flatten().map(|st| st.st_mode & 0o7777);
+        let ignored = d != ".git" && !d.starts_with(".git/") && rules.ignored_dir(&d);
         out.passthrough.push(Passthrough {
-            path: d,
-            remove: true,
-            dir: true,
+            ignored,
+            perm,
+            ..Passthrough::new(d, true, true)
         });
     }
     Ok(out)
+}
+
+/// A write (or removal) in an ignored tree: its size, whether something
+/// was there before, and — when small enough — that pre-image as a blob.
+fn ignored_write(
+    b: &Beneath,
+    upper: &Path,
+    objects: &Path,
+    path: String,
+    remove: bool,
+    copied_up: bool,
+    kept: &mut u64,
+) -> Result<Passthrough, StoreError> {
+    let size = if remove {
+        None
+    } else {
+        std::fs::symlink_metadata(upper.join(&path))
+            .ok()
+            .map(|m| m.len())
+    };
+    let lower = b.stat(&path)?;
+    let lower_node = match &lower {
+        Some(_) => b.node(&path)?,
+        None => None,
+    };
+    let existed = copied_up || matches!(lower_node, Some(Node::File { .. } | Node::Symlink));
+    let mut before = None;
+    if let (Some(st), Some(node @ (Node::File { .. } | Node::Symlink))) = (lower, lower_node) {
+        let bytes = st.st_size.max(0) as u64;
+        let fits = bytes <= IGNORED_PRE_IMAGE_MAX_BYTES
+            && kept.saturating_add(bytes) <= IGNORED_PRE_IMAGES_MAX_TOTAL;
+        if fits {
+            *kept += bytes;
+            before = Some(lower_entry(b, &path, node, objects)?.0);
+        }
+    }
+    Ok(Passthrough {
+        ignored: true,
+        size,
+        existed,
+        before,
+        ..Passthrough::new(path, remove, false)
+    })
 }
 
 /// What is at `rel` in the project now, its bytes stored as a blob (the
@@ -497,8 +602,8 @@ fn lower_entry(
 /// `.gitignore` rules of the project, read once per directory per read.
 struct Ignores {
     root: PathBuf,
-    exclude: Gitignore,
-    precious: Gitignore,
+    exclude: Arc<Gitignore>,
+    precious: Arc<Gitignore>,
     by_dir: HashMap<String, Vec<Arc<Gitignore>>>,
 }
 
@@ -506,8 +611,8 @@ impl Ignores {
     fn new(root: &Path, precious: &[String]) -> Self {
         Ignores {
             root: root.to_path_buf(),
-            exclude: scan::root_excludes(root),
-            precious: scan::precious_matcher(root, precious),
+            exclude: scan::shared_root_excludes(root),
+            precious: scan::cached_precious(root, precious),
             by_dir: HashMap::new(),
         }
     }
@@ -515,6 +620,16 @@ impl Ignores {
     /// (ignored, precious): ignored as git would (a file inside an ignored
     /// directory is ignored), precious by the `precious` globs.
     fn classify(&mut self, rel: &str) -> (bool, bool) {
+        self.classify_as(rel, false)
+    }
+
+    /// Whether the directory `rel` is ignored (`node_modules/` matches a
+    /// directory only).
+    fn ignored_dir(&mut self, rel: &str) -> bool {
+        self.classify_as(rel, true).0
+    }
+
+    fn classify_as(&mut self, rel: &str, dir: bool) -> (bool, bool) {
         let parts: Vec<&str> = rel.split('/').collect();
         let mut ignored = false;
         for depth in 1..=parts.len() {
@@ -525,7 +640,7 @@ impl Ignores {
                 .entry(parent.clone())
                 .or_insert_with(|| scan::ancestor_matchers(&self.root, &prefix))
                 .clone();
-            let is_dir = depth < parts.len();
+            let is_dir = depth < parts.len() || dir;
             if scan::ignored(&self.root.join(&prefix), is_dir, &self.exclude, &matchers) {
                 ignored = true;
                 break;

@@ -223,6 +223,11 @@ pub struct Checkpoint {
     /// what was evicted to stay under it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evicted: Option<Eviction>,
+    /// What an undo did beyond its recorded changes (files of ignored
+    /// trees removed or put back, folders made again) and what it left,
+    /// and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// Older checkpoints dropped to keep the store under `max_store_bytes`.
@@ -276,11 +281,36 @@ impl Pruned {
 
 impl Checkpoint {
     pub fn summary(&self) -> String {
-        let summary = self.effect.summary(&self.id);
+        let ignored: Vec<&changeset::Passthrough> = self.ignored_files().collect();
+        let mut summary = if self.effect.changes.is_empty() && !ignored.is_empty() {
+            format!(
+                "wrote or removed {} file(s) in ignored trees, {} bytes written (checkpoint {})",
+                ignored.len(),
+                ignored.iter().filter_map(|p| p.size).sum::<u64>(),
+                self.id
+            )
+        } else {
+            let mut s = self.effect.summary(&self.id);
+            if !ignored.is_empty() {
+                s.push_str(&format!("; and {} file(s) in ignored trees", ignored.len()));
+            }
+            s
+        };
+        for note in &self.notes {
+            summary.push_str("; ");
+            summary.push_str(note);
+        }
         match &self.evicted {
             Some(e) => format!("{summary}; {}", e.message()),
             None => summary,
         }
+    }
+
+    /// The files the action wrote or removed in ignored trees (`.venv`,
+    /// `node_modules`, build output): outside the effect the gates count,
+    /// listed by `history` and undone by `undo`.
+    pub fn ignored_files(&self) -> impl Iterator<Item = &changeset::Passthrough> {
+        self.passthrough.iter().filter(|p| p.ignored_file())
     }
 
     /// `(path, expected now, wanted)` to go from `after` back to `before`.
@@ -313,9 +343,21 @@ impl Checkpoint {
             "undoes": self.undoes,
             "turn": self.turn,
             "effect": self.effect.wire(&self.id),
+            "ignored": self
+                .ignored_files()
+                .map(|p| serde_json::json!({
+                    "path": p.path,
+                    "kind": if p.remove { "deleted" } else if p.existed { "modified" } else { "created" },
+                    "size": p.size,
+                }))
+                .collect::<Vec<_>>(),
+            "notes": self.notes,
         })
     }
 }
+
+/// The size bound counted for a kept ignored-tree pre-image.
+const IGNORED_PRE_IMAGE_MAX_BYTES_U64: u64 = changeset::IGNORED_PRE_IMAGE_MAX_BYTES;
 
 /// Who made a change, for the record.
 #[derive(Debug, Clone, Default)]
@@ -413,6 +455,44 @@ impl Project {
         })
     }
 
+    /// [`Project::open`], kept open across actions: a transaction runs
+    /// per command, and opening the store each time (its directories
+    /// created, the `git init` check, the `worktree` note written) was a
+    /// fixed cost of every action. The cached project is used again while
+    /// the configuration is the same and its store is still there (one
+    /// `stat` each of `records/` and `git/HEAD`: a store deleted meanwhile
+    /// is opened, and so created, anew).
+    pub fn open_shared(
+        state_dir: &Path,
+        cwd: &Path,
+        cfg: &CheckpointConfig,
+    ) -> Result<Self, CheckpointError> {
+        type Key = (PathBuf, PathBuf);
+        static OPEN: OnceLock<Mutex<HashMap<Key, (CheckpointConfig, Project)>>> = OnceLock::new();
+        /// Projects kept open per process at most.
+        const MAX_OPEN_PROJECTS: usize = 64;
+        let key = (state_dir.to_path_buf(), cwd.to_path_buf());
+        let open = OPEN.get_or_init(Mutex::default);
+        let cached = {
+            let map = open.lock().unwrap_or_else(|p| p.into_inner());
+            map.get(&key)
+                .filter(|(c, _)| c == cfg)
+                .map(|(_, p)| p.clone())
+        };
+        if let Some(p) = cached {
+            if p.records.is_dir() && p.store.dir().join("git/HEAD").is_file() {
+                return Ok(p);
+            }
+        }
+        let p = Project::open(state_dir, cwd, cfg)?;
+        let mut map = open.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= MAX_OPEN_PROJECTS {
+            map.clear();
+        }
+        map.insert(key, (cfg.clone(), p.clone()));
+        Ok(p)
+    }
+
     pub fn cwd(&self) -> &Path {
         &self.cwd
     }
@@ -459,9 +539,10 @@ impl Project {
             passthrough: vec![],
             dropped: vec![],
             evicted: None,
+            notes: vec![],
         };
         self.save(&cp)?;
-        self.keep_under_quota(&mut cp)?;
+        self.keep_under_quota(&mut cp, true)?;
         Ok(Some(cp))
     }
 
@@ -477,9 +558,26 @@ impl Project {
         status: CheckpointStatus,
         changeset: bool,
     ) -> Result<Checkpoint, CheckpointError> {
+        let mut cp = self.new_checkpoint(origin, effect, status, changeset)?;
+        self.save(&cp)?;
+        self.keep_under_quota(&mut cp, false)?;
+        Ok(cp)
+    }
+
+    /// A checkpoint for an effect known change by change, its id given
+    /// and its partial trees written, but not saved: a transaction's
+    /// record is written once, when it is held or applied (see
+    /// `docs/transactions.md`, "Crashes").
+    pub fn new_checkpoint(
+        &self,
+        origin: &Origin,
+        effect: ObservedEffect,
+        status: CheckpointStatus,
+        changeset: bool,
+    ) -> Result<Checkpoint, CheckpointError> {
         let before = self.partial_tree(effect.changes.iter().map(|c| (&c.path, &c.old)))?;
         let after = self.partial_tree(effect.changes.iter().map(|c| (&c.path, &c.new)))?;
-        let mut cp = Checkpoint {
+        Ok(Checkpoint {
             id: self.next_id()?,
             created_at: crate::util::time::rfc3339(std::time::SystemTime::now()),
             session_id: origin.session_id.clone(),
@@ -498,10 +596,8 @@ impl Project {
             passthrough: vec![],
             dropped: vec![],
             evicted: None,
-        };
-        self.save(&cp)?;
-        self.keep_under_quota(&mut cp)?;
-        Ok(cp)
+            notes: vec![],
+        })
     }
 
     /// The tree object holding just these entries.
@@ -544,7 +640,12 @@ impl Project {
     /// pre-image (a path changed since becomes a conflict, never
     /// overwritten); the rest all or nothing through [`Store::restore`];
     /// then the unrecorded passthrough from the upper layer.
+    ///
+    /// The record is saved once, here, as applied (a changeset judged and
+    /// allowed at once was never saved before); when the restore refuses,
+    /// it is saved as it came (held) and the error returned.
     pub fn apply_changeset(&self, cp: &mut Checkpoint) -> Result<(), CheckpointError> {
+        let as_recorded = cp.clone();
         let mut kept = Vec::new();
         for c in std::mem::take(&mut cp.effect.changes) {
             let now = self.store.current(&c.path);
@@ -572,14 +673,19 @@ impl Project {
             }
         }
         cp.effect.changes = kept;
-        self.store.restore(&cp.forward())?;
+        if let Err(e) = self.store.restore(&cp.forward()) {
+            *cp = as_recorded;
+            self.save(cp)?;
+            return Err(e.into());
+        }
         let upper = self.txn_dir(&cp.id).join("upper");
         let mut failed = Vec::new();
         if !cp.passthrough.is_empty() {
             let b = self.store.beneath()?;
-            for p in &cp.passthrough {
-                if let Err(e) = txn::pass_through(&b, &upper, p) {
-                    failed.push(format!("{}: {e}", p.path));
+            for p in &mut cp.passthrough {
+                match txn::pass_through(&b, &upper, p) {
+                    Ok(written) => p.written = written,
+                    Err(e) => failed.push(format!("{}: {e}", p.path)),
                 }
             }
         }
@@ -591,6 +697,7 @@ impl Project {
             ));
         }
         self.save(cp)?;
+        self.keep_under_quota(cp, false)?;
         txn::remove_dir(&self.txn_dir(&cp.id));
         Ok(())
     }
@@ -607,10 +714,13 @@ impl Project {
             move |source| CheckpointError::Io { path, source }
         };
         let counter = self.records.join("last-id");
-        let read = |t: &str| t.trim().parse::<u64>().unwrap_or(0);
+        let read = |t: &str| t.trim().parse::<u64>().ok();
+        // This project's counter: every id is written there after it is
+        // given, so the records need listing only when it is missing or
+        // damaged (a listing per action grew with the history).
         let given = std::fs::read_to_string(&counter)
-            .map(|t| read(&t))
-            .unwrap_or(0);
+            .ok()
+            .and_then(|t| read(&t));
         let mut shared = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -622,14 +732,11 @@ impl Project {
             .map_err(|e| fail(&self.ids)(e.into()))?;
         let mut text = String::new();
         shared.read_to_string(&mut text).map_err(fail(&self.ids))?;
-        let n = self
-            .ids()?
-            .into_iter()
-            .max()
-            .unwrap_or(0)
-            .max(given)
-            .max(read(&text))
-            + 1;
+        let recorded = match given {
+            Some(n) => n,
+            None => self.ids()?.into_iter().max().unwrap_or(0),
+        };
+        let n = recorded.max(read(&text).unwrap_or(0)) + 1;
         shared
             .set_len(0)
             .and_then(|()| shared.rewind())
@@ -709,7 +816,12 @@ impl Project {
         }
         cp.status = CheckpointStatus::Held;
         cp.reasons = reasons;
-        self.save(cp)
+        self.save(cp)?;
+        if cp.changeset {
+            // Saved for the first time (see `new_checkpoint`).
+            self.keep_under_quota(cp, false)?;
+        }
+        Ok(())
     }
 
     /// Apply a held change exactly as recorded (refusing if its paths are
@@ -804,7 +916,14 @@ impl Project {
     /// say so on `cp` (its tool result and `history` show the line). A
     /// failed eviction does not fail the action that was just recorded: it
     /// is logged, and the next checkpoint tries again.
-    fn keep_under_quota(&self, cp: &mut Checkpoint) -> Result<(), CheckpointError> {
+    ///
+    /// `measure`: measure the stores now (after a whole-tree snapshot,
+    /// which may have stored the whole tree); else only when they may be
+    /// over it ([`Project::may_be_over_quota`]).
+    fn keep_under_quota(&self, cp: &mut Checkpoint, measure: bool) -> Result<(), CheckpointError> {
+        if !self.may_be_over_quota(cp, measure) {
+            return Ok(());
+        }
         match self.evict_for_quota() {
             Ok(Some(eviction)) => {
                 cp.evicted = Some(eviction);
@@ -816,6 +935,48 @@ impl Project {
                 Ok(())
             }
         }
+    }
+
+    /// Whether the stores may have passed `max_store_bytes` with `cp`.
+    /// Measuring them walks every object of every project, which cost more
+    /// than the action it followed; so the measurement is kept per state
+    /// directory, with what was recorded since added to it (the changes'
+    /// sizes before and after, an upper bound of their compressed blobs,
+    /// plus [`RECORD_OVERHEAD_BYTES`] for the record and trees), and taken
+    /// again only when that estimate passes the quota or every
+    /// [`REMEASURE_EVERY`] checkpoints (other daemons, pruning and `git gc`
+    /// change the stores too).
+    fn may_be_over_quota(&self, cp: &Checkpoint, measure: bool) -> bool {
+        /// Added to the estimate per checkpoint for its record and trees.
+        const RECORD_OVERHEAD_BYTES: u64 = 8 * 1024;
+        /// Checkpoints between two measurements at most.
+        const REMEASURE_EVERY: u32 = 64;
+        static MEASURED: OnceLock<Mutex<HashMap<PathBuf, (u64, u32)>>> = OnceLock::new();
+        if self.max_store_bytes == 0 {
+            return false;
+        }
+        let added = cp
+            .effect
+            .changes
+            .iter()
+            .map(|c| c.old_size.unwrap_or(0) + c.new_size.unwrap_or(0))
+            .chain(
+                cp.passthrough
+                    .iter()
+                    .filter_map(|p| p.before.as_ref().map(|_| IGNORED_PRE_IMAGE_MAX_BYTES_U64)),
+            )
+            .fold(RECORD_OVERHEAD_BYTES, u64::saturating_add);
+        let map = MEASURED.get_or_init(Mutex::default);
+        let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+        let (estimate, since) = map.get(&self.root).copied().unwrap_or((u64::MAX, 0));
+        let estimate = estimate.saturating_add(added);
+        if !measure && estimate <= self.max_store_bytes && since + 1 < REMEASURE_EVERY {
+            map.insert(self.root.clone(), (estimate, since + 1));
+            return false;
+        }
+        let measured = store_bytes(&self.root);
+        map.insert(self.root.clone(), (measured, 0));
+        measured > self.max_store_bytes
     }
 
     /// When the checkpoint stores of the state directory take more than
@@ -962,12 +1123,16 @@ impl Project {
             })
             .collect();
         self.store.restore(&changes)?;
+        let mut notes = Vec::new();
+        for cp in &targets {
+            notes.extend(self.undo_passthrough(cp));
+        }
         for cp in &mut targets {
             cp.status = CheckpointStatus::Undone;
             self.save(cp)?;
         }
         let ids: Vec<&str> = targets.iter().map(|c| c.id.as_str()).collect();
-        let undo = self.record_restore(origin, &changes, ids.join(","))?;
+        let undo = self.record_restore(origin, &changes, ids.join(","), notes)?;
         Ok((targets, undo))
     }
 
@@ -980,9 +1145,10 @@ impl Project {
         }
         let changes = cp.backward();
         self.store.restore(&changes)?;
+        let notes = self.undo_passthrough(&cp);
         cp.status = CheckpointStatus::Undone;
         self.save(&cp)?;
-        match self.record_restore(origin, &changes, cp.id.clone())? {
+        match self.record_restore(origin, &changes, cp.id.clone(), notes)? {
             Some(undo) => Ok(undo),
             None => Ok(cp),
         }
@@ -995,6 +1161,7 @@ impl Project {
         origin: &Origin,
         changes: &[(String, Option<store::Entry>, Option<store::Entry>)],
         undoes: String,
+        notes: Vec<String>,
     ) -> Result<Option<Checkpoint>, CheckpointError> {
         let oids: Vec<&str> = changes
             .iter()
@@ -1028,13 +1195,152 @@ impl Project {
                 .collect(),
             ..Default::default()
         };
-        if effect.is_empty() {
+        if effect.is_empty() && notes.is_empty() {
             return Ok(None);
         }
-        let mut undo = self.record_effect(origin, effect, CheckpointStatus::Applied, false)?;
+        let mut undo = self.new_checkpoint(origin, effect, CheckpointStatus::Applied, false)?;
         undo.undoes = Some(undoes);
+        undo.notes = notes;
         self.save(&undo)?;
+        self.keep_under_quota(&mut undo, false)?;
         Ok(Some(undo))
+    }
+
+    /// Undo what a changeset applied outside its recorded effect: files it
+    /// wrote in ignored trees are removed (or, when it overwrote or removed
+    /// one whose pre-image was kept, put back) while they still hold what
+    /// it wrote; folders it removed are made again (with their permission
+    /// bits); folders it made in ignored trees are removed when empty.
+    /// Every write resolved beneath the project. Best effort, after the
+    /// all-or-nothing restore of the recorded files: what is left, and
+    /// why, is said in the returned notes.
+    fn undo_passthrough(&self, cp: &Checkpoint) -> Vec<String> {
+        let outside_git =
+            |p: &&changeset::Passthrough| !(p.path == ".git" || p.path.starts_with(".git/"));
+        let mut made: Vec<&changeset::Passthrough> = cp
+            .passthrough
+            .iter()
+            .filter(outside_git)
+            .filter(|p| p.dir && p.remove)
+            .collect();
+        let files: Vec<&changeset::Passthrough> = cp.ignored_files().collect();
+        let mut dropped_dirs: Vec<&changeset::Passthrough> = cp
+            .passthrough
+            .iter()
+            .filter(outside_git)
+            .filter(|p| p.dir && !p.remove && p.ignored)
+            .collect();
+        if made.is_empty() && files.is_empty() && dropped_dirs.is_empty() {
+            return vec![];
+        }
+        let b = match self.store.beneath() {
+            Ok(b) => b,
+            Err(e) => {
+                return vec![format!(
+                    "ignored-tree files and removed folders not undone: {e}"
+                )]
+            }
+        };
+        let oids: Vec<&str> = files
+            .iter()
+            .filter_map(|p| p.before.as_ref())
+            .map(|e| e.oid.as_str())
+            .collect();
+        let blobs = if oids.is_empty() {
+            Default::default()
+        } else {
+            self.store.blobs(&oids).unwrap_or_default()
+        };
+        let put_back = |p: &changeset::Passthrough, e: &store::Entry| -> Result<(), String> {
+            let bytes = blobs
+                .get(&e.oid)
+                .ok_or_else(|| format!("its pre-image {} is missing from the store", e.oid))?;
+            let perm = e
+                .perm
+                .unwrap_or(if e.mode == "100755" { 0o755 } else { 0o644 });
+            b.put(&p.path, bytes, perm, e.mode == "120000")
+                .map_err(|e| e.to_string())
+        };
+        let (mut removed, mut restored, mut remade) = (0usize, 0usize, 0usize);
+        let mut left: Vec<String> = Vec::new();
+        // Folders the action removed, parents first, so files can go back in.
+        made.sort_by_key(|p| p.path.matches('/').count());
+        for p in &made {
+            match b.make_dir(&p.path, p.perm.unwrap_or(0o755)) {
+                Ok(()) => remade += 1,
+                Err(e) => left.push(format!("{} (folder not made again: {e})", p.path)),
+            }
+        }
+        for p in &files {
+            let now = self.store.current(&p.path);
+            let outcome = if p.remove {
+                match (&p.before, now) {
+                    (Some(e), Ok(None)) => put_back(p, e).map(|()| restored += 1),
+                    (Some(_), Ok(Some(_))) => Err("something is there again".into()),
+                    (None, _) => Err(format!(
+                        "removed, and its content was not kept (over {} bytes, or past the                          action's total)",
+                        changeset::IGNORED_PRE_IMAGE_MAX_BYTES
+                    )),
+                    (_, Err(e)) => Err(e.to_string()),
+                }
+            } else {
+                let ours = match (&now, &p.written) {
+                    (Ok(Some(e)), Some(w)) => &e.oid == w,
+                    _ => false,
+                };
+                match (&now, ours, &p.before) {
+                    (Ok(None), _, _) => Ok(()),
+                    (Err(e), _, _) => Err(e.to_string()),
+                    (Ok(Some(_)), false, _) if p.written.is_none() => {
+                        Err("never applied by this action".into())
+                    }
+                    (Ok(Some(_)), false, _) => Err("changed since the action wrote it".into()),
+                    (Ok(Some(_)), true, Some(e)) => put_back(p, e).map(|()| restored += 1),
+                    (Ok(Some(_)), true, None) if !p.existed => b
+                        .remove(&p.path)
+                        .map(|()| removed += 1)
+                        .map_err(|e| e.to_string()),
+                    (Ok(Some(_)), true, None) => Err(format!(
+                        "overwritten, and its old content was not kept (over {} bytes, or past                          the action's total)",
+                        changeset::IGNORED_PRE_IMAGE_MAX_BYTES
+                    )),
+                }
+            };
+            if let Err(why) = outcome {
+                left.push(format!("{} ({why})", p.path));
+            }
+        }
+        // Folders the action made in ignored trees, deepest first, when
+        // empty now (and the emptied parents of what was removed).
+        dropped_dirs.sort_by_key(|p| std::cmp::Reverse(p.path.matches('/').count()));
+        for p in &dropped_dirs {
+            b.remove_empty_dir(&p.path);
+        }
+        let mut notes = Vec::new();
+        if removed > 0 {
+            notes.push(format!(
+                "removed {removed} file(s) the action wrote in ignored trees"
+            ));
+        }
+        if restored > 0 {
+            notes.push(format!(
+                "put back {restored} ignored-tree file(s) it overwrote or removed"
+            ));
+        }
+        if remade > 0 {
+            notes.push(format!("made again {remade} folder(s) it removed"));
+        }
+        if !left.is_empty() {
+            let more = left.len().saturating_sub(10);
+            left.truncate(10);
+            let more = if more > 0 {
+                format!(", … {more} more")
+            } else {
+                String::new()
+            };
+            notes.push(format!("left as they are: {}{more}", left.join(", ")));
+        }
+        notes
     }
 }
 

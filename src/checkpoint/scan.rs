@@ -408,14 +408,57 @@ pub(crate) fn ancestor_matchers(root: &Path, rel: &str) -> Vec<Arc<Gitignore>> {
         if i > 0 {
             dir.push(parts[i - 1]);
         }
-        let file = dir.join(".gitignore");
-        if file.is_file() {
-            let mut b = GitignoreBuilder::new(&dir);
-            b.add(file);
-            out.push(Arc::new(b.build().unwrap_or_else(|_| Gitignore::empty())));
+        if let Some(m) = cached_gitignore(&dir, &dir.join(".gitignore")) {
+            out.push(m);
         }
     }
     out
+}
+
+/// A compiled ignore file (`.gitignore`, `.git/info/exclude`) rooted at
+/// `root`, None when there is no such regular file. Compiled once per
+/// version of the file: reused while its device, inode, size, mtime and
+/// ctime are unchanged and that ctime is older than [`RACY_MARGIN_NS`] (a
+/// rewrite within the same timestamp tick, same size, is not trusted to
+/// the cache). Every transaction classifies its paths with these, so
+/// compiling the project's globs anew for each action would cost more
+/// than the action.
+fn cached_gitignore(root: &Path, file: &Path) -> Option<Arc<Gitignore>> {
+    type Identity = (u64, u64, u64, i64, i64);
+    type Compiled = HashMap<PathBuf, (Identity, Arc<Gitignore>)>;
+    static CACHE: OnceLock<Mutex<Compiled>> = OnceLock::new();
+    /// Compiled ignore files kept at most (a project with more `.gitignore`
+    /// files than this compiles the rest each time).
+    const MAX_CACHED_IGNORE_FILES: usize = 4096;
+    let meta = std::fs::metadata(file).ok().filter(|m| m.is_file())?;
+    let identity = (
+        meta.dev(),
+        meta.ino(),
+        meta.size(),
+        meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+        meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
+    );
+    let trusted = identity.4 < now_ns() - RACY_MARGIN_NS;
+    let cache = CACHE.get_or_init(Mutex::default);
+    if trusted {
+        let map = cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((id, m)) = map.get(file) {
+            if *id == identity {
+                return Some(m.clone());
+            }
+        }
+    }
+    let mut b = GitignoreBuilder::new(root);
+    b.add(file);
+    let built = Arc::new(b.build().unwrap_or_else(|_| Gitignore::empty()));
+    if trusted {
+        let mut map = cache.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= MAX_CACHED_IGNORE_FILES {
+            map.clear();
+        }
+        map.insert(file.to_path_buf(), (identity, built.clone()));
+    }
+    Some(built)
 }
 
 /// Drop the in-memory cache of a store (the next snapshot reads the one on
@@ -872,17 +915,17 @@ pub(crate) fn ignored(
 }
 
 pub(crate) fn root_excludes(root: &Path) -> Gitignore {
-    let path = root.join(".git/info/exclude");
-    if !path.is_file() {
-        return Gitignore::empty();
-    }
-    let mut b = GitignoreBuilder::new(root);
-    b.add(path);
-    b.build().unwrap_or_else(|_| Gitignore::empty())
+    (*shared_root_excludes(root)).clone()
+}
+
+/// `.git/info/exclude` of the work tree, compiled once per version.
+pub(crate) fn shared_root_excludes(root: &Path) -> Arc<Gitignore> {
+    cached_gitignore(root, &root.join(".git/info/exclude"))
+        .unwrap_or_else(|| Arc::new(Gitignore::empty()))
 }
 
 /// The precious matcher, compiled once per (work tree, globs).
-fn cached_precious(root: &Path, globs: &[String]) -> Arc<Gitignore> {
+pub(crate) fn cached_precious(root: &Path, globs: &[String]) -> Arc<Gitignore> {
     type Key = (PathBuf, Vec<String>);
     static CACHE: OnceLock<Mutex<HashMap<Key, Arc<Gitignore>>>> = OnceLock::new();
     let mut map = CACHE

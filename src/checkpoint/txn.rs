@@ -41,7 +41,7 @@ pub async fn begin(
         (state_dir.to_path_buf(), cwd.to_path_buf(), cfg.clone());
     let prepared = tokio::task::spawn_blocking(move || {
         let project =
-            Project::open(&state_dir, &cwd_owned, &cfg_owned).map_err(|e| e.to_string())?;
+            Project::open_shared(&state_dir, &cwd_owned, &cfg_owned).map_err(|e| e.to_string())?;
         let root = project.store.dir().join("txn");
         overlay::probe(&root)?;
         if let Some(why) = overlay::unmountable(project.cwd()) {
@@ -50,9 +50,7 @@ pub async fn begin(
         let n = RUNS.fetch_add(1, Ordering::Relaxed);
         let dir = root.join(format!("run-{}-{n}", std::process::id()));
         let (upper, work) = (dir.join("upper"), dir.join("work"));
-        for d in [&upper, &work] {
-            crate::paths::create_private_dir(d).map_err(|e| format!("{}: {e}", d.display()))?;
-        }
+        make_private_dirs(&dir, &[&upper, &work])?;
         let project_path = project
             .cwd()
             .canonicalize()
@@ -64,21 +62,55 @@ pub async fn begin(
                 project: project_path,
                 upper,
                 work,
+                not_before_ns: 0,
             },
         ))
     })
     .await
     .map_err(|e| format!("the transaction could not be prepared: {e}"))?;
-    let (project, dir, mount) =
+    let (project, dir, mut mount) =
         prepared.map_err(|e| format!("not run: the action could not be given an overlay: {e}"))?;
+    // The command starts only once the coarse clock has moved past this
+    // (the fine clock now: a save just before may carry a fine-grained
+    // ctime, Linux's multigrain timestamps): a file with a later ctime
+    // changed after the command could have read it (a conflict), one with
+    // this ctime or older before (not one).
+    let started_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or_else(|_| changeset::coarse_now_ns());
+    mount.not_before_ns = started_ns;
     Ok(Transaction {
         project,
         cfg: cfg.clone(),
         dir,
         mount,
-        started_ns: changeset::coarse_now_ns(),
+        started_ns,
         origin,
     })
+}
+
+/// Make `dir` (its parents as needed) and the directories in `inside` it,
+/// each private (0700): three `mkdir`s on the usual path, where the
+/// general helper checked and fixed each mode again.
+fn make_private_dirs(dir: &Path, inside: &[&Path]) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let fail = |d: &Path, e: std::io::Error| format!("{}: {e}", d.display());
+    // `run-<pid>-<n>` is new: its parent (`txn/`, private) exists after
+    // the probe, so a plain mkdir suffices.
+    if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            return Err(fail(dir, e));
+        }
+        crate::paths::create_private_dir(dir).map_err(|e| fail(dir, e))?;
+    }
+    for d in inside {
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(d)
+            .map_err(|e| fail(d, e))?;
+    }
+    Ok(())
 }
 
 impl Transaction {
@@ -87,12 +119,15 @@ impl Transaction {
         self.mount.clone()
     }
 
-    /// Read the changeset the command left and record it (status `held`
-    /// until the effect stage applies it). `Ok(None)`: it changed nothing
-    /// that needs judging (what it left outside the record, such as build
-    /// output in ignored directories, is applied at once — unless
-    /// `needs_judging` says one of those paths must be judged first, e.g. a
-    /// `.pth` file in `.venv`: the gates live above this module).
+    /// Read the changeset the command left and make its record (status
+    /// `held`, not yet saved: the effect stage saves it once, applied or
+    /// held). `Ok(None)`: it changed nothing that needs judging or undoing
+    /// (what it left outside the record — `.git` internals, directories it
+    /// made — is applied at once). Writes into ignored trees and folders
+    /// it removed are recorded (so `history` lists them and `undo`
+    /// reverts them), and `needs_judging` says which written paths the
+    /// gates must see first, e.g. a `.pth` file in `.venv` (the gates live
+    /// above this module).
     pub async fn finish(
         self,
         needs_judging: fn(&str) -> bool,
@@ -107,6 +142,7 @@ impl Transaction {
             origin,
         } = self;
         let p = project.clone();
+        let cfg_for_pruning = cfg.clone();
         let recorded = tokio::task::spawn_blocking(move || {
             let read_cfg = ReadConfig {
                 untracked_cap: cfg.untracked_cap_bytes,
@@ -129,10 +165,14 @@ impl Transaction {
                 .passthrough
                 .iter()
                 .any(|pass| !pass.remove && !pass.dir && needs_judging(&pass.path));
+            let undoable = cs.passthrough.iter().any(|pass| {
+                pass.ignored_file() || (pass.dir && pass.remove && !is_git(&pass.path))
+            });
             if cs.effect.is_empty()
                 && cs.conflicts.is_empty()
                 && cs.dropped.is_empty()
                 && !judged_writes
+                && !undoable
             {
                 let b = p.store.beneath()?;
                 for pass in &cs.passthrough {
@@ -143,11 +183,10 @@ impl Transaction {
                 remove_dir(&dir);
                 return Ok(None);
             }
-            let mut cp = p.record_effect(&origin, cs.effect, CheckpointStatus::Held, true)?;
+            let mut cp = p.new_checkpoint(&origin, cs.effect, CheckpointStatus::Held, true)?;
             cp.conflicts = cs.conflicts;
             cp.passthrough = cs.passthrough;
             cp.dropped = cs.dropped;
-            p.save(&cp)?;
             let kept = p.txn_dir(&cp.id);
             if let Err(source) = std::fs::rename(&dir, &kept) {
                 remove_dir(&dir);
@@ -156,6 +195,19 @@ impl Transaction {
             Ok(Some(cp))
         })
         .await??;
+        if let Some(cp) = &recorded {
+            if Project::due_for_pruning(&cp.id, &cfg_for_pruning) {
+                // After this action releases the lock (its record is saved
+                // by then; objects younger than an hour are kept anyway).
+                let (p, cfg) = (project.clone(), cfg_for_pruning);
+                let cwd = project.cwd().to_path_buf();
+                tokio::spawn(async move {
+                    if let Err(e) = super::watch::locked(&cwd, move || p.prune(&cfg)).await {
+                        tracing::warn!(cwd = %cwd.display(), "checkpoint: pruning failed: {e}");
+                    }
+                });
+            }
+        }
         Ok(recorded.map(|checkpoint| Observed {
             project,
             checkpoint,
@@ -164,15 +216,22 @@ impl Transaction {
     }
 }
 
+/// A path of the project's own repository (never undone: checkpoints do
+/// not cover `.git`).
+fn is_git(path: &str) -> bool {
+    path == ".git" || path.starts_with(".git/")
+}
+
 /// Apply one unrecorded path from the upper layer: write it (a file or a
 /// link, its mode kept) or remove it (a file, or a directory and all it
-/// holds), beneath the project.
-pub fn pass_through(b: &Beneath, upper: &Path, p: &Passthrough) -> Result<(), String> {
+/// holds), beneath the project. `Ok(Some(oid))`: the blob id of the bytes
+/// written (undo removes the file only while it still holds them).
+pub fn pass_through(b: &Beneath, upper: &Path, p: &Passthrough) -> Result<Option<String>, String> {
     if p.remove && p.dir {
         // A folder the command removed: its files went first; one that
         // still holds something (put there by someone else) stays.
         b.remove_empty_dir(&p.path);
-        return Ok(());
+        return Ok(None);
     }
     if p.remove {
         return match b.node(&p.path).map_err(|e| e.to_string())? {
@@ -193,10 +252,10 @@ pub fn pass_through(b: &Beneath, upper: &Path, p: &Passthrough) -> Result<(), St
                 for d in &dirs {
                     b.remove_empty_dir(d);
                 }
-                Ok(())
+                Ok(None)
             }
-            Some(_) => b.remove(&p.path).map_err(|e| e.to_string()),
-            None => Ok(()),
+            Some(_) => b.remove(&p.path).map(|()| None).map_err(|e| e.to_string()),
+            None => Ok(None),
         };
     }
     let abs = upper.join(&p.path);
@@ -205,17 +264,20 @@ pub fn pass_through(b: &Beneath, upper: &Path, p: &Passthrough) -> Result<(), St
         use std::os::unix::fs::MetadataExt;
         return b
             .make_dir(&p.path, meta.mode() & 0o7777)
+            .map(|()| None)
             .map_err(|e| e.to_string());
     }
     if meta.file_type().is_symlink() {
         let target = std::fs::read_link(&abs).map_err(|e| e.to_string())?;
-        b.put(&p.path, target.as_os_str().as_encoded_bytes(), 0, true)
-            .map_err(|e| e.to_string())
+        let target = target.as_os_str().as_encoded_bytes();
+        b.put(&p.path, target, 0, true).map_err(|e| e.to_string())?;
+        Ok(Some(super::store::blob_id(target)))
     } else {
         use std::os::unix::fs::MetadataExt;
         let bytes = std::fs::read(&abs).map_err(|e| e.to_string())?;
         b.put(&p.path, &bytes, meta.mode() & 0o7777, false)
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        Ok(Some(super::store::blob_id(&bytes)))
     }
 }
 
@@ -278,7 +340,7 @@ pub async fn begin_file(
         let Some(rel) = rel else {
             return Ok(None);
         };
-        let project = Project::open(&state_dir, &cwd, &cfg_owned)?;
+        let project = Project::open_shared(&state_dir, &cwd, &cfg_owned)?;
         // A path the project cannot resolve plainly (a link on the way):
         // the files actuator refuses it itself; observe as before.
         let before = match changeset::pre_image(&project.store, &rel) {

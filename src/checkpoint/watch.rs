@@ -42,7 +42,14 @@ pub struct Watch {
     before: Snapshot,
     origin: Origin,
     guard: OwnedMutexGuard<()>,
+    /// Said on the record (and so by `history`), e.g. [`LONG_RUNNING`].
+    note: Option<&'static str>,
 }
+
+/// The note on the record of a long-running command: it ran without an
+/// overlay, so its effect is the difference of two snapshots.
+pub const LONG_RUNNING: &str =
+    "long-running: ran without an overlay, its effect observed after the fact";
 
 /// The result of a watch: the recorded change (if any) and the lock, still
 /// held, so that a held change is rolled back before anything else runs.
@@ -81,6 +88,7 @@ pub async fn begin(
             before,
             origin,
             guard,
+            note: None,
         })),
         Ok(Err(e)) => Err(format!(
             "not run: the working tree could not be checkpointed before the action ({e}); \
@@ -91,6 +99,11 @@ pub async fn begin(
 }
 
 impl Watch {
+    /// Put `note` on the record this watch makes.
+    pub fn mark(&mut self, note: &'static str) {
+        self.note = Some(note);
+    }
+
     /// Snapshot after the action and record what changed. `Ok(None)`:
     /// nothing changed (the lock is released).
     pub async fn finish(self) -> Result<Option<Observed>, WatchError> {
@@ -100,11 +113,17 @@ impl Watch {
             before,
             origin,
             guard,
+            note,
         } = self;
         let p = project.clone();
         let recorded = tokio::task::spawn_blocking(move || {
             let after = p.store.snapshot()?;
-            p.record(&origin, &before, &after)
+            let mut recorded = p.record(&origin, &before, &after)?;
+            if let (Some(cp), Some(note)) = (&mut recorded, note) {
+                cp.notes.push(note.to_string());
+                p.save(cp)?;
+            }
+            Ok::<_, CheckpointError>(recorded)
         })
         .await??;
         if let Some(cp) = &recorded {

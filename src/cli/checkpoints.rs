@@ -194,6 +194,24 @@ pub fn history(args: HistoryArgs) -> ExitCode {
         if cp.effect.changes.len() > 10 {
             say!("    … {} more", cp.effect.changes.len() - 10);
         }
+        // Files written or removed in ignored trees (`.venv`,
+        // `node_modules`, build output): not part of the effect, but
+        // listed, marked, and undone with it.
+        let ignored: Vec<_> = cp.ignored_files().collect();
+        for p in ignored.iter().take(10) {
+            let mark = if p.remove {
+                '-'
+            } else if p.existed {
+                '~'
+            } else {
+                '+'
+            };
+            let size = p.size.map(|n| format!(", {n} bytes")).unwrap_or_default();
+            say!("    {mark} {}  [ignored tree{size}]", escape_line(&p.path));
+        }
+        if ignored.len() > 10 {
+            say!("    … {} more in ignored trees", ignored.len() - 10);
+        }
     }
     ExitCode::SUCCESS
 }

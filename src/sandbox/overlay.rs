@@ -34,6 +34,13 @@ pub struct OverlayMount {
     pub project: PathBuf,
     pub upper: PathBuf,
     pub work: PathBuf,
+    /// The command starts only once the kernel's coarse clock (the one
+    /// file timestamps are taken from) reads more than this (ns since the
+    /// epoch; 0: no wait). A transaction sets it to the clock at its start,
+    /// so every write the command could have seen a file before has a
+    /// ctime at most this, and every later write a ctime above it: "changed
+    /// since the action started" is then exact, not off by one clock tick.
+    pub not_before_ns: i64,
 }
 
 tokio::task_local! {
@@ -103,9 +110,11 @@ pub fn install(cmd: &mut tokio::process::Command, mount: &OverlayMount) -> std::
     // namespace goes (an ext4 `syncfs` per action, tens of ms or worse).
     options.extend_from_slice(b",userxattr,volatile");
     let options = cstring(&options, "the overlay options")?;
+    let not_before_ns = mount.not_before_ns;
     // SAFETY: the closure runs in the forked child before exec, where only
-    // async-signal-safe calls are allowed: raw unshare, open, write, close
-    // and mount system calls on data prepared above; it allocates nothing
+    // async-signal-safe calls are allowed: raw unshare, open, write, close,
+    // mount, clock_gettime and nanosleep system calls on data prepared
+    // above; it allocates nothing
     // (`last_os_error` only wraps the errno).
     unsafe {
         cmd.pre_exec(move || {
@@ -136,10 +145,50 @@ pub fn install(cmd: &mut tokio::process::Command, mount: &OverlayMount) -> std::
             {
                 return Err(std::io::Error::last_os_error());
             }
+            wait_for_tick(not_before_ns);
             Ok(())
         });
     }
     Ok(())
+}
+
+/// The kernel's coarse real-time clock now, in ns since the epoch: the
+/// clock file timestamps are taken from (0 if it cannot be read).
+/// Async-signal-safe (one `clock_gettime`).
+pub fn coarse_now_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0;
+    if !ok {
+        return 0;
+    }
+    ts.tv_sec.saturating_mul(1_000_000_000) + ts.tv_nsec
+}
+
+/// Longest wait for the coarse clock to pass a transaction's start (one
+/// tick is 1–10 ms; a clock that does not move must not hang the command).
+const MAX_TICK_WAIT_NS: i64 = 50_000_000;
+
+/// Sleep until the coarse clock reads more than `not_before_ns` (at most
+/// [`MAX_TICK_WAIT_NS`]). Runs in the forked child: only `clock_gettime`
+/// and `nanosleep`, both async-signal-safe.
+fn wait_for_tick(not_before_ns: i64) {
+    if not_before_ns <= 0 {
+        return;
+    }
+    let step = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 200_000,
+    };
+    let mut slept = 0i64;
+    while coarse_now_ns() <= not_before_ns && slept < MAX_TICK_WAIT_NS {
+        // SAFETY: nanosleep reads one timespec we own; no remainder wanted.
+        unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
+        slept += step.tv_nsec;
+    }
 }
 
 /// Write `bytes` to a `/proc` file in the child (no allocation).
@@ -196,6 +245,7 @@ fn probe_once(scratch: &Path) -> Result<(), String> {
         project: lower.clone(),
         upper: upper.clone(),
         work,
+        not_before_ns: 0,
     };
     let mut cmd = tokio::process::Command::new("/bin/sh");
     // Absolute paths: the child's working directory is set before the

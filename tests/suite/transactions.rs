@@ -5,7 +5,8 @@
 //!
 //! The person's concurrent edits are made from the test while the fake
 //! model's command sleeps (after the call's `in_progress` update, which is
-//! sent just before the command starts).
+//! sent just before the command starts, and a short pause: the command
+//! starts only once the coarse clock has ticked past the action's start).
 
 use crate::harness;
 use crate::support;
@@ -93,10 +94,22 @@ struct Run {
 /// Start a turn whose model runs `command` with the shell tool, and return
 /// once the command is running (text-gate asks before it are allowed).
 async fn running(project: &Path, command: &str) -> Run {
-    let home = tempfile::tempdir().unwrap();
     let args = json!({ "command": command }).to_string();
+    running_calls(project, &[("call_t", "shell", &args)], |_| {}).await
+}
+
+/// Start a turn whose model makes `calls` (id, tool, arguments) in one
+/// answer, with `prepare` run on the daemon's home first (user skills go
+/// there), and return once the first call is running.
+async fn running_calls(
+    project: &Path,
+    calls: &[(&str, &str, &str)],
+    prepare: impl FnOnce(&Path),
+) -> Run {
+    let home = tempfile::tempdir().unwrap();
+    prepare(home.path());
     let fake = FakeProvider::start(vec![
-        fake::openai_tool_calls(&[("call_t", "shell", &args)]),
+        fake::openai_tool_calls(calls),
         fake::openai_text("done"),
     ])
     .await;
@@ -119,6 +132,12 @@ async fn running(project: &Path, command: &str) -> Run {
         }
         client.answer(&msg, "allow_once").await;
     }
+    // The update comes just before the command is started, and the command
+    // starts only once the kernel's coarse clock has ticked past the
+    // action's start (≤ 4 ms here): what the person does before that is
+    // the state the command begins from. Edits meant as concurrent come
+    // after.
+    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
     Run {
         _home: home,
         fake,
@@ -152,6 +171,19 @@ impl Run {
 
     fn told(&self) -> String {
         self.fake.last_tool_results().pop().expect("a tool result")
+    }
+
+    /// Run the `passepartout` command line in `cwd` with the daemon's home.
+    fn cli(&self, cwd: &Path, args: &[&str]) -> std::process::Output {
+        let home = self._home.path();
+        Command::new(env!("CARGO_BIN_EXE_passepartout"))
+            .args(args)
+            .current_dir(cwd)
+            .env("HOME", home)
+            .env("XDG_CONFIG_HOME", home.join("config"))
+            .env("XDG_STATE_HOME", home.join("state"))
+            .output()
+            .unwrap()
     }
 
     async fn history(&mut self, cwd: &Path) -> Value {
@@ -444,5 +476,324 @@ async fn history_shows_an_agent_chosen_file_name_escaped() {
     assert!(
         !out.stdout.contains(&0x1b) && !out.stdout.contains(&0x07),
         "{text:?}"
+    );
+}
+
+/// Issue 24 item 4, the rest: what a command writes into ignored trees
+/// (`.venv`, `node_modules`) is recorded. `passepartout history` lists it,
+/// marked as ignored-tree writes and escaped like every name; `undo`
+/// removes what the action created there and puts back the small file it
+/// overwrote, and leaves the folders that were there before.
+#[tokio::test]
+async fn writes_into_ignored_trees_are_listed_by_history_and_undone() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let project = project();
+    let p = project.path();
+    std::fs::write(p.join(".gitignore"), ".env\n.venv/\nnode_modules/\n").unwrap();
+    let site = ".venv/lib/python3.11/site-packages";
+    std::fs::create_dir_all(p.join(site)).unwrap();
+    std::fs::write(p.join(".venv/pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+    let command = format!(
+        "mkdir -p node_modules/pkg && echo 'module.exports = 1' > node_modules/pkg/index.js \
+         && echo /opt/extra > {site}/extra.pth && echo 'home = /tmp/planted' > .venv/pyvenv.cfg \
+         && touch \"node_modules/$(printf 'e\\033[2Kx')\""
+    );
+    let mut run = running(p, &command).await;
+    // The `.pth` file is asked about (a runtime would run it); approved.
+    run.finish("allow_once").await;
+    assert!(p.join("node_modules/pkg/index.js").exists());
+    assert!(p.join(site).join("extra.pth").exists());
+    assert_eq!(
+        std::fs::read_to_string(p.join(".venv/pyvenv.cfg")).unwrap(),
+        "home = /tmp/planted\n"
+    );
+
+    let out = run.cli(p, &["history"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}");
+    for line in [
+        "+ node_modules/pkg/index.js  [ignored tree, 19 bytes]".to_string(),
+        format!("+ {site}/extra.pth  [ignored tree, 11 bytes]"),
+        "~ .venv/pyvenv.cfg  [ignored tree, 20 bytes]".to_string(),
+        "+ node_modules/e\\x1b[2Kx  [ignored tree, 0 bytes]".to_string(),
+    ] {
+        assert!(text.contains(&line), "{line:?} not in:\n{text}");
+    }
+    assert!(!out.stdout.contains(&0x1b), "{text:?}");
+
+    let out = run.cli(p, &["undo"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text} {:?}", out.stderr);
+    assert!(text.contains("undid c1"), "{text}");
+    assert!(!p.join("node_modules").exists(), "{:?}", tree(p).keys());
+    assert!(!p.join(site).join("extra.pth").exists());
+    assert!(p.join(site).is_dir(), "a folder that was there stays");
+    assert_eq!(
+        std::fs::read_to_string(p.join(".venv/pyvenv.cfg")).unwrap(),
+        "home = /usr/bin\n"
+    );
+}
+
+/// Issue 23: the command appends to `b.txt`, then the person deletes
+/// `b.txt` while the command still runs. The agent's write is a conflict,
+/// not a creation: the person's deletion stands.
+#[tokio::test]
+async fn a_file_the_person_deleted_meanwhile_is_a_conflict_not_recreated() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let project = project();
+    let p = project.path();
+    let mut run = running(p, "echo agent >> b.txt; echo agent > a.txt; sleep 3").await;
+    // The command has written b.txt (into its overlay) by now.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    std::fs::remove_file(p.join("b.txt")).unwrap();
+    let asked = run.finish("reject_once").await;
+    assert!(asked.is_empty(), "{asked:?}");
+    assert!(
+        !p.join("b.txt").exists(),
+        "the person's deletion was undone: {:?}",
+        std::fs::read_to_string(p.join("b.txt"))
+    );
+    assert_eq!(std::fs::read_to_string(p.join("a.txt")).unwrap(), "agent\n");
+    let told = run.told();
+    assert!(
+        told.contains("Conflict") && told.contains("b.txt (deleted in the project"),
+        "{told}"
+    );
+}
+
+/// Issue 23: the person saves `b.txt` right before approving a command
+/// that appends to it — within the same tick of the kernel's coarse clock
+/// (4 ms here) as the action's start, more often than not. That is the
+/// state the command began from, not a concurrent change: every round's
+/// append is applied, none is a conflict.
+#[tokio::test]
+async fn a_change_just_before_the_action_starts_is_not_a_conflict() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    const ROUNDS: usize = 6;
+    let project = project();
+    let p = project.path();
+    let home = tempfile::tempdir().unwrap();
+    // `rm -rf` is asked about: the person answers right after saving.
+    let calls: Vec<(String, String)> = (0..ROUNDS)
+        .map(|i| {
+            let command = format!("rm -rf gone-{i}; echo agent {i} >> b.txt");
+            (
+                format!("call_{i}"),
+                json!({ "command": command }).to_string(),
+            )
+        })
+        .collect();
+    let calls: Vec<(&str, &str, &str)> = calls
+        .iter()
+        .map(|(id, args)| (id.as_str(), "shell", args.as_str()))
+        .collect();
+    let fake = FakeProvider::start(vec![
+        fake::openai_tool_calls(&calls),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let url = fake.openai_url();
+    let (mut client, session) =
+        Client::with_session(home.path(), &["--provider-url", &url], json!({}), p).await;
+    let id = client
+        .start_request("session/prompt", prompt(&session, "go"))
+        .await;
+    let mut round = 0;
+    loop {
+        let msg = client
+            .wait_for(|v| {
+                (v["id"] == json!(id) && v.get("method").is_none())
+                    || v["method"] == "session/request_permission"
+            })
+            .await;
+        if msg["method"] != "session/request_permission" {
+            assert_eq!(msg["result"]["stopReason"], "end_turn", "{msg}");
+            break;
+        }
+        std::fs::write(p.join("b.txt"), format!("person {round}\n")).unwrap();
+        client.answer(&msg, "allow_once").await;
+        round += 1;
+    }
+    assert_eq!(round, ROUNDS);
+    let told = fake.last_tool_results();
+    assert_eq!(told.len(), ROUNDS, "{told:?}");
+    for t in &told {
+        assert!(!t.contains("Conflict"), "{t}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(p.join("b.txt")).unwrap(),
+        format!("person {}\nagent {}\n", ROUNDS - 1, ROUNDS - 1)
+    );
+}
+
+/// Issue 23: folders a command removed — empty ones, and the empty ones
+/// inside a removed tree — come back with undo, with their permissions.
+#[tokio::test]
+async fn empty_folders_a_command_removed_come_back_with_undo() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let project = project();
+    let p = project.path();
+    std::fs::create_dir(p.join("empty")).unwrap();
+    std::fs::set_permissions(p.join("empty"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::create_dir_all(p.join("logs/old")).unwrap();
+    std::fs::write(p.join("logs/keep.txt"), "kept\n").unwrap();
+    let mut run = running(p, "rmdir empty; rm -r logs; echo agent > a.txt").await;
+    run.finish("allow_once").await;
+    assert!(!p.join("empty").exists());
+    assert!(!p.join("logs").exists());
+    let r = run
+        .client
+        .request("_passepartout/undo", json!({ "cwd": p }))
+        .await;
+    assert_eq!(r["result"]["undone"], "c1", "{r}");
+    assert_eq!(std::fs::read_to_string(p.join("a.txt")).unwrap(), "a\n");
+    assert_eq!(
+        std::fs::read_to_string(p.join("logs/keep.txt")).unwrap(),
+        "kept\n"
+    );
+    assert!(p.join("logs/old").is_dir(), "{:?}", tree(p).keys());
+    assert!(p.join("empty").is_dir());
+    let mode = std::fs::metadata(p.join("empty"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700);
+}
+
+/// A user skill whose tool declares `long_running` (a dev server).
+const DEV_SERVER_SKILL: &str = "#+SKILL: devserver\n#+DESCRIPTION: a dev server\n\n\
+* serve :tool:\n:PROPERTIES:\n:APPROVAL: auto\n:END:\n\
+Start the dev server: it keeps running and shows its writes while it runs.\n\n\
+| name | type | required | description |\n\
+|------+------+----------+-------------|\n\
+| long_running | boolean | no | it keeps running |\n\n\
+#+begin_src bash\necho live > live.txt; sleep 3\n#+end_src\n";
+
+/// Issue 23: a tool that says it is long-running runs without the overlay
+/// — its writes reach the project while it runs — and is marked so in its
+/// result and in `passepartout history`.
+#[tokio::test]
+async fn a_long_running_command_writes_live_and_is_marked() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let project = project();
+    let p = project.path();
+    let args = json!({ "long_running": true });
+    let mut run = running_calls(p, &[("call_s", "serve", &args.to_string())], |home| {
+        let skills = home.join("config/passepartout/skills");
+        std::fs::create_dir_all(&skills).unwrap();
+        std::fs::write(skills.join("devserver.org"), DEV_SERVER_SKILL).unwrap();
+    })
+    .await;
+    // While it runs, its write is already in the project.
+    let mut live = false;
+    for _ in 0..40 {
+        if p.join("live.txt").exists() {
+            live = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        live,
+        "the long-running command's write is not visible while it runs"
+    );
+    run.finish("allow_once").await;
+    let told = run.told();
+    assert!(
+        told.contains("long-running: ran without an overlay"),
+        "{told}"
+    );
+    let out = run.cli(p, &["history"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains("serve") && text.contains("long-running"),
+        "{text}"
+    );
+    assert!(text.contains("+ live.txt"), "{text}");
+}
+
+/// Issue 23: an edit through the client's file system (ACP
+/// `fs/write_text_file`, the editor saves it) is recorded as a one-file
+/// changeset: `history` names that file only — not what the person saved
+/// in the editor meanwhile — and undo puts it back, 0600 as 0600.
+#[tokio::test]
+async fn a_client_fs_write_is_a_one_file_changeset_that_undo_reverts() {
+    let project = project();
+    let p = project.path();
+    std::fs::set_permissions(p.join("notes.txt"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start(vec![
+        fake::write_call("w1", "notes.txt", "the agent's notes\n"),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let url = fake.openai_url();
+    let mut c = Client::spawn(
+        harness::Framing::Ndjson,
+        home.path(),
+        &["--provider-url", &url, "--model", "fake"],
+    );
+    let caps = json!({ "fs": { "readTextFile": true, "writeTextFile": true } });
+    let r = c
+        .request(
+            "initialize",
+            json!({ "protocolVersion": 1, "clientCapabilities": caps }),
+        )
+        .await;
+    assert!(r.get("result").is_some(), "{r}");
+    let sid = c.new_session(p).await;
+    let id = c.start_request("session/prompt", prompt(&sid, "go")).await;
+    let mut writes = 0;
+    loop {
+        let msg = c.read().await.expect("daemon closed its output");
+        if msg["id"] == json!(id) && msg.get("method").is_none() {
+            assert_eq!(msg["result"]["stopReason"], "end_turn", "{msg}");
+            break;
+        }
+        match msg["method"].as_str().unwrap_or_default() {
+            "session/request_permission" => c.answer(&msg, "allow_once").await,
+            "fs/write_text_file" => {
+                // The editor saves the agent's buffer — and, meanwhile, the
+                // person's own buffer of b.txt.
+                let path = msg["params"]["path"].as_str().unwrap();
+                std::fs::write(path, msg["params"]["content"].as_str().unwrap()).unwrap();
+                std::fs::write(p.join("b.txt"), "the person's b\n").unwrap();
+                writes += 1;
+                c.respond(&msg["id"], json!({})).await;
+            }
+            _ => c.backlog.push(msg),
+        }
+    }
+    assert_eq!(writes, 1);
+    let h = c
+        .request("_passepartout/history", json!({ "cwd": p }))
+        .await;
+    let effect = &h["result"]["checkpoints"][0]["effect"];
+    assert_eq!(effect["modified"], json!(["notes.txt"]), "{h}");
+    assert_eq!(effect["created"], json!([]), "{h}");
+    let r = c.request("_passepartout/undo", json!({ "cwd": p })).await;
+    assert_eq!(r["result"]["undone"], "c1", "{r}");
+    assert_eq!(
+        std::fs::read_to_string(p.join("notes.txt")).unwrap(),
+        "my notes\n"
+    );
+    let mode = std::fs::metadata(p.join("notes.txt"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert_eq!(
+        std::fs::read_to_string(p.join("b.txt")).unwrap(),
+        "the person's b\n"
     );
 }
