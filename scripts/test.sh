@@ -59,7 +59,7 @@ tests/sdk/setup.sh
 # A failing step does not stop the others: every suite runs, the tally
 # counts them all, and the script fails at the end if anything did.
 status=0
-cargo test --locked --lib --bins --tests 2>&1 | tee -a "$log" || status=1
+cargo test --locked --no-fail-fast --lib --bins --tests 2>&1 | tee -a "$log" || status=1
 # The Emacs suite once per tested Emacs (a missing one fails here), the
 # versions side by side: each run mostly waits on its daemons, and each has
 # its own temporary directories and byte-compiles into its own.

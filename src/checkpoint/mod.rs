@@ -1518,7 +1518,14 @@ mod tests {
         // The whole store of this directory goes away.
         let store = p.records.parent().unwrap().to_path_buf();
         drop(p);
-        std::fs::remove_dir_all(store).unwrap();
+        // The stat cache is saved by a background thread, which may still
+        // be writing into the store: remove until nothing comes back.
+        let mut tries = 0;
+        while let Err(e) = std::fs::remove_dir_all(&store) {
+            tries += 1;
+            assert!(tries < 200, "the store cannot be removed: {e}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let p = Project::open(state.path(), one.path(), &cfg).unwrap();
         let b = recorded(&p, || std::fs::write(one.path().join("f"), "2").unwrap());
         assert_eq!(b.id, "c2");
