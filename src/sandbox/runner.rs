@@ -398,10 +398,12 @@ impl Drop for GroupKiller {
 /// read error, so a second call after a kill resumes where this one was
 /// interrupted.
 ///
-/// The first read past the cap kills `group`: the output cap is enforced
-/// at the source, so a command printing without end is stopped instead of
-/// being drained until its timeout. What is still in the pipe is read (and
-/// counted) until EOF, which the kill brings at once.
+/// The first read past the cap kills `group` and closes the pipe: the
+/// output cap is enforced at the source, so a command printing without end
+/// is stopped instead of being drained until its timeout. Reading on until
+/// the kill brings EOF would count what a fast writer (`yes`) pours in while
+/// its sandbox is torn down — megabytes on a loaded machine — so the count
+/// of what was cut is what was read past the cap, not all it wrote.
 async fn drain<R: AsyncRead + Unpin>(
     pipe: &mut Option<R>,
     capture: &mut Capture,
@@ -419,6 +421,7 @@ async fn drain<R: AsyncRead + Unpin>(
                 capture.push(&buf[..n]);
                 if !was_over && capture.dropped > 0 {
                     group.kill();
+                    break;
                 }
             }
         }
