@@ -44,12 +44,6 @@ pub struct Daemon {
     commands_sent: Mutex<HashMap<String, Vec<acp::AvailableCommand>>>,
 }
 
-/// How long the first `available_commands_update` waits after
-/// `session/new`: a client learns the session id from the response, so
-/// the update should come after it (the writer sends in queue order, and
-/// the response is queued when the handler returns).
-const COMMANDS_AFTER_NEW: std::time::Duration = std::time::Duration::from_millis(50);
-
 /// A skill command as ACP announces it.
 fn wire_command(c: &crate::skills::Command) -> acp::AvailableCommand {
     let mut wire = acp::AvailableCommand::new(c.name.clone(), c.description.clone());
@@ -281,13 +275,9 @@ impl Daemon {
         self.out.allow_extensions(extensions);
         *lock(&self.settings) = settings;
         if extensions {
-            // After the `initialize` reply (nothing comes before it): the
-            // reply is queued when this handler returns.
-            let (out, sandbox) = (self.out.clone(), self.env.sandbox.clone());
-            tokio::spawn(async move {
-                tokio::time::sleep(COMMANDS_AFTER_NEW).await;
-                out.notify(proto::EXT_SANDBOX_STATUS, &sandbox);
-            });
+            // After the `initialize` reply (nothing comes before it).
+            self.out
+                .notify_after_reply(proto::EXT_SANDBOX_STATUS, &self.env.sandbox);
         }
         if flight_plans {
             // Plans outlive daemons and editors: offer the pending ones again.
@@ -295,7 +285,7 @@ impl Daemon {
         }
         let caps = acp::AgentCapabilities::new()
             .prompt_capabilities(acp::PromptCapabilities::new().embedded_context(true))
-            // stdio and streamable HTTP MCP servers (src/mcp); no SSE.
+            // stdio, streamable HTTP and legacy HTTP+SSE MCP servers (src/mcp).
             .mcp_capabilities(acp::McpCapabilities::new().http(true).sse(true))
             .load_session(self.env.sessions.is_some())
             .session_capabilities(
@@ -356,12 +346,11 @@ impl Daemon {
         let session = Arc::new(session);
         lock(&self.sessions).insert(id.clone(), session.clone());
         if let Some(update) = self.commands_update(&session, true) {
-            let sink = RpcSink::new(self.out.clone(), id.clone());
-            tokio::spawn(async move {
-                tokio::time::sleep(COMMANDS_AFTER_NEW).await;
-                sink.update(update);
-                sink.flush();
-            });
+            // The client learns the session id from the reply: after it.
+            self.out.notify_after_reply(
+                proto::SESSION_UPDATE,
+                acp::SessionNotification::new(acp::SessionId::new(id.clone()), update),
+            );
         }
         let mut response =
             acp::NewSessionResponse::new(acp::SessionId::new(id)).modes(mode.state());

@@ -84,6 +84,12 @@ pub struct Outgoing {
     extensions: Arc<std::sync::atomic::AtomicBool>,
 }
 
+tokio::task_local! {
+    /// Notifications a request's handler asked to follow its reply
+    /// ([`Outgoing::notify_after_reply`]); set around each handler.
+    static AFTER_REPLY: Mutex<Vec<String>>;
+}
+
 /// The receiving side of [`Outgoing::channel`], drained by the writer.
 pub struct OutgoingQueue {
     rx: mpsc::UnboundedReceiver<String>,
@@ -142,6 +148,19 @@ impl Outgoing {
     }
 
     pub fn notify(&self, method: &str, params: impl Serialize) {
+        self.notify_when(method, params, false);
+    }
+
+    /// [`Self::notify`], but when called while a request is being handled,
+    /// sent right after that request's reply (else at once): a
+    /// notification that names what the reply creates (a session's first
+    /// update names the session `session/new` returns) must not reach the
+    /// client before the reply does.
+    pub fn notify_after_reply(&self, method: &str, params: impl Serialize) {
+        self.notify_when(method, params, true);
+    }
+
+    fn notify_when(&self, method: &str, params: impl Serialize, after_reply: bool) {
         if method.starts_with('_') && !self.extensions.load(Ordering::SeqCst) {
             return;
         }
@@ -152,9 +171,24 @@ impl Outgoing {
             );
             return;
         }
-        match serde_json::to_value(params) {
-            Ok(p) => self.send_raw(message::notification(method, &p)),
-            Err(e) => tracing::error!(method, "cannot serialise notification: {e}"),
+        let text = match serde_json::to_value(params) {
+            Ok(p) => message::notification(method, &p),
+            Err(e) => {
+                tracing::error!(method, "cannot serialise notification: {e}");
+                return;
+            }
+        };
+        let deferred = after_reply
+            && AFTER_REPLY
+                .try_with(|later| {
+                    later
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(text.clone())
+                })
+                .is_ok();
+        if !deferred {
+            self.send_raw(text);
         }
     }
 
@@ -313,7 +347,18 @@ pub async fn serve<R, W, S>(
                 let out = outgoing.clone();
                 tokio::spawn(async move {
                     tracing::debug!(%method, "request");
-                    let reply = match handled.await {
+                    let (handled, later) = AFTER_REPLY
+                        .scope(Mutex::default(), async {
+                            let handled = handled.await;
+                            let later = AFTER_REPLY.with(|later| {
+                                std::mem::take(
+                                    &mut *later.lock().unwrap_or_else(|p| p.into_inner()),
+                                )
+                            });
+                            (handled, later)
+                        })
+                        .await;
+                    let reply = match handled {
                         Ok(result) => message::result_response(&id, &result),
                         Err(e) => message::error_object_response(&id, &e),
                     };
@@ -321,6 +366,9 @@ pub async fn serve<R, W, S>(
                     // here (bounded by the in-flight limit).
                     out.room().await;
                     out.send_raw(reply);
+                    for text in later {
+                        out.send_raw(text);
+                    }
                     drop(permit);
                 });
             }
@@ -387,4 +435,67 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     // Nobody writes any more: let waiting producers go.
     queue.rx.close();
     queue.gauge.room.notify_waiters();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    /// A notification a handler defers comes after its reply on the wire;
+    /// one it sends plainly comes before; outside a handler both are sent
+    /// at once.
+    #[tokio::test]
+    async fn a_deferred_notification_follows_the_reply() {
+        let (out, queue) = Outgoing::channel();
+        let mut router = Router::new(Arc::new(out.clone()));
+        router.async_method("make", |out: Arc<Outgoing>, _: Option<Value>| async move {
+            out.notify_after_reply("made", json!({ "n": 1 }));
+            // Give the writer every chance to send it early.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            out.notify("now", json!({}));
+            Ok(json!("done"))
+        });
+        let (client, daemon) = tokio::io::duplex(64 * 1024);
+        let (daemon_read, daemon_write) = tokio::io::split(daemon);
+        let served = tokio::spawn(serve(
+            daemon_read,
+            daemon_write,
+            out.clone(),
+            queue,
+            router,
+            Hooks::notifications(Arc::new(|_, _| {})),
+        ));
+        let (client_read, mut client_write) = tokio::io::split(client);
+        client_write
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"make\"}\n")
+            .await
+            .unwrap();
+        let mut lines = BufReader::new(client_read).lines();
+        let mut seen = vec![];
+        for _ in 0..3 {
+            let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+                .await
+                .expect("three messages")
+                .unwrap()
+                .expect("a line");
+            let v: Value = serde_json::from_str(&line).unwrap();
+            seen.push(
+                v["method"]
+                    .as_str()
+                    .map_or("reply".to_string(), str::to_string),
+            );
+        }
+        assert_eq!(seen, ["now", "reply", "made"]);
+        // Outside a handler there is no reply to wait for.
+        out.notify_after_reply("outside", json!({}));
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("sent at once")
+            .unwrap()
+            .unwrap();
+        assert!(line.contains("\"outside\""), "{line}");
+        served.abort();
+    }
 }
