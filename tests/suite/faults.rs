@@ -235,7 +235,9 @@ async fn a_huge_content_length_does_not_make_the_connection_deaf() {
     c.initialize(json!({})).await;
     c.send_raw(b"Content-Length: 99999999999\r\n\r\n{\"jsonrpc\":\"2.0\"}")
         .await;
-    let r = c.read().await.unwrap();
+    // The sandbox status follows the initialize reply; the refusal is the
+    // first message that is not a notification.
+    let r = c.wait_for(|m| m.get("method").is_none()).await;
     assert_eq!(r["error"]["code"], -32700, "{r}");
     let r = c
         .request("session/new", json!({ "cwd": "/", "mcpServers": [] }))
