@@ -462,15 +462,7 @@ async fn history_shows_an_agent_chosen_file_name_escaped() {
         .flatten()
         .any(|e| e.file_name().to_string_lossy().contains('\x1b'));
     assert!(planted, "the command made no such file: {:?}", tree(p));
-    let home = run._home.path();
-    let out = Command::new(env!("CARGO_BIN_EXE_passepartout"))
-        .arg("history")
-        .current_dir(p)
-        .env("HOME", home)
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env("XDG_STATE_HOME", home.join("state"))
-        .output()
-        .unwrap();
+    let out = run.cli(p, &["history"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("+ x\\x1b[1A\\x1b[2Ky"), "{text}");
     assert!(
