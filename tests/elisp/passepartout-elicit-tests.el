@@ -47,26 +47,14 @@
                      (equal (plist-get m :tool_call_id) id))
            return (plist-get m :content)))
 
-(defvar native-comp-enable-subr-trampolines) ; Emacs 29 and later
-(defvar comp-enable-subr-trampolines)        ; its Emacs 28 name
-
 (defmacro passepartout-elicit-test--answering (answers &rest body)
   "Run BODY with the minibuffer answering from the alist ANSWERS.
 Keys are substrings of a prompt; `y-or-n-p' answers t unless its
 value is nil; a value `quit' signals `quit' (C-g).  Every prompt is
-pushed onto `prompts'.
-
-`read-string', `completing-read' and `y-or-n-p' are primitives: in an
-Emacs with native compilation, replacing one first compiles a
-\=`trampoline' for it (so that natively compiled callers see the
-replacement) with the native compiler: 10-20 s per run under Emacs 30
-in batch, which does not keep them all between runs.  The package is
-loaded from source in these tests, so its calls go through the symbols
-and no trampoline is needed."
+pushed onto `prompts'.  (No native-comp trampoline is compiled for
+the replaced primitives: see passepartout-test-support.el.)"
   (declare (indent 1))
-  `(let ((prompts nil)
-         (native-comp-enable-subr-trampolines nil)
-         (comp-enable-subr-trampolines nil))
+  `(let ((prompts nil))
      (cl-flet ((reply (prompt)
                  (push prompt prompts)
                  (let ((hit (cl-find-if (lambda (a) (string-match-p (regexp-quote (car a)) prompt))
