@@ -303,6 +303,15 @@ async fn a_token_refused_mid_session_needs_login_and_is_not_a_crash() {
         "MCP server `docs` is not running: needs login: run `passepartout mcp login docs`"
     );
     assert_eq!(server.calls(), 1, "the refused call never ran");
+    // The person sees the same words on the call's card.
+    assert!(
+        c.backlog.iter().any(|m| m["method"] == "session/update"
+            && m["params"]["update"]["sessionUpdate"] == "tool_call_update"
+            && m.to_string()
+                .contains("needs login: run `passepartout mcp login docs`")),
+        "{:?}",
+        c.backlog
+    );
 
     // The session's state is "needs login": the next turn no longer offers
     // the server's tools, and the log says why, with no crash in it.
