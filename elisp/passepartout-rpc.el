@@ -493,6 +493,14 @@ into the code.  A string value is returned as is."
   (unless (eq (plist-get params :available) t)
     (message "passepartout: %s" (plist-get params :message))))
 
+(cl-defmethod passepartout--handle-notification
+  (_conn (_method (eql '_passepartout/sessions/pruned)) params)
+  "Say which old sessions the journals' quota removed (PARAMS).
+The daemon sends it once, when a new session took the session journals
+past their quota (`[sessions]' in its config.toml): those sessions can
+no longer be resumed."
+  (message "passepartout: %s" (plist-get params :message)))
+
 (defun passepartout--initialize-params (keys)
   "Return the params of `initialize', with API KEYS when non-nil."
   (list :protocolVersion 1

@@ -58,6 +58,9 @@ pub const EXT_SESSION_COMPACTED: &str = "_passepartout/session/compacted";
 /// Daemon → client: the audit log or a session journal started (or
 /// stopped) losing records, e.g. on a full disk.
 pub const EXT_RECORDS: &str = "_passepartout/records";
+/// Daemon → client: the session journals passed their quota and the
+/// oldest were removed (once per removal).
+pub const EXT_SESSIONS_PRUNED: &str = "_passepartout/sessions/pruned";
 /// Client → daemon: change the budgets of this daemon.
 pub const EXT_BUDGET_SET: &str = "_passepartout/budget/set";
 /// Client → daemon: trust a project's MCP configuration, by the hash of
@@ -81,6 +84,38 @@ pub struct ClientSettings {
     /// API keys by provider name (e.g. from auth-source). Never logged.
     #[serde(skip_serializing)]
     pub api_keys: std::collections::BTreeMap<String, String>,
+}
+
+/// `_passepartout/sessions/pruned`: a new session took the session
+/// journals past their quota (`[sessions]`), and the oldest were removed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionsPruned {
+    /// The writer whose records were removed (`session`), as in
+    /// `_passepartout/records`.
+    pub writer: &'static str,
+    /// The journals' directory.
+    pub path: std::path::PathBuf,
+    /// Each journal removed, oldest first.
+    pub removed: Vec<PrunedJournal>,
+    /// Bytes freed.
+    pub freed: u64,
+    /// Journals left, and their bytes.
+    pub kept: usize,
+    pub kept_bytes: u64,
+    /// Sessions past the quota kept because they are open.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub open_kept: Vec<String>,
+    /// The same, in one line for the person, naming the settings.
+    pub message: String,
+}
+
+/// One journal removed by the quota.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PrunedJournal {
+    pub session_id: String,
+    pub bytes: u64,
 }
 
 /// `_passepartout/session/status`: a session's state for a mode line.

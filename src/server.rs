@@ -338,8 +338,14 @@ impl Daemon {
         let mode = self.env.config.default_mode;
         let mut session = Session::new(id.clone(), cwd.clone()).with_mode(mode);
         if let Some(store) = &self.env.sessions {
-            match store.create(&id, &cwd) {
-                Ok(journal) => session = session.with_journal(journal),
+            match store.create_noting(&id, &cwd) {
+                Ok((journal, pruned)) => {
+                    // The person loses old sessions: told once, not only logged.
+                    if let Some(pruned) = pruned {
+                        self.out.notify(proto::EXT_SESSIONS_PRUNED, pruned);
+                    }
+                    session = session.with_journal(journal)
+                }
                 Err(e) => tracing::error!(session = %id, "session will not be saved: {e}"),
             }
         }

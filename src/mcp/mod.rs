@@ -244,7 +244,11 @@ impl Server {
             }),
             Ok(Ok(result)) => Ok(result),
             Ok(Err(e)) => {
-                if peer.is_transport_closed() || matches!(e, rmcp::ServiceError::TransportClosed) {
+                if let Some(reason) = self.refused_login(&e) {
+                    Err(CallError::NotRunning { name, reason })
+                } else if peer.is_transport_closed()
+                    || matches!(e, rmcp::ServiceError::TransportClosed)
+                {
                     // Give the stderr reader a moment to catch the last words.
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     let reason = self.fail(&format!(
@@ -323,11 +327,29 @@ impl Server {
                 secs: timeout.as_secs(),
             }),
             Ok(Ok(result)) => Ok(result),
-            Ok(Err(e)) => Err(CallError::Failed {
-                name,
-                reason: readable_service_error(&e),
-            }),
+            Ok(Err(e)) => match self.refused_login(&e) {
+                Some(reason) => Err(CallError::NotRunning { name, reason }),
+                None => Err(CallError::Failed {
+                    name,
+                    reason: readable_service_error(&e),
+                }),
+            },
         }
+    }
+
+    /// When a request failed because the server refused the session's
+    /// token (expired or revoked mid-session, and the refresh refused too):
+    /// the server's state becomes the same "needs login" a server without
+    /// a token gets at start — it did not crash, and what fixes it is
+    /// `mcp login` — and that state is returned.
+    fn refused_login(&self, error: &rmcp::ServiceError) -> Option<String> {
+        if !(error.is_authorization_required() || oauth::needs_login(error)) {
+            return None;
+        }
+        let hint = oauth::login_hint(login_name(&self.spec));
+        *lock(&self.failure) = Some(hint.clone());
+        tracing::warn!(server = %self.spec.name, "MCP server refused the session's token: {hint}");
+        Some(hint)
     }
 
     async fn stop(&self) {
@@ -357,6 +379,19 @@ pub fn describe(t: &Transport) -> String {
         }
         Transport::Http { url, .. } => format!("http: {url}"),
         Transport::Sse { url, .. } => format!("sse: {url}"),
+    }
+}
+
+/// The name `mcp login` knows a server by: its config name, or its URL
+/// for a server an ACP client named (not in config.toml).
+fn login_name(spec: &ServerSpec) -> &str {
+    match &spec.transport {
+        Transport::Http { url, .. } | Transport::Sse { url, .. }
+            if spec.origin == Origin::Client =>
+        {
+            url.as_str()
+        }
+        _ => spec.name.as_str(),
     }
 }
 
@@ -467,13 +502,8 @@ async fn connect(
                 cap: limits.max_message,
             };
             // A server answering 401 needs `mcp login`: said so, with the
-            // name `mcp login` knows it by (an ACP client's server is not
-            // in config.toml: its URL).
-            let who = if spec.origin == Origin::Client {
-                url.as_str()
-            } else {
-                spec.name.as_str()
-            };
+            // name `mcp login` knows it by.
+            let who = login_name(spec);
             let init_error = |e: rmcp::service::ClientInitializeError| {
                 if oauth::needs_login(&e) {
                     oauth::login_hint(who)

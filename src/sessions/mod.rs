@@ -24,7 +24,9 @@
 //!   [`Quota::keep_newest`] and never one that is open — an open journal is
 //!   held with a shared `flock` by the process writing it, so a prune by
 //!   another process (`passepartout sessions prune`) sees it too. What was
-//!   removed is logged as a warning; `sessions prune` prints it.
+//!   removed is logged as a warning and handed back by
+//!   [`SessionStore::create_noting`] (the daemon tells its client with
+//!   `_passepartout/sessions/pruned`); `sessions prune` prints it.
 //!
 //! Reading a journal ([`read_session`]) rebuilds the model's history
 //! (`prompt`, `message`, `compacted`, `snapshot` records) and the replay a
@@ -260,6 +262,37 @@ impl Pruned {
         }
         line
     }
+
+    /// What a removal did, for the client and the log.
+    pub fn notice(&self, dir: &Path, quota: &Quota) -> crate::protocol::SessionsPruned {
+        let names: Vec<String> = self
+            .removed
+            .iter()
+            .map(|(id, len)| format!("{id} ({})", human_bytes(*len)))
+            .collect();
+        crate::protocol::SessionsPruned {
+            writer: "session",
+            path: dir.to_path_buf(),
+            removed: self
+                .removed
+                .iter()
+                .map(|(id, len)| crate::protocol::PrunedJournal {
+                    session_id: id.clone(),
+                    bytes: *len,
+                })
+                .collect(),
+            freed: self.freed,
+            kept: self.kept,
+            kept_bytes: self.kept_bytes,
+            open_kept: self.open_kept.clone(),
+            message: format!(
+                "the session journals in {} passed their quota: removed the oldest: {}; {}",
+                dir.display(),
+                names.join(", "),
+                self.summary(quota)
+            ),
+        }
+    }
 }
 
 /// The directory of journals plus the writer thread.
@@ -359,22 +392,16 @@ impl SessionStore {
         pruned
     }
 
-    /// [`Self::prune`], with a warning naming what was removed.
-    fn enforce_quota(&self) {
+    /// [`Self::prune`], with a warning naming what was removed; what was
+    /// removed, when anything was, for the client.
+    fn enforce_quota(&self) -> Option<crate::protocol::SessionsPruned> {
         let pruned = self.prune();
-        if !pruned.removed.is_empty() {
-            let names: Vec<String> = pruned
-                .removed
-                .iter()
-                .map(|(id, len)| format!("{id} ({})", human_bytes(*len)))
-                .collect();
-            tracing::warn!(
-                "the session journals in {} passed their quota: removed the oldest: {}; {}",
-                self.dir.display(),
-                names.join(", "),
-                pruned.summary(&self.quota)
-            );
+        if pruned.removed.is_empty() {
+            return None;
         }
+        let notice = pruned.notice(&self.dir, &self.quota);
+        tracing::warn!("{}", notice.message);
+        Some(notice)
     }
 
     pub fn dir(&self) -> &Path {
@@ -394,6 +421,17 @@ impl SessionStore {
         id: &str,
         cwd: &Path,
     ) -> Result<Journal, StoreError> {
+        self.create_noting(id, cwd).map(|(journal, _)| journal)
+    }
+
+    /// [`Self::create`], and what the quota removed to make room, when it
+    /// removed anything: the daemon tells its client
+    /// (`_passepartout/sessions/pruned`), since the person loses sessions.
+    pub fn create_noting(
+        self: &std::sync::Arc<Self>,
+        id: &str,
+        cwd: &Path,
+    ) -> Result<(Journal, Option<crate::protocol::SessionsPruned>), StoreError> {
         let path = self.path_of(id)?;
         let journal = Journal {
             store: self.clone(),
@@ -407,8 +445,8 @@ impl SessionStore {
             version: env!("CARGO_PKG_VERSION").into(),
         });
         // The new journal is open (locked), so it is never the one removed.
-        self.enforce_quota();
-        Ok(journal)
+        let pruned = self.enforce_quota();
+        Ok((journal, pruned))
     }
 
     /// The journal of an existing session, for appending.

@@ -51,7 +51,8 @@
   "Run BODY with the minibuffer answering from the alist ANSWERS.
 Keys are substrings of a prompt; `y-or-n-p' answers t unless its
 value is nil; a value `quit' signals `quit' (C-g).  Every prompt is
-pushed onto `prompts'."
+pushed onto `prompts'.  (No native-comp trampoline is compiled for
+the replaced primitives: see passepartout-test-support.el.)"
   (declare (indent 1))
   `(let ((prompts nil))
      (cl-flet ((reply (prompt)

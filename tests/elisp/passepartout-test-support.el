@@ -32,6 +32,18 @@
 (require 'subr-x)
 (require 'passepartout)
 
+;; The tests replace minibuffer primitives (`yes-or-no-p', `y-or-n-p',
+;; `read-string', `completing-read') with the person's answers.  In an
+;; Emacs with native compilation, replacing a primitive first compiles a
+;; "trampoline" for it, so that natively compiled callers see the
+;; replacement: 5-20 s a primitive under Emacs 30 in batch, which does not
+;; keep them all between runs.  The package is loaded from source here,
+;; so its calls go through the symbols and need no trampoline.
+(defvar native-comp-enable-subr-trampolines) ; Emacs 29 and later
+(defvar comp-enable-subr-trampolines)        ; its Emacs 28 name
+(setq native-comp-enable-subr-trampolines nil
+      comp-enable-subr-trampolines nil)
+
 (defvar passepartout-test--bin
   (expand-file-name (or (getenv "PASSEPARTOUT_BIN") "target/debug/passepartout"))
   "The daemon under test.")

@@ -260,3 +260,87 @@ async fn without_a_usable_token_the_server_needs_login_and_nothing_hangs() {
         "{r}"
     );
 }
+
+/// The daemon's log file, as far as it was written.
+fn daemon_log(home: &Path) -> String {
+    std::fs::read_to_string(home.join("state/passepartout/logs/passepartout.log"))
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_token_refused_mid_session_needs_login_and_is_not_a_crash() {
+    let server = OAuthServer::start(3600).await;
+    let s = Setup::new(vec![
+        fake::openai_tool_calls(&[("call_a", "mcp__docs__echo", r#"{"text": "first"}"#)]),
+        fake::openai_text("done"),
+        fake::openai_tool_calls(&[("call_b", "mcp__docs__echo", r#"{"text": "second"}"#)]),
+        fake::openai_text("needs a login"),
+        fake::openai_text("still"),
+    ])
+    .await;
+    let config = config(&server);
+    let home = s.home.path();
+    login(home, &config).await;
+    let mut c = s.spawn(Some(&config));
+    c.initialize(json!({})).await;
+    let r = new_session(&mut c, s.project.path(), json!([])).await;
+    assert_eq!(docs_state(&r), "running", "{r}");
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    prompt_and_answer(&mut c, &sid, "allow_once").await;
+    assert_eq!(
+        tool_result(&s.fake, 1),
+        wrapped("docs", "echo", "echo: first")
+    );
+
+    // The person revokes the app while the session runs: the access token
+    // is refused and so is the refresh token. The call's result says what
+    // to do, as at start — not that the server stopped.
+    server.revoke_all();
+    prompt_and_answer(&mut c, &sid, "allow_once").await;
+    let result = tool_result(&s.fake, 3);
+    assert_eq!(
+        result,
+        "MCP server `docs` is not running: needs login: run `passepartout mcp login docs`"
+    );
+    assert_eq!(server.calls(), 1, "the refused call never ran");
+    // The person sees the same words on the call's card.
+    assert!(
+        c.backlog.iter().any(|m| m["method"] == "session/update"
+            && m["params"]["update"]["sessionUpdate"] == "tool_call_update"
+            && m.to_string()
+                .contains("needs login: run `passepartout mcp login docs`")),
+        "{:?}",
+        c.backlog
+    );
+
+    // The session's state is "needs login": the next turn no longer offers
+    // the server's tools, and the log says why, with no crash in it.
+    let p = c
+        .start_request("session/prompt", harness::prompt(&sid, "again"))
+        .await;
+    let done = c.wait_response(p).await;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    let offered: Vec<String> = s.fake.requests()[4].body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str().map(String::from))
+        .collect();
+    assert!(
+        !offered.contains(&"mcp__docs__echo".to_string()),
+        "{offered:?}"
+    );
+    let deadline = std::time::Instant::now() + harness::WAIT;
+    let log = loop {
+        let log = daemon_log(home);
+        if log.contains("needs login") || std::time::Instant::now() > deadline {
+            break log;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        log.contains("needs login: run `passepartout mcp login docs`"),
+        "{log}"
+    );
+    assert!(!log.contains("stopped during the call"), "{log}");
+}

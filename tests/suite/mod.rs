@@ -35,6 +35,7 @@ mod sandbox;
 mod sdk_python;
 mod session_configure;
 mod sessions;
+mod sessions_pruned;
 mod skills;
 mod skills_live;
 mod slash_commands;
