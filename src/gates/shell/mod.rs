@@ -164,3 +164,52 @@ fn opaque(script: &str, findings: &mut Vec<(Decision, String)>) {
         ));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use crate::action::{Action, Approval, Effect};
+    use crate::gates::engine::GateEngine;
+    use crate::gates::GateContext;
+
+    fn shell_action(script: &str) -> Action {
+        Action {
+            tool: "shell".into(),
+            target: "shell".into(),
+            arguments: serde_json::json!({}),
+            effect: Effect::Run {
+                interpreter: "bash".into(),
+                script: script.into(),
+                argv: vec![],
+                env: BTreeMap::new(),
+                network: false,
+            },
+            approval: Approval::Auto,
+            timeout_secs: None,
+        }
+    }
+
+    /// Every gate of one action, the syntax pass and the command builder
+    /// included, shares one parse of each shell text: the script, and each
+    /// nested `bash -c` string once more.
+    #[test]
+    fn each_shell_text_is_parsed_once_per_action() {
+        let ctx = GateContext {
+            cwd: "/home/u/proj".into(),
+            home: Some("/home/u".into()),
+            network_allow: vec![],
+            host_paths: Vec::new(),
+        };
+        let engine = GateEngine::with_builtin_gates();
+        for (script, texts) in [
+            ("ls -la src | wc -l", 1),
+            ("cd src && bash -c 'grep -rn todo .'", 2),
+        ] {
+            let before = super::syntax::parses_on_this_thread();
+            engine.evaluate(&shell_action(script), &ctx);
+            let parses = super::syntax::parses_on_this_thread() - before;
+            assert_eq!(parses, texts, "{script}: {parses} parses for {texts} texts");
+        }
+    }
+}
