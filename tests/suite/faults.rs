@@ -88,15 +88,29 @@ fn write_config(home: &Path, text: &str) -> String {
     path.to_string_lossy().into_owned()
 }
 
-/// Resident memory of a process, from /proc, in bytes.
+/// Resident memory of a process, in bytes.
 fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kb * 1024
+    harness::proc_memory(pid, "VmRSS")
+}
+
+/// A daemon whose provider never stops answering, with `config` as its
+/// configuration file, in a new session: the provider (keep it alive),
+/// the client and the session id.
+async fn endless_session(
+    home: &Path,
+    project: &Path,
+    config: &str,
+) -> (EndlessProvider, Client, String) {
+    let provider = endless_provider().await;
+    let config = write_config(home, config);
+    let (client, sid) = Client::with_session(
+        home,
+        &["--config", &config, "--provider-url", &provider.url],
+        json!({}),
+        project,
+    )
+    .await;
+    (provider, client, sid)
 }
 
 // 1. Memory without bound.
@@ -105,15 +119,8 @@ fn rss_bytes(pid: u32) -> u64 {
 async fn an_endless_answer_is_cut_at_max_answer_bytes() {
     let home = tempfile::tempdir().unwrap();
     let project = tempfile::tempdir().unwrap();
-    let provider = endless_provider().await;
-    let config = write_config(home.path(), "max_answer_bytes = 200000\n");
-    let (mut c, sid) = Client::with_session(
-        home.path(),
-        &["--config", &config, "--provider-url", &provider.url],
-        json!({}),
-        project.path(),
-    )
-    .await;
+    let (_provider, mut c, sid) =
+        endless_session(home.path(), project.path(), "max_answer_bytes = 200000\n").await;
     let r = c.request("session/prompt", prompt(&sid, "talk")).await;
     assert_eq!(r["result"]["stopReason"], "max_tokens", "{r}");
     let text = c.message_text();
@@ -129,14 +136,11 @@ async fn an_endless_answer_is_cut_at_max_answer_bytes() {
 async fn a_client_that_stops_reading_bounds_the_daemon_and_cancel_still_works() {
     let home = tempfile::tempdir().unwrap();
     let project = tempfile::tempdir().unwrap();
-    let provider = endless_provider().await;
     // No answer cap to speak of: only backpressure can bound memory.
-    let config = write_config(home.path(), "max_answer_bytes = 4000000000\n");
-    let (mut c, sid) = Client::with_session(
+    let (provider, mut c, sid) = endless_session(
         home.path(),
-        &["--config", &config, "--provider-url", &provider.url],
-        json!({}),
         project.path(),
+        "max_answer_bytes = 4000000000\n",
     )
     .await;
     let p = c
@@ -332,13 +336,7 @@ async fn text_deltas_are_coalesced_into_fewer_notifications_byte_for_byte() {
         fake::openai_text("after the tool"),
     ])
     .await;
-    let (mut c, sid) = Client::with_session(
-        home.path(),
-        &["--provider-url", &fake.openai_url()],
-        json!({}),
-        project.path(),
-    )
-    .await;
+    let (mut c, sid) = Client::with_fake(home.path(), &fake, project.path()).await;
     let r = c.request("session/prompt", prompt(&sid, "go")).await;
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
     let expected: String = deltas.concat();
@@ -495,13 +493,7 @@ async fn state_files_are_private() {
         fake::openai_text("done"),
     ])
     .await;
-    let (mut c, sid) = Client::with_session(
-        home.path(),
-        &["--provider-url", &fake.openai_url()],
-        json!({}),
-        project.path(),
-    )
-    .await;
+    let (mut c, sid) = Client::with_fake(home.path(), &fake, project.path()).await;
     let r = c.request("session/prompt", prompt(&sid, "look")).await;
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
     let state = home.path().join("state/passepartout");
