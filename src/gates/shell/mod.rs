@@ -167,28 +167,9 @@ fn opaque(script: &str, findings: &mut Vec<(Decision, String)>) {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use crate::action::{Action, Approval, Effect};
+    use crate::action::Action;
     use crate::gates::engine::GateEngine;
     use crate::gates::GateContext;
-
-    fn shell_action(script: &str) -> Action {
-        Action {
-            tool: "shell".into(),
-            target: "shell".into(),
-            arguments: serde_json::json!({}),
-            effect: Effect::Run {
-                interpreter: "bash".into(),
-                script: script.into(),
-                argv: vec![],
-                env: BTreeMap::new(),
-                network: false,
-            },
-            approval: Approval::Auto,
-            timeout_secs: None,
-        }
-    }
 
     /// Every gate of one action, the syntax pass and the command builder
     /// included, shares one parse of each shell text: the script, and each
@@ -207,7 +188,7 @@ mod tests {
             ("cd src && bash -c 'grep -rn todo .'", 2),
         ] {
             let before = super::syntax::parses_on_this_thread();
-            engine.evaluate(&shell_action(script), &ctx);
+            engine.evaluate(&Action::shell_for_tests(script), &ctx);
             let parses = super::syntax::parses_on_this_thread() - before;
             assert_eq!(parses, texts, "{script}: {parses} parses for {texts} texts");
         }
