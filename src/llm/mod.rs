@@ -340,3 +340,22 @@ pub use anthropic::AnthropicProvider;
 pub use cascade::{Answered, Cascade, CascadeError, RetryPolicy};
 pub use config::{build_cascade, ProviderConfig, ProviderKind};
 pub use openai::OpenAiProvider;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_api_key_header_is_sensitive_and_a_bad_key_names_its_provider() {
+        let header = api_key_header("hosted", "Bearer sk-123").unwrap();
+        assert!(header.is_sensitive());
+        assert_eq!(header.to_str().unwrap(), "Bearer sk-123");
+        match api_key_header("hosted", "sk-1\n23") {
+            Err(ProviderError::Config(why)) => assert_eq!(
+                why,
+                "provider hosted: the API key contains characters not allowed in a header"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+}
