@@ -8,78 +8,17 @@ use crate::harness;
 use crate::support;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use harness::{prompt, Client, Framing};
 use serde_json::{json, Value};
+use support::endless_provider::EndlessProvider;
 use support::fake_provider::{self as fake, FakeProvider, Reply};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use tokio::io::AsyncWriteExt;
 
-/// An OpenAI-compatible server whose answer never ends: it streams text
-/// chunks as fast as the daemon takes them, until the connection closes.
-struct EndlessProvider {
-    url: String,
-    requests: Arc<AtomicUsize>,
-    _server: tokio::task::JoinHandle<()>,
-}
-
+/// The endless provider of these tests: long chunks, a few to a write.
 async fn endless_provider() -> EndlessProvider {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    let requests = Arc::new(AtomicUsize::new(0));
-    let counter = requests.clone();
-    let server = tokio::spawn(async move {
-        loop {
-            let Ok((mut stream, _)) = listener.accept().await else {
-                return;
-            };
-            counter.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                // Read the request head and body (small), then stream.
-                let mut seen = Vec::new();
-                let mut buf = [0u8; 4096];
-                loop {
-                    let Ok(n) = stream.read(&mut buf).await else {
-                        return;
-                    };
-                    if n == 0 {
-                        return;
-                    }
-                    seen.extend_from_slice(&buf[..n]);
-                    if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&seen[..end]).to_lowercase();
-                        let length: usize = head
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length:"))
-                            .and_then(|v| v.trim().parse().ok())
-                            .unwrap_or(0);
-                        if seen.len() >= end + 4 + length {
-                            break;
-                        }
-                    }
-                }
-                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
-                            cache-control: no-cache\r\nconnection: close\r\n\r\n";
-                if stream.write_all(head.as_bytes()).await.is_err() {
-                    return;
-                }
-                let piece = "endless ".repeat(128);
-                let chunk = json!({
-                    "id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                    "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": null}],
-                });
-                let frame = format!("data: {chunk}\n\n").repeat(16);
-                while stream.write_all(frame.as_bytes()).await.is_ok() {}
-            });
-        }
-    });
-    EndlessProvider {
-        url,
-        requests,
-        _server: server,
-    }
+    EndlessProvider::start(&"endless ".repeat(128), 16).await
 }
 
 fn write_config(home: &Path, text: &str) -> String {
