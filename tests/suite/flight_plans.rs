@@ -55,6 +55,36 @@ async fn prompt_until_offer(client: &mut Client, project: &Path, text: &str) -> 
     }
 }
 
+/// Decide plan `plan_id` from `client` (`approve`, `reject`, ...); the
+/// response.
+async fn decide(client: &mut Client, plan_id: &str, decision: &str) -> Value {
+    client
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": plan_id, "decision": decision }),
+        )
+        .await
+}
+
+/// Kill the daemon `first` with SIGKILL, start the next one on the same
+/// home, approve plan `plan_id` there once it is offered again, and wait
+/// for what became of it: the next daemon and its `plan/resolved`.
+async fn approve_after_sigkill(
+    mut first: Client,
+    home: &Path,
+    fake: &FakeProvider,
+    plan_id: &str,
+) -> (Client, Value) {
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+    let mut next = plan_client(home, fake).await;
+    next.wait_method("_passepartout/plan/offer").await;
+    let r = decide(&mut next, plan_id, "approve").await;
+    assert_eq!(r["result"]["status"], "approved", "{r}");
+    let resolved = next.wait_method("_passepartout/plan/resolved").await;
+    (next, resolved)
+}
+
 fn write_call(path: &str, content: &str) -> Reply {
     let args = json!({ "path": path, "content": content }).to_string();
     fake::openai_tool_calls(&[("call_w", "write_file", &args)])
@@ -273,12 +303,7 @@ async fn an_edit_that_a_gate_denies_is_refused_and_the_plan_stays_pending() {
     );
     let list = c.request("_passepartout/plans/list", json!(null)).await;
     assert_eq!(list["result"]["plans"][0]["planId"], json!(id), "{list}");
-    let r = c
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": id, "decision": "reject" }),
-        )
-        .await;
+    let r = decide(&mut c, &id, "reject").await;
     assert_eq!(r["result"]["status"], "rejected", "{r}");
     c.wait_response(p).await;
 }
@@ -326,12 +351,7 @@ async fn a_plan_survives_sigkill_and_runs_exactly_once() {
     let mut second = plan_client(home.path(), &fake).await;
     let again = second.wait_method("_passepartout/plan/offer").await;
     assert_eq!(again["params"]["plan"]["planId"], json!(id), "{again}");
-    let r = second
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": id, "decision": "approve" }),
-        )
-        .await;
+    let r = decide(&mut second, &id, "approve").await;
     assert_eq!(r["result"]["status"], "approved", "{r}");
     let resolved = second.wait_method("_passepartout/plan/resolved").await;
     assert_eq!(resolved["params"]["status"], "executed", "{resolved}");
@@ -350,12 +370,7 @@ async fn a_plan_survives_sigkill_and_runs_exactly_once() {
         (json!(id), json!(sid)),
         "{executed}"
     );
-    let r = second
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": id, "decision": "approve" }),
-        )
-        .await;
+    let r = decide(&mut second, &id, "approve").await;
     assert_eq!(r["error"]["code"], -32001, "{r}");
     drop(second);
 
@@ -395,19 +410,7 @@ async fn a_plan_run_after_a_restart_is_refused_when_the_session_mode_now_forbids
         .join(format!("state/passepartout/sessions/{sid}.jsonl"));
     let written = audit_until(&journal, |j| j.contains(r#""mode":"read-only""#)).await;
     assert!(written.contains(r#""mode":"read-only""#), "{written}");
-    first.child.start_kill().unwrap();
-    first.child.wait().await.unwrap();
-
-    let mut second = plan_client(home.path(), &fake).await;
-    second.wait_method("_passepartout/plan/offer").await;
-    let r = second
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": id, "decision": "approve" }),
-        )
-        .await;
-    assert_eq!(r["result"]["status"], "approved", "{r}");
-    let resolved = second.wait_method("_passepartout/plan/resolved").await;
+    let (mut second, resolved) = approve_after_sigkill(first, home.path(), &fake, &id).await;
     assert_eq!(resolved["params"]["status"], "denied", "{resolved}");
     let said = resolved["params"]["result"].as_str().unwrap_or_default();
     assert!(said.contains("last-mile check failed"), "{resolved}");
@@ -606,12 +609,7 @@ async fn closing_stdin_leaves_a_waiting_plan_pending() {
     let mut next = plan_client(w.home.path(), &fake).await;
     let offer = next.wait_method("_passepartout/plan/offer").await;
     assert_eq!(offer["params"]["plan"]["planId"], json!(w.plan_id));
-    let r = next
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": w.plan_id, "decision": "approve" }),
-        )
-        .await;
+    let r = decide(&mut next, &w.plan_id, "approve").await;
     assert_eq!(
         r["result"]["runs"], "now: its turn is gone, so this daemon runs it",
         "{r}"
@@ -644,12 +642,7 @@ async fn a_second_daemon_leaves_the_first_daemons_plans_to_it() {
 
     // Approved through the second daemon: the first daemon's turn runs it
     // and its model hears the result (not a rejection).
-    let r = second
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": w.plan_id, "decision": "approve" }),
-        )
-        .await;
+    let r = decide(&mut second, &w.plan_id, "approve").await;
     assert_eq!(
         r["result"]["runs"], "now: the daemon whose turn made it runs it",
         "{r}"
@@ -693,12 +686,7 @@ async fn a_second_daemon_does_not_interrupt_a_running_plan() {
         plan_id: id,
         ..
     } = prompt_until_offer(&mut first, project.path(), "slow").await;
-    let r = first
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": id, "decision": "approve" }),
-        )
-        .await;
+    let r = decide(&mut first, &id, "approve").await;
     assert_eq!(r["result"]["status"], "approved", "{r}");
     first
         .wait_for(|m| m["params"]["update"]["status"] == "in_progress")
@@ -735,19 +723,7 @@ async fn after_a_restart_the_model_is_told_what_became_of_its_plan() {
     let Offered {
         sid, plan_id: id, ..
     } = prompt_until_offer(&mut first, project.path(), "write late.txt").await;
-    first.child.start_kill().unwrap();
-    first.child.wait().await.unwrap();
-
-    let mut second = plan_client(home.path(), &fake).await;
-    second.wait_method("_passepartout/plan/offer").await;
-    let r = second
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": id, "decision": "approve" }),
-        )
-        .await;
-    assert_eq!(r["result"]["status"], "approved", "{r}");
-    let resolved = second.wait_method("_passepartout/plan/resolved").await;
+    let (mut second, resolved) = approve_after_sigkill(first, home.path(), &fake, &id).await;
     assert_eq!(resolved["params"]["status"], "executed", "{resolved}");
     let org = resolved["params"]["org"].as_str().unwrap();
     assert!(org.contains("* DONE write_file"), "{org}");
@@ -798,12 +774,7 @@ async fn a_plan_stopped_while_running_is_interrupted_everywhere() {
         plan_id: id,
         ..
     } = prompt_until_offer(&mut c, project.path(), "push later").await;
-    let r = c
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": id, "decision": "approve" }),
-        )
-        .await;
+    let r = decide(&mut c, &id, "approve").await;
     assert_eq!(r["result"]["status"], "approved", "{r}");
     let plan_file = home
         .path()
@@ -849,12 +820,7 @@ async fn the_deciding_client_of_another_daemon_hears_the_outcome() {
     } = prompt_until_offer(&mut first, project.path(), "write both.txt").await;
 
     let mut second = plan_client(home.path(), &fake).await;
-    let r = second
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": id, "decision": "approve" }),
-        )
-        .await;
+    let r = decide(&mut second, &id, "approve").await;
     assert_eq!(
         r["result"]["runs"], "now: the daemon whose turn made it runs it",
         "{r}"
