@@ -127,9 +127,13 @@ const KNOWN_KINDS: &[&str] = &[
 /// command builder read the same text (the action's script, and each
 /// nested `bash -c` string), and the gates of one action run on one thread:
 /// with the tree kept, each text is parsed once per action, not once per
-/// pass. Texts are at most [`MAX_SCRIPT_BYTES`], so the cache holds at most
-/// `RECENT_TREES * MAX_SCRIPT_BYTES` of source.
+/// pass.
 const RECENT_TREES: usize = 8;
+
+/// How much source the kept trees may span together: one script of the
+/// largest size read ([`MAX_SCRIPT_BYTES`]) still parses once, while a
+/// worker thread never holds more than that much text's trees.
+const RECENT_TREES_BYTES: usize = MAX_SCRIPT_BYTES;
 
 thread_local! {
     static PARSER: RefCell<Option<Parser>> = const { RefCell::new(None) };
@@ -150,7 +154,7 @@ pub(crate) fn parses_on_this_thread() -> usize {
 
 /// The tree of `script`, parsed with this thread's tree-sitter-bash parser
 /// (made once per thread), or the tree kept from an earlier parse of the
-/// same text ([`RECENT_TREES`]). `None` when the grammar cannot be loaded
+/// same text ([`RECENT_TREES`], [`RECENT_TREES_BYTES`]). `None` when the grammar cannot be loaded
 /// or the parse fails; callers fail closed. The size limit is the caller's
 /// to check.
 pub(crate) fn parse_tree(script: &str) -> Option<Tree> {
@@ -167,8 +171,13 @@ pub(crate) fn parse_tree(script: &str) -> Option<Tree> {
     let tree = parse_fresh(script)?;
     TREES.with(|trees| {
         let mut trees = trees.borrow_mut();
-        if trees.len() >= RECENT_TREES {
-            trees.pop_back();
+        let mut kept_bytes: usize = trees.iter().map(|(text, _)| text.len()).sum();
+        while trees.len() >= RECENT_TREES
+            || (!trees.is_empty() && kept_bytes + script.len() > RECENT_TREES_BYTES)
+        {
+            if let Some((text, _)) = trees.pop_back() {
+                kept_bytes -= text.len();
+            }
         }
         trees.push_front((script.to_string(), tree.clone()));
     });
@@ -646,6 +655,27 @@ mod tests {
             constructs("bomb() { bomb | bomb & }; bomb"),
             ["a function that calls itself (the shape of a fork bomb)"]
         );
+    }
+
+    #[test]
+    fn kept_trees_are_bounded_in_count_and_in_source_bytes() {
+        let kept = || TREES.with(|t| t.borrow().iter().map(|(s, _)| s.len()).collect::<Vec<_>>());
+        for i in 0..RECENT_TREES + 3 {
+            parse_tree(&format!("echo {i}"));
+        }
+        assert_eq!(kept().len(), RECENT_TREES);
+        let big = format!("echo {}", "a".repeat(MAX_SCRIPT_BYTES / 2));
+        parse_tree(&big);
+        parse_tree(&format!("{big}b"));
+        let sizes = kept();
+        assert!(
+            sizes.iter().sum::<usize>() <= RECENT_TREES_BYTES,
+            "{sizes:?}"
+        );
+        // The newest is kept, and asked again it is not parsed again.
+        let before = parses_on_this_thread();
+        parse_tree(&format!("{big}b"));
+        assert_eq!(parses_on_this_thread(), before);
     }
 
     #[test]
