@@ -401,6 +401,16 @@ impl Client {
         (client, session)
     }
 
+    /// `session/load` of `session` in `cwd` (no MCP servers); the response.
+    /// The replayed history arrives before it, in the backlog.
+    pub async fn load_session(&mut self, session: &str, cwd: &Path) -> Value {
+        self.request(
+            "session/load",
+            json!({ "sessionId": session, "cwd": cwd, "mcpServers": [] }),
+        )
+        .await
+    }
+
     /// [`Client::with_session`] for an ACP client (no extensions) whose
     /// daemon's model is `fake`.
     pub async fn with_fake(home: &Path, fake: &FakeProvider, project: &Path) -> (Client, String) {

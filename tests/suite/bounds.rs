@@ -213,12 +213,7 @@ async fn a_journal_line_that_is_not_utf8_costs_only_that_line() {
     let mut c = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
     c.initialize(json!({})).await;
     c.backlog.clear();
-    let r = c
-        .request(
-            "session/load",
-            json!({ "sessionId": sid, "cwd": project.path(), "mcpServers": [] }),
-        )
-        .await;
+    let r = c.load_session(&sid, project.path()).await;
     let skipped = r["result"]["_meta"]["passepartout"]["skippedRecords"]
         .as_array()
         .unwrap_or_else(|| panic!("no skippedRecords: {r}"));

@@ -728,12 +728,7 @@ async fn after_a_restart_the_model_is_told_what_became_of_its_plan() {
     let org = resolved["params"]["org"].as_str().unwrap();
     assert!(org.contains("* DONE write_file"), "{org}");
 
-    let r = second
-        .request(
-            "session/load",
-            json!({ "sessionId": sid, "cwd": project.path(), "mcpServers": [] }),
-        )
-        .await;
+    let r = second.load_session(&sid, project.path()).await;
     assert!(r.get("result").is_some(), "{r}");
     let r = second.request("session/prompt", prompt(&sid, "so?")).await;
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");

@@ -90,12 +90,7 @@ async fn a_killed_daemon_session_loads_with_its_history_and_continues() {
         "{list}"
     );
     c.backlog.clear();
-    let r = c
-        .request(
-            "session/load",
-            json!({ "sessionId": sid, "cwd": project.path(), "mcpServers": [] }),
-        )
-        .await;
+    let r = c.load_session(&sid, project.path()).await;
     assert!(r.get("result").is_some(), "{r}");
     // Everything replayed arrived before the response, in order.
     let replay = session_updates(&c.backlog, &sid);
@@ -177,12 +172,7 @@ async fn loading_an_unknown_session_is_a_resource_not_found_error() {
     let cfg = config(home.path(), &fake, "", "");
     let mut c = spawn(home.path(), &cfg);
     c.initialize(json!({})).await;
-    let r = c
-        .request(
-            "session/load",
-            json!({ "sessionId": "20200101T000000-1-1", "cwd": project.path(), "mcpServers": [] }),
-        )
-        .await;
+    let r = c.load_session("20200101T000000-1-1", project.path()).await;
     assert_eq!(r["error"]["code"], -32002, "{r}");
     assert!(
         r["error"]["message"]
@@ -191,12 +181,7 @@ async fn loading_an_unknown_session_is_a_resource_not_found_error() {
             .contains("20200101T000000-1-1"),
         "{r}"
     );
-    let r = c
-        .request(
-            "session/load",
-            json!({ "sessionId": "../../etc/passwd", "cwd": project.path(), "mcpServers": [] }),
-        )
-        .await;
+    let r = c.load_session("../../etc/passwd", project.path()).await;
     assert_eq!(r["error"]["code"], -32602, "{r}");
 }
 
@@ -483,12 +468,7 @@ async fn a_long_session_is_compacted_and_every_request_stays_under_the_window() 
     let mut c = spawn(home.path(), &cfg);
     c.initialize(json!({})).await;
     c.backlog.clear();
-    let r = c
-        .request(
-            "session/load",
-            json!({ "sessionId": sid, "cwd": project.path(), "mcpServers": [] }),
-        )
-        .await;
+    let r = c.load_session(&sid, project.path()).await;
     assert!(r.get("result").is_some(), "{r}");
     let replay = session_updates(&c.backlog, &sid);
     assert!(
@@ -594,12 +574,7 @@ async fn a_cancelled_turns_partial_answer_is_kept() {
     let mut c = spawn(home.path(), &cfg);
     c.initialize(json!({})).await;
     c.backlog.clear();
-    let r = c
-        .request(
-            "session/load",
-            json!({ "sessionId": sid, "cwd": project.path(), "mcpServers": [] }),
-        )
-        .await;
+    let r = c.load_session(&sid, project.path()).await;
     assert!(r.get("result").is_some(), "{r}");
     let replayed = c.message_text();
     assert!(
