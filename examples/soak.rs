@@ -25,8 +25,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpListener;
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+// The fault tests count requests; the soak does not.
+#[allow(dead_code)]
+#[path = "../tests/support/endless_provider.rs"]
+mod endless_provider;
+use endless_provider::EndlessProvider;
 
 fn binary() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
@@ -34,52 +39,6 @@ fn binary() -> PathBuf {
         .and_then(|p| p.parent())
         .expect("target dir")
         .join("passepartout")
-}
-
-/// An OpenAI-compatible server that streams text until the connection closes.
-async fn endless_provider() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut seen = Vec::new();
-                let mut buf = [0u8; 8192];
-                loop {
-                    let Ok(n) = stream.read(&mut buf).await else {
-                        return;
-                    };
-                    if n == 0 {
-                        return;
-                    }
-                    seen.extend_from_slice(&buf[..n]);
-                    if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&seen[..end]).to_lowercase();
-                        let length: usize = head
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length:"))
-                            .and_then(|v| v.trim().parse().ok())
-                            .unwrap_or(0);
-                        if seen.len() >= end + 4 + length {
-                            break;
-                        }
-                    }
-                }
-                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
-                            connection: close\r\n\r\n";
-                if stream.write_all(head.as_bytes()).await.is_err() {
-                    return;
-                }
-                let chunk = json!({
-                    "id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                    "choices": [{"index": 0, "delta": {"content": "endless text "}, "finish_reason": null}],
-                });
-                let frame = format!("data: {chunk}\n\n").repeat(64);
-                while stream.write_all(frame.as_bytes()).await.is_ok() {}
-            });
-        }
-    });
-    url
 }
 
 struct Daemon {
@@ -166,8 +125,9 @@ async fn main() {
         .unwrap_or(60);
     let home = tempfile::tempdir().unwrap();
     let project = tempfile::tempdir().unwrap();
-    let url = endless_provider().await;
-    let mut d = Daemon::spawn(home.path(), &url);
+    // Short chunks, many to a write: the daemon's per-chunk work is soaked.
+    let provider = EndlessProvider::start("endless text ", 64).await;
+    let mut d = Daemon::spawn(home.path(), &provider.url);
     d.send(json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": { "protocolVersion": 1 } }))
         .await;
     d.response(1).await;

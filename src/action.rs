@@ -134,10 +134,10 @@ impl Action {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn shell(script: &str) -> Action {
+impl Action {
+    /// The `shell` tool's call of `script` (bash, approval *ask*), as the
+    /// unit tests of actions, gates and plans build it.
+    pub(crate) fn shell_for_tests(script: &str) -> Action {
         Action {
             tool: "shell".into(),
             target: "shell".into(),
@@ -152,6 +152,15 @@ mod tests {
             approval: Approval::Ask,
             timeout_secs: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shell(script: &str) -> Action {
+        Action::shell_for_tests(script)
     }
 
     #[test]

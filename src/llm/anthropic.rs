@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 use super::config::ProviderConfig;
 use super::sse::{json_error_message, snippet, Endpoint, Flow, WireDecoder};
 use super::{
-    ChatRequest, EventStream, FinishReason, Provider, ProviderError, Role, StreamEvent, ToolCall,
-    Usage,
+    api_key_header, ChatRequest, EventStream, FinishReason, Provider, ProviderError, Role,
+    StreamEvent, ToolCall, Usage,
 };
 
 /// The API version header every request carries.
@@ -114,21 +114,7 @@ impl AnthropicProvider {
 
 #[async_trait::async_trait]
 impl Provider for AnthropicProvider {
-    fn label(&self) -> String {
-        self.endpoint.label()
-    }
-
-    fn model(&self) -> &str {
-        &self.endpoint.model
-    }
-
-    fn native_tools(&self) -> bool {
-        self.endpoint.native_tools
-    }
-
-    fn context_window(&self) -> Option<u64> {
-        self.context_window
-    }
+    endpoint_provider_methods!();
 
     async fn stream(
         &self,
@@ -142,13 +128,7 @@ impl Provider for AnthropicProvider {
             HeaderValue::from_static(ANTHROPIC_VERSION),
         );
         if let Some(key) = &self.endpoint.api_key {
-            let mut value = HeaderValue::from_str(key).map_err(|_| {
-                ProviderError::Config(format!(
-                    "provider {}: the API key contains characters not allowed in a header",
-                    self.endpoint.name
-                ))
-            })?;
-            value.set_sensitive(true);
+            let value = api_key_header(&self.endpoint.name, key)?;
             headers.insert(HeaderName::from_static("x-api-key"), value);
         }
         let body = self.request_body(request);

@@ -289,6 +289,45 @@ pub trait Provider: Send + Sync {
     ) -> Result<EventStream, ProviderError>;
 }
 
+/// The [`Provider`] methods an HTTP provider answers from its `endpoint`
+/// (an `sse::Endpoint`) and `context_window` fields: the same for every
+/// wire format, so said once.
+macro_rules! endpoint_provider_methods {
+    () => {
+        fn label(&self) -> String {
+            self.endpoint.label()
+        }
+
+        fn model(&self) -> &str {
+            &self.endpoint.model
+        }
+
+        fn native_tools(&self) -> bool {
+            self.endpoint.native_tools
+        }
+
+        fn context_window(&self) -> Option<u64> {
+            self.context_window
+        }
+    };
+}
+
+/// A provider's API key as a header value (`value` is the key in the shape
+/// the header wants), marked sensitive so it never shows in debug output.
+/// A key a header cannot carry is a configuration error naming `provider`.
+pub(crate) fn api_key_header(
+    provider: &str,
+    value: &str,
+) -> Result<reqwest::header::HeaderValue, ProviderError> {
+    let mut header = reqwest::header::HeaderValue::from_str(value).map_err(|_| {
+        ProviderError::Config(format!(
+            "provider {provider}: the API key contains characters not allowed in a header"
+        ))
+    })?;
+    header.set_sensitive(true);
+    Ok(header)
+}
+
 pub mod anthropic;
 pub mod cascade;
 pub mod config;
@@ -301,3 +340,22 @@ pub use anthropic::AnthropicProvider;
 pub use cascade::{Answered, Cascade, CascadeError, RetryPolicy};
 pub use config::{build_cascade, ProviderConfig, ProviderKind};
 pub use openai::OpenAiProvider;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_api_key_header_is_sensitive_and_a_bad_key_names_its_provider() {
+        let header = api_key_header("hosted", "Bearer sk-123").unwrap();
+        assert!(header.is_sensitive());
+        assert_eq!(header.to_str().unwrap(), "Bearer sk-123");
+        match api_key_header("hosted", "sk-1\n23") {
+            Err(ProviderError::Config(why)) => assert_eq!(
+                why,
+                "provider hosted: the API key contains characters not allowed in a header"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+}

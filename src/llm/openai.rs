@@ -12,15 +12,15 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use eventsource_stream::Event;
-use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
+use reqwest::header::{HeaderMap, AUTHORIZATION};
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::config::ProviderConfig;
 use super::sse::{json_error_message, snippet, Endpoint, Flow, WireDecoder};
 use super::{
-    ChatMessage, ChatRequest, EventStream, FinishReason, Provider, ProviderError, Role,
-    StreamEvent, ToolCall, ToolSpec, Usage,
+    api_key_header, ChatMessage, ChatRequest, EventStream, FinishReason, Provider, ProviderError,
+    Role, StreamEvent, ToolCall, ToolSpec, Usage,
 };
 
 /// A provider speaking OpenAI-compatible streaming chat completions.
@@ -62,21 +62,7 @@ impl OpenAiProvider {
 
 #[async_trait::async_trait]
 impl Provider for OpenAiProvider {
-    fn label(&self) -> String {
-        self.endpoint.label()
-    }
-
-    fn model(&self) -> &str {
-        &self.endpoint.model
-    }
-
-    fn native_tools(&self) -> bool {
-        self.endpoint.native_tools
-    }
-
-    fn context_window(&self) -> Option<u64> {
-        self.context_window
-    }
+    endpoint_provider_methods!();
 
     async fn stream(
         &self,
@@ -86,13 +72,7 @@ impl Provider for OpenAiProvider {
         let url = self.endpoint.url("/chat/completions");
         let mut headers = HeaderMap::new();
         if let Some(key) = &self.endpoint.api_key {
-            let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
-                ProviderError::Config(format!(
-                    "provider {}: the API key contains characters not allowed in a header",
-                    self.endpoint.name
-                ))
-            })?;
-            value.set_sensitive(true);
+            let value = api_key_header(&self.endpoint.name, &format!("Bearer {key}"))?;
             headers.insert(AUTHORIZATION, value);
         }
         let body = self.request_body(request);

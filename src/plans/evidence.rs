@@ -167,23 +167,9 @@ pub fn outcome_note(plan: &FlightPlan) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     fn shell(script: &str) -> Action {
-        Action {
-            tool: "shell".into(),
-            target: "shell".into(),
-            arguments: serde_json::json!({ "command": script }),
-            effect: Effect::Run {
-                interpreter: "bash".into(),
-                script: script.into(),
-                argv: vec![],
-                env: BTreeMap::new(),
-                network: false,
-            },
-            approval: crate::action::Approval::Ask,
-            timeout_secs: None,
-        }
+        Action::shell_for_tests(script)
     }
 
     #[test]

@@ -347,9 +347,7 @@ fn shorten(text: &str, max_chars: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::action::Approval;
     use crate::gates::Decision;
-    use std::collections::BTreeMap;
 
     #[test]
     fn the_owner_is_the_process_that_made_the_plan_not_the_session_id() {
@@ -369,20 +367,7 @@ mod tests {
     }
 
     fn shell(script: &str) -> Action {
-        Action {
-            tool: "shell".into(),
-            target: "shell".into(),
-            arguments: serde_json::json!({ "command": script }),
-            effect: Effect::Run {
-                interpreter: "bash".into(),
-                script: script.into(),
-                argv: vec![],
-                env: BTreeMap::new(),
-                network: false,
-            },
-            approval: Approval::Ask,
-            timeout_secs: None,
-        }
+        Action::shell_for_tests(script)
     }
 
     #[test]

@@ -9,6 +9,8 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
+use crate::support::fake_provider::FakeProvider;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_passepartout");
 
 /// Whether bubblewrap can run here; tests of the kernel boundary skip
@@ -28,7 +30,17 @@ pub fn bwrap_available() -> bool {
 /// XDG config, state and data directories; no `PASSEPARTOUT_CONFIG`, no
 /// stdin); the exit code and stdout followed by stderr.
 pub fn cli(home: &Path, cwd: &Path, args: &[&str]) -> (i32, String) {
-    let out = std::process::Command::new(BIN)
+    let out = cli_output(home, cwd, args);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// [`cli`] with the exit status, stdout and stderr kept apart (for
+/// output parsed line by line, or a message looked for on one stream).
+pub fn cli_output(home: &Path, cwd: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(BIN)
         .args(args)
         .current_dir(cwd)
         .env("HOME", home)
@@ -38,11 +50,37 @@ pub fn cli(home: &Path, cwd: &Path, args: &[&str]) -> (i32, String) {
         .env_remove("PASSEPARTOUT_CONFIG")
         .stdin(Stdio::null())
         .output()
-        .expect("the passepartout binary runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
-    )
+        .expect("the passepartout binary runs")
+}
+
+/// Run `git` in `dir`, as a fixed author and without the machine's global
+/// configuration, and fail the test if it fails.
+pub fn git(dir: &Path, args: &[&str]) {
+    let ok = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.org")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.org")
+        .output()
+        .expect("git runs")
+        .status
+        .success();
+    assert!(ok, "git {args:?}");
+}
+
+/// One memory figure of a live process from `/proc/PID/status` (`VmRSS`
+/// resident now, `VmHWM` its peak), in bytes.
+pub fn proc_memory(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("a live process");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
+    kb * 1024
 }
 
 /// How long any single wait may take before the test fails (generous: CI
@@ -121,29 +159,22 @@ impl Client {
                 "PASSEPARTOUT_DISCOVERY_HOSTS",
                 "ollama=,llama.cpp=,lmstudio=,vllm=,anthropic=,openai=,openrouter=,deepseek=",
             )
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().expect("spawn passepartout");
-        let stdin = child.stdin.take();
-        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        Client {
-            child,
-            stdin,
-            stdout,
-            framing,
-            next_id: 1,
-            backlog: Vec::new(),
-        }
+            .stderr(Stdio::inherit());
+        Self::start(cmd, framing)
     }
 
     /// A client on a command the test prepared (its own environment),
     /// with stderr captured in `child.stderr`.
     pub fn spawn_command(mut cmd: Command, framing: Framing) -> Client {
+        cmd.stderr(Stdio::piped());
+        Self::start(cmd, framing)
+    }
+
+    /// Start `cmd` (its stderr already set) with stdin and stdout piped to
+    /// this client, killed when the client is dropped.
+    fn start(mut cmd: Command, framing: Framing) -> Client {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
             .kill_on_drop(true);
         let mut child = cmd.spawn().expect("spawn passepartout");
         let stdin = child.stdin.take();
@@ -368,6 +399,23 @@ impl Client {
         client.initialize(meta).await;
         let session = client.new_session(project).await;
         (client, session)
+    }
+
+    /// `session/load` of `session` in `cwd` (no MCP servers); the response.
+    /// The replayed history arrives before it, in the backlog.
+    pub async fn load_session(&mut self, session: &str, cwd: &Path) -> Value {
+        self.request(
+            "session/load",
+            json!({ "sessionId": session, "cwd": cwd, "mcpServers": [] }),
+        )
+        .await
+    }
+
+    /// [`Client::with_session`] for an ACP client (no extensions) whose
+    /// daemon's model is `fake`.
+    pub async fn with_fake(home: &Path, fake: &FakeProvider, project: &Path) -> (Client, String) {
+        let url = fake.openai_url();
+        Client::with_session(home, &["--provider-url", &url], json!({}), project).await
     }
 
     /// Answer the permission request `ask` with the option `option_id`

@@ -889,18 +889,7 @@ async fn a_held_effect_permission_request_carries_the_diff() {
         &["add", "-A"],
         &["commit", "-qm", "start"],
     ] {
-        let ok = std::process::Command::new("git")
-            .args(args)
-            .current_dir(project.path())
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@example.org")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@example.org")
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "git {args:?}");
+        harness::git(project.path(), args);
     }
     let args = json!({ "command": "truncate -s 0 src/*.rs" }).to_string();
     let fake = FakeProvider::start(vec![
@@ -908,14 +897,7 @@ async fn a_held_effect_permission_request_carries_the_diff() {
         fake::openai_text("done"),
     ])
     .await;
-    let url = fake.openai_url();
-    let (mut c, sid) = Client::with_session(
-        home.path(),
-        &["--provider-url", &url],
-        json!({}),
-        project.path(),
-    )
-    .await;
+    let (mut c, sid) = Client::with_fake(home.path(), &fake, project.path()).await;
     let id = c
         .start_request("session/prompt", prompt(&sid, "clean up"))
         .await;

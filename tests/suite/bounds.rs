@@ -213,12 +213,7 @@ async fn a_journal_line_that_is_not_utf8_costs_only_that_line() {
     let mut c = Client::spawn(Framing::Ndjson, home.path(), &["--provider-url", &url]);
     c.initialize(json!({})).await;
     c.backlog.clear();
-    let r = c
-        .request(
-            "session/load",
-            json!({ "sessionId": sid, "cwd": project.path(), "mcpServers": [] }),
-        )
-        .await;
+    let r = c.load_session(&sid, project.path()).await;
     let skipped = r["result"]["_meta"]["passepartout"]["skippedRecords"]
         .as_array()
         .unwrap_or_else(|| panic!("no skippedRecords: {r}"));
@@ -328,15 +323,9 @@ async fn a_full_disk_costs_only_the_records_it_refused_and_the_client_is_told() 
 
 // 4. Tool-call arguments.
 
-/// The peak resident memory of a live process, from /proc, in bytes.
+/// The peak resident memory of a live process, in bytes.
 fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kb * 1024
+    harness::proc_memory(pid, "VmHWM")
 }
 
 #[tokio::test]

@@ -14,7 +14,6 @@ use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
 use harness::{prompt, Client, Framing};
 use serde_json::{json, Value};
@@ -25,21 +24,7 @@ use support::fake_provider::{self as fake, FakeProvider};
 fn project() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path();
-    let git = |args: &[&str]| {
-        let ok = Command::new("git")
-            .args(args)
-            .current_dir(p)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@example.org")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@example.org")
-            .output()
-            .unwrap()
-            .status
-            .success();
-        assert!(ok, "git {args:?}");
-    };
+    let git = |args: &[&str]| harness::git(p, args);
     git(&["init", "-q"]);
     std::fs::create_dir_all(p.join("src")).unwrap();
     std::fs::create_dir_all(p.join("data")).unwrap();
@@ -113,14 +98,7 @@ async fn held_in(project: tempfile::TempDir, command: &str) -> Held {
         fake::openai_text("done"),
     ])
     .await;
-    let url = fake.openai_url();
-    let (mut client, session) = Client::with_session(
-        home.path(),
-        &["--provider-url", &url],
-        json!({}),
-        project.path(),
-    )
-    .await;
+    let (mut client, session) = Client::with_fake(home.path(), &fake, project.path()).await;
     let prompt_id = client
         .start_request("session/prompt", prompt(&session, "clean up"))
         .await;
@@ -338,14 +316,7 @@ async fn a_small_change_runs_and_is_shown_as_a_diff_and_can_be_undone_from_the_c
         fake::openai_text("done"),
     ])
     .await;
-    let url = fake.openai_url();
-    let (mut client, sid) = Client::with_session(
-        home.path(),
-        &["--provider-url", &url],
-        json!({}),
-        project.path(),
-    )
-    .await;
+    let (mut client, sid) = Client::with_fake(home.path(), &fake, project.path()).await;
     client
         .prompt_answering(&sid, "edit", |ask| {
             assert_ne!(
@@ -387,16 +358,7 @@ async fn a_small_change_runs_and_is_shown_as_a_diff_and_can_be_undone_from_the_c
     drop(client);
 
     // The terminal: history lists it, undo reverts it.
-    let cli = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_passepartout"))
-            .args(args)
-            .current_dir(project.path())
-            .env("HOME", home.path())
-            .env("XDG_CONFIG_HOME", home.path().join("config"))
-            .env("XDG_STATE_HOME", home.path().join("state"))
-            .output()
-            .unwrap()
-    };
+    let cli = |args: &[&str]| harness::cli_output(home.path(), project.path(), args);
     let h = cli(&["history"]);
     let listing = String::from_utf8_lossy(&h.stdout);
     assert!(
@@ -539,14 +501,7 @@ async fn a_whole_turn_is_undone_all_or_nothing() {
         fake::openai_text("done"),
     ])
     .await;
-    let url = fake.openai_url();
-    let (mut client, sid) = Client::with_session(
-        home.path(),
-        &["--provider-url", &url],
-        json!({}),
-        project.path(),
-    )
-    .await;
+    let (mut client, sid) = Client::with_fake(home.path(), &fake, project.path()).await;
     client.prompt_allowing(&sid, "edit").await;
     assert_eq!(
         std::fs::read_to_string(project.path().join("src/lib.rs")).unwrap(),
@@ -560,16 +515,7 @@ async fn a_whole_turn_is_undone_all_or_nothing() {
     let turn = cps[0]["turn"].as_str().expect("a turn id").to_string();
     assert_eq!(cps[1]["turn"], json!(turn), "both calls are one turn");
 
-    let cli = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_passepartout"))
-            .args(args)
-            .current_dir(project.path())
-            .env("HOME", home.path())
-            .env("XDG_CONFIG_HOME", home.path().join("config"))
-            .env("XDG_STATE_HOME", home.path().join("state"))
-            .output()
-            .unwrap()
-    };
+    let cli = |args: &[&str]| harness::cli_output(home.path(), project.path(), args);
     let h = cli(&["history"]);
     let listing = String::from_utf8_lossy(&h.stdout);
     assert!(
@@ -663,17 +609,6 @@ async fn a_held_effect_of_a_plan_run_after_its_turn_stays_rolled_back() {
 }
 
 /// The terminal command line against one home.
-fn cli_in(home: &Path, cwd: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_passepartout"))
-        .args(args)
-        .current_dir(cwd)
-        .env("HOME", home)
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env("XDG_STATE_HOME", home.join("state"))
-        .output()
-        .unwrap()
-}
-
 /// A turn of two actions: c1 changes files in `sub/`, c2 replaces `sub`
 /// with a link to `host`, which holds what c1 left (so that, following the
 /// link, every check of an undo of c1 would pass).
@@ -707,9 +642,7 @@ async fn planted_link() -> Planted {
         fake::openai_text("done"),
     ])
     .await;
-    let url = fake.openai_url();
-    let (mut client, sid) =
-        Client::with_session(home.path(), &["--provider-url", &url], json!({}), p).await;
+    let (mut client, sid) = Client::with_fake(home.path(), &fake, p).await;
     client
         .prompt_answering(&sid, "go", |_| "allow_once".into())
         .await;
@@ -748,7 +681,7 @@ async fn undo_never_follows_a_link_an_action_planted_out_of_the_project() {
         return;
     }
     let t = planted_link().await;
-    let out = cli_in(t.home.path(), t.project.path(), &["undo", "c1"]);
+    let out = harness::cli_output(t.home.path(), t.project.path(), &["undo", "c1"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "undo must refuse: {err}");
     assert!(err.contains("symbolic link"), "{err}");
@@ -763,7 +696,7 @@ async fn undoing_the_turn_that_planted_a_link_puts_the_folder_back_and_leaves_th
         return;
     }
     let t = planted_link().await;
-    let out = cli_in(t.home.path(), t.project.path(), &["undo", "--turn"]);
+    let out = harness::cli_output(t.home.path(), t.project.path(), &["undo", "--turn"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(!t.project.path().join("sub").is_symlink());
@@ -788,9 +721,7 @@ async fn an_undo_that_cannot_complete_changes_nothing() {
         fake::openai_text("done"),
     ])
     .await;
-    let url = fake.openai_url();
-    let (mut client, sid) =
-        Client::with_session(home.path(), &["--provider-url", &url], json!({}), p).await;
+    let (mut client, sid) = Client::with_fake(home.path(), &fake, p).await;
     client
         .prompt_answering(&sid, "go", |_| "allow_once".into())
         .await;
@@ -799,7 +730,7 @@ async fn an_undo_that_cannot_complete_changes_nothing() {
     // The person puts a file where the folder `src` must come back.
     std::fs::write(p.join("src"), "mine\n").unwrap();
     let before = tree(p);
-    let out = cli_in(home.path(), p, &["undo"]);
+    let out = harness::cli_output(home.path(), p, &["undo"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("nothing was changed"), "{err}");
@@ -984,9 +915,7 @@ async fn six_rewrites_of_big_files_stay_under_the_store_quota_and_still_undo() {
         .collect();
     script.push(fake::openai_text("done"));
     let fake = FakeProvider::start(script).await;
-    let url = fake.openai_url();
-    let (mut client, sid) =
-        Client::with_session(home.path(), &["--provider-url", &url], json!({}), p).await;
+    let (mut client, sid) = Client::with_fake(home.path(), &fake, p).await;
     let (done, _) = client.prompt_allowing(&sid, "rewrite").await;
     assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
     assert!(big(p) == versions[6], "the six rewrites ran");
@@ -1008,14 +937,14 @@ async fn six_rewrites_of_big_files_stay_under_the_store_quota_and_still_undo() {
         "{results:#?}"
     );
 
-    let listing = cli_in(home.path(), p, &["history"]);
+    let listing = harness::cli_output(home.path(), p, &["history"]);
     let listing = String::from_utf8_lossy(&listing.stdout).to_string();
     assert!(
         listing.contains("older checkpoints were evicted to stay under the storage quota"),
         "{listing}"
     );
     // The last two undo steps, newest first, from the terminal.
-    let json_listing = cli_in(home.path(), p, &["history", "--json"]);
+    let json_listing = harness::cli_output(home.path(), p, &["history", "--json"]);
     let ids: Vec<String> = String::from_utf8_lossy(&json_listing.stdout)
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
@@ -1024,7 +953,7 @@ async fn six_rewrites_of_big_files_stay_under_the_store_quota_and_still_undo() {
         .collect();
     assert!(ids.len() >= 2, "{listing}");
     for (step, id) in ids.iter().take(2).enumerate() {
-        let out = cli_in(home.path(), p, &["undo", id]);
+        let out = harness::cli_output(home.path(), p, &["undo", id]);
         assert!(
             out.status.success(),
             "undo {id}: {}",
@@ -1037,7 +966,7 @@ async fn six_rewrites_of_big_files_stay_under_the_store_quota_and_still_undo() {
         );
     }
 
-    let pruned = cli_in(home.path(), p, &["history", "--prune"]);
+    let pruned = harness::cli_output(home.path(), p, &["history", "--prune"]);
     let said = String::from_utf8_lossy(&pruned.stderr).to_string();
     let after = bytes_under(&stores);
     assert!(

@@ -8,78 +8,17 @@ use crate::harness;
 use crate::support;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use harness::{prompt, Client, Framing};
 use serde_json::{json, Value};
+use support::endless_provider::EndlessProvider;
 use support::fake_provider::{self as fake, FakeProvider, Reply};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use tokio::io::AsyncWriteExt;
 
-/// An OpenAI-compatible server whose answer never ends: it streams text
-/// chunks as fast as the daemon takes them, until the connection closes.
-struct EndlessProvider {
-    url: String,
-    requests: Arc<AtomicUsize>,
-    _server: tokio::task::JoinHandle<()>,
-}
-
+/// The endless provider of these tests: long chunks, a few to a write.
 async fn endless_provider() -> EndlessProvider {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    let requests = Arc::new(AtomicUsize::new(0));
-    let counter = requests.clone();
-    let server = tokio::spawn(async move {
-        loop {
-            let Ok((mut stream, _)) = listener.accept().await else {
-                return;
-            };
-            counter.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                // Read the request head and body (small), then stream.
-                let mut seen = Vec::new();
-                let mut buf = [0u8; 4096];
-                loop {
-                    let Ok(n) = stream.read(&mut buf).await else {
-                        return;
-                    };
-                    if n == 0 {
-                        return;
-                    }
-                    seen.extend_from_slice(&buf[..n]);
-                    if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&seen[..end]).to_lowercase();
-                        let length: usize = head
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length:"))
-                            .and_then(|v| v.trim().parse().ok())
-                            .unwrap_or(0);
-                        if seen.len() >= end + 4 + length {
-                            break;
-                        }
-                    }
-                }
-                let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
-                            cache-control: no-cache\r\nconnection: close\r\n\r\n";
-                if stream.write_all(head.as_bytes()).await.is_err() {
-                    return;
-                }
-                let piece = "endless ".repeat(128);
-                let chunk = json!({
-                    "id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                    "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": null}],
-                });
-                let frame = format!("data: {chunk}\n\n").repeat(16);
-                while stream.write_all(frame.as_bytes()).await.is_ok() {}
-            });
-        }
-    });
-    EndlessProvider {
-        url,
-        requests,
-        _server: server,
-    }
+    EndlessProvider::start(&"endless ".repeat(128), 16).await
 }
 
 fn write_config(home: &Path, text: &str) -> String {
@@ -88,15 +27,29 @@ fn write_config(home: &Path, text: &str) -> String {
     path.to_string_lossy().into_owned()
 }
 
-/// Resident memory of a process, from /proc, in bytes.
+/// Resident memory of a process, in bytes.
 fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kb * 1024
+    harness::proc_memory(pid, "VmRSS")
+}
+
+/// A daemon whose provider never stops answering, with `config` as its
+/// configuration file, in a new session: the provider (keep it alive),
+/// the client and the session id.
+async fn endless_session(
+    home: &Path,
+    project: &Path,
+    config: &str,
+) -> (EndlessProvider, Client, String) {
+    let provider = endless_provider().await;
+    let config = write_config(home, config);
+    let (client, sid) = Client::with_session(
+        home,
+        &["--config", &config, "--provider-url", &provider.url],
+        json!({}),
+        project,
+    )
+    .await;
+    (provider, client, sid)
 }
 
 // 1. Memory without bound.
@@ -105,15 +58,8 @@ fn rss_bytes(pid: u32) -> u64 {
 async fn an_endless_answer_is_cut_at_max_answer_bytes() {
     let home = tempfile::tempdir().unwrap();
     let project = tempfile::tempdir().unwrap();
-    let provider = endless_provider().await;
-    let config = write_config(home.path(), "max_answer_bytes = 200000\n");
-    let (mut c, sid) = Client::with_session(
-        home.path(),
-        &["--config", &config, "--provider-url", &provider.url],
-        json!({}),
-        project.path(),
-    )
-    .await;
+    let (_provider, mut c, sid) =
+        endless_session(home.path(), project.path(), "max_answer_bytes = 200000\n").await;
     let r = c.request("session/prompt", prompt(&sid, "talk")).await;
     assert_eq!(r["result"]["stopReason"], "max_tokens", "{r}");
     let text = c.message_text();
@@ -129,14 +75,11 @@ async fn an_endless_answer_is_cut_at_max_answer_bytes() {
 async fn a_client_that_stops_reading_bounds_the_daemon_and_cancel_still_works() {
     let home = tempfile::tempdir().unwrap();
     let project = tempfile::tempdir().unwrap();
-    let provider = endless_provider().await;
     // No answer cap to speak of: only backpressure can bound memory.
-    let config = write_config(home.path(), "max_answer_bytes = 4000000000\n");
-    let (mut c, sid) = Client::with_session(
+    let (provider, mut c, sid) = endless_session(
         home.path(),
-        &["--config", &config, "--provider-url", &provider.url],
-        json!({}),
         project.path(),
+        "max_answer_bytes = 4000000000\n",
     )
     .await;
     let p = c
@@ -332,13 +275,7 @@ async fn text_deltas_are_coalesced_into_fewer_notifications_byte_for_byte() {
         fake::openai_text("after the tool"),
     ])
     .await;
-    let (mut c, sid) = Client::with_session(
-        home.path(),
-        &["--provider-url", &fake.openai_url()],
-        json!({}),
-        project.path(),
-    )
-    .await;
+    let (mut c, sid) = Client::with_fake(home.path(), &fake, project.path()).await;
     let r = c.request("session/prompt", prompt(&sid, "go")).await;
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
     let expected: String = deltas.concat();
@@ -495,13 +432,7 @@ async fn state_files_are_private() {
         fake::openai_text("done"),
     ])
     .await;
-    let (mut c, sid) = Client::with_session(
-        home.path(),
-        &["--provider-url", &fake.openai_url()],
-        json!({}),
-        project.path(),
-    )
-    .await;
+    let (mut c, sid) = Client::with_fake(home.path(), &fake, project.path()).await;
     let r = c.request("session/prompt", prompt(&sid, "look")).await;
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
     let state = home.path().join("state/passepartout");

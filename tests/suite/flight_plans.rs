@@ -18,6 +18,73 @@ fn spawn(home: &Path, fake: &FakeProvider) -> Client {
     Client::spawn(Framing::ContentLength, home, &["--provider-url", &url])
 }
 
+/// A daemon using `fake` whose client (Emacs-style) takes flight plans.
+async fn plan_client(home: &Path, fake: &FakeProvider) -> Client {
+    let mut client = spawn(home, fake);
+    client.initialize(json!({ "flightPlans": true })).await;
+    client
+}
+
+/// What a prompt in a new session brought: the flight plan offered for
+/// its first held action.
+struct Offered {
+    sid: String,
+    prompt_id: u64,
+    /// The whole `_passepartout/plan/offer` notification.
+    offer: Value,
+    plan_id: String,
+}
+
+/// Prompt `text` in a new session in `project` and wait for the plan it
+/// offers.
+async fn prompt_until_offer(client: &mut Client, project: &Path, text: &str) -> Offered {
+    let sid = client.new_session(project).await;
+    let prompt_id = client
+        .start_request("session/prompt", prompt(&sid, text))
+        .await;
+    let offer = client.wait_method("_passepartout/plan/offer").await;
+    let plan_id = offer["params"]["plan"]["planId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    Offered {
+        sid,
+        prompt_id,
+        offer,
+        plan_id,
+    }
+}
+
+/// Decide plan `plan_id` from `client` (`approve`, `reject`, ...); the
+/// response.
+async fn decide(client: &mut Client, plan_id: &str, decision: &str) -> Value {
+    client
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": plan_id, "decision": decision }),
+        )
+        .await
+}
+
+/// Kill the daemon `first` with SIGKILL, start the next one on the same
+/// home, approve plan `plan_id` there once it is offered again, and wait
+/// for what became of it: the next daemon and its `plan/resolved`.
+async fn approve_after_sigkill(
+    mut first: Client,
+    home: &Path,
+    fake: &FakeProvider,
+    plan_id: &str,
+) -> (Client, Value) {
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+    let mut next = plan_client(home, fake).await;
+    next.wait_method("_passepartout/plan/offer").await;
+    let r = decide(&mut next, plan_id, "approve").await;
+    assert_eq!(r["result"]["status"], "approved", "{r}");
+    let resolved = next.wait_method("_passepartout/plan/resolved").await;
+    (next, resolved)
+}
+
 fn write_call(path: &str, content: &str) -> Reply {
     let args = json!({ "path": path, "content": content }).to_string();
     fake::openai_tool_calls(&[("call_w", "write_file", &args)])
@@ -51,16 +118,14 @@ async fn waiting_on_a_write(file: &str, content: &str) -> Waiting {
     let home = tempfile::tempdir().unwrap();
     let project = tempfile::tempdir().unwrap();
     let fake = FakeProvider::start(vec![write_call(file, content), fake::openai_text("ok")]).await;
-    let mut client = spawn(home.path(), &fake);
-    client.initialize(json!({ "flightPlans": true })).await;
-    let sid = client.new_session(project.path()).await;
-    let prompt_id = client
-        .start_request("session/prompt", prompt(&sid, "write"))
-        .await;
-    let offer = client.wait_method("_passepartout/plan/offer").await;
-    let plan = &offer["params"]["plan"];
-    let plan_id = plan["planId"].as_str().unwrap().to_string();
-    let org = plan["org"].as_str().unwrap().to_string();
+    let mut client = plan_client(home.path(), &fake).await;
+    let Offered {
+        prompt_id,
+        offer,
+        plan_id,
+        ..
+    } = prompt_until_offer(&mut client, project.path(), "write").await;
+    let org = offer["params"]["plan"]["org"].as_str().unwrap().to_string();
     Waiting {
         home,
         project,
@@ -81,14 +146,13 @@ async fn an_approved_plan_runs_and_its_result_reaches_the_model() {
         fake::openai_text("Written."),
     ])
     .await;
-    let mut c = spawn(home.path(), &fake);
-    c.initialize(json!({ "flightPlans": true })).await;
-    let sid = c.new_session(project.path()).await;
-    let p = c
-        .start_request("session/prompt", prompt(&sid, "write out.txt"))
-        .await;
-
-    let offer = c.wait_method("_passepartout/plan/offer").await;
+    let mut c = plan_client(home.path(), &fake).await;
+    let Offered {
+        sid,
+        prompt_id: p,
+        offer,
+        ..
+    } = prompt_until_offer(&mut c, project.path(), "write out.txt").await;
     let plan = &offer["params"]["plan"];
     assert_eq!(
         (
@@ -215,13 +279,12 @@ async fn an_edit_that_a_gate_denies_is_refused_and_the_plan_stays_pending() {
         fake::openai_text("ok"),
     ])
     .await;
-    let mut c = spawn(home.path(), &fake);
-    c.initialize(json!({ "flightPlans": true })).await;
-    let sid = c.new_session(project.path()).await;
-    let p = c
-        .start_request("session/prompt", prompt(&sid, "push"))
-        .await;
-    let offer = c.wait_method("_passepartout/plan/offer").await;
+    let mut c = plan_client(home.path(), &fake).await;
+    let Offered {
+        prompt_id: p,
+        offer,
+        ..
+    } = prompt_until_offer(&mut c, project.path(), "push").await;
     let plan = offer["params"]["plan"].clone();
     let id = plan["planId"].as_str().unwrap().to_string();
     let org = plan["org"].as_str().unwrap().to_string();
@@ -240,12 +303,7 @@ async fn an_edit_that_a_gate_denies_is_refused_and_the_plan_stays_pending() {
     );
     let list = c.request("_passepartout/plans/list", json!(null)).await;
     assert_eq!(list["result"]["plans"][0]["planId"], json!(id), "{list}");
-    let r = c
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": id, "decision": "reject" }),
-        )
-        .await;
+    let r = decide(&mut c, &id, "reject").await;
     assert_eq!(r["result"]["status"], "rejected", "{r}");
     c.wait_response(p).await;
 }
@@ -283,30 +341,17 @@ async fn a_plan_survives_sigkill_and_runs_exactly_once() {
         json!({ "command": "echo ran >> log.txt && git push origin main 2>/dev/null; true" })
             .to_string();
     let fake = FakeProvider::start(vec![fake::openai_tool_calls(&[("c1", "shell", &args)])]).await;
-    let mut first = spawn(home.path(), &fake);
-    first.initialize(json!({ "flightPlans": true })).await;
-    let sid = first.new_session(project.path()).await;
-    first
-        .start_request("session/prompt", prompt(&sid, "do it"))
-        .await;
-    let offer = first.wait_method("_passepartout/plan/offer").await;
-    let id = offer["params"]["plan"]["planId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let mut first = plan_client(home.path(), &fake).await;
+    let Offered {
+        sid, plan_id: id, ..
+    } = prompt_until_offer(&mut first, project.path(), "do it").await;
     first.child.start_kill().unwrap();
     first.child.wait().await.unwrap();
 
-    let mut second = spawn(home.path(), &fake);
-    second.initialize(json!({ "flightPlans": true })).await;
+    let mut second = plan_client(home.path(), &fake).await;
     let again = second.wait_method("_passepartout/plan/offer").await;
     assert_eq!(again["params"]["plan"]["planId"], json!(id), "{again}");
-    let r = second
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": id, "decision": "approve" }),
-        )
-        .await;
+    let r = decide(&mut second, &id, "approve").await;
     assert_eq!(r["result"]["status"], "approved", "{r}");
     let resolved = second.wait_method("_passepartout/plan/resolved").await;
     assert_eq!(resolved["params"]["status"], "executed", "{resolved}");
@@ -325,18 +370,12 @@ async fn a_plan_survives_sigkill_and_runs_exactly_once() {
         (json!(id), json!(sid)),
         "{executed}"
     );
-    let r = second
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": id, "decision": "approve" }),
-        )
-        .await;
+    let r = decide(&mut second, &id, "approve").await;
     assert_eq!(r["error"]["code"], -32001, "{r}");
     drop(second);
 
     // A third daemon does not run it again either.
-    let mut third = spawn(home.path(), &fake);
-    third.initialize(json!({ "flightPlans": true })).await;
+    let mut third = plan_client(home.path(), &fake).await;
     let list = third.request("_passepartout/plans/list", json!(null)).await;
     assert_eq!(list["result"]["plans"], json!([]), "{list}");
     assert_eq!(
@@ -354,17 +393,10 @@ async fn a_plan_run_after_a_restart_is_refused_when_the_session_mode_now_forbids
     let home = tempfile::tempdir().unwrap();
     let project = tempfile::tempdir().unwrap();
     let fake = FakeProvider::start(vec![write_call("late.txt", "late\n")]).await;
-    let mut first = spawn(home.path(), &fake);
-    first.initialize(json!({ "flightPlans": true })).await;
-    let sid = first.new_session(project.path()).await;
-    first
-        .start_request("session/prompt", prompt(&sid, "write"))
-        .await;
-    let offer = first.wait_method("_passepartout/plan/offer").await;
-    let id = offer["params"]["plan"]["planId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let mut first = plan_client(home.path(), &fake).await;
+    let Offered {
+        sid, plan_id: id, ..
+    } = prompt_until_offer(&mut first, project.path(), "write").await;
     let r = first
         .request(
             "session/set_mode",
@@ -378,20 +410,7 @@ async fn a_plan_run_after_a_restart_is_refused_when_the_session_mode_now_forbids
         .join(format!("state/passepartout/sessions/{sid}.jsonl"));
     let written = audit_until(&journal, |j| j.contains(r#""mode":"read-only""#)).await;
     assert!(written.contains(r#""mode":"read-only""#), "{written}");
-    first.child.start_kill().unwrap();
-    first.child.wait().await.unwrap();
-
-    let mut second = spawn(home.path(), &fake);
-    second.initialize(json!({ "flightPlans": true })).await;
-    second.wait_method("_passepartout/plan/offer").await;
-    let r = second
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": id, "decision": "approve" }),
-        )
-        .await;
-    assert_eq!(r["result"]["status"], "approved", "{r}");
-    let resolved = second.wait_method("_passepartout/plan/resolved").await;
+    let (mut second, resolved) = approve_after_sigkill(first, home.path(), &fake, &id).await;
     assert_eq!(resolved["params"]["status"], "denied", "{resolved}");
     let said = resolved["params"]["result"].as_str().unwrap_or_default();
     assert!(said.contains("last-mile check failed"), "{resolved}");
@@ -445,14 +464,7 @@ async fn acp_clients_are_asked_with_request_permission() {
         fake::openai_text("two"),
     ])
     .await;
-    let url = fake.openai_url();
-    let (mut c, sid) = Client::with_session(
-        home.path(),
-        &["--provider-url", &url],
-        json!({}),
-        project.path(),
-    )
-    .await;
+    let (mut c, sid) = Client::with_fake(home.path(), &fake, project.path()).await;
 
     let p = c
         .start_request("session/prompt", prompt(&sid, "write a"))
@@ -499,8 +511,7 @@ async fn a_denied_action_goes_back_to_the_model_and_the_turn_continues() {
         fake::openai_text("I will not do that."),
     ])
     .await;
-    let mut c = spawn(home.path(), &fake);
-    c.initialize(json!({ "flightPlans": true })).await;
+    let mut c = plan_client(home.path(), &fake).await;
     let sid = c.new_session(project.path()).await;
     let r = c.request("session/prompt", prompt(&sid, "clean up")).await;
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
@@ -595,16 +606,10 @@ async fn closing_stdin_leaves_a_waiting_plan_pending() {
 
     // The next daemon offers it again, and approving it runs it.
     let fake = FakeProvider::start(vec![]).await;
-    let mut next = spawn(w.home.path(), &fake);
-    next.initialize(json!({ "flightPlans": true })).await;
+    let mut next = plan_client(w.home.path(), &fake).await;
     let offer = next.wait_method("_passepartout/plan/offer").await;
     assert_eq!(offer["params"]["plan"]["planId"], json!(w.plan_id));
-    let r = next
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": w.plan_id, "decision": "approve" }),
-        )
-        .await;
+    let r = decide(&mut next, &w.plan_id, "approve").await;
     assert_eq!(
         r["result"]["runs"], "now: its turn is gone, so this daemon runs it",
         "{r}"
@@ -622,17 +627,10 @@ async fn a_second_daemon_leaves_the_first_daemons_plans_to_it() {
     let mut w = waiting_on_a_write("first.txt", "from the first\n").await;
     // A second daemon on the same state directory (a second Emacs).
     let other = FakeProvider::start(vec![]).await;
-    let mut second = spawn(w.home.path(), &other);
-    second.initialize(json!({ "flightPlans": true })).await;
+    let mut second = plan_client(w.home.path(), &other).await;
     // The terminal knows who runs what.
     let holder = w.client.child.id().unwrap();
-    let list = std::process::Command::new(harness::BIN)
-        .args(["plans", "list"])
-        .env("HOME", w.home.path())
-        .env("XDG_CONFIG_HOME", w.home.path().join("config"))
-        .env("XDG_STATE_HOME", w.home.path().join("state"))
-        .output()
-        .unwrap();
+    let list = harness::cli_output(w.home.path(), w.project.path(), &["plans", "list"]);
     assert!(String::from_utf8_lossy(&list.stdout).contains(&w.plan_id));
     let lock =
         std::fs::read_to_string(w.home.path().join("state/passepartout/daemon.lock")).unwrap();
@@ -644,12 +642,7 @@ async fn a_second_daemon_leaves_the_first_daemons_plans_to_it() {
 
     // Approved through the second daemon: the first daemon's turn runs it
     // and its model hears the result (not a rejection).
-    let r = second
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": w.plan_id, "decision": "approve" }),
-        )
-        .await;
+    let r = decide(&mut second, &w.plan_id, "approve").await;
     assert_eq!(
         r["result"]["runs"], "now: the daemon whose turn made it runs it",
         "{r}"
@@ -688,28 +681,18 @@ async fn a_second_daemon_does_not_interrupt_a_running_plan() {
         &["--provider-url", &fake.openai_url(), "--sandbox", "none"],
     );
     first.initialize(json!({ "flightPlans": true })).await;
-    let sid = first.new_session(project.path()).await;
-    let p = first
-        .start_request("session/prompt", prompt(&sid, "slow"))
-        .await;
-    let offer = first.wait_method("_passepartout/plan/offer").await;
-    let id = offer["params"]["plan"]["planId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let r = first
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": id, "decision": "approve" }),
-        )
-        .await;
+    let Offered {
+        prompt_id: p,
+        plan_id: id,
+        ..
+    } = prompt_until_offer(&mut first, project.path(), "slow").await;
+    let r = decide(&mut first, &id, "approve").await;
     assert_eq!(r["result"]["status"], "approved", "{r}");
     first
         .wait_for(|m| m["params"]["update"]["status"] == "in_progress")
         .await;
     // While it runs, a second daemon starts on the same state directory.
-    let mut second = spawn(home.path(), &fake);
-    second.initialize(json!({ "flightPlans": true })).await;
+    let second = plan_client(home.path(), &fake).await;
     let done = first.wait_response(p).await;
     assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
     let store =
@@ -736,41 +719,16 @@ async fn after_a_restart_the_model_is_told_what_became_of_its_plan() {
         fake::openai_text("Still here."),
     ])
     .await;
-    let mut first = spawn(home.path(), &fake);
-    first.initialize(json!({ "flightPlans": true })).await;
-    let sid = first.new_session(project.path()).await;
-    first
-        .start_request("session/prompt", prompt(&sid, "write late.txt"))
-        .await;
-    let offer = first.wait_method("_passepartout/plan/offer").await;
-    let id = offer["params"]["plan"]["planId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    first.child.start_kill().unwrap();
-    first.child.wait().await.unwrap();
-
-    let mut second = spawn(home.path(), &fake);
-    second.initialize(json!({ "flightPlans": true })).await;
-    second.wait_method("_passepartout/plan/offer").await;
-    let r = second
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": id, "decision": "approve" }),
-        )
-        .await;
-    assert_eq!(r["result"]["status"], "approved", "{r}");
-    let resolved = second.wait_method("_passepartout/plan/resolved").await;
+    let mut first = plan_client(home.path(), &fake).await;
+    let Offered {
+        sid, plan_id: id, ..
+    } = prompt_until_offer(&mut first, project.path(), "write late.txt").await;
+    let (mut second, resolved) = approve_after_sigkill(first, home.path(), &fake, &id).await;
     assert_eq!(resolved["params"]["status"], "executed", "{resolved}");
     let org = resolved["params"]["org"].as_str().unwrap();
     assert!(org.contains("* DONE write_file"), "{org}");
 
-    let r = second
-        .request(
-            "session/load",
-            json!({ "sessionId": sid, "cwd": project.path(), "mcpServers": [] }),
-        )
-        .await;
+    let r = second.load_session(&sid, project.path()).await;
     assert!(r.get("result").is_some(), "{r}");
     let r = second.request("session/prompt", prompt(&sid, "so?")).await;
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
@@ -804,23 +762,14 @@ async fn a_plan_stopped_while_running_is_interrupted_everywhere() {
     let project = tempfile::tempdir().unwrap();
     let args = json!({ "command": "sleep 30; git push origin main" }).to_string();
     let fake = FakeProvider::start(vec![fake::openai_tool_calls(&[("c1", "shell", &args)])]).await;
-    let mut c = spawn(home.path(), &fake);
-    c.initialize(json!({ "flightPlans": true })).await;
-    let sid = c.new_session(project.path()).await;
-    let p = c
-        .start_request("session/prompt", prompt(&sid, "push later"))
-        .await;
-    let offer = c.wait_method("_passepartout/plan/offer").await;
-    let id = offer["params"]["plan"]["planId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let r = c
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": id, "decision": "approve" }),
-        )
-        .await;
+    let mut c = plan_client(home.path(), &fake).await;
+    let Offered {
+        sid,
+        prompt_id: p,
+        plan_id: id,
+        ..
+    } = prompt_until_offer(&mut c, project.path(), "push later").await;
+    let r = decide(&mut c, &id, "approve").await;
     assert_eq!(r["result"]["status"], "approved", "{r}");
     let plan_file = home
         .path()
@@ -858,26 +807,15 @@ async fn the_deciding_client_of_another_daemon_hears_the_outcome() {
         fake::openai_text("Done."),
     ])
     .await;
-    let mut first = spawn(home.path(), &fake);
-    first.initialize(json!({ "flightPlans": true })).await;
-    let sid = first.new_session(project.path()).await;
-    let p = first
-        .start_request("session/prompt", prompt(&sid, "write both.txt"))
-        .await;
-    let offer = first.wait_method("_passepartout/plan/offer").await;
-    let id = offer["params"]["plan"]["planId"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let mut first = plan_client(home.path(), &fake).await;
+    let Offered {
+        prompt_id: p,
+        plan_id: id,
+        ..
+    } = prompt_until_offer(&mut first, project.path(), "write both.txt").await;
 
-    let mut second = spawn(home.path(), &fake);
-    second.initialize(json!({ "flightPlans": true })).await;
-    let r = second
-        .request(
-            "_passepartout/plan/decide",
-            json!({ "planId": id, "decision": "approve" }),
-        )
-        .await;
+    let mut second = plan_client(home.path(), &fake).await;
+    let r = decide(&mut second, &id, "approve").await;
     assert_eq!(
         r["result"]["runs"], "now: the daemon whose turn made it runs it",
         "{r}"
@@ -914,13 +852,8 @@ async fn a_write_file_plan_shows_its_diff_before_the_decision() {
         fake::openai_text("ok"),
     ])
     .await;
-    let mut c = spawn(home.path(), &fake);
-    c.initialize(json!({ "flightPlans": true })).await;
-    let sid = c.new_session(project.path()).await;
-    let _p = c
-        .start_request("session/prompt", prompt(&sid, "edit"))
-        .await;
-    let offer = c.wait_method("_passepartout/plan/offer").await;
+    let mut c = plan_client(home.path(), &fake).await;
+    let Offered { offer, .. } = prompt_until_offer(&mut c, project.path(), "edit").await;
     let org = offer["params"]["plan"]["org"].as_str().unwrap();
     let changes = org
         .split("** Changes\n")

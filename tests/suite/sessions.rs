@@ -90,12 +90,7 @@ async fn a_killed_daemon_session_loads_with_its_history_and_continues() {
         "{list}"
     );
     c.backlog.clear();
-    let r = c
-        .request(
-            "session/load",
-            json!({ "sessionId": sid, "cwd": project.path(), "mcpServers": [] }),
-        )
-        .await;
+    let r = c.load_session(&sid, project.path()).await;
     assert!(r.get("result").is_some(), "{r}");
     // Everything replayed arrived before the response, in order.
     let replay = session_updates(&c.backlog, &sid);
@@ -177,12 +172,7 @@ async fn loading_an_unknown_session_is_a_resource_not_found_error() {
     let cfg = config(home.path(), &fake, "", "");
     let mut c = spawn(home.path(), &cfg);
     c.initialize(json!({})).await;
-    let r = c
-        .request(
-            "session/load",
-            json!({ "sessionId": "20200101T000000-1-1", "cwd": project.path(), "mcpServers": [] }),
-        )
-        .await;
+    let r = c.load_session("20200101T000000-1-1", project.path()).await;
     assert_eq!(r["error"]["code"], -32002, "{r}");
     assert!(
         r["error"]["message"]
@@ -191,12 +181,7 @@ async fn loading_an_unknown_session_is_a_resource_not_found_error() {
             .contains("20200101T000000-1-1"),
         "{r}"
     );
-    let r = c
-        .request(
-            "session/load",
-            json!({ "sessionId": "../../etc/passwd", "cwd": project.path(), "mcpServers": [] }),
-        )
-        .await;
+    let r = c.load_session("../../etc/passwd", project.path()).await;
     assert_eq!(r["error"]["code"], -32602, "{r}");
 }
 
@@ -384,37 +369,41 @@ fn body_tokens(body: &Value) -> usize {
     body.to_string().len() / 4
 }
 
+/// The tokens of the fixed part of a request (system prompt and tools),
+/// measured on a first prompt: it depends on the built-in skills, which
+/// change.
+async fn fixed_request_tokens(home: &Path, project: &Path) -> usize {
+    let probe = FakeProvider::start(vec![fake::openai_text("ok")]).await;
+    let cfg = config(home, &probe, "", "");
+    let mut c = spawn(home, &cfg);
+    c.initialize(json!({})).await;
+    let sid = c.new_session(project).await;
+    c.request("session/prompt", prompt(&sid, "hi")).await;
+    body_tokens(&probe.requests()[0].body)
+}
+
+/// A text answer streamed without pauses between its word chunks: the
+/// window is what these tests measure, and paced (2 ms a chunk) their
+/// turns took most of the suite's longest test.
+fn unpaced(text: &str) -> Reply {
+    let mut reply = fake::openai_text(text);
+    if let Reply::OpenAi { delay_ms, .. } = &mut reply {
+        *delay_ms = 0;
+    }
+    reply
+}
+
 #[tokio::test]
 async fn a_long_session_is_compacted_and_every_request_stays_under_the_window() {
     let project = tempfile::tempdir().unwrap();
     let home = tempfile::tempdir().unwrap();
-    // Measure the fixed part of a request (system prompt and tools) first:
-    // it depends on the built-in skills, which change.
-    let probe = FakeProvider::start(vec![fake::openai_text("ok")]).await;
-    let cfg = config(home.path(), &probe, "", "");
-    let mut c = spawn(home.path(), &cfg);
-    c.initialize(json!({})).await;
-    let sid = c.new_session(project.path()).await;
-    c.request("session/prompt", prompt(&sid, "hi")).await;
-    let base = body_tokens(&probe.requests()[0].body);
-    drop(c);
+    let base = fixed_request_tokens(home.path(), project.path()).await;
 
     // A window with room for the fixed part and a few long answers.
     let window = base + 3_000;
     let answer = "lorem ipsum dolor sit amet ".repeat(60); // ~1,600 chars
 
-    // Streamed without pauses between its 300 word chunks: the window is
-    // what is tested here, and paced (2 ms a chunk) the turns took most of
-    // the suite's longest test.
-    let unpaced = |mut reply: Reply| {
-        if let Reply::OpenAi { delay_ms, .. } = &mut reply {
-            *delay_ms = 0;
-        }
-        reply
-    };
-    let script: Vec<Reply> = (0..30)
-        .map(|_| unpaced(fake::openai_text(&answer)))
-        .collect();
+    let script: Vec<Reply> = (0..30).map(|_| unpaced(&answer)).collect();
     let fake = FakeProvider::start(script).await;
     let cfg = config(
         home.path(),
@@ -479,12 +468,7 @@ async fn a_long_session_is_compacted_and_every_request_stays_under_the_window() 
     let mut c = spawn(home.path(), &cfg);
     c.initialize(json!({})).await;
     c.backlog.clear();
-    let r = c
-        .request(
-            "session/load",
-            json!({ "sessionId": sid, "cwd": project.path(), "mcpServers": [] }),
-        )
-        .await;
+    let r = c.load_session(&sid, project.path()).await;
     assert!(r.get("result").is_some(), "{r}");
     let replay = session_updates(&c.backlog, &sid);
     assert!(
@@ -503,32 +487,14 @@ async fn a_long_session_is_compacted_and_every_request_stays_under_the_window() 
 async fn a_compaction_summary_is_cut_at_an_eighth_of_the_window() {
     let project = tempfile::tempdir().unwrap();
     let home = tempfile::tempdir().unwrap();
-    let probe = FakeProvider::start(vec![fake::openai_text("ok")]).await;
-    let cfg = config(home.path(), &probe, "", "");
-    let mut c = spawn(home.path(), &cfg);
-    c.initialize(json!({})).await;
-    let sid = c.new_session(project.path()).await;
-    c.request("session/prompt", prompt(&sid, "hi")).await;
-    let base = body_tokens(&probe.requests()[0].body);
-    drop(c);
+    let base = fixed_request_tokens(home.path(), project.path()).await;
 
     let window = base + 3_000;
-    let unpaced = |mut reply: Reply| {
-        if let Reply::OpenAi { delay_ms, .. } = &mut reply {
-            *delay_ms = 0;
-        }
-        reply
-    };
     // A first answer that fills the window, then a summary of 900,000
     // characters (the model ignoring every request to be brief).
     let long = format!("{0} {0} {0}", "lorem".repeat(900));
     let huge = format!("{0} {0} {0}", "s".repeat(300_000));
-    let fake = FakeProvider::start(vec![
-        unpaced(fake::openai_text(&long)),
-        unpaced(fake::openai_text(&huge)),
-        unpaced(fake::openai_text("ok")),
-    ])
-    .await;
+    let fake = FakeProvider::start(vec![unpaced(&long), unpaced(&huge), unpaced("ok")]).await;
     let cfg = config(
         home.path(),
         &fake,
@@ -608,12 +574,7 @@ async fn a_cancelled_turns_partial_answer_is_kept() {
     let mut c = spawn(home.path(), &cfg);
     c.initialize(json!({})).await;
     c.backlog.clear();
-    let r = c
-        .request(
-            "session/load",
-            json!({ "sessionId": sid, "cwd": project.path(), "mcpServers": [] }),
-        )
-        .await;
+    let r = c.load_session(&sid, project.path()).await;
     assert!(r.get("result").is_some(), "{r}");
     let replayed = c.message_text();
     assert!(

@@ -14,7 +14,6 @@ use crate::support;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::Command;
 
 use harness::{prompt, Client};
 use serde_json::{json, Value};
@@ -25,21 +24,7 @@ use support::fake_provider::{self as fake, FakeProvider};
 fn project() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path();
-    let git = |args: &[&str]| {
-        let ok = Command::new("git")
-            .args(args)
-            .current_dir(p)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@example.org")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@example.org")
-            .output()
-            .unwrap()
-            .status
-            .success();
-        assert!(ok, "git {args:?}");
-    };
+    let git = |args: &[&str]| harness::git(p, args);
     git(&["init", "-q"]);
     std::fs::write(p.join("a.txt"), "a\n").unwrap();
     std::fs::write(p.join("b.txt"), "b\n").unwrap();
@@ -54,6 +39,22 @@ fn project() -> tempfile::TempDir {
     std::fs::write(p.join(".env"), "SECRET=1\n").unwrap();
     std::fs::set_permissions(p.join(".env"), std::fs::Permissions::from_mode(0o600)).unwrap();
     dir
+}
+
+/// The site-packages folder of [`project_with_ignored_venv`]'s `.venv`,
+/// where Python runs `.pth` files from.
+const VENV_SITE: &str = ".venv/lib/python3.11/site-packages";
+
+/// [`project`] whose `.gitignore` also ignores `.venv/` and
+/// `node_modules/`, with a virtualenv: an empty [`VENV_SITE`] and a
+/// `.venv/pyvenv.cfg`.
+fn project_with_ignored_venv() -> tempfile::TempDir {
+    let project = project();
+    let p = project.path();
+    std::fs::write(p.join(".gitignore"), ".env\n.venv/\nnode_modules/\n").unwrap();
+    std::fs::create_dir_all(p.join(VENV_SITE)).unwrap();
+    std::fs::write(p.join(".venv/pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+    project
 }
 
 /// Every file of the work tree (not `.git`) with its bytes and mode.
@@ -113,9 +114,7 @@ async fn running_calls(
         fake::openai_text("done"),
     ])
     .await;
-    let url = fake.openai_url();
-    let (mut client, session) =
-        Client::with_session(home.path(), &["--provider-url", &url], json!({}), project).await;
+    let (mut client, session) = Client::with_fake(home.path(), &fake, project).await;
     let prompt_id = client
         .start_request("session/prompt", prompt(&session, "go"))
         .await;
@@ -175,15 +174,7 @@ impl Run {
 
     /// Run the `passepartout` command line in `cwd` with the daemon's home.
     fn cli(&self, cwd: &Path, args: &[&str]) -> std::process::Output {
-        let home = self._home.path();
-        Command::new(env!("CARGO_BIN_EXE_passepartout"))
-            .args(args)
-            .current_dir(cwd)
-            .env("HOME", home)
-            .env("XDG_CONFIG_HOME", home.join("config"))
-            .env("XDG_STATE_HOME", home.join("state"))
-            .output()
-            .unwrap()
+        harness::cli_output(self._home.path(), cwd, args)
     }
 
     async fn history(&mut self, cwd: &Path) -> Value {
@@ -421,11 +412,9 @@ async fn a_pth_file_in_an_ignored_venv_is_asked_about_and_rejected_stays_out() {
     if !harness::bwrap_available() {
         return;
     }
-    let project = project();
+    let project = project_with_ignored_venv();
     let p = project.path();
-    std::fs::write(p.join(".gitignore"), ".env\n.venv/\n").unwrap();
-    let site = ".venv/lib/python3.11/site-packages";
-    std::fs::create_dir_all(p.join(site)).unwrap();
+    let site = VENV_SITE;
     let mut run = running(
         p,
         &format!("echo 'import os' > {site}/zz_hook.pth; echo ok > {site}/plain.txt"),
@@ -481,12 +470,9 @@ async fn writes_into_ignored_trees_are_listed_by_history_and_undone() {
     if !harness::bwrap_available() {
         return;
     }
-    let project = project();
+    let project = project_with_ignored_venv();
     let p = project.path();
-    std::fs::write(p.join(".gitignore"), ".env\n.venv/\nnode_modules/\n").unwrap();
-    let site = ".venv/lib/python3.11/site-packages";
-    std::fs::create_dir_all(p.join(site)).unwrap();
-    std::fs::write(p.join(".venv/pyvenv.cfg"), "home = /usr/bin\n").unwrap();
+    let site = VENV_SITE;
     let command = format!(
         "mkdir -p node_modules/pkg && echo 'module.exports = 1' > node_modules/pkg/index.js \
          && echo /opt/extra > {site}/extra.pth && echo 'home = /tmp/planted' > .venv/pyvenv.cfg \
@@ -590,9 +576,7 @@ async fn a_change_just_before_the_action_starts_is_not_a_conflict() {
         fake::openai_text("done"),
     ])
     .await;
-    let url = fake.openai_url();
-    let (mut client, session) =
-        Client::with_session(home.path(), &["--provider-url", &url], json!({}), p).await;
+    let (mut client, session) = Client::with_fake(home.path(), &fake, p).await;
     let id = client
         .start_request("session/prompt", prompt(&session, "go"))
         .await;

@@ -4,6 +4,8 @@
 //! the benches) and each uses only part of it, hence the allowance.
 
 #[allow(dead_code)]
+pub mod endless_provider;
+#[allow(dead_code)]
 pub mod fake_provider;
 #[allow(dead_code)]
 pub mod mcp_echo;

@@ -164,3 +164,33 @@ fn opaque(script: &str, findings: &mut Vec<(Decision, String)>) {
         ));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::action::Action;
+    use crate::gates::engine::GateEngine;
+    use crate::gates::GateContext;
+
+    /// Every gate of one action, the syntax pass and the command builder
+    /// included, shares one parse of each shell text: the script, and each
+    /// nested `bash -c` string once more.
+    #[test]
+    fn each_shell_text_is_parsed_once_per_action() {
+        let ctx = GateContext {
+            cwd: "/home/u/proj".into(),
+            home: Some("/home/u".into()),
+            network_allow: vec![],
+            host_paths: Vec::new(),
+        };
+        let engine = GateEngine::with_builtin_gates();
+        for (script, texts) in [
+            ("ls -la src | wc -l", 1),
+            ("cd src && bash -c 'grep -rn todo .'", 2),
+        ] {
+            let before = super::syntax::parses_on_this_thread();
+            engine.evaluate(&Action::shell_for_tests(script), &ctx);
+            let parses = super::syntax::parses_on_this_thread() - before;
+            assert_eq!(parses, texts, "{script}: {parses} parses for {texts} texts");
+        }
+    }
+}

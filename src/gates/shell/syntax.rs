@@ -13,8 +13,9 @@
 //! the literal commands the other gates judge.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 
-use tree_sitter::{Node, Parser};
+use tree_sitter::{Node, Parser, Tree};
 
 /// The longest script the parser reads; longer text is opaque by size.
 pub const MAX_SCRIPT_BYTES: usize = 256 * 1024;
@@ -122,14 +123,70 @@ const KNOWN_KINDS: &[&str] = &[
     "brace_expression",
 ];
 
+/// How many parsed scripts each thread keeps. The syntax pass and the
+/// command builder read the same text (the action's script, and each
+/// nested `bash -c` string), and the gates of one action run on one thread:
+/// with the tree kept, each text is parsed once per action, not once per
+/// pass.
+const RECENT_TREES: usize = 8;
+
+/// How much source the kept trees may span together: one script of the
+/// largest size read ([`MAX_SCRIPT_BYTES`]) still parses once, while a
+/// worker thread never holds more than that much text's trees.
+const RECENT_TREES_BYTES: usize = MAX_SCRIPT_BYTES;
+
 thread_local! {
     static PARSER: RefCell<Option<Parser>> = const { RefCell::new(None) };
+    static TREES: RefCell<VecDeque<(String, Tree)>> = const { RefCell::new(VecDeque::new()) };
 }
 
-/// Parse `script` with this thread's tree-sitter-bash parser (made once per
-/// thread). `None` when the grammar cannot be loaded or the parse fails;
-/// callers fail closed. The size limit is the caller's to check.
-pub(crate) fn parse_tree(script: &str) -> Option<tree_sitter::Tree> {
+#[cfg(test)]
+thread_local! {
+    static PARSES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many times this thread ran the tree-sitter parser (tests count
+/// parses per action with it).
+#[cfg(test)]
+pub(crate) fn parses_on_this_thread() -> usize {
+    PARSES.with(|p| p.get())
+}
+
+/// The tree of `script`, parsed with this thread's tree-sitter-bash parser
+/// (made once per thread), or the tree kept from an earlier parse of the
+/// same text ([`RECENT_TREES`], [`RECENT_TREES_BYTES`]). `None` when the grammar cannot be loaded
+/// or the parse fails; callers fail closed. The size limit is the caller's
+/// to check.
+pub(crate) fn parse_tree(script: &str) -> Option<Tree> {
+    let kept = TREES.with(|trees| {
+        trees
+            .borrow()
+            .iter()
+            .find(|(text, _)| text == script)
+            .map(|(_, tree)| tree.clone())
+    });
+    if kept.is_some() {
+        return kept;
+    }
+    let tree = parse_fresh(script)?;
+    TREES.with(|trees| {
+        let mut trees = trees.borrow_mut();
+        let mut kept_bytes: usize = trees.iter().map(|(text, _)| text.len()).sum();
+        while trees.len() >= RECENT_TREES
+            || (!trees.is_empty() && kept_bytes + script.len() > RECENT_TREES_BYTES)
+        {
+            if let Some((text, _)) = trees.pop_back() {
+                kept_bytes -= text.len();
+            }
+        }
+        trees.push_front((script.to_string(), tree.clone()));
+    });
+    Some(tree)
+}
+
+fn parse_fresh(script: &str) -> Option<Tree> {
+    #[cfg(test)]
+    PARSES.with(|p| p.set(p.get() + 1));
     PARSER.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
@@ -598,6 +655,27 @@ mod tests {
             constructs("bomb() { bomb | bomb & }; bomb"),
             ["a function that calls itself (the shape of a fork bomb)"]
         );
+    }
+
+    #[test]
+    fn kept_trees_are_bounded_in_count_and_in_source_bytes() {
+        let kept = || TREES.with(|t| t.borrow().iter().map(|(s, _)| s.len()).collect::<Vec<_>>());
+        for i in 0..RECENT_TREES + 3 {
+            parse_tree(&format!("echo {i}"));
+        }
+        assert_eq!(kept().len(), RECENT_TREES);
+        let big = format!("echo {}", "a".repeat(MAX_SCRIPT_BYTES / 2));
+        parse_tree(&big);
+        parse_tree(&format!("{big}b"));
+        let sizes = kept();
+        assert!(
+            sizes.iter().sum::<usize>() <= RECENT_TREES_BYTES,
+            "{sizes:?}"
+        );
+        // The newest is kept, and asked again it is not parsed again.
+        let before = parses_on_this_thread();
+        parse_tree(&format!("{big}b"));
+        assert_eq!(parses_on_this_thread(), before);
     }
 
     #[test]

@@ -460,3 +460,34 @@ fn commands_nested_anywhere_in_the_tree_are_found() {
         .iter()
         .any(|c| c.write_targets() == v(&["/home/u/.profile"])));
 }
+
+#[test]
+fn here_strings_after_another_redirection_keep_their_operator() {
+    let redirects = |script: &str| -> Vec<(String, String)> {
+        parse(script, home()).commands[0]
+            .redirects
+            .iter()
+            .map(|r| (r.op.clone(), r.target.clone()))
+            .collect()
+    };
+    let pairs = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+        list.iter()
+            .map(|(op, target)| (op.to_string(), target.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        redirects("cat 2>/dev/null <<< \"$x\""),
+        pairs(&[(">", "/dev/null"), ("<<<", "$x")])
+    );
+    assert_eq!(
+        redirects("cmd >out <<<word"),
+        pairs(&[(">", "out"), ("<<<", "word")])
+    );
+    assert_eq!(
+        redirects("cmd <<<word >out"),
+        pairs(&[("<<<", "word"), (">", "out")])
+    );
+    // What the here-string feeds a shell is still followed as a script.
+    let s = parse("bash 2>/dev/null <<< 'rm -rf /'", home());
+    assert!(s.commands.iter().any(|c| c.program == "rm"));
+}
