@@ -36,6 +36,7 @@ mod sdk_python;
 mod session_configure;
 mod sessions;
 mod skills;
+mod skills_cache;
 mod skills_live;
 mod slash_commands;
 mod stdio_protocol;
