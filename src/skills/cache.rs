@@ -212,12 +212,31 @@ struct CachedRule {
 /// What parsing one file produced.
 pub type Parsed = (Option<Skill>, Vec<Diagnostic>);
 
+/// An entry the next load keeps.
+enum Kept {
+    /// Taken from the file read at the start, with its `lstat` record now.
+    Stored {
+        path: PathBuf,
+        origin: Origin,
+        sha256: String,
+        stat: Option<StatRecord>,
+    },
+    /// Parsed by this load.
+    Fresh(Box<StoredFile>),
+}
+
 /// One load's use of the cache: the entries read at its start, and those
 /// it keeps for the next load.
+///
+/// A hit moves the stored parse into the skill set (no copy: a cached load
+/// of 1,000 skills would otherwise hold every skill twice and spend its
+/// time in `malloc` and `free`); the entry is remembered by its key. Only
+/// when the file must be rewritten (something changed) is it read once
+/// more, for the entries kept unchanged.
 pub struct CacheSession<'a> {
     cache: &'a ParseCache,
     previous: HashMap<(PathBuf, Origin), StoredFile>,
-    kept: Vec<StoredFile>,
+    kept: Vec<Kept>,
     /// Whether the file must be rewritten (an entry added, changed or gone).
     changed: bool,
     /// Why the cache file was not used, when it existed but was unusable.
@@ -391,27 +410,27 @@ impl CacheSession<'_> {
     }
 
     /// The content hash and parse of the file at `path`, when its current
-    /// `lstat` (`stat`, taken at `examined` before anything was read) is
-    /// the settled one recorded: the file is then neither read nor hashed.
+    /// `lstat` (`stat`, taken before anything was read) is the settled one
+    /// recorded: the file is then neither read nor hashed.
     pub fn by_stat(
         &mut self,
         path: &Path,
         origin: Origin,
         stat: StatRecord,
     ) -> Option<(String, Parsed)> {
-        let entry = self.previous.get(&(path.to_path_buf(), origin))?;
-        if entry.stat != Some(stat) {
+        let key = (path.to_path_buf(), origin);
+        if self.previous.get(&key)?.stat != Some(stat) {
             return None;
         }
-        let parsed = entry.parsed()?;
+        let entry = self.previous.remove(&key)?;
         let sha256 = entry.sha256.clone();
-        self.keep(path, origin);
+        let parsed = self.take(entry, Some(stat))?;
         Some((sha256, parsed))
     }
 
     /// The parse of `path` whose bytes hash to `sha256`, if stored; the
-    /// entry is kept, its `lstat` record replaced by `stat` when that has
-    /// settled.
+    /// entry is kept, its `lstat` record replaced by `stat` (settled, or
+    /// `None`).
     pub fn by_hash(
         &mut self,
         path: &Path,
@@ -420,23 +439,44 @@ impl CacheSession<'_> {
         stat: Option<StatRecord>,
     ) -> Option<Parsed> {
         let key = (path.to_path_buf(), origin);
-        let entry = self.previous.get_mut(&key)?;
-        if entry.sha256 != sha256 {
+        if self.previous.get(&key)?.sha256 != sha256 {
             return None;
         }
-        let parsed = entry.parsed()?;
+        let entry = self.previous.remove(&key)?;
         if entry.stat != stat {
-            entry.stat = stat;
             self.changed = true;
         }
-        self.keep(path, origin);
-        Some(parsed)
+        self.take(entry, stat)
     }
 
-    fn keep(&mut self, path: &Path, origin: Origin) {
-        if let Some(entry) = self.previous.remove(&(path.to_path_buf(), origin)) {
-            self.kept.push(entry);
-        }
+    /// Move a stored entry's parse out, remembering to keep the entry.
+    /// `None` (and the entry dropped) when it cannot stand.
+    fn take(&mut self, entry: StoredFile, stat: Option<StatRecord>) -> Option<Parsed> {
+        let StoredFile {
+            path,
+            origin,
+            sha256,
+            skill,
+            diagnostics,
+            ..
+        } = entry;
+        let skill = match skill {
+            Some(s) => match s.into_skill() {
+                Some(skill) => Some(skill),
+                None => {
+                    self.changed = true;
+                    return None;
+                }
+            },
+            None => None,
+        };
+        self.kept.push(Kept::Stored {
+            path,
+            origin,
+            sha256,
+            stat,
+        });
+        Some((skill, diagnostics))
     }
 
     /// Store a fresh parse of bytes hashing to `sha256`.
@@ -462,34 +502,55 @@ impl CacheSession<'_> {
             },
             None => None,
         };
-        self.kept.push(StoredFile {
+        self.kept.push(Kept::Fresh(Box::new(StoredFile {
             path: path.to_path_buf(),
             origin,
             sha256,
             stat,
             skill,
             diagnostics: parsed.1.clone(),
-        });
+        })));
     }
 
     /// Write the cache file if this load changed anything: an entry added
     /// or updated, or one left unused (its file is gone or was not seen).
     pub fn finish(self) {
-        if self.changed || !self.previous.is_empty() {
-            self.cache.write(self.kept);
+        if !self.changed && self.previous.is_empty() {
+            return;
         }
-    }
-}
-
-impl StoredFile {
-    /// The stored parse, or `None` when it cannot stand (then the caller
-    /// parses again).
-    fn parsed(&self) -> Option<Parsed> {
-        let skill = match &self.skill {
-            Some(s) => Some(s.to_skill()?),
-            None => None,
-        };
-        Some((skill, self.diagnostics.clone()))
+        let mut unchanged: HashMap<(PathBuf, Origin), StoredFile> =
+            if self.kept.iter().any(|k| matches!(k, Kept::Stored { .. })) {
+                self.cache
+                    .read()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|f| ((f.path.clone(), f.origin), f))
+                    .collect()
+            } else {
+                HashMap::new()
+            };
+        let files = self
+            .kept
+            .into_iter()
+            .filter_map(|kept| match kept {
+                Kept::Fresh(entry) => Some(*entry),
+                Kept::Stored {
+                    path,
+                    origin,
+                    sha256,
+                    stat,
+                } => {
+                    // Gone or replaced meanwhile (another daemon wrote the
+                    // file): left out, parsed again next time.
+                    let mut entry = unchanged.remove(&(path, origin))?;
+                    (entry.sha256 == sha256).then(|| {
+                        entry.stat = stat;
+                        entry
+                    })
+                }
+            })
+            .collect();
+        self.cache.write(files);
     }
 }
 
@@ -542,47 +603,47 @@ impl CachedSkill {
 
     /// The skill again. Its regexes compile when first used (they compiled
     /// when the file was parsed); see [`LazyRegex`].
-    fn to_skill(&self) -> Option<Skill> {
-        let trigger = match &self.trigger {
+    fn into_skill(self) -> Option<Skill> {
+        let trigger = match self.trigger {
             CachedTrigger::Always => Trigger::Always,
             CachedTrigger::Never => Trigger::Never,
-            CachedTrigger::Pattern(p) => Trigger::Pattern(LazyRegex::deferred(p.clone())),
+            CachedTrigger::Pattern(p) => Trigger::Pattern(LazyRegex::deferred(p)),
         };
         let rules = self
             .rules
-            .iter()
+            .into_iter()
             .map(|r| Rule {
-                name: r.name.clone(),
+                name: r.name,
                 decision: r.decision,
-                tool: r.tool.clone(),
-                target: r.target.clone(),
-                pattern: r.pattern.clone().map(LazyRegex::deferred),
-                reason: r.reason.clone(),
-                gate: r.gate.clone(),
+                tool: r.tool,
+                target: r.target,
+                pattern: r.pattern.map(LazyRegex::deferred),
+                reason: r.reason,
+                gate: r.gate,
             })
             .collect();
         let tools = self
             .tools
-            .iter()
+            .into_iter()
             .map(|t| Tool {
-                spec: t.spec.clone(),
+                spec: t.spec,
                 kind: t.kind,
                 approval: t.approval,
                 timeout_secs: t.timeout_secs,
-                source: t.source.clone(),
-                planner: Arc::new(t.planner.clone()),
+                source: t.source,
+                planner: Arc::new(t.planner),
             })
             .collect();
         Some(Skill {
-            name: self.name.clone(),
-            description: self.description.clone(),
+            name: self.name,
+            description: self.description,
             priority: self.priority,
             trigger,
-            prompt: self.prompt.clone(),
+            prompt: self.prompt,
             tools,
             rules,
-            commands: self.commands.clone(),
-            path: self.path.clone(),
+            commands: self.commands,
+            path: self.path,
             origin: self.origin,
         })
     }

@@ -147,23 +147,21 @@ pub fn project_dir(cwd: &Path) -> PathBuf {
 /// (`.#x.org`), auto-save files (`#x.org#`) and backups (`x.org~`, which
 /// do not end in `.org` anyway) are skipped.
 pub fn org_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = list_sources(dir, false);
-    files.sort();
-    files
+    list_sources(dir, false)
 }
 
 /// Every skill source directly in `dir`, sorted: the `.org` files (see
 /// [`org_files`]) and the `SKILL.md` of each Agent Skill folder.
 pub fn skill_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = list_sources(dir, true);
-    files.sort();
-    files
+    list_sources(dir, true)
 }
 
 /// One pass over `dir`: its `.org` files and, with `agent_skills`, the
 /// `SKILL.md` of each folder that has one. The entry's type comes from the
 /// directory listing itself; only symbolic links cost a `stat` (the
-/// per-turn change check lists the directories every turn).
+/// per-turn change check lists the directories every turn). Sorted by the
+/// entry's name, which orders the paths as comparing them would (they
+/// differ in that one component) without `Path`'s component-wise compare.
 fn list_sources(dir: &Path, agent_skills: bool) -> Vec<PathBuf> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
@@ -182,16 +180,17 @@ fn list_sources(dir: &Path, agent_skills: bool) -> Vec<PathBuf> {
             (kind.is_file(), kind.is_dir())
         };
         if is_file && is_skill_file_name(&name) {
-            out.push(path);
+            out.push((entry.file_name(), path));
         } else if agent_skills
             && is_dir
             && !name.starts_with('.')
             && super::agent_skill::is_agent_skill_dir(&path)
         {
-            out.push(path.join(super::agent_skill::SKILL_MD));
+            out.push((entry.file_name(), path.join(super::agent_skill::SKILL_MD)));
         }
     }
-    out
+    out.sort_unstable_by(|a, b| a.0.as_encoded_bytes().cmp(b.0.as_encoded_bytes()));
+    out.into_iter().map(|(_, path)| path).collect()
 }
 
 /// Whether `path` is an Agent Skill's `SKILL.md`.
