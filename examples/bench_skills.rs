@@ -2,14 +2,20 @@
 //!
 //! Generates 200 realistic skill files (prose, a prompt, three tools with
 //! parameter tables and bash/python/elisp bodies, two rules with examples)
-//! in a temporary directory, then loads them the way a daemon's first
-//! `session/new` does, each time in a fresh process (this example run
-//! again as a child): once with an empty parse cache (every file parsed,
-//! the cache filled) and once with the cache filled (what every later
-//! daemon start pays; the files are given the cache's settle margin to
-//! settle first, as real skills have). It prints each load's time and the resident memory
-//! it added, then the in-process median of repeated (cached) loads and the
-//! cost of the per-turn "did anything change?" check.
+//! in a temporary directory, waits the parse cache's settle margin (real
+//! skill files are written long before a daemon starts), then loads them
+//! the way a daemon's first `session/new` does, each time in a fresh
+//! process (this example run again as a child): once with an empty parse
+//! cache (every file parsed, the cache filled) and once with the cache
+//! filled (what every later daemon start pays). It prints each load's time,
+//! the resident memory it added and how many files the cache served (and
+//! of those, how many were not even read), then the in-process median of
+//! repeated (cached) loads and the cost of the per-turn "did anything
+//! change?" check.
+//!
+//! `bench_skills --setup DIR [FILES]` only generates and trusts the files
+//! under DIR, and `bench_skills --load DIR` loads them once, for profiling
+//! one load on its own (`perf record -g`, `strace -c`).
 //!
 //! `cargo run --example bench_skills [FILES]` (default 200; issue 20's
 //! figure is `1000`).
