@@ -2,13 +2,20 @@
 //!
 //! Generates 200 realistic skill files (prose, a prompt, three tools with
 //! parameter tables and bash/python/elisp bodies, two rules with examples)
-//! in a temporary directory, then loads them the way a daemon's first
-//! `session/new` does, each time in a fresh process (this example run
-//! again as a child): once with an empty parse cache (every file parsed,
-//! the cache filled) and once with the cache filled (what every later
-//! daemon start pays). It prints each load's time and the resident memory
-//! it added, then the in-process median of repeated (cached) loads and the
-//! cost of the per-turn "did anything change?" check.
+//! in a temporary directory, waits the parse cache's settle margin (real
+//! skill files are written long before a daemon starts), then loads them
+//! the way a daemon's first `session/new` does, each time in a fresh
+//! process (this example run again as a child): once with an empty parse
+//! cache (every file parsed, the cache filled) and once with the cache
+//! filled (what every later daemon start pays). It prints each load's time,
+//! the resident memory it added and how many files the cache served (and
+//! of those, how many were not even read), then the in-process median of
+//! repeated (cached) loads and the cost of the per-turn "did anything
+//! change?" check.
+//!
+//! `bench_skills --setup DIR [FILES]` only generates and trusts the files
+//! under DIR, and `bench_skills --load DIR` loads them once, for profiling
+//! one load on its own (`perf record -g`, `strace -c`).
 //!
 //! `cargo run --example bench_skills [FILES]` (default 200; issue 20's
 //! figure is `1000`).
@@ -77,7 +84,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 /// Child mode: `bench_skills --load DIR` loads the skills set up in DIR
-/// once and prints `<milliseconds> <KiB added> <cache hits>`.
+/// once and prints `<milliseconds> <KiB added> <cache hits> <of them unread>`.
 fn child(root: &std::path::Path) {
     let dirs = dirs_in(root);
     let rss_before = rss_kib().unwrap_or(0);
@@ -86,10 +93,11 @@ fn child(root: &std::path::Path) {
     let elapsed = start.elapsed();
     let rss_after = rss_kib().unwrap_or(0);
     println!(
-        "{:.2} {} {}",
+        "{:.2} {} {} {}",
         elapsed.as_secs_f64() * 1e3,
         rss_after.saturating_sub(rss_before),
-        set.cache_hits()
+        set.cache_hits(),
+        set.cache_unread()
     );
 }
 
@@ -124,27 +132,16 @@ fn print_child(what: &str, line: &str) {
     let ms = parts.next().unwrap_or("?");
     let kib = parts.next().unwrap_or("?");
     let hits = parts.next().unwrap_or("?");
-    println!("{what}: {ms} ms, +{kib} KiB resident, {hits} files from the cache");
+    let unread = parts.next().unwrap_or("?");
+    println!(
+        "{what}: {ms} ms, +{kib} KiB resident, {hits} files from the cache ({unread} not even read)"
+    );
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("--load") {
-        child(std::path::Path::new(&args[2]));
-        return;
-    }
-    let files: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(DEFAULT_FILES);
-    let tmp = match tempfile::tempdir() {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("cannot create a temporary directory: {e}");
-            std::process::exit(1);
-        }
-    };
-    let dir = tmp.path().join("skills");
+/// Generate `files` skill files under `root/skills` and trust each one in
+/// `root/state`; returns their total size in bytes.
+fn setup(root: &std::path::Path, files: usize) -> usize {
+    let dir = root.join("skills");
     if let Err(e) = std::fs::create_dir_all(&dir) {
         eprintln!("cannot create {}: {e}", dir.display());
         std::process::exit(1);
@@ -152,7 +149,7 @@ fn main() {
     let mut bytes = 0;
     // Project skills load only when trusted: trust every generated file,
     // so the figures include hashing each file against the trust store.
-    let trust = TrustStore::in_state_dir(&tmp.path().join("state"));
+    let trust = TrustStore::in_state_dir(&root.join("state"));
     for i in 0..files {
         let text = skill(i);
         bytes += text.len();
@@ -167,8 +164,44 @@ fn main() {
             std::process::exit(1);
         }
     }
+    bytes
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("--load") => {
+            child(std::path::Path::new(&args[2]));
+            return;
+        }
+        // Generate and trust only, for profiling `--load DIR` on its own.
+        Some("--setup") => {
+            let files = args
+                .get(3)
+                .and_then(|a| a.parse().ok())
+                .unwrap_or(DEFAULT_FILES);
+            setup(std::path::Path::new(&args[2]), files);
+            return;
+        }
+        _ => {}
+    }
+    let files: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(DEFAULT_FILES);
+    let tmp = match tempfile::tempdir() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("cannot create a temporary directory: {e}");
+            std::process::exit(1);
+        }
+    };
+    let bytes = setup(tmp.path(), files);
     let dirs = dirs_in(tmp.path());
-    assert_eq!(dirs.trust.as_deref(), Some(trust.path()));
+    // Skill files are written long before a daemon starts: let them settle
+    // (a file changed within the cache's settle margin of a load is read
+    // and hashed even when its lstat is known).
+    std::thread::sleep(passepartout::skills::cache::SETTLE_MARGIN);
 
     // A daemon start: a fresh process, first with an empty parse cache,
     // then with the cache the first one filled.

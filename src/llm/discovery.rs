@@ -382,7 +382,12 @@ pub fn pick_model(models: &[String], preferred: Option<&str>) -> Option<String> 
 /// Ask every candidate, local ones at once; `preferred` is the model a
 /// person asked for with `--model` or `PASSEPARTOUT_MODEL`.
 pub async fn probe(candidates: &[Candidate], preferred: Option<&str>) -> Report {
-    let client = match probe_client() {
+    // A CA store only when some local candidate is https: loading it opens
+    // every file of /etc/ssl/certs, before a daemon's first reply.
+    let tls = candidates
+        .iter()
+        .any(|c| c.key_env.is_none() && c.base_url.starts_with("https:"));
+    let client = match probe_client(tls) {
         Ok(c) => Some(c),
         Err(e) => {
             tracing::error!("discovery: {e}");
@@ -469,15 +474,23 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// The client of the probes: a short connect timeout, no proxy (the
-/// candidates are on this machine).
-fn probe_client() -> Result<&'static reqwest::Client, String> {
-    static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
-    CLIENT
+/// candidates are on this machine); without `tls`, no certificate is
+/// trusted (plain-http candidates need none).
+fn probe_client(tls: bool) -> Result<&'static reqwest::Client, String> {
+    static CLIENTS: [OnceLock<Result<reqwest::Client, String>>; 2] =
+        [OnceLock::new(), OnceLock::new()];
+    CLIENTS[usize::from(tls)]
         .get_or_init(|| {
             let _ = rustls::crypto::ring::default_provider().install_default();
-            reqwest::Client::builder()
+            let builder = reqwest::Client::builder()
                 .connect_timeout(CONNECT_TIMEOUT)
-                .no_proxy()
+                .no_proxy();
+            let builder = if tls {
+                builder
+            } else {
+                builder.tls_certs_only(std::iter::empty())
+            };
+            builder
                 .build()
                 .map_err(|e| format!("cannot build an HTTP client: {e}"))
         })

@@ -1,29 +1,53 @@
 //! The skill parse cache: a skill file is parsed once per content, not once
-//! per daemon start.
+//! per daemon start, and a file that did not change is not even read.
 //!
-//! Parsing (orgize, then every rule's regex and examples) costs tens of
-//! milliseconds per file in a debug build, so a daemon with 1,000 skills
-//! paid seconds at its first `session/new`. The cache keeps, per file
-//! content, what parsing produced: the skill and its diagnostics, as one
-//! JSON file `STATE/skill-cache/<key>.json`. The key is the SHA-256 of the
-//! cache format, the binary's version, the file's origin and path, and the
-//! bytes parsed — so an edit, a move or a new binary each parse afresh.
+//! Parsing (orgize, then every rule's regex and examples) costs about a
+//! millisecond per file in a release build, so a daemon with 1,000 skills
+//! paid seconds at its first `session/new`. The cache keeps, per file,
+//! what parsing produced (the skill and its diagnostics, with their
+//! file:line) together with the SHA-256 of the bytes parsed, in ONE file
+//! per set of skill directories: `STATE/skill-cache/<scope>.json`, where
+//! the scope is a hash of the user and project skill directories. Reading
+//! one file of a few MiB and decoding it from a slice is what makes a
+//! cached load of 1,000 skills cost tens of milliseconds rather than a
+//! hundred (1,000 opens, and serde_json reading through `io::Read`).
 //!
-//! Trust is never taken from the cache: the loader hashes the bytes it read
-//! and checks them against the trust store first; the cache only replaces
-//! the parse of those same bytes. An entry that cannot be read, does not
-//! decode, names another key or holds a regex that does not compile is
-//! ignored and rewritten: the cache can make loading faster, never fail.
-//! The cache lives beside the trust store, and like the store it is not
-//! used when that directory lies inside the project (where the agent could
-//! forge an entry).
+//! **Which entry stands for a file.** An entry is used only when the file's
+//! bytes hash to the entry's SHA-256, so an edit always parses afresh. The
+//! hash is skipped when the file's `lstat` is the one recorded (device,
+//! inode, size, mtime and ctime, to the nanosecond) *and* that record was
+//! settled: both times lay more than [`SETTLE_MARGIN`] before the moment
+//! the file was examined. A write after that moment stamps a ctime at
+//! least the clock's time minus one coarse tick (a filesystem with
+//! 1-second or 2-second timestamps included), so it cannot reproduce the
+//! recorded ctime, and nobody can set a ctime by hand: a same-tick
+//! rewrite is never mistaken for the old content (the "racy git" problem).
+//! An unsettled file is read and hashed each load until it settles. The
+//! `lstat` is taken before the bytes are read, so a write in between
+//! leaves a record that no longer matches.
 //!
-//! Bounded: at most [`MAX_CACHE_ENTRIES`] entries (when full, the
-//! directory is emptied and refilled by later loads), each at most
-//! [`MAX_ENTRY_BYTES`] (larger entries are neither written nor read).
+//! Trust uses the same SHA-256: for a project file it is either the hash
+//! of the bytes just read, or the hash recorded for exactly that settled
+//! `lstat` (this file is beside the trust store, outside the project, where
+//! the agent cannot write; like the store it is not used when the state
+//! directory lies inside the project). Folders in the Agent Skills format
+//! and symbolic links are always read and hashed (their content is more
+//! than one inode).
+//!
+//! Bounded and self-healing: a cache file larger than [`MAX_CACHE_BYTES`]
+//! or holding more than [`MAX_CACHE_FILES`] entries is not read; one that
+//! does not decode, or was written by another format or binary version, is
+//! ignored with a warning and rewritten by the same load. Each load rewrites
+//! the file (atomically: temporary file, then rename) when anything
+//! changed, keeping only the files it saw, so a deleted skill's entry goes
+//! with it. At most [`MAX_SCOPES`] scope files are kept; when a new one
+//! would pass that, the directory is emptied first.
 
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agent_client_protocol_schema::v1::ToolKind;
 use serde::{Deserialize, Serialize};
@@ -43,31 +67,103 @@ use super::{Command, Origin, Skill, Trigger};
 /// The directory name under the state directory.
 pub const CACHE_DIR_NAME: &str = crate::paths::SKILL_CACHE_DIR;
 
-/// The most entries the cache directory holds; when a write finds it full,
-/// every entry is removed first (the next loads refill it).
-pub const MAX_CACHE_ENTRIES: usize = 4096;
+/// The largest cache file read or written (1,000 generated skills of 3 KiB
+/// each take about 6 MiB).
+pub const MAX_CACHE_BYTES: u64 = 64 * 1024 * 1024;
 
-/// The largest entry written or read (a skill source is at most
-/// [`super::MAX_SKILL_BYTES`]; its parsed form is of the same order).
-pub const MAX_ENTRY_BYTES: u64 = 4 * 1024 * 1024;
+/// The most files one cache file describes; a larger skill set is loaded
+/// without a cache for the files past it.
+pub const MAX_CACHE_FILES: usize = 8192;
+
+/// The most cache files (one per set of skill directories) kept in the
+/// directory; when a new one would pass it, every file is removed first.
+pub const MAX_SCOPES: usize = 256;
+
+/// How long before the moment a file is examined its mtime and ctime must
+/// lie for its `lstat` to stand for its content: more than the coarsest
+/// timestamp granularity in use (2 s on FAT, 1 s on ext3 and HFS+; a
+/// jiffy on ext4, btrfs, xfs and tmpfs).
+pub const SETTLE_MARGIN: Duration = Duration::from_secs(3);
 
 /// Bumped whenever the stored shape or the parser's output changes in a
 /// way the crate version would not show.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 
-/// A parse cache in one directory.
+/// What a cache file must say it is to be used.
+fn format_tag() -> String {
+    format!(
+        "passepartout skill cache {FORMAT} {}",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// The parse cache for one set of skill directories.
 #[derive(Debug, Clone)]
 pub struct ParseCache {
     dir: PathBuf,
+    file: PathBuf,
 }
 
-/// What one entry holds.
+/// What a cache file holds.
 #[derive(Serialize, Deserialize)]
-struct Entry {
-    /// The key again, so a file renamed by hand is not taken for another.
-    key: String,
+struct Stored {
+    /// [`format_tag`] of the binary that wrote it.
+    format: String,
+    files: Vec<StoredFile>,
+}
+
+/// One skill file's entry.
+#[derive(Serialize, Deserialize)]
+struct StoredFile {
+    path: PathBuf,
+    origin: Origin,
+    /// SHA-256 of the bytes parsed, lowercase hex.
+    sha256: String,
+    /// The file's `lstat` when those bytes were read, if it had settled.
+    stat: Option<StatRecord>,
     skill: Option<CachedSkill>,
     diagnostics: Vec<Diagnostic>,
+}
+
+/// What identifies one version of a file without reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatRecord {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: i64,
+    mtime_nsec: i64,
+    ctime: i64,
+    ctime_nsec: i64,
+}
+
+impl StatRecord {
+    /// The record of a regular file's `lstat`; `None` for anything else
+    /// (a symbolic link's target could change without its own times).
+    pub fn of(meta: &std::fs::Metadata) -> Option<StatRecord> {
+        meta.file_type().is_file().then(|| StatRecord {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: meta.mtime(),
+            mtime_nsec: meta.mtime_nsec(),
+            ctime: meta.ctime(),
+            ctime_nsec: meta.ctime_nsec(),
+        })
+    }
+
+    /// Whether both times lie more than [`SETTLE_MARGIN`] before `examined`
+    /// (the clock read before the `lstat`).
+    pub fn settled(&self, examined: SystemTime) -> bool {
+        let Ok(now) = examined.duration_since(UNIX_EPOCH) else {
+            return false;
+        };
+        let Some(limit) = now.checked_sub(SETTLE_MARGIN) else {
+            return false;
+        };
+        let limit = (limit.as_secs() as i64, i64::from(limit.subsec_nanos()));
+        (self.mtime, self.mtime_nsec) < limit && (self.ctime, self.ctime_nsec) < limit
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -116,56 +212,288 @@ struct CachedRule {
 /// What parsing one file produced.
 pub type Parsed = (Option<Skill>, Vec<Diagnostic>);
 
+/// An entry the next load keeps.
+enum Kept {
+    /// Taken from the file read at the start, with its `lstat` record now.
+    Stored {
+        path: PathBuf,
+        origin: Origin,
+        sha256: String,
+        stat: Option<StatRecord>,
+    },
+    /// Parsed by this load.
+    Fresh(Box<StoredFile>),
+}
+
+/// One load's use of the cache: the entries read at its start, and those
+/// it keeps for the next load.
+///
+/// A hit moves the stored parse into the skill set (no copy: a cached load
+/// of 1,000 skills would otherwise hold every skill twice and spend its
+/// time in `malloc` and `free`); the entry is remembered by its key. Only
+/// when the file must be rewritten (something changed) is it read once
+/// more, for the entries kept unchanged.
+pub struct CacheSession<'a> {
+    cache: &'a ParseCache,
+    previous: HashMap<(PathBuf, Origin), StoredFile>,
+    kept: Vec<Kept>,
+    /// Whether the file must be rewritten (an entry added, changed or gone).
+    changed: bool,
+    /// Why the cache file was not used, when it existed but was unusable.
+    warning: Option<String>,
+}
+
 impl ParseCache {
-    /// The cache under a state directory.
-    pub fn in_state_dir(state: &Path) -> Self {
-        ParseCache {
-            dir: state.join(CACHE_DIR_NAME),
-        }
+    /// The cache for the skill directories named by `scope` (any text that
+    /// differs between sets of directories) under a state directory.
+    pub fn in_state_dir(state: &Path, scope: &str) -> Self {
+        let dir = state.join(CACHE_DIR_NAME);
+        let name = &sha256_hex(format!("skill cache scope\0{scope}").as_bytes())[..32];
+        let file = dir.join(format!("{name}.json"));
+        ParseCache { dir, file }
     }
 
-    /// The directory entries live in.
+    /// The directory cache files live in.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
-    /// The key of `bytes` read from `path` as a skill of `origin`.
-    pub fn key(path: &Path, origin: Origin, bytes: &[u8]) -> String {
-        let mut input = format!(
-            "passepartout skill cache {FORMAT}\0{}\0{origin}\0{}\0",
-            env!("CARGO_PKG_VERSION"),
-            path.display()
-        )
-        .into_bytes();
-        input.extend_from_slice(bytes);
-        sha256_hex(&input)
+    /// This scope's cache file.
+    pub fn file(&self) -> &Path {
+        &self.file
     }
 
-    fn entry_path(&self, key: &str) -> PathBuf {
-        self.dir.join(format!("{key}.json"))
+    /// Read the cache file for one load. Never fails: an unusable file
+    /// starts an empty session that says why ([`CacheSession::warning`]).
+    pub fn open(&self) -> CacheSession<'_> {
+        let mut session = CacheSession {
+            cache: self,
+            previous: HashMap::new(),
+            kept: Vec::new(),
+            changed: false,
+            warning: None,
+        };
+        match self.read() {
+            Ok(files) => {
+                session.previous = files
+                    .into_iter()
+                    .map(|f| ((f.path.clone(), f.origin), f))
+                    .collect();
+            }
+            Err(Some(why)) => {
+                tracing::warn!(file = %self.file.display(), "skill parse cache not used, rebuilding it: {why}");
+                session.warning = Some(why);
+                session.changed = true;
+            }
+            Err(None) => session.changed = true,
+        }
+        session
     }
 
-    /// The cached parse for `key`, or `None` when there is none or it
-    /// cannot be used (then the caller parses and [`ParseCache::put`]s).
-    pub fn get(&self, key: &str) -> Option<Parsed> {
-        let path = self.entry_path(key);
-        let file = std::fs::File::open(&path).ok()?;
-        if file.metadata().ok()?.len() > MAX_ENTRY_BYTES {
+    /// The stored entries; `Err(None)` when there is none to use and
+    /// nothing to say (no file yet, or another version's).
+    fn read(&self) -> Result<Vec<StoredFile>, Option<String>> {
+        let bytes = match read_bounded(&self.file) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(None),
+            Err(e) => return Err(Some(e.to_string())),
+        };
+        // `format` is the first field written: another binary's file is
+        // told apart without decoding it.
+        let ours = format!("{{\"format\":\"{}\"", format_tag());
+        if !bytes.starts_with(ours.as_bytes()) {
+            if bytes.starts_with(b"{\"format\":\"passepartout skill cache ") {
+                // Another binary's: expected after an upgrade, not worth a word.
+                return Err(None);
+            }
+            return Err(Some("it is not a skill cache file of any version".into()));
+        }
+        let stored: Stored = serde_json::from_slice(&bytes)
+            .map_err(|e| Some(format!("it does not decode ({e})")))?;
+        if stored.files.len() > MAX_CACHE_FILES {
+            return Err(Some(format!(
+                "it describes {} files, more than the limit of {MAX_CACHE_FILES}",
+                stored.files.len()
+            )));
+        }
+        Ok(stored.files)
+    }
+
+    /// Replace the file with `files`. Failures are ignored: the cache is an
+    /// optimisation.
+    fn write(&self, files: Vec<StoredFile>) {
+        let stored = Stored {
+            format: format_tag(),
+            files,
+        };
+        let Ok(json) = serde_json::to_vec(&stored) else {
+            return;
+        };
+        if json.len() as u64 > MAX_CACHE_BYTES {
+            tracing::warn!(
+                bytes = json.len(),
+                "skill parse cache not written: larger than {MAX_CACHE_BYTES} bytes"
+            );
+            let _ = std::fs::remove_file(&self.file);
+            return;
+        }
+        if std::fs::create_dir_all(&self.dir).is_err() {
+            return;
+        }
+        self.make_room();
+        // Write then rename, so a reader never sees half a file.
+        let tmp = self.dir.join(format!(
+            ".{}.{}.tmp",
+            self.file
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+            std::process::id()
+        ));
+        let written =
+            std::fs::write(&tmp, &json).is_ok() && std::fs::rename(&tmp, &self.file).is_ok();
+        if !written {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+
+    /// Empty the directory when a new scope file would pass [`MAX_SCOPES`]
+    /// (entries of older formats, one file per skill, count too).
+    fn make_room(&self) {
+        if self.file.exists() {
+            return;
+        }
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let entries: Vec<PathBuf> = rd.filter_map(Result::ok).map(|e| e.path()).collect();
+        if entries.len() < MAX_SCOPES {
+            return;
+        }
+        for path in entries {
+            if path.extension().is_some_and(|e| e == "json") {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+}
+
+/// A file's bytes, refusing one larger than [`MAX_CACHE_BYTES`] before
+/// reading it.
+fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)?;
+    let len = file.metadata()?.len();
+    if len > MAX_CACHE_BYTES {
+        return Err(std::io::Error::other(format!(
+            "it is {len} bytes, more than the limit of {MAX_CACHE_BYTES}"
+        )));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(MAX_CACHE_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_CACHE_BYTES {
+        return Err(std::io::Error::other(format!(
+            "it grew past the limit of {MAX_CACHE_BYTES} bytes while read"
+        )));
+    }
+    Ok(bytes)
+}
+
+impl CacheSession<'_> {
+    /// Why the cache file was set aside, if it was (it is rewritten).
+    pub fn warning(&self) -> Option<&str> {
+        self.warning.as_deref()
+    }
+
+    /// The cache file this session reads and writes.
+    pub fn file(&self) -> &Path {
+        self.cache.file()
+    }
+
+    /// The content hash and parse of the file at `path`, when its current
+    /// `lstat` (`stat`, taken before anything was read) is the settled one
+    /// recorded: the file is then neither read nor hashed.
+    pub fn by_stat(
+        &mut self,
+        path: &Path,
+        origin: Origin,
+        stat: StatRecord,
+    ) -> Option<(String, Parsed)> {
+        let key = (path.to_path_buf(), origin);
+        if self.previous.get(&key)?.stat != Some(stat) {
             return None;
         }
-        let entry: Entry = serde_json::from_reader(std::io::BufReader::new(file)).ok()?;
-        if entry.key != key {
+        let entry = self.previous.remove(&key)?;
+        let sha256 = entry.sha256.clone();
+        let parsed = self.take(entry, Some(stat))?;
+        Some((sha256, parsed))
+    }
+
+    /// The parse of `path` whose bytes hash to `sha256`, if stored; the
+    /// entry is kept, its `lstat` record replaced by `stat` (settled, or
+    /// `None`).
+    pub fn by_hash(
+        &mut self,
+        path: &Path,
+        origin: Origin,
+        sha256: &str,
+        stat: Option<StatRecord>,
+    ) -> Option<Parsed> {
+        let key = (path.to_path_buf(), origin);
+        if self.previous.get(&key)?.sha256 != sha256 {
             return None;
         }
-        let skill = match entry.skill {
-            Some(s) => Some(s.into_skill()?),
+        let entry = self.previous.remove(&key)?;
+        if entry.stat != stat {
+            self.changed = true;
+        }
+        self.take(entry, stat)
+    }
+
+    /// Move a stored entry's parse out, remembering to keep the entry.
+    /// `None` (and the entry dropped) when it cannot stand.
+    fn take(&mut self, entry: StoredFile, stat: Option<StatRecord>) -> Option<Parsed> {
+        let StoredFile {
+            path,
+            origin,
+            sha256,
+            skill,
+            diagnostics,
+            ..
+        } = entry;
+        let skill = match skill {
+            Some(s) => match s.into_skill() {
+                Some(skill) => Some(skill),
+                None => {
+                    self.changed = true;
+                    return None;
+                }
+            },
             None => None,
         };
-        Some((skill, entry.diagnostics))
+        self.kept.push(Kept::Stored {
+            path,
+            origin,
+            sha256,
+            stat,
+        });
+        Some((skill, diagnostics))
     }
 
-    /// Store a parse. Failures are ignored: the cache is an optimisation.
-    pub fn put(&self, key: &str, parsed: &Parsed) {
+    /// Store a fresh parse of bytes hashing to `sha256`.
+    pub fn put(
+        &mut self,
+        path: &Path,
+        origin: Origin,
+        sha256: String,
+        stat: Option<StatRecord>,
+        parsed: &Parsed,
+    ) {
+        self.previous.remove(&(path.to_path_buf(), origin));
+        self.changed = true;
+        if self.kept.len() >= MAX_CACHE_FILES || path.to_str().is_none() {
+            // Past the bound, or a path JSON cannot hold: parsed each time.
+            return;
+        }
         let skill = match &parsed.0 {
             Some(s) => match CachedSkill::from_skill(s) {
                 Some(c) => Some(c),
@@ -174,44 +502,55 @@ impl ParseCache {
             },
             None => None,
         };
-        let entry = Entry {
-            key: key.to_string(),
+        self.kept.push(Kept::Fresh(Box::new(StoredFile {
+            path: path.to_path_buf(),
+            origin,
+            sha256,
+            stat,
             skill,
             diagnostics: parsed.1.clone(),
-        };
-        let Ok(json) = serde_json::to_vec(&entry) else {
-            return;
-        };
-        if json.len() as u64 > MAX_ENTRY_BYTES {
-            return;
-        }
-        if std::fs::create_dir_all(&self.dir).is_err() {
-            return;
-        }
-        self.make_room();
-        // Write then rename, so a reader never sees half an entry.
-        let tmp = self.dir.join(format!(".{key}.{}.tmp", std::process::id()));
-        let written = std::fs::write(&tmp, &json).is_ok()
-            && std::fs::rename(&tmp, self.entry_path(key)).is_ok();
-        if !written {
-            let _ = std::fs::remove_file(&tmp);
-        }
+        })));
     }
 
-    /// Empty the directory when it holds [`MAX_CACHE_ENTRIES`] entries.
-    fn make_room(&self) {
-        let Ok(rd) = std::fs::read_dir(&self.dir) else {
-            return;
-        };
-        let entries: Vec<PathBuf> = rd.filter_map(Result::ok).map(|e| e.path()).collect();
-        if entries.len() < MAX_CACHE_ENTRIES {
+    /// Write the cache file if this load changed anything: an entry added
+    /// or updated, or one left unused (its file is gone or was not seen).
+    pub fn finish(self) {
+        if !self.changed && self.previous.is_empty() {
             return;
         }
-        for path in entries {
-            if path.extension().is_some_and(|e| e == "json") {
-                let _ = std::fs::remove_file(path);
-            }
-        }
+        let mut unchanged: HashMap<(PathBuf, Origin), StoredFile> =
+            if self.kept.iter().any(|k| matches!(k, Kept::Stored { .. })) {
+                self.cache
+                    .read()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|f| ((f.path.clone(), f.origin), f))
+                    .collect()
+            } else {
+                HashMap::new()
+            };
+        let files = self
+            .kept
+            .into_iter()
+            .filter_map(|kept| match kept {
+                Kept::Fresh(entry) => Some(*entry),
+                Kept::Stored {
+                    path,
+                    origin,
+                    sha256,
+                    stat,
+                } => {
+                    // Gone or replaced meanwhile (another daemon wrote the
+                    // file): left out, parsed again next time.
+                    let mut entry = unchanged.remove(&(path, origin))?;
+                    (entry.sha256 == sha256).then(|| {
+                        entry.stat = stat;
+                        entry
+                    })
+                }
+            })
+            .collect();
+        self.cache.write(files);
     }
 }
 

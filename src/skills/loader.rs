@@ -19,7 +19,7 @@ use crate::action::Approval;
 use crate::gates::Gate;
 use crate::tools::{builtin, Tool, ToolRegistry};
 
-use super::cache::ParseCache;
+use super::cache::{CacheSession, ParseCache, Parsed, StatRecord};
 use super::diagnostic::{Diagnostic, Severity};
 use super::parse::{parse_skill_bytes, MAX_SKILL_BYTES};
 use super::rules::{Rule, RuleGate};
@@ -119,7 +119,23 @@ fn parse_cache(dirs: &SkillDirs) -> Option<ParseCache> {
             return None;
         }
     }
-    Some(ParseCache::in_state_dir(state))
+    // One cache file per set of directories: daemons of two projects do
+    // not rewrite each other's.
+    let scope = format!(
+        "builtin={}\0user={}\0project={}",
+        dirs.builtin,
+        dirs.user
+            .as_deref()
+            .map(Path::display)
+            .map(|d| d.to_string())
+            .unwrap_or_default(),
+        dirs.project
+            .as_deref()
+            .map(Path::display)
+            .map(|d| d.to_string())
+            .unwrap_or_default(),
+    );
+    Some(ParseCache::in_state_dir(state, &scope))
 }
 
 /// A project's skill directory: `<cwd>/.passepartout/skills`.
@@ -131,32 +147,50 @@ pub fn project_dir(cwd: &Path) -> PathBuf {
 /// (`.#x.org`), auto-save files (`#x.org#`) and backups (`x.org~`, which
 /// do not end in `.org` anyway) are skipped.
 pub fn org_files(dir: &Path) -> Vec<PathBuf> {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut files: Vec<PathBuf> = rd
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
-            is_skill_file_name(&name.unwrap_or_default()) && p.is_file()
-        })
-        .collect();
-    files.sort();
-    files
+    list_sources(dir, false)
 }
 
 /// Every skill source directly in `dir`, sorted: the `.org` files (see
 /// [`org_files`]) and the `SKILL.md` of each Agent Skill folder.
 pub fn skill_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = org_files(dir);
-    files.extend(
-        super::agent_skill::agent_skill_dirs(dir)
-            .into_iter()
-            .map(|d| d.join(super::agent_skill::SKILL_MD)),
-    );
-    files.sort();
-    files
+    list_sources(dir, true)
+}
+
+/// One pass over `dir`: its `.org` files and, with `agent_skills`, the
+/// `SKILL.md` of each folder that has one. The entry's type comes from the
+/// directory listing itself; only symbolic links cost a `stat` (the
+/// per-turn change check lists the directories every turn). Sorted by the
+/// entry's name, which orders the paths as comparing them would (they
+/// differ in that one component) without `Path`'s component-wise compare.
+fn list_sources(dir: &Path, agent_skills: bool) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in rd.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let path = entry.path();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        let (is_file, is_dir) = if kind.is_symlink() {
+            (path.is_file(), path.is_dir())
+        } else {
+            (kind.is_file(), kind.is_dir())
+        };
+        if is_file && is_skill_file_name(&name) {
+            out.push((entry.file_name(), path));
+        } else if agent_skills
+            && is_dir
+            && !name.starts_with('.')
+            && super::agent_skill::is_agent_skill_dir(&path)
+        {
+            out.push((entry.file_name(), path.join(super::agent_skill::SKILL_MD)));
+        }
+    }
+    out.sort_unstable_by(|a, b| a.0.as_encoded_bytes().cmp(b.0.as_encoded_bytes()));
+    out.into_iter().map(|(_, path)| path).collect()
 }
 
 /// Whether `path` is an Agent Skill's `SKILL.md`.
@@ -221,6 +255,18 @@ pub struct SkillSet {
     instructions: Vec<super::instructions::Instructions>,
     /// How many files came from the parse cache rather than the parser.
     cache_hits: usize,
+    /// How many of those were not even read (their settled `lstat` matched).
+    cache_unread: usize,
+}
+
+/// One skill file as the loader sees it.
+struct Source {
+    /// SHA-256 of its content (what trust is judged on).
+    sha256: String,
+    parsed: Parsed,
+    /// Whether it is a regular file (not a symbolic link or a folder's
+    /// `SKILL.md`), so its canonical path is its directory's plus its name.
+    regular: bool,
 }
 
 /// How to trust a file, said the same way everywhere.
@@ -236,8 +282,20 @@ impl SkillSet {
     pub fn load(dirs: &SkillDirs) -> SkillSet {
         let mut set = SkillSet::default();
         let cache = parse_cache(dirs);
+        let mut session = cache.as_ref().map(ParseCache::open);
+        if let Some(why) = session.as_ref().and_then(CacheSession::warning) {
+            set.diagnostics.push(Diagnostic {
+                path: session
+                    .as_ref()
+                    .map_or_else(PathBuf::new, |s| s.file().to_path_buf()),
+                line: 1,
+                column: 1,
+                severity: Severity::Warning,
+                message: format!("the skill parse cache was not used and is rebuilt: {why}"),
+            });
+        }
         if dirs.builtin {
-            set.load_builtin(cache.as_ref());
+            set.load_builtin(session.as_mut());
         }
         let trusted = set.trusted(dirs);
         let layers: Vec<(Origin, Vec<PathBuf>)> = dirs
@@ -245,7 +303,10 @@ impl SkillSet {
             .into_iter()
             .map(|(origin, dir)| (origin, skill_files(dir)))
             .collect();
-        set.load_layers(dirs, &layers, &trusted, cache.as_ref());
+        set.load_layers(dirs, &layers, &trusted, session.as_mut());
+        if let Some(session) = session {
+            session.finish();
+        }
         let user_config = dirs.user.as_deref().and_then(Path::parent);
         let cwd = dirs.project.as_deref().and_then(project_root);
         let (instructions, diags) =
@@ -279,11 +340,19 @@ impl SkillSet {
         set
     }
 
-    fn load_builtin(&mut self, cache: Option<&ParseCache>) {
+    fn load_builtin(&mut self, mut cache: Option<&mut CacheSession>) {
         let mut seen = BTreeMap::new();
         for (file, text) in BUILTIN_SKILLS {
             let path = PathBuf::from("<builtin>").join(file);
-            let (skill, diags) = self.parse_cached(&path, text.as_bytes(), Origin::Builtin, cache);
+            let sha256 = sha256_hex(text.as_bytes());
+            let (skill, diags) = self.parse_cached(
+                &path,
+                text.as_bytes(),
+                &sha256,
+                None,
+                Origin::Builtin,
+                cache.as_deref_mut(),
+            );
             self.add(skill, diags, &mut seen);
         }
     }
@@ -295,16 +364,32 @@ impl SkillSet {
         dirs: &SkillDirs,
         layers: &[(Origin, Vec<PathBuf>)],
         trusted: &Trusted,
-        cache: Option<&ParseCache>,
+        mut cache: Option<&mut CacheSession>,
     ) {
         for (origin, files) in layers {
             let mut seen = BTreeMap::new();
+            // Canonicalised once: a regular file's canonical path is then
+            // this plus its name (no `realpath` per file).
+            let mut canonical_dirs: BTreeMap<PathBuf, Option<PathBuf>> = BTreeMap::new();
             for path in files {
                 if *origin == Origin::Project {
-                    self.load_project_file(path, trusted, dirs, cache, &mut seen);
+                    let canonical_dir = path.parent().and_then(|dir| {
+                        canonical_dirs
+                            .entry(dir.to_path_buf())
+                            .or_insert_with(|| dir.canonicalize().ok())
+                            .clone()
+                    });
+                    self.load_project_file(
+                        path,
+                        canonical_dir.as_deref(),
+                        trusted,
+                        dirs,
+                        cache.as_deref_mut(),
+                        &mut seen,
+                    );
                 } else {
-                    let (skill, diags) = match read_skill_source(path) {
-                        Ok(bytes) => self.parse_cached(path, &bytes, *origin, cache),
+                    let (skill, diags) = match self.source(path, *origin, cache.as_deref_mut()) {
+                        Ok(source) => source.parsed,
                         Err(d) => (None, vec![*d]),
                     };
                     self.add(skill, diags, &mut seen);
@@ -357,23 +442,29 @@ impl SkillSet {
     fn load_project_file(
         &mut self,
         path: &Path,
+        canonical_dir: Option<&Path>,
         trusted: &Trusted,
         dirs: &SkillDirs,
-        cache: Option<&ParseCache>,
+        cache: Option<&mut CacheSession>,
         seen: &mut BTreeMap<String, PathBuf>,
     ) {
-        let bytes = match read_skill_source(path) {
-            Ok(b) => b,
+        let Source {
+            sha256,
+            parsed: (skill, diags),
+            regular,
+        } = match self.source(path, Origin::Project, cache) {
+            Ok(s) => s,
             Err(d) => {
                 self.diagnostics.push(*d);
                 return;
             }
         };
-        let sha256 = sha256_hex(&bytes);
-        let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-        // Trust is judged on `bytes` below; the cache only stands in for
-        // parsing these same bytes.
-        let (skill, diags) = self.parse_cached(path, &bytes, Origin::Project, cache);
+        let canonical = match (canonical_dir, path.file_name()) {
+            (Some(dir), Some(name)) if regular => dir.join(name),
+            _ => path.canonicalize().unwrap_or_else(|_| path.to_path_buf()),
+        };
+        // Trust is judged on `sha256`: the hash of the bytes read, or the
+        // one recorded for this exact settled lstat (see `super::cache`).
         let state = trusted.state(&canonical, &sha256);
         if state != TrustState::Trusted {
             let why = match state {
@@ -406,30 +497,82 @@ impl SkillSet {
         self.add(skill, diags, seen);
     }
 
-    /// Parse `bytes`, or take what parsing them produced last time.
+    /// A skill file's content hash and parse. With a cache: when the
+    /// file's `lstat` is the settled one recorded, neither read nor hashed;
+    /// else read and hashed, and parsed unless those bytes were parsed
+    /// before. The `lstat` comes before the read, so a write in between
+    /// leaves a record that does not match next time.
+    fn source(
+        &mut self,
+        path: &Path,
+        origin: Origin,
+        mut cache: Option<&mut CacheSession>,
+    ) -> Result<Source, Box<Diagnostic>> {
+        let examined = SystemTime::now();
+        // A SKILL.md folder's content is more than one file: never by stat.
+        let stat = if is_agent_skill_file(path) {
+            None
+        } else {
+            std::fs::symlink_metadata(path)
+                .ok()
+                .as_ref()
+                .and_then(StatRecord::of)
+        };
+        let regular = stat.is_some();
+        if let (Some(session), Some(stat)) = (cache.as_deref_mut(), stat) {
+            if let Some((sha256, parsed)) = session.by_stat(path, origin, stat) {
+                self.cache_hits += 1;
+                self.cache_unread += 1;
+                return Ok(Source {
+                    sha256,
+                    parsed,
+                    regular,
+                });
+            }
+        }
+        let bytes = read_skill_source(path)?;
+        let sha256 = sha256_hex(&bytes);
+        let settled = stat.filter(|s| s.settled(examined));
+        let parsed = self.parse_cached(path, &bytes, &sha256, settled, origin, cache);
+        Ok(Source {
+            sha256,
+            parsed,
+            regular,
+        })
+    }
+
+    /// Parse `bytes` (hashing to `sha256`), or take what parsing them
+    /// produced last time.
     fn parse_cached(
         &mut self,
         path: &Path,
         bytes: &[u8],
+        sha256: &str,
+        settled: Option<StatRecord>,
         origin: Origin,
-        cache: Option<&ParseCache>,
-    ) -> (Option<Skill>, Vec<Diagnostic>) {
+        cache: Option<&mut CacheSession>,
+    ) -> Parsed {
         let Some(cache) = cache else {
             return parse_skill_bytes(path, bytes, origin);
         };
-        let key = ParseCache::key(path, origin, bytes);
-        if let Some(parsed) = cache.get(&key) {
+        if let Some(parsed) = cache.by_hash(path, origin, sha256, settled) {
             self.cache_hits += 1;
             return parsed;
         }
         let parsed = parse_skill_bytes(path, bytes, origin);
-        cache.put(&key, &parsed);
+        cache.put(path, origin, sha256.to_string(), settled, &parsed);
         parsed
     }
 
     /// How many skill files this load took from the parse cache.
     pub fn cache_hits(&self) -> usize {
         self.cache_hits
+    }
+
+    /// How many of [`SkillSet::cache_hits`] were taken by their settled
+    /// `lstat` alone, without reading or hashing the file.
+    pub fn cache_unread(&self) -> usize {
+        self.cache_unread
     }
 
     /// Build a set from skills already parsed (tests, embedding). Project
@@ -951,22 +1094,33 @@ mod tests {
         v
     }
 
-    #[test]
-    fn a_second_load_comes_from_the_parse_cache_and_a_damaged_entry_is_rewritten() {
+    /// A user layer and a trusted project layer with one skill each, the
+    /// state directory apart.
+    struct CacheFixture {
+        state: tempfile::TempDir,
+        _project: tempfile::TempDir,
+        user: tempfile::TempDir,
+        skills: PathBuf,
+        store: TrustStore,
+        dirs: SkillDirs,
+    }
+
+    const RULE_SKILL: &str = "#+SKILL: u\n#+TRIGGER: /\\bdeploy\\b/\n* Rules :rules:\n** No rm\n:PROPERTIES:\n:DECISION: deny\n:TARGET: shell\n:PATTERN: \\brm\\b\n:END:\nDangerous.\n\n- match :: =rm x=\n- no match :: =ls=\n";
+    const PROMPT_SKILL: &str = "#+SKILL: p\n* p :prompt:\nHi.\n";
+
+    fn cache_fixture() -> CacheFixture {
         let state = tempfile::tempdir().unwrap();
         let project = tempfile::tempdir().unwrap();
         let user = tempfile::tempdir().unwrap();
         let skills = project_dir(project.path());
         std::fs::create_dir_all(&skills).unwrap();
-        let rule = "#+SKILL: u\n#+TRIGGER: /\\bdeploy\\b/\n* Rules :rules:\n** No rm\n:PROPERTIES:\n:DECISION: deny\n:TARGET: shell\n:PATTERN: \\brm\\b\n:END:\nDangerous.\n\n- match :: =rm x=\n- no match :: =ls=\n";
-        std::fs::write(user.path().join("u.org"), rule).unwrap();
-        let text = "#+SKILL: p\n* p :prompt:\nHi.\n";
-        std::fs::write(skills.join("p.org"), text).unwrap();
+        std::fs::write(user.path().join("u.org"), RULE_SKILL).unwrap();
+        std::fs::write(skills.join("p.org"), PROMPT_SKILL).unwrap();
         let store = TrustStore::in_state_dir(state.path());
         store
             .trust(
                 &skills.join("p.org").canonicalize().unwrap(),
-                text.as_bytes(),
+                PROMPT_SKILL.as_bytes(),
             )
             .unwrap();
         let dirs = SkillDirs {
@@ -976,16 +1130,33 @@ mod tests {
             trust: Some(store.path().to_path_buf()),
             project_auto_approval: false,
         };
-        let cache_dir = state.path().join(super::super::cache::CACHE_DIR_NAME);
+        CacheFixture {
+            state,
+            _project: project,
+            user,
+            skills,
+            store,
+            dirs,
+        }
+    }
 
-        let first = SkillSet::load(&dirs);
+    #[test]
+    fn a_second_load_comes_from_one_cache_file() {
+        let f = cache_fixture();
+        let cache_dir = f.state.path().join(super::super::cache::CACHE_DIR_NAME);
+
+        let first = SkillSet::load(&f.dirs);
         assert_eq!(first.len(), 2, "{:?}", first.diagnostics());
         assert_eq!(first.cache_hits(), 0);
-        let entries = json_entries(&cache_dir);
-        assert_eq!(entries.len(), 2);
+        assert_eq!(json_entries(&cache_dir).len(), 1, "one file per scope");
 
-        let second = SkillSet::load(&dirs);
+        let second = SkillSet::load(&f.dirs);
         assert_eq!(second.cache_hits(), 2);
+        assert!(
+            second.diagnostics().is_empty(),
+            "{:?}",
+            second.diagnostics()
+        );
         let mut names: Vec<&str> = second.skills().iter().map(|s| s.name.as_str()).collect();
         names.sort();
         assert_eq!(names, ["p", "u"]);
@@ -997,24 +1168,99 @@ mod tests {
         assert!(pattern.is_match("rm -rf x") && !pattern.is_match("ls"));
         assert!(u.is_active("please deploy") && !u.is_active("hello"));
 
-        // A damaged entry is ignored (the file still loads) and rewritten.
-        for entry in &entries {
-            std::fs::write(entry, "not json {").unwrap();
-        }
-        let third = SkillSet::load(&dirs);
-        assert_eq!(third.len(), 2);
-        assert_eq!(third.cache_hits(), 0);
-        for entry in &entries {
-            let bytes = std::fs::read(entry).unwrap();
-            assert!(serde_json::from_slice::<serde_json::Value>(&bytes).is_ok());
-        }
-        assert_eq!(SkillSet::load(&dirs).cache_hits(), 2);
-
         // Trust is judged on the bytes read, never on the cache.
-        std::fs::write(skills.join("p.org"), "#+SKILL: p\n* p :prompt:\nBye.\n").unwrap();
-        let changed = SkillSet::load(&dirs);
+        std::fs::write(f.skills.join("p.org"), "#+SKILL: p\n* p :prompt:\nBye.\n").unwrap();
+        let changed = SkillSet::load(&f.dirs);
         assert_eq!(changed.len(), 1);
         assert_eq!(changed.untrusted().len(), 1);
+    }
+
+    #[test]
+    fn a_garbage_cache_file_costs_a_parse_and_a_warning_and_is_rewritten() {
+        let f = cache_fixture();
+        let cache_dir = f.state.path().join(super::super::cache::CACHE_DIR_NAME);
+        SkillSet::load(&f.dirs);
+        let [file] = json_entries(&cache_dir).try_into().unwrap();
+        for garbage in [&b"not json {"[..], b"", &[0xff, 0xfe, 0x00][..]] {
+            std::fs::write(&file, garbage).unwrap();
+            let set = SkillSet::load(&f.dirs);
+            assert_eq!(set.len(), 2, "{:?}", set.diagnostics());
+            assert_eq!(set.cache_hits(), 0);
+            let warnings: Vec<&Diagnostic> = set.diagnostics().iter().collect();
+            assert_eq!(warnings.len(), 1, "{warnings:?}");
+            assert_eq!(warnings[0].severity, Severity::Warning);
+            assert_eq!(warnings[0].path, file);
+            assert!(warnings[0].message.contains("parse cache was not used"));
+            let rewritten = std::fs::read(&file).unwrap();
+            assert!(serde_json::from_slice::<serde_json::Value>(&rewritten).is_ok());
+            let again = SkillSet::load(&f.dirs);
+            assert_eq!(again.cache_hits(), 2);
+            assert!(again.diagnostics().is_empty());
+        }
+    }
+
+    #[test]
+    fn a_same_size_rewrite_with_the_old_mtime_is_parsed_and_a_deleted_file_dropped() {
+        let f = cache_fixture();
+        let cache_dir = f.state.path().join(super::super::cache::CACHE_DIR_NAME);
+        let u = f.user.path().join("u.org");
+        SkillSet::load(&f.dirs);
+        let mtime = std::fs::metadata(&u).unwrap().modified().unwrap();
+        // Same size, same mtime (set back by hand), a moment later: only
+        // the content and the ctime differ.
+        let edited = RULE_SKILL.replace("deploy", "DEPLOY");
+        assert_eq!(edited.len(), RULE_SKILL.len());
+        std::fs::write(&u, &edited).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&u)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        let set = SkillSet::load(&f.dirs);
+        assert_eq!(set.cache_hits(), 1, "the edited file is parsed again");
+        let skills = set.skills();
+        let skill = skills.iter().find(|s| s.name == "u").unwrap();
+        assert_eq!(skill.trigger.to_string(), "/\\bDEPLOY\\b/");
+
+        std::fs::remove_file(&u).unwrap();
+        assert_eq!(SkillSet::load(&f.dirs).len(), 1);
+        let [file] = json_entries(&cache_dir).try_into().unwrap();
+        let stored: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+        let paths: Vec<&str> = stored["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["path"].as_str().unwrap())
+            .collect();
+        assert_eq!(paths.len(), 1, "{paths:?}");
+        assert!(paths[0].ends_with("p.org"));
+        drop(f.store);
+    }
+
+    #[test]
+    fn a_settled_file_is_taken_by_its_lstat_and_an_edit_still_seen() {
+        let f = cache_fixture();
+        let first = SkillSet::load(&f.dirs);
+        assert_eq!(first.cache_unread(), 0);
+        // Just written: not settled, so read and hashed each time.
+        let second = SkillSet::load(&f.dirs);
+        assert_eq!((second.cache_hits(), second.cache_unread()), (2, 0));
+        std::thread::sleep(
+            super::super::cache::SETTLE_MARGIN + std::time::Duration::from_millis(100),
+        );
+        // Settled now: this load records the lstat, the next trusts it.
+        assert_eq!(SkillSet::load(&f.dirs).cache_unread(), 0);
+        let settled = SkillSet::load(&f.dirs);
+        assert_eq!((settled.cache_hits(), settled.cache_unread()), (2, 2));
+        assert_eq!(settled.len(), 2);
+        // Any write changes the ctime: read, hashed, and (here) untrusted.
+        std::fs::write(f.skills.join("p.org"), "#+SKILL: p\n* p :prompt:\nBye.\n").unwrap();
+        let edited = SkillSet::load(&f.dirs);
+        assert_eq!(edited.cache_unread(), 1);
+        assert_eq!(edited.untrusted().len(), 1);
+        assert_eq!(edited.len(), 1);
     }
 
     #[test]

@@ -37,6 +37,7 @@ mod session_configure;
 mod sessions;
 mod sessions_pruned;
 mod skills;
+mod skills_cache;
 mod skills_live;
 mod slash_commands;
 mod stdio_protocol;
