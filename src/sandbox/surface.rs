@@ -630,8 +630,9 @@ pub const WALK_CACHE_PROJECTS: usize = 8;
 pub const WALK_CACHE_ENTRIES: usize = 1_000_000;
 /// How much older than its listing a directory's status-change time must
 /// be for the listing to be reused (a clock tick is at most 10 ms; one
-/// second leaves room for a clock that was just set back a little).
-pub const TRUSTED_AGE: std::time::Duration = std::time::Duration::from_secs(1);
+/// second leaves room for a clock that was just set back a little). The
+/// cache of the person's git settings uses the same rule.
+pub const TRUSTED_AGE: std::time::Duration = crate::control_surface::TRUSTED_AGE;
 
 type WalkCache = VecDeque<(PathBuf, HashMap<(u64, u64, i64, i64), Listing>)>;
 
