@@ -354,6 +354,8 @@ pub(super) fn git_settings(dir: &Path) -> GitSettings {
         })
         .collect();
     let (settings, complete) = super::read_git_settings(dir);
+    #[cfg(test)]
+    tests::READS.with(|n| n.set(n.get() + 1));
 
     let mut needed = Vec::new();
     discovery_paths(&canonical, &mut needed);
@@ -397,6 +399,96 @@ pub(super) fn git_settings(dir: &Path) -> GitSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// git reads by this thread (each test runs on its own).
+        pub(super) static READS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    fn reads() -> u64 {
+        READS.with(|n| n.get())
+    }
+
+    fn git(dir: &Path, args: &[&str]) {
+        let ok = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    }
+
+    /// Let every file written so far fall out of the distrusted tick.
+    fn age() {
+        std::thread::sleep(TRUSTED_AGE + Duration::from_millis(100));
+    }
+
+    #[test]
+    fn a_changed_or_new_setting_file_is_read_again_and_nothing_else_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        git(&root, &["init", "-q"]);
+        std::fs::write(root.join("extra.inc"), "[user]\n\tname = ada\n").unwrap();
+        // One include that exists, one that does not yet (relative to
+        // `.git/config`, which holds them).
+        git(&root, &["config", "--add", "include.path", "../extra.inc"]);
+        git(&root, &["config", "--add", "include.path", "../later.inc"]);
+        let named = |root: &Path| -> Vec<PathBuf> {
+            super::super::git_named_paths(root, Path::new("/nonexistent-home"))
+                .into_iter()
+                .map(|n| n.path)
+                .collect()
+        };
+        let warm = |root: &Path| {
+            age();
+            let before = reads();
+            let first = named(root);
+            // The first read learns which files to stamp, the second is
+            // kept, the third is the cache's.
+            let _ = named(root);
+            assert_eq!(named(root), first);
+            assert_eq!(named(root), first);
+            assert_eq!(reads(), before + 2, "the answer is reused");
+        };
+
+        warm(&root);
+        git(&root, &["config", "core.hooksPath", "hooks-a"]);
+        assert!(named(&root).contains(&root.join("hooks-a")), "the repository's config changed");
+
+        warm(&root);
+        std::fs::write(root.join("extra.inc"), "[core]\n\thooksPath = hooks-b\n").unwrap();
+        assert!(named(&root).contains(&root.join("hooks-b")), "an included file changed");
+
+        warm(&root);
+        std::fs::write(root.join("later.inc"), "[diff \"x\"]\n\ttextconv = tools/c.sh\n").unwrap();
+        assert!(named(&root).contains(&root.join("tools/c.sh")), "an included file appeared");
+
+        // A repository made in a folder of the project after its answer
+        // was kept: the folder's own answer is its repository's.
+        let sub = root.join("sub");
+        std::fs::create_dir_all(&sub).unwrap();
+        warm(&sub);
+        git(&sub, &["init", "-q"]);
+        git(&sub, &["config", "core.hooksPath", "mine"]);
+        let in_sub = named(&sub);
+        assert!(in_sub.contains(&sub.join("mine")), "{in_sub:?}");
+        assert!(!in_sub.contains(&root.join("hooks-a")), "{in_sub:?}");
+    }
+
+    #[test]
+    fn a_just_written_file_is_not_relied_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        git(&root, &["init", "-q"]);
+        let before = reads();
+        for _ in 0..3 {
+            let _ = git_settings(&root);
+        }
+        // `.git/config` is younger than a trusted tick: read every time.
+        assert_eq!(reads(), before + 3);
+    }
 
     #[test]
     fn a_stamp_sees_creation_change_and_replacement() {

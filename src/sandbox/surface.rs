@@ -286,6 +286,11 @@ impl SurfaceSnapshot {
             }
         }
         for (guard, rel) in &self.missing {
+            // Most are still missing: one stat, before resolving the path
+            // (nothing there by any route means nothing to remove).
+            if std::fs::symlink_metadata(self.root.join(rel)).is_err() {
+                continue;
+            }
             let Some(path) = self.inside_root(rel) else {
                 continue;
             };
@@ -329,6 +334,9 @@ impl SurfaceSnapshot {
             }
         }
         for (guard, rel) in &self.missing {
+            if std::fs::symlink_metadata(upper.join(rel)).is_err() {
+                continue;
+            }
             let Some(path) = inside(upper, rel) else {
                 continue;
             };

@@ -38,6 +38,7 @@ mod sessions;
 mod skills;
 mod skills_live;
 mod slash_commands;
+mod surface_cache;
 mod stdio_protocol;
 mod text_protocol;
 mod transactions;
