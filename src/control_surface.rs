@@ -17,7 +17,10 @@
 //! The list is completed at run time by what the person's own git
 //! configuration names ([`git_named_paths`]): a `core.hooksPath` or a
 //! textconv script inside the project runs at the person's next `git
-//! commit` or `git diff` like a hook does.
+//! commit` or `git diff` like a hook does. git's answers are remembered
+//! per directory while none of the files they depend on changed
+//! ([`git_cache`]), so a tool call does not start two git processes per
+//! work tree.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -681,7 +684,11 @@ fn repo_layout(dir: &Path) -> Option<RepoLayout> {
         git_dir: path(git_dir),
         // Relative to the directory asked (`../../.git`).
         common_dir: path(common),
-        top: if bare { None } else { lines.next().and_then(path) },
+        top: if bare {
+            None
+        } else {
+            lines.next().and_then(path)
+        },
     })
 }
 

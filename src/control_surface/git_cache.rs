@@ -72,7 +72,11 @@ enum Stamp {
     Absent,
     /// A directory: only what it is counts (what lies in it that matters
     /// is stamped on its own; its times move with every file git writes).
-    Dir { dev: u64, ino: u64, uid: u32 },
+    Dir {
+        dev: u64,
+        ino: u64,
+        uid: u32,
+    },
     /// Anything else, with its times; a symlink also with what it points to.
     File {
         dev: u64,
@@ -159,7 +163,10 @@ fn env_print() -> EnvPrint {
         .filter(|(name, _)| {
             let name = name.to_string_lossy();
             name.starts_with("GIT_")
-                || matches!(name.as_ref(), "HOME" | "XDG_CONFIG_HOME" | "PATH" | "PREFIX")
+                || matches!(
+                    name.as_ref(),
+                    "HOME" | "XDG_CONFIG_HOME" | "PATH" | "PREFIX"
+                )
         })
         .collect();
     vars.sort();
@@ -285,8 +292,8 @@ fn named_files(dir: &Path, settings: &GitSettings, out: &mut Vec<PathBuf>) -> Op
             None => Vec::new(),
         };
         out.extend(origins.iter().cloned());
-        let include = key == "include.path"
-            || (key.starts_with("includeif.") && key.ends_with(".path"));
+        let include =
+            key == "include.path" || (key.starts_with("includeif.") && key.ends_with(".path"));
         if !include {
             continue;
         }
@@ -455,15 +462,28 @@ mod tests {
 
         warm(&root);
         git(&root, &["config", "core.hooksPath", "hooks-a"]);
-        assert!(named(&root).contains(&root.join("hooks-a")), "the repository's config changed");
+        assert!(
+            named(&root).contains(&root.join("hooks-a")),
+            "the repository's config changed"
+        );
 
         warm(&root);
         std::fs::write(root.join("extra.inc"), "[core]\n\thooksPath = hooks-b\n").unwrap();
-        assert!(named(&root).contains(&root.join("hooks-b")), "an included file changed");
+        assert!(
+            named(&root).contains(&root.join("hooks-b")),
+            "an included file changed"
+        );
 
         warm(&root);
-        std::fs::write(root.join("later.inc"), "[diff \"x\"]\n\ttextconv = tools/c.sh\n").unwrap();
-        assert!(named(&root).contains(&root.join("tools/c.sh")), "an included file appeared");
+        std::fs::write(
+            root.join("later.inc"),
+            "[diff \"x\"]\n\ttextconv = tools/c.sh\n",
+        )
+        .unwrap();
+        assert!(
+            named(&root).contains(&root.join("tools/c.sh")),
+            "an included file appeared"
+        );
 
         // A repository made in a folder of the project after its answer
         // was kept: the folder's own answer is its repository's.
@@ -545,6 +565,9 @@ mod tests {
         };
         let mut out = Vec::new();
         assert!(named_files(Path::new("/p"), &settings, &mut out).is_some());
-        assert!(out.contains(&PathBuf::from("/home/ada/more/x.inc")), "{out:?}");
+        assert!(
+            out.contains(&PathBuf::from("/home/ada/more/x.inc")),
+            "{out:?}"
+        );
     }
 }

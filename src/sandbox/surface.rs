@@ -40,6 +40,14 @@
 //! `core.hooksPath`, a textconv or filter script) are protected the same
 //! way: read-only when they exist, removed after the run when it creates
 //! them.
+//!
+//! What a snapshot costs is kept small because it is paid before every
+//! shell call: directories unchanged since the last walk are not listed
+//! again ([`Walks`]), git's answers are remembered while no file they
+//! depend on changed (`control_surface::git_cache`), and the sweep stats
+//! each missing path once before resolving it. `examples/bench_sandbox`
+//! prints snapshot + sweep alone (0.17 ms against 5.4 ms with git asked
+//! every time, docs/performance.md).
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
