@@ -11,7 +11,8 @@
 //! alternating in one run, p50 and p99 over at least 200 calls, back to
 //! back and 50 ms apart (a cgroup join after a pause would wait for an RCU
 //! grace period; see `passepartout::sandbox::enforce`); and what a granted
-//! network adds (slirp4netns).
+//! network adds (slirp4netns). Last, the host-side work alone (snapshot
+//! and sweep), with git's answers remembered and with git asked every time.
 //!
 //! Run: `cargo run --release --example bench_sandbox [N]` (default 50; the
 //! tool-call figure uses max(N, 200) calls).
@@ -395,6 +396,18 @@ async fn main() {
     }
     println!(
         "snapshot + sweep alone:    mean {}",
+        ms(started.elapsed() / n as u32)
+    );
+    // The same with git asked every time (as before its answers were
+    // remembered; see passepartout::control_surface::git_named_paths).
+    let started = Instant::now();
+    for _ in 0..n {
+        passepartout::control_surface::forget_git_reads();
+        let surface = SurfaceSnapshot::take(project.path());
+        let _ = surface.sweep();
+    }
+    println!(
+        "  … git asked every time:  mean {}",
         ms(started.elapsed() / n as u32)
     );
 }

@@ -17,9 +17,15 @@
 //! The list is completed at run time by what the person's own git
 //! configuration names ([`git_named_paths`]): a `core.hooksPath` or a
 //! textconv script inside the project runs at the person's next `git
-//! commit` or `git diff` like a hook does.
+//! commit` or `git diff` like a hook does. git's answers are remembered
+//! per directory while none of the files they depend on changed
+//! ([`git_cache`]), so a tool call does not start two git processes per
+//! work tree.
 
 use std::path::{Component, Path, PathBuf};
+
+mod git_cache;
+pub use git_cache::{forget_git_reads, GIT_CACHE_ENTRIES, MAX_GIT_CACHE_STAMPS, TRUSTED_AGE};
 
 /// A control-surface entry, relative to the project root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -471,6 +477,15 @@ pub fn git_config_entries(
     extra: &[&str],
     regex: &str,
 ) -> Vec<(String, String, String)> {
+    git_config_entries_in_time(dir, extra, regex).unwrap_or_default()
+}
+
+/// [`git_config_entries`], `None` when git did not answer in time.
+fn git_config_entries_in_time(
+    dir: &Path,
+    extra: &[&str],
+    regex: &str,
+) -> Option<Vec<(String, String, String)>> {
     let mut cmd = std::process::Command::new("git");
     cmd.arg("-C").arg(dir).arg("config");
     cmd.args(extra);
@@ -481,7 +496,7 @@ pub fn git_config_entries(
             "git config did not answer within {GIT_CONFIG_TIMEOUT:?}: the person's git \
              settings that point into the project are not protected for this run"
         );
-        return Vec::new();
+        return None;
     };
     let text = String::from_utf8_lossy(&out);
     let mut fields = text.split('\0');
@@ -492,7 +507,7 @@ pub fn git_config_entries(
             entries.push((origin.to_string(), key.to_string(), value.to_string()));
         }
     }
-    entries
+    Some(entries)
 }
 
 /// Run a git command with no input, its output read up to
@@ -611,13 +626,84 @@ fn named_words(key: &str, value: &str) -> Vec<String> {
 /// `proj` names `proj/sub/hooks`, which a session in `proj/sub` can write),
 /// includes from the file that holds them. Only what lies inside `root`
 /// is returned: nothing else is writable in the sandbox.
+///
+/// git's answers are remembered while no file they depend on changed (see
+/// [`git_cache`]); where the paths really lie is judged anew every time.
 pub fn git_named_paths(root: &Path, home: &Path) -> Vec<GitNamed> {
-    let base = git_base(root).unwrap_or_else(|| root.to_path_buf());
-    git_named_in(
-        root,
-        &base,
-        home,
-        git_config_entries(root, &[], GIT_PROGRAM_KEYS),
+    let settings = git_cache::git_settings(root);
+    let base = settings.layout.base().unwrap_or_else(|| root.to_path_buf());
+    git_named_in(root, &base, home, settings.entries)
+}
+
+/// Where a directory's repository lies, as `git rev-parse` tells it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct RepoLayout {
+    bare: bool,
+    /// The repository's git directory (absolute).
+    git_dir: Option<PathBuf>,
+    /// Where its shared configuration lives (a linked worktree's
+    /// repository; else the git directory).
+    common_dir: Option<PathBuf>,
+    /// The top of the work tree, when there is one.
+    top: Option<PathBuf>,
+}
+
+impl RepoLayout {
+    /// See [`git_base`].
+    fn base(&self) -> Option<PathBuf> {
+        let found = if self.bare { &self.git_dir } else { &self.top };
+        found.clone().filter(|p| !p.as_os_str().is_empty())
+    }
+}
+
+/// Ask git where `dir`'s repository lies: `None` when git does not answer
+/// within [`GIT_CONFIG_TIMEOUT`], an empty layout when `dir` is in no
+/// repository.
+fn repo_layout(dir: &Path) -> Option<RepoLayout> {
+    let mut cmd = std::process::Command::new("git");
+    // One run: in a bare repository the last question fails after the
+    // others are answered.
+    cmd.arg("-C").arg(dir).args([
+        "rev-parse",
+        "--is-bare-repository",
+        "--absolute-git-dir",
+        "--git-common-dir",
+        "--show-toplevel",
+    ]);
+    let out = run_git_bounded(cmd)?;
+    let text = String::from_utf8_lossy(&out);
+    let mut lines = text.lines();
+    let (Some(bare), Some(git_dir), Some(common)) = (lines.next(), lines.next(), lines.next())
+    else {
+        return Some(RepoLayout::default());
+    };
+    let bare = bare == "true";
+    let path = |p: &str| (!p.is_empty()).then(|| dir.join(p));
+    Some(RepoLayout {
+        bare,
+        git_dir: path(git_dir),
+        // Relative to the directory asked (`../../.git`).
+        common_dir: path(common),
+        top: if bare {
+            None
+        } else {
+            lines.next().and_then(path)
+        },
+    })
+}
+
+/// What git answers in `dir` (its repository's layout and the settings of
+/// [`GIT_PROGRAM_KEYS`]), and whether both questions were answered in time.
+fn read_git_settings(dir: &Path) -> (git_cache::GitSettings, bool) {
+    let layout = repo_layout(dir);
+    let entries = git_config_entries_in_time(dir, &[], GIT_PROGRAM_KEYS);
+    let complete = layout.is_some() && entries.is_some();
+    (
+        git_cache::GitSettings {
+            layout: layout.unwrap_or_default(),
+            entries: entries.unwrap_or_default(),
+        },
+        complete,
     )
 }
 
@@ -626,22 +712,7 @@ pub fn git_named_paths(root: &Path, home: &Path) -> Vec<GitNamed> {
 /// itself when it is bare (`git help githooks`). `None` when `dir` is in
 /// no repository or git does not answer within [`GIT_CONFIG_TIMEOUT`].
 pub fn git_base(dir: &Path) -> Option<PathBuf> {
-    let mut cmd = std::process::Command::new("git");
-    // One run: in a bare repository the last question fails after the
-    // first two are answered.
-    cmd.arg("-C").arg(dir).args([
-        "rev-parse",
-        "--is-bare-repository",
-        "--absolute-git-dir",
-        "--show-toplevel",
-    ]);
-    let out = run_git_bounded(cmd)?;
-    let text = String::from_utf8_lossy(&out);
-    let mut lines = text.lines();
-    let bare = lines.next()? == "true";
-    let git_dir = lines.next()?;
-    let found = if bare { Some(git_dir) } else { lines.next() };
-    found.filter(|p| !p.is_empty()).map(PathBuf::from)
+    repo_layout(dir)?.base()
 }
 
 /// [`git_named_paths`] over entries already read: relative paths from
