@@ -141,7 +141,14 @@ async fn main() {
         "{:>8} | {:>14} | {:>12} | {:>12} | {:>12} | {:>12}",
         "files", "first action", "books p50", "books p95", "overlay p50", "total p50"
     );
+    // `BENCH_SIZES=100,10000` measures only those tree sizes (profiling).
+    let only: Option<Vec<usize>> = std::env::var("BENCH_SIZES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect());
     for (files, rounds) in [(100, 50), (10_000, 50), (100_000, 30)] {
+        if only.as_ref().is_some_and(|o| !o.contains(&files)) {
+            continue;
+        }
         let f = measure(files, rounds).await;
         let p50 = median(f.bookkeeping.clone());
         println!(

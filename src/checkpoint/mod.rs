@@ -13,6 +13,7 @@
 pub mod beneath;
 pub mod changeset;
 pub mod effect;
+pub mod left;
 pub mod notify;
 pub mod scan;
 pub mod store;
@@ -698,7 +699,7 @@ impl Project {
         }
         self.save(cp)?;
         self.keep_under_quota(cp, false)?;
-        txn::remove_dir(&self.txn_dir(&cp.id));
+        txn::remove_dir_later(self.txn_dir(&cp.id));
         Ok(())
     }
 

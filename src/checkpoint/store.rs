@@ -666,6 +666,11 @@ impl Store {
         let mut done: Vec<(&str, Option<&Entry>)> = Vec::new();
         let result = apply_steps(&b, changes, &now_of, &blobs, &mut done);
         let Err(reason) = result else {
+            // What the daemon left, so the next action's changeset does
+            // not take this write for someone else's (`super::left`).
+            for (path, _, _) in changes {
+                super::left::remember(&b, path);
+            }
             return Ok(());
         };
         // Put back, newest step first, what was already changed.
