@@ -88,6 +88,7 @@ fn mount_fresh(root: &Path, project: &Path) -> Result<Ready, String> {
         upper,
         work,
         ahead: None,
+        not_before_ns: 0,
     };
     match overlay::mount_ahead(mount) {
         Ok(mount) => Ok(Ready {
@@ -146,6 +147,23 @@ pub async fn begin(
     cwd: &Path,
     origin: Origin,
 ) -> Result<Transaction, String> {
+    begin_with(state_dir, cfg, cwd, origin, false).await
+}
+
+/// [`begin`]; `exact_start`: the command is held back until the kernel's
+/// coarse clock has ticked past the start (at most one tick, 4 ms here),
+/// so a change made just before the start is told from one just after
+/// and is not a conflict. For an action a person has just approved — they
+/// may well have saved a file a moment before answering. Without it the
+/// command starts at once and a change in the start's own tick counts as
+/// the person's (a conflict) unless the daemon left the file so.
+pub async fn begin_with(
+    state_dir: &Path,
+    cfg: &CheckpointConfig,
+    cwd: &Path,
+    origin: Origin,
+    exact_start: bool,
+) -> Result<Transaction, String> {
     let (state_dir, cwd_owned, cfg_owned) =
         (state_dir.to_path_buf(), cwd.to_path_buf(), cfg.clone());
     let prepared = tokio::task::spawn_blocking(move || {
@@ -177,11 +195,19 @@ pub async fn begin(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(start_tick_ns);
+    let mut mount = ready.mount;
+    let start_tick_ns = if exact_start {
+        // Every change with a ctime up to the start is then from before it.
+        mount.not_before_ns = started_ns;
+        started_ns.saturating_add(1)
+    } else {
+        start_tick_ns
+    };
     Ok(Transaction {
         project,
         cfg: cfg.clone(),
         dir: ready.dir,
-        mount: ready.mount,
+        mount,
         started_ns,
         start_tick_ns,
         origin,

@@ -39,6 +39,13 @@ pub struct OverlayMount {
     /// kept by a holder process ([`mount_ahead`]): the command joins that
     /// namespace instead of mounting (None: it mounts its own).
     pub ahead: Option<Ahead>,
+    /// The command starts only once the kernel's coarse clock (the one
+    /// file timestamps are taken from) reads more than this (ns since the
+    /// epoch; 0: at once). A transaction that must tell a change made just
+    /// before its start from one just after (a person has just answered,
+    /// and may have saved a file a moment before) sets it to its start: at
+    /// most one clock tick of waiting.
+    pub not_before_ns: i64,
 }
 
 /// A user and mount namespace in which an overlay is mounted, kept alive
@@ -142,11 +149,18 @@ fn cstring(bytes: &[u8], what: &str) -> std::io::Result<CString> {
 /// (`mount.ahead`, joined), else a new one mounted in the child.
 /// Everything the child needs is prepared here, before the fork.
 pub fn install(cmd: &mut tokio::process::Command, mount: &OverlayMount) -> std::io::Result<()> {
+    let not_before_ns = mount.not_before_ns;
     let Some(ahead) = mount.ahead.clone() else {
         let mut in_child = mount_in_child(mount)?;
-        // SAFETY: see `mount_in_child`: async-signal-safe system calls on
-        // data prepared before the fork.
-        unsafe { cmd.pre_exec(move || in_child()) };
+        // SAFETY: see `mount_in_child` and `wait_for_tick`: async-signal-safe
+        // system calls on data prepared before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                in_child()?;
+                wait_for_tick(not_before_ns);
+                Ok(())
+            })
+        };
         return Ok(());
     };
     // Joining a mount namespace sets the working directory to its root:
@@ -170,6 +184,7 @@ pub fn install(cmd: &mut tokio::process::Command, mount: &OverlayMount) -> std::
             if libc::chdir(cwd.as_ptr()) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            wait_for_tick(not_before_ns);
             Ok(())
         });
     }
@@ -240,6 +255,44 @@ fn mount_in_child(
         }
         Ok(())
     })
+}
+
+/// The kernel's coarse real-time clock now, in ns since the epoch (0 if
+/// it cannot be read). Async-signal-safe (one `clock_gettime`).
+fn coarse_now_ns() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0;
+    if !ok {
+        return 0;
+    }
+    ts.tv_sec.saturating_mul(1_000_000_000) + ts.tv_nsec
+}
+
+/// Longest wait for the coarse clock to pass a transaction's start (one
+/// tick is 1–10 ms; a clock that does not move must not hang the command).
+const MAX_TICK_WAIT_NS: i64 = 50_000_000;
+
+/// Sleep until the coarse clock reads more than `not_before_ns` (at most
+/// [`MAX_TICK_WAIT_NS`]; 0: no wait). Runs in the forked child: only
+/// `clock_gettime` and `nanosleep`, both async-signal-safe.
+fn wait_for_tick(not_before_ns: i64) {
+    if not_before_ns <= 0 {
+        return;
+    }
+    let step = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 200_000,
+    };
+    let mut slept = 0i64;
+    while coarse_now_ns() <= not_before_ns && slept < MAX_TICK_WAIT_NS {
+        // SAFETY: nanosleep reads one timespec we own; no remainder wanted.
+        unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
+        slept += step.tv_nsec;
+    }
 }
 
 /// Mount `mount`'s overlay now, ahead of the action that will run in it,
@@ -345,6 +398,7 @@ fn probe_once(scratch: &Path) -> Result<(), String> {
         upper: upper.clone(),
         work,
         ahead: None,
+        not_before_ns: 0,
     };
     let mut cmd = tokio::process::Command::new("/bin/sh");
     // Absolute paths: the child's working directory is set before the
