@@ -90,17 +90,23 @@ fn mount_fresh(root: &Path, project: &Path) -> Result<Ready, String> {
         ahead: None,
         not_before_ns: 0,
     };
-    match overlay::mount_ahead(mount) {
-        Ok(mount) => Ok(Ready {
-            dir,
-            mount,
-            project_id,
-        }),
+    // Where it cannot be mounted ahead (no `/bin/cat`, a holder that
+    // failed), the command mounts its own, as the probe checked it can.
+    let mount = match overlay::mount_ahead(mount.clone()) {
+        Ok(ahead) => ahead,
         Err(e) => {
+            tracing::debug!("transaction: the overlay is mounted by the command: {e}");
+            // Fresh directories: a failed mount may have left its marks.
             remove_dir(&dir);
-            Err(format!("the overlay could not be mounted: {e}"))
+            make_private_dirs(&dir, &[&mount.upper, &mount.work])?;
+            mount
         }
-    }
+    };
+    Ok(Ready {
+        dir,
+        mount,
+        project_id,
+    })
 }
 
 /// The overlay for an action in `project` now: the one mounted ahead when

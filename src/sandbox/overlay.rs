@@ -17,6 +17,12 @@
 //! directory is `user.overlay.opaque = y`; a deletion is a character device
 //! 0/0, a "whiteout").
 //!
+//! Mounting makes a few inodes in the work directory (milliseconds on a
+//! busy ext4), so a transaction mounts the *next* action's overlay ahead,
+//! in the background ([`mount_ahead`]): a holder process keeps the
+//! namespace, and the command only joins it ([`install`], `setns` through
+//! a pidfd).
+//!
 //! [`probe`] tries it once per process; where it fails the daemon either
 //! fails closed (the default) or, when configured, falls back to observing
 //! effects (see `docs/transactions.md`).
