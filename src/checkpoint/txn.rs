@@ -116,7 +116,9 @@ fn take_overlay(root: &Path, project: &Path) -> Result<Ready, String> {
     let key = (root.to_path_buf(), project.to_path_buf());
     let waiting = ready_overlays().remove(&key);
     let ready = match waiting {
-        Some(r) if Some(r.project_id) == dir_id(project) => r,
+        // Still over the same directory, and its upper layer still there
+        // (a store deleted meanwhile took it along).
+        Some(r) if Some(r.project_id) == dir_id(project) && r.mount.upper.is_dir() => r,
         other => {
             if let Some(stale) = other {
                 stale.discard();
