@@ -24,6 +24,9 @@ pub const SPARES_PER_STORE: usize = 48;
 /// … refilled in the background once fewer than this are left.
 const REFILL_BELOW: usize = 24;
 
+/// How long a refill waits after the take that started it.
+const REFILL_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
+
 #[derive(Default)]
 struct Pool {
     names: Vec<String>,
@@ -81,7 +84,12 @@ pub fn take(store_dir: &Path) -> Option<Spare> {
             let (dir, store) = (dir.clone(), store_dir.to_path_buf());
             let started = std::thread::Builder::new()
                 .name("spare-files".into())
-                .spawn(move || fill(&store, &dir));
+                .spawn(move || {
+                    // After the bookkeeping that took the spare, not
+                    // alongside it (both would queue on the journal).
+                    std::thread::sleep(REFILL_DELAY);
+                    fill(&store, &dir)
+                });
             if started.is_err() {
                 pool.filling = false;
             }

@@ -57,6 +57,11 @@ impl Ready {
 /// directories).
 const MAX_READY_OVERLAYS: usize = 16;
 
+/// How long the next overlay's mounting waits after an action took the
+/// previous one: an action's command and bookkeeping take a few ms, a
+/// model's next request far longer.
+const AHEAD_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
+
 type ReadyKey = (PathBuf, PathBuf);
 
 fn ready_overlays() -> std::sync::MutexGuard<'static, HashMap<ReadyKey, Ready>> {
@@ -129,17 +134,22 @@ fn take_overlay(root: &Path, project: &Path) -> Result<Ready, String> {
     let (root, project) = (root.to_path_buf(), project.to_path_buf());
     let spawned = std::thread::Builder::new()
         .name("overlay-ahead".into())
-        .spawn(move || match mount_fresh(&root, &project) {
-            Ok(next) => {
-                let mut map = ready_overlays();
-                if map.contains_key(&key) || map.len() >= MAX_READY_OVERLAYS {
-                    drop(map);
-                    next.discard();
-                } else {
-                    map.insert(key, next);
+        .spawn(move || {
+            // After the action that took the previous one has run and been
+            // applied, not alongside it (both would queue on the journal).
+            std::thread::sleep(AHEAD_DELAY);
+            match mount_fresh(&root, &project) {
+                Ok(next) => {
+                    let mut map = ready_overlays();
+                    if map.contains_key(&key) || map.len() >= MAX_READY_OVERLAYS {
+                        drop(map);
+                        next.discard();
+                    } else {
+                        map.insert(key, next);
+                    }
                 }
+                Err(e) => tracing::debug!("transaction: no overlay mounted ahead: {e}"),
             }
-            Err(e) => tracing::debug!("transaction: no overlay mounted ahead: {e}"),
         });
     if let Err(e) = spawned {
         tracing::debug!("transaction: no overlay mounted ahead: {e}");

@@ -309,7 +309,7 @@ fn wait_for_tick(not_before_ns: i64) {
 /// the action's path. Blocking: call it from a blocking thread.
 pub fn mount_ahead(mut mount: OverlayMount) -> std::io::Result<OverlayMount> {
     use std::os::unix::process::CommandExt;
-    let mut in_child = mount_in_child(&mount)?;
+    let in_child = mount_in_child(&mount)?;
     let mut cmd = std::process::Command::new("/bin/cat");
     cmd.current_dir("/")
         .env_clear()
@@ -320,7 +320,7 @@ pub fn mount_ahead(mut mount: OverlayMount) -> std::io::Result<OverlayMount> {
     // holder ends, and that is a short-lived blocking thread. Should the
     // daemon die, its end of the pipe closes and `cat` ends by itself.
     // SAFETY: `mount_in_child` is async-signal-safe.
-    unsafe { cmd.pre_exec(move || in_child()) };
+    unsafe { cmd.pre_exec(in_child) };
     let mut child = cmd.spawn()?;
     let pid = libc::pid_t::try_from(child.id()).map_err(std::io::Error::other)?;
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd.
