@@ -1,14 +1,16 @@
 //! Transaction figures (issue 23): what running one action into an overlay
-//! costs beyond the command itself — the upper layer prepared, the overlay
-//! mounted in a user and mount namespace, the changeset read and recorded,
-//! and applied to the project — on working trees of 100, 10,000 and
-//! 100,000 small files with one file changed per action. Also printed: the
-//! first action's cost (no snapshot: nothing walks the tree).
+//! costs beyond the command itself — the overlay taken (mounted ahead in a
+//! user and mount namespace the command joins), the changeset read and
+//! recorded, and applied to the project — on working trees of 100, 10,000
+//! and 100,000 small files with one file changed per action. Also printed:
+//! the first action's cost (no snapshot: nothing walks the tree).
 //!
 //! The overlay's own cost is the time of a trivial command started in the
 //! overlay minus the same command started without one (both are timed, the
-//! medians subtracted). Run with
-//! `cargo run --release --example bench_transaction`.
+//! medians subtracted). Between two actions the bench pauses
+//! `BENCH_PAUSE_MS` (default 50 ms, far less than a model's reply); 0 runs
+//! them back to back. `BENCH_SIZES=100,10000` measures only those sizes.
+//! Run with `cargo run --release --example bench_transaction`.
 
 // Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
 #![allow(clippy::unwrap_used)]
@@ -63,6 +65,16 @@ async fn sh(script: &str, overlay: Option<&passepartout::sandbox::overlay::Overl
     assert!(out.success(), "{}", out.render());
 }
 
+/// The pause between two actions (`BENCH_PAUSE_MS`, default 50; 0 runs
+/// them back to back, the background work competing with the next action).
+fn pause() -> Duration {
+    let ms = std::env::var("BENCH_PAUSE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    Duration::from_millis(ms)
+}
+
 struct Figures {
     first: Duration,
     bookkeeping: Vec<Duration>,
@@ -91,6 +103,10 @@ async fn measure(files: usize, rounds: usize) -> Figures {
     let mut without = Vec::with_capacity(rounds);
     let mut first = Duration::ZERO;
     for r in 0..=rounds {
+        // A model's reply between two actions takes far longer than this:
+        // the work moved off the action's path (the next overlay mounted
+        // ahead, spare files made, used directories removed) runs in it.
+        tokio::time::sleep(pause()).await;
         let start = Instant::now();
         let t = txn::begin(state.path(), &cfg, tree.path(), origin.clone())
             .await
@@ -133,7 +149,7 @@ async fn measure(files: usize, rounds: usize) -> Figures {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    println!("per action: prepare the upper layer + read, record and apply the changeset,");
+    println!("per action: take the overlay mounted ahead + read, record and apply the changeset,");
     println!(
         "plus the overlay's own cost (a command in the overlay minus the same command without)"
     );
@@ -141,7 +157,15 @@ async fn main() {
         "{:>8} | {:>14} | {:>12} | {:>12} | {:>12} | {:>12}",
         "files", "first action", "books p50", "books p95", "overlay p50", "total p50"
     );
+    println!("(pause between actions: {} ms)", pause().as_millis());
+    // `BENCH_SIZES=100,10000` measures only those tree sizes (profiling).
+    let only: Option<Vec<usize>> = std::env::var("BENCH_SIZES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect());
     for (files, rounds) in [(100, 50), (10_000, 50), (100_000, 30)] {
+        if only.as_ref().is_some_and(|o| !o.contains(&files)) {
+            continue;
+        }
         let f = measure(files, rounds).await;
         let p50 = median(f.bookkeeping.clone());
         println!(

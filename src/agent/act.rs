@@ -519,7 +519,11 @@ async fn begin_observing(
         && config.sandbox == crate::config::SandboxSetting::Bwrap
         && checkpoint::observable(x.cwd);
     if transactional {
-        match checkpoint::txn::begin(&config.state_dir(), cfg, x.cwd, origin.clone()).await {
+        // A person who has just approved may have saved a file a moment
+        // before: that action's start is made exact (≤ one clock tick).
+        let exact = x.approved_by.is_some();
+        let state = config.state_dir();
+        match checkpoint::txn::begin_with(&state, cfg, x.cwd, origin.clone(), exact).await {
             Ok(t) => return Ok(Observing::Transaction(t)),
             Err(why) if cfg.transactions == TransactionMode::OverlayOrObserve => {
                 tracing::warn!("transactions: observing instead: {why}");

@@ -141,17 +141,32 @@ pub struct ReadConfig<'a> {
     pub untracked_cap: u64,
     pub precious: &'a [String],
     /// When the action started (ns since the epoch, the fine clock): a
-    /// lower path whose ctime is later is a conflict. The command itself started only once that
-    /// clock had moved past it (`OverlayMount::not_before_ns`), so a write
-    /// in the same clock tick before the start (ctime equal) is the
-    /// project's state the command began from, not a conflict.
+    /// lower path whose ctime is later changed after the command could
+    /// have read it — a conflict.
     pub started_ns: i64,
+    /// The kernel's coarse clock when the action started: the start of
+    /// the clock tick it started in. File timestamps come from that clock,
+    /// so a ctime in `[start_tick_ns, started_ns]` may be a change made
+    /// just before the start or just after it (the command is not held
+    /// back until the tick is over): it counts as a conflict unless the
+    /// file is still exactly as the daemon left it (`super::left`). An
+    /// older ctime is a change made before the start.
+    pub start_tick_ns: i64,
 }
 
 /// The kernel's coarse real-time clock now, in ns: the clock file
 /// timestamps are taken from, so "changed since" compares like with like.
 pub fn coarse_now_ns() -> i64 {
-    crate::sandbox::overlay::coarse_now_ns()
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0;
+    if !ok {
+        return 0;
+    }
+    ts.tv_sec.saturating_mul(1_000_000_000) + ts.tv_nsec
 }
 
 /// Read the changeset in `upper` against the project of `store`.
@@ -346,12 +361,12 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
         };
         // Only a file the project holds can have been changed by someone
         // else; a folder's ctime moves with anything inside it.
-        let lower_ctime = match old {
-            Some(_) => b.ctime_ns(&path)?,
+        let lower_stat = match old {
+            Some(_) => b.stat(&path)?,
             None => None,
         };
-        if let Some(ctime) = lower_ctime {
-            if ctime > cfg.started_ns {
+        if let Some(st) = lower_stat {
+            if changed_since(b.base(), &path, &st, cfg) {
                 out.conflicts.push(Conflict {
                     why: "changed in the project while the action ran".into(),
                     path,
@@ -425,6 +440,16 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
         });
     }
     Ok(out)
+}
+
+/// Whether the project file `rel` (status `st` now) may have been changed
+/// by someone else since the action started (see [`ReadConfig`]).
+fn changed_since(base: &Path, rel: &str, st: &rustix::fs::Stat, cfg: &ReadConfig<'_>) -> bool {
+    let ctime = st.st_ctime.saturating_mul(1_000_000_000) + st.st_ctime_nsec as i64;
+    if ctime > cfg.started_ns {
+        return true;
+    }
+    ctime >= cfg.start_tick_ns && !super::left::is_as_left(base, rel, st)
 }
 
 /// A write (or removal) in an ignored tree: its size, whether something

@@ -13,8 +13,10 @@
 pub mod beneath;
 pub mod changeset;
 pub mod effect;
+pub mod left;
 pub mod notify;
 pub mod scan;
+pub mod spare;
 pub mod store;
 pub mod txn;
 pub mod watch;
@@ -698,7 +700,7 @@ impl Project {
         }
         self.save(cp)?;
         self.keep_under_quota(cp, false)?;
-        txn::remove_dir(&self.txn_dir(&cp.id));
+        txn::remove_dir_later(self.txn_dir(&cp.id));
         Ok(())
     }
 
@@ -773,6 +775,19 @@ impl Project {
             path: path.clone(),
             message: e.to_string(),
         })?;
+        // A spare file made ahead (`spare`), else a temporary made now;
+        // either way written, then renamed into place.
+        if let Some(mut spare) = spare::take(&self.dir) {
+            use std::io::Write;
+            match spare.file.write_all(text.as_bytes()) {
+                Ok(()) => {
+                    return spare
+                        .persist(&path)
+                        .map_err(|source| CheckpointError::Io { path, source })
+                }
+                Err(_) => spare.discard(),
+            }
+        }
         crate::util::fs::write_atomic(&path, text.as_bytes(), crate::util::fs::Atomic::FAST)
             .map_err(|source| CheckpointError::Io { path, source })
     }

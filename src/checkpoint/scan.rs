@@ -989,14 +989,33 @@ pub fn write_object(objects: &Path, kind: &str, bytes: &[u8]) -> Result<[u8; 20]
         return Ok(oid);
     }
     let dir = path.parent().unwrap_or(objects);
-    std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
     let io = |source| StoreError::Io {
         path: path.clone(),
         source,
     };
+    // A spare file of the store made ahead (`super::spare`: no new inode
+    // on the action's path; the store is `<store>/git/objects/../..`),
+    // written and renamed into place like the temporary below.
+    let store_dir = objects.parent().and_then(Path::parent);
+    if let Some(mut spare) = store_dir.and_then(super::spare::take) {
+        let written = {
+            let mut z = ZlibEncoder::new(&mut spare.file, flate2::Compression::fast());
+            z.write_all(header.as_bytes())
+                .and_then(|()| z.write_all(bytes))
+                .and_then(|()| z.finish().map(|_| ()))
+        };
+        match written {
+            Ok(()) if dir.is_dir() => {
+                spare.persist(&path).map_err(io)?;
+                return Ok(oid);
+            }
+            _ => spare.discard(),
+        }
+    }
+    std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
     {
         let mut z = ZlibEncoder::new(&mut tmp, flate2::Compression::fast());

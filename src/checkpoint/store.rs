@@ -664,8 +664,13 @@ impl Store {
             .collect();
         let blobs = self.blobs(&wanted)?;
         let mut done: Vec<(&str, Option<&Entry>)> = Vec::new();
-        let result = apply_steps(&b, changes, &now_of, &blobs, &mut done);
+        let result = apply_steps(&b, changes, &now_of, &blobs, &mut done, self.dir());
         let Err(reason) = result else {
+            // What the daemon left, so the next action's changeset does
+            // not take this write for someone else's (`super::left`).
+            for (path, _, _) in changes {
+                super::left::remember(&b, path);
+            }
             return Ok(());
         };
         // Put back, newest step first, what was already changed.
@@ -673,7 +678,7 @@ impl Store {
         for (path, prior) in done.iter().rev() {
             let back = match prior {
                 None => b.remove(path).map_err(|e| e.to_string()),
-                Some(e) => put_entry(&b, path, e, &blobs, None),
+                Some(e) => put_entry(&b, path, e, &blobs, None, self.dir()),
             };
             if let Err(e) = back {
                 failed.push((path.to_string(), e));
@@ -705,6 +710,7 @@ fn apply_steps<'a>(
     now_of: &BTreeMap<&str, Option<Entry>>,
     blobs: &BTreeMap<String, Vec<u8>>,
     done: &mut Vec<(&'a str, Option<&'a Entry>)>,
+    store_dir: &Path,
 ) -> Result<(), String> {
     let mut emptied: Vec<String> = Vec::new();
     for (path, expect, target) in changes {
@@ -734,7 +740,7 @@ fn apply_steps<'a>(
             Some(Some(now)) => now.perm,
             _ => None,
         };
-        put_entry(b, path, entry, blobs, keep)?;
+        put_entry(b, path, entry, blobs, keep, store_dir)?;
         done.push((path.as_str(), expect.as_ref()));
     }
     Ok(())
@@ -748,6 +754,7 @@ fn put_entry(
     entry: &Entry,
     blobs: &BTreeMap<String, Vec<u8>>,
     keep: Option<u32>,
+    store_dir: &Path,
 ) -> Result<(), String> {
     let bytes = blobs
         .get(&entry.oid)
@@ -760,7 +767,13 @@ fn put_entry(
         (None, None) if exec => 0o755,
         (None, None) => 0o644,
     };
-    b.put(path, bytes, perm, entry.mode == "120000")
+    let link = entry.mode == "120000";
+    let spare = if link {
+        None
+    } else {
+        super::spare::take(store_dir)
+    };
+    b.put_with(path, bytes, perm, link, spare)
         .map_err(|e| e.to_string())
 }
 

@@ -9,8 +9,10 @@
 //! judging and applying a changeset is serialised, running is not (each
 //! run writes into its own upper layer).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use super::beneath::{Beneath, Node};
 use super::changeset::{self, Passthrough, ReadConfig};
@@ -25,7 +27,134 @@ pub struct Transaction {
     dir: PathBuf,
     mount: OverlayMount,
     started_ns: i64,
+    start_tick_ns: i64,
     origin: Origin,
+}
+
+/// An overlay mounted ahead for a project's next action
+/// (`overlay::mount_ahead`), with the identity of the project directory it
+/// was mounted over: a directory replaced since (same path, another
+/// inode) gets a fresh one.
+struct Ready {
+    dir: PathBuf,
+    mount: OverlayMount,
+    project_id: (u64, u64),
+}
+
+impl Ready {
+    /// Give it up unused: the holder ends, its directory goes (in the
+    /// background).
+    fn discard(self) {
+        if let Some(ahead) = &self.mount.ahead {
+            ahead.end();
+        }
+        remove_dir_later(self.dir);
+    }
+}
+
+/// Overlays mounted ahead and waiting, per process at most (one per
+/// store and project; each is a sleeping holder process and two empty
+/// directories).
+const MAX_READY_OVERLAYS: usize = 16;
+
+/// How long the next overlay's mounting waits after an action took the
+/// previous one: an action's command and bookkeeping take a few ms, a
+/// model's next request far longer.
+const AHEAD_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
+
+type ReadyKey = (PathBuf, PathBuf);
+
+fn ready_overlays() -> std::sync::MutexGuard<'static, HashMap<ReadyKey, Ready>> {
+    static READY: OnceLock<Mutex<HashMap<ReadyKey, Ready>>> = OnceLock::new();
+    READY
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// The (device, inode) of a directory, to see that it is still the same.
+fn dir_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Make a fresh upper layer and work directory in `root` and mount the
+/// overlay of `project` with them, ahead of the action.
+fn mount_fresh(root: &Path, project: &Path) -> Result<Ready, String> {
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let project_id =
+        dir_id(project).ok_or_else(|| format!("{} cannot be read", project.display()))?;
+    let n = RUNS.fetch_add(1, Ordering::Relaxed);
+    let dir = root.join(format!("run-{}-{n}", std::process::id()));
+    let (upper, work) = (dir.join("upper"), dir.join("work"));
+    make_private_dirs(&dir, &[&upper, &work])?;
+    let mount = OverlayMount {
+        project: project.to_path_buf(),
+        upper,
+        work,
+        ahead: None,
+        not_before_ns: 0,
+    };
+    // Where it cannot be mounted ahead (no `/bin/cat`, a holder that
+    // failed), the command mounts its own, as the probe checked it can.
+    let mount = match overlay::mount_ahead(mount.clone()) {
+        Ok(ahead) => ahead,
+        Err(e) => {
+            tracing::debug!("transaction: the overlay is mounted by the command: {e}");
+            // Fresh directories: a failed mount may have left its marks.
+            remove_dir(&dir);
+            make_private_dirs(&dir, &[&mount.upper, &mount.work])?;
+            mount
+        }
+    };
+    Ok(Ready {
+        dir,
+        mount,
+        project_id,
+    })
+}
+
+/// The overlay for an action in `project` now: the one mounted ahead when
+/// it is there and still over the same directory, else one mounted now.
+/// Either way the next one is mounted ahead in the background.
+fn take_overlay(root: &Path, project: &Path) -> Result<Ready, String> {
+    let key = (root.to_path_buf(), project.to_path_buf());
+    let waiting = ready_overlays().remove(&key);
+    let ready = match waiting {
+        // Still over the same directory, and its upper layer still there
+        // (a store deleted meanwhile took it along).
+        Some(r) if Some(r.project_id) == dir_id(project) && r.mount.upper.is_dir() => r,
+        other => {
+            if let Some(stale) = other {
+                stale.discard();
+            }
+            mount_fresh(root, project)?
+        }
+    };
+    let (root, project) = (root.to_path_buf(), project.to_path_buf());
+    let spawned = std::thread::Builder::new()
+        .name("overlay-ahead".into())
+        .spawn(move || {
+            // After the action that took the previous one has run and been
+            // applied, not alongside it (both would queue on the journal).
+            std::thread::sleep(AHEAD_DELAY);
+            match mount_fresh(&root, &project) {
+                Ok(next) => {
+                    let mut map = ready_overlays();
+                    if map.contains_key(&key) || map.len() >= MAX_READY_OVERLAYS {
+                        drop(map);
+                        next.discard();
+                    } else {
+                        map.insert(key, next);
+                    }
+                }
+                Err(e) => tracing::debug!("transaction: no overlay mounted ahead: {e}"),
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::debug!("transaction: no overlay mounted ahead: {e}");
+    }
+    Ok(ready)
 }
 
 /// Prepare a transaction for an action in `cwd`. `Err`: why overlays
@@ -36,7 +165,23 @@ pub async fn begin(
     cwd: &Path,
     origin: Origin,
 ) -> Result<Transaction, String> {
-    static RUNS: AtomicU64 = AtomicU64::new(0);
+    begin_with(state_dir, cfg, cwd, origin, false).await
+}
+
+/// [`begin`]; `exact_start`: the command is held back until the kernel's
+/// coarse clock has ticked past the start (at most one tick, 4 ms here),
+/// so a change made just before the start is told from one just after
+/// and is not a conflict. For an action a person has just approved — they
+/// may well have saved a file a moment before answering. Without it the
+/// command starts at once and a change in the start's own tick counts as
+/// the person's (a conflict) unless the daemon left the file so.
+pub async fn begin_with(
+    state_dir: &Path,
+    cfg: &CheckpointConfig,
+    cwd: &Path,
+    origin: Origin,
+    exact_start: bool,
+) -> Result<Transaction, String> {
     let (state_dir, cwd_owned, cfg_owned) =
         (state_dir.to_path_buf(), cwd.to_path_buf(), cfg.clone());
     let prepared = tokio::task::spawn_blocking(move || {
@@ -47,45 +192,42 @@ pub async fn begin(
         if let Some(why) = overlay::unmountable(project.cwd()) {
             return Err(format!("overlays cannot be used here: {why}"));
         }
-        let n = RUNS.fetch_add(1, Ordering::Relaxed);
-        let dir = root.join(format!("run-{}-{n}", std::process::id()));
-        let (upper, work) = (dir.join("upper"), dir.join("work"));
-        make_private_dirs(&dir, &[&upper, &work])?;
         let project_path = project
             .cwd()
             .canonicalize()
             .unwrap_or_else(|_| project.cwd().to_path_buf());
-        Ok::<_, String>((
-            project,
-            dir,
-            OverlayMount {
-                project: project_path,
-                upper,
-                work,
-                not_before_ns: 0,
-            },
-        ))
+        let ready = take_overlay(&root, &project_path)?;
+        Ok::<_, String>((project, ready))
     })
     .await
     .map_err(|e| format!("the transaction could not be prepared: {e}"))?;
-    let (project, dir, mut mount) =
+    let (project, ready) =
         prepared.map_err(|e| format!("not run: the action could not be given an overlay: {e}"))?;
-    // The command starts only once the coarse clock has moved past this
-    // (the fine clock now: a save just before may carry a fine-grained
-    // ctime, Linux's multigrain timestamps): a file with a later ctime
-    // changed after the command could have read it (a conflict), one with
-    // this ctime or older before (not one).
+    // The command starts at once. A file with a later ctime than this (the
+    // fine clock) changed after the command could have read it; one with a
+    // ctime in this coarse clock tick may have changed just before or just
+    // after, and counts as changed unless the daemon itself left it so
+    // (`super::left`; see `ReadConfig`).
+    let start_tick_ns = changeset::coarse_now_ns();
     let started_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
-        .unwrap_or_else(|_| changeset::coarse_now_ns());
-    mount.not_before_ns = started_ns;
+        .unwrap_or(start_tick_ns);
+    let mut mount = ready.mount;
+    let start_tick_ns = if exact_start {
+        // Every change with a ctime up to the start is then from before it.
+        mount.not_before_ns = started_ns;
+        started_ns.saturating_add(1)
+    } else {
+        start_tick_ns
+    };
     Ok(Transaction {
         project,
         cfg: cfg.clone(),
-        dir,
+        dir: ready.dir,
         mount,
         started_ns,
+        start_tick_ns,
         origin,
     })
 }
@@ -132,6 +274,10 @@ impl Transaction {
         self,
         needs_judging: fn(&str) -> bool,
     ) -> Result<Option<Observed>, WatchError> {
+        // The command has ended: so does the namespace it ran in.
+        if let Some(ahead) = &self.mount.ahead {
+            ahead.end();
+        }
         let guard = lock(self.project.cwd()).lock_owned().await;
         let Transaction {
             project,
@@ -139,6 +285,7 @@ impl Transaction {
             dir,
             mount,
             started_ns,
+            start_tick_ns,
             origin,
         } = self;
         let p = project.clone();
@@ -148,17 +295,18 @@ impl Transaction {
                 untracked_cap: cfg.untracked_cap_bytes,
                 precious: &cfg.precious,
                 started_ns,
+                start_tick_ns,
             };
             let read = changeset::read(&mount.upper, &p.store, &read_cfg);
             let cs = match read {
                 Ok(cs) => cs,
                 Err(e) => {
-                    remove_dir(&dir);
+                    remove_dir_later(dir);
                     return Err(CheckpointError::from(e));
                 }
             };
             if cs.is_empty() {
-                remove_dir(&dir);
+                remove_dir_later(dir);
                 return Ok(None);
             }
             let judged_writes = cs
@@ -180,7 +328,7 @@ impl Transaction {
                         tracing::warn!("transaction: {} not applied: {e}", pass.path);
                     }
                 }
-                remove_dir(&dir);
+                remove_dir_later(dir);
                 return Ok(None);
             }
             let mut cp = p.new_checkpoint(&origin, cs.effect, CheckpointStatus::Held, true)?;
@@ -189,7 +337,7 @@ impl Transaction {
             cp.dropped = cs.dropped;
             let kept = p.txn_dir(&cp.id);
             if let Err(source) = std::fs::rename(&dir, &kept) {
-                remove_dir(&dir);
+                remove_dir_later(dir);
                 return Err(CheckpointError::Io { path: kept, source });
             }
             Ok(Some(cp))
@@ -294,6 +442,40 @@ pub fn remove_dir(dir: &Path) {
     }
 }
 
+/// Directories waiting for the janitor at most; past that the caller
+/// removes its own.
+const MAX_PENDING_REMOVALS: usize = 256;
+
+/// Remove a transaction's directory in the background: a used upper layer
+/// and work directory are a few `rmdir`s (each a journal update) that the
+/// action need not wait for. One janitor thread per process, fed through
+/// a queue of [`MAX_PENDING_REMOVALS`]; when it is full or the thread
+/// cannot start, the directory is removed at once.
+pub fn remove_dir_later(dir: PathBuf) {
+    use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+    static JANITOR: OnceLock<Option<Mutex<SyncSender<PathBuf>>>> = OnceLock::new();
+    let janitor = JANITOR.get_or_init(|| {
+        let (tx, rx) = sync_channel::<PathBuf>(MAX_PENDING_REMOVALS);
+        std::thread::Builder::new()
+            .name("txn-janitor".into())
+            .spawn(move || {
+                while let Ok(dir) = rx.recv() {
+                    remove_dir(&dir);
+                }
+            })
+            .ok()
+            .map(|_| Mutex::new(tx))
+    });
+    let refused = match janitor {
+        Some(tx) => match tx.lock().unwrap_or_else(|p| p.into_inner()).try_send(dir) {
+            Ok(()) => return,
+            Err(TrySendError::Full(d) | TrySendError::Disconnected(d)) => d,
+        },
+        None => dir,
+    };
+    remove_dir(&refused);
+}
+
 /// A file tool's write (`write_file`, an edit through the client's `fs`),
 /// recorded as the change of its one path: the pre-image before, the file
 /// after — no walk, and nothing else in the project is counted.
@@ -382,6 +564,10 @@ impl FileWrite {
         let p = project.clone();
         let recorded = tokio::task::spawn_blocking(move || {
             let after = changeset::pre_image(&p.store, &rel)?;
+            // The daemon's own write (`super::left`).
+            if let Ok(b) = p.store.beneath() {
+                super::left::remember(&b, &rel);
+            }
             let Some(effect) = changeset::one_path(&p.store, &cfg, &rel, before, after) else {
                 return Ok(None);
             };
@@ -399,6 +585,8 @@ impl FileWrite {
 
 #[cfg(test)]
 mod tests {
+    use super::super::scan;
+    use super::changeset::ReadConfig;
     use super::*;
 
     fn origin() -> Origin {
@@ -449,5 +637,135 @@ mod tests {
             "the person's b\n"
         );
         assert!(t.join("draft.txt").exists());
+    }
+
+    fn ctime_ns(path: &Path) -> i64 {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::symlink_metadata(path).unwrap();
+        m.ctime() * 1_000_000_000 + m.ctime_nsec()
+    }
+
+    /// The command is no longer held back until the coarse clock ticks
+    /// past the start, so a project file whose ctime lies in the start's
+    /// own tick may have changed just before or just after the start: the
+    /// person's write there is a conflict (never overwritten), the
+    /// daemon's own apply, as it left it, is not.
+    #[test]
+    fn a_write_in_the_starts_tick_is_a_conflict_unless_the_daemon_left_it() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        std::fs::write(t.join("a.txt"), "old a\n").unwrap();
+        std::fs::write(t.join("b.txt"), "old b\n").unwrap();
+        let cfg = CheckpointConfig::default();
+        let p = Project::open(state.path(), t, &cfg).unwrap();
+        // a.txt: the daemon applies a change (`Store::restore`, as an
+        // apply or an undo does); b.txt: the person saves.
+        let old = changeset::pre_image(&p.store, "a.txt").unwrap().unwrap().0;
+        let new_oid = scan::write_object(&p.store.objects(), "blob", b"daemon a\n").unwrap();
+        let new = super::super::store::Entry {
+            mode: "100644".into(),
+            oid: scan::hex(&new_oid),
+            perm: Some(0o644),
+        };
+        p.store
+            .restore(&[("a.txt".to_string(), Some(old), Some(new))])
+            .unwrap();
+        std::fs::write(t.join("b.txt"), "the person's b\n").unwrap();
+        // An agent's command then writes both, in an upper layer.
+        let upper = tempfile::tempdir().unwrap();
+        std::fs::write(upper.path().join("a.txt"), "agent a\n").unwrap();
+        std::fs::write(upper.path().join("b.txt"), "agent b\n").unwrap();
+        // The action started in the tick both writes carry (the tick's
+        // start at or before either ctime, the start itself after both).
+        let tick = ctime_ns(&t.join("a.txt")).min(ctime_ns(&t.join("b.txt")));
+        let read_cfg = ReadConfig {
+            untracked_cap: cfg.untracked_cap_bytes,
+            precious: &cfg.precious,
+            started_ns: ctime_ns(&t.join("a.txt")).max(ctime_ns(&t.join("b.txt"))),
+            start_tick_ns: tick,
+        };
+        let cs = changeset::read(upper.path(), &p.store, &read_cfg).unwrap();
+        let changed: Vec<&str> = cs.effect.changes.iter().map(|c| c.path.as_str()).collect();
+        let conflicts: Vec<&str> = cs.conflicts.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(changed, ["a.txt"], "the daemon's own apply is no conflict");
+        assert_eq!(conflicts, ["b.txt"], "the person's save in the tick is one");
+        // Once the file is no longer as the daemon left it (someone wrote
+        // it, same size, at once), it is a conflict too.
+        std::fs::write(t.join("a.txt"), "person a\n").unwrap();
+        let read_cfg = ReadConfig {
+            started_ns: ctime_ns(&t.join("a.txt")),
+            ..read_cfg
+        };
+        let cs = changeset::read(upper.path(), &p.store, &read_cfg).unwrap();
+        let conflicts: Vec<&str> = cs.conflicts.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(conflicts, ["a.txt", "b.txt"]);
+        // Before the tick: the state the command began from, no conflict.
+        let read_cfg = ReadConfig {
+            start_tick_ns: read_cfg.started_ns + 1,
+            started_ns: read_cfg.started_ns + 1,
+            ..read_cfg
+        };
+        let cs = changeset::read(upper.path(), &p.store, &read_cfg).unwrap();
+        assert!(cs.conflicts.is_empty(), "{:?}", cs.conflicts);
+        assert_eq!(cs.effect.changes.len(), 2);
+    }
+
+    async fn run_in(mount: &OverlayMount, script: &str) {
+        let args = vec!["-c".to_string(), script.to_string()];
+        let out = crate::sandbox::runner::run_limited_in(
+            "/bin/sh",
+            &args,
+            Path::new("/"),
+            None,
+            &crate::sandbox::runner::RunLimits::default(),
+            &crate::sandbox::ResourceLimits::none(),
+            Some(mount),
+            tokio_util::sync::CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        assert!(out.success(), "{}", out.render());
+    }
+
+    /// Actions on one file, one right after the other (the next starting
+    /// in the tick of the previous apply, as an agent's do): each runs in
+    /// an overlay mounted ahead, none waits for the clock, and none is
+    /// taken for the person's edit.
+    #[tokio::test]
+    async fn back_to_back_actions_on_one_file_all_apply() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path().canonicalize().unwrap();
+        std::fs::write(t.join("a.txt"), "0\n").unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let cfg = CheckpointConfig::default();
+        let origin = Origin {
+            tool: "shell".into(),
+            ..origin()
+        };
+        let mut ahead = 0;
+        for round in 1..=6 {
+            let tx = begin(state.path(), &cfg, &t, origin.clone()).await.unwrap();
+            let mount = tx.mount();
+            ahead += usize::from(mount.ahead.is_some());
+            run_in(
+                &mount,
+                &format!("echo {round} >> '{}'", t.join("a.txt").display()),
+            )
+            .await;
+            let observed = tx.finish(|_| false).await.unwrap().unwrap();
+            let mut cp = observed.checkpoint;
+            assert!(cp.conflicts.is_empty(), "round {round}: {:?}", cp.conflicts);
+            observed.project.apply_changeset(&mut cp).unwrap();
+            assert!(cp.conflicts.is_empty(), "round {round}: {:?}", cp.conflicts);
+            drop(observed.guard);
+            let text = std::fs::read_to_string(t.join("a.txt")).unwrap();
+            assert!(
+                text.ends_with(&format!("{round}\n")),
+                "round {round}: {text}"
+            );
+        }
+        assert_eq!(ahead, 6, "every overlay was mounted ahead");
     }
 }

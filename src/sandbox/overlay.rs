@@ -17,14 +17,21 @@
 //! directory is `user.overlay.opaque = y`; a deletion is a character device
 //! 0/0, a "whiteout").
 //!
+//! Mounting makes a few inodes in the work directory (milliseconds on a
+//! busy ext4), so a transaction mounts the *next* action's overlay ahead,
+//! in the background ([`mount_ahead`]): a holder process keeps the
+//! namespace, and the command only joins it ([`install`], `setns` through
+//! a pidfd).
+//!
 //! [`probe`] tries it once per process; where it fails the daemon either
 //! fails closed (the default) or, when configured, falls back to observing
 //! effects (see `docs/transactions.md`).
 
 use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// One overlay: the project (lower layer, mounted over at its own path),
 /// the private upper layer, and the overlay's work directory (same file
@@ -34,14 +41,73 @@ pub struct OverlayMount {
     pub project: PathBuf,
     pub upper: PathBuf,
     pub work: PathBuf,
+    /// The overlay already mounted, ahead of the action, in a namespace
+    /// kept by a holder process ([`mount_ahead`]): the command joins that
+    /// namespace instead of mounting (None: it mounts its own).
+    pub ahead: Option<Ahead>,
     /// The command starts only once the kernel's coarse clock (the one
     /// file timestamps are taken from) reads more than this (ns since the
-    /// epoch; 0: no wait). A transaction sets it to the clock at its start,
-    /// so every write the command could have seen a file before has a
-    /// ctime at most this, and every later write a ctime above it: "changed
-    /// since the action started" is then exact, not off by one clock tick.
+    /// epoch; 0: at once). A transaction that must tell a change made just
+    /// before its start from one just after (a person has just answered,
+    /// and may have saved a file a moment before) sets it to its start: at
+    /// most one clock tick of waiting.
     pub not_before_ns: i64,
 }
+
+/// A user and mount namespace in which an overlay is mounted, kept alive
+/// by a holder process (`cat` reading a pipe only the daemon writes) until
+/// [`Ahead::end`] or until the daemon goes (the pipe closes with it).
+#[derive(Clone)]
+pub struct Ahead(Arc<Holder>);
+
+struct Holder {
+    /// A pidfd of the holder: `setns` through it joins the holder's user
+    /// and mount namespaces at once, and it names that process even if
+    /// its pid were reused.
+    pidfd: OwnedFd,
+    /// The holder's stdin: closing it ends the holder.
+    stdin: Mutex<Option<std::process::ChildStdin>>,
+}
+
+impl Ahead {
+    /// End the holder (its namespace, and so the overlay, goes with it).
+    /// The holder is reaped by the thread started with it; this does not
+    /// wait for the namespace to be torn down.
+    pub fn end(&self) {
+        drop(
+            self.0
+                .stdin
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        drop(
+            self.stdin
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
+    }
+}
+
+impl std::fmt::Debug for Ahead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Ahead").field(&self.0.pidfd).finish()
+    }
+}
+
+impl PartialEq for Ahead {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Ahead {}
 
 tokio::task_local! {
     /// The overlay the shell actuator runs the current action in: set by
@@ -84,10 +150,61 @@ fn cstring(bytes: &[u8], what: &str) -> std::io::Result<CString> {
     })
 }
 
-/// Make `cmd` start inside a new user and mount namespace in which
-/// `mount.project` is the overlay. Everything the child needs is prepared
-/// here, before the fork.
+/// Make `cmd` start inside a user and mount namespace in which
+/// `mount.project` is the overlay: the namespace mounted ahead
+/// (`mount.ahead`, joined), else a new one mounted in the child.
+/// Everything the child needs is prepared here, before the fork.
 pub fn install(cmd: &mut tokio::process::Command, mount: &OverlayMount) -> std::io::Result<()> {
+    let not_before_ns = mount.not_before_ns;
+    let Some(ahead) = mount.ahead.clone() else {
+        let mut in_child = mount_in_child(mount)?;
+        // SAFETY: see `mount_in_child` and `wait_for_tick`: async-signal-safe
+        // system calls on data prepared before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                in_child()?;
+                wait_for_tick(not_before_ns);
+                Ok(())
+            })
+        };
+        return Ok(());
+    };
+    // Joining a mount namespace sets the working directory to its root:
+    // the one the command was given is entered again, now through the
+    // overlay.
+    let cwd = match cmd.as_std().get_current_dir() {
+        Some(d) => d.to_path_buf(),
+        None => std::env::current_dir()?,
+    };
+    let cwd = cstring(cwd.as_os_str().as_bytes(), "the working directory")?;
+    // SAFETY: the closure runs in the forked child before exec: `setns`
+    // through a pidfd opened before the fork (the child is single-threaded,
+    // as joining a user namespace requires) and `chdir` to a path prepared
+    // above; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fd = ahead.0.pidfd.as_raw_fd();
+            if libc::setns(fd, libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::chdir(cwd.as_ptr()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            wait_for_tick(not_before_ns);
+            Ok(())
+        });
+    }
+    Ok(())
+}
+
+/// The pre-exec step that unshares a user and a mount namespace, maps the
+/// caller's uid and gid into it, makes its mounts private and mounts the
+/// overlay over `mount.project`. Only async-signal-safe system calls on
+/// data prepared here (raw unshare, open, write, close, mount); it
+/// allocates nothing (`last_os_error` only wraps the errno).
+fn mount_in_child(
+    mount: &OverlayMount,
+) -> std::io::Result<impl FnMut() -> std::io::Result<()> + Send + Sync + 'static> {
     if let Some(why) = [&mount.project, &mount.upper, &mount.work]
         .into_iter()
         .find_map(|p| unmountable(p))
@@ -110,14 +227,10 @@ pub fn install(cmd: &mut tokio::process::Command, mount: &OverlayMount) -> std::
     // namespace goes (an ext4 `syncfs` per action, tens of ms or worse).
     options.extend_from_slice(b",userxattr,volatile");
     let options = cstring(&options, "the overlay options")?;
-    let not_before_ns = mount.not_before_ns;
-    // SAFETY: the closure runs in the forked child before exec, where only
-    // async-signal-safe calls are allowed: raw unshare, open, write, close,
-    // mount, clock_gettime and nanosleep system calls on data prepared
-    // above; it allocates nothing
-    // (`last_os_error` only wraps the errno).
-    unsafe {
-        cmd.pre_exec(move || {
+    Ok(move || {
+        // SAFETY: raw system calls on NUL-terminated strings and buffers
+        // owned by this closure.
+        unsafe {
             if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -145,17 +258,14 @@ pub fn install(cmd: &mut tokio::process::Command, mount: &OverlayMount) -> std::
             {
                 return Err(std::io::Error::last_os_error());
             }
-            wait_for_tick(not_before_ns);
-            Ok(())
-        });
-    }
-    Ok(())
+        }
+        Ok(())
+    })
 }
 
-/// The kernel's coarse real-time clock now, in ns since the epoch: the
-/// clock file timestamps are taken from (0 if it cannot be read).
-/// Async-signal-safe (one `clock_gettime`).
-pub fn coarse_now_ns() -> i64 {
+/// The kernel's coarse real-time clock now, in ns since the epoch (0 if
+/// it cannot be read). Async-signal-safe (one `clock_gettime`).
+fn coarse_now_ns() -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -173,8 +283,8 @@ pub fn coarse_now_ns() -> i64 {
 const MAX_TICK_WAIT_NS: i64 = 50_000_000;
 
 /// Sleep until the coarse clock reads more than `not_before_ns` (at most
-/// [`MAX_TICK_WAIT_NS`]). Runs in the forked child: only `clock_gettime`
-/// and `nanosleep`, both async-signal-safe.
+/// [`MAX_TICK_WAIT_NS`]; 0: no wait). Runs in the forked child: only
+/// `clock_gettime` and `nanosleep`, both async-signal-safe.
 fn wait_for_tick(not_before_ns: i64) {
     if not_before_ns <= 0 {
         return;
@@ -189,6 +299,54 @@ fn wait_for_tick(not_before_ns: i64) {
         unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
         slept += step.tv_nsec;
     }
+}
+
+/// Mount `mount`'s overlay now, ahead of the action that will run in it,
+/// in a namespace kept by a holder process; the command then only joins
+/// it ([`install`]). Mounting costs a handful of new inodes in the work
+/// directory (its `work/`, the `volatile` marker, the probes for whiteouts
+/// and `O_TMPFILE`) — milliseconds on a busy ext4 — which this takes off
+/// the action's path. Blocking: call it from a blocking thread.
+pub fn mount_ahead(mut mount: OverlayMount) -> std::io::Result<OverlayMount> {
+    use std::os::unix::process::CommandExt;
+    let in_child = mount_in_child(&mount)?;
+    let mut cmd = std::process::Command::new("/bin/cat");
+    cmd.current_dir("/")
+        .env_clear()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // No `PR_SET_PDEATHSIG`: it fires when the *thread* that forked the
+    // holder ends, and that is a short-lived blocking thread. Should the
+    // daemon die, its end of the pipe closes and `cat` ends by itself.
+    // SAFETY: `mount_in_child` is async-signal-safe.
+    unsafe { cmd.pre_exec(in_child) };
+    let mut child = cmd.spawn()?;
+    let pid = libc::pid_t::try_from(child.id()).map_err(std::io::Error::other)?;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let pidfd = match i32::try_from(fd) {
+        // SAFETY: a fresh fd that nothing else owns.
+        Ok(fd) if fd >= 0 => unsafe { OwnedFd::from_raw_fd(fd) },
+        _ => {
+            let e = std::io::Error::last_os_error();
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
+        }
+    };
+    let stdin = child.stdin.take();
+    // Reaped when it ends (its pipe closed, or killed with the daemon).
+    std::thread::Builder::new()
+        .name("overlay-holder".into())
+        .spawn(move || {
+            let _ = child.wait();
+        })?;
+    mount.ahead = Some(Ahead(Arc::new(Holder {
+        pidfd,
+        stdin: Mutex::new(stdin),
+    })));
+    Ok(mount)
 }
 
 /// Write `bytes` to a `/proc` file in the child (no allocation).
@@ -245,6 +403,7 @@ fn probe_once(scratch: &Path) -> Result<(), String> {
         project: lower.clone(),
         upper: upper.clone(),
         work,
+        ahead: None,
         not_before_ns: 0,
     };
     let mut cmd = tokio::process::Command::new("/bin/sh");
