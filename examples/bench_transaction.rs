@@ -102,6 +102,7 @@ async fn measure(files: usize, rounds: usize) -> Figures {
     let mut with_overlay = Vec::with_capacity(rounds);
     let mut without = Vec::with_capacity(rounds);
     let mut first = Duration::ZERO;
+    let mut phases: Vec<[Duration; 3]> = Vec::with_capacity(rounds);
     for r in 0..=rounds {
         // A model's reply between two actions takes far longer than this:
         // the work moved off the action's path (the next overlay mounted
@@ -119,11 +120,15 @@ async fn measure(files: usize, rounds: usize) -> Figures {
         with_overlay.push(start.elapsed());
         let start = Instant::now();
         let observed = t.finish(|_| false).await.unwrap().unwrap();
+        let finished = start.elapsed();
         let mut cp = observed.checkpoint;
         assert_eq!(cp.effect.changes.len(), 1);
         observed.project.apply_changeset(&mut cp).unwrap();
         drop(observed.guard);
         let done = prepared + start.elapsed();
+        if r > 0 {
+            phases.push([prepared, finished, start.elapsed() - finished]);
+        }
         assert!(std::fs::read_to_string(&target)
             .unwrap()
             .ends_with(&format!("change {r}\n")));
@@ -140,6 +145,13 @@ async fn measure(files: usize, rounds: usize) -> Figures {
             bookkeeping.push(done);
         }
     }
+    let phase = |i: usize| median(phases.iter().map(|p| p[i]).collect());
+    eprintln!(
+        "  {files} files, bookkeeping by phase (p50): begin {}, finish {}, apply {}",
+        ms(phase(0)),
+        ms(phase(1)),
+        ms(phase(2))
+    );
     Figures {
         first,
         bookkeeping,

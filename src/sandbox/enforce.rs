@@ -495,6 +495,18 @@ impl RunCgroup {
     }
 
     /// A fresh pids cgroup under `parent` (`u64::MAX`: no `pids.max`).
+    /// Whether run cgroups can be made in `parent`: one is made (with its
+    /// `pids.max` written) and removed again.
+    fn writable_in(parent: &Path) -> bool {
+        let dir = parent.join(format!("passepartout-{}-probe", std::process::id()));
+        if std::fs::create_dir(&dir).is_err() {
+            return false;
+        }
+        let writable = std::fs::write(dir.join("pids.max"), "max").is_ok();
+        let _ = std::fs::remove_dir(&dir);
+        writable
+    }
+
     fn create_in(parent: &Path, max: u64) -> Option<RunCgroup> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let name = format!(
@@ -709,14 +721,31 @@ fn pids_parent() -> Option<PathBuf> {
                 remove_stale_cgroups(dir);
             }
             parent.filter(|dir| {
-                // Writable here? Try once with a run cgroup, which the
-                // first run then takes from the pool (with its thread).
-                let trial = RunCgroup::create_in(dir, u64::MAX);
-                let ok = trial.is_some();
-                if let (Some(cg), Ok(mut pool)) = (trial, POOL.lock()) {
-                    pool.push(cg);
+                // Writable here? A cgroup made and removed says so at once;
+                // the first run's cgroup (with its resident thread, whose
+                // join into the cgroup may wait for an RCU grace period) is
+                // made in the background, so neither `initialize` (whose
+                // limit diagnostics land here) nor the first run waits.
+                if !RunCgroup::writable_in(dir) {
+                    return false;
                 }
-                ok
+                let dir = dir.clone();
+                let filled = std::thread::Builder::new()
+                    .name("cgroup-pool".into())
+                    .spawn(move || {
+                        let Some(cg) = RunCgroup::create_in(&dir, u64::MAX) else {
+                            return;
+                        };
+                        if let Ok(mut pool) = POOL.lock() {
+                            if pool.len() < CGROUP_POOL {
+                                pool.push(cg);
+                            }
+                        }
+                    });
+                if let Err(e) = filled {
+                    tracing::debug!("no run cgroup made ahead: {e}");
+                }
+                true
             })
         })
         .clone()
