@@ -40,7 +40,7 @@ mod skills;
 mod skills_cache;
 mod skills_live;
 mod slash_commands;
-mod surface_cache;
 mod stdio_protocol;
+mod surface_cache;
 mod text_protocol;
 mod transactions;
