@@ -157,16 +157,7 @@ pub struct ReadConfig<'a> {
 /// The kernel's coarse real-time clock now, in ns: the clock file
 /// timestamps are taken from, so "changed since" compares like with like.
 pub fn coarse_now_ns() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec we own.
-    let ok = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0;
-    if !ok {
-        return 0;
-    }
-    ts.tv_sec.saturating_mul(1_000_000_000) + ts.tv_nsec
+    crate::sandbox::overlay::coarse_now_ns()
 }
 
 /// Read the changeset in `upper` against the project of `store`.

@@ -265,7 +265,7 @@ fn mount_in_child(
 
 /// The kernel's coarse real-time clock now, in ns since the epoch (0 if
 /// it cannot be read). Async-signal-safe (one `clock_gettime`).
-fn coarse_now_ns() -> i64 {
+pub fn coarse_now_ns() -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
