@@ -272,6 +272,12 @@ impl Enforcer {
         }
     }
 
+    /// Whether the run's child enters a user namespace of its own for the
+    /// process limit ([`ProcessLimit::UserNamespace`]).
+    pub fn enters_user_namespace(&self) -> bool {
+        self.userns.is_some()
+    }
+
     /// Apply the limits in the child between fork and exec.
     pub fn install(&self, cmd: &mut tokio::process::Command) {
         let rlimits = self.rlimits.clone();

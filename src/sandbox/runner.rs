@@ -238,15 +238,27 @@ async fn run_enforced(
     if let Some(env) = env {
         cmd.env_clear().envs(env);
     }
-    enforcer.install(&mut cmd);
-    network.install(&mut cmd);
-    // After the limits (set in the host's namespaces), the overlay.
-    if let Some(mount) = overlay {
-        super::overlay::install(&mut cmd, mount).map_err(|e| RunError::Spawn {
+    let install_overlay = |cmd: &mut tokio::process::Command| match overlay {
+        Some(mount) => super::overlay::install(cmd, mount).map_err(|e| RunError::Spawn {
             program: program.to_string(),
             message: format!("the overlay cannot be prepared: {e}"),
-        })?;
+        }),
+        None => Ok(()),
+    };
+    // The pre-exec steps run in the order installed. A process limit kept
+    // in a user namespace of the run's own (a daemon run as a user) is made
+    // inside the overlay's namespace: an overlay mounted ahead is joined
+    // with `setns`, which a process already in a user namespace of its own
+    // may not do (EPERM). Otherwise the limits come first, set in the
+    // host's namespaces (a pids cgroup joined as root), then the overlay.
+    if enforcer.enters_user_namespace() {
+        install_overlay(&mut cmd)?;
+        enforcer.install(&mut cmd);
+    } else {
+        enforcer.install(&mut cmd);
+        install_overlay(&mut cmd)?;
     }
+    network.install(&mut cmd);
     let started = Instant::now();
     // From the run cgroup's resident thread when there is one (see
     // super::enforce): the child then starts in its cgroup.
