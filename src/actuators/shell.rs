@@ -211,9 +211,8 @@ impl ShellActuator {
             Some(mount) => surface.sweep_upper(&mount.upper),
             None => surface.sweep(),
         };
-        let outcome = outcome.map_err(|e| {
-            ActError::Unavailable(unavailable_message(&e.to_string(), probe::INSTALL_FIX))
-        })?;
+        let outcome = outcome
+            .map_err(|e| ActError::Unavailable(unavailable_message(&e.to_string(), fix_for(&e))))?;
         finish(outcome, None, &undone)
     }
 
@@ -331,6 +330,15 @@ impl Actuator for ShellActuator {
 }
 
 /// The fail-closed message: what happened, why, and how to fix it.
+/// What to do when a sandboxed run could not start: install bubblewrap
+/// only when it is missing; a refusal of the run's setup needs another fix.
+fn fix_for(e: &RunError) -> &'static str {
+    match e {
+        RunError::Spawn { missing: true, .. } => probe::INSTALL_FIX,
+        _ => probe::SETUP_FIX,
+    }
+}
+
 fn unavailable_message(reason: &str, fix: &str) -> String {
     format!(
         "the sandbox is unavailable, so the command was not run.\nwhy: {reason}\nfix: {fix}; \
@@ -389,6 +397,22 @@ mod tests {
             Err("unknown sandbox `off`: use \"bwrap\" (default) or \"none\"".to_string())
         );
         assert_eq!(SandboxMode::default(), SandboxMode::Bwrap);
+    }
+
+    #[test]
+    fn only_a_missing_program_is_fixed_by_installing_bubblewrap() {
+        let spawn = |missing| RunError::Spawn {
+            program: "/usr/bin/bwrap".into(),
+            message: "Operation not permitted (os error 1)".into(),
+            missing,
+        };
+        assert_eq!(fix_for(&spawn(true)), probe::INSTALL_FIX);
+        assert_eq!(fix_for(&spawn(false)), probe::SETUP_FIX);
+        let lost = RunError::Wait {
+            program: "/usr/bin/bwrap".into(),
+            message: "gone".into(),
+        };
+        assert_eq!(fix_for(&lost), probe::SETUP_FIX);
     }
 
     #[test]

@@ -21,6 +21,14 @@ use super::limits::ResourceLimits;
 pub const INSTALL_FIX: &str = "install bubblewrap: `apt-get install bubblewrap` (Debian/Ubuntu), \
      `dnf install bubblewrap` (Fedora), `pacman -S bubblewrap` (Arch)";
 
+/// The fix when bwrap is there but the kernel refused the run's setup
+/// (a user namespace, the overlay's mount or joining its namespace, a
+/// limit) between fork and exec.
+pub const SETUP_FIX: &str = "the kernel refused to set up the sandbox for this run; check that \
+     unprivileged user namespaces are allowed (`sysctl kernel.unprivileged_userns_clone`, \
+     `kernel.apparmor_restrict_unprivileged_userns`, `user.max_user_namespaces`) and see \
+     `passepartout providers` for the sandbox's status; the daemon's log has the details";
+
 /// How long the trial run may take before it counts as a failure.
 const TRIAL_TIMEOUT: Duration = Duration::from_secs(10);
 

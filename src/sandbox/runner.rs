@@ -139,8 +139,14 @@ impl RunOutcome {
 /// Why a run could not happen at all.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RunError {
+    /// `missing`: the program itself was not found (the one case where
+    /// installing something is the fix).
     #[error("cannot start `{program}`: {message}")]
-    Spawn { program: String, message: String },
+    Spawn {
+        program: String,
+        message: String,
+        missing: bool,
+    },
     #[error("lost track of `{program}`: {message}")]
     Wait { program: String, message: String },
 }
@@ -224,6 +230,7 @@ async fn run_enforced(
     let spawn_error = |message| RunError::Spawn {
         program: program.to_string(),
         message,
+        missing: false,
     };
     let network = super::network::Attachment::prepare(args).map_err(spawn_error)?;
     let mut cmd = tokio::process::Command::new(program);
@@ -242,6 +249,7 @@ async fn run_enforced(
         Some(mount) => super::overlay::install(cmd, mount).map_err(|e| RunError::Spawn {
             program: program.to_string(),
             message: format!("the overlay cannot be prepared: {e}"),
+            missing: false,
         }),
         None => Ok(()),
     };
@@ -265,6 +273,7 @@ async fn run_enforced(
     let mut child = enforcer.spawn(cmd).await.map_err(|e| RunError::Spawn {
         program: program.to_string(),
         message: e.to_string(),
+        missing: e.kind() == std::io::ErrorKind::NotFound,
     })?;
     // Armed from here on: dropping this future, or returning, kills the group.
     let child_pid = child.id();
