@@ -83,10 +83,13 @@ measure() {
     mkdir -p "$home" "$project"
     local start end
     start=$(date +%s%N)
+    # In the fresh, empty project (PEER_PROJECT names another one, e.g. a
+    # large repository, to see what its size costs).
+    (cd "${PEER_PROJECT:-$project}" &&
     HOME=$home XDG_CONFIG_HOME=$home/config XDG_STATE_HOME=$home/state XDG_DATA_HOME=$home/data \
         /usr/bin/time -f '%M' -o "$work/rss" \
         "$bin" run --provider-url "$url" --max-rounds $((n + 2)) --mode auto \
-        "Run the $n commands." </dev/null >"$work/out" 2>"$work/err" || {
+        "Run the $n commands." </dev/null >"$work/out" 2>"$work/err") || {
         echo "passepartout run failed:" >&2
         cat "$work/out" "$work/err" >&2
         exit 1
@@ -115,7 +118,7 @@ start_rss=$(cut -d' ' -f2 "$work/start" | median)
 task_rss=$(cut -d' ' -f2 "$work/task" | median)
 per_call_us=$(((task_us - start_us) / calls))
 
-echo "passepartout ($bin), median of $runs runs, load $(cut -d' ' -f1 /proc/loadavg)"
+echo "passepartout ($bin), median of $runs runs, load $(cut -d' ' -f1 /proc/loadavg), project ${PEER_PROJECT:-a fresh empty folder}"
 printf '  start-up (one request, no tool call): %d.%03d ms, peak RSS %d KiB\n' \
     $((start_us / 1000)) $((start_us % 1000)) "$start_rss"
 printf '  %d sandboxed shell calls: %d.%03d ms, peak RSS %d KiB\n' \
