@@ -103,6 +103,40 @@ async fn time_bounded_runs(
     time_spaced_runs(n, bwrap, spec, resources, Duration::ZERO).await
 }
 
+/// One tool call as the shell actuator makes it: snapshot the control
+/// surface, build the argument list with its binds, run with every limit,
+/// sweep; fails loudly unless the run succeeded and the sweep undid nothing.
+async fn tool_call(
+    bwrap: &str,
+    spec: &SandboxSpec,
+    layout: &SystemLayout,
+    resources: &ResourceLimits,
+    limits: &RunLimits,
+    env: &BTreeMap<String, String>,
+) {
+    let surface = SurfaceSnapshot::take(&spec.cwd);
+    let boundary = Boundary {
+        surface: surface.mounts().clone(),
+        tmp_size: resources.tmp_size,
+        hidden: vec![],
+    };
+    let args = bwrap_args_with(spec, layout, &boundary).expect("argument list");
+    let outcome = run_limited(
+        bwrap,
+        &args,
+        &spec.cwd,
+        Some(env),
+        limits,
+        resources,
+        CancellationToken::new(),
+    )
+    .await
+    .expect("run");
+    let undone = surface.sweep();
+    assert_eq!(outcome.exit_code, Some(0), "{}", outcome.render());
+    assert!(undone.is_empty());
+}
+
 /// [`time_bounded_runs`], pausing `pause` (untimed) before each run: tool
 /// calls come seconds apart, and some kernel costs (an RCU grace period
 /// when a process joins a cgroup) are only paid after a pause.
@@ -120,30 +154,10 @@ async fn time_spaced_runs(
     for i in 0..n + 3 {
         tokio::time::sleep(pause).await;
         let started = Instant::now();
-        let surface = SurfaceSnapshot::take(&spec.cwd);
-        let boundary = Boundary {
-            surface: surface.mounts().clone(),
-            tmp_size: resources.tmp_size,
-            hidden: vec![],
-        };
-        let args = bwrap_args_with(spec, &layout, &boundary).expect("argument list");
-        let outcome = run_limited(
-            bwrap,
-            &args,
-            &spec.cwd,
-            Some(&env),
-            &limits,
-            resources,
-            CancellationToken::new(),
-        )
-        .await
-        .expect("run");
-        let undone = surface.sweep();
+        tool_call(bwrap, spec, &layout, resources, &limits, &env).await;
         if i >= 3 {
             samples.push(started.elapsed());
         }
-        assert_eq!(outcome.exit_code, Some(0), "{}", outcome.render());
-        assert!(undone.is_empty());
     }
     stats(samples)
 }
@@ -188,28 +202,8 @@ async fn time_against_bare(
 
         tokio::time::sleep(pause).await;
         let started = Instant::now();
-        let surface = SurfaceSnapshot::take(&spec.cwd);
-        let boundary = Boundary {
-            surface: surface.mounts().clone(),
-            tmp_size: resources.tmp_size,
-            hidden: vec![],
-        };
-        let args = bwrap_args_with(spec, &layout, &boundary).expect("argument list");
-        let outcome = run_limited(
-            bwrap,
-            &args,
-            &spec.cwd,
-            Some(&env),
-            &limits,
-            &resources,
-            CancellationToken::new(),
-        )
-        .await
-        .expect("run");
-        let undone = surface.sweep();
+        tool_call(bwrap, spec, &layout, &resources, &limits, &env).await;
         let call = started.elapsed();
-        assert_eq!(outcome.exit_code, Some(0), "{}", outcome.render());
-        assert!(undone.is_empty());
         if i >= 3 {
             bare_samples.push(bare);
             call_samples.push(call);
