@@ -17,6 +17,14 @@ fn progs(script: &str) -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
+/// The first command of `s` running `program` (the test fails without one).
+fn command<'a>(s: &'a Script, program: &str) -> &'a Command {
+    s.commands
+        .iter()
+        .find(|c| c.program == program)
+        .unwrap_or_else(|| panic!("no `{program}` among {:?}", s.commands))
+}
+
 fn first(script: &str) -> (String, Vec<String>) {
     progs(script).into_iter().next().expect("one command")
 }
@@ -106,11 +114,7 @@ fn env_and_argv_feed_expansion() {
 #[test]
 fn nested_shells_eval_substitutions_xargs_and_find_exec() {
     let s = parse("bash -c 'sh -c \"rm -rf /\"'", home());
-    let rm = s
-        .commands
-        .iter()
-        .find(|c| c.program == "rm")
-        .expect("rm found");
+    let rm = command(&s, "rm");
     assert_eq!(rm.args, v(&["-rf", "/"]));
     assert_eq!(rm.origin, Origin::ShellString);
 
@@ -120,20 +124,12 @@ fn nested_shells_eval_substitutions_xargs_and_find_exec() {
     assert_eq!(s.nested(0).len(), 2);
 
     let s = parse("echo / | xargs rm -rf", home());
-    let rm = s
-        .commands
-        .iter()
-        .find(|c| c.program == "rm")
-        .expect("rm found");
+    let rm = command(&s, "rm");
     assert_eq!(rm.args, v(&["-rf", "/"]));
     assert_eq!(rm.origin, Origin::Spawned);
 
     let s = parse("find ~ -name '*.x' -exec rm -f {} \\;", home());
-    let rm = s
-        .commands
-        .iter()
-        .find(|c| c.program == "rm")
-        .expect("rm found");
+    let rm = command(&s, "rm");
     assert_eq!(rm.args, v(&["-f", "{}"]));
 
     let s = parse("x=`whoami`", home());
