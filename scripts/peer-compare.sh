@@ -11,6 +11,8 @@
 # does not yet, so a peer's per-call time is not measured.
 #
 # Usage: scripts/peer-compare.sh [RUNS]   (default 5; medians are printed)
+# It runs in a fresh empty project; PEER_PROJECT=DIR runs it in DIR instead
+# (a large repository shows what the project's size adds per call).
 # Binaries: PASSEPARTOUT_BIN (default target/release/passepartout, else
 # target/debug/passepartout) and PASSEPARTOUT_FAKE_PROVIDER (likewise
 # examples/fake_provider). Build first: cargo build --release --bins --examples
