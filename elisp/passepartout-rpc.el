@@ -501,6 +501,19 @@ past their quota (`[sessions]' in its config.toml): those sessions can
 no longer be resumed."
   (message "passepartout: %s" (plist-get params :message)))
 
+(cl-defmethod passepartout--handle-notification
+  (_conn (_method (eql '_passepartout/mcp/server)) params)
+  "Say that an MCP server of a session changed state (PARAMS).
+The daemon sends it when a server that was running stops during a call
+or refuses the session's token; its tools are no longer offered."
+  (let ((server (plist-get params :server)))
+    (message "passepartout: MCP server `%s' %s"
+             (plist-get server :name)
+             (let ((state (or (plist-get server :state) "")))
+               (if (string-prefix-p "failed: " state)
+                   (substring state (length "failed: "))
+                 state)))))
+
 (defun passepartout--initialize-params (keys)
   "Return the params of `initialize', with API KEYS when non-nil."
   (list :protocolVersion 1

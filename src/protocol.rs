@@ -61,6 +61,10 @@ pub const EXT_RECORDS: &str = "_passepartout/records";
 /// Daemon → client: the session journals passed their quota and the
 /// oldest were removed (once per removal).
 pub const EXT_SESSIONS_PRUNED: &str = "_passepartout/sessions/pruned";
+/// Daemon → client: one of a session's MCP servers changed state while the
+/// session ran (it stopped during a call, or refused the session's token and
+/// needs a login); its tools are no longer offered.
+pub const EXT_MCP_SERVER: &str = "_passepartout/mcp/server";
 /// Client → daemon: change the budgets of this daemon.
 pub const EXT_BUDGET_SET: &str = "_passepartout/budget/set";
 /// Client → daemon: trust a project's MCP configuration, by the hash of

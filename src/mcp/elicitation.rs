@@ -93,6 +93,16 @@ impl ElicitationLink {
         *self.client.write().unwrap_or_else(|p| p.into_inner()) = Some(Offered { out, form, url });
     }
 
+    /// Send a notification to the client, when one is connected: the link
+    /// is also how a server's other news (a state change mid-session)
+    /// reaches the person. `_`-prefixed methods reach only a client that
+    /// asked for them.
+    pub fn announce(&self, method: &str, params: serde_json::Value) {
+        if let Some(offered) = self.offered() {
+            offered.out.notify(method, params);
+        }
+    }
+
     fn offered(&self) -> Option<Offered> {
         self.client
             .read()

@@ -46,6 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::{McpConfig, McpServerConfig, Origin, ServerSpec, Transport};
 
+use crate::protocol as proto;
 use crate::tools::ToolRegistry;
 use crate::util::sync::lock;
 
@@ -143,6 +144,9 @@ pub struct Server {
     /// Its questions for the person, and the lines about them the model
     /// reads with the next result.
     questions: Arc<elicitation::ServerQuestions>,
+    /// Its session and the link to the client, to announce a state change
+    /// mid-session ([`proto::EXT_MCP_SERVER`]).
+    session: Option<(String, Arc<elicitation::ElicitationLink>)>,
 }
 
 impl Server {
@@ -161,6 +165,20 @@ impl Server {
         let message = self.failure_with_stderr(reason);
         *lock(&self.failure) = Some(message.clone());
         message
+    }
+
+    /// Tell the client that this server, running until now, stopped or
+    /// needs a login: its state there (the session's `mcpServers`) would
+    /// otherwise say "running" until the session is loaded again. Called
+    /// once, when the failure is first noticed (later calls return the
+    /// failure before reaching the server).
+    fn announce_state(&self) {
+        if let Some((session, link)) = &self.session {
+            link.announce(
+                proto::EXT_MCP_SERVER,
+                serde_json::json!({ "sessionId": session, "server": self.status() }),
+            );
+        }
     }
 
     /// Started, not failed, and its connection still open.
@@ -255,6 +273,7 @@ impl Server {
                         "it stopped during the call ({})",
                         readable_service_error(&e)
                     ));
+                    self.announce_state();
                     Err(CallError::NotRunning { name, reason })
                 } else {
                     Err(CallError::Failed {
@@ -349,6 +368,7 @@ impl Server {
         let hint = oauth::login_hint(login_name(&self.spec));
         *lock(&self.failure) = Some(hint.clone());
         tracing::warn!(server = %self.spec.name, "MCP server refused the session's token: {hint}");
+        self.announce_state();
         Some(hint)
     }
 
@@ -406,6 +426,7 @@ pub async fn start(
     let stderr = Arc::new(Mutex::new(String::new()));
     let catalog = Arc::new(Mutex::new(Catalog::default()));
     let questions = Arc::new(elicitation::ServerQuestions::default());
+    let session = asking.clone();
     let asker = asking.map(|(session, link)| elicitation::Asker {
         server: spec.name.clone(),
         session,
@@ -436,6 +457,7 @@ pub async fn start(
         failure: Mutex::new(None),
         stderr,
         questions,
+        session,
     };
     if let Some(reason) = failure {
         // The stderr reader may still be draining the child's last words.

@@ -64,5 +64,19 @@
       (should (equal (cdar (passepartout-mcp-test--store))
                      (secure-hash 'sha256 text))))))
 
+(ert-deftest passepartout-mcp-test-a-server-state-change-is-shown ()
+  "A server that stops or needs a login mid-session is named in the echo area."
+  (let (shown)
+    (cl-letf (((symbol-function 'message)
+               (lambda (fmt &rest args) (push (apply #'format fmt args) shown))))
+      (passepartout--handle-notification
+       nil '_passepartout/mcp/server
+       (list :sessionId "s-1"
+             :server (list :name "docs" :origin "config"
+                           :state "failed: needs login: run `passepartout mcp login docs`"
+                           :tools []))))
+    (should (equal shown
+                   '("passepartout: MCP server `docs' needs login: run `passepartout mcp login docs`")))))
+
 (provide 'passepartout-mcp-tests)
 ;;; passepartout-mcp-tests.el ends here

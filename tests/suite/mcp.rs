@@ -385,6 +385,21 @@ async fn a_crashed_server_is_reported_and_the_daemon_carries_on() {
         result.starts_with("MCP server `echo` is not running: it stopped during the call"),
         "{result}"
     );
+    // The client is told once, with the state the session's `mcpServers`
+    // would now show, so its list no longer says "running".
+    let told: Vec<&Value> = c
+        .backlog
+        .iter()
+        .filter(|m| m["method"] == "_passepartout/mcp/server")
+        .collect();
+    assert_eq!(told.len(), 1, "{:?}", c.backlog);
+    assert_eq!(told[0]["params"]["sessionId"], sid.as_str());
+    assert_eq!(told[0]["params"]["server"]["name"], "echo");
+    let state = told[0]["params"]["server"]["state"].as_str().unwrap();
+    assert!(
+        state.starts_with("failed: it stopped during the call"),
+        "{state}"
+    );
     // The next turn no longer offers the dead server's tools; a call to
     // one is answered, not fatal.
     let p = c

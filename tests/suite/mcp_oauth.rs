@@ -312,6 +312,18 @@ async fn a_token_refused_mid_session_needs_login_and_is_not_a_crash() {
         "{:?}",
         c.backlog
     );
+    // And the client's list of the session's servers is told the new state.
+    let told: Vec<&Value> = c
+        .backlog
+        .iter()
+        .filter(|m| m["method"] == "_passepartout/mcp/server")
+        .collect();
+    assert_eq!(told.len(), 1, "{:?}", c.backlog);
+    assert_eq!(told[0]["params"]["sessionId"], sid.as_str());
+    assert_eq!(
+        told[0]["params"]["server"]["state"],
+        "failed: needs login: run `passepartout mcp login docs`"
+    );
 
     // The session's state is "needs login": the next turn no longer offers
     // the server's tools, and the log says why, with no crash in it.
