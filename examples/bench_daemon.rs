@@ -14,6 +14,10 @@
 //!
 //! Run with `cargo run --release --example bench_daemon` (it uses the binary
 //! next to it: build it first with `cargo build --release`).
+//! `-- cold` measures the cold start alone; `-- cold --baseline BIN` also
+//! starts another binary (an earlier build), alternating with this one, so
+//! both figures come from the same minutes of a shared machine. The load
+//! average is printed before and after.
 
 // Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
 #![allow(clippy::unwrap_used)]
@@ -48,7 +52,16 @@ struct Daemon {
 
 impl Daemon {
     fn spawn(args: &[&str], home: &std::path::Path, lsp: bool) -> Daemon {
-        let mut child = Command::new(binary())
+        Daemon::spawn_binary(&binary(), args, home, lsp)
+    }
+
+    fn spawn_binary(
+        program: &std::path::Path,
+        args: &[&str],
+        home: &std::path::Path,
+        lsp: bool,
+    ) -> Daemon {
+        let mut child = Command::new(program)
             .arg("serve")
             .args(args)
             .env("HOME", home)
@@ -151,22 +164,57 @@ fn instant(reply: fake_provider::Reply) -> fake_provider::Reply {
     }
 }
 
+/// The 1, 5 and 15 minute load averages (`/proc/loadavg`).
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split(' ').take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Spawn `program serve` until its `initialize` reply; the process is
+/// killed when it is dropped.
+async fn cold_start(program: &std::path::Path, home: &std::path::Path) -> Duration {
+    let t = Instant::now();
+    let mut d = Daemon::spawn_binary(program, &[], home, true);
+    d.send(&init(1)).await;
+    d.response(1).await;
+    t.elapsed()
+}
+
 #[tokio::main]
 async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cold_only = args.iter().any(|a| a == "cold");
+    let baseline = args
+        .iter()
+        .position(|a| a == "--baseline")
+        .map(|i| PathBuf::from(args.get(i + 1).expect("--baseline BIN")));
     let home = tempfile::tempdir().unwrap();
     println!("binary: {}", binary().display());
+    println!("load average before: {}", load());
 
     // Cold start: process start to the initialize reply (which carries the
     // limit diagnostics, so the host's cgroup is probed on this path).
     let mut starts = Vec::new();
+    let mut baseline_starts = Vec::new();
     for _ in 0..COLD_STARTS {
-        let t = Instant::now();
-        let mut d = Daemon::spawn(&[], home.path(), true);
-        d.send(&init(1)).await;
-        d.response(1).await;
-        starts.push(t.elapsed());
+        starts.push(cold_start(&binary(), home.path()).await);
+        if let Some(other) = &baseline {
+            baseline_starts.push(cold_start(other, home.path()).await);
+        }
     }
     println!("cold start → initialize reply: {}", stats(starts));
+    if let Some(other) = &baseline {
+        println!(
+            "cold start → initialize reply, baseline {}: {}",
+            other.display(),
+            stats(baseline_starts)
+        );
+    }
+    println!("load average after: {}", load());
+    if cold_only {
+        return;
+    }
 
     // Exit after end of input.
     let mut exits = Vec::new();

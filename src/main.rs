@@ -4,10 +4,8 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let cli = passepartout::cli::Cli::parse();
+    let cli = passepartout::cli::Cli::from_env();
     match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -83,9 +83,12 @@ pub fn try_acquire(state_dir: &Path) -> Result<Option<StateLock>, LockError> {
     if !try_flock(&file).map_err(io)? {
         return Ok(None);
     }
-    file.set_len(0).map_err(io)?;
+    // The pid over the old one, then cut what is left of a longer one: a
+    // truncation to zero first would make ext4 flush the file at close.
     file.rewind().map_err(io)?;
     writeln!(file, "{}", std::process::id()).map_err(io)?;
+    let written = file.stream_position().map_err(io)?;
+    file.set_len(written).map_err(io)?;
     Ok(Some(StateLock { _file: file }))
 }
 

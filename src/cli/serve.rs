@@ -14,17 +14,17 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use super::{load_discovered_config, CliError, ConfigFlags};
+use super::{load_config, CliError, ConfigFlags};
 
 /// Serve on stdio; returns only when the configuration is unusable (the
 /// end of a normal session exits the process at once).
 pub async fn serve(flags: ConfigFlags) -> ExitCode {
-    let config = match load_discovered_config(&flags).await {
+    let mut config = match load_config(&flags) {
         Ok(c) => c,
         Err(e) => return e.report(),
     };
     // Warnings to stderr (ACP clients show each stderr line as an error),
-    // everything else to the log file.
+    // everything else to the log file; before anything that logs.
     let log_path = config
         .log_file
         .clone()
@@ -32,6 +32,12 @@ pub async fn serve(flags: ConfigFlags) -> ExitCode {
     let (log_guard, opened) = crate::logging::init_daemon(&log_path);
     if let Err(e) = opened {
         tracing::warn!("{e}; logging to stderr only");
+    }
+    // The `initialize` reply carries the sandbox's limit diagnostics: what
+    // they read from the host is found meanwhile, on a thread of its own.
+    crate::sandbox::probe::prepare_limit_diagnostics();
+    if let Err(e) = crate::setup::discover_if_unconfigured(&mut config).await {
+        return CliError::from(e).report();
     }
     if let Some(report) = config.discovery.as_ref().map(|d| d.report()) {
         match report.announcement() {

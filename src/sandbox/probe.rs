@@ -305,11 +305,54 @@ pub struct LimitDiagnostic {
     pub how: String,
 }
 
+/// What the limit diagnostics read from the host: how the process limit
+/// is enforced (the pids cgroup found and tried, the mount options, or a
+/// forked trial of a user namespace) and whether slirp4netns is on PATH.
+/// Found once per process: neither changes while a daemon runs.
+#[derive(Debug, Clone)]
+struct HostLimits {
+    process: super::enforce::ProcessLimit,
+    network: bool,
+}
+
+fn host_limits() -> &'static HostLimits {
+    static FOUND: OnceLock<HostLimits> = OnceLock::new();
+    FOUND.get_or_init(|| {
+        let started = Instant::now();
+        let found = HostLimits {
+            process: super::enforce::process_limit(),
+            network: super::network::available(),
+        };
+        tracing::debug!(
+            took_us = started.elapsed().as_micros(),
+            "limit diagnostics: host limits found"
+        );
+        found
+    })
+}
+
+/// Start finding what [`limit_diagnostics`] reads from the host on a
+/// thread of its own, so that a daemon's `initialize` reply, which carries
+/// the diagnostics, finds them ready instead of reading `/proc` and the
+/// cgroup files (or forking a user-namespace trial) on its path. A call
+/// to [`limit_diagnostics`] before the thread is done waits for it; when
+/// the thread cannot start, the first call finds them itself.
+pub fn prepare_limit_diagnostics() {
+    let started = std::thread::Builder::new()
+        .name("limit-probe".into())
+        .spawn(|| {
+            host_limits();
+        });
+    if let Err(e) = started {
+        tracing::debug!("limit diagnostics not prepared ahead: {e}");
+    }
+}
+
 /// Each limit of `limits` and how this host enforces it, including the
 /// ones it cannot enforce (cheaply or at all), so nobody pays silently or
 /// trusts a limit that is not there.
 pub fn limit_diagnostics(limits: &ResourceLimits) -> Vec<LimitDiagnostic> {
-    use super::enforce::{process_limit, ProcessLimit};
+    use super::enforce::ProcessLimit;
     use super::limits::format_size;
     let size = |n: Option<u64>| n.map_or("none".to_string(), format_size);
     let count = |n: Option<u64>| n.map_or("none".to_string(), |n| n.to_string());
@@ -319,7 +362,8 @@ pub fn limit_diagnostics(limits: &ResourceLimits) -> Vec<LimitDiagnostic> {
         value,
         how: how.to_string(),
     };
-    let processes = match process_limit() {
+    let host = host_limits();
+    let processes = match host.process.clone() {
         ProcessLimit::UserNamespace => row(
             "processes",
             count(limits.processes),
@@ -371,7 +415,7 @@ pub fn limit_diagnostics(limits: &ResourceLimits) -> Vec<LimitDiagnostic> {
              cgroup is writable; run as a user, or delegate a pids cgroup",
         ),
     };
-    let network = if super::network::available() {
+    let network = if host.network {
         row(
             "network",
             "when granted".into(),

@@ -305,7 +305,8 @@ pub struct SessionStore {
 }
 
 impl SessionStore {
-    /// Open (creating `dir` with mode 0700) and start the writer thread.
+    /// Open (creating `dir` with mode 0700); the writer thread starts at
+    /// the first record.
     pub fn open(dir: impl Into<PathBuf>, cap_bytes: u64) -> Result<SessionStore, StoreError> {
         let dir = dir.into();
         let io = |source| StoreError::Io {

@@ -20,7 +20,7 @@ use std::io::{self, Write as _};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Lines waiting for the writer thread before senders wait for it.
 pub const QUEUE_LIMIT: usize = 4096;
@@ -91,12 +91,15 @@ enum Command {
 #[error("the {0} writer thread has stopped")]
 pub struct WriterGone(pub &'static str);
 
-/// A handle on one writer thread; clones share it. The thread ends when
-/// the last handle is dropped, after writing what was queued.
+/// A handle on one writer thread; clones share it. The thread starts at
+/// the first command (a daemon pays for neither the thread nor its queue,
+/// allocated whole, before its first reply) and ends when the last handle
+/// is dropped, after writing what was queued.
 #[derive(Clone)]
 pub struct Appender {
     name: &'static str,
-    tx: SyncSender<Command>,
+    /// `None` inside: the thread could not start.
+    tx: Arc<OnceLock<Option<SyncSender<Command>>>>,
 }
 
 impl std::fmt::Debug for Appender {
@@ -108,14 +111,15 @@ impl std::fmt::Debug for Appender {
 }
 
 impl Appender {
-    /// Start a writer thread called `name` (it names the thread and the
-    /// log lines about failed writes).
+    /// A writer thread called `name` (it names the thread and the log
+    /// lines about failed writes), started at the first command; when it
+    /// cannot start, that is logged and every command fails with
+    /// [`WriterGone`].
     pub fn start(name: &'static str) -> io::Result<Appender> {
-        let (tx, rx) = sync_channel(QUEUE_LIMIT);
-        std::thread::Builder::new()
-            .name(format!("{name}-writer"))
-            .spawn(move || writer(name, rx))?;
-        Ok(Appender { name, tx })
+        Ok(Appender {
+            name,
+            tx: Arc::new(OnceLock::new()),
+        })
     }
 
     /// Queue `line` (which ends in `\n`) for `path`; with `fsync`, the
@@ -149,7 +153,24 @@ impl Appender {
     }
 
     fn send(&self, command: Command) -> Result<(), WriterGone> {
-        self.tx.send(command).map_err(|_| WriterGone(self.name))
+        let name = self.name;
+        let tx = self.tx.get_or_init(|| {
+            let (tx, rx) = sync_channel(QUEUE_LIMIT);
+            let started = std::thread::Builder::new()
+                .name(format!("{name}-writer"))
+                .spawn(move || writer(name, rx));
+            match started {
+                Ok(_) => Some(tx),
+                Err(e) => {
+                    tracing::error!("{name}: cannot start the writer thread: {e}");
+                    None
+                }
+            }
+        });
+        match tx {
+            Some(tx) => tx.send(command).map_err(|_| WriterGone(name)),
+            None => Err(WriterGone(name)),
+        }
     }
 }
 

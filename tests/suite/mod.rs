@@ -12,6 +12,7 @@ mod boundary;
 mod bounds;
 mod checkpoints;
 mod client_fs;
+mod cold_start;
 mod discovery;
 mod faults;
 mod flight_plans;

@@ -1,0 +1,88 @@
+//! Issue 20, cold start: what the `initialize` reply carries is found
+//! while the daemon starts, not when the client asks. The limit
+//! diagnostics read `/proc`, the cgroup files and `PATH` (and, for a
+//! daemon run as a user, fork a user-namespace trial): that happens on a
+//! thread of its own from start-up, so the reply finds it done. Timing
+//! itself is `bench_daemon`'s job (`docs/performance.md`).
+
+use crate::harness::{self, Client, Framing};
+
+use std::time::{Duration, Instant};
+
+use tokio::process::Command;
+
+/// The line the daemon logs once the host's limits are known.
+const HOST_LIMITS_FOUND: &str = "limit diagnostics: host limits found";
+
+#[tokio::test]
+async fn the_host_limits_are_found_before_initialize_asks() {
+    let home = harness::home_with_config("");
+    let log = home.path().join("daemon.log");
+    let mut cmd = Command::new(harness::BIN);
+    cmd.args([
+        "serve",
+        "--provider-url",
+        "http://127.0.0.1:9/v1",
+        "--model",
+        "m",
+    ])
+    .env("HOME", home.path())
+    .env("XDG_CONFIG_HOME", home.path().join("config"))
+    .env("XDG_STATE_HOME", home.path().join("state"))
+    .env("PASSEPARTOUT_LOG", "warn,passepartout=debug")
+    .env_remove("PASSEPARTOUT_CONFIG");
+    std::fs::write(
+        home.path().join("config/passepartout/config.toml"),
+        format!("log_file = {:?}\n", log.display().to_string()),
+    )
+    .unwrap();
+    let mut client = Client::spawn_command(cmd, Framing::Ndjson);
+
+    // Nothing sent yet: the daemon finds the host's limits on its own.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains(HOST_LIMITS_FOUND) {
+            assert!(
+                !text.contains("initialize"),
+                "the client has not sent initialize yet:\n{text}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the daemon did not look at the host's limits before `initialize`; its log:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // The reply carries them all, as before.
+    let init = client.initialize(serde_json::json!({})).await;
+    let limits = init["result"]["_meta"]["passepartout"]["limits"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no limits in {init}"))
+        .clone();
+    let names: Vec<&str> = limits.iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "processes",
+            "memory",
+            "file_size",
+            "cpu",
+            "open_files",
+            "disk_write",
+            "tmp_size",
+            "output",
+            "network"
+        ]
+    );
+    assert_eq!(
+        limits[8]["enforced"],
+        passepartout::sandbox::network::available()
+    );
+    // Found once: asking again reads no host file, and the log says so once.
+    client.initialize(serde_json::json!({})).await;
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(text.matches(HOST_LIMITS_FOUND).count(), 1, "{text}");
+}
