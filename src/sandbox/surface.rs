@@ -157,6 +157,8 @@ pub struct SurfaceSnapshot {
     /// The project's watch and the drain this walk began with, when the
     /// walk was watched: the sweep asks it which directories changed since.
     watched: Option<WatchTicket>,
+    /// Directories the walk stat'ed (the rest the watch vouched for).
+    looked_at: usize,
 }
 
 /// One thing the sweep undid after a run.
@@ -194,6 +196,8 @@ struct Gather {
     seen: HashMap<PathBuf, Seen>,
     repositories: HashSet<PathBuf>,
     watched: Option<WatchTicket>,
+    /// Directories stat'ed (and read unless their listing was remembered).
+    looked_at: usize,
     /// Work trees of the nested repositories (relative), whose own
     /// configuration may name files too.
     nested_work_trees: Vec<PathBuf>,
@@ -220,6 +224,17 @@ impl SurfaceSnapshot {
             );
         }
         walk_nested(root, &canonical_root, &mut g);
+        tracing::debug!(
+            "control surface of {}: {} directories, {} stat'ed ({})",
+            root.display(),
+            g.seen.len(),
+            g.looked_at,
+            if g.watched.is_some() {
+                "the rest unchanged by inotify"
+            } else {
+                "not watched"
+            }
+        );
         // The person's git settings (global, system, the repository's own,
         // and each nested repository's) that name files in the project:
         // git runs those on the host at the person's next commit or diff.
@@ -277,6 +292,7 @@ impl SurfaceSnapshot {
             seen: g.seen,
             repositories: g.repositories,
             watched: g.watched,
+            looked_at: g.looked_at,
         }
     }
 
@@ -565,6 +581,7 @@ fn walk_listed(
             // Watched before it is looked at, so a change during the
             // listing is an event for the next walk.
             let watched = state.arm(root, &abs, &rel);
+            g.looked_at += 1;
             // The time is taken before the listing: a change after it moves
             // the time, so the check after the run reads the directory again.
             let Ok(meta) = std::fs::symlink_metadata(&abs) else {
@@ -1337,6 +1354,131 @@ mod tests {
         std::fs::remove_file(root.join("a/b/.envrc")).unwrap();
         let last = SurfaceSnapshot::take(root);
         assert!(!last.mounts().read_only.contains(&root.join("a/b/.envrc")));
+    }
+
+    /// Under the project's watch an unchanged tree is not stat'ed at all,
+    /// and what the person makes deep in it between two walks is seen.
+    #[test]
+    fn the_watch_vouches_for_unchanged_folders_and_sees_a_deep_new_repository() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b/c/d")).unwrap();
+        std::fs::create_dir_all(root.join("e/f")).unwrap();
+        let first = SurfaceSnapshot::take(root);
+        assert!(first.watched.is_some(), "inotify is available here");
+        assert_eq!(first.looked_at, 7);
+        let again = SurfaceSnapshot::take(root);
+        assert_eq!(again.looked_at, 0, "nothing changed: nothing stat'ed");
+        assert_eq!(first.mounts(), again.mounts());
+        // The person: `git init` deep in the walked tree, a `.envrc`.
+        git(&root.join("a/b/c/d"), &["init", "-q", "repo"]);
+        std::fs::write(root.join("e/f/.envrc"), "").unwrap();
+        let after = SurfaceSnapshot::take(root);
+        let ro = &after.mounts().read_only;
+        assert!(ro.contains(&root.join("a/b/c/d/repo/.git/config")), "{ro:?}");
+        assert!(ro.contains(&root.join("e/f/.envrc")), "{ro:?}");
+        assert_eq!(after.looked_at, 3, "a/b/c/d and e/f changed, repo is new");
+        // A folder made and one removed: seen too.
+        std::fs::create_dir_all(root.join("e/g/.passepartout")).unwrap();
+        std::fs::remove_dir_all(root.join("a/b/c/d/repo")).unwrap();
+        let last = SurfaceSnapshot::take(root);
+        let ro = &last.mounts().read_only;
+        assert!(ro.contains(&root.join("e/g/.passepartout")), "{ro:?}");
+        assert!(!ro.iter().any(|p| p.starts_with(root.join("a/b/c/d/repo"))));
+    }
+
+    /// After a run under the watch, a repository it planted deep in an
+    /// unchanged tree is found from the events alone.
+    #[test]
+    fn a_repository_planted_under_the_watch_is_found_by_its_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b/c")).unwrap();
+        std::fs::create_dir_all(root.join("x/y")).unwrap();
+        SurfaceSnapshot::take(root);
+        let snap = SurfaceSnapshot::take(root);
+        assert!(snap.watched.is_some() && snap.looked_at == 0);
+        git(&root.join("a/b/c"), &["init", "-q", "bad"]);
+        git(
+            &root.join("a/b/c/bad"),
+            &["config", "core.fsmonitor", "./x.sh"],
+        );
+        std::fs::write(root.join("x/y/.git"), "gitdir: ../../a/b/c/bad/.git\n").unwrap();
+        let mut undone: Vec<String> = snap.sweep().iter().map(|u| u.path.clone()).collect();
+        undone.sort();
+        assert_eq!(undone, vec!["a/b/c/bad/.git/config", "x/y/.git"]);
+    }
+
+    /// Make more events than the kernel queues for one instance.
+    fn overflow(root: &Path) {
+        let max: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_queued_events")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(16_384);
+        assert!(max <= 1 << 20, "a queue this long is not overflowed in a test");
+        let f = root.join("churn");
+        for _ in 0..max / 2 + 8 {
+            std::fs::write(&f, "").unwrap();
+            std::fs::remove_file(&f).unwrap();
+        }
+    }
+
+    /// A queue overflow loses events: the next walk reads every folder,
+    /// and a sweep for a walk before it judges by status-change times.
+    #[test]
+    fn a_queue_overflow_falls_back_to_the_whole_walk() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b/c")).unwrap();
+        let snap = SurfaceSnapshot::take(root);
+        assert!(snap.watched.is_some());
+        overflow(root);
+        git(&root.join("a/b/c"), &["init", "-q", "bad"]);
+        git(
+            &root.join("a/b/c/bad"),
+            &["config", "core.fsmonitor", "./x.sh"],
+        );
+        let undone: Vec<String> = snap.sweep().iter().map(|u| u.path.clone()).collect();
+        assert_eq!(undone, vec!["a/b/c/bad/.git/config"]);
+
+        let rewalked = SurfaceSnapshot::take(root);
+        assert_eq!(rewalked.looked_at, 5, "every folder read and watched again");
+        assert_eq!(SurfaceSnapshot::take(root).looked_at, 0);
+        overflow(root);
+        std::fs::write(root.join("a/b/c/.envrc"), "").unwrap();
+        let after = SurfaceSnapshot::take(root);
+        assert!(
+            after.mounts().read_only.contains(&root.join("a/b/c/.envrc")),
+            "{after:?}"
+        );
+        assert_eq!(after.looked_at, 5, "every folder read again");
+        assert!(after.watched.is_some(), "and watched again");
+        assert_eq!(SurfaceSnapshot::take(root).looked_at, 0);
+    }
+
+    /// Past the watch limit a project is walked by stat every time, as
+    /// without inotify, and what changes is still seen.
+    #[test]
+    fn past_the_watch_limit_the_project_is_walked_by_stat() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::create_dir_all(root.join("c")).unwrap();
+        watched_project_with(&root.canonicalize().unwrap(), 2);
+        let first = SurfaceSnapshot::take(root);
+        assert!(first.watched.is_none());
+        assert_eq!(first.looked_at, 4);
+        assert_eq!(SurfaceSnapshot::take(root).looked_at, 4);
+        std::fs::write(root.join("a/b/.envrc"), "").unwrap();
+        let after = SurfaceSnapshot::take(root);
+        assert!(after.mounts().read_only.contains(&root.join("a/b/.envrc")));
+        git(root, &["init", "-q", "c/planted"]);
+        git(
+            &root.join("c/planted"),
+            &["config", "core.fsmonitor", "./x.sh"],
+        );
+        let undone: Vec<String> = after.sweep().iter().map(|u| u.path.clone()).collect();
+        assert_eq!(undone, vec!["c/planted/.git/config"]);
     }
 
     #[test]
