@@ -31,9 +31,9 @@
 //! is judged from the checkpoint by the effect gates — except
 //! repositories: a bare-shaped folder is protected like `.git`, and after
 //! the run every repository the run created is found (only directories
-//! whose status-change time moved are read again) and loses what would
-//! run programs on the host (a new `.git` pointer file, a config naming
-//! programs, hooks, in-progress state).
+//! the watch saw change, or whose status-change time moved, are read
+//! again) and loses what would run programs on the host (a new `.git`
+//! pointer file, a config naming programs, hooks, in-progress state).
 //!
 //! Beside the fixed entries, the files the person's git settings name in
 //! the project ([`crate::control_surface::git_named_paths`]: a
@@ -42,12 +42,18 @@
 //! them.
 //!
 //! What a snapshot costs is kept small because it is paid before every
-//! shell call: directories unchanged since the last walk are not listed
-//! again ([`Walks`]), git's answers are remembered while no file they
-//! depend on changed (`control_surface::git_cache`), and the sweep stats
-//! each missing path once before resolving it. `examples/bench_sandbox`
-//! prints snapshot + sweep alone (0.17 ms against 5.4 ms with git asked
-//! every time, docs/performance.md).
+//! shell call, and it must not grow with the project: an inotify watch per
+//! project ([`ProjectWatch`], on `util::dir_watch`) is armed on each
+//! directory before it is read, so a directory without an event since is
+//! neither stat'ed nor listed again, before the run or after it (an
+//! unchanged tree costs one non-blocking read of the kernel's queue);
+//! where the watch cannot vouch, directories unchanged since the last walk
+//! by their status-change time are not listed again ([`Walks`]). git's
+//! answers are remembered while no file they depend on changed
+//! (`control_surface::git_cache`), and the sweep stats each missing path
+//! once before resolving it. `examples/bench_sandbox` prints snapshot +
+//! sweep alone (0.17 ms against 5.4 ms with git asked every time,
+//! docs/performance.md).
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -937,7 +943,10 @@ impl ProjectWatch {
     fn unchanged(&self, rel: &Path) -> Option<&WatchedListing> {
         self.watch.as_ref()?;
         let listing = self.listings.get(rel)?;
-        let changed = self.changed.get(rel).is_some_and(|at| *at > listing.read_at);
+        let changed = self
+            .changed
+            .get(rel)
+            .is_some_and(|at| *at > listing.read_at);
         (!changed).then_some(listing)
     }
 
@@ -1375,7 +1384,10 @@ mod tests {
         std::fs::write(root.join("e/f/.envrc"), "").unwrap();
         let after = SurfaceSnapshot::take(root);
         let ro = &after.mounts().read_only;
-        assert!(ro.contains(&root.join("a/b/c/d/repo/.git/config")), "{ro:?}");
+        assert!(
+            ro.contains(&root.join("a/b/c/d/repo/.git/config")),
+            "{ro:?}"
+        );
         assert!(ro.contains(&root.join("e/f/.envrc")), "{ro:?}");
         assert_eq!(after.looked_at, 3, "a/b/c/d and e/f changed, repo is new");
         // A folder made and one removed: seen too.
@@ -1415,7 +1427,10 @@ mod tests {
             .ok()
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(16_384);
-        assert!(max <= 1 << 20, "a queue this long is not overflowed in a test");
+        assert!(
+            max <= 1 << 20,
+            "a queue this long is not overflowed in a test"
+        );
         let f = root.join("churn");
         for _ in 0..max / 2 + 8 {
             std::fs::write(&f, "").unwrap();
@@ -1448,7 +1463,10 @@ mod tests {
         std::fs::write(root.join("a/b/c/.envrc"), "").unwrap();
         let after = SurfaceSnapshot::take(root);
         assert!(
-            after.mounts().read_only.contains(&root.join("a/b/c/.envrc")),
+            after
+                .mounts()
+                .read_only
+                .contains(&root.join("a/b/c/.envrc")),
             "{after:?}"
         );
         assert_eq!(after.looked_at, 5, "every folder read again");

@@ -28,8 +28,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::Mutex;
 
-pub use rustix::fs::inotify::{ReadFlags, WatchFlags};
 use rustix::fs::inotify::{self, CreateFlags};
+pub use rustix::fs::inotify::{ReadFlags, WatchFlags};
 use rustix::io::Errno;
 
 /// One inotify instance and the directories it watches, by watch
@@ -86,7 +86,10 @@ impl<K: Clone + PartialEq + std::fmt::Debug> DirWatch<K> {
                 // Events name one path per watch: a directory also
                 // reached by another path (a bind mount) is not watched.
                 Some(known) if known != rel => refused(
-                    format!("the directory {} is also reached as {known:?}", abs.display()),
+                    format!(
+                        "the directory {} is also reached as {known:?}",
+                        abs.display()
+                    ),
                     false,
                 ),
                 Some(_) => Ok(()),
