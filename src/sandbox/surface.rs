@@ -586,7 +586,7 @@ fn walk_listed(
         } else {
             // Watched before it is looked at, so a change during the
             // listing is an event for the next walk.
-            let watched = state.arm(root, &abs, &rel);
+            let watched = state.arm(root, &canonical_root.join(&rel), &rel);
             g.looked_at += 1;
             // The time is taken before the listing: a change after it moves
             // the time, so the check after the run reads the directory again.
@@ -904,6 +904,12 @@ impl ProjectWatch {
     fn drain(&mut self, root: &Path) -> u64 {
         self.drains += 1;
         let now = self.drains;
+        if self.watch.is_none() {
+            // No instance (the per-user limit of instances was reached,
+            // say): try again, from nothing known.
+            self.watch = self.fresh_watch();
+            return now;
+        }
         let Some(watch) = &self.watch else {
             return now;
         };
