@@ -223,7 +223,7 @@ fn drain(watch: &mut TreeWatch) -> Option<BTreeSet<String>> {
     let drained = watch.watch.drain(|dir, flags, name| {
         let modelled = !flags.contains(ReadFlags::ISDIR)
             && dir != EXCLUDE_DIR
-            && !name.is_some_and(|n| n.to_bytes() == b".gitignore");
+            && name.is_none_or(|n| n.to_bytes() != b".gitignore");
         if modelled {
             dirty.insert(dir.to_string());
         }

@@ -307,6 +307,13 @@ impl SurfaceSnapshot {
         &self.mounts
     }
 
+    /// How many directories the walk stat'ed (the rest the project's
+    /// watch vouched for): 0 for an unchanged tree under the watch. For
+    /// measurements (`PASSEPARTOUT_LOG=debug` logs it per walk).
+    pub fn directories_looked_at(&self) -> usize {
+        self.looked_at
+    }
+
     /// After the run (every sandboxed process is gone): remove what the run
     /// created at control paths that did not exist, and put back symlinks
     /// it replaced. Never follows a symlink out of the project.
