@@ -35,7 +35,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
-use crate::util::dir_watch::{DirWatch, ReadFlags, WatchFlags};
+use crate::util::dir_watch::{self, DirWatch, ReadFlags, WatchFlags};
 
 /// Trees watched at once (each an inotify instance; the kernel's default
 /// limit is 128 per user).
@@ -46,17 +46,7 @@ pub const MAX_WATCHED_DIRS: usize = 16_384;
 
 /// The events that can change what a snapshot records.
 fn mask() -> WatchFlags {
-    WatchFlags::MODIFY
-        | WatchFlags::ATTRIB
-        | WatchFlags::CLOSE_WRITE
-        | WatchFlags::CREATE
-        | WatchFlags::DELETE
-        | WatchFlags::MOVED_FROM
-        | WatchFlags::MOVED_TO
-        | WatchFlags::DELETE_SELF
-        | WatchFlags::MOVE_SELF
-        | WatchFlags::DONT_FOLLOW
-        | WatchFlags::ONLYDIR
+    dir_watch::entry_events() | WatchFlags::MODIFY | WatchFlags::ATTRIB | WatchFlags::CLOSE_WRITE
 }
 
 /// The relative path standing for `.git/info` (never a real work-tree

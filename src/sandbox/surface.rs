@@ -869,14 +869,7 @@ struct ProjectWatch {
 /// The events that change a directory's names or their kinds (all a
 /// listing records): a file written in place changes nothing here.
 fn surface_watch_mask() -> WatchFlags {
-    WatchFlags::CREATE
-        | WatchFlags::DELETE
-        | WatchFlags::MOVED_FROM
-        | WatchFlags::MOVED_TO
-        | WatchFlags::DELETE_SELF
-        | WatchFlags::MOVE_SELF
-        | WatchFlags::DONT_FOLLOW
-        | WatchFlags::ONLYDIR
+    crate::util::dir_watch::entry_events()
 }
 
 impl ProjectWatch {

@@ -44,6 +44,21 @@ pub struct DirWatch<K> {
     limit_name: &'static str,
 }
 
+/// The events that change a directory's names or their kinds, and those
+/// that say a watched directory itself went (which [`DirWatch::drain`]
+/// does not model); no symlink followed, directories only. A caller that
+/// cares for file contents adds the write events.
+pub fn entry_events() -> WatchFlags {
+    WatchFlags::CREATE
+        | WatchFlags::DELETE
+        | WatchFlags::MOVED_FROM
+        | WatchFlags::MOVED_TO
+        | WatchFlags::DELETE_SELF
+        | WatchFlags::MOVE_SELF
+        | WatchFlags::DONT_FOLLOW
+        | WatchFlags::ONLYDIR
+}
+
 /// Why the watch cannot vouch for the tree any more (the caller walks).
 pub type Unmodelled = String;
 
@@ -166,10 +181,6 @@ impl<K: Clone + PartialEq + std::fmt::Debug> DirWatch<K> {
 mod tests {
     use super::*;
 
-    fn entries() -> WatchFlags {
-        WatchFlags::CREATE | WatchFlags::DELETE | WatchFlags::ONLYDIR | WatchFlags::DONT_FOLLOW
-    }
-
     fn changed(w: &DirWatch<String>) -> Result<Vec<String>, Unmodelled> {
         let mut dirs = Vec::new();
         w.drain(|dir, _, _| {
@@ -185,7 +196,7 @@ mod tests {
     fn events_name_their_directory_and_a_removed_one_is_unmodelled() {
         let t = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(t.path().join("a/b")).unwrap();
-        let w = DirWatch::new(entries(), 10, "TEST_LIMIT").unwrap();
+        let w = DirWatch::new(entry_events(), 10, "TEST_LIMIT").unwrap();
         for rel in ["", "a", "a/b"] {
             w.watch(&t.path().join(rel), &rel.to_string()).unwrap();
         }
@@ -202,12 +213,12 @@ mod tests {
     fn the_limit_is_named_and_a_refused_event_is_an_error() {
         let t = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(t.path().join("a")).unwrap();
-        let w = DirWatch::new(entries(), 1, "TEST_LIMIT").unwrap();
+        let w = DirWatch::new(entry_events(), 1, "TEST_LIMIT").unwrap();
         w.watch(t.path(), &String::new()).unwrap();
         w.watch(t.path(), &String::new()).unwrap();
         let err = w.watch(&t.path().join("a"), &"a".to_string()).unwrap_err();
         assert!(err.limit && err.why.contains("TEST_LIMIT"), "{err:?}");
-        let two = DirWatch::new(entries(), 10, "TEST_LIMIT").unwrap();
+        let two = DirWatch::new(entry_events(), 10, "TEST_LIMIT").unwrap();
         two.watch(t.path(), &String::new()).unwrap();
         let err = two.watch(t.path(), &"other".to_string()).unwrap_err();
         assert!(!err.limit && err.why.contains("also reached"), "{err:?}");
