@@ -5,7 +5,9 @@
 //! since the last walk is taken from the walk cache), and after one file
 //! is added (one folder listed again).
 //!
-//! `cargo run --example bench_surface [RUNS]`
+//! `cargo run --example bench_surface [RUNS]`; `bench_surface RUNS DIR`
+//! times instead what a tool call pays in the project DIR (a snapshot
+//! before and the sweep after, nothing changed between), median of RUNS.
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +23,28 @@ fn main() -> anyhow::Result<()> {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(15);
+    if let Some(project) = std::env::args().nth(2) {
+        let project = std::path::Path::new(&project);
+        let _ = SurfaceSnapshot::take(project).sweep();
+        let (mut takes, mut sweeps, mut looked_at) = (Vec::new(), Vec::new(), 0);
+        for _ in 0..runs {
+            let started = Instant::now();
+            let snapshot = SurfaceSnapshot::take(project);
+            takes.push(started.elapsed());
+            let started = Instant::now();
+            let _ = snapshot.sweep();
+            sweeps.push(started.elapsed());
+            looked_at = snapshot.directories_looked_at();
+        }
+        println!(
+            "in {}: snapshot median {:?} (the last stat'ed {looked_at} directories), \
+             sweep median {:?} ({runs} runs)",
+            project.display(),
+            median(takes),
+            median(sweeps)
+        );
+        return Ok(());
+    }
     let dir = tempfile::tempdir()?;
     let root = dir.path();
     for d in 0..100 {

@@ -26,18 +26,16 @@
 //! instance each), each with at most [`MAX_WATCHED_DIRS`] directories; past
 //! either, snapshots simply walk.
 //!
-//! Why rustix's inotify and not the `notify` crate: `notify` delivers events
-//! on a thread of its own, debounced, so "has everything up to now arrived?"
-//! has no answer; draining the kernel queue synchronously does.
+//! The inotify part (arming, draining, what no watch models) is
+//! [`crate::util::dir_watch`], shared with the sandbox's control surface;
+//! this module adds what a snapshot models and which state a watch vouches
+//! for.
 
 use std::collections::{BTreeSet, HashMap};
-use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
-use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
-use rustix::io::Errno;
+use crate::util::dir_watch::{self, DirWatch, ReadFlags, WatchFlags};
 
 /// Trees watched at once (each an inotify instance; the kernel's default
 /// limit is 128 per user).
@@ -48,17 +46,7 @@ pub const MAX_WATCHED_DIRS: usize = 16_384;
 
 /// The events that can change what a snapshot records.
 fn mask() -> WatchFlags {
-    WatchFlags::MODIFY
-        | WatchFlags::ATTRIB
-        | WatchFlags::CLOSE_WRITE
-        | WatchFlags::CREATE
-        | WatchFlags::DELETE
-        | WatchFlags::MOVED_FROM
-        | WatchFlags::MOVED_TO
-        | WatchFlags::DELETE_SELF
-        | WatchFlags::MOVE_SELF
-        | WatchFlags::DONT_FOLLOW
-        | WatchFlags::ONLYDIR
+    dir_watch::entry_events() | WatchFlags::MODIFY | WatchFlags::ATTRIB | WatchFlags::CLOSE_WRITE
 }
 
 /// The relative path standing for `.git/info` (never a real work-tree
@@ -88,8 +76,7 @@ pub struct Armed {
 
 /// One tree's watches.
 struct TreeWatch {
-    fd: OwnedFd,
-    dirs: HashMap<i32, String>,
+    watch: DirWatch<String>,
     armed: Option<Armed>,
 }
 
@@ -105,20 +92,18 @@ fn lock() -> std::sync::MutexGuard<'static, HashMap<PathBuf, TreeWatch>> {
 /// A fresh set of watches for a full walk of the tree whose store is
 /// `git_dir`: the walk adds one per directory with [`Arming::watch`].
 pub struct Arming {
-    fd: Option<OwnedFd>,
-    dirs: Mutex<Vec<(i32, String)>>,
+    watch: Option<DirWatch<String>>,
     failed: std::sync::atomic::AtomicBool,
 }
 
 impl Arming {
     /// Start arming (None: no watch possible; the walk goes on without).
     pub fn start(work_tree: &Path) -> Arming {
-        let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)
+        let watch = DirWatch::new(mask(), MAX_WATCHED_DIRS, "MAX_WATCHED_DIRS")
             .map_err(|e| tracing::debug!("checkpoint: no inotify ({e}); every snapshot walks"))
             .ok();
         let arming = Arming {
-            fd,
-            dirs: Mutex::new(Vec::new()),
+            watch,
             failed: Default::default(),
         };
         // `.git/info/exclude` decides what is ignored: any change there
@@ -130,35 +115,14 @@ impl Arming {
         arming
     }
 
-    /// The inotify descriptor, for the walk's threads.
-    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
-        self.fd.as_ref().map(|f| f.as_fd())
-    }
-
     /// Watch one directory; call before reading it.
     pub fn watch(&self, abs: &Path, rel: &str) {
-        let Some(fd) = &self.fd else { return };
+        let Some(watch) = &self.watch else { return };
         if self.failed.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
-        if dirs.len() >= MAX_WATCHED_DIRS {
-            self.fail(&format!(
-                "more than {MAX_WATCHED_DIRS} directories (MAX_WATCHED_DIRS)"
-            ));
-            return;
-        }
-        match inotify::add_watch(fd, abs, mask()) {
-            Ok(wd) => dirs.push((wd, rel.to_string())),
-            Err(e) => {
-                drop(dirs);
-                let why = if e == Errno::NOSPC {
-                    "the inotify watch limit (fs.inotify.max_user_watches) is reached".to_string()
-                } else {
-                    format!("{}: {e}", abs.display())
-                };
-                self.fail(&why);
-            }
+        if let Err(refused) = watch.watch(abs, &rel.to_string()) {
+            self.fail(&refused.why);
         }
     }
 
@@ -174,7 +138,7 @@ impl Arming {
     pub fn finish(self, git_dir: &Path, armed: Armed) {
         let mut map = lock();
         map.remove(git_dir);
-        let Some(fd) = self.fd else { return };
+        let Some(watch) = self.watch else { return };
         if self.failed.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
@@ -185,17 +149,10 @@ impl Arming {
                 map.remove(&k);
             }
         }
-        let dirs = self
-            .dirs
-            .into_inner()
-            .unwrap_or_else(|p| p.into_inner())
-            .into_iter()
-            .collect();
         map.insert(
             git_dir.to_path_buf(),
             TreeWatch {
-                fd,
-                dirs,
+                watch,
                 armed: Some(armed),
             },
         );
@@ -248,40 +205,26 @@ pub fn forget(git_dir: &Path) {
 }
 
 /// The directories with file events, or None when something happened the
-/// incremental path does not model.
+/// incremental path does not model: besides what no watch models
+/// ([`DirWatch::drain`]), a directory created, removed or moved, and a
+/// change to `.gitignore` or `.git/info/exclude`.
 fn drain(watch: &mut TreeWatch) -> Option<BTreeSet<String>> {
     let mut dirty = BTreeSet::new();
-    let mut buf = [MaybeUninit::<u8>::uninit(); 16 * 1024];
-    let mut reader = inotify::Reader::new(watch.fd.as_fd(), &mut buf);
-    let structural = ReadFlags::DELETE_SELF
-        | ReadFlags::MOVE_SELF
-        | ReadFlags::IGNORED
-        | ReadFlags::QUEUE_OVERFLOW;
-    loop {
-        let event = match reader.next() {
-            Ok(e) => e,
-            Err(Errno::WOULDBLOCK) => return Some(dirty),
-            Err(Errno::INTR) => continue,
-            Err(e) => {
-                tracing::debug!("checkpoint: reading inotify events: {e}");
-                return None;
-            }
-        };
-        let flags = event.events();
-        if flags.intersects(structural) || flags.contains(ReadFlags::ISDIR) {
-            return None;
+    let drained = watch.watch.drain(|dir, flags, name| {
+        let modelled = !flags.contains(ReadFlags::ISDIR)
+            && dir != EXCLUDE_DIR
+            && name.is_none_or(|n| n.to_bytes() != b".gitignore");
+        if modelled {
+            dirty.insert(dir.to_string());
         }
-        let dir = watch.dirs.get(&event.wd())?;
-        if dir == EXCLUDE_DIR {
-            return None;
+        modelled
+    });
+    match drained {
+        Ok(()) => Some(dirty),
+        Err(why) => {
+            tracing::debug!("checkpoint: {why}; the next snapshot walks");
+            None
         }
-        if event
-            .file_name()
-            .is_some_and(|n| n.to_bytes() == b".gitignore")
-        {
-            return None;
-        }
-        dirty.insert(dir.clone());
     }
 }
 

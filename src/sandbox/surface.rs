@@ -31,9 +31,9 @@
 //! is judged from the checkpoint by the effect gates — except
 //! repositories: a bare-shaped folder is protected like `.git`, and after
 //! the run every repository the run created is found (only directories
-//! whose status-change time moved are read again) and loses what would
-//! run programs on the host (a new `.git` pointer file, a config naming
-//! programs, hooks, in-progress state).
+//! the watch saw change, or whose status-change time moved, are read
+//! again) and loses what would run programs on the host (a new `.git`
+//! pointer file, a config naming programs, hooks, in-progress state).
 //!
 //! Beside the fixed entries, the files the person's git settings name in
 //! the project ([`crate::control_surface::git_named_paths`]: a
@@ -42,12 +42,18 @@
 //! them.
 //!
 //! What a snapshot costs is kept small because it is paid before every
-//! shell call: directories unchanged since the last walk are not listed
-//! again ([`Walks`]), git's answers are remembered while no file they
-//! depend on changed (`control_surface::git_cache`), and the sweep stats
-//! each missing path once before resolving it. `examples/bench_sandbox`
-//! prints snapshot + sweep alone (0.17 ms against 5.4 ms with git asked
-//! every time, docs/performance.md).
+//! shell call, and it must not grow with the project: an inotify watch per
+//! project ([`ProjectWatch`], on `util::dir_watch`) is armed on each
+//! directory before it is read, so a directory without an event since is
+//! neither stat'ed nor listed again, before the run or after it (an
+//! unchanged tree costs one non-blocking read of the kernel's queue);
+//! where the watch cannot vouch, directories unchanged since the last walk
+//! by their status-change time are not listed again ([`Walks`]). git's
+//! answers are remembered while no file they depend on changed
+//! (`control_surface::git_cache`), and the sweep stats each missing path
+//! once before resolving it. `examples/bench_sandbox` prints snapshot +
+//! sweep alone (0.17 ms against 5.4 ms with git asked every time,
+//! docs/performance.md).
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -55,6 +61,9 @@ use std::path::{Component, Path, PathBuf};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
+use std::sync::{Arc, Mutex};
+
+use crate::util::dir_watch::{DirWatch, ReadFlags, WatchFlags};
 
 use crate::control_surface::{is_container, ControlEntry, CONTROL_SURFACE};
 
@@ -84,6 +93,10 @@ impl Guard {
 struct Seen {
     ctime: (i64, i64),
     subdirs: Vec<OsString>,
+    /// An inotify watch was on the directory from before its listing was
+    /// read ([`ProjectWatch`]): its events, not its time, say whether it
+    /// changed.
+    watched: bool,
 }
 
 /// Repositories looked at after a run for being new, at most: past this
@@ -147,6 +160,11 @@ pub struct SurfaceSnapshot {
     /// Every repository in the tree before the run (relative: a `.git`
     /// directory or pointer file, or a bare repository's directory).
     repositories: HashSet<PathBuf>,
+    /// The project's watch and the drain this walk began with, when the
+    /// walk was watched: the sweep asks it which directories changed since.
+    watched: Option<WatchTicket>,
+    /// Directories the walk stat'ed (the rest the watch vouched for).
+    looked_at: usize,
 }
 
 /// One thing the sweep undid after a run.
@@ -183,6 +201,9 @@ struct Gather {
     masked: Vec<PathBuf>,
     seen: HashMap<PathBuf, Seen>,
     repositories: HashSet<PathBuf>,
+    watched: Option<WatchTicket>,
+    /// Directories stat'ed (and read unless their listing was remembered).
+    looked_at: usize,
     /// Work trees of the nested repositories (relative), whose own
     /// configuration may name files too.
     nested_work_trees: Vec<PathBuf>,
@@ -209,6 +230,17 @@ impl SurfaceSnapshot {
             );
         }
         walk_nested(root, &canonical_root, &mut g);
+        tracing::debug!(
+            "control surface of {}: {} directories, {} stat'ed ({})",
+            root.display(),
+            g.seen.len(),
+            g.looked_at,
+            if g.watched.is_some() {
+                "the rest unchanged by inotify"
+            } else {
+                "not watched"
+            }
+        );
         // The person's git settings (global, system, the repository's own,
         // and each nested repository's) that name files in the project:
         // git runs those on the host at the person's next commit or diff.
@@ -265,12 +297,21 @@ impl SurfaceSnapshot {
             },
             seen: g.seen,
             repositories: g.repositories,
+            watched: g.watched,
+            looked_at: g.looked_at,
         }
     }
 
     /// The mounts that protect the existing control paths.
     pub fn mounts(&self) -> &SurfaceMounts {
         &self.mounts
+    }
+
+    /// How many directories the walk stat'ed (the rest the project's
+    /// watch vouched for): 0 for an unchanged tree under the watch. For
+    /// measurements (`PASSEPARTOUT_LOG=debug` logs it per walk).
+    pub fn directories_looked_at(&self) -> usize {
+        self.looked_at
     }
 
     /// After the run (every sandboxed process is gone): remove what the run
@@ -362,8 +403,11 @@ impl SurfaceSnapshot {
                 });
             }
         }
+        // The upper layer is not watched: its directories are judged by
+        // their times (all of them are new or changed anyway).
         let in_upper = SurfaceSnapshot {
             root: upper.to_path_buf(),
+            watched: None,
             ..self.clone()
         };
         undone.extend(in_upper.sweep_planted_repositories());
@@ -503,12 +547,30 @@ fn pointer_target(file: &Path) -> Option<PathBuf> {
 /// has its entries protected like the root's.
 fn walk_nested(root: &Path, canonical_root: &Path, g: &mut Gather) {
     let mut walks = Walks::of(canonical_root);
-    walk_listed(root, canonical_root, g, &mut walks);
+    let project = watched_project(canonical_root);
+    let mut state = crate::util::sync::lock(&project);
+    let drain = state.drain(root);
+    walk_listed(root, canonical_root, g, &mut walks, &mut state, drain);
+    if state.watch.is_some() {
+        g.watched = Some(WatchTicket {
+            project: project.clone(),
+            drain,
+        });
+    }
+    drop(state);
     walks.keep();
 }
 
-/// [`walk_nested`] with the listings of `walks`.
-fn walk_listed(root: &Path, canonical_root: &Path, g: &mut Gather, walks: &mut Walks) {
+/// [`walk_nested`] with the listings of `walks` and the watch `state`
+/// (drained as of `drain`).
+fn walk_listed(
+    root: &Path,
+    canonical_root: &Path,
+    g: &mut Gather,
+    walks: &mut Walks,
+    state: &mut ProjectWatch,
+    drain: u64,
+) {
     let mut queue: VecDeque<PathBuf> = VecDeque::new();
     queue.push_back(PathBuf::new());
     let mut walked = 0usize;
@@ -523,13 +585,37 @@ fn walk_listed(root: &Path, canonical_root: &Path, g: &mut Gather, walks: &mut W
             return;
         }
         let abs = root.join(&rel);
-        // The time is taken before the listing: a change after it moves
-        // the time, so the check after the run reads the directory again.
-        let Ok(meta) = std::fs::symlink_metadata(&abs) else {
-            continue;
-        };
-        let Some(facts) = walks.facts(&abs, &meta) else {
-            continue;
+        let (facts, ctime, watched) = if let Some(listing) = state.unchanged(&rel) {
+            // No event in the directory since its listing was read: the
+            // same names of the same kinds, without a system call.
+            walks.carry(listing.key);
+            (listing.facts.clone(), listing.ctime, true)
+        } else {
+            // Watched before it is looked at, so a change during the
+            // listing is an event for the next walk.
+            let watched = state.arm(root, &canonical_root.join(&rel), &rel);
+            g.looked_at += 1;
+            // The time is taken before the listing: a change after it moves
+            // the time, so the check after the run reads the directory again.
+            let Ok(meta) = std::fs::symlink_metadata(&abs) else {
+                continue;
+            };
+            let Some(facts) = walks.facts(&abs, &meta) else {
+                continue;
+            };
+            let ctime = (meta.ctime(), meta.ctime_nsec());
+            if watched {
+                state.remember(
+                    rel.clone(),
+                    WatchedListing {
+                        facts: facts.clone(),
+                        ctime,
+                        key: (meta.dev(), meta.ino(), ctime.0, ctime.1),
+                        read_at: drain,
+                    },
+                );
+            }
+            (facts, ctime, watched)
         };
         for name in &facts.subdirs {
             queue.push_back(rel.join(name));
@@ -563,8 +649,9 @@ fn walk_listed(root: &Path, canonical_root: &Path, g: &mut Gather, walks: &mut W
         g.seen.insert(
             rel,
             Seen {
-                ctime: (meta.ctime(), meta.ctime_nsec()),
+                ctime,
                 subdirs,
+                watched,
             },
         );
     }
@@ -662,6 +749,7 @@ pub fn forget_walks() {
     if let Ok(mut cache) = walk_cache().lock() {
         cache.clear();
     }
+    crate::util::sync::lock(watched_projects()).clear();
 }
 
 impl Walks {
@@ -716,12 +804,250 @@ impl Walks {
         Some(facts)
     }
 
+    /// Keep the last walk's listing under `key` (a directory the watch
+    /// vouches for was not stat'ed, but its listing stays remembered for a
+    /// walk without the watch).
+    fn carry(&mut self, key: DirKey) {
+        if let Some(listing) = self.old.get(&key).cloned() {
+            self.remember(key, listing);
+        }
+    }
+
     fn remember(&mut self, key: (u64, u64, i64, i64), listing: Listing) {
         if self.entries + listing.size() <= WALK_CACHE_ENTRIES {
             self.entries += listing.size();
             self.new.insert(key, listing);
         }
     }
+}
+
+/// A directory's identity and status-change time: the key of [`Walks`].
+type DirKey = (u64, u64, i64, i64);
+
+/// Directories watched per project at most (one inotify watch each); a
+/// larger project is not watched and each walk stats its directories.
+pub const MAX_SURFACE_WATCHED_DIRS: usize = 32_768;
+
+/// A listing read while its directory was watched.
+#[derive(Clone)]
+struct WatchedListing {
+    facts: Listing,
+    ctime: (i64, i64),
+    key: DirKey,
+    /// The drain before the read: an event drained later means a change.
+    read_at: u64,
+}
+
+/// One project's inotify watch for the control surface: which directories
+/// had an entry created, removed or renamed since their listing was read,
+/// so a walk before a run reads only those and one after a run looks only
+/// at those (see `docs/performance.md`). Each drain of the kernel's queue
+/// is numbered; a directory remembers the last drain that found an event
+/// in it, so any number of snapshots (one per concurrent run) can each ask
+/// "changed since my walk?".
+///
+/// What the drain cannot model ([`crate::util::dir_watch`]: an overflow, a
+/// watched directory removed or moved; here also a directory renamed into
+/// or out of one) forgets every listing and every event: the next walk
+/// reads and re-arms the whole tree, and a sweep for a walk before that
+/// judges by status-change times, as without a watch. A limit reached
+/// ([`MAX_SURFACE_WATCHED_DIRS`], the kernel's `max_user_watches`) stops
+/// watching the project, said once in the log.
+struct ProjectWatch {
+    watch: Option<DirWatch<PathBuf>>,
+    /// Why the project is not watched (a limit), once that is so.
+    off: Option<String>,
+    max_dirs: usize,
+    drains: u64,
+    /// The drain at which everything known was forgotten.
+    reset_at: u64,
+    /// Per directory (relative), the last drain that found an event in it.
+    changed: HashMap<PathBuf, u64>,
+    listings: HashMap<PathBuf, WatchedListing>,
+}
+
+/// The events that change a directory's names or their kinds (all a
+/// listing records): a file written in place changes nothing here.
+fn surface_watch_mask() -> WatchFlags {
+    crate::util::dir_watch::entry_events()
+}
+
+impl ProjectWatch {
+    fn new(max_dirs: usize) -> ProjectWatch {
+        let mut state = ProjectWatch {
+            watch: None,
+            off: None,
+            max_dirs,
+            drains: 0,
+            reset_at: 0,
+            changed: HashMap::new(),
+            listings: HashMap::new(),
+        };
+        state.watch = state.fresh_watch();
+        state
+    }
+
+    fn fresh_watch(&self) -> Option<DirWatch<PathBuf>> {
+        if self.off.is_some() {
+            return None;
+        }
+        DirWatch::new(
+            surface_watch_mask(),
+            self.max_dirs,
+            "MAX_SURFACE_WATCHED_DIRS",
+        )
+        .map_err(|e| tracing::debug!("control surface: no inotify ({e}); each walk stats"))
+        .ok()
+    }
+
+    /// Read the kernel's queue without blocking; the number of this drain.
+    fn drain(&mut self, root: &Path) -> u64 {
+        self.drains += 1;
+        let now = self.drains;
+        if self.watch.is_none() {
+            // No instance (the per-user limit of instances was reached,
+            // say): try again, from nothing known.
+            self.watch = self.fresh_watch();
+            return now;
+        }
+        let Some(watch) = &self.watch else {
+            return now;
+        };
+        let mut dirty = Vec::new();
+        let drained = watch.drain(|dir, flags, _| {
+            let dir_renamed = flags.contains(ReadFlags::ISDIR)
+                && flags.intersects(ReadFlags::MOVED_FROM | ReadFlags::MOVED_TO);
+            dirty.push(dir.clone());
+            !dir_renamed
+        });
+        match drained {
+            Ok(()) => {
+                for dir in dirty {
+                    self.changed.insert(dir, now);
+                }
+            }
+            Err(why) => {
+                tracing::debug!(
+                    "control surface of {}: {why}; the next walk reads every directory",
+                    root.display()
+                );
+                self.forget_all(now);
+                self.watch = self.fresh_watch();
+            }
+        }
+        now
+    }
+
+    fn forget_all(&mut self, now: u64) {
+        self.reset_at = now;
+        self.changed.clear();
+        self.listings.clear();
+    }
+
+    /// The listing of `rel`, when it was read under the watch and no event
+    /// came in the directory since.
+    fn unchanged(&self, rel: &Path) -> Option<&WatchedListing> {
+        self.watch.as_ref()?;
+        let listing = self.listings.get(rel)?;
+        let changed = self
+            .changed
+            .get(rel)
+            .is_some_and(|at| *at > listing.read_at);
+        (!changed).then_some(listing)
+    }
+
+    /// Watch `abs` (before it is read); whether it is watched. A limit
+    /// reached stops watching the project.
+    fn arm(&mut self, root: &Path, abs: &Path, rel: &Path) -> bool {
+        let Some(watch) = &self.watch else {
+            return false;
+        };
+        match watch.watch(abs, &rel.to_path_buf()) {
+            Ok(()) => true,
+            Err(refused) if refused.limit => {
+                tracing::warn!(
+                    "the control surface of {} is not watched: {}; each tool call stats \
+                     its directories instead",
+                    root.display(),
+                    refused.why
+                );
+                self.off = Some(refused.why);
+                self.watch = None;
+                self.drains += 1;
+                let now = self.drains;
+                self.forget_all(now);
+                false
+            }
+            Err(refused) => {
+                tracing::debug!("control surface: {}; read at every walk", refused.why);
+                false
+            }
+        }
+    }
+
+    fn remember(&mut self, rel: PathBuf, listing: WatchedListing) {
+        if self.watch.is_some() {
+            self.listings.insert(rel, listing);
+        }
+    }
+
+    /// The directories with an event since the drain `since`; None when
+    /// that is not known (everything was forgotten since, or no watch).
+    fn changed_since(&mut self, root: &Path, since: u64) -> Option<HashSet<PathBuf>> {
+        self.drain(root);
+        if self.watch.is_none() || self.reset_at > since {
+            return None;
+        }
+        Some(
+            self.changed
+                .iter()
+                .filter(|(_, at)| **at > since)
+                .map(|(dir, _)| dir.clone())
+                .collect(),
+        )
+    }
+}
+
+/// A snapshot's claim on its project's watch.
+#[derive(Clone)]
+struct WatchTicket {
+    project: Arc<Mutex<ProjectWatch>>,
+    /// The drain the walk began with.
+    drain: u64,
+}
+
+impl std::fmt::Debug for WatchTicket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WatchTicket(drain {})", self.drain)
+    }
+}
+
+type WatchedProjects = VecDeque<(PathBuf, Arc<Mutex<ProjectWatch>>)>;
+
+fn watched_projects() -> &'static Mutex<WatchedProjects> {
+    static PROJECTS: std::sync::OnceLock<Mutex<WatchedProjects>> = std::sync::OnceLock::new();
+    PROJECTS.get_or_init(Default::default)
+}
+
+/// The watch of the project at `root` (canonical), made on first use; at
+/// most [`WALK_CACHE_PROJECTS`] are kept (the least recently walked gives
+/// way, and its next walk reads everything).
+fn watched_project(root: &Path) -> Arc<Mutex<ProjectWatch>> {
+    watched_project_with(root, MAX_SURFACE_WATCHED_DIRS)
+}
+
+fn watched_project_with(root: &Path, max_dirs: usize) -> Arc<Mutex<ProjectWatch>> {
+    let mut projects = crate::util::sync::lock(watched_projects());
+    let project = match projects.iter().position(|(r, _)| r == root) {
+        Some(at) => projects.remove(at).map(|(_, p)| p),
+        None => None,
+    }
+    .unwrap_or_else(|| Arc::new(Mutex::new(ProjectWatch::new(max_dirs))));
+    if projects.len() >= WALK_CACHE_PROJECTS {
+        projects.pop_back();
+    }
+    projects.push_front((root.to_path_buf(), project.clone()));
+    project
 }
 
 impl SurfaceSnapshot {
@@ -735,6 +1061,12 @@ impl SurfaceSnapshot {
     /// removed, so a fresh `git init` or `git clone` stays as it is.
     fn sweep_planted_repositories(&self) -> Vec<Undone> {
         let mut undone = Vec::new();
+        // The directories with an event since the walk, when the watch
+        // knows (a watched directory without one is unchanged and not even
+        // stat'ed); otherwise each directory's status-change time says.
+        let changed: Option<HashSet<PathBuf>> = self.watched.as_ref().and_then(|ticket| {
+            crate::util::sync::lock(&ticket.project).changed_since(&self.root, ticket.drain)
+        });
         // Each directory with whether it is new by its parent's record: a
         // directory the walk before the run did not see and that is not
         // new lay past the walk's limit, and its past is unknown.
@@ -747,6 +1079,13 @@ impl SurfaceSnapshot {
             if walked > MAX_WALKED_DIRS {
                 break;
             }
+            let before = self.seen.get(&rel);
+            if let (Some(seen), Some(changed)) = (before, &changed) {
+                if seen.watched && !changed.contains(&rel) {
+                    queue.extend(seen.subdirs.iter().map(|d| (rel.join(d), false)));
+                    continue;
+                }
+            }
             // Only real directories are queued (no symlink is followed), and
             // nothing runs in the sandbox any more to swap one in.
             let abs = self.root.join(&rel);
@@ -757,9 +1096,10 @@ impl SurfaceSnapshot {
                 continue;
             }
             let ctime = (meta.ctime(), meta.ctime_nsec());
-            let before = self.seen.get(&rel);
+            // A watched directory with an event is read whatever its time.
+            let by_events = changed.is_some() && before.is_some_and(|seen| seen.watched);
             match before {
-                Some(seen) if seen.ctime == ctime => {
+                Some(seen) if !by_events && seen.ctime == ctime => {
                     queue.extend(seen.subdirs.iter().map(|d| (rel.join(d), false)));
                     continue;
                 }
@@ -1029,6 +1369,140 @@ mod tests {
         std::fs::remove_file(root.join("a/b/.envrc")).unwrap();
         let last = SurfaceSnapshot::take(root);
         assert!(!last.mounts().read_only.contains(&root.join("a/b/.envrc")));
+    }
+
+    /// Under the project's watch an unchanged tree is not stat'ed at all,
+    /// and what the person makes deep in it between two walks is seen.
+    #[test]
+    fn the_watch_vouches_for_unchanged_folders_and_sees_a_deep_new_repository() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b/c/d")).unwrap();
+        std::fs::create_dir_all(root.join("e/f")).unwrap();
+        let first = SurfaceSnapshot::take(root);
+        assert!(first.watched.is_some(), "inotify is available here");
+        assert_eq!(first.looked_at, 7);
+        let again = SurfaceSnapshot::take(root);
+        assert_eq!(again.looked_at, 0, "nothing changed: nothing stat'ed");
+        assert_eq!(first.mounts(), again.mounts());
+        // The person: `git init` deep in the walked tree, a `.envrc`.
+        git(&root.join("a/b/c/d"), &["init", "-q", "repo"]);
+        std::fs::write(root.join("e/f/.envrc"), "").unwrap();
+        let after = SurfaceSnapshot::take(root);
+        let ro = &after.mounts().read_only;
+        assert!(
+            ro.contains(&root.join("a/b/c/d/repo/.git/config")),
+            "{ro:?}"
+        );
+        assert!(ro.contains(&root.join("e/f/.envrc")), "{ro:?}");
+        assert_eq!(after.looked_at, 3, "a/b/c/d and e/f changed, repo is new");
+        // A folder made and one removed: seen too.
+        std::fs::create_dir_all(root.join("e/g/.passepartout")).unwrap();
+        std::fs::remove_dir_all(root.join("a/b/c/d/repo")).unwrap();
+        let last = SurfaceSnapshot::take(root);
+        let ro = &last.mounts().read_only;
+        assert!(ro.contains(&root.join("e/g/.passepartout")), "{ro:?}");
+        assert!(!ro.iter().any(|p| p.starts_with(root.join("a/b/c/d/repo"))));
+    }
+
+    /// After a run under the watch, a repository it planted deep in an
+    /// unchanged tree is found from the events alone.
+    #[test]
+    fn a_repository_planted_under_the_watch_is_found_by_its_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b/c")).unwrap();
+        std::fs::create_dir_all(root.join("x/y")).unwrap();
+        SurfaceSnapshot::take(root);
+        let snap = SurfaceSnapshot::take(root);
+        assert!(snap.watched.is_some() && snap.looked_at == 0);
+        git(&root.join("a/b/c"), &["init", "-q", "bad"]);
+        git(
+            &root.join("a/b/c/bad"),
+            &["config", "core.fsmonitor", "./x.sh"],
+        );
+        std::fs::write(root.join("x/y/.git"), "gitdir: ../../a/b/c/bad/.git\n").unwrap();
+        let mut undone: Vec<String> = snap.sweep().iter().map(|u| u.path.clone()).collect();
+        undone.sort();
+        assert_eq!(undone, vec!["a/b/c/bad/.git/config", "x/y/.git"]);
+    }
+
+    /// Make more events than the kernel queues for one instance.
+    fn overflow(root: &Path) {
+        let max: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_queued_events")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(16_384);
+        assert!(
+            max <= 1 << 20,
+            "a queue this long is not overflowed in a test"
+        );
+        let f = root.join("churn");
+        for _ in 0..max / 2 + 8 {
+            std::fs::write(&f, "").unwrap();
+            std::fs::remove_file(&f).unwrap();
+        }
+    }
+
+    /// A queue overflow loses events: the next walk reads every folder,
+    /// and a sweep for a walk before it judges by status-change times.
+    #[test]
+    fn a_queue_overflow_falls_back_to_the_whole_walk() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b/c")).unwrap();
+        let snap = SurfaceSnapshot::take(root);
+        assert!(snap.watched.is_some());
+        overflow(root);
+        git(&root.join("a/b/c"), &["init", "-q", "bad"]);
+        git(
+            &root.join("a/b/c/bad"),
+            &["config", "core.fsmonitor", "./x.sh"],
+        );
+        let undone: Vec<String> = snap.sweep().iter().map(|u| u.path.clone()).collect();
+        assert_eq!(undone, vec!["a/b/c/bad/.git/config"]);
+
+        let rewalked = SurfaceSnapshot::take(root);
+        assert_eq!(rewalked.looked_at, 5, "every folder read and watched again");
+        assert_eq!(SurfaceSnapshot::take(root).looked_at, 0);
+        overflow(root);
+        std::fs::write(root.join("a/b/c/.envrc"), "").unwrap();
+        let after = SurfaceSnapshot::take(root);
+        assert!(
+            after
+                .mounts()
+                .read_only
+                .contains(&root.join("a/b/c/.envrc")),
+            "{after:?}"
+        );
+        assert_eq!(after.looked_at, 5, "every folder read again");
+        assert!(after.watched.is_some(), "and watched again");
+        assert_eq!(SurfaceSnapshot::take(root).looked_at, 0);
+    }
+
+    /// Past the watch limit a project is walked by stat every time, as
+    /// without inotify, and what changes is still seen.
+    #[test]
+    fn past_the_watch_limit_the_project_is_walked_by_stat() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::create_dir_all(root.join("c")).unwrap();
+        watched_project_with(&root.canonicalize().unwrap(), 2);
+        let first = SurfaceSnapshot::take(root);
+        assert!(first.watched.is_none());
+        assert_eq!(first.looked_at, 4);
+        assert_eq!(SurfaceSnapshot::take(root).looked_at, 4);
+        std::fs::write(root.join("a/b/.envrc"), "").unwrap();
+        let after = SurfaceSnapshot::take(root);
+        assert!(after.mounts().read_only.contains(&root.join("a/b/.envrc")));
+        git(root, &["init", "-q", "c/planted"]);
+        git(
+            &root.join("c/planted"),
+            &["config", "core.fsmonitor", "./x.sh"],
+        );
+        let undone: Vec<String> = after.sweep().iter().map(|u| u.path.clone()).collect();
+        assert_eq!(undone, vec!["c/planted/.git/config"]);
     }
 
     #[test]

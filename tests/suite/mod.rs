@@ -43,5 +43,6 @@ mod skills_live;
 mod slash_commands;
 mod stdio_protocol;
 mod surface_cache;
+mod surface_watch;
 mod text_protocol;
 mod transactions;
