@@ -710,26 +710,23 @@ impl Project {
     /// outside any store), the latter updated under an exclusive `flock`
     /// because daemons for other directories share it.
     fn next_id(&self) -> Result<String, CheckpointError> {
-        use std::io::{Read, Seek, Write};
+        use std::io::Read;
         let fail = |path: &Path| {
             let path = path.to_path_buf();
             move |source| CheckpointError::Io { path, source }
         };
-        let counter = self.records.join("last-id");
         let read = |t: &str| t.trim().parse::<u64>().ok();
         // This project's counter: every id is written there after it is
         // given, so the records need listing only when it is missing or
         // damaged (a listing per action grew with the history).
-        let given = std::fs::read_to_string(&counter)
+        let counter = self.records.join("last-id");
+        let mut own = open_counter(&counter).map_err(fail(&counter))?;
+        let mut given = String::new();
+        let given = own
+            .read_to_string(&mut given)
             .ok()
-            .and_then(|t| read(&t));
-        let mut shared = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&self.ids)
-            .map_err(fail(&self.ids))?;
+            .and_then(|_| read(&given));
+        let mut shared = open_counter(&self.ids).map_err(fail(&self.ids))?;
         rustix::fs::flock(&shared, rustix::fs::FlockOperation::LockExclusive)
             .map_err(|e| fail(&self.ids)(e.into()))?;
         let mut text = String::new();
@@ -739,13 +736,9 @@ impl Project {
             None => self.ids()?.into_iter().max().unwrap_or(0),
         };
         let n = recorded.max(read(&text).unwrap_or(0)) + 1;
-        shared
-            .set_len(0)
-            .and_then(|()| shared.rewind())
-            .and_then(|()| shared.write_all(n.to_string().as_bytes()))
-            .map_err(fail(&self.ids))?;
+        write_counter(&shared, n).map_err(fail(&self.ids))?;
         drop(shared); // releases the lock
-        std::fs::write(&counter, n.to_string()).map_err(fail(&counter))?;
+        write_counter(&own, n).map_err(fail(&counter))?;
         Ok(format!("c{n}"))
     }
 
@@ -1454,6 +1447,36 @@ pub fn undo_turn(
 
 /// A hex object id as 20 bytes (None: not a sha1 hex, e.g. a directory
 /// marker).
+/// Digits an id counter is written with: every value has the same width,
+/// so a counter is overwritten in place.
+const COUNTER_WIDTH: usize = 20;
+
+/// An id counter file, opened to read and overwrite (made when missing).
+fn open_counter(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+}
+
+/// Write `n` over the counter in `file`, zero-padded to [`COUNTER_WIDTH`]
+/// digits at offset 0. Truncating the file and writing it anew (what a
+/// counter written at its own length needs) frees and allocates its block:
+/// on ext4 each cost 0.5–17 ms on this VM under load, against tens of µs
+/// for an overwrite in place. A counter written before (shorter, unpadded)
+/// is covered whole by the first padded write; a longer one is cut.
+fn write_counter(file: &std::fs::File, n: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let text = format!("{n:0width$}", width = COUNTER_WIDTH);
+    file.write_all_at(text.as_bytes(), 0)?;
+    if file.metadata()?.len() > COUNTER_WIDTH as u64 {
+        file.set_len(COUNTER_WIDTH as u64)?;
+    }
+    Ok(())
+}
+
 fn oid_bytes(hex: &str) -> Option<[u8; 20]> {
     if hex.len() != 40 {
         return None;

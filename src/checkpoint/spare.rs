@@ -58,7 +58,22 @@ impl Spare {
     /// removed, so a half-written one is never taken again.
     pub fn persist(self, dest: &Path) -> std::io::Result<()> {
         drop(self.file);
-        let moved = std::fs::rename(&self.path, dest);
+        let (Some(dir), Some(name)) = (dest.parent(), dest.file_name()) else {
+            let _ = std::fs::remove_file(&self.path);
+            return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
+        };
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        let moved = rustix::fs::open(
+            dir,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(std::io::Error::from)
+        .and_then(|fd| replace(&self.path, &fd, name).map_err(std::io::Error::from));
         if moved.is_err() {
             let _ = std::fs::remove_file(&self.path);
         }
@@ -97,13 +112,58 @@ pub fn take(store_dir: &Path) -> Option<Spare> {
         name?
     };
     let path = dir.join(name);
+    // Not `O_TRUNC`: a spare is made empty and never taken twice, and on
+    // ext4 truncating a file (even an empty one) marks it to have its data
+    // flushed when it is closed. One that is not empty (never expected) is
+    // given up.
     let file = std::fs::OpenOptions::new()
         .write(true)
-        .truncate(true)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&path)
         .ok()?;
+    if file.metadata().map_or(true, |m| m.len() != 0) {
+        let _ = std::fs::remove_file(&path);
+        return None;
+    }
     Some(Spare { path, file })
+}
+
+/// Put the written spare at `spare` in place as `name` in `dir`.
+///
+/// A new name is a plain rename. An existing file is *exchanged* with the
+/// spare (`RENAME_EXCHANGE`, atomic like a rename over it) rather than
+/// renamed over: ext4 (`auto_da_alloc`, on by default) flushes the data of
+/// a file renamed over another before the rename returns — 1–5 ms on this
+/// VM, against ~50 µs for the exchange. The replaced file, now at the
+/// spare's path in the pool, is removed in the background
+/// (`txn::remove_later`; a crash leaves it in the dead process's pool,
+/// removed with it). Should the exchange have taken a directory (one put
+/// at `name` since it was checked), it is exchanged back and `EISDIR`
+/// returned, as a rename over it would have failed.
+pub fn replace(
+    spare: &Path,
+    dir: &impl std::os::fd::AsFd,
+    name: &std::ffi::OsStr,
+) -> rustix::io::Result<()> {
+    use rustix::fs::{renameat_with, AtFlags, FileType, RenameFlags, CWD};
+    match renameat_with(CWD, spare, dir, name, RenameFlags::NOREPLACE) {
+        Err(rustix::io::Errno::EXIST) => {}
+        // A file system without `RENAME_NOREPLACE`: as before.
+        Err(rustix::io::Errno::INVAL) => return rustix::fs::renameat(CWD, spare, dir, name),
+        other => return other,
+    }
+    match renameat_with(CWD, spare, dir, name, RenameFlags::EXCHANGE) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::INVAL) => return rustix::fs::renameat(CWD, spare, dir, name),
+        Err(e) => return Err(e),
+    }
+    let swapped = rustix::fs::statat(CWD, spare, AtFlags::SYMLINK_NOFOLLOW);
+    if swapped.is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory) {
+        renameat_with(CWD, spare, dir, name, RenameFlags::EXCHANGE)?;
+        return Err(rustix::io::Errno::ISDIR);
+    }
+    super::txn::remove_later(spare.to_path_buf());
+    Ok(())
 }
 
 /// Make spare files (and, the first time, the object fan-out directories

@@ -442,16 +442,23 @@ pub fn remove_dir(dir: &Path) {
     }
 }
 
-/// Directories waiting for the janitor at most; past that the caller
-/// removes its own.
+/// Paths waiting for the janitor at most; past that the caller removes
+/// its own.
 const MAX_PENDING_REMOVALS: usize = 256;
 
 /// Remove a transaction's directory in the background: a used upper layer
 /// and work directory are a few `rmdir`s (each a journal update) that the
-/// action need not wait for. One janitor thread per process, fed through
-/// a queue of [`MAX_PENDING_REMOVALS`]; when it is full or the thread
-/// cannot start, the directory is removed at once.
+/// action need not wait for. See [`remove_later`].
 pub fn remove_dir_later(dir: PathBuf) {
+    remove_later(dir)
+}
+
+/// Remove a directory (as [`remove_dir`]) or a file in the background:
+/// also the file a spare replaced (`spare::replace`), whose freed blocks
+/// are a journal update the action need not wait for. One janitor thread
+/// per process, fed through a queue of [`MAX_PENDING_REMOVALS`]; when it
+/// is full or the thread cannot start, the path is removed at once.
+pub fn remove_later(path: PathBuf) {
     use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
     static JANITOR: OnceLock<Option<Mutex<SyncSender<PathBuf>>>> = OnceLock::new();
     let janitor = JANITOR.get_or_init(|| {
@@ -459,21 +466,34 @@ pub fn remove_dir_later(dir: PathBuf) {
         std::thread::Builder::new()
             .name("txn-janitor".into())
             .spawn(move || {
-                while let Ok(dir) = rx.recv() {
-                    remove_dir(&dir);
+                while let Ok(path) = rx.recv() {
+                    remove_now(&path);
                 }
             })
             .ok()
             .map(|_| Mutex::new(tx))
     });
     let refused = match janitor {
-        Some(tx) => match tx.lock().unwrap_or_else(|p| p.into_inner()).try_send(dir) {
+        Some(tx) => match tx.lock().unwrap_or_else(|p| p.into_inner()).try_send(path) {
             Ok(()) => return,
             Err(TrySendError::Full(d) | TrySendError::Disconnected(d)) => d,
         },
-        None => dir,
+        None => path,
     };
-    remove_dir(&refused);
+    remove_now(&refused);
+}
+
+/// Remove `path`: a directory with all it holds, or a file or link.
+fn remove_now(path: &Path) {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => remove_dir(path),
+        Ok(_) => {
+            if let Err(e) = std::fs::remove_file(path) {
+                tracing::warn!("transaction: {} not removed: {e}", path.display());
+            }
+        }
+        Err(_) => {}
+    }
 }
 
 /// A file tool's write (`write_file`, an edit through the client's `fs`),
