@@ -58,22 +58,7 @@ impl Spare {
     /// removed, so a half-written one is never taken again.
     pub fn persist(self, dest: &Path) -> std::io::Result<()> {
         drop(self.file);
-        let (Some(dir), Some(name)) = (dest.parent(), dest.file_name()) else {
-            let _ = std::fs::remove_file(&self.path);
-            return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
-        };
-        let dir = if dir.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            dir
-        };
-        let moved = rustix::fs::open(
-            dir,
-            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )
-        .map_err(std::io::Error::from)
-        .and_then(|fd| replace(&self.path, &fd, name).map_err(std::io::Error::from));
+        let moved = replace(&self.path, rustix::fs::CWD, dest).map_err(std::io::Error::from);
         if moved.is_err() {
             let _ = std::fs::remove_file(&self.path);
         }
@@ -140,10 +125,10 @@ pub fn take(store_dir: &Path) -> Option<Spare> {
 /// removed with it). Should the exchange have taken a directory (one put
 /// at `name` since it was checked), it is exchanged back and `EISDIR`
 /// returned, as a rename over it would have failed.
-pub fn replace(
+pub fn replace<D: std::os::fd::AsFd + Copy, N: rustix::path::Arg + Copy>(
     spare: &Path,
-    dir: &impl std::os::fd::AsFd,
-    name: &std::ffi::OsStr,
+    dir: D,
+    name: N,
 ) -> rustix::io::Result<()> {
     use rustix::fs::{renameat_with, AtFlags, FileType, RenameFlags, CWD};
     match renameat_with(CWD, spare, dir, name, RenameFlags::NOREPLACE) {
@@ -164,6 +149,22 @@ pub fn replace(
     }
     super::txn::remove_later(spare.to_path_buf());
     Ok(())
+}
+
+/// Fill the pool of the store at `store_dir` now, on this thread (the
+/// session's warm-up: the first action finds it full). A filling already
+/// under way elsewhere is left to finish.
+pub fn fill_now(store_dir: &Path) {
+    let dir = pool_dir(store_dir);
+    {
+        let mut map = pools();
+        let pool = map.entry(dir.clone()).or_default();
+        if pool.filling {
+            return;
+        }
+        pool.filling = true;
+    }
+    fill(store_dir, &dir);
 }
 
 /// Make spare files (and, the first time, the object fan-out directories

@@ -57,9 +57,9 @@ impl Ready {
 /// directories).
 const MAX_READY_OVERLAYS: usize = 16;
 
-/// How long the next overlay's mounting waits after an action took the
-/// previous one: an action's command and bookkeeping take a few ms, a
-/// model's next request far longer.
+/// How long the next overlay's mounting waits after an action's command
+/// ended: its bookkeeping takes a few ms, a model's next request far
+/// longer.
 const AHEAD_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
 
 type ReadyKey = (PathBuf, PathBuf);
@@ -116,7 +116,8 @@ fn mount_fresh(root: &Path, project: &Path) -> Result<Ready, String> {
 
 /// The overlay for an action in `project` now: the one mounted ahead when
 /// it is there and still over the same directory, else one mounted now.
-/// Either way the next one is mounted ahead in the background.
+/// The next one is mounted ahead when the action's command has ended
+/// ([`Transaction::finish`]).
 fn take_overlay(root: &Path, project: &Path) -> Result<Ready, String> {
     let key = (root.to_path_buf(), project.to_path_buf());
     let waiting = ready_overlays().remove(&key);
@@ -131,30 +132,126 @@ fn take_overlay(root: &Path, project: &Path) -> Result<Ready, String> {
             mount_fresh(root, project)?
         }
     };
-    let (root, project) = (root.to_path_buf(), project.to_path_buf());
-    let spawned = std::thread::Builder::new()
-        .name("overlay-ahead".into())
-        .spawn(move || {
-            // After the action that took the previous one has run and been
-            // applied, not alongside it (both would queue on the journal).
-            std::thread::sleep(AHEAD_DELAY);
-            match mount_fresh(&root, &project) {
-                Ok(next) => {
-                    let mut map = ready_overlays();
-                    if map.contains_key(&key) || map.len() >= MAX_READY_OVERLAYS {
-                        drop(map);
-                        next.discard();
-                    } else {
-                        map.insert(key, next);
-                    }
+    Ok(ready)
+}
+
+/// One request to the thread that mounts overlays ahead: the store's
+/// `txn/`, the project, and when to start (after the action that asked
+/// has run and been applied, not alongside it: both would queue on the
+/// file system's journal).
+struct AheadRequest {
+    root: PathBuf,
+    project: PathBuf,
+    not_before: std::time::Instant,
+}
+
+/// Mount the next overlay of `project` in the background, `delay` from
+/// now, unless one is already waiting. One long-lived thread does it for
+/// every project (a thread started per action cost its `clone` on the
+/// action's path), fed through a queue of [`MAX_READY_OVERLAYS`]
+/// requests; a request that finds the queue full is dropped (the next
+/// action then mounts its own).
+fn mount_next_ahead(root: &Path, project: &Path, delay: std::time::Duration) {
+    use std::sync::mpsc::{sync_channel, SyncSender};
+    static WORKER: OnceLock<Option<Mutex<SyncSender<AheadRequest>>>> = OnceLock::new();
+    let worker = WORKER.get_or_init(|| {
+        let (tx, rx) = sync_channel::<AheadRequest>(MAX_READY_OVERLAYS);
+        std::thread::Builder::new()
+            .name("overlay-ahead".into())
+            .spawn(move || {
+                while let Ok(req) = rx.recv() {
+                    let wait = req.not_before.saturating_duration_since(std::time::Instant::now());
+                    std::thread::sleep(wait);
+                    mount_ahead_now(req.root, req.project);
                 }
-                Err(e) => tracing::debug!("transaction: no overlay mounted ahead: {e}"),
+            })
+            .map_err(|e| tracing::debug!("transaction: no overlay mounted ahead: {e}"))
+            .ok()
+            .map(|_| Mutex::new(tx))
+    });
+    let request = AheadRequest {
+        root: root.to_path_buf(),
+        project: project.to_path_buf(),
+        not_before: std::time::Instant::now() + delay,
+    };
+    if let Some(tx) = worker {
+        if tx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .try_send(request)
+            .is_err()
+        {
+            tracing::debug!("transaction: no overlay mounted ahead: the queue is full");
+        }
+    }
+}
+
+/// Mount an overlay of `project` and keep it waiting for the project's
+/// next action (unless one already waits, or [`MAX_READY_OVERLAYS`] do).
+fn mount_ahead_now(root: PathBuf, project: PathBuf) {
+    let key = (root, project);
+    {
+        let map = ready_overlays();
+        if map.contains_key(&key) || map.len() >= MAX_READY_OVERLAYS {
+            return;
+        }
+    }
+    match mount_fresh(&key.0, &key.1) {
+        Ok(next) => {
+            let mut map = ready_overlays();
+            if map.contains_key(&key) || map.len() >= MAX_READY_OVERLAYS {
+                drop(map);
+                next.discard();
+            } else {
+                map.insert(key, next);
             }
+        }
+        Err(e) => tracing::debug!("transaction: no overlay mounted ahead: {e}"),
+    }
+}
+
+/// Get a project ready for its first transactional action, in the
+/// background, when a session opens in it: the store opened (made, with
+/// its `git init`, the first time), the overlay probe run (once per
+/// process), the first overlay mounted ahead, the spare files made, the
+/// stores measured for the quota and the id counter made — the one-time
+/// work the first action paid for (10–17 ms) before this.
+/// Nothing walks the tree. Failures are only logged: the action itself
+/// then does (and reports) the same work.
+pub fn warm_up(state_dir: &Path, cfg: &CheckpointConfig, cwd: &Path) {
+    if !cfg.enabled || cfg.transactions == super::TransactionMode::Observe {
+        return;
+    }
+    if !super::observable(cwd) {
+        return;
+    }
+    let (state_dir, cfg, cwd) = (state_dir.to_path_buf(), cfg.clone(), cwd.to_path_buf());
+    let spawned = std::thread::Builder::new()
+        .name("txn-warm-up".into())
+        .spawn(move || {
+            let project = match Project::open_shared(&state_dir, &cwd, &cfg) {
+                Ok(p) => p,
+                Err(e) => return tracing::debug!("transaction warm-up: {e}"),
+            };
+            super::spare::fill_now(project.store.dir());
+            project.measure_stores_once();
+            project.prepare_counter();
+            let root = project.store.dir().join("txn");
+            if let Err(e) = overlay::probe(&root) {
+                return tracing::debug!("transaction warm-up: {e}");
+            }
+            if overlay::unmountable(project.cwd()).is_some() {
+                return;
+            }
+            let project_path = project
+                .cwd()
+                .canonicalize()
+                .unwrap_or_else(|_| project.cwd().to_path_buf());
+            mount_ahead_now(root, project_path);
         });
     if let Err(e) = spawned {
-        tracing::debug!("transaction: no overlay mounted ahead: {e}");
+        tracing::debug!("transaction warm-up: {e}");
     }
-    Ok(ready)
 }
 
 /// Prepare a transaction for an action in `cwd`. `Err`: why overlays
@@ -274,9 +371,15 @@ impl Transaction {
         self,
         needs_judging: fn(&str) -> bool,
     ) -> Result<Option<Observed>, WatchError> {
-        // The command has ended: so does the namespace it ran in.
+        // The command has ended: so does the namespace it ran in. The
+        // project's next overlay is mounted once this action's bookkeeping
+        // is done (its command's own duration no longer decides whether
+        // the two overlap).
         if let Some(ahead) = &self.mount.ahead {
             ahead.end();
+        }
+        if let Some(root) = self.dir.parent() {
+            mount_next_ahead(root, &self.mount.project, AHEAD_DELAY);
         }
         let guard = lock(self.project.cwd()).lock_owned().await;
         let Transaction {
