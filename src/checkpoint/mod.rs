@@ -1638,6 +1638,39 @@ mod tests {
         assert_eq!(c.id, "c3");
     }
 
+    /// The id counters are overwritten in place at a fixed width (never
+    /// truncated: on ext4 that flushed data on the action's path), and a
+    /// counter written the old way, at its own length, goes on from its
+    /// value.
+    #[test]
+    fn id_counters_are_overwritten_in_place_and_old_ones_go_on() {
+        let state = tempfile::tempdir().unwrap();
+        let one = tempfile::tempdir().unwrap();
+        let cfg = CheckpointConfig::default();
+        let p = Project::open(state.path(), one.path(), &cfg).unwrap();
+        std::fs::write(&p.ids, "29").unwrap();
+        std::fs::write(p.records.join("last-id"), "7").unwrap();
+        let a = recorded(&p, || std::fs::write(one.path().join("f"), "1").unwrap());
+        assert_eq!(a.id, "c30");
+        let shared = std::fs::read_to_string(&p.ids).unwrap();
+        assert_eq!(shared, format!("{:020}", 30));
+        assert_eq!(
+            std::fs::read_to_string(p.records.join("last-id")).unwrap(),
+            shared
+        );
+        let b = recorded(&p, || std::fs::write(one.path().join("f"), "2").unwrap());
+        assert_eq!(b.id, "c31");
+        // Something longer written there is damage (read as missing: this
+        // project's counter goes on) and is cut to the counter's width.
+        std::fs::write(&p.ids, format!("{:020}\ntrailing junk", 40)).unwrap();
+        let c = recorded(&p, || std::fs::write(one.path().join("f"), "3").unwrap());
+        assert_eq!(c.id, "c32");
+        assert_eq!(
+            std::fs::read_to_string(&p.ids).unwrap(),
+            format!("{:020}", 32)
+        );
+    }
+
     #[test]
     fn pruning_keeps_the_newest_records_and_what_they_need() {
         let state = tempfile::tempdir().unwrap();

@@ -271,4 +271,77 @@ mod tests {
         assert_eq!(std::fs::read(&dest).unwrap(), b"record");
         assert!(store.path().join("git/objects/ab").is_dir());
     }
+
+    /// A spare put in place over an existing file is exchanged with it:
+    /// the destination holds the new bytes at once (never missing), the
+    /// replaced file leaves the pool in the background, and a directory
+    /// that appeared at the destination is put back and refused, as a
+    /// rename over it would be.
+    #[test]
+    fn a_spare_replacing_a_file_is_exchanged_and_a_directory_is_refused() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let pool = dir.path().join("pool");
+        std::fs::create_dir(&pool).unwrap();
+        let dest = dir.path().join("a.txt");
+        std::fs::write(&dest, "old\n").unwrap();
+        // Another name for the old file: it keeps the old bytes.
+        std::fs::hard_link(&dest, dir.path().join("old-link")).unwrap();
+        let spare = pool.join("s1");
+        std::fs::write(&spare, "new\n").unwrap();
+        let spare_ino = std::fs::metadata(&spare).unwrap().ino();
+        replace(&spare, rustix::fs::CWD, &dest).unwrap();
+        assert_eq!(std::fs::read_to_string(&dest).unwrap(), "new\n");
+        assert_eq!(std::fs::metadata(&dest).unwrap().ino(), spare_ino);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("old-link")).unwrap(),
+            "old\n"
+        );
+        let mut gone = false;
+        for _ in 0..200 {
+            if !spare.exists() {
+                gone = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(gone, "the replaced file stayed in the pool");
+        // A new name: a plain rename.
+        let spare = pool.join("s2");
+        std::fs::write(&spare, "b\n").unwrap();
+        replace(&spare, rustix::fs::CWD, &dir.path().join("b.txt")).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("b.txt")).unwrap(),
+            "b\n"
+        );
+        // A directory at the destination stays, with what it holds.
+        let folder = dir.path().join("folder");
+        std::fs::create_dir(&folder).unwrap();
+        std::fs::write(folder.join("inside"), "kept\n").unwrap();
+        let spare = pool.join("s3");
+        std::fs::write(&spare, "x\n").unwrap();
+        let err = replace(&spare, rustix::fs::CWD, &folder).unwrap_err();
+        assert_eq!(err, rustix::io::Errno::ISDIR);
+        assert_eq!(
+            std::fs::read_to_string(folder.join("inside")).unwrap(),
+            "kept\n"
+        );
+        assert_eq!(std::fs::read_to_string(&spare).unwrap(), "x\n");
+    }
+
+    /// A spare that is not empty (never expected: a crash's leftover) is
+    /// given up rather than written after its old bytes.
+    #[test]
+    fn a_spare_that_is_not_empty_is_not_taken() {
+        let store = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(store.path().join("git/objects")).unwrap();
+        fill_now(store.path());
+        let dir = pool_dir(store.path());
+        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+        assert_eq!(names.len(), SPARES_PER_STORE);
+        for e in &names {
+            std::fs::write(e.path(), "left over").unwrap();
+        }
+        assert!(take(store.path()).is_none());
+    }
 }

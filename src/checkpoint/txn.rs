@@ -160,7 +160,9 @@ fn mount_next_ahead(root: &Path, project: &Path, delay: std::time::Duration) {
             .name("overlay-ahead".into())
             .spawn(move || {
                 while let Ok(req) = rx.recv() {
-                    let wait = req.not_before.saturating_duration_since(std::time::Instant::now());
+                    let wait = req
+                        .not_before
+                        .saturating_duration_since(std::time::Instant::now());
                     std::thread::sleep(wait);
                     mount_ahead_now(req.root, req.project);
                 }
@@ -890,5 +892,56 @@ mod tests {
             );
         }
         assert_eq!(ahead, 6, "every overlay was mounted ahead");
+    }
+
+    /// A session opening in a project warms it up in the background: the
+    /// store is made, an overlay is mounted ahead and the spare files are
+    /// there, and the first action takes that overlay instead of mounting
+    /// one on its path.
+    #[tokio::test]
+    async fn the_warm_up_leaves_an_overlay_the_first_action_takes() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path().canonicalize().unwrap();
+        std::fs::write(t.join("a.txt"), "0\n").unwrap();
+        let cfg = CheckpointConfig::default();
+        warm_up(state.path(), &cfg, &t);
+        let project = Project::open_shared(state.path(), &t, &cfg).unwrap();
+        let key = (project.store.dir().join("txn"), t.clone());
+        let mut waiting = None;
+        for _ in 0..1000 {
+            waiting = ready_overlays().get(&key).map(|r| r.dir.clone());
+            if waiting.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let waiting = waiting.expect("an overlay mounted ahead by the warm-up");
+        let pool = project
+            .store
+            .dir()
+            .join("spare")
+            .join(std::process::id().to_string());
+        assert!(
+            std::fs::read_dir(&pool).unwrap().count() > 0,
+            "no spare files"
+        );
+        assert!(project.records.join("last-id").is_file());
+        let origin = Origin {
+            tool: "shell".into(),
+            ..origin()
+        };
+        let tx = begin(state.path(), &cfg, &t, origin).await.unwrap();
+        assert_eq!(tx.dir, waiting, "the first action took the waiting overlay");
+        run_in(
+            &tx.mount(),
+            &format!("echo 1 >> '{}'", t.join("a.txt").display()),
+        )
+        .await;
+        let observed = tx.finish(|_| false).await.unwrap().unwrap();
+        let mut cp = observed.checkpoint;
+        observed.project.apply_changeset(&mut cp).unwrap();
+        assert_eq!(cp.id, "c1");
+        assert_eq!(std::fs::read_to_string(t.join("a.txt")).unwrap(), "0\n1\n");
     }
 }

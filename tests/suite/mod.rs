@@ -44,3 +44,4 @@ mod stdio_protocol;
 mod surface_cache;
 mod text_protocol;
 mod transactions;
+mod transactions_speed;
