@@ -180,7 +180,7 @@ fn fill(store_dir: &Path, dir: &Path) {
         .insert(dir.to_path_buf());
     if first {
         // Left by an earlier process with this pid: its spares are unknown.
-        let _ = std::fs::remove_dir_all(dir);
+        clear_pool(dir);
         if let Err(e) = crate::paths::create_private_dir(dir) {
             tracing::debug!("spare files: {}: {e}", dir.display());
             pools().entry(dir.to_path_buf()).or_default().filling = false;
@@ -239,9 +239,36 @@ fn remove_dead_pools(store_dir: &Path) {
         let gone = unsafe { libc::kill(pid, 0) } != 0
             && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
         if gone {
-            let _ = std::fs::remove_dir_all(entry.path());
+            clear_pool(&entry.path());
         }
     }
+}
+
+/// Remove a pool left by a process that is gone: its files (spares, and
+/// files an apply replaced that were not removed yet), then the pool.
+/// A directory in it is never removed: a pool holds files only, and a
+/// directory there can only be a person's, exchanged in by an apply in the
+/// instant before a crash (`replace` puts one back at once otherwise) —
+/// it is kept and named in the log.
+fn clear_pool(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => {
+                tracing::warn!(
+                    "spare files: {} is a directory in a pool of spare files; kept",
+                    path.display()
+                );
+            }
+            _ => {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
 }
 
 use std::os::unix::fs::OpenOptionsExt;
@@ -343,5 +370,22 @@ mod tests {
             std::fs::write(e.path(), "left over").unwrap();
         }
         assert!(take(store.path()).is_none());
+    }
+
+    /// A dead process's pool loses its files, never a directory (only a
+    /// person's can be there, exchanged in by an apply cut short).
+    #[test]
+    fn clearing_a_dead_pool_keeps_a_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = dir.path().join("4242");
+        std::fs::create_dir_all(pool.join("persons")).unwrap();
+        std::fs::write(pool.join("persons/work.txt"), "mine\n").unwrap();
+        std::fs::write(pool.join("s1"), "").unwrap();
+        clear_pool(&pool);
+        assert!(!pool.join("s1").exists());
+        assert_eq!(
+            std::fs::read_to_string(pool.join("persons/work.txt")).unwrap(),
+            "mine\n"
+        );
     }
 }
