@@ -3,7 +3,9 @@
 //! user and mount namespace the command joins), the changeset read and
 //! recorded, and applied to the project — on working trees of 100, 10,000
 //! and 100,000 small files with one file changed per action. Also printed:
-//! the first action's cost (no snapshot: nothing walks the tree).
+//! the first action's cost (no snapshot: nothing walks the tree), cold (a
+//! fresh store, nothing prepared) and warmed up (`txn::warm_up`, which the
+//! daemon starts when a session opens in a project, `BENCH_WARM_MS` before).
 //!
 //! The overlay's own cost is the time of a trivial command started in the
 //! overlay minus the same command started without one (both are timed, the
@@ -81,7 +83,21 @@ struct Figures {
     overlay: Duration,
 }
 
-async fn measure(files: usize, rounds: usize) -> Figures {
+/// How long a warmed-up bench waits between the session's warm-up
+/// (`txn::warm_up`, what the daemon starts at `session/new`) and the first
+/// action (`BENCH_WARM_MS`, default 300: opening a session and a model's
+/// first reply take longer).
+fn warm_wait() -> Duration {
+    let ms = std::env::var("BENCH_WARM_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    Duration::from_millis(ms)
+}
+
+/// `warm`: the project is warmed up as a session opening in it does;
+/// else the first action does that work itself (cold).
+async fn measure(files: usize, rounds: usize, warm: bool) -> Figures {
     let origin = Origin {
         session_id: "bench".into(),
         tool_call_id: "call".into(),
@@ -96,6 +112,10 @@ async fn measure(files: usize, rounds: usize) -> Figures {
     // tree's own writes age past one tick.
     tokio::time::sleep(Duration::from_millis(20)).await;
     let cfg = CheckpointConfig::default();
+    if warm {
+        txn::warm_up(state.path(), &cfg, tree.path());
+        tokio::time::sleep(warm_wait()).await;
+    }
     let target = tree.path().join("d0000/f0.txt");
     let scratch = tree.path().join("scratch.txt");
     let mut bookkeeping = Vec::with_capacity(rounds);
@@ -128,6 +148,14 @@ async fn measure(files: usize, rounds: usize) -> Figures {
         let done = prepared + start.elapsed();
         if r > 0 {
             phases.push([prepared, finished, start.elapsed() - finished]);
+        } else {
+            eprintln!(
+                "  {files} files, {} first action by phase: begin {}, finish {}, apply {}",
+                if warm { "warmed-up" } else { "cold" },
+                ms(prepared),
+                ms(finished),
+                ms(start.elapsed() - finished)
+            );
         }
         assert!(std::fs::read_to_string(&target)
             .unwrap()
@@ -146,6 +174,13 @@ async fn measure(files: usize, rounds: usize) -> Figures {
         }
     }
     let phase = |i: usize| median(phases.iter().map(|p| p[i]).collect());
+    if rounds == 0 {
+        return Figures {
+            first,
+            bookkeeping: vec![],
+            overlay: Duration::ZERO,
+        };
+    }
     eprintln!(
         "  {files} files, bookkeeping by phase (p50): begin {}, finish {}, apply {}",
         ms(phase(0)),
@@ -166,8 +201,8 @@ async fn main() {
         "plus the overlay's own cost (a command in the overlay minus the same command without)"
     );
     println!(
-        "{:>8} | {:>14} | {:>12} | {:>12} | {:>12} | {:>12}",
-        "files", "first action", "books p50", "books p95", "overlay p50", "total p50"
+        "{:>8} | {:>10} | {:>14} | {:>12} | {:>12} | {:>12} | {:>12}",
+        "files", "first cold", "first warmed", "books p50", "books p95", "overlay p50", "total p50"
     );
     println!("(pause between actions: {} ms)", pause().as_millis());
     // `BENCH_SIZES=100,10000` measures only those tree sizes (profiling).
@@ -178,11 +213,17 @@ async fn main() {
         if only.as_ref().is_some_and(|o| !o.contains(&files)) {
             continue;
         }
-        let f = measure(files, rounds).await;
+        // The first action in a fresh store, nothing warmed up (in the
+        // first size measured it also runs the once-per-process probe) …
+        let cold = measure(files, 0, false).await;
+        // … and in another fresh store warmed up as a session opening in
+        // the project does; then the steady actions.
+        let f = measure(files, rounds, true).await;
         let p50 = median(f.bookkeeping.clone());
         println!(
-            "{:>8} | {:>14} | {:>12} | {:>12} | {:>12} | {:>12}",
+            "{:>8} | {:>10} | {:>14} | {:>12} | {:>12} | {:>12} | {:>12}",
             files,
+            ms(cold.first),
             ms(f.first),
             ms(p50),
             ms(p95(f.bookkeeping)),

@@ -335,6 +335,7 @@ impl Daemon {
             .start_session(&id, &cwd, &req.mcp_servers)
             .await
             .map_err(|e| RpcError::invalid_params(e.to_string()))?;
+        warm_up_transactions(&self.env.config, &cwd);
         let mode = self.env.config.default_mode;
         let mut session = Session::new(id.clone(), cwd.clone()).with_mode(mode);
         if let Some(store) = &self.env.sessions {
@@ -401,6 +402,7 @@ impl Daemon {
             .start_session(&id, &cwd, &req.mcp_servers)
             .await
             .map_err(|e| RpcError::invalid_params(e.to_string()))?;
+        warm_up_transactions(&self.env.config, &cwd);
         let replay = loaded.replay.clone();
         let skipped = loaded.warnings.clone();
         let session_mode_recorded = loaded.mode;
@@ -1288,4 +1290,13 @@ where
     daemon.env.editor.disconnect();
     daemon.cancel_all();
     daemon.env.mcp.shutdown().await;
+}
+
+/// A session opened in `cwd`: its first transactional action's one-time
+/// work (store, overlay probe, first overlay, spare files) starts now, in
+/// the background (`checkpoint::txn::warm_up`).
+fn warm_up_transactions(config: &crate::config::Config, cwd: &std::path::Path) {
+    if config.sandbox == crate::config::SandboxSetting::Bwrap {
+        crate::checkpoint::txn::warm_up(&config.state_dir(), &config.checkpoints, cwd);
+    }
 }

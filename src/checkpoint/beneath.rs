@@ -301,7 +301,7 @@ impl Beneath {
                 && spare.file.write_all(bytes).is_ok();
             if written {
                 drop(spare.file);
-                let moved = rustix::fs::renameat(rustix::fs::CWD, spare.path.as_path(), &dir, name);
+                let moved = super::spare::replace(&spare.path, &dir, name);
                 match moved {
                     Ok(()) => return Ok(()),
                     Err(_) => {

@@ -58,7 +58,7 @@ impl Spare {
     /// removed, so a half-written one is never taken again.
     pub fn persist(self, dest: &Path) -> std::io::Result<()> {
         drop(self.file);
-        let moved = std::fs::rename(&self.path, dest);
+        let moved = replace(&self.path, rustix::fs::CWD, dest).map_err(std::io::Error::from);
         if moved.is_err() {
             let _ = std::fs::remove_file(&self.path);
         }
@@ -97,13 +97,74 @@ pub fn take(store_dir: &Path) -> Option<Spare> {
         name?
     };
     let path = dir.join(name);
+    // Not `O_TRUNC`: a spare is made empty and never taken twice, and on
+    // ext4 truncating a file (even an empty one) marks it to have its data
+    // flushed when it is closed. One that is not empty (never expected) is
+    // given up.
     let file = std::fs::OpenOptions::new()
         .write(true)
-        .truncate(true)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&path)
         .ok()?;
+    if file.metadata().map_or(true, |m| m.len() != 0) {
+        let _ = std::fs::remove_file(&path);
+        return None;
+    }
     Some(Spare { path, file })
+}
+
+/// Put the written spare at `spare` in place as `name` in `dir`.
+///
+/// A new name is a plain rename. An existing file is *exchanged* with the
+/// spare (`RENAME_EXCHANGE`, atomic like a rename over it) rather than
+/// renamed over: ext4 (`auto_da_alloc`, on by default) flushes the data of
+/// a file renamed over another before the rename returns — 1–5 ms on this
+/// VM, against ~50 µs for the exchange. The replaced file, now at the
+/// spare's path in the pool, is removed in the background
+/// (`txn::remove_later`; a crash leaves it in the dead process's pool,
+/// removed with it). Should the exchange have taken a directory (one put
+/// at `name` since it was checked), it is exchanged back and `EISDIR`
+/// returned, as a rename over it would have failed.
+pub fn replace<D: std::os::fd::AsFd + Copy, N: rustix::path::Arg + Copy>(
+    spare: &Path,
+    dir: D,
+    name: N,
+) -> rustix::io::Result<()> {
+    use rustix::fs::{renameat_with, AtFlags, FileType, RenameFlags, CWD};
+    match renameat_with(CWD, spare, dir, name, RenameFlags::NOREPLACE) {
+        Err(rustix::io::Errno::EXIST) => {}
+        // A file system without `RENAME_NOREPLACE`: as before.
+        Err(rustix::io::Errno::INVAL) => return rustix::fs::renameat(CWD, spare, dir, name),
+        other => return other,
+    }
+    match renameat_with(CWD, spare, dir, name, RenameFlags::EXCHANGE) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::INVAL) => return rustix::fs::renameat(CWD, spare, dir, name),
+        Err(e) => return Err(e),
+    }
+    let swapped = rustix::fs::statat(CWD, spare, AtFlags::SYMLINK_NOFOLLOW);
+    if swapped.is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory) {
+        renameat_with(CWD, spare, dir, name, RenameFlags::EXCHANGE)?;
+        return Err(rustix::io::Errno::ISDIR);
+    }
+    super::txn::remove_later(spare.to_path_buf());
+    Ok(())
+}
+
+/// Fill the pool of the store at `store_dir` now, on this thread (the
+/// session's warm-up: the first action finds it full). A filling already
+/// under way elsewhere is left to finish.
+pub fn fill_now(store_dir: &Path) {
+    let dir = pool_dir(store_dir);
+    {
+        let mut map = pools();
+        let pool = map.entry(dir.clone()).or_default();
+        if pool.filling {
+            return;
+        }
+        pool.filling = true;
+    }
+    fill(store_dir, &dir);
 }
 
 /// Make spare files (and, the first time, the object fan-out directories
@@ -119,7 +180,7 @@ fn fill(store_dir: &Path, dir: &Path) {
         .insert(dir.to_path_buf());
     if first {
         // Left by an earlier process with this pid: its spares are unknown.
-        let _ = std::fs::remove_dir_all(dir);
+        clear_pool(dir);
         if let Err(e) = crate::paths::create_private_dir(dir) {
             tracing::debug!("spare files: {}: {e}", dir.display());
             pools().entry(dir.to_path_buf()).or_default().filling = false;
@@ -178,9 +239,36 @@ fn remove_dead_pools(store_dir: &Path) {
         let gone = unsafe { libc::kill(pid, 0) } != 0
             && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
         if gone {
-            let _ = std::fs::remove_dir_all(entry.path());
+            clear_pool(&entry.path());
         }
     }
+}
+
+/// Remove a pool left by a process that is gone: its files (spares, and
+/// files an apply replaced that were not removed yet), then the pool.
+/// A directory in it is never removed: a pool holds files only, and a
+/// directory there can only be a person's, exchanged in by an apply in the
+/// instant before a crash (`replace` puts one back at once otherwise) —
+/// it is kept and named in the log.
+fn clear_pool(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => {
+                tracing::warn!(
+                    "spare files: {} is a directory in a pool of spare files; kept",
+                    path.display()
+                );
+            }
+            _ => {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
 }
 
 use std::os::unix::fs::OpenOptionsExt;
@@ -209,5 +297,95 @@ mod tests {
         spare.persist(&dest).unwrap();
         assert_eq!(std::fs::read(&dest).unwrap(), b"record");
         assert!(store.path().join("git/objects/ab").is_dir());
+    }
+
+    /// A spare put in place over an existing file is exchanged with it:
+    /// the destination holds the new bytes at once (never missing), the
+    /// replaced file leaves the pool in the background, and a directory
+    /// that appeared at the destination is put back and refused, as a
+    /// rename over it would be.
+    #[test]
+    fn a_spare_replacing_a_file_is_exchanged_and_a_directory_is_refused() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let pool = dir.path().join("pool");
+        std::fs::create_dir(&pool).unwrap();
+        let dest = dir.path().join("a.txt");
+        std::fs::write(&dest, "old\n").unwrap();
+        // Another name for the old file: it keeps the old bytes.
+        std::fs::hard_link(&dest, dir.path().join("old-link")).unwrap();
+        let spare = pool.join("s1");
+        std::fs::write(&spare, "new\n").unwrap();
+        let spare_ino = std::fs::metadata(&spare).unwrap().ino();
+        replace(&spare, rustix::fs::CWD, &dest).unwrap();
+        assert_eq!(std::fs::read_to_string(&dest).unwrap(), "new\n");
+        assert_eq!(std::fs::metadata(&dest).unwrap().ino(), spare_ino);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("old-link")).unwrap(),
+            "old\n"
+        );
+        let mut gone = false;
+        for _ in 0..200 {
+            if !spare.exists() {
+                gone = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(gone, "the replaced file stayed in the pool");
+        // A new name: a plain rename.
+        let spare = pool.join("s2");
+        std::fs::write(&spare, "b\n").unwrap();
+        replace(&spare, rustix::fs::CWD, &dir.path().join("b.txt")).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("b.txt")).unwrap(),
+            "b\n"
+        );
+        // A directory at the destination stays, with what it holds.
+        let folder = dir.path().join("folder");
+        std::fs::create_dir(&folder).unwrap();
+        std::fs::write(folder.join("inside"), "kept\n").unwrap();
+        let spare = pool.join("s3");
+        std::fs::write(&spare, "x\n").unwrap();
+        let err = replace(&spare, rustix::fs::CWD, &folder).unwrap_err();
+        assert_eq!(err, rustix::io::Errno::ISDIR);
+        assert_eq!(
+            std::fs::read_to_string(folder.join("inside")).unwrap(),
+            "kept\n"
+        );
+        assert_eq!(std::fs::read_to_string(&spare).unwrap(), "x\n");
+    }
+
+    /// A spare that is not empty (never expected: a crash's leftover) is
+    /// given up rather than written after its old bytes.
+    #[test]
+    fn a_spare_that_is_not_empty_is_not_taken() {
+        let store = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(store.path().join("git/objects")).unwrap();
+        fill_now(store.path());
+        let dir = pool_dir(store.path());
+        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+        assert_eq!(names.len(), SPARES_PER_STORE);
+        for e in &names {
+            std::fs::write(e.path(), "left over").unwrap();
+        }
+        assert!(take(store.path()).is_none());
+    }
+
+    /// A dead process's pool loses its files, never a directory (only a
+    /// person's can be there, exchanged in by an apply cut short).
+    #[test]
+    fn clearing_a_dead_pool_keeps_a_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = dir.path().join("4242");
+        std::fs::create_dir_all(pool.join("persons")).unwrap();
+        std::fs::write(pool.join("persons/work.txt"), "mine\n").unwrap();
+        std::fs::write(pool.join("s1"), "").unwrap();
+        clear_pool(&pool);
+        assert!(!pool.join("s1").exists());
+        assert_eq!(
+            std::fs::read_to_string(pool.join("persons/work.txt")).unwrap(),
+            "mine\n"
+        );
     }
 }

@@ -57,9 +57,9 @@ impl Ready {
 /// directories).
 const MAX_READY_OVERLAYS: usize = 16;
 
-/// How long the next overlay's mounting waits after an action took the
-/// previous one: an action's command and bookkeeping take a few ms, a
-/// model's next request far longer.
+/// How long the next overlay's mounting waits after an action's command
+/// ended: its bookkeeping takes a few ms, a model's next request far
+/// longer.
 const AHEAD_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
 
 type ReadyKey = (PathBuf, PathBuf);
@@ -116,7 +116,8 @@ fn mount_fresh(root: &Path, project: &Path) -> Result<Ready, String> {
 
 /// The overlay for an action in `project` now: the one mounted ahead when
 /// it is there and still over the same directory, else one mounted now.
-/// Either way the next one is mounted ahead in the background.
+/// The next one is mounted ahead when the action's command has ended
+/// ([`Transaction::finish`]).
 fn take_overlay(root: &Path, project: &Path) -> Result<Ready, String> {
     let key = (root.to_path_buf(), project.to_path_buf());
     let waiting = ready_overlays().remove(&key);
@@ -131,30 +132,128 @@ fn take_overlay(root: &Path, project: &Path) -> Result<Ready, String> {
             mount_fresh(root, project)?
         }
     };
-    let (root, project) = (root.to_path_buf(), project.to_path_buf());
-    let spawned = std::thread::Builder::new()
-        .name("overlay-ahead".into())
-        .spawn(move || {
-            // After the action that took the previous one has run and been
-            // applied, not alongside it (both would queue on the journal).
-            std::thread::sleep(AHEAD_DELAY);
-            match mount_fresh(&root, &project) {
-                Ok(next) => {
-                    let mut map = ready_overlays();
-                    if map.contains_key(&key) || map.len() >= MAX_READY_OVERLAYS {
-                        drop(map);
-                        next.discard();
-                    } else {
-                        map.insert(key, next);
-                    }
+    Ok(ready)
+}
+
+/// One request to the thread that mounts overlays ahead: the store's
+/// `txn/`, the project, and when to start (after the action that asked
+/// has run and been applied, not alongside it: both would queue on the
+/// file system's journal).
+struct AheadRequest {
+    root: PathBuf,
+    project: PathBuf,
+    not_before: std::time::Instant,
+}
+
+/// Mount the next overlay of `project` in the background, `delay` from
+/// now, unless one is already waiting. One long-lived thread does it for
+/// every project (a thread started per action cost its `clone` on the
+/// action's path), fed through a queue of [`MAX_READY_OVERLAYS`]
+/// requests; a request that finds the queue full is dropped (the next
+/// action then mounts its own).
+fn mount_next_ahead(root: &Path, project: &Path, delay: std::time::Duration) {
+    use std::sync::mpsc::{sync_channel, SyncSender};
+    static WORKER: OnceLock<Option<Mutex<SyncSender<AheadRequest>>>> = OnceLock::new();
+    let worker = WORKER.get_or_init(|| {
+        let (tx, rx) = sync_channel::<AheadRequest>(MAX_READY_OVERLAYS);
+        std::thread::Builder::new()
+            .name("overlay-ahead".into())
+            .spawn(move || {
+                while let Ok(req) = rx.recv() {
+                    let wait = req
+                        .not_before
+                        .saturating_duration_since(std::time::Instant::now());
+                    std::thread::sleep(wait);
+                    mount_ahead_now(req.root, req.project);
                 }
-                Err(e) => tracing::debug!("transaction: no overlay mounted ahead: {e}"),
+            })
+            .map_err(|e| tracing::debug!("transaction: no overlay mounted ahead: {e}"))
+            .ok()
+            .map(|_| Mutex::new(tx))
+    });
+    let request = AheadRequest {
+        root: root.to_path_buf(),
+        project: project.to_path_buf(),
+        not_before: std::time::Instant::now() + delay,
+    };
+    if let Some(tx) = worker {
+        if tx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .try_send(request)
+            .is_err()
+        {
+            tracing::debug!("transaction: no overlay mounted ahead: the queue is full");
+        }
+    }
+}
+
+/// Mount an overlay of `project` and keep it waiting for the project's
+/// next action (unless one already waits, or [`MAX_READY_OVERLAYS`] do).
+fn mount_ahead_now(root: PathBuf, project: PathBuf) {
+    let key = (root, project);
+    {
+        let map = ready_overlays();
+        if map.contains_key(&key) || map.len() >= MAX_READY_OVERLAYS {
+            return;
+        }
+    }
+    match mount_fresh(&key.0, &key.1) {
+        Ok(next) => {
+            let mut map = ready_overlays();
+            if map.contains_key(&key) || map.len() >= MAX_READY_OVERLAYS {
+                drop(map);
+                next.discard();
+            } else {
+                map.insert(key, next);
             }
+        }
+        Err(e) => tracing::debug!("transaction: no overlay mounted ahead: {e}"),
+    }
+}
+
+/// Get a project ready for its first transactional action, in the
+/// background, when a session opens in it: the store opened (made, with
+/// its `git init`, the first time), the overlay probe run (once per
+/// process), the first overlay mounted ahead, the spare files made, the
+/// stores measured for the quota and the id counter made — the one-time
+/// work the first action paid for (10–17 ms) before this.
+/// Nothing walks the tree. Failures are only logged: the action itself
+/// then does (and reports) the same work.
+pub fn warm_up(state_dir: &Path, cfg: &CheckpointConfig, cwd: &Path) {
+    if !cfg.enabled || cfg.transactions == super::TransactionMode::Observe {
+        return;
+    }
+    if !super::observable(cwd) {
+        return;
+    }
+    let (state_dir, cfg, cwd) = (state_dir.to_path_buf(), cfg.clone(), cwd.to_path_buf());
+    let spawned = std::thread::Builder::new()
+        .name("txn-warm-up".into())
+        .spawn(move || {
+            let project = match Project::open_shared(&state_dir, &cwd, &cfg) {
+                Ok(p) => p,
+                Err(e) => return tracing::debug!("transaction warm-up: {e}"),
+            };
+            super::spare::fill_now(project.store.dir());
+            project.measure_stores_once();
+            project.prepare_counter();
+            let root = project.store.dir().join("txn");
+            if let Err(e) = overlay::probe(&root) {
+                return tracing::debug!("transaction warm-up: {e}");
+            }
+            if overlay::unmountable(project.cwd()).is_some() {
+                return;
+            }
+            let project_path = project
+                .cwd()
+                .canonicalize()
+                .unwrap_or_else(|_| project.cwd().to_path_buf());
+            mount_ahead_now(root, project_path);
         });
     if let Err(e) = spawned {
-        tracing::debug!("transaction: no overlay mounted ahead: {e}");
+        tracing::debug!("transaction warm-up: {e}");
     }
-    Ok(ready)
 }
 
 /// Prepare a transaction for an action in `cwd`. `Err`: why overlays
@@ -274,9 +373,15 @@ impl Transaction {
         self,
         needs_judging: fn(&str) -> bool,
     ) -> Result<Option<Observed>, WatchError> {
-        // The command has ended: so does the namespace it ran in.
+        // The command has ended: so does the namespace it ran in. The
+        // project's next overlay is mounted once this action's bookkeeping
+        // is done (its command's own duration no longer decides whether
+        // the two overlap).
         if let Some(ahead) = &self.mount.ahead {
             ahead.end();
+        }
+        if let Some(root) = self.dir.parent() {
+            mount_next_ahead(root, &self.mount.project, AHEAD_DELAY);
         }
         let guard = lock(self.project.cwd()).lock_owned().await;
         let Transaction {
@@ -442,16 +547,23 @@ pub fn remove_dir(dir: &Path) {
     }
 }
 
-/// Directories waiting for the janitor at most; past that the caller
-/// removes its own.
+/// Paths waiting for the janitor at most; past that the caller removes
+/// its own.
 const MAX_PENDING_REMOVALS: usize = 256;
 
 /// Remove a transaction's directory in the background: a used upper layer
 /// and work directory are a few `rmdir`s (each a journal update) that the
-/// action need not wait for. One janitor thread per process, fed through
-/// a queue of [`MAX_PENDING_REMOVALS`]; when it is full or the thread
-/// cannot start, the directory is removed at once.
+/// action need not wait for. See [`remove_later`].
 pub fn remove_dir_later(dir: PathBuf) {
+    remove_later(dir)
+}
+
+/// Remove a directory (as [`remove_dir`]) or a file in the background:
+/// also the file a spare replaced (`spare::replace`), whose freed blocks
+/// are a journal update the action need not wait for. One janitor thread
+/// per process, fed through a queue of [`MAX_PENDING_REMOVALS`]; when it
+/// is full or the thread cannot start, the path is removed at once.
+pub fn remove_later(path: PathBuf) {
     use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
     static JANITOR: OnceLock<Option<Mutex<SyncSender<PathBuf>>>> = OnceLock::new();
     let janitor = JANITOR.get_or_init(|| {
@@ -459,21 +571,34 @@ pub fn remove_dir_later(dir: PathBuf) {
         std::thread::Builder::new()
             .name("txn-janitor".into())
             .spawn(move || {
-                while let Ok(dir) = rx.recv() {
-                    remove_dir(&dir);
+                while let Ok(path) = rx.recv() {
+                    remove_now(&path);
                 }
             })
             .ok()
             .map(|_| Mutex::new(tx))
     });
     let refused = match janitor {
-        Some(tx) => match tx.lock().unwrap_or_else(|p| p.into_inner()).try_send(dir) {
+        Some(tx) => match tx.lock().unwrap_or_else(|p| p.into_inner()).try_send(path) {
             Ok(()) => return,
             Err(TrySendError::Full(d) | TrySendError::Disconnected(d)) => d,
         },
-        None => dir,
+        None => path,
     };
-    remove_dir(&refused);
+    remove_now(&refused);
+}
+
+/// Remove `path`: a directory with all it holds, or a file or link.
+fn remove_now(path: &Path) {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => remove_dir(path),
+        Ok(_) => {
+            if let Err(e) = std::fs::remove_file(path) {
+                tracing::warn!("transaction: {} not removed: {e}", path.display());
+            }
+        }
+        Err(_) => {}
+    }
 }
 
 /// A file tool's write (`write_file`, an edit through the client's `fs`),
@@ -767,5 +892,56 @@ mod tests {
             );
         }
         assert_eq!(ahead, 6, "every overlay was mounted ahead");
+    }
+
+    /// A session opening in a project warms it up in the background: the
+    /// store is made, an overlay is mounted ahead and the spare files are
+    /// there, and the first action takes that overlay instead of mounting
+    /// one on its path.
+    #[tokio::test]
+    async fn the_warm_up_leaves_an_overlay_the_first_action_takes() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path().canonicalize().unwrap();
+        std::fs::write(t.join("a.txt"), "0\n").unwrap();
+        let cfg = CheckpointConfig::default();
+        warm_up(state.path(), &cfg, &t);
+        let project = Project::open_shared(state.path(), &t, &cfg).unwrap();
+        let key = (project.store.dir().join("txn"), t.clone());
+        let mut waiting = None;
+        for _ in 0..1000 {
+            waiting = ready_overlays().get(&key).map(|r| r.dir.clone());
+            if waiting.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let waiting = waiting.expect("an overlay mounted ahead by the warm-up");
+        let pool = project
+            .store
+            .dir()
+            .join("spare")
+            .join(std::process::id().to_string());
+        assert!(
+            std::fs::read_dir(&pool).unwrap().count() > 0,
+            "no spare files"
+        );
+        assert!(project.records.join("last-id").is_file());
+        let origin = Origin {
+            tool: "shell".into(),
+            ..origin()
+        };
+        let tx = begin(state.path(), &cfg, &t, origin).await.unwrap();
+        assert_eq!(tx.dir, waiting, "the first action took the waiting overlay");
+        run_in(
+            &tx.mount(),
+            &format!("echo 1 >> '{}'", t.join("a.txt").display()),
+        )
+        .await;
+        let observed = tx.finish(|_| false).await.unwrap().unwrap();
+        let mut cp = observed.checkpoint;
+        observed.project.apply_changeset(&mut cp).unwrap();
+        assert_eq!(cp.id, "c1");
+        assert_eq!(std::fs::read_to_string(t.join("a.txt")).unwrap(), "0\n1\n");
     }
 }

@@ -46,3 +46,4 @@ mod surface_cache;
 mod surface_watch;
 mod text_protocol;
 mod transactions;
+mod transactions_speed;
