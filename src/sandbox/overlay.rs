@@ -285,7 +285,7 @@ const MAX_TICK_WAIT_NS: i64 = 50_000_000;
 /// Sleep until the coarse clock reads more than `not_before_ns` (at most
 /// [`MAX_TICK_WAIT_NS`]; 0: no wait). Runs in the forked child: only
 /// `clock_gettime` and `nanosleep`, both async-signal-safe.
-fn wait_for_tick(not_before_ns: i64) {
+pub(super) fn wait_for_tick(not_before_ns: i64) {
     if not_before_ns <= 0 {
         return;
     }
