@@ -66,9 +66,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use rustix::process::{getrlimit, Resource, Rlimit};
+use rustix::process::{getrlimit, Resource};
 
 use super::limits::{format_size, ResourceLimits};
+use super::spawn::{RawChild, SpawnError, Step};
 
 /// How often the watchdog looks at the pids cgroup and the disk.
 pub const WATCH_EVERY: Duration = Duration::from_millis(100);
@@ -147,17 +148,29 @@ pub struct Enforcer {
 /// `/proc/self/uid_map` and `gid_map` contents mapping the daemon's own ids.
 #[derive(Debug, Clone)]
 struct UserNamespaceMaps {
-    uid_map: String,
-    gid_map: String,
+    uid_map: std::ffi::CString,
+    gid_map: std::ffi::CString,
 }
 
 impl UserNamespaceMaps {
     fn own() -> UserNamespaceMaps {
         let uid = rustix::process::getuid().as_raw();
         let gid = rustix::process::getgid().as_raw();
+        // Digits and spaces: never a NUL byte.
+        let line = |id: u32| std::ffi::CString::new(format!("{id} {id} 1")).unwrap_or_default();
         UserNamespaceMaps {
-            uid_map: format!("{uid} {uid} 1"),
-            gid_map: format!("{gid} {gid} 1"),
+            uid_map: line(uid),
+            gid_map: line(gid),
+        }
+    }
+
+    /// The child's step entering a new user namespace that maps our own
+    /// ids.
+    fn step(&self) -> Step {
+        Step::EnterUserNamespace {
+            also: 0,
+            uid_map: self.uid_map.clone(),
+            gid_map: self.gid_map.clone(),
         }
     }
 
@@ -278,71 +291,44 @@ impl Enforcer {
         self.userns.is_some()
     }
 
-    /// Apply the limits in the child between fork and exec.
-    pub fn install(&self, cmd: &mut tokio::process::Command) {
-        let rlimits = self.rlimits.clone();
-        // A child forked by the cgroup's resident thread starts in it.
-        let procs = self
-            .cgroup
-            .as_ref()
-            .filter(|c| c.resident.is_none())
-            .map(|c| c.procs.clone());
-        let userns = self.userns.clone();
-        // SAFETY: the closure runs in the forked child before exec, where
-        // only async-signal-safe calls are allowed: it makes raw unshare,
-        // setrlimit, open, write and close system calls on data prepared
-        // before the fork, and allocates nothing.
-        unsafe {
-            cmd.pre_exec(move || {
-                // First the namespace, so that RLIMIT_NPROC counts in it.
-                if let Some(maps) = &userns {
-                    maps.enter()?;
-                }
-                for (res, soft, hard) in &rlimits {
-                    rustix::process::setrlimit(
-                        *res,
-                        Rlimit {
-                            current: Some(*soft),
-                            maximum: Some(*hard),
-                        },
-                    )?;
-                }
-                if let Some(procs) = &procs {
-                    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                    if fd < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    let wrote = libc::write(fd, b"0\n".as_ptr().cast(), 2);
-                    let err = std::io::Error::last_os_error();
-                    libc::close(fd);
-                    if wrote < 0 {
-                        return Err(err);
-                    }
-                }
-                Ok(())
+    /// Add the limits to the child's steps: the user namespace first (so
+    /// that RLIMIT_NPROC counts in it), then the rlimits, then the join of
+    /// the run's cgroup when no resident thread lives there.
+    pub fn install(&self, cmd: &mut super::spawn::Command) {
+        if let Some(maps) = &self.userns {
+            cmd.step(maps.step());
+        }
+        for &(resource, soft, hard) in &self.rlimits {
+            cmd.step(Step::SetRlimit {
+                resource,
+                soft,
+                hard,
+            });
+        }
+        // A child cloned by the cgroup's resident thread starts in it.
+        if let Some(cg) = self.cgroup.as_ref().filter(|c| c.resident.is_none()) {
+            cmd.step(Step::JoinCgroup {
+                procs: cg.procs.clone(),
             });
         }
     }
 
-    /// Spawn `cmd` (prepared with [`Enforcer::install`]): from the run
+    /// Start `cmd` (prepared with [`Enforcer::install`]): from the run
     /// cgroup's resident thread when it has one, so that the child starts
-    /// in the cgroup, else from here.
-    pub async fn spawn(
-        &self,
-        mut cmd: tokio::process::Command,
-    ) -> std::io::Result<tokio::process::Child> {
+    /// in the cgroup, else from this thread.
+    pub async fn spawn(&self, cmd: super::spawn::Command) -> Result<RawChild, SpawnError> {
         let Some(resident) = self.cgroup.as_ref().and_then(|c| c.resident.as_ref()) else {
             return cmd.spawn();
         };
         let (sender, spawned) = tokio::sync::oneshot::channel();
-        let runtime = tokio::runtime::Handle::current();
         let job: SpawnJob = Box::new(move || {
-            // The child's pipes and its reaping belong to the caller's runtime.
-            let _entered = runtime.enter();
             // A caller gone meanwhile drops the child, which kills it.
             let _ = sender.send(cmd.spawn());
         });
-        let gone = || std::io::Error::other("the run cgroup's spawning thread is gone");
+        let gone = || SpawnError {
+            during: Some("handing the spawn to the run cgroup's thread".into()),
+            error: std::io::Error::other("the thread is gone"),
+        };
         resident.jobs.send(job).map_err(|_| gone())?;
         spawned.await.map_err(|_| gone())?
     }
@@ -615,7 +601,8 @@ impl Resident {
     }
 }
 
-/// Stack of a resident thread: it runs `Command::spawn` and nothing else.
+/// Stack of a resident thread: it runs `spawn::Command::spawn` (which
+/// clones onto a stack of its own) and nothing else.
 const RESIDENT_STACK: usize = 256 * 1024;
 
 /// How a shell reports a fork refused at RLIMIT_NPROC (bash, dash, zsh,

@@ -109,10 +109,7 @@ impl Step {
                 procs.to_string_lossy()
             ),
             Step::JoinNamespaces { .. } => "joining the overlay mounted ahead".into(),
-            Step::Chdir(dir) => format!(
-                "entering the working directory {}",
-                dir.to_string_lossy()
-            ),
+            Step::Chdir(dir) => format!("entering the working directory {}", dir.to_string_lossy()),
             Step::WaitForTick { .. } => "waiting for the clock".into(),
             Step::Inherit(fd) => format!("passing fd {fd} to the program"),
         }
@@ -181,8 +178,7 @@ impl Step {
 pub fn as_pre_exec(steps: Vec<Step>) -> impl FnMut() -> std::io::Result<()> + Send + Sync {
     move || {
         for step in &steps {
-            step.perform()
-                .map_err(std::io::Error::from_raw_os_error)?;
+            step.perform().map_err(std::io::Error::from_raw_os_error)?;
         }
         Ok(())
     }
@@ -366,14 +362,12 @@ impl Command {
         let candidate_ptrs: Vec<*const libc::c_char> =
             candidates.iter().map(|c| c.as_ptr()).collect();
         let cwd = match &self.cwd {
-            Some(dir) => Some(
-                CString::new(dir.as_os_str().as_bytes()).map_err(|_| {
-                    prepare(std::io::Error::new(
-                        std::io::ErrorKind::InvalidInput,
-                        "the working directory holds a NUL byte",
-                    ))
-                })?,
-            ),
+            Some(dir) => Some(CString::new(dir.as_os_str().as_bytes()).map_err(|_| {
+                prepare(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "the working directory holds a NUL byte",
+                ))
+            })?),
             None => None,
         };
         let stdin = dev_null().map_err(prepare)?;
@@ -482,7 +476,11 @@ impl Command {
         .unwrap_or_else(|| b"/bin:/usr/bin".to_vec());
         path.split(|&b| b == b':')
             .filter_map(|dir| {
-                let mut full = if dir.is_empty() { b".".to_vec() } else { dir.to_vec() };
+                let mut full = if dir.is_empty() {
+                    b".".to_vec()
+                } else {
+                    dir.to_vec()
+                };
                 full.push(b'/');
                 full.extend_from_slice(name);
                 CString::new(full).ok()
@@ -786,8 +784,16 @@ pub struct Child {
 impl Child {
     /// Tie `raw` to the current runtime (call it inside one).
     pub fn from_raw(mut raw: RawChild) -> std::io::Result<Child> {
-        let stdout = raw.stdout.take().map(pipe::Receiver::from_owned_fd).transpose()?;
-        let stderr = raw.stderr.take().map(pipe::Receiver::from_owned_fd).transpose()?;
+        let stdout = raw
+            .stdout
+            .take()
+            .map(pipe::Receiver::from_owned_fd)
+            .transpose()?;
+        let stderr = raw
+            .stderr
+            .take()
+            .map(pipe::Receiver::from_owned_fd)
+            .transpose()?;
         let Some(pidfd) = raw.pidfd.take() else {
             return Err(std::io::Error::other("the child's pidfd is gone"));
         };
@@ -950,7 +956,10 @@ mod tests {
         assert_eq!(status.code(), Some(3));
         assert_eq!((out.as_str(), err.as_str()), ("out\n", "err\n"));
         let (status, _, _, _) = run(&sh("kill -TERM $$")).await;
-        assert_eq!((status.code(), status.signal()), (None, Some(libc::SIGTERM)));
+        assert_eq!(
+            (status.code(), status.signal()),
+            (None, Some(libc::SIGTERM))
+        );
         let (status, _, _, _) = run(&sh("true")).await;
         assert!(status.success());
     }
@@ -981,7 +990,13 @@ mod tests {
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(
             lines.first().copied(),
-            Some(dir.path().canonicalize().expect("canon").to_str().expect("utf8"))
+            Some(
+                dir.path()
+                    .canonicalize()
+                    .expect("canon")
+                    .to_str()
+                    .expect("utf8")
+            )
         );
         assert_eq!(lines.get(1), Some(&pid.to_string().as_str()), "{out}");
         assert_eq!(lines.get(2), Some(&pid.to_string().as_str()));
@@ -995,7 +1010,9 @@ mod tests {
             assert_eq!(err.to_string(), "No such file or directory (os error 2)");
         }
         // Found but not executable: not "missing".
-        let err = Command::new("/etc/passwd").spawn().expect_err("not executable");
+        let err = Command::new("/etc/passwd")
+            .spawn()
+            .expect_err("not executable");
         assert!(!err.missing());
         assert_eq!(err.to_string(), "Permission denied (os error 13)");
     }
@@ -1033,8 +1050,13 @@ mod tests {
         let mut cmd = sh("true");
         cmd.current_dir(Path::new("/nonexistent-dir"));
         let err = cmd.spawn().expect_err("a bad cwd");
-        assert!(!err.missing(), "a missing directory is not a missing program");
-        assert!(err.to_string().starts_with("entering the working directory"));
+        assert!(
+            !err.missing(),
+            "a missing directory is not a missing program"
+        );
+        assert!(err
+            .to_string()
+            .starts_with("entering the working directory"));
     }
 
     #[tokio::test]
