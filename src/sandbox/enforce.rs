@@ -36,7 +36,7 @@
 //!      process is moved per run where it can be avoided: on cgroup v1,
 //!      which moves single threads, each run cgroup has a *resident
 //!      thread* of the daemon that joined it once when the cgroup was made
-//!      and forks every run's child there — a child starts in its parent
+//!      and clones every run's child there — a child starts in its parent
 //!      thread's cgroup, so nothing migrates and the per-run cost is a hop
 //!      to that thread (µs). `pids.max` counts the resident thread, so it is
 //!      the limit plus one. On cgroup v2 (whole processes only) the child
@@ -214,7 +214,7 @@ struct RunCgroup {
     /// The limit of processes of a run in it (`pids.max` is one more when
     /// a resident thread lives there).
     max: u64,
-    /// The daemon's thread living in this cgroup (cgroup v1), which forks
+    /// The daemon's thread living in this cgroup (cgroup v1), which clones
     /// the run's child so that it starts here; None: the child joins.
     resident: Option<Resident>,
     /// Forks refused in it before this run (a reused cgroup keeps its count).
@@ -563,7 +563,7 @@ type SpawnJob = Box<dyn FnOnce() + Send>;
 
 /// A thread of the daemon living in a run cgroup: cgroup v1 moves single
 /// threads (`tasks`), and a child starts in the cgroup of the thread that
-/// forks it, so the run's child is in its cgroup without being moved.
+/// clones it, so the run's child is in its cgroup without being moved.
 /// Dropping it ends the thread, which leaves the cgroup.
 #[derive(Debug)]
 struct Resident {
@@ -583,8 +583,9 @@ impl Resident {
         let (joined_tx, joined_rx) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new()
             .name("run-cgroup".into())
-            // It only forks; bwrap's --die-with-parent follows this thread,
-            // which lives as long as the cgroup is in use.
+            // It only clones (see super::spawn); bwrap's --die-with-parent
+            // follows this thread, which lives as long as the cgroup is in
+            // use.
             .stack_size(RESIDENT_STACK)
             .spawn(move || {
                 // "0": the writing thread, alone (cgroup v1).

@@ -103,7 +103,7 @@ impl Step {
             }
             Step::MakeMountsPrivate => "making the mounts private for the overlay".into(),
             Step::MountOverlay { .. } => "mounting the overlay over the project".into(),
-            Step::SetRlimit { resource, .. } => format!("setting the limit {resource:?}"),
+            Step::SetRlimit { resource, .. } => format!("setting {}", rlimit_name(*resource)),
             Step::JoinCgroup { procs } => format!(
                 "joining the run's pids cgroup ({})",
                 procs.to_string_lossy()
@@ -170,6 +170,20 @@ impl Step {
                 Step::Inherit(fd) => check(libc::fcntl(*fd, libc::F_SETFD, 0)),
             }
         }
+    }
+}
+
+/// `RLIMIT_…` as the C headers spell it.
+fn rlimit_name(resource: rustix::process::Resource) -> String {
+    use rustix::process::Resource;
+    match resource {
+        Resource::Core => "RLIMIT_CORE".into(),
+        Resource::As => "RLIMIT_AS".into(),
+        Resource::Fsize => "RLIMIT_FSIZE".into(),
+        Resource::Cpu => "RLIMIT_CPU".into(),
+        Resource::Nofile => "RLIMIT_NOFILE".into(),
+        Resource::Nproc => "RLIMIT_NPROC".into(),
+        other => format!("RLIMIT_{}", format!("{other:?}").to_uppercase()),
     }
 }
 
@@ -1045,7 +1059,7 @@ mod tests {
         let err = cmd.spawn().expect_err("a bad rlimit");
         assert_eq!(
             err.to_string(),
-            "setting the limit Cpu: Invalid argument (os error 22)"
+            "setting RLIMIT_CPU: Invalid argument (os error 22)"
         );
         let mut cmd = sh("true");
         cmd.current_dir(Path::new("/nonexistent-dir"));
