@@ -31,6 +31,10 @@
 //! the pidfd (no pid reuse), and a [`Child`] dropped before it was reaped
 //! kills it and reaps it in the background, so no zombie is left.
 //!
+//! Needs Linux ≥ 5.4 (`CLONE_PIDFD` 5.2, `waitid(P_PIDFD)` 5.4); older
+//! kernels fail every run with "cloning the process: …" (the overlay and
+//! the process limit in a user namespace already need 5.11 and 5.14).
+//!
 //! The child, in order: stdin from `/dev/null`, stdout and stderr to pipes;
 //! the working directory; a process group of its own; the steps in the
 //! order given (see `super::runner` for the order it gives); signals back to
