@@ -394,7 +394,8 @@ async fn main() {
     // alternating.
     let calls = n.max(200);
     let true_path = "/bin/true";
-    let (mut posix, mut ours, mut forked) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut posix, mut ours, mut forked, mut limited_true) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..calls + 3 {
         let started = Instant::now();
         let status = std::process::Command::new(true_path)
@@ -443,20 +444,39 @@ async fn main() {
         let output = cmd.output().await.expect("tokio spawn");
         let c = started.elapsed();
         assert!(output.status.success());
+        // The runner with every default limit (the pids cgroup's resident
+        // thread as root on cgroup v1, or the run's user namespace).
+        let started = Instant::now();
+        let outcome = run_limited(
+            true_path,
+            &[],
+            cwd,
+            Some(&BTreeMap::new()),
+            &RunLimits::default(),
+            &ResourceLimits::default(),
+            CancellationToken::new(),
+        )
+        .await
+        .expect("runner with limits");
+        let d = started.elapsed();
+        assert_eq!(outcome.exit_code, Some(0));
         if i >= 3 {
             posix.push(a);
             ours.push(b);
             forked.push(c);
+            limited_true.push(d);
         }
     }
     println!(
         "\nspawning `true`, {calls} each, alternating (median of the pairs' differences \
          against std's posix_spawn, p50 {}):\n\
          runner (passepartout::sandbox::spawn, pipes, pidfd): {:+.2} ms\n\
-         tokio::process with a pre_exec hook (the runner before): {:+.2} ms",
+         tokio::process with a pre_exec hook (the runner before): {:+.2} ms\n\
+         runner with every default limit: {:+.2} ms",
         ms(stats(posix.clone()).p50),
         paired_median(&posix, &ours),
         paired_median(&posix, &forked),
+        paired_median(&posix, &limited_true),
     );
     // The figure issue 20 asks for: a tool call through passepartout (the
     // control surface, every limit, the runner) against a bare spawn of

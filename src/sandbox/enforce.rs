@@ -403,44 +403,66 @@ impl Enforcer {
         None
     }
 
-    /// Give the run's cgroup back to the pool when the run left it empty,
-    /// else remove it once its processes are gone. The run's result does
-    /// not wait for that: right after a kill the kernel may still hold the
-    /// cgroup (EBUSY, 3 runs in 5 here) while the last processes are
-    /// released, so the removal is retried off the caller's path, soon at
-    /// first and then less often.
+    /// Give the run's cgroup back to the pool once the run has left it
+    /// empty, else remove it once its processes are gone. The run's result
+    /// does not wait for that: right after bwrap exits, the kernel often
+    /// still counts the sandbox's last processes (its pid namespace is
+    /// torn down as bwrap ends; `rmdir` gave EBUSY 3 runs in 5 here), so a
+    /// cgroup that is not empty yet is watched off the caller's path, soon
+    /// at first and then less often, and pooled when it empties. (Removing
+    /// it at once instead left the pool empty after most bwrap runs, and
+    /// the next run paid for a fresh cgroup and its resident thread's
+    /// join: milliseconds.)
     pub async fn finish(self) {
-        let Some(mut cg) = self.cgroup else {
+        let Some(cg) = self.cgroup else {
             return;
         };
-        if cg.is_empty() {
-            cg.refused_before = cg.refused_total();
-            if let Ok(mut pool) = POOL.lock() {
-                if pool.len() < CGROUP_POOL {
-                    pool.push(cg);
-                    return;
-                }
-            }
-        }
-        // A resident thread leaves the cgroup when it ends: tell it to.
-        cg.resident = None;
-        if std::fs::remove_dir(&cg.dir).is_ok() {
+        let mut removing = false;
+        let Some(cg) = cg.settle(&mut removing) else {
             return;
-        }
-        let retry = async move {
+        };
+        let settle = async move {
+            let mut cg = cg;
             let mut wait = Duration::from_millis(1);
             let mut waited = Duration::ZERO;
             while waited < Duration::from_secs(10) {
                 tokio::time::sleep(wait).await;
                 waited += wait;
-                if std::fs::remove_dir(&cg.dir).is_ok() {
-                    return;
+                match cg.settle(&mut removing) {
+                    None => return,
+                    Some(back) => cg = back,
                 }
                 wait = (wait * 2).min(Duration::from_millis(200));
             }
             tracing::warn!(cgroup = %cg.dir.display(), "could not remove the run's cgroup");
         };
-        tokio::spawn(retry);
+        tokio::spawn(settle);
+    }
+}
+
+impl RunCgroup {
+    /// Back to the pool once empty, or removed when the pool is full
+    /// (`removing` then stays set); the cgroup back while it is not done.
+    fn settle(mut self, removing: &mut bool) -> Option<RunCgroup> {
+        if !*removing {
+            if !self.is_empty() {
+                return Some(self);
+            }
+            self.refused_before = self.refused_total();
+            if let Ok(mut pool) = POOL.lock() {
+                if pool.len() < CGROUP_POOL {
+                    pool.push(self);
+                    return None;
+                }
+            }
+            *removing = true;
+            // A resident thread leaves the cgroup when it ends: tell it to.
+            self.resident = None;
+        }
+        if std::fs::remove_dir(&self.dir).is_ok() {
+            return None;
+        }
+        Some(self)
     }
 }
 
