@@ -11,8 +11,12 @@
 //! alternating in one run, p50 and p99 over at least 200 calls, back to
 //! back and 50 ms apart (a cgroup join after a pause would wait for an RCU
 //! grace period; see `passepartout::sandbox::enforce`); and what a granted
-//! network adds (slirp4netns). Last, the host-side work alone (snapshot
-//! and sweep), with git's answers remembered and with git asked every time.
+//! network adds (slirp4netns). The runner alone (no limits, no control
+//! surface) runs the same list in the same alternation, which splits the
+//! overhead into the spawn itself (`passepartout::sandbox::spawn`, its
+//! pipes and its wait) and the limits with the control surface. Last, the
+//! host-side work alone (snapshot and sweep), with git's answers remembered
+//! and with git asked every time.
 //!
 //! Run: `cargo run --release --example bench_sandbox [N]` (default 50; the
 //! tool-call figure uses max(N, 200) calls).
@@ -33,19 +37,35 @@ use passepartout::sandbox::runner::{run, run_limited, RunLimits};
 use passepartout::sandbox::surface::SurfaceSnapshot;
 use tokio_util::sync::CancellationToken;
 
+/// The median of `b[i] - a[i]` over alternating pairs, in ms: under load
+/// it moves less than the difference of two medians.
+fn paired_median(a: &[Duration], b: &[Duration]) -> f64 {
+    let mut d: Vec<f64> = a
+        .iter()
+        .zip(b)
+        .map(|(a, b)| (b.as_secs_f64() - a.as_secs_f64()) * 1000.0)
+        .collect();
+    d.sort_by(f64::total_cmp);
+    d[d.len() / 2]
+}
+
 struct Stats {
+    /// Every sample in the order taken (for paired differences).
+    samples: Vec<Duration>,
     mean: Duration,
     p50: Duration,
     p95: Duration,
     p99: Duration,
 }
 
-fn stats(mut samples: Vec<Duration>) -> Stats {
+fn stats(taken: Vec<Duration>) -> Stats {
+    let mut samples = taken.clone();
     samples.sort();
     let n = samples.len();
     let total: Duration = samples.iter().sum();
     let at = |pct: usize| samples[((n * pct).div_ceil(100)).saturating_sub(1).min(n - 1)];
     Stats {
+        samples: taken,
         mean: total / n as u32,
         p50: samples[n / 2],
         p95: at(95),
@@ -162,19 +182,22 @@ async fn time_spaced_runs(
     stats(samples)
 }
 
-/// `calls` pairs of (a bare `bwrap` spawn, a passepartout tool call) with
-/// the same argument list, alternating, `pause` (untimed) before each.
+/// `calls` triples of (a bare `bwrap` spawn, the same list through the
+/// runner alone — no limits, no control surface —, a passepartout tool
+/// call) with the same argument list, alternating, `pause` (untimed)
+/// before each.
 async fn time_against_bare(
     calls: usize,
     bwrap: &str,
     spec: &SandboxSpec,
     pause: Duration,
-) -> (Stats, Stats) {
+) -> (Stats, Stats, Stats) {
     let limits = RunLimits::default();
     let resources = ResourceLimits::default();
     let env = BTreeMap::new();
     let layout = SystemLayout::probe();
     let mut bare_samples = Vec::with_capacity(calls);
+    let mut runner_samples = Vec::with_capacity(calls);
     let mut call_samples = Vec::with_capacity(calls);
     for i in 0..calls + 3 {
         // Bare: the list the tool call below builds, spawned and waited.
@@ -202,14 +225,34 @@ async fn time_against_bare(
 
         tokio::time::sleep(pause).await;
         let started = Instant::now();
+        let outcome = run(
+            bwrap,
+            &args,
+            &spec.cwd,
+            Some(&env),
+            &limits,
+            CancellationToken::new(),
+        )
+        .await
+        .expect("runner alone");
+        let runner = started.elapsed();
+        assert_eq!(outcome.exit_code, Some(0), "{}", outcome.render());
+
+        tokio::time::sleep(pause).await;
+        let started = Instant::now();
         tool_call(bwrap, spec, &layout, &resources, &limits, &env).await;
         let call = started.elapsed();
         if i >= 3 {
             bare_samples.push(bare);
+            runner_samples.push(runner);
             call_samples.push(call);
         }
     }
-    (stats(bare_samples), stats(call_samples))
+    (
+        stats(bare_samples),
+        stats(runner_samples),
+        stats(call_samples),
+    )
 }
 
 fn row_p99(label: &str, s: &Stats) {
@@ -344,13 +387,104 @@ async fn main() {
             ProcessLimit::NotEnforced => "not enforced here",
         },
     );
+    // The spawn alone, on `true`: std's posix_spawn (the bare baseline),
+    // the runner (passepartout::sandbox::spawn with pipes and a pidfd
+    // wait), and the spawn the runner used before (tokio::process with a
+    // `pre_exec` hook, which makes std fork the daemon, and piped output),
+    // alternating.
+    let calls = n.max(200);
+    let true_path = "/bin/true";
+    let (mut posix, mut ours, mut forked, mut limited_true) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for i in 0..calls + 3 {
+        let started = Instant::now();
+        let status = std::process::Command::new(true_path)
+            .current_dir(cwd)
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("posix_spawn");
+        let a = started.elapsed();
+        assert!(status.success());
+        let started = Instant::now();
+        let outcome = run(
+            true_path,
+            &[],
+            cwd,
+            Some(&BTreeMap::new()),
+            &RunLimits::default(),
+            CancellationToken::new(),
+        )
+        .await
+        .expect("runner");
+        let b = started.elapsed();
+        assert_eq!(outcome.exit_code, Some(0));
+        let started = Instant::now();
+        let mut cmd = tokio::process::Command::new(true_path);
+        cmd.current_dir(cwd)
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .process_group(0);
+        // SAFETY: setrlimit is async-signal-safe (what the runner's hook did).
+        unsafe {
+            cmd.pre_exec(|| {
+                let none = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                libc::setrlimit(libc::RLIMIT_CORE, &none);
+                Ok(())
+            });
+        }
+        let output = cmd.output().await.expect("tokio spawn");
+        let c = started.elapsed();
+        assert!(output.status.success());
+        // The runner with every default limit (the pids cgroup's resident
+        // thread as root on cgroup v1, or the run's user namespace).
+        let started = Instant::now();
+        let outcome = run_limited(
+            true_path,
+            &[],
+            cwd,
+            Some(&BTreeMap::new()),
+            &RunLimits::default(),
+            &ResourceLimits::default(),
+            CancellationToken::new(),
+        )
+        .await
+        .expect("runner with limits");
+        let d = started.elapsed();
+        assert_eq!(outcome.exit_code, Some(0));
+        if i >= 3 {
+            posix.push(a);
+            ours.push(b);
+            forked.push(c);
+            limited_true.push(d);
+        }
+    }
+    println!(
+        "\nspawning `true`, {calls} each, alternating (median of the pairs' differences \
+         against std's posix_spawn, p50 {}):\n\
+         runner (passepartout::sandbox::spawn, pipes, pidfd): {:+.2} ms\n\
+         tokio::process with a pre_exec hook (the runner before): {:+.2} ms\n\
+         runner with every default limit: {:+.2} ms",
+        ms(stats(posix.clone()).p50),
+        paired_median(&posix, &ours),
+        paired_median(&posix, &forked),
+        paired_median(&posix, &limited_true),
+    );
     // The figure issue 20 asks for: a tool call through passepartout (the
     // control surface, every limit, the runner) against a bare spawn of
     // bwrap with the very same argument list by std::process::Command, the
     // two alternating in one run, back to back and 50 ms apart.
-    let calls = n.max(200);
     for pause in [Duration::ZERO, Duration::from_millis(50)] {
-        let (bare_spawn, tool_call) = time_against_bare(calls, &program, &spec, pause).await;
+        let (bare_spawn, runner_alone, tool_call) =
+            time_against_bare(calls, &program, &spec, pause).await;
         let when = if pause.is_zero() {
             "back to back".to_string()
         } else {
@@ -358,6 +492,7 @@ async fn main() {
         };
         println!("\n{calls} calls each, alternating, {when}:");
         row_p99("bare bwrap … sh -c true", &bare_spawn);
+        row_p99("runner alone, same list", &runner_alone);
         row_p99("passepartout tool call", &tool_call);
         println!(
             "per-call overhead over a bare bwrap with the same flags ({when}): \
@@ -365,6 +500,18 @@ async fn main() {
             delta(tool_call.p50, bare_spawn.p50),
             delta(tool_call.p99, bare_spawn.p99),
             delta(tool_call.mean, bare_spawn.mean),
+        );
+        println!(
+            "  of which the runner's spawn, pipes and wait: p50 {:+.2} ms; \
+             the limits and the control surface: p50 {:+.2} ms",
+            delta(runner_alone.p50, bare_spawn.p50),
+            delta(tool_call.p50, runner_alone.p50),
+        );
+        println!(
+            "  median of the {calls} pairs' differences: tool call {:+.2} ms, \
+             runner alone {:+.2} ms",
+            paired_median(&bare_spawn.samples, &tool_call.samples),
+            paired_median(&bare_spawn.samples, &runner_alone.samples),
         );
     }
     println!();

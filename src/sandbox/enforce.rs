@@ -36,7 +36,7 @@
 //!      process is moved per run where it can be avoided: on cgroup v1,
 //!      which moves single threads, each run cgroup has a *resident
 //!      thread* of the daemon that joined it once when the cgroup was made
-//!      and forks every run's child there — a child starts in its parent
+//!      and clones every run's child there — a child starts in its parent
 //!      thread's cgroup, so nothing migrates and the per-run cost is a hop
 //!      to that thread (µs). `pids.max` counts the resident thread, so it is
 //!      the limit plus one. On cgroup v2 (whole processes only) the child
@@ -66,9 +66,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use rustix::process::{getrlimit, Resource, Rlimit};
+use rustix::process::{getrlimit, Resource};
 
 use super::limits::{format_size, ResourceLimits};
+use super::spawn::{RawChild, SpawnError, Step};
 
 /// How often the watchdog looks at the pids cgroup and the disk.
 pub const WATCH_EVERY: Duration = Duration::from_millis(100);
@@ -147,17 +148,29 @@ pub struct Enforcer {
 /// `/proc/self/uid_map` and `gid_map` contents mapping the daemon's own ids.
 #[derive(Debug, Clone)]
 struct UserNamespaceMaps {
-    uid_map: String,
-    gid_map: String,
+    uid_map: std::ffi::CString,
+    gid_map: std::ffi::CString,
 }
 
 impl UserNamespaceMaps {
     fn own() -> UserNamespaceMaps {
         let uid = rustix::process::getuid().as_raw();
         let gid = rustix::process::getgid().as_raw();
+        // Digits and spaces: never a NUL byte.
+        let line = |id: u32| std::ffi::CString::new(format!("{id} {id} 1")).unwrap_or_default();
         UserNamespaceMaps {
-            uid_map: format!("{uid} {uid} 1"),
-            gid_map: format!("{gid} {gid} 1"),
+            uid_map: line(uid),
+            gid_map: line(gid),
+        }
+    }
+
+    /// The child's step entering a new user namespace that maps our own
+    /// ids.
+    fn step(&self) -> Step {
+        Step::EnterUserNamespace {
+            also: 0,
+            uid_map: self.uid_map.clone(),
+            gid_map: self.gid_map.clone(),
         }
     }
 
@@ -201,7 +214,7 @@ struct RunCgroup {
     /// The limit of processes of a run in it (`pids.max` is one more when
     /// a resident thread lives there).
     max: u64,
-    /// The daemon's thread living in this cgroup (cgroup v1), which forks
+    /// The daemon's thread living in this cgroup (cgroup v1), which clones
     /// the run's child so that it starts here; None: the child joins.
     resident: Option<Resident>,
     /// Forks refused in it before this run (a reused cgroup keeps its count).
@@ -278,71 +291,44 @@ impl Enforcer {
         self.userns.is_some()
     }
 
-    /// Apply the limits in the child between fork and exec.
-    pub fn install(&self, cmd: &mut tokio::process::Command) {
-        let rlimits = self.rlimits.clone();
-        // A child forked by the cgroup's resident thread starts in it.
-        let procs = self
-            .cgroup
-            .as_ref()
-            .filter(|c| c.resident.is_none())
-            .map(|c| c.procs.clone());
-        let userns = self.userns.clone();
-        // SAFETY: the closure runs in the forked child before exec, where
-        // only async-signal-safe calls are allowed: it makes raw unshare,
-        // setrlimit, open, write and close system calls on data prepared
-        // before the fork, and allocates nothing.
-        unsafe {
-            cmd.pre_exec(move || {
-                // First the namespace, so that RLIMIT_NPROC counts in it.
-                if let Some(maps) = &userns {
-                    maps.enter()?;
-                }
-                for (res, soft, hard) in &rlimits {
-                    rustix::process::setrlimit(
-                        *res,
-                        Rlimit {
-                            current: Some(*soft),
-                            maximum: Some(*hard),
-                        },
-                    )?;
-                }
-                if let Some(procs) = &procs {
-                    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                    if fd < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    let wrote = libc::write(fd, b"0\n".as_ptr().cast(), 2);
-                    let err = std::io::Error::last_os_error();
-                    libc::close(fd);
-                    if wrote < 0 {
-                        return Err(err);
-                    }
-                }
-                Ok(())
+    /// Add the limits to the child's steps: the user namespace first (so
+    /// that RLIMIT_NPROC counts in it), then the rlimits, then the join of
+    /// the run's cgroup when no resident thread lives there.
+    pub fn install(&self, cmd: &mut super::spawn::Command) {
+        if let Some(maps) = &self.userns {
+            cmd.step(maps.step());
+        }
+        for &(resource, soft, hard) in &self.rlimits {
+            cmd.step(Step::SetRlimit {
+                resource,
+                soft,
+                hard,
+            });
+        }
+        // A child cloned by the cgroup's resident thread starts in it.
+        if let Some(cg) = self.cgroup.as_ref().filter(|c| c.resident.is_none()) {
+            cmd.step(Step::JoinCgroup {
+                procs: cg.procs.clone(),
             });
         }
     }
 
-    /// Spawn `cmd` (prepared with [`Enforcer::install`]): from the run
+    /// Start `cmd` (prepared with [`Enforcer::install`]): from the run
     /// cgroup's resident thread when it has one, so that the child starts
-    /// in the cgroup, else from here.
-    pub async fn spawn(
-        &self,
-        mut cmd: tokio::process::Command,
-    ) -> std::io::Result<tokio::process::Child> {
+    /// in the cgroup, else from this thread.
+    pub async fn spawn(&self, cmd: super::spawn::Command) -> Result<RawChild, SpawnError> {
         let Some(resident) = self.cgroup.as_ref().and_then(|c| c.resident.as_ref()) else {
             return cmd.spawn();
         };
         let (sender, spawned) = tokio::sync::oneshot::channel();
-        let runtime = tokio::runtime::Handle::current();
         let job: SpawnJob = Box::new(move || {
-            // The child's pipes and its reaping belong to the caller's runtime.
-            let _entered = runtime.enter();
             // A caller gone meanwhile drops the child, which kills it.
             let _ = sender.send(cmd.spawn());
         });
-        let gone = || std::io::Error::other("the run cgroup's spawning thread is gone");
+        let gone = || SpawnError {
+            during: Some("handing the spawn to the run cgroup's thread".into()),
+            error: std::io::Error::other("the thread is gone"),
+        };
         resident.jobs.send(job).map_err(|_| gone())?;
         spawned.await.map_err(|_| gone())?
     }
@@ -417,44 +403,66 @@ impl Enforcer {
         None
     }
 
-    /// Give the run's cgroup back to the pool when the run left it empty,
-    /// else remove it once its processes are gone. The run's result does
-    /// not wait for that: right after a kill the kernel may still hold the
-    /// cgroup (EBUSY, 3 runs in 5 here) while the last processes are
-    /// released, so the removal is retried off the caller's path, soon at
-    /// first and then less often.
+    /// Give the run's cgroup back to the pool once the run has left it
+    /// empty, else remove it once its processes are gone. The run's result
+    /// does not wait for that: right after bwrap exits, the kernel often
+    /// still counts the sandbox's last processes (its pid namespace is
+    /// torn down as bwrap ends; `rmdir` gave EBUSY 3 runs in 5 here), so a
+    /// cgroup that is not empty yet is watched off the caller's path, soon
+    /// at first and then less often, and pooled when it empties. (Removing
+    /// it at once instead left the pool empty after most bwrap runs, and
+    /// the next run paid for a fresh cgroup and its resident thread's
+    /// join: milliseconds.)
     pub async fn finish(self) {
-        let Some(mut cg) = self.cgroup else {
+        let Some(cg) = self.cgroup else {
             return;
         };
-        if cg.is_empty() {
-            cg.refused_before = cg.refused_total();
-            if let Ok(mut pool) = POOL.lock() {
-                if pool.len() < CGROUP_POOL {
-                    pool.push(cg);
-                    return;
-                }
-            }
-        }
-        // A resident thread leaves the cgroup when it ends: tell it to.
-        cg.resident = None;
-        if std::fs::remove_dir(&cg.dir).is_ok() {
+        let mut removing = false;
+        let Some(cg) = cg.settle(&mut removing) else {
             return;
-        }
-        let retry = async move {
+        };
+        let settle = async move {
+            let mut cg = cg;
             let mut wait = Duration::from_millis(1);
             let mut waited = Duration::ZERO;
             while waited < Duration::from_secs(10) {
                 tokio::time::sleep(wait).await;
                 waited += wait;
-                if std::fs::remove_dir(&cg.dir).is_ok() {
-                    return;
+                match cg.settle(&mut removing) {
+                    None => return,
+                    Some(back) => cg = back,
                 }
                 wait = (wait * 2).min(Duration::from_millis(200));
             }
             tracing::warn!(cgroup = %cg.dir.display(), "could not remove the run's cgroup");
         };
-        tokio::spawn(retry);
+        tokio::spawn(settle);
+    }
+}
+
+impl RunCgroup {
+    /// Back to the pool once empty, or removed when the pool is full
+    /// (`removing` then stays set); the cgroup back while it is not done.
+    fn settle(mut self, removing: &mut bool) -> Option<RunCgroup> {
+        if !*removing {
+            if !self.is_empty() {
+                return Some(self);
+            }
+            self.refused_before = self.refused_total();
+            if let Ok(mut pool) = POOL.lock() {
+                if pool.len() < CGROUP_POOL {
+                    pool.push(self);
+                    return None;
+                }
+            }
+            *removing = true;
+            // A resident thread leaves the cgroup when it ends: tell it to.
+            self.resident = None;
+        }
+        if std::fs::remove_dir(&self.dir).is_ok() {
+            return None;
+        }
+        Some(self)
     }
 }
 
@@ -577,7 +585,7 @@ type SpawnJob = Box<dyn FnOnce() + Send>;
 
 /// A thread of the daemon living in a run cgroup: cgroup v1 moves single
 /// threads (`tasks`), and a child starts in the cgroup of the thread that
-/// forks it, so the run's child is in its cgroup without being moved.
+/// clones it, so the run's child is in its cgroup without being moved.
 /// Dropping it ends the thread, which leaves the cgroup.
 #[derive(Debug)]
 struct Resident {
@@ -597,8 +605,9 @@ impl Resident {
         let (joined_tx, joined_rx) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new()
             .name("run-cgroup".into())
-            // It only forks; bwrap's --die-with-parent follows this thread,
-            // which lives as long as the cgroup is in use.
+            // It only clones (see super::spawn); bwrap's --die-with-parent
+            // follows this thread, which lives as long as the cgroup is in
+            // use.
             .stack_size(RESIDENT_STACK)
             .spawn(move || {
                 // "0": the writing thread, alone (cgroup v1).
@@ -615,7 +624,8 @@ impl Resident {
     }
 }
 
-/// Stack of a resident thread: it runs `Command::spawn` and nothing else.
+/// Stack of a resident thread: it runs `spawn::Command::spawn` (which
+/// clones onto a stack of its own) and nothing else.
 const RESIDENT_STACK: usize = 256 * 1024;
 
 /// How a shell reports a fork refused at RLIMIT_NPROC (bash, dash, zsh,

@@ -14,6 +14,7 @@ pub mod network;
 pub mod overlay;
 pub mod probe;
 pub mod runner;
+pub mod spawn;
 pub mod surface;
 
 pub use bwrap::{

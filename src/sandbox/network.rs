@@ -170,16 +170,14 @@ impl<'a> Attachment<'a> {
     }
 
     /// Let bwrap inherit its two pipe ends (they are close-on-exec here, so
-    /// no other program started meanwhile holds them).
-    pub fn install(&self, cmd: &mut tokio::process::Command) {
+    /// no other program started meanwhile holds them): the child clears
+    /// close-on-exec on them.
+    pub fn install(&self, cmd: &mut super::spawn::Command) {
         let Some(p) = &self.pipes else {
             return;
         };
-        let fds = [p.info_write.as_raw_fd(), p.block_read.as_raw_fd()];
-        // SAFETY: runs in the forked child before exec; fcntl is
-        // async-signal-safe and the closure allocates nothing.
-        unsafe {
-            cmd.pre_exec(move || inherit(&fds));
+        for fd in [p.info_write.as_raw_fd(), p.block_read.as_raw_fd()] {
+            cmd.step(super::spawn::Step::Inherit(fd));
         }
     }
 
@@ -241,7 +239,8 @@ impl Pipes {
         .stderr(Stdio::piped())
         .kill_on_drop(true);
         let fds = [ready_write.as_raw_fd(), exit_read.as_raw_fd()];
-        // SAFETY: as in `install`.
+        // SAFETY: runs in the forked child before exec; fcntl is
+        // async-signal-safe and the closure allocates nothing.
         unsafe {
             cmd.pre_exec(move || inherit(&fds));
         }

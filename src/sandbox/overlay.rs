@@ -33,6 +33,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::spawn::Step;
+
 /// One overlay: the project (lower layer, mounted over at its own path),
 /// the private upper layer, and the overlay's work directory (same file
 /// system as the upper layer, empty).
@@ -153,58 +155,85 @@ fn cstring(bytes: &[u8], what: &str) -> std::io::Result<CString> {
 /// Make `cmd` start inside a user and mount namespace in which
 /// `mount.project` is the overlay: the namespace mounted ahead
 /// (`mount.ahead`, joined), else a new one mounted in the child.
-/// Everything the child needs is prepared here, before the fork.
-pub fn install(cmd: &mut tokio::process::Command, mount: &OverlayMount) -> std::io::Result<()> {
-    let not_before_ns = mount.not_before_ns;
-    let Some(ahead) = mount.ahead.clone() else {
-        let mut in_child = mount_in_child(mount)?;
-        // SAFETY: see `mount_in_child` and `wait_for_tick`: async-signal-safe
-        // system calls on data prepared before the fork.
-        unsafe {
-            cmd.pre_exec(move || {
-                in_child()?;
-                wait_for_tick(not_before_ns);
-                Ok(())
-            })
-        };
-        return Ok(());
-    };
-    // Joining a mount namespace sets the working directory to its root:
-    // the one the command was given is entered again, now through the
-    // overlay.
-    let cwd = match cmd.as_std().get_current_dir() {
-        Some(d) => d.to_path_buf(),
-        None => std::env::current_dir()?,
-    };
-    let cwd = cstring(cwd.as_os_str().as_bytes(), "the working directory")?;
-    // SAFETY: the closure runs in the forked child before exec: `setns`
-    // through a pidfd opened before the fork (the child is single-threaded,
-    // as joining a user namespace requires) and `chdir` to a path prepared
-    // above; it allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            let fd = ahead.0.pidfd.as_raw_fd();
-            if libc::setns(fd, libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::chdir(cwd.as_ptr()) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            wait_for_tick(not_before_ns);
-            Ok(())
-        });
+/// Everything the child needs is prepared here, before the spawn.
+pub fn install(cmd: &mut super::spawn::Command, mount: &OverlayMount) -> std::io::Result<()> {
+    let cwd = cmd.get_current_dir().map(Path::to_path_buf);
+    for step in steps(mount, cwd)? {
+        cmd.step(step);
+    }
+    if let Some(ahead) = &mount.ahead {
+        // The step joining it names the holder's pidfd.
+        cmd.keep_alive(Box::new(ahead.clone()));
     }
     Ok(())
 }
 
+/// [`install`] for a `tokio` command (the probe, run once).
+pub fn install_tokio(
+    cmd: &mut tokio::process::Command,
+    mount: &OverlayMount,
+) -> std::io::Result<()> {
+    let cwd = cmd.as_std().get_current_dir().map(Path::to_path_buf);
+    let steps = steps(mount, cwd)?;
+    let keep = mount.ahead.clone();
+    let mut in_child = super::spawn::as_pre_exec(steps);
+    // SAFETY: the steps are async-signal-safe system calls on data prepared
+    // before the fork; `keep` holds the pidfd a step names open.
+    unsafe {
+        cmd.pre_exec(move || {
+            let _ = &keep;
+            in_child()
+        })
+    };
+    Ok(())
+}
+
+/// The child's steps into the overlay's namespace: join the one mounted
+/// ahead and enter `cwd` again (joining a mount namespace sets the working
+/// directory to its root, so the one the command was given is entered
+/// again, now through the overlay), or mount a new one
+/// ([`mount_steps`]); then wait for the clock when the transaction asks.
+fn steps(mount: &OverlayMount, cwd: Option<PathBuf>) -> std::io::Result<Vec<Step>> {
+    let mut steps = match &mount.ahead {
+        None => mount_steps(mount)?,
+        Some(ahead) => {
+            let cwd = match cwd {
+                Some(d) => d,
+                None => std::env::current_dir()?,
+            };
+            vec![
+                Step::JoinNamespaces {
+                    pidfd: ahead.0.pidfd.as_raw_fd(),
+                },
+                Step::Chdir(cstring(
+                    cwd.as_os_str().as_bytes(),
+                    "the working directory",
+                )?),
+            ]
+        }
+    };
+    if mount.not_before_ns > 0 {
+        steps.push(Step::WaitForTick {
+            not_before_ns: mount.not_before_ns,
+        });
+    }
+    Ok(steps)
+}
+
 /// The pre-exec step that unshares a user and a mount namespace, maps the
 /// caller's uid and gid into it, makes its mounts private and mounts the
-/// overlay over `mount.project`. Only async-signal-safe system calls on
-/// data prepared here (raw unshare, open, write, close, mount); it
-/// allocates nothing (`last_os_error` only wraps the errno).
+/// overlay over `mount.project` (see [`mount_steps`]).
 fn mount_in_child(
     mount: &OverlayMount,
 ) -> std::io::Result<impl FnMut() -> std::io::Result<()> + Send + Sync + 'static> {
+    Ok(super::spawn::as_pre_exec(mount_steps(mount)?))
+}
+
+/// The child's steps that unshare a user and a mount namespace, map the
+/// caller's uid and gid into it, make its mounts private (nothing mounted
+/// there may reach the host's mount table) and mount the overlay over
+/// `mount.project`.
+fn mount_steps(mount: &OverlayMount) -> std::io::Result<Vec<Step>> {
     if let Some(why) = [&mount.project, &mount.upper, &mount.work]
         .into_iter()
         .find_map(|p| unmountable(p))
@@ -213,8 +242,8 @@ fn mount_in_child(
     }
     let uid = rustix::process::getuid().as_raw();
     let gid = rustix::process::getgid().as_raw();
-    let uid_map = format!("{uid} {uid} 1");
-    let gid_map = format!("{gid} {gid} 1");
+    let uid_map = cstring(format!("{uid} {uid} 1").as_bytes(), "the uid map")?;
+    let gid_map = cstring(format!("{gid} {gid} 1").as_bytes(), "the gid map")?;
     let target = cstring(mount.project.as_os_str().as_bytes(), "the project path")?;
     let mut options = b"lowerdir=".to_vec();
     options.extend_from_slice(mount.project.as_os_str().as_bytes());
@@ -227,40 +256,15 @@ fn mount_in_child(
     // namespace goes (an ext4 `syncfs` per action, tens of ms or worse).
     options.extend_from_slice(b",userxattr,volatile");
     let options = cstring(&options, "the overlay options")?;
-    Ok(move || {
-        // SAFETY: raw system calls on NUL-terminated strings and buffers
-        // owned by this closure.
-        unsafe {
-            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            write_proc(c"/proc/self/setgroups", b"deny")?;
-            write_proc(c"/proc/self/uid_map", uid_map.as_bytes())?;
-            write_proc(c"/proc/self/gid_map", gid_map.as_bytes())?;
-            // Nothing mounted here may reach the host's mount table.
-            if libc::mount(
-                std::ptr::null(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            ) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::mount(
-                c"overlay".as_ptr(),
-                target.as_ptr(),
-                c"overlay".as_ptr(),
-                0,
-                options.as_ptr().cast(),
-            ) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-        }
-        Ok(())
-    })
+    Ok(vec![
+        Step::EnterUserNamespace {
+            also: libc::CLONE_NEWNS,
+            uid_map,
+            gid_map,
+        },
+        Step::MakeMountsPrivate,
+        Step::MountOverlay { target, options },
+    ])
 }
 
 /// The kernel's coarse real-time clock now, in ns since the epoch (0 if
@@ -285,7 +289,7 @@ const MAX_TICK_WAIT_NS: i64 = 50_000_000;
 /// Sleep until the coarse clock reads more than `not_before_ns` (at most
 /// [`MAX_TICK_WAIT_NS`]; 0: no wait). Runs in the forked child: only
 /// `clock_gettime` and `nanosleep`, both async-signal-safe.
-fn wait_for_tick(not_before_ns: i64) {
+pub(super) fn wait_for_tick(not_before_ns: i64) {
     if not_before_ns <= 0 {
         return;
     }
@@ -349,25 +353,6 @@ pub fn mount_ahead(mut mount: OverlayMount) -> std::io::Result<OverlayMount> {
     Ok(mount)
 }
 
-/// Write `bytes` to a `/proc` file in the child (no allocation).
-fn write_proc(path: &std::ffi::CStr, bytes: &[u8]) -> std::io::Result<()> {
-    // SAFETY: raw open/write/close on a NUL-terminated path and a borrowed
-    // buffer; async-signal-safe.
-    unsafe {
-        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let wrote = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
-        let err = std::io::Error::last_os_error();
-        libc::close(fd);
-        if wrote < 0 {
-            return Err(err);
-        }
-    }
-    Ok(())
-}
-
 /// Whether overlays can be mounted here (tried once per process, in
 /// `scratch`: a lower file, a deletion and a write, then the upper layer
 /// must hold exactly the write and a whiteout, and the lower must be
@@ -413,7 +398,7 @@ fn probe_once(scratch: &Path) -> Result<(), String> {
         .arg(&lower)
         .current_dir("/")
         .env_clear();
-    install(&mut cmd, &mount).map_err(|e| fail("mount options", &e))?;
+    install_tokio(&mut cmd, &mount).map_err(|e| fail("mount options", &e))?;
     // The probe runs once, before any action; a small current-thread
     // runtime keeps it independent of the caller's.
     let status = std::thread::spawn(move || {

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -233,19 +233,15 @@ async fn run_enforced(
         missing: false,
     };
     let network = super::network::Attachment::prepare(args).map_err(spawn_error)?;
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(network.args())
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        // Lead a new process group so the whole tree can be killed at once.
-        .process_group(0);
+    // Our own spawn (see super::spawn): clone with CLONE_VM | CLONE_VFORK,
+    // the steps below done in the child, stdin from /dev/null, stdout and
+    // stderr piped, a process group of its own, killed when dropped.
+    let mut cmd = super::spawn::Command::new(program);
+    cmd.args(network.args()).current_dir(cwd);
     if let Some(env) = env {
-        cmd.env_clear().envs(env);
+        cmd.env_exact(env);
     }
-    let install_overlay = |cmd: &mut tokio::process::Command| match overlay {
+    let install_overlay = |cmd: &mut super::spawn::Command| match overlay {
         Some(mount) => super::overlay::install(cmd, mount).map_err(|e| RunError::Spawn {
             program: program.to_string(),
             message: format!("the overlay cannot be prepared: {e}"),
@@ -253,7 +249,7 @@ async fn run_enforced(
         }),
         None => Ok(()),
     };
-    // The pre-exec steps run in the order installed. A process limit kept
+    // The child's steps run in the order installed. A process limit kept
     // in a user namespace of the run's own (a daemon run as a user) is made
     // inside the overlay's namespace: an overlay mounted ahead is joined
     // with `setns`, which a process already in a user namespace of its own
@@ -268,15 +264,21 @@ async fn run_enforced(
     }
     network.install(&mut cmd);
     let started = Instant::now();
-    // From the run cgroup's resident thread when there is one (see
-    // super::enforce): the child then starts in its cgroup.
-    let mut child = enforcer.spawn(cmd).await.map_err(|e| RunError::Spawn {
+    let cannot_start = |e: super::spawn::SpawnError| RunError::Spawn {
         program: program.to_string(),
         message: e.to_string(),
-        missing: e.kind() == std::io::ErrorKind::NotFound,
+        missing: e.missing(),
+    };
+    // From the run cgroup's resident thread when there is one (see
+    // super::enforce): the child then starts in its cgroup.
+    let child = enforcer.spawn(cmd).await.map_err(cannot_start)?;
+    let mut child = super::spawn::Child::from_raw(child).map_err(|e| RunError::Spawn {
+        program: program.to_string(),
+        message: e.to_string(),
+        missing: false,
     })?;
     // Armed from here on: dropping this future, or returning, kills the group.
-    let child_pid = child.id();
+    let child_pid = Some(child.id());
     let group = GroupKiller(child_pid.and_then(|id| libc::pid_t::try_from(id).ok()));
     let _network = network.attach().await.map_err(spawn_error)?;
 
@@ -641,5 +643,120 @@ mod tests {
         assert_eq!(format_duration(Duration::from_secs(30)), "30 s");
         assert_eq!(format_duration(Duration::from_millis(1500)), "1.5 s");
         assert_eq!(format_duration(Duration::from_millis(250)), "250 ms");
+    }
+
+    /// A command in an overlay, mounted by its own child or ahead by a
+    /// holder (joined with `setns` through a pidfd from the cloned child):
+    /// its write lands in the upper layer, the project is untouched.
+    #[tokio::test]
+    async fn runs_in_an_overlay_mounted_ahead_or_its_own() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        if let Err(why) = super::super::overlay::probe(&dir.path().join("probe")) {
+            eprintln!("overlays unavailable here, not tested: {why}");
+            return;
+        }
+        for ahead in [false, true] {
+            let base = dir.path().join(format!("ahead-{ahead}"));
+            let (project, upper, work) = (base.join("p"), base.join("u"), base.join("w"));
+            for d in [&project, &upper, &work] {
+                std::fs::create_dir_all(d).expect("mkdir");
+            }
+            let mut mount = super::super::overlay::OverlayMount {
+                project: project.clone(),
+                upper: upper.clone(),
+                work,
+                ahead: None,
+                not_before_ns: 0,
+            };
+            if ahead {
+                mount = super::super::overlay::mount_ahead(mount).expect("mount ahead");
+            }
+            // An absolute path: a child that mounts its own overlay enters
+            // its working directory before the mount (as std did), so a
+            // relative path would name the lower directory itself.
+            let script = format!("echo y > '{}/made' && pwd", project.display());
+            let args = vec!["-c".to_string(), script];
+            let outcome = run_limited_in(
+                "/bin/sh",
+                &args,
+                &project,
+                Some(&BTreeMap::new()),
+                &RunLimits::default(),
+                &ResourceLimits::default(),
+                Some(&mount),
+                CancellationToken::new(),
+            )
+            .await
+            .expect("run");
+            assert!(outcome.success(), "ahead {ahead}: {}", outcome.render());
+            assert_eq!(outcome.stdout.trim(), project.to_str().expect("utf8"));
+            assert_eq!(
+                std::fs::read_to_string(upper.join("made")).ok().as_deref(),
+                Some("y\n")
+            );
+            assert!(
+                !project.join("made").exists(),
+                "ahead {ahead}: the project was written"
+            );
+            if let Some(holder) = &mount.ahead {
+                holder.end();
+            }
+        }
+    }
+
+    /// A step the child cannot take fails the run with the step named.
+    #[tokio::test]
+    async fn a_refused_step_names_itself() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mount = super::super::overlay::OverlayMount {
+            project: dir.path().join("missing-project"),
+            upper: dir.path().join("missing-upper"),
+            work: dir.path().join("missing-work"),
+            ahead: None,
+            not_before_ns: 0,
+        };
+        let err = run_limited_in(
+            "/bin/true",
+            &[],
+            dir.path(),
+            None,
+            &RunLimits::default(),
+            &ResourceLimits::default(),
+            Some(&mount),
+            CancellationToken::new(),
+        )
+        .await
+        .expect_err("no overlay over a missing project");
+        let RunError::Spawn {
+            message, missing, ..
+        } = err
+        else {
+            panic!("not a spawn error: {err:?}");
+        };
+        assert!(!missing);
+        assert!(
+            message.starts_with("mounting the overlay over the project: ")
+                || message.starts_with("entering a user and mount namespace for the overlay: "),
+            "{message}"
+        );
+        // A missing program is the one `missing` case.
+        let err = run(
+            "/nonexistent/bwrap",
+            &[],
+            dir.path(),
+            None,
+            &RunLimits::default(),
+            CancellationToken::new(),
+        )
+        .await
+        .expect_err("missing");
+        assert_eq!(
+            err,
+            RunError::Spawn {
+                program: "/nonexistent/bwrap".into(),
+                message: "No such file or directory (os error 2)".into(),
+                missing: true,
+            }
+        );
     }
 }
