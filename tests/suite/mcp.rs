@@ -160,6 +160,19 @@ pub(crate) fn tool_result(fake: &FakeProvider, n: usize) -> String {
     tool["content"].as_str().unwrap().to_string()
 }
 
+/// The one `_passepartout/mcp/server` notification the client received
+/// (a server's state changed mid-session), checked to be for `sid`.
+pub(crate) fn the_server_notice<'a>(c: &'a Client, sid: &str) -> &'a Value {
+    let told: Vec<&Value> = c
+        .backlog
+        .iter()
+        .filter(|m| m["method"] == "_passepartout/mcp/server")
+        .collect();
+    assert_eq!(told.len(), 1, "{:?}", c.backlog);
+    assert_eq!(told[0]["params"]["sessionId"], sid);
+    &told[0]["params"]["server"]
+}
+
 /// A tool result as the model reads it: inside the untrusted-data wrapper.
 pub(crate) fn wrapped(server: &str, tool: &str, body: &str) -> String {
     format!(
@@ -387,15 +400,9 @@ async fn a_crashed_server_is_reported_and_the_daemon_carries_on() {
     );
     // The client is told once, with the state the session's `mcpServers`
     // would now show, so its list no longer says "running".
-    let told: Vec<&Value> = c
-        .backlog
-        .iter()
-        .filter(|m| m["method"] == "_passepartout/mcp/server")
-        .collect();
-    assert_eq!(told.len(), 1, "{:?}", c.backlog);
-    assert_eq!(told[0]["params"]["sessionId"], sid.as_str());
-    assert_eq!(told[0]["params"]["server"]["name"], "echo");
-    let state = told[0]["params"]["server"]["state"].as_str().unwrap();
+    let server = the_server_notice(&c, &sid);
+    assert_eq!(server["name"], "echo");
+    let state = server["state"].as_str().unwrap();
     assert!(
         state.starts_with("failed: it stopped during the call"),
         "{state}"

@@ -6,7 +6,9 @@
 //! saying that the server needs a login when it has none that works.
 
 use crate::harness;
-use crate::suite::mcp::{new_session, prompt_and_answer, tool_result, wrapped, Setup};
+use crate::suite::mcp::{
+    new_session, prompt_and_answer, the_server_notice, tool_result, wrapped, Setup,
+};
 use crate::support::fake_provider as fake;
 use crate::support::oauth_server::OAuthServer;
 
@@ -313,15 +315,8 @@ async fn a_token_refused_mid_session_needs_login_and_is_not_a_crash() {
         c.backlog
     );
     // And the client's list of the session's servers is told the new state.
-    let told: Vec<&Value> = c
-        .backlog
-        .iter()
-        .filter(|m| m["method"] == "_passepartout/mcp/server")
-        .collect();
-    assert_eq!(told.len(), 1, "{:?}", c.backlog);
-    assert_eq!(told[0]["params"]["sessionId"], sid.as_str());
     assert_eq!(
-        told[0]["params"]["server"]["state"],
+        the_server_notice(&c, &sid)["state"],
         "failed: needs login: run `passepartout mcp login docs`"
     );
 
