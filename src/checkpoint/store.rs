@@ -159,9 +159,17 @@ impl Store {
         };
         if !store.git_dir.join("HEAD").exists() {
             std::fs::create_dir_all(dir).map_err(io(dir))?;
+            // Made aside and renamed into place: two openers at once (a
+            // session's warm-up and its first action, or two daemons) would
+            // otherwise run `git init` into the same directory, and one
+            // fails ("cannot mkdir …: File exists").
+            let making = tempfile::Builder::new()
+                .prefix(".git-init-")
+                .tempdir_in(dir)
+                .map_err(io(dir))?;
             let out = Command::new("git")
                 .args(["init", "--quiet", "--bare"])
-                .arg(&store.git_dir)
+                .arg(making.path())
                 .env("GIT_CONFIG_GLOBAL", "/dev/null")
                 .env("GIT_CONFIG_NOSYSTEM", "1")
                 .env("GIT_TEMPLATE_DIR", "")
@@ -173,7 +181,7 @@ impl Store {
                     stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
                 });
             }
-            let info = store.git_dir.join("info");
+            let info = making.path().join("info");
             std::fs::create_dir_all(&info).map_err(io(&info))?;
             // Outranks the project's .gitattributes: blobs are the bytes on
             // disk, with no end-of-line conversion and no filter programs.
@@ -183,6 +191,14 @@ impl Store {
                 "* -text -filter -ident -working-tree-encoding\n",
             )
             .map_err(io(&attributes))?;
+            match std::fs::rename(making.path(), &store.git_dir) {
+                // Moved: nothing left for the guard to remove.
+                Ok(()) => drop(making.keep()),
+                // Another opener's store took the place first: use it (ours
+                // is removed with the guard).
+                Err(_) if store.git_dir.join("HEAD").is_file() => {}
+                Err(e) => return Err(io(&store.git_dir)(e)),
+            }
         }
         Ok(store)
     }
