@@ -39,6 +39,9 @@ struct Ready {
     dir: PathBuf,
     mount: OverlayMount,
     project_id: (u64, u64),
+    /// When it was mounted: with [`MAX_READY_OVERLAYS`] waiting, the
+    /// oldest gives its place up.
+    made: std::time::Instant,
 }
 
 impl Ready {
@@ -111,6 +114,7 @@ fn mount_fresh(root: &Path, project: &Path) -> Result<Ready, String> {
         dir,
         mount,
         project_id,
+        made: std::time::Instant::now(),
     })
 }
 
@@ -189,23 +193,37 @@ fn mount_next_ahead(root: &Path, project: &Path, delay: std::time::Duration) {
 }
 
 /// Mount an overlay of `project` and keep it waiting for the project's
-/// next action (unless one already waits, or [`MAX_READY_OVERLAYS`] do).
+/// next action (unless one already waits; with [`MAX_READY_OVERLAYS`]
+/// waiting, the oldest is given up for it).
 fn mount_ahead_now(root: PathBuf, project: PathBuf) {
     let key = (root, project);
-    {
-        let map = ready_overlays();
-        if map.contains_key(&key) || map.len() >= MAX_READY_OVERLAYS {
-            return;
-        }
+    if ready_overlays().contains_key(&key) {
+        return;
     }
     match mount_fresh(&key.0, &key.1) {
         Ok(next) => {
             let mut map = ready_overlays();
-            if map.contains_key(&key) || map.len() >= MAX_READY_OVERLAYS {
+            if map.contains_key(&key) {
                 drop(map);
                 next.discard();
+                return;
+            }
+            // Full: the overlay waiting longest gives its place up. Refusing
+            // the new one instead would leave the places to projects no
+            // session works in any more, for the daemon's whole life.
+            let evicted = if map.len() >= MAX_READY_OVERLAYS {
+                let oldest = map
+                    .iter()
+                    .min_by_key(|(_, r)| r.made)
+                    .map(|(k, _)| k.clone());
+                oldest.and_then(|k| map.remove(&k))
             } else {
-                map.insert(key, next);
+                None
+            };
+            map.insert(key, next);
+            drop(map);
+            if let Some(old) = evicted {
+                old.discard();
             }
         }
         Err(e) => tracing::debug!("transaction: no overlay mounted ahead: {e}"),
