@@ -3,6 +3,12 @@
 //! - cold start: spawning `passepartout serve` until its `initialize` reply,
 //!   median and p99 of 100 (the sandbox's trial run waits for the first
 //!   shell action; the reply's limit diagnostics find the pids cgroup);
+//!   next to it, in the same minutes, the floor (`examples/cold_floor.rs`:
+//!   the least a process does to answer `initialize`) and
+//!   `passepartout --version` until it exits (loading and relocating this
+//!   binary, without the runtime or the daemon's work), so the figure
+//!   splits into what any process costs here, what our binary costs to
+//!   load, and the daemon's own path;
 //! - exit: closing stdin until the process has exited;
 //! - transport: pipelined requests per second through the stdio transport,
 //!   in both framings, counting only replies (a trivial request: an unknown
@@ -13,7 +19,8 @@
 //!   own overhead.
 //!
 //! Run with `cargo run --release --example bench_daemon` (it uses the binary
-//! next to it: build it first with `cargo build --release`).
+//! and the `cold_floor` example next to it: build them first with
+//! `cargo build --release --bin passepartout --example cold_floor`).
 //! `-- cold` measures the cold start alone; `-- cold --baseline BIN` also
 //! starts another binary (an earlier build), alternating with this one, so
 //! both figures come from the same minutes of a shared machine. The load
@@ -41,6 +48,13 @@ fn binary() -> PathBuf {
         .and_then(|p| p.parent())
         .expect("target dir")
         .join("passepartout")
+}
+
+/// The floor of a cold start, built next to this benchmark
+/// (`cargo build --release --examples`).
+fn floor_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    exe.with_file_name("cold_floor")
 }
 
 struct Daemon {
@@ -172,12 +186,53 @@ fn load() -> String {
 }
 
 /// Spawn `program serve` until its `initialize` reply; the process is
-/// killed when it is dropped.
+/// then killed and reaped, so its exit does not overlap the next start
+/// measured (whichever came next paid for it before).
 async fn cold_start(program: &std::path::Path, home: &std::path::Path) -> Duration {
     let t = Instant::now();
     let mut d = Daemon::spawn_binary(program, &[], home, true);
     d.send(&init(1)).await;
     d.response(1).await;
+    let took = t.elapsed();
+    d._child.kill().await.unwrap();
+    took
+}
+
+/// Spawn the floor (`examples/cold_floor.rs`) until its `initialize` reply.
+async fn floor_start(program: &std::path::Path) -> Duration {
+    let t = Instant::now();
+    let mut child = Command::new(program)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn cold_floor (cargo build --release --examples)");
+    let mut d = Daemon {
+        stdin: child.stdin.take().unwrap(),
+        stdout: BufReader::new(child.stdout.take().unwrap()),
+        _child: child,
+        lsp: true,
+    };
+    d.send(&init(1)).await;
+    d.response(1).await;
+    let took = t.elapsed();
+    d._child.kill().await.unwrap();
+    took
+}
+
+/// `program --version` from spawn until it has exited: loading and
+/// relocating the binary, parsing the command line, printing one line.
+async fn version_run(program: &std::path::Path) -> Duration {
+    let t = Instant::now();
+    let status = Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .await
+        .expect("spawn passepartout --version");
+    assert!(status.success(), "--version failed: {status}");
     t.elapsed()
 }
 
@@ -195,14 +250,29 @@ async fn main() {
 
     // Cold start: process start to the initialize reply (which carries the
     // limit diagnostics, so the host's cgroup is probed on this path).
+    // Alternating with the floor and `--version` (and the baseline), so
+    // every figure comes from the same minutes of a shared machine.
+    let floor = floor_binary();
     let mut starts = Vec::new();
     let mut baseline_starts = Vec::new();
+    let mut floors = Vec::new();
+    let mut versions = Vec::new();
     for _ in 0..COLD_STARTS {
+        floors.push(floor_start(&floor).await);
+        versions.push(version_run(&binary()).await);
         starts.push(cold_start(&binary(), home.path()).await);
         if let Some(other) = &baseline {
             baseline_starts.push(cold_start(other, home.path()).await);
         }
     }
+    println!(
+        "floor (examples/cold_floor: spawn → initialize reply): {}",
+        stats(floors)
+    );
+    println!(
+        "passepartout --version (spawn → exit: load, relocate, parse): {}",
+        stats(versions)
+    );
     println!("cold start → initialize reply: {}", stats(starts));
     if let Some(other) = &baseline {
         println!(

@@ -381,31 +381,62 @@ pub fn pick_model(models: &[String], preferred: Option<&str>) -> Option<String> 
 
 /// Ask every candidate, local ones at once; `preferred` is the model a
 /// person asked for with `--model` or `PASSEPARTOUT_MODEL`.
+///
+/// A local candidate at an IP address is first asked for a TCP connection
+/// alone: when nothing listens (the usual case of a daemon started with
+/// nothing configured) the refusal is its outcome, and no HTTP client is
+/// built at all, before a daemon's first reply. One that accepts is then
+/// asked for its models over HTTP, as before.
 pub async fn probe(candidates: &[Candidate], preferred: Option<&str>) -> Report {
     // A CA store only when some local candidate is https: loading it opens
     // every file of /etc/ssl/certs, before a daemon's first reply.
     let tls = candidates
         .iter()
         .any(|c| c.key_env.is_none() && c.base_url.starts_with("https:"));
-    let client = match probe_client(tls) {
-        Ok(c) => Some(c),
-        Err(e) => {
-            tracing::error!("discovery: {e}");
-            None
-        }
-    };
-    let asks = candidates.iter().map(|c| async {
-        match (&c.key_env, client) {
-            (Some(var), _) => hosted_outcome(var, c, preferred),
-            (None, Some(client)) => local_outcome(client, c, preferred).await,
-            (None, None) => Outcome::Unreachable {
-                reason: "no HTTP client".into(),
-            },
-        }
+    let asks = candidates.iter().map(|c| async move {
+        let Some(var) = &c.key_env else {
+            if let Some(refused) = refused_at_connect(&c.base_url).await {
+                return refused;
+            }
+            return match probe_client(tls) {
+                Ok(client) => local_outcome(client, c, preferred).await,
+                Err(e) => {
+                    tracing::error!("discovery: {e}");
+                    Outcome::Unreachable {
+                        reason: "no HTTP client".into(),
+                    }
+                }
+            };
+        };
+        hosted_outcome(var, c, preferred)
     });
     let outcomes = futures::future::join_all(asks).await;
     Report {
         entries: candidates.iter().cloned().zip(outcomes).collect(),
+    }
+}
+
+/// The outcome of a local candidate whose address takes no TCP connection
+/// within [`CONNECT_TIMEOUT`] (the words are the ones the HTTP client's
+/// error ends in: "Connection refused (os error 111)"); `None` when one is
+/// accepted, or when the host is a name (the HTTP client resolves it).
+async fn refused_at_connect(base_url: &str) -> Option<Outcome> {
+    let url = reqwest::Url::parse(base_url).ok()?;
+    let host = url.host_str()?;
+    // An IPv6 literal comes bracketed.
+    let ip: std::net::IpAddr = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .ok()?;
+    let port = url.port_or_known_default()?;
+    match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect((ip, port))).await {
+        // Something listens: the HTTP probe connects again and asks.
+        Ok(Ok(_listening)) => None,
+        Ok(Err(e)) => Some(Outcome::Unreachable {
+            reason: e.to_string(),
+        }),
+        Err(_) => Some(Outcome::TimedOut),
     }
 }
 
@@ -473,6 +504,10 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     inner.to_string()
 }
 
+/// Logged (at debug) when the probes' HTTP client is built: only once a
+/// local candidate accepted a connection, or is named by host name.
+pub const PROBE_CLIENT_BUILT: &str = "discovery: an HTTP client for the probes is built";
+
 /// The client of the probes: a short connect timeout, no proxy (the
 /// candidates are on this machine); without `tls`, no certificate is
 /// trusted (plain-http candidates need none).
@@ -481,6 +516,7 @@ fn probe_client(tls: bool) -> Result<&'static reqwest::Client, String> {
         [OnceLock::new(), OnceLock::new()];
     CLIENTS[usize::from(tls)]
         .get_or_init(|| {
+            tracing::debug!("{PROBE_CLIENT_BUILT}");
             let _ = rustls::crypto::ring::default_provider().install_default();
             let builder = reqwest::Client::builder()
                 .connect_timeout(CONNECT_TIMEOUT)

@@ -337,7 +337,18 @@ fn host_limits() -> &'static HostLimits {
 /// cgroup files (or forking a user-namespace trial) on its path. A call
 /// to [`limit_diagnostics`] before the thread is done waits for it; when
 /// the thread cannot start, the first call finds them itself.
+///
+/// Inside a tokio runtime the thread is one of its blocking pool: done
+/// here, it stays idle in the pool, and the daemon's stdin reader (tokio
+/// reads stdin on that pool) takes it instead of starting one more thread
+/// before the first request can be read.
 pub fn prepare_limit_diagnostics() {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        drop(runtime.spawn_blocking(|| {
+            host_limits();
+        }));
+        return;
+    }
     let started = std::thread::Builder::new()
         .name("limit-probe".into())
         .spawn(|| {

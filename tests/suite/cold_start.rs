@@ -79,3 +79,77 @@ async fn the_host_limits_are_found_before_initialize_asks() {
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     assert_eq!(text.matches(HOST_LIMITS_FOUND).count(), 1, "{text}");
 }
+
+/// With nothing configured and no local model server listening (the
+/// usual idle daemon), discovery learns that from refused TCP connections
+/// alone: the `initialize` reply reports each candidate as before, and no
+/// HTTP client is built on the way to it. A candidate that listens is
+/// still asked over HTTP (`tests/suite/discovery.rs`).
+#[tokio::test]
+async fn refused_local_servers_need_no_http_client_before_the_reply() {
+    let home = harness::home_with_config("");
+    let log = home.path().join("daemon.log");
+    std::fs::write(
+        home.path().join("config/passepartout/config.toml"),
+        format!("log_file = {:?}\n", log.display().to_string()),
+    )
+    .unwrap();
+    // Nothing listens on the discard port here: connections are refused.
+    let closed = "http://127.0.0.1:9/v1";
+    let mut cmd = Command::new(harness::BIN);
+    cmd.arg("serve")
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env("XDG_STATE_HOME", home.path().join("state"))
+        .env("PASSEPARTOUT_LOG", "warn,passepartout=debug")
+        .env(
+            "PASSEPARTOUT_DISCOVERY_HOSTS",
+            format!("ollama={closed},llama.cpp={closed},lmstudio={closed},vllm={closed}"),
+        )
+        .env_remove("PASSEPARTOUT_PROVIDER_URL")
+        .env_remove("PASSEPARTOUT_MODEL")
+        .env_remove("PASSEPARTOUT_CONFIG")
+        .env_remove("PASSEPARTOUT_API_KEY");
+    for var in [
+        "ANTHROPIC_API_KEY",
+        "OPENAI_API_KEY",
+        "OPENROUTER_API_KEY",
+        "DEEPSEEK_API_KEY",
+    ] {
+        cmd.env_remove(var);
+    }
+    let mut client = Client::spawn_command(cmd, Framing::Ndjson);
+    let init = client.initialize(serde_json::json!({})).await;
+    let candidates = init["result"]["_meta"]["passepartout"]["discovery"]["candidates"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no discovery in {init}"))
+        .clone();
+    let local: Vec<&serde_json::Value> = candidates
+        .iter()
+        .filter(|c| c["baseUrl"].as_str() == Some(closed))
+        .collect();
+    assert_eq!(local.len(), 4, "{init}");
+    for c in local {
+        assert_eq!(c["status"], "unreachable", "{c}");
+        assert_eq!(c["reason"], "Connection refused (os error 111)", "{c}");
+        assert_eq!(
+            c["detail"], "not reachable (Connection refused (os error 111))",
+            "{c}"
+        );
+    }
+    // The log's writer thread is behind: wait for the `initialize` line,
+    // which comes after anything logged on the way to the reply.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("initialize") {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "no initialize logged:\n{text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        !text.contains(passepartout::llm::discovery::PROBE_CLIENT_BUILT),
+        "an HTTP client was built to hear four refusals:\n{text}"
+    );
+}
