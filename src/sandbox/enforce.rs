@@ -1118,10 +1118,9 @@ mod tests {
         POOL_TAKEN.notify_one();
         assert!(eventually(|| pool().len() >= CGROUP_READY));
         // Many runs giving their (empty) cgroups back: the pool keeps at
-        // most CGROUP_POOL, the rest are removed.
+        // most CGROUP_POOL, the rest are removed (settle ends either way).
         let mut more = taken;
         more.extend((0..CGROUP_POOL).filter_map(|_| RunCgroup::take(32)));
-        let dirs: Vec<PathBuf> = more.iter().map(|cg| cg.dir.clone()).collect();
         for cg in more {
             let mut removing = false;
             let mut left = cg.settle(&mut removing);
@@ -1131,15 +1130,9 @@ mod tests {
                 left = cg.settle(&mut removing);
             }
         }
+        // (Whether each was pooled or removed cannot be told apart from
+        // another test's run taking it meanwhile; the bound can.)
         assert!(pool().len() <= CGROUP_POOL);
-        let pooled: Vec<PathBuf> = pool().iter().map(|cg| cg.dir.clone()).collect();
-        for dir in &dirs {
-            assert!(
-                pooled.contains(dir) || !dir.exists(),
-                "{} neither pooled nor removed",
-                dir.display()
-            );
-        }
     }
 
     #[test]
