@@ -1168,7 +1168,7 @@ mod tests {
             child.wait().await.unwrap();
             // Once empty, it comes back (or is removed when the pool is full).
             let until = tokio::time::Instant::now() + Duration::from_secs(10);
-            while !(pooled() || !dir.exists()) && tokio::time::Instant::now() < until {
+            while !pooled() && dir.exists() && tokio::time::Instant::now() < until {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             assert!(pooled() || !dir.exists());
