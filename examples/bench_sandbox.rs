@@ -16,7 +16,9 @@
 //! overhead into the spawn itself (`passepartout::sandbox::spawn`, its
 //! pipes and its wait) and the limits with the control surface. Last, the
 //! host-side work alone (snapshot and sweep), with git's answers remembered
-//! and with git asked every time.
+//! and with git asked every time. Each tool-call block also says how many
+//! run cgroups were made meanwhile, and how many of those on a call's path
+//! (the pool was empty) rather than ahead by the keeper.
 //!
 //! Run: `cargo run --release --example bench_sandbox [N]` (default 50; the
 //! tool-call figure uses max(N, 200) calls).
@@ -30,7 +32,7 @@ use std::time::{Duration, Instant};
 use passepartout::sandbox::bwrap::{
     bwrap_args, bwrap_args_with, Boundary, SandboxSpec, SystemLayout,
 };
-use passepartout::sandbox::enforce::{process_limit, ProcessLimit};
+use passepartout::sandbox::enforce::{process_limit, run_cgroups_made, ProcessLimit};
 use passepartout::sandbox::limits::ResourceLimits;
 use passepartout::sandbox::probe::{probe, SandboxStatus};
 use passepartout::sandbox::runner::{run, run_limited, RunLimits};
@@ -483,6 +485,7 @@ async fn main() {
     // bwrap with the very same argument list by std::process::Command, the
     // two alternating in one run, back to back and 50 ms apart.
     for pause in [Duration::ZERO, Duration::from_millis(50)] {
+        let (made_before, on_path_before) = run_cgroups_made();
         let (bare_spawn, runner_alone, tool_call) =
             time_against_bare(calls, &program, &spec, pause).await;
         let when = if pause.is_zero() {
@@ -513,6 +516,15 @@ async fn main() {
             paired_median(&bare_spawn.samples, &tool_call.samples),
             paired_median(&bare_spawn.samples, &runner_alone.samples),
         );
+        let (made, on_path) = run_cgroups_made();
+        if made > made_before {
+            println!(
+                "  run cgroups made meanwhile: {}, of which on a call's path: {} \
+                 (the rest ahead, by the keeper)",
+                made - made_before,
+                on_path - on_path_before
+            );
+        }
     }
     println!();
     // A granted network: the same run, attached through slirp4netns.

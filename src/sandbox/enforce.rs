@@ -43,7 +43,12 @@
 //!      joins the cgroup before exec and pays the wait unless the hierarchy
 //!      is mounted with `favordynmods`. Run cgroups are reused: one that a
 //!      run left empty goes back to a small pool ([`CGROUP_POOL`]) with
-//!      its thread, its `pids.max` and its count of refused forks.
+//!      its thread, its `pids.max` and its count of refused forks. A cgroup
+//!      a bwrap run used empties only when the host's init reaps the
+//!      sandbox's last process (1–2 s here), so a *keeper* thread keeps
+//!      [`CGROUP_READY`] cgroups made ahead, resident thread joined, and a
+//!      run takes one instead of paying the `mkdir` and the join on its
+//!      path; it is told to make the next once the run's child is started.
 //!   3. RLIMIT_NPROC over this user's processes when no user namespace can
 //!      be made: the processes this user already runs plus the limit.
 //!   4. Not at all as root without a writable pids cgroup (a warning is
@@ -221,11 +226,80 @@ struct RunCgroup {
     refused_before: u64,
 }
 
-/// How many empty run cgroups are kept for reuse.
-pub const CGROUP_POOL: usize = 4;
+/// Most empty run cgroups kept for reuse, those made ahead included.
+pub const CGROUP_POOL: usize = 8;
 
-/// Empty run cgroups, ready for the next run.
+/// How many run cgroups the keeper thread keeps ready ahead of the runs
+/// (made, `pids.max` written, the resident thread joined): a run takes
+/// one and never pays the `mkdir` and the join (an RCU grace period) on
+/// its path. Needed because a cgroup a bwrap run used settles slowly:
+/// the sandbox's last process is a zombie reaped by the host's init,
+/// which took 1.1–1.8 s here (`pids.current` stays at 1 meanwhile), so
+/// back-to-back runs find no settled cgroup to reuse.
+pub const CGROUP_READY: usize = 4;
+
+/// Empty run cgroups, ready for the next run (at most [`CGROUP_POOL`]).
 static POOL: std::sync::Mutex<Vec<RunCgroup>> = std::sync::Mutex::new(Vec::new());
+/// Wakes the keeper thread when a run took a cgroup from [`POOL`].
+static POOL_TAKEN: std::sync::Condvar = std::sync::Condvar::new();
+/// The limit the last run asked for: the keeper writes it into the
+/// cgroups it makes, so that the next run need not.
+static LAST_MAX: AtomicU64 = AtomicU64::new(u64::MAX);
+/// Run cgroups made, and of those made by a run on its own path (the pool
+/// was empty).
+static MADE: AtomicU64 = AtomicU64::new(0);
+static MADE_ON_PATH: AtomicU64 = AtomicU64::new(0);
+
+/// Run cgroups made by this process so far: (all, made by a run on its
+/// path because none was ready). For benchmarks and tests.
+pub fn run_cgroups_made() -> (u64, u64) {
+    (
+        MADE.load(Ordering::Relaxed),
+        MADE_ON_PATH.load(Ordering::Relaxed),
+    )
+}
+
+/// Lock the pool; a poisoned lock still holds a valid list.
+fn pool() -> std::sync::MutexGuard<'static, Vec<RunCgroup>> {
+    POOL.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The keeper: keeps [`CGROUP_READY`] run cgroups in the pool, made off
+/// the runs' path, and never more than [`CGROUP_POOL`] in it. Runs for the
+/// life of the process (its cgroups are removed at the next start by
+/// [`remove_stale_cgroups`], as a settling one would be).
+fn keep_ready(parent: PathBuf) {
+    let mut ready = pool();
+    loop {
+        while ready.len() >= CGROUP_READY {
+            ready = POOL_TAKEN
+                .wait(ready)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        drop(ready);
+        let made = RunCgroup::create_in(&parent, LAST_MAX.load(Ordering::Relaxed));
+        ready = pool();
+        match made {
+            Some(cg) if ready.len() < CGROUP_POOL => ready.push(cg),
+            // Settled cgroups came back meanwhile and filled the pool.
+            Some(cg) => {
+                drop(ready);
+                cg.discard();
+                ready = pool();
+            }
+            None => {
+                // Cannot make one now (a limit on cgroups?): runs make
+                // their own meanwhile; try again later, not in a loop.
+                tracing::debug!("the keeper could not make a run cgroup ahead");
+                ready = POOL_TAKEN
+                    .wait_timeout(ready, Duration::from_secs(1))
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .0;
+            }
+        }
+    }
+}
 
 impl Enforcer {
     /// Prepare `limits` for a run in `cwd`. Creates the run's cgroup when
@@ -318,12 +392,19 @@ impl Enforcer {
     /// in the cgroup, else from this thread.
     pub async fn spawn(&self, cmd: super::spawn::Command) -> Result<RawChild, SpawnError> {
         let Some(resident) = self.cgroup.as_ref().and_then(|c| c.resident.as_ref()) else {
-            return cmd.spawn();
+            let spawned = cmd.spawn();
+            if self.cgroup.is_some() {
+                POOL_TAKEN.notify_one();
+            }
+            return spawned;
         };
         let (sender, spawned) = tokio::sync::oneshot::channel();
         let job: SpawnJob = Box::new(move || {
             // A caller gone meanwhile drops the child, which kills it.
             let _ = sender.send(cmd.spawn());
+            // The child runs: the keeper makes the next run's cgroup while
+            // the caller waits for it.
+            POOL_TAKEN.notify_one();
         });
         let gone = || SpawnError {
             during: Some("handing the spawn to the run cgroup's thread".into()),
@@ -417,6 +498,9 @@ impl Enforcer {
         let Some(cg) = self.cgroup else {
             return;
         };
+        // Told already when the child started; again in case no child
+        // did (a spawn that failed), so the pool does not stay short.
+        POOL_TAKEN.notify_one();
         let mut removing = false;
         let Some(cg) = cg.settle(&mut removing) else {
             return;
@@ -449,12 +533,12 @@ impl RunCgroup {
                 return Some(self);
             }
             self.refused_before = self.refused_total();
-            if let Ok(mut pool) = POOL.lock() {
-                if pool.len() < CGROUP_POOL {
-                    pool.push(self);
-                    return None;
-                }
+            let mut pool = pool();
+            if pool.len() < CGROUP_POOL {
+                pool.push(self);
+                return None;
             }
+            drop(pool);
             *removing = true;
             // A resident thread leaves the cgroup when it ends: tell it to.
             self.resident = None;
@@ -470,16 +554,51 @@ impl RunCgroup {
     /// An empty pids cgroup with `pids.max = max`: one from the pool, else
     /// a fresh one; None when no pids hierarchy is writable here.
     fn take(max: u64) -> Option<RunCgroup> {
-        let pooled = POOL.lock().ok().and_then(|mut pool| pool.pop());
+        LAST_MAX.store(max, Ordering::Relaxed);
+        // The keeper is told once the run's child is started (see
+        // `Enforcer::spawn`), not here: woken now it would compete for a
+        // CPU with this run's own set-up.
+        let pooled = pool().pop();
         if let Some(mut cg) = pooled {
             if cg.max == max || cg.set_max(max) {
                 cg.max = max;
                 return Some(cg);
             }
-            cg.resident = None;
-            let _ = std::fs::remove_dir(&cg.dir);
+            cg.discard();
         }
-        Self::create(max)
+        let made = Self::create(max);
+        if made.is_some() {
+            MADE_ON_PATH.fetch_add(1, Ordering::Relaxed);
+        }
+        made
+    }
+
+    /// Remove a cgroup no run will use, off the caller's path: its resident
+    /// thread ends (which takes it out of the cgroup), and the directory is
+    /// removed once the kernel no longer counts it.
+    fn discard(mut self) {
+        self.resident = None;
+        if std::fs::remove_dir(&self.dir).is_ok() {
+            return;
+        }
+        let removed = std::thread::Builder::new()
+            .name("cgroup-discard".into())
+            .spawn(move || {
+                let mut wait = Duration::from_millis(1);
+                let mut waited = Duration::ZERO;
+                while waited < Duration::from_secs(10) {
+                    std::thread::sleep(wait);
+                    waited += wait;
+                    if std::fs::remove_dir(&self.dir).is_ok() {
+                        return;
+                    }
+                    wait = (wait * 2).min(Duration::from_millis(200));
+                }
+                tracing::warn!(cgroup = %self.dir.display(), "could not remove a run cgroup");
+            });
+        if let Err(e) = removed {
+            tracing::debug!("a run cgroup is left for the next start to remove: {e}");
+        }
     }
 
     /// Write `pids.max` for a run limit of `max` processes (the resident
@@ -530,6 +649,7 @@ impl RunCgroup {
         );
         let dir = parent.join(name);
         std::fs::create_dir(&dir).ok()?;
+        MADE.fetch_add(1, Ordering::Relaxed);
         let procs = std::ffi::CString::new(
             dir.join("cgroup.procs")
                 .into_os_string()
@@ -738,28 +858,19 @@ fn pids_parent() -> Option<PathBuf> {
             }
             parent.filter(|dir| {
                 // Writable here? A cgroup made and removed says so at once;
-                // the first run's cgroup (with its resident thread, whose
-                // join into the cgroup may wait for an RCU grace period) is
-                // made in the background, so neither `initialize` (whose
-                // limit diagnostics land here) nor the first run waits.
+                // the runs' cgroups (each with its resident thread, whose
+                // join into the cgroup may wait for an RCU grace period) are
+                // made ahead by the keeper thread, so neither `initialize`
+                // (whose limit diagnostics land here) nor a run waits.
                 if !RunCgroup::writable_in(dir) {
                     return false;
                 }
                 let dir = dir.clone();
-                let filled = std::thread::Builder::new()
-                    .name("cgroup-pool".into())
-                    .spawn(move || {
-                        let Some(cg) = RunCgroup::create_in(&dir, u64::MAX) else {
-                            return;
-                        };
-                        if let Ok(mut pool) = POOL.lock() {
-                            if pool.len() < CGROUP_POOL {
-                                pool.push(cg);
-                            }
-                        }
-                    });
-                if let Err(e) = filled {
-                    tracing::debug!("no run cgroup made ahead: {e}");
+                let keeper = std::thread::Builder::new()
+                    .name("cgroup-keeper".into())
+                    .spawn(move || keep_ready(dir));
+                if let Err(e) = keeper {
+                    tracing::debug!("no run cgroups made ahead: {e}");
                 }
                 true
             })
@@ -959,6 +1070,116 @@ mod tests {
 36 25 0:31 / /sys/fs/cgroup/pids rw,relatime shared:15 - cgroup cgroup rw,pids
 37 25 0:32 / /sys/fs/cgroup/unified rw,relatime shared:16 - cgroup2 cgroup2 rw
 ";
+
+    /// The tests below share the process-wide pool and its keeper.
+    static POOL_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// Wait up to 10 s for `done`.
+    fn eventually(done: impl Fn() -> bool) -> bool {
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < until {
+            if done() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        done()
+    }
+
+    #[test]
+    fn runs_take_cgroups_made_ahead_and_the_pool_stays_bounded() {
+        let _serial = POOL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        if userns_nproc_binds() || pids_parent().is_none() {
+            eprintln!("skipped: no writable pids cgroup here (or not root)");
+            return;
+        }
+        assert!(
+            eventually(|| pool().len() >= CGROUP_READY),
+            "the keeper did not make {CGROUP_READY} cgroups ahead"
+        );
+        // Runs back to back (none gives its cgroup back meanwhile) take
+        // the ready ones: nothing is made on their path.
+        let (_, on_path_before) = run_cgroups_made();
+        let taken: Vec<RunCgroup> = (0..CGROUP_READY)
+            .map(|_| RunCgroup::take(32).expect("a run cgroup"))
+            .collect();
+        assert_eq!(run_cgroups_made().1, on_path_before);
+        for cg in &taken {
+            assert_eq!(
+                std::fs::read_to_string(cg.dir.join("pids.max"))
+                    .unwrap()
+                    .trim(),
+                (32 + u64::from(cg.resident.is_some())).to_string(),
+                "the limit, and the resident thread if any"
+            );
+        }
+        // And the keeper, told as a run's child starts, makes the next
+        // ones meanwhile.
+        POOL_TAKEN.notify_one();
+        assert!(eventually(|| pool().len() >= CGROUP_READY));
+        // Many runs giving their (empty) cgroups back: the pool keeps at
+        // most CGROUP_POOL, the rest are removed (settle ends either way).
+        let mut more = taken;
+        more.extend((0..CGROUP_POOL).filter_map(|_| RunCgroup::take(32)));
+        for cg in more {
+            let mut removing = false;
+            let mut left = cg.settle(&mut removing);
+            assert!(pool().len() <= CGROUP_POOL);
+            while let Some(cg) = left {
+                std::thread::sleep(Duration::from_millis(5));
+                left = cg.settle(&mut removing);
+            }
+        }
+        // (Whether each was pooled or removed cannot be told apart from
+        // another test's run taking it meanwhile; the bound can.)
+        assert!(pool().len() <= CGROUP_POOL);
+    }
+
+    #[test]
+    fn a_cgroup_still_in_use_is_not_pooled_until_it_empties() {
+        let _serial = POOL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        if userns_nproc_binds() || pids_parent().is_none() {
+            eprintln!("skipped: no writable pids cgroup here (or not root)");
+            return;
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let limits = ResourceLimits {
+                processes: Some(8),
+                ..ResourceLimits::none()
+            };
+            let enforcer = Enforcer::prepare(&limits, Path::new("/"));
+            let dir = enforcer.cgroup.as_ref().expect("a run cgroup").dir.clone();
+            let mut cmd = super::super::spawn::Command::new("sleep");
+            cmd.args(["0.3"]);
+            enforcer.install(&mut cmd);
+            let child = enforcer.spawn(cmd).await.expect("spawned");
+            let mut child = super::super::spawn::Child::from_raw(child).unwrap();
+            // The run "ends" while its process still lives (as bwrap's last
+            // process outlives it): the cgroup is watched, not pooled.
+            enforcer.finish().await;
+            let pooled = || pool().iter().any(|cg| cg.dir == dir);
+            assert!(!pooled());
+            let next = RunCgroup::take(8).expect("another run cgroup");
+            assert_ne!(next.dir, dir, "a cgroup still in use was handed out");
+            child.wait().await.unwrap();
+            // Once empty, it comes back (or is removed when the pool is full).
+            let until = tokio::time::Instant::now() + Duration::from_secs(10);
+            while !pooled() && dir.exists() && tokio::time::Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            assert!(pooled() || !dir.exists());
+            let mut removing = false;
+            let mut left = next.settle(&mut removing);
+            while let Some(cg) = left {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                left = cg.settle(&mut removing);
+            }
+        });
+    }
 
     #[test]
     fn finds_a_v1_pids_hierarchy() {
