@@ -984,6 +984,9 @@ pub fn write_object(objects: &Path, kind: &str, bytes: &[u8]) -> Result<[u8; 20]
     h.update(bytes);
     let oid: [u8; 20] = h.finalize().into();
     let hex = hex(&oid);
+    if kind == "blob" {
+        recent_blobs::keep(&hex, bytes);
+    }
     let path = object_path(objects, &hex);
     if path.exists() {
         return Ok(oid);
@@ -1004,12 +1007,16 @@ pub fn write_object(objects: &Path, kind: &str, bytes: &[u8]) -> Result<[u8; 20]
                 .and_then(|()| z.write_all(bytes))
                 .and_then(|()| z.finish().map(|_| ()))
         };
+        // The fan-out directory is made with the store: not checked
+        // first (a `stat` on every action); a rename that finds it
+        // missing falls through to the path below, which makes it.
         match written {
-            Ok(()) if dir.is_dir() => {
-                spare.persist(&path).map_err(io)?;
-                return Ok(oid);
-            }
-            _ => spare.discard(),
+            Ok(()) => match spare.persist(&path) {
+                Ok(()) => return Ok(oid),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(e)),
+            },
+            Err(_) => spare.discard(),
         }
     }
     std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
@@ -1026,6 +1033,69 @@ pub fn write_object(objects: &Path, kind: &str, bytes: &[u8]) -> Result<[u8; 20]
     // Another writer may have stored the same object meanwhile: fine.
     tmp.persist(&path).map_err(|e| io(e.error))?;
     Ok(oid)
+}
+
+/// The bytes of the blobs written or found most recently, by id, so that
+/// applying a changeset just read (or undoing the change just made) does
+/// not read and inflate from the store what this process had in memory a
+/// moment before. Content-addressed: an entry is right for every store.
+/// Bounded: blobs over [`recent_blobs::MAX_BLOB_BYTES`] are not kept, and
+/// at most [`recent_blobs::MAX_BLOBS`] / [`recent_blobs::MAX_TOTAL_BYTES`]
+/// are, the oldest dropped first.
+pub mod recent_blobs {
+    use std::collections::VecDeque;
+    use std::sync::{Mutex, OnceLock};
+
+    /// A blob larger than this is read from the store when needed.
+    pub const MAX_BLOB_BYTES: usize = 256 * 1024;
+    /// Blobs kept at most.
+    pub const MAX_BLOBS: usize = 64;
+    /// Bytes kept at most, all blobs together.
+    pub const MAX_TOTAL_BYTES: usize = 4 * 1024 * 1024;
+
+    #[derive(Default)]
+    struct Recent {
+        blobs: VecDeque<(String, Vec<u8>)>,
+        bytes: usize,
+    }
+
+    fn recent() -> std::sync::MutexGuard<'static, Recent> {
+        static RECENT: OnceLock<Mutex<Recent>> = OnceLock::new();
+        RECENT
+            .get_or_init(Mutex::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keep `bytes`, whose blob id is `oid` (the caller hashed them).
+    pub fn keep(oid: &str, bytes: &[u8]) {
+        if bytes.len() > MAX_BLOB_BYTES {
+            return;
+        }
+        let mut r = recent();
+        if r.blobs.iter().any(|(o, _)| o == oid) {
+            return;
+        }
+        while !r.blobs.is_empty()
+            && (r.blobs.len() >= MAX_BLOBS || r.bytes + bytes.len() > MAX_TOTAL_BYTES)
+        {
+            if let Some((_, old)) = r.blobs.pop_front() {
+                r.bytes -= old.len();
+            }
+        }
+        r.bytes += bytes.len();
+        r.blobs.push_back((oid.to_string(), bytes.to_vec()));
+    }
+
+    /// The bytes of the blob `oid`, if kept.
+    pub fn get(oid: &str) -> Option<Vec<u8>> {
+        recent()
+            .blobs
+            .iter()
+            .rev()
+            .find(|(o, _)| o == oid)
+            .map(|(_, b)| b.clone())
+    }
 }
 
 #[derive(Default)]
