@@ -1001,12 +1001,7 @@ pub fn write_object(objects: &Path, kind: &str, bytes: &[u8]) -> Result<[u8; 20]
     // written and renamed into place like the temporary below.
     let store_dir = objects.parent().and_then(Path::parent);
     if let Some(mut spare) = store_dir.and_then(super::spare::take) {
-        let written = {
-            let mut z = ZlibEncoder::new(&mut spare.file, flate2::Compression::fast());
-            z.write_all(header.as_bytes())
-                .and_then(|()| z.write_all(bytes))
-                .and_then(|()| z.finish().map(|_| ()))
-        };
+        let written = deflated(header.as_bytes(), bytes).and_then(|z| spare.file.write_all(&z));
         // The fan-out directory is made with the store: not checked
         // first (a `stat` on every action); a rename that finds it
         // missing falls through to the path below, which makes it.
@@ -1033,6 +1028,58 @@ pub fn write_object(objects: &Path, kind: &str, bytes: &[u8]) -> Result<[u8; 20]
     // Another writer may have stored the same object meanwhile: fine.
     tmp.persist(&path).map_err(|e| io(e.error))?;
     Ok(oid)
+}
+
+/// Objects up to this size are deflated by [`deflated`] with a compressor
+/// kept per thread; larger ones stream through a new encoder.
+const REUSED_DEFLATE_MAX_BYTES: usize = 1024 * 1024;
+
+/// `header` and `bytes` deflated as one zlib stream (git's loose object
+/// format) with the fast level. The compressor is kept per thread and
+/// reset for each object: a new one allocates and zeroes some 300 KiB of
+/// tables, which cost more than compressing an action's few small
+/// objects. Objects over [`REUSED_DEFLATE_MAX_BYTES`] get an encoder of
+/// their own.
+fn deflated(header: &[u8], bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+    use flate2::{Compress, FlushCompress, Status};
+    use std::cell::RefCell;
+    if bytes.len() > REUSED_DEFLATE_MAX_BYTES {
+        let mut z = ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        z.write_all(header)?;
+        z.write_all(bytes)?;
+        return z.finish();
+    }
+    thread_local! {
+        static DEFLATE: RefCell<Compress> =
+            RefCell::new(Compress::new(flate2::Compression::fast(), true));
+    }
+    DEFLATE.with(|c| {
+        let mut c = c.borrow_mut();
+        c.reset();
+        let mut input = Vec::with_capacity(header.len() + bytes.len());
+        input.extend_from_slice(header);
+        input.extend_from_slice(bytes);
+        let mut out = Vec::with_capacity(input.len() / 2 + 64);
+        let mut rest = &input[..];
+        loop {
+            if out.len() == out.capacity() {
+                out.reserve(out.capacity().max(64));
+            }
+            let (in_before, out_before) = (c.total_in(), c.total_out());
+            let status = c
+                .compress_vec(rest, &mut out, FlushCompress::Finish)
+                .map_err(std::io::Error::other)?;
+            let used = usize::try_from(c.total_in() - in_before).unwrap_or(rest.len());
+            rest = &rest[used.min(rest.len())..];
+            if status == Status::StreamEnd {
+                return Ok(out);
+            }
+            if c.total_in() == in_before && c.total_out() == out_before {
+                // No progress: it needs more room to write into.
+                out.reserve(out.capacity().max(64));
+            }
+        }
+    })
 }
 
 /// The bytes of the blobs written or found most recently, by id, so that
