@@ -154,7 +154,8 @@ impl Beneath {
             .collect::<Vec<_>>()
             .join("/");
         let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
-        if let Ok(fd) = rustix::fs::openat2(&self.root, joined.as_str(), flags, Mode::empty(), BENEATH)
+        if let Ok(fd) =
+            rustix::fs::openat2(&self.root, joined.as_str(), flags, Mode::empty(), BENEATH)
         {
             return Ok(Some((DirFd::Sub(fd), name)));
         }
