@@ -1218,6 +1218,53 @@ fn write_node(
 mod tests {
     use super::*;
 
+    #[test]
+    fn objects_deflated_by_the_kept_compressor_inflate_to_what_was_given() {
+        use std::io::Read;
+        // Several objects in a row through the one compressor (each reset),
+        // small, empty, incompressible, and one over the reuse limit.
+        let mut noise = Vec::new();
+        let mut x: u32 = 1;
+        for _ in 0..200_000 {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            noise.push((x >> 16) as u8);
+        }
+        let big = vec![b'a'; REUSED_DEFLATE_MAX_BYTES + 1];
+        for bytes in [
+            &b"file 0\n"[..],
+            &b""[..],
+            &noise[..],
+            &big[..],
+            &b"again"[..],
+        ] {
+            let header = format!("blob {}\0", bytes.len());
+            let z = deflated(header.as_bytes(), bytes).unwrap();
+            let mut raw = Vec::new();
+            flate2::read::ZlibDecoder::new(&z[..])
+                .read_to_end(&mut raw)
+                .unwrap();
+            let mut want = header.into_bytes();
+            want.extend_from_slice(bytes);
+            assert_eq!(raw, want);
+        }
+    }
+
+    #[test]
+    fn recent_blobs_are_bounded_and_found_by_id() {
+        let id = |n: usize| format!("{n:040x}");
+        // Over the per-blob limit: not kept.
+        recent_blobs::keep(&id(1), &vec![0; recent_blobs::MAX_BLOB_BYTES + 1]);
+        assert!(recent_blobs::get(&id(1)).is_none());
+        recent_blobs::keep(&id(2), b"two");
+        assert_eq!(recent_blobs::get(&id(2)).as_deref(), Some(&b"two"[..]));
+        // MAX_BLOBS later (other tests running alongside only add more),
+        // it is gone.
+        for n in 10..10 + recent_blobs::MAX_BLOBS {
+            recent_blobs::keep(&id(n), b"x");
+        }
+        assert!(recent_blobs::get(&id(2)).is_none());
+    }
+
     fn stat(mtime: i64) -> FileState {
         FileState {
             mode: MODE_FILE,
