@@ -14,7 +14,7 @@
 
 use std::ffi::OsStr;
 use std::io::Write;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -35,6 +35,22 @@ pub enum Node {
     Symlink,
     Dir,
     Other,
+}
+
+/// A directory of the project a path was resolved to: the project itself
+/// (borrowed: a file at the top costs no `open`) or one beneath it.
+enum DirFd<'a> {
+    Root(BorrowedFd<'a>),
+    Sub(OwnedFd),
+}
+
+impl AsFd for DirFd<'_> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            DirFd::Root(fd) => *fd,
+            DirFd::Sub(fd) => fd.as_fd(),
+        }
+    }
 }
 
 /// The project, opened once; every path is resolved beneath it.
@@ -118,12 +134,31 @@ impl Beneath {
     /// missing directories (0755) one at a time, each beneath the one
     /// before. Without it a missing or non-directory component means "no
     /// such path" (`Ok(None)`). A symlink anywhere is an error either way.
+    ///
+    /// The usual case costs one system call (the parents resolved by one
+    /// `openat2` beneath the project; none for a file at the top): only
+    /// when that fails are they walked one at a time, to make what is
+    /// missing or to tell why.
     fn parent<'a>(
         &self,
         rel: &'a str,
         create: bool,
-    ) -> Result<Option<(OwnedFd, &'a OsStr)>, BeneathError> {
+    ) -> Result<Option<(DirFd<'_>, &'a OsStr)>, BeneathError> {
         let (parents, name) = Self::parts(rel)?;
+        if parents.is_empty() {
+            return Ok(Some((DirFd::Root(self.root.as_fd()), name)));
+        }
+        let joined = parents
+            .iter()
+            .map(|p| p.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/");
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        if let Ok(fd) =
+            rustix::fs::openat2(&self.root, joined.as_str(), flags, Mode::empty(), BENEATH)
+        {
+            return Ok(Some((DirFd::Sub(fd), name)));
+        }
         let mut dir = self.dot().map_err(|e| BeneathError::sys(rel, e))?;
         for part in parents {
             let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
@@ -157,7 +192,7 @@ impl Beneath {
                 Err(e) => return Err(BeneathError::sys(rel, e)),
             };
         }
-        Ok(Some((dir, name)))
+        Ok(Some((DirFd::Sub(dir), name)))
     }
 
     /// What is at `rel` now (None: nothing, or a parent is missing or not a
@@ -220,6 +255,26 @@ impl Beneath {
             .read_to_end(&mut bytes)
             .map_err(|e| BeneathError::sys(rel, Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
         Ok(bytes)
+    }
+
+    /// [`Beneath::read`], and the status of the file read, taken through
+    /// the same descriptor after the read.
+    pub fn read_with_stat(&self, rel: &str) -> Result<(Vec<u8>, rustix::fs::Stat), BeneathError> {
+        use std::io::Read;
+        let fd = rustix::fs::openat2(
+            &self.root,
+            rel,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            BENEATH,
+        )
+        .map_err(|e| BeneathError::sys(rel, e))?;
+        let mut file = std::fs::File::from(fd);
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .map_err(|e| BeneathError::sys(rel, Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
+        let st = rustix::fs::fstat(&file).map_err(|e| BeneathError::sys(rel, e))?;
+        Ok((bytes, st))
     }
 
     /// The bytes of the regular file at `rel` if it has at most `max`

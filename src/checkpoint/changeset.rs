@@ -216,22 +216,25 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
         }
     }
     let b = store.beneath()?;
+    // What the project holds at a path, looked up once per read (the same
+    // path is asked about by several of the steps below).
+    let mut nodes: HashMap<String, Option<Node>> = HashMap::new();
+    let mut node_at = |rel: &str| -> Result<Option<Node>, StoreError> {
+        if let Some(n) = nodes.get(rel) {
+            return Ok(*n);
+        }
+        let n = b.node(rel)?;
+        nodes.insert(rel.to_string(), n);
+        Ok(n)
+    };
     // Every path whose state changes, with what the upper layer holds there
     // (None: gone with a whiteout or an opaque directory above it).
     let mut paths: BTreeMap<String, Option<Upper>> = BTreeMap::new();
-    let lower_files = |rel: &str| -> Result<Vec<String>, StoreError> {
-        match b.node(rel) {
-            Ok(Some(Node::Dir)) => Ok(b.files_under(rel)?),
-            Ok(Some(_)) => Ok(vec![rel.to_string()]),
-            Ok(None) => Ok(vec![]),
-            Err(e) => Err(e.into()),
-        }
-    };
     for (path, item) in &items {
         match item {
             Upper::File => {
                 // A file where a lower directory was: its files are gone.
-                if matches!(b.node(path), Ok(Some(Node::Dir))) {
+                if matches!(node_at(path), Ok(Some(Node::Dir))) {
                     for f in b.files_under(path)? {
                         paths.entry(f).or_insert(None);
                     }
@@ -239,7 +242,12 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
                 paths.insert(path.clone(), Some(Upper::File));
             }
             Upper::Whiteout => {
-                for f in lower_files(path)? {
+                let lower_files = match node_at(path)? {
+                    Some(Node::Dir) => b.files_under(path)?,
+                    Some(_) => vec![path.clone()],
+                    None => vec![],
+                };
+                for f in lower_files {
                     paths.entry(f).or_insert(None);
                 }
             }
@@ -331,13 +339,13 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
             Some(Upper::File) => Some(upper_entry(&upper.join(&path), &objects)?),
             _ => None,
         };
-        let old = match b.node(&path)? {
+        let old = match node_at(&path)? {
             Some(Node::Dir) | Some(Node::Other) | None => None,
             Some(node) => Some(lower_entry(&b, &path, node, &objects)?),
         };
-        let (old, old_size) = match old {
-            Some((e, size)) => (Some(e), Some(size)),
-            None => (None, None),
+        let (old, old_size, lower_stat) = match old {
+            Some((e, size, st)) => (Some(e), Some(size), st),
+            None => (None, None, None),
         };
         let (new, new_size) = match new {
             Some((e, size)) => (Some(e), Some(size)),
@@ -351,11 +359,8 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
             (Some(_), Some(_)) => ChangeKind::Modified,
         };
         // Only a file the project holds can have been changed by someone
-        // else; a folder's ctime moves with anything inside it.
-        let lower_stat = match old {
-            Some(_) => b.stat(&path)?,
-            None => None,
-        };
+        // else; a folder's ctime moves with anything inside it. Its status
+        // is taken after its pre-image was read (`lower_entry`).
         if let Some(st) = lower_stat {
             if changed_since(b.base(), &path, &st, cfg) {
                 out.conflicts.push(Conflict {
@@ -492,7 +497,8 @@ pub fn pre_image(store: &Store, rel: &str) -> Result<Option<(Entry, u64)>, Store
     let b = store.beneath()?;
     match b.node(rel)? {
         Some(node @ (Node::File { .. } | Node::Symlink)) => {
-            Ok(Some(lower_entry(&b, rel, node, &store.objects())?))
+            let (entry, size, _) = lower_entry(&b, rel, node, &store.objects())?;
+            Ok(Some((entry, size)))
         }
         _ => Ok(None),
     }
@@ -590,16 +596,29 @@ fn upper_entry(abs: &Path, objects: &Path) -> Result<(Entry, u64), StoreError> {
     ))
 }
 
-/// The project's version of a path now (the pre-image), stored as a blob.
+/// The project's version of a path now (the pre-image), stored as a blob,
+/// and the path's status taken *after* it was read: a change made after
+/// the read shows in that status (a conflict), so what is recorded as the
+/// pre-image is never a version someone wrote after the action started.
+/// For a file, the status of the file read (`fstat` on the descriptor it
+/// was read through: one call, where a lookup by name cost three); were
+/// the file replaced by another between the read and the apply, the apply
+/// finds the content changed and refuses it as a conflict.
 fn lower_entry(
     b: &Beneath,
     rel: &str,
     node: Node,
     objects: &Path,
-) -> Result<(Entry, u64), StoreError> {
-    let (bytes, mode, perm) = match node {
-        Node::Symlink => (b.read_link(rel)?, "120000".to_string(), None),
-        Node::File { perm } => (b.read(rel)?, mode_of(perm), Some(perm)),
+) -> Result<(Entry, u64, Option<rustix::fs::Stat>), StoreError> {
+    let (bytes, mode, perm, st) = match node {
+        Node::Symlink => {
+            let target = b.read_link(rel)?;
+            (target, "120000".to_string(), None, b.stat(rel)?)
+        }
+        Node::File { perm } => {
+            let (bytes, st) = b.read_with_stat(rel)?;
+            (bytes, mode_of(perm), Some(perm), Some(st))
+        }
         Node::Dir | Node::Other => {
             return Err(StoreError::Parse(format!("{rel} is not a file")));
         }
@@ -612,6 +631,7 @@ fn lower_entry(
             perm,
         },
         bytes.len() as u64,
+        st,
     ))
 }
 

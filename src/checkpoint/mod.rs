@@ -649,8 +649,11 @@ impl Project {
     pub fn apply_changeset(&self, cp: &mut Checkpoint) -> Result<(), CheckpointError> {
         let as_recorded = cp.clone();
         let mut kept = Vec::new();
+        // The project opened once for the checks, the restore and the
+        // passthrough.
+        let b = self.store.beneath()?;
         for c in std::mem::take(&mut cp.effect.changes) {
-            let now = self.store.current(&c.path);
+            let now = Store::current_beneath(&b, &c.path);
             let same = match (&now, &c.old) {
                 (Ok(None), None) => true,
                 // A folder where the action put a file: consistent if the
@@ -675,7 +678,7 @@ impl Project {
             }
         }
         cp.effect.changes = kept;
-        if let Err(e) = self.store.restore(&cp.forward()) {
+        if let Err(e) = self.store.restore_beneath(&b, &cp.forward()) {
             *cp = as_recorded;
             self.save(cp)?;
             return Err(e.into());
@@ -683,7 +686,6 @@ impl Project {
         let upper = self.txn_dir(&cp.id).join("upper");
         let mut failed = Vec::new();
         if !cp.passthrough.is_empty() {
-            let b = self.store.beneath()?;
             for p in &mut cp.passthrough {
                 match txn::pass_through(&b, &upper, p) {
                     Ok(written) => p.written = written,
@@ -710,7 +712,6 @@ impl Project {
     /// outside any store), the latter updated under an exclusive `flock`
     /// because daemons for other directories share it.
     fn next_id(&self) -> Result<String, CheckpointError> {
-        use std::io::Read;
         let fail = |path: &Path| {
             let path = path.to_path_buf();
             move |source| CheckpointError::Io { path, source }
@@ -720,15 +721,15 @@ impl Project {
         // given, so the records need listing only when it is missing or
         // damaged (a listing per action grew with the history).
         let counter = self.records.join("last-id");
-        let mut own = open_counter(&counter).map_err(fail(&counter))?;
-        let mut own_text = Vec::new();
-        let own_len = own.read_to_end(&mut own_text).unwrap_or(0);
+        let own = open_counter(&counter).map_err(fail(&counter))?;
+        let own_text = read_counter(&own).unwrap_or_default();
+        let own_len = own_text.len();
         let given = std::str::from_utf8(&own_text).ok().and_then(read);
-        let mut shared = open_counter(&self.ids).map_err(fail(&self.ids))?;
+        let shared = open_counter(&self.ids).map_err(fail(&self.ids))?;
         rustix::fs::flock(&shared, rustix::fs::FlockOperation::LockExclusive)
             .map_err(|e| fail(&self.ids)(e.into()))?;
-        let mut text = Vec::new();
-        let shared_len = shared.read_to_end(&mut text).map_err(fail(&self.ids))?;
+        let text = read_counter(&shared).map_err(fail(&self.ids))?;
+        let shared_len = text.len();
         let recorded = match given {
             Some(n) => n,
             None => self.ids()?.into_iter().max().unwrap_or(0),
@@ -1524,6 +1525,23 @@ fn open_counter(path: &Path) -> std::io::Result<std::fs::File> {
         .create(true)
         .truncate(false)
         .open(path)
+}
+
+/// The whole text of a counter file, read from its start by `pread`: one
+/// system call for a counter of [`COUNTER_WIDTH`] digits (reading to the
+/// end through the file's position cost four: its size, its position and
+/// two reads).
+fn read_counter(file: &std::fs::File) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut text = Vec::new();
+    let mut buf = [0u8; 64];
+    loop {
+        let n = file.read_at(&mut buf, text.len() as u64)?;
+        text.extend_from_slice(&buf[..n]);
+        if n < buf.len() {
+            return Ok(text);
+        }
+    }
 }
 
 /// Write `n` over the counter in `file`, zero-padded to [`COUNTER_WIDTH`]

@@ -984,6 +984,9 @@ pub fn write_object(objects: &Path, kind: &str, bytes: &[u8]) -> Result<[u8; 20]
     h.update(bytes);
     let oid: [u8; 20] = h.finalize().into();
     let hex = hex(&oid);
+    if kind == "blob" {
+        recent_blobs::keep(&hex, bytes);
+    }
     let path = object_path(objects, &hex);
     if path.exists() {
         return Ok(oid);
@@ -998,18 +1001,17 @@ pub fn write_object(objects: &Path, kind: &str, bytes: &[u8]) -> Result<[u8; 20]
     // written and renamed into place like the temporary below.
     let store_dir = objects.parent().and_then(Path::parent);
     if let Some(mut spare) = store_dir.and_then(super::spare::take) {
-        let written = {
-            let mut z = ZlibEncoder::new(&mut spare.file, flate2::Compression::fast());
-            z.write_all(header.as_bytes())
-                .and_then(|()| z.write_all(bytes))
-                .and_then(|()| z.finish().map(|_| ()))
-        };
+        let written = deflated(header.as_bytes(), bytes).and_then(|z| spare.file.write_all(&z));
+        // The fan-out directory is made with the store: not checked
+        // first (a `stat` on every action); a rename that finds it
+        // missing falls through to the path below, which makes it.
         match written {
-            Ok(()) if dir.is_dir() => {
-                spare.persist(&path).map_err(io)?;
-                return Ok(oid);
-            }
-            _ => spare.discard(),
+            Ok(()) => match spare.persist(&path) {
+                Ok(()) => return Ok(oid),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(e)),
+            },
+            Err(_) => spare.discard(),
         }
     }
     std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
@@ -1026,6 +1028,121 @@ pub fn write_object(objects: &Path, kind: &str, bytes: &[u8]) -> Result<[u8; 20]
     // Another writer may have stored the same object meanwhile: fine.
     tmp.persist(&path).map_err(|e| io(e.error))?;
     Ok(oid)
+}
+
+/// Objects up to this size are deflated by [`deflated`] with a compressor
+/// kept per thread; larger ones stream through a new encoder.
+const REUSED_DEFLATE_MAX_BYTES: usize = 1024 * 1024;
+
+/// `header` and `bytes` deflated as one zlib stream (git's loose object
+/// format) with the fast level. The compressor is kept per thread and
+/// reset for each object: a new one allocates and zeroes some 300 KiB of
+/// tables, which cost more than compressing an action's few small
+/// objects. Objects over [`REUSED_DEFLATE_MAX_BYTES`] get an encoder of
+/// their own.
+fn deflated(header: &[u8], bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+    use flate2::{Compress, FlushCompress, Status};
+    use std::cell::RefCell;
+    if bytes.len() > REUSED_DEFLATE_MAX_BYTES {
+        let mut z = ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        z.write_all(header)?;
+        z.write_all(bytes)?;
+        return z.finish();
+    }
+    thread_local! {
+        static DEFLATE: RefCell<Compress> =
+            RefCell::new(Compress::new(flate2::Compression::fast(), true));
+    }
+    DEFLATE.with(|c| {
+        let mut c = c.borrow_mut();
+        c.reset();
+        let mut input = Vec::with_capacity(header.len() + bytes.len());
+        input.extend_from_slice(header);
+        input.extend_from_slice(bytes);
+        let mut out = Vec::with_capacity(input.len() / 2 + 64);
+        let mut rest = &input[..];
+        loop {
+            if out.len() == out.capacity() {
+                out.reserve(out.capacity().max(64));
+            }
+            let (in_before, out_before) = (c.total_in(), c.total_out());
+            let status = c
+                .compress_vec(rest, &mut out, FlushCompress::Finish)
+                .map_err(std::io::Error::other)?;
+            let used = usize::try_from(c.total_in() - in_before).unwrap_or(rest.len());
+            rest = &rest[used.min(rest.len())..];
+            if status == Status::StreamEnd {
+                return Ok(out);
+            }
+            if c.total_in() == in_before && c.total_out() == out_before {
+                // No progress: it needs more room to write into.
+                out.reserve(out.capacity().max(64));
+            }
+        }
+    })
+}
+
+/// The bytes of the blobs written or found most recently, by id, so that
+/// applying a changeset just read (or undoing the change just made) does
+/// not read and inflate from the store what this process had in memory a
+/// moment before. Content-addressed: an entry is right for every store.
+/// Bounded: blobs over [`recent_blobs::MAX_BLOB_BYTES`] are not kept, and
+/// at most [`recent_blobs::MAX_BLOBS`] / [`recent_blobs::MAX_TOTAL_BYTES`]
+/// are, the oldest dropped first.
+pub mod recent_blobs {
+    use std::collections::VecDeque;
+    use std::sync::{Mutex, OnceLock};
+
+    /// A blob larger than this is read from the store when needed.
+    pub const MAX_BLOB_BYTES: usize = 256 * 1024;
+    /// Blobs kept at most.
+    pub const MAX_BLOBS: usize = 64;
+    /// Bytes kept at most, all blobs together.
+    pub const MAX_TOTAL_BYTES: usize = 4 * 1024 * 1024;
+
+    #[derive(Default)]
+    struct Recent {
+        blobs: VecDeque<(String, Vec<u8>)>,
+        bytes: usize,
+    }
+
+    fn recent() -> std::sync::MutexGuard<'static, Recent> {
+        static RECENT: OnceLock<Mutex<Recent>> = OnceLock::new();
+        RECENT
+            .get_or_init(Mutex::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keep `bytes`, whose blob id is `oid` (the caller hashed them).
+    pub fn keep(oid: &str, bytes: &[u8]) {
+        if bytes.len() > MAX_BLOB_BYTES {
+            return;
+        }
+        let mut r = recent();
+        if r.blobs.iter().any(|(o, _)| o == oid) {
+            return;
+        }
+        while !r.blobs.is_empty()
+            && (r.blobs.len() >= MAX_BLOBS || r.bytes + bytes.len() > MAX_TOTAL_BYTES)
+        {
+            if let Some((_, old)) = r.blobs.pop_front() {
+                r.bytes -= old.len();
+            }
+        }
+        r.bytes += bytes.len();
+        r.blobs.push_back((oid.to_string(), bytes.to_vec()));
+    }
+
+    /// The bytes of the blob `oid`, if kept.
+    pub fn get(oid: &str) -> Option<Vec<u8>> {
+        recent()
+            .blobs
+            .iter()
+            .rev()
+            .find(|(o, _)| o == oid)
+            .map(|(_, b)| b.clone())
+    }
 }
 
 #[derive(Default)]
@@ -1100,6 +1217,53 @@ fn write_node(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn objects_deflated_by_the_kept_compressor_inflate_to_what_was_given() {
+        use std::io::Read;
+        // Several objects in a row through the one compressor (each reset),
+        // small, empty, incompressible, and one over the reuse limit.
+        let mut noise = Vec::new();
+        let mut x: u32 = 1;
+        for _ in 0..200_000 {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            noise.push((x >> 16) as u8);
+        }
+        let big = vec![b'a'; REUSED_DEFLATE_MAX_BYTES + 1];
+        for bytes in [
+            &b"file 0\n"[..],
+            &b""[..],
+            &noise[..],
+            &big[..],
+            &b"again"[..],
+        ] {
+            let header = format!("blob {}\0", bytes.len());
+            let z = deflated(header.as_bytes(), bytes).unwrap();
+            let mut raw = Vec::new();
+            flate2::read::ZlibDecoder::new(&z[..])
+                .read_to_end(&mut raw)
+                .unwrap();
+            let mut want = header.into_bytes();
+            want.extend_from_slice(bytes);
+            assert_eq!(raw, want);
+        }
+    }
+
+    #[test]
+    fn recent_blobs_are_bounded_and_found_by_id() {
+        let id = |n: usize| format!("{n:040x}");
+        // Over the per-blob limit: not kept.
+        recent_blobs::keep(&id(1), &vec![0; recent_blobs::MAX_BLOB_BYTES + 1]);
+        assert!(recent_blobs::get(&id(1)).is_none());
+        recent_blobs::keep(&id(2), b"two");
+        assert_eq!(recent_blobs::get(&id(2)).as_deref(), Some(&b"two"[..]));
+        // MAX_BLOBS later (other tests running alongside only add more),
+        // it is gone.
+        for n in 10..10 + recent_blobs::MAX_BLOBS {
+            recent_blobs::keep(&id(n), b"x");
+        }
+        assert!(recent_blobs::get(&id(2)).is_none());
+    }
 
     fn stat(mtime: i64) -> FileState {
         FileState {

@@ -43,7 +43,11 @@ fn pools() -> std::sync::MutexGuard<'static, HashMap<PathBuf, Pool>> {
 
 /// This process's pool directory in the store at `store_dir`.
 fn pool_dir(store_dir: &Path) -> PathBuf {
-    store_dir.join("spare").join(std::process::id().to_string())
+    // The process id asked once (`getpid` is a system call, and a spare
+    // is taken several times per action).
+    static PID: OnceLock<String> = OnceLock::new();
+    let pid = PID.get_or_init(|| std::process::id().to_string());
+    store_dir.join("spare").join(pid)
 }
 
 /// An empty private file, opened for writing, waiting to be renamed into

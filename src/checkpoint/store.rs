@@ -528,10 +528,17 @@ impl Store {
         if oid.len() != 40 || !oid.bytes().all(|b| b.is_ascii_hexdigit()) {
             return None;
         }
+        // Just written or read by this process (a changeset's blobs, read
+        // a moment before it is applied): no read, no inflating.
+        if let Some(bytes) = super::scan::recent_blobs::get(oid) {
+            return Some(bytes);
+        }
         let path = self.objects().join(&oid[..2]).join(&oid[2..]);
-        let file = std::fs::File::open(path).ok()?;
+        // Read whole, then inflated in memory: the decoder reading the
+        // file itself asked it for more after its end, again and again.
+        let compressed = std::fs::read(path).ok()?;
         let mut raw = Vec::new();
-        flate2::read::ZlibDecoder::new(file)
+        flate2::read::ZlibDecoder::new(&compressed[..])
             .read_to_end(&mut raw)
             .ok()?;
         let nul = raw.iter().position(|b| *b == 0)?;
@@ -585,6 +592,11 @@ impl Store {
         current_in(&b, rel)
     }
 
+    /// [`Store::current`] through the project already opened as `b`.
+    pub fn current_beneath(b: &Beneath, rel: &str) -> Result<Option<Entry>, StoreError> {
+        current_in(b, rel)
+    }
+
     pub fn beneath(&self) -> Result<Beneath, StoreError> {
         Beneath::open(&self.work_tree).map_err(io(&self.work_tree))
     }
@@ -602,7 +614,16 @@ impl Store {
         &self,
         changes: &[(String, Option<Entry>, Option<Entry>)],
     ) -> Result<(), StoreError> {
-        let b = self.beneath()?;
+        self.restore_beneath(&self.beneath()?, changes)
+    }
+
+    /// [`Store::restore`] through the project already opened as `b` (an
+    /// apply that has just checked each path through it).
+    pub fn restore_beneath(
+        &self,
+        b: &Beneath,
+        changes: &[(String, Option<Entry>, Option<Entry>)],
+    ) -> Result<(), StoreError> {
         // Paths this restore removes (a file, or a link, that goes).
         let removed: BTreeSet<&str> = changes
             .iter()
@@ -614,12 +635,12 @@ impl Store {
         let mut blocked = Vec::new();
         let mut now_of: BTreeMap<&str, Option<Entry>> = BTreeMap::new();
         for (path, expect, target) in changes {
-            let now = match current_in(&b, path) {
+            let now = match current_in(b, path) {
                 Ok(now) => now,
                 Err(StoreError::Beneath(BeneathError::Link { .. })) => {
                     // A link this restore itself removes (an action replaced a
                     // directory with it) stands where the directory goes back.
-                    match removed_link_above(&b, path, &removed) {
+                    match removed_link_above(b, path, &removed) {
                         true => None,
                         false => {
                             linked.push(path.clone());
@@ -650,7 +671,7 @@ impl Store {
                 continue;
             }
             if target.is_some() {
-                if let Some(why) = blocked_parent(&b, path, &removed)? {
+                if let Some(why) = blocked_parent(b, path, &removed)? {
                     blocked.push(why);
                     continue;
                 }
@@ -680,12 +701,12 @@ impl Store {
             .collect();
         let blobs = self.blobs(&wanted)?;
         let mut done: Vec<(&str, Option<&Entry>)> = Vec::new();
-        let result = apply_steps(&b, changes, &now_of, &blobs, &mut done, self.dir());
+        let result = apply_steps(b, changes, &now_of, &blobs, &mut done, self.dir());
         let Err(reason) = result else {
             // What the daemon left, so the next action's changeset does
             // not take this write for someone else's (`super::left`).
             for (path, _, _) in changes {
-                super::left::remember(&b, path);
+                super::left::remember(b, path);
             }
             return Ok(());
         };
@@ -694,7 +715,7 @@ impl Store {
         for (path, prior) in done.iter().rev() {
             let back = match prior {
                 None => b.remove(path).map_err(|e| e.to_string()),
-                Some(e) => put_entry(&b, path, e, &blobs, None, self.dir()),
+                Some(e) => put_entry(b, path, e, &blobs, None, self.dir()),
             };
             if let Err(e) = back {
                 failed.push((path.to_string(), e));

@@ -208,19 +208,7 @@ fn mount_ahead_now(root: PathBuf, project: PathBuf) {
                 next.discard();
                 return;
             }
-            // Full: the overlay waiting longest gives its place up. Refusing
-            // the new one instead would leave the places to projects no
-            // session works in any more, for the daemon's whole life.
-            let evicted = if map.len() >= MAX_READY_OVERLAYS {
-                let oldest = map
-                    .iter()
-                    .min_by_key(|(_, r)| r.made)
-                    .map(|(k, _)| k.clone());
-                oldest.and_then(|k| map.remove(&k))
-            } else {
-                None
-            };
-            map.insert(key, next);
+            let evicted = insert_evicting(&mut map, key, next, MAX_READY_OVERLAYS);
             drop(map);
             if let Some(old) = evicted {
                 old.discard();
@@ -228,6 +216,32 @@ fn mount_ahead_now(root: PathBuf, project: PathBuf) {
         }
         Err(e) => tracing::debug!("transaction: no overlay mounted ahead: {e}"),
     }
+}
+
+/// Keep `next` waiting for `key`'s next action among at most `limit`
+/// overlays; `Some`: the one that gave its place up (the caller discards
+/// it). Full, the overlay waiting longest gives its place up: refusing the
+/// new one instead would leave the places to projects no session works in
+/// any more, for the daemon's whole life.
+fn insert_evicting(
+    map: &mut HashMap<ReadyKey, Ready>,
+    key: ReadyKey,
+    next: Ready,
+    limit: usize,
+) -> Option<Ready> {
+    let evicted = if map.len() >= limit && !map.contains_key(&key) {
+        let oldest = map
+            .iter()
+            .min_by_key(|(_, r)| r.made)
+            .map(|(k, _)| k.clone());
+        oldest.and_then(|k| map.remove(&k))
+    } else {
+        None
+    };
+    // A replaced overlay for the same key (not expected: the caller
+    // checked) is given up too.
+    let replaced = map.insert(key, next);
+    evicted.or(replaced)
 }
 
 /// Get a project ready for its first transactional action, in the
@@ -916,6 +930,55 @@ mod tests {
     /// store is made, an overlay is mounted ahead and the spare files are
     /// there, and the first action takes that overlay instead of mounting
     /// one on its path.
+    /// An overlay waiting for `project`, mounted `age_ms` ago (no holder,
+    /// nothing mounted: the bookkeeping of the waiting list only).
+    fn waiting(project: &str, age_ms: u64) -> (ReadyKey, Ready) {
+        let dir = PathBuf::from(format!("/nonexistent/run-{project}"));
+        let ready = Ready {
+            dir: dir.clone(),
+            mount: OverlayMount {
+                project: PathBuf::from(project),
+                upper: dir.join("upper"),
+                work: dir.join("work"),
+                ahead: None,
+                not_before_ns: 0,
+            },
+            project_id: (0, 0),
+            made: std::time::Instant::now() - std::time::Duration::from_millis(age_ms),
+        };
+        ((PathBuf::from("/store/txn"), PathBuf::from(project)), ready)
+    }
+
+    #[test]
+    fn with_every_place_taken_the_oldest_waiting_overlay_gives_its_place_up() {
+        let mut map = HashMap::new();
+        // 16 projects' overlays waiting, /p0 the oldest, /p15 the newest.
+        for i in 0..MAX_READY_OVERLAYS {
+            let (key, ready) = waiting(&format!("/p{i}"), 10_000 - i as u64 * 100);
+            assert!(insert_evicting(&mut map, key, ready, MAX_READY_OVERLAYS).is_none());
+        }
+        assert_eq!(map.len(), MAX_READY_OVERLAYS);
+        // A 17th project: it gets a place, the oldest (/p0) gives its up.
+        let (key, ready) = waiting("/p16", 0);
+        let evicted = insert_evicting(&mut map, key.clone(), ready, MAX_READY_OVERLAYS)
+            .expect("the oldest is evicted");
+        assert_eq!(evicted.mount.project, PathBuf::from("/p0"));
+        assert_eq!(map.len(), MAX_READY_OVERLAYS);
+        assert!(map.contains_key(&key), "the new project's overlay waits");
+        assert!(!map.contains_key(&(PathBuf::from("/store/txn"), PathBuf::from("/p0"))));
+        // And again: now /p1 is the oldest.
+        let (key, ready) = waiting("/p17", 0);
+        let evicted = insert_evicting(&mut map, key, ready, MAX_READY_OVERLAYS).unwrap();
+        assert_eq!(evicted.mount.project, PathBuf::from("/p1"));
+        // Below the limit nothing is evicted.
+        let mut small = HashMap::new();
+        let (key, ready) = waiting("/a", 5);
+        assert!(insert_evicting(&mut small, key, ready, 2).is_none());
+        let (key, ready) = waiting("/b", 1);
+        assert!(insert_evicting(&mut small, key, ready, 2).is_none());
+        assert_eq!(small.len(), 2);
+    }
+
     #[tokio::test]
     async fn the_warm_up_leaves_an_overlay_the_first_action_takes() {
         let state = tempfile::tempdir().unwrap();
