@@ -241,25 +241,19 @@ impl Beneath {
 
     /// The bytes of the regular file at `rel`.
     pub fn read(&self, rel: &str) -> Result<Vec<u8>, BeneathError> {
-        use std::io::Read;
-        let fd = rustix::fs::openat2(
-            &self.root,
-            rel,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-            BENEATH,
-        )
-        .map_err(|e| BeneathError::sys(rel, e))?;
-        let mut bytes = Vec::new();
-        std::fs::File::from(fd)
-            .read_to_end(&mut bytes)
-            .map_err(|e| BeneathError::sys(rel, Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
-        Ok(bytes)
+        self.open_and_read(rel).map(|(_, bytes)| bytes)
     }
 
     /// [`Beneath::read`], and the status of the file read, taken through
     /// the same descriptor after the read.
     pub fn read_with_stat(&self, rel: &str) -> Result<(Vec<u8>, rustix::fs::Stat), BeneathError> {
+        let (file, bytes) = self.open_and_read(rel)?;
+        let st = rustix::fs::fstat(&file).map_err(|e| BeneathError::sys(rel, e))?;
+        Ok((bytes, st))
+    }
+
+    /// The file at `rel` (never through a symlink) and its whole content.
+    fn open_and_read(&self, rel: &str) -> Result<(std::fs::File, Vec<u8>), BeneathError> {
         use std::io::Read;
         let fd = rustix::fs::openat2(
             &self.root,
@@ -273,8 +267,7 @@ impl Beneath {
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)
             .map_err(|e| BeneathError::sys(rel, Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
-        let st = rustix::fs::fstat(&file).map_err(|e| BeneathError::sys(rel, e))?;
-        Ok((bytes, st))
+        Ok((file, bytes))
     }
 
     /// The bytes of the regular file at `rel` if it has at most `max`
