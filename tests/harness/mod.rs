@@ -53,6 +53,22 @@ pub fn cli_output(home: &Path, cwd: &Path, args: &[&str]) -> std::process::Outpu
         .expect("the passepartout binary runs")
 }
 
+/// `passepartout serve` with `home` as its whole environment of places
+/// (HOME and the XDG directories under it, no `PASSEPARTOUT_CONFIG`) and
+/// debug logging, for a test that sets the rest itself and starts it
+/// with [`Client::spawn_command`].
+pub fn serve_command(home: &Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("serve")
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env("PASSEPARTOUT_LOG", "warn,passepartout=debug")
+        .env_remove("PASSEPARTOUT_CONFIG");
+    cmd
+}
+
 /// Run `git` in `dir`, as a fixed author and without the machine's global
 /// configuration, and fail the test if it fails.
 pub fn git(dir: &Path, args: &[&str]) {

@@ -9,8 +9,6 @@ use crate::harness::{self, Client, Framing};
 
 use std::time::{Duration, Instant};
 
-use tokio::process::Command;
-
 /// The line the daemon logs once the host's limits are known.
 const HOST_LIMITS_FOUND: &str = "limit diagnostics: host limits found";
 
@@ -18,19 +16,8 @@ const HOST_LIMITS_FOUND: &str = "limit diagnostics: host limits found";
 async fn the_host_limits_are_found_before_initialize_asks() {
     let home = harness::home_with_config("");
     let log = home.path().join("daemon.log");
-    let mut cmd = Command::new(harness::BIN);
-    cmd.args([
-        "serve",
-        "--provider-url",
-        "http://127.0.0.1:9/v1",
-        "--model",
-        "m",
-    ])
-    .env("HOME", home.path())
-    .env("XDG_CONFIG_HOME", home.path().join("config"))
-    .env("XDG_STATE_HOME", home.path().join("state"))
-    .env("PASSEPARTOUT_LOG", "warn,passepartout=debug")
-    .env_remove("PASSEPARTOUT_CONFIG");
+    let mut cmd = harness::serve_command(home.path());
+    cmd.args(["--provider-url", "http://127.0.0.1:9/v1", "--model", "m"]);
     std::fs::write(
         home.path().join("config/passepartout/config.toml"),
         format!("log_file = {:?}\n", log.display().to_string()),
@@ -96,20 +83,14 @@ async fn refused_local_servers_need_no_http_client_before_the_reply() {
     .unwrap();
     // Nothing listens on the discard port here: connections are refused.
     let closed = "http://127.0.0.1:9/v1";
-    let mut cmd = Command::new(harness::BIN);
-    cmd.arg("serve")
-        .env("HOME", home.path())
-        .env("XDG_CONFIG_HOME", home.path().join("config"))
-        .env("XDG_STATE_HOME", home.path().join("state"))
-        .env("PASSEPARTOUT_LOG", "warn,passepartout=debug")
-        .env(
-            "PASSEPARTOUT_DISCOVERY_HOSTS",
-            format!("ollama={closed},llama.cpp={closed},lmstudio={closed},vllm={closed}"),
-        )
-        .env_remove("PASSEPARTOUT_PROVIDER_URL")
-        .env_remove("PASSEPARTOUT_MODEL")
-        .env_remove("PASSEPARTOUT_CONFIG")
-        .env_remove("PASSEPARTOUT_API_KEY");
+    let mut cmd = harness::serve_command(home.path());
+    cmd.env(
+        "PASSEPARTOUT_DISCOVERY_HOSTS",
+        format!("ollama={closed},llama.cpp={closed},lmstudio={closed},vllm={closed}"),
+    )
+    .env_remove("PASSEPARTOUT_PROVIDER_URL")
+    .env_remove("PASSEPARTOUT_MODEL")
+    .env_remove("PASSEPARTOUT_API_KEY");
     for var in [
         "ANTHROPIC_API_KEY",
         "OPENAI_API_KEY",
