@@ -226,9 +226,16 @@ impl Client {
 
     /// Read the next message in the client's framing (None at EOF).
     pub async fn read(&mut self) -> Option<Value> {
-        tokio::time::timeout(WAIT, self.read_inner())
+        self.read_within(WAIT).await
+    }
+
+    /// [`Client::read`] for a test whose daemon may rightly stay silent
+    /// longer than [`WAIT`] (a provider streaming tens of MiB to a debug
+    /// build on a loaded machine).
+    pub async fn read_within(&mut self, wait: Duration) -> Option<Value> {
+        tokio::time::timeout(wait, self.read_inner())
             .await
-            .expect("timed out waiting for a message")
+            .unwrap_or_else(|_| panic!("timed out waiting {wait:?} for a message"))
     }
 
     async fn read_inner(&mut self) -> Option<Value> {
@@ -294,6 +301,17 @@ impl Client {
     }
 
     pub async fn wait_response(&mut self, id: u64) -> Value {
+        self.wait_response_within(id, WAIT).await
+    }
+
+    /// [`Client::request`] where each message may take up to `wait`.
+    pub async fn request_within(&mut self, method: &str, params: Value, wait: Duration) -> Value {
+        let id = self.start_request(method, params).await;
+        self.wait_response_within(id, wait).await
+    }
+
+    /// [`Client::wait_response`] where each message may take up to `wait`.
+    pub async fn wait_response_within(&mut self, id: u64, wait: Duration) -> Value {
         if let Some(pos) = self
             .backlog
             .iter()
@@ -301,9 +319,12 @@ impl Client {
         {
             return self.backlog.remove(pos);
         }
-        let deadline = tokio::time::Instant::now() + TOTAL_WAIT;
+        let deadline = tokio::time::Instant::now() + TOTAL_WAIT.max(wait);
         loop {
-            let msg = self.read().await.expect("daemon closed its output");
+            let msg = self
+                .read_within(wait)
+                .await
+                .expect("daemon closed its output");
             if msg.get("id") == Some(&json!(id)) && msg.get("method").is_none() {
                 return msg;
             }
