@@ -46,8 +46,13 @@
 //! project ([`ProjectWatch`], on `util::dir_watch`) is armed on each
 //! directory before it is read, so a directory without an event since is
 //! neither stat'ed nor listed again, before the run or after it (an
-//! unchanged tree costs one non-blocking read of the kernel's queue);
-//! where the watch cannot vouch, directories unchanged since the last walk
+//! unchanged tree costs one non-blocking read of the kernel's queue). When
+//! that read finds no event at all, the last walk's whole result (its
+//! directories behind an `Arc`, its secrets, repositories and the
+//! directories holding control entries) is taken as it is, and only the
+//! insides of those directories, which the watch does not see
+//! (`.git/hooks`, `.git/config`), are looked at again; where the watch
+//! cannot vouch, directories unchanged since the last walk
 //! by their status-change time are not listed again ([`Walks`]). git's
 //! answers are remembered while no file they depend on changed
 //! (`control_surface::git_cache`), and the sweep stats each missing path
@@ -705,7 +710,8 @@ impl LastWalk {
 /// `.git/hooks` or `.git/config` exists, is a link, or points elsewhere is
 /// looked at now, whether the walk was just done or reused.
 fn apply_walk(root: &Path, canonical_root: &Path, walk: &LastWalk, g: &mut Gather) {
-    g.masked.extend(walk.masked.iter().map(|rel| root.join(rel)));
+    g.masked
+        .extend(walk.masked.iter().map(|rel| root.join(rel)));
     g.repositories.extend(walk.repositories.iter().cloned());
     g.nested_work_trees
         .extend(walk.nested_work_trees.iter().cloned());
@@ -1620,6 +1626,59 @@ mod tests {
         let ro = &last.mounts().read_only;
         assert!(ro.contains(&root.join("e/g/.passepartout")), "{ro:?}");
         assert!(!ro.iter().any(|p| p.starts_with(root.join("a/b/c/d/repo"))));
+    }
+
+    /// No event since the last walk: its result is taken whole, and what
+    /// the watch cannot see (inside a nested `.git`) is still looked at
+    /// every time; an event sends the next snapshot back to the walk.
+    #[test]
+    fn an_unchanged_tree_reuses_the_last_walk_and_still_looks_inside_git() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b/c")).unwrap();
+        std::fs::write(root.join("a/.env"), "K=v").unwrap();
+        git(&root.join("a"), &["init", "-q", "lib"]);
+        std::fs::remove_dir_all(root.join("a/lib/.git/hooks")).unwrap();
+        let first = SurfaceSnapshot::take(root);
+        assert!(first.watched.is_some(), "inotify is available here");
+        assert!(!first.reused_last_walk());
+        let again = SurfaceSnapshot::take(root);
+        assert!(again.reused_last_walk() && again.looked_at == 0);
+        assert_eq!(first.mounts(), again.mounts());
+        assert_eq!(first.repositories, again.repositories);
+        assert!(Arc::ptr_eq(&first.seen, &again.seen), "shared, not copied");
+        // Inside `.git`: no event, still seen.
+        std::fs::create_dir_all(root.join("a/lib/.git/hooks")).unwrap();
+        std::fs::remove_file(root.join("a/lib/.git/config")).unwrap();
+        std::os::unix::fs::symlink("../../.env", root.join("a/lib/.git/config")).unwrap();
+        let inside = SurfaceSnapshot::take(root);
+        assert!(inside.reused_last_walk());
+        let ro = &inside.mounts().read_only;
+        assert!(ro.contains(&root.join("a/lib/.git/hooks")), "{ro:?}");
+        assert!(
+            ro.contains(&root.join("a/.env")),
+            "the link's target: {ro:?}"
+        );
+        assert_eq!(inside.links.len(), 1, "{:?}", inside.links);
+        // An event: walked again (only the folder with it), then reused.
+        std::fs::write(root.join("a/b/c/.envrc"), "").unwrap();
+        let after = SurfaceSnapshot::take(root);
+        assert!(!after.reused_last_walk());
+        assert_eq!(after.looked_at, 1);
+        assert!(after
+            .mounts()
+            .read_only
+            .contains(&root.join("a/b/c/.envrc")));
+        let next = SurfaceSnapshot::take(root);
+        assert!(next.reused_last_walk());
+        assert_eq!(after.mounts(), next.mounts());
+        // A sweep in between (its drain finds the event): not reused.
+        let before_sweep = SurfaceSnapshot::take(root);
+        std::fs::create_dir_all(root.join("a/b/new")).unwrap();
+        assert!(before_sweep.sweep().is_empty());
+        let after_sweep = SurfaceSnapshot::take(root);
+        assert!(!after_sweep.reused_last_walk());
+        assert!(after_sweep.seen.contains_key(Path::new("a/b/new")));
     }
 
     /// After a run under the watch, a repository it planted deep in an
