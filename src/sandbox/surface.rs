@@ -46,8 +46,13 @@
 //! project ([`ProjectWatch`], on `util::dir_watch`) is armed on each
 //! directory before it is read, so a directory without an event since is
 //! neither stat'ed nor listed again, before the run or after it (an
-//! unchanged tree costs one non-blocking read of the kernel's queue);
-//! where the watch cannot vouch, directories unchanged since the last walk
+//! unchanged tree costs one non-blocking read of the kernel's queue). When
+//! that read finds no event at all, the last walk's whole result (its
+//! directories behind an `Arc`, its secrets, repositories and the
+//! directories holding control entries) is taken as it is, and only the
+//! insides of those directories, which the watch does not see
+//! (`.git/hooks`, `.git/config`), are looked at again; where the watch
+//! cannot vouch, directories unchanged since the last walk
 //! by their status-change time are not listed again ([`Walks`]). git's
 //! answers are remembered while no file they depend on changed
 //! (`control_surface::git_cache`), and the sweep stats each missing path
@@ -58,8 +63,10 @@
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::ffi::OsString;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::os::unix::fs::MetadataExt;
 use std::sync::{Arc, Mutex};
 
@@ -155,17 +162,33 @@ pub struct SurfaceSnapshot {
     /// Symlinks among the control paths: path relative to the root, target.
     links: Vec<(Guard, PathBuf, PathBuf)>,
     mounts: SurfaceMounts,
-    /// Every directory walked, by path relative to the root.
-    seen: HashMap<PathBuf, Seen>,
+    /// Every directory walked, by path relative to the root (shared with
+    /// the project's watch, which hands it to the next snapshot when no
+    /// event came in between).
+    seen: Arc<SeenDirs>,
+    /// Every directory in `seen` was watched from before its listing was
+    /// read: with the watch's word, a directory without an event is
+    /// unchanged.
+    all_watched: bool,
     /// Every repository in the tree before the run (relative: a `.git`
     /// directory or pointer file, or a bare repository's directory).
-    repositories: HashSet<PathBuf>,
+    repositories: FxHashSet<PathBuf>,
     /// The project's watch and the drain this walk began with, when the
     /// walk was watched: the sweep asks it which directories changed since.
     watched: Option<WatchTicket>,
     /// Directories the walk stat'ed (the rest the watch vouched for).
     looked_at: usize,
+    /// The walk was not done at all: no event in the project since the
+    /// last one, whose result was taken whole ([`LastWalk`]).
+    reused: bool,
 }
+
+/// Every directory a walk saw, by path relative to the root. The keys are
+/// hashed by FxHash: they are the project's own paths, hashed several
+/// times per directory per walk (SipHash's resistance to chosen keys buys
+/// nothing against paths an attacker would have to create first, one
+/// directory each, under [`MAX_WALKED_DIRS`]).
+type SeenDirs = FxHashMap<PathBuf, Seen>;
 
 /// One thing the sweep undid after a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,14 +222,60 @@ struct Gather {
     pins: Vec<PathBuf>,
     read_only: Vec<PathBuf>,
     masked: Vec<PathBuf>,
-    seen: HashMap<PathBuf, Seen>,
-    repositories: HashSet<PathBuf>,
+    seen: Arc<SeenDirs>,
+    all_watched: bool,
+    repositories: FxHashSet<PathBuf>,
     watched: Option<WatchTicket>,
     /// Directories stat'ed (and read unless their listing was remembered).
     looked_at: usize,
+    /// The last walk's result was taken whole.
+    reused: bool,
     /// Work trees of the nested repositories (relative), whose own
     /// configuration may name files too.
     nested_work_trees: Vec<PathBuf>,
+}
+
+/// What a walk of the tree found from the directories' listings alone:
+/// everything but what lies inside the directories holding control
+/// entries (`.git/hooks`, `.git/config`, a bare repository's parts),
+/// which the watch does not see and [`apply_walk`] looks at every time.
+/// Kept by the project's watch ([`ProjectWatch::keep_walk`]) and taken
+/// whole by the next snapshot when no event came in between.
+#[derive(Default)]
+struct Walked {
+    seen: SeenDirs,
+    /// Every directory was watched before it was read, and the walk was
+    /// not cut short by [`MAX_WALKED_DIRS`].
+    reusable: bool,
+    masked: Vec<PathBuf>,
+    /// `.git` entries and bare-shaped directories found in listings.
+    repositories: Vec<PathBuf>,
+    nested_work_trees: Vec<PathBuf>,
+    /// Directories (not the root) whose listing names a control entry or
+    /// makes them a bare repository, in walk order.
+    control_dirs: Vec<ControlDir>,
+    looked_at: usize,
+}
+
+/// A directory whose insides [`apply_walk`] protects.
+struct ControlDir {
+    rel: PathBuf,
+    /// Bare-shaped: protected like a `.git` directory.
+    bare: bool,
+    /// Holds a name that starts a control entry.
+    control: bool,
+}
+
+/// A walk's result as the project's watch keeps it.
+struct LastWalk {
+    /// The drain the walk began with: an event drained after it means
+    /// the result is stale.
+    drain: u64,
+    seen: Arc<SeenDirs>,
+    masked: Vec<PathBuf>,
+    repositories: Vec<PathBuf>,
+    nested_work_trees: Vec<PathBuf>,
+    control_dirs: Vec<ControlDir>,
 }
 
 impl SurfaceSnapshot {
@@ -235,7 +304,9 @@ impl SurfaceSnapshot {
             root.display(),
             g.seen.len(),
             g.looked_at,
-            if g.watched.is_some() {
+            if g.reused {
+                "the last walk reused: no event since"
+            } else if g.watched.is_some() {
                 "the rest unchanged by inotify"
             } else {
                 "not watched"
@@ -296,9 +367,11 @@ impl SurfaceSnapshot {
                 masked: g.masked,
             },
             seen: g.seen,
+            all_watched: g.all_watched,
             repositories: g.repositories,
             watched: g.watched,
             looked_at: g.looked_at,
+            reused: g.reused,
         }
     }
 
@@ -312,6 +385,13 @@ impl SurfaceSnapshot {
     /// measurements (`PASSEPARTOUT_LOG=debug` logs it per walk).
     pub fn directories_looked_at(&self) -> usize {
         self.looked_at
+    }
+
+    /// Whether the last walk's result was taken whole (no event in the
+    /// project since it): only the insides of the directories holding
+    /// control entries were looked at. For measurements and tests.
+    pub fn reused_last_walk(&self) -> bool {
+        self.reused
     }
 
     /// After the run (every sandboxed process is gone): remove what the run
@@ -545,32 +625,129 @@ fn pointer_target(file: &Path) -> Option<PathBuf> {
 /// followed, repositories' insides and read-only control directories not
 /// entered): a directory whose listing holds the start of a control entry
 /// has its entries protected like the root's.
+///
+/// When the project's watch drained no event at all since its last walk
+/// (and vouched for every directory of it), that walk's result is taken
+/// whole: nothing is walked, and only the insides of the directories
+/// holding control entries are looked at again ([`apply_walk`]), as the
+/// watch does not see into them. Any event: the walk, reading only the
+/// directories with events; anything the watch cannot model: the whole
+/// walk.
 fn walk_nested(root: &Path, canonical_root: &Path, g: &mut Gather) {
-    let mut walks = Walks::of(canonical_root);
     let project = watched_project(canonical_root);
     let mut state = crate::util::sync::lock(&project);
     let drain = state.drain(root);
-    walk_listed(root, canonical_root, g, &mut walks, &mut state, drain);
+    if let Some(last) = state.reusable_walk() {
+        let last = last.clone_parts();
+        g.watched = Some(WatchTicket {
+            project: project.clone(),
+            drain,
+        });
+        drop(state);
+        g.reused = true;
+        g.all_watched = true;
+        apply_walk(root, canonical_root, &last, g);
+        g.seen = last.seen;
+        return;
+    }
+    let mut walks = Walks::of(canonical_root);
+    let walked = walk_listed(root, canonical_root, &mut walks, &mut state, drain);
+    g.looked_at += walked.looked_at;
+    g.all_watched = walked.reusable && state.watch.is_some();
+    let last = LastWalk {
+        drain,
+        seen: Arc::new(walked.seen),
+        masked: walked.masked,
+        repositories: walked.repositories,
+        nested_work_trees: walked.nested_work_trees,
+        control_dirs: walked.control_dirs,
+    };
     if state.watch.is_some() {
         g.watched = Some(WatchTicket {
             project: project.clone(),
             drain,
         });
     }
+    let seen = last.seen.clone();
+    let parts = if g.all_watched {
+        let parts = last.clone_parts();
+        state.keep_walk(last);
+        parts
+    } else {
+        last
+    };
     drop(state);
     walks.keep();
+    apply_walk(root, canonical_root, &parts, g);
+    g.seen = seen;
 }
 
-/// [`walk_nested`] with the listings of `walks` and the watch `state`
-/// (drained as of `drain`).
+impl LastWalk {
+    /// A copy sharing the directories (an `Arc`); the rest is small: the
+    /// project's secrets, repositories and control directories.
+    fn clone_parts(&self) -> LastWalk {
+        LastWalk {
+            drain: self.drain,
+            seen: self.seen.clone(),
+            masked: self.masked.clone(),
+            repositories: self.repositories.clone(),
+            nested_work_trees: self.nested_work_trees.clone(),
+            control_dirs: self
+                .control_dirs
+                .iter()
+                .map(|d| ControlDir {
+                    rel: d.rel.clone(),
+                    bare: d.bare,
+                    control: d.control,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Add a walk's result to the snapshot being gathered, protecting what
+/// lies inside the directories holding control entries: whether
+/// `.git/hooks` or `.git/config` exists, is a link, or points elsewhere is
+/// looked at now, whether the walk was just done or reused.
+fn apply_walk(root: &Path, canonical_root: &Path, walk: &LastWalk, g: &mut Gather) {
+    g.masked
+        .extend(walk.masked.iter().map(|rel| root.join(rel)));
+    g.repositories.extend(walk.repositories.iter().cloned());
+    g.nested_work_trees
+        .extend(walk.nested_work_trees.iter().cloned());
+    for dir in &walk.control_dirs {
+        if dir.bare {
+            protect_repository(root, canonical_root, &dir.rel, g);
+        }
+        if dir.control {
+            for entry in CONTROL_SURFACE {
+                protect(
+                    root,
+                    canonical_root,
+                    dir.rel.join(entry.path),
+                    Guard::of(entry),
+                    false,
+                    g,
+                );
+            }
+        }
+    }
+}
+
+/// The walk of [`walk_nested`] with the listings of `walks` and the watch
+/// `state` (drained as of `drain`): what the listings say, nothing
+/// protected yet.
 fn walk_listed(
     root: &Path,
     canonical_root: &Path,
-    g: &mut Gather,
     walks: &mut Walks,
     state: &mut ProjectWatch,
     drain: u64,
-) {
+) -> Walked {
+    let mut w = Walked {
+        reusable: true,
+        ..Walked::default()
+    };
     let mut queue: VecDeque<PathBuf> = VecDeque::new();
     queue.push_back(PathBuf::new());
     let mut walked = 0usize;
@@ -582,25 +759,28 @@ fn walk_listed(
                  deeper than the first {MAX_WALKED_DIRS} are not mounted read-only",
                 root.display()
             );
-            return;
+            w.reusable = false;
+            return w;
         }
-        let abs = root.join(&rel);
         let (facts, ctime, watched) = if let Some(listing) = state.unchanged(&rel) {
             // No event in the directory since its listing was read: the
             // same names of the same kinds, without a system call.
             walks.carry(listing.key);
             (listing.facts.clone(), listing.ctime, true)
         } else {
+            let abs = root.join(&rel);
             // Watched before it is looked at, so a change during the
             // listing is an event for the next walk.
             let watched = state.arm(root, &canonical_root.join(&rel), &rel);
-            g.looked_at += 1;
+            w.looked_at += 1;
             // The time is taken before the listing: a change after it moves
             // the time, so the check after the run reads the directory again.
             let Ok(meta) = std::fs::symlink_metadata(&abs) else {
+                w.reusable = false;
                 continue;
             };
             let Some(facts) = walks.facts(&abs, &meta) else {
+                w.reusable = false;
                 continue;
             };
             let ctime = (meta.ctime(), meta.ctime_nsec());
@@ -617,36 +797,32 @@ fn walk_listed(
             }
             (facts, ctime, watched)
         };
+        w.reusable &= watched;
         for name in &facts.subdirs {
             queue.push_back(rel.join(name));
         }
         for name in &facts.secrets {
-            g.masked.push(abs.join(name));
+            w.masked.push(rel.join(name));
         }
         let subdirs = facts.subdirs.clone();
         if facts.has_git {
-            g.repositories.insert(rel.join(".git"));
+            w.repositories.push(rel.join(".git"));
             if !rel.as_os_str().is_empty() {
-                g.nested_work_trees.push(rel.clone());
+                w.nested_work_trees.push(rel.clone());
             }
         }
-        if facts.bare && !rel.as_os_str().is_empty() {
-            g.repositories.insert(rel.clone());
-            protect_repository(root, canonical_root, &rel, g);
+        let nested = !rel.as_os_str().is_empty();
+        if facts.bare && nested {
+            w.repositories.push(rel.clone());
         }
-        if facts.control && !rel.as_os_str().is_empty() {
-            for entry in CONTROL_SURFACE {
-                protect(
-                    root,
-                    canonical_root,
-                    rel.join(entry.path),
-                    Guard::of(entry),
-                    false,
-                    g,
-                );
-            }
+        if nested && (facts.bare || facts.control) {
+            w.control_dirs.push(ControlDir {
+                rel: rel.clone(),
+                bare: facts.bare,
+                control: facts.control,
+            });
         }
-        g.seen.insert(
+        w.seen.insert(
             rel,
             Seen {
                 ctime,
@@ -655,6 +831,7 @@ fn walk_listed(
             },
         );
     }
+    w
 }
 
 /// What the walk needs from one directory's listing.
@@ -721,8 +898,8 @@ type Listing = std::sync::Arc<DirFacts>;
 /// could leave the time where it was.
 struct Walks {
     root: PathBuf,
-    old: HashMap<(u64, u64, i64, i64), Listing>,
-    new: HashMap<(u64, u64, i64, i64), Listing>,
+    old: FxHashMap<(u64, u64, i64, i64), Listing>,
+    new: FxHashMap<(u64, u64, i64, i64), Listing>,
     entries: usize,
 }
 
@@ -737,7 +914,7 @@ pub const WALK_CACHE_ENTRIES: usize = 1_000_000;
 /// cache of the person's git settings uses the same rule.
 pub const TRUSTED_AGE: std::time::Duration = crate::control_surface::TRUSTED_AGE;
 
-type WalkCache = VecDeque<(PathBuf, HashMap<(u64, u64, i64, i64), Listing>)>;
+type WalkCache = VecDeque<(PathBuf, FxHashMap<(u64, u64, i64, i64), Listing>)>;
 
 fn walk_cache() -> &'static std::sync::Mutex<WalkCache> {
     static CACHE: std::sync::OnceLock<std::sync::Mutex<WalkCache>> = std::sync::OnceLock::new();
@@ -767,7 +944,7 @@ impl Walks {
         Walks {
             root: root.to_path_buf(),
             old,
-            new: HashMap::new(),
+            new: FxHashMap::default(),
             entries: 0,
         }
     }
@@ -861,9 +1038,14 @@ struct ProjectWatch {
     drains: u64,
     /// The drain at which everything known was forgotten.
     reset_at: u64,
+    /// The last drain that found any event (or forgot everything).
+    last_event_at: u64,
     /// Per directory (relative), the last drain that found an event in it.
-    changed: HashMap<PathBuf, u64>,
-    listings: HashMap<PathBuf, WatchedListing>,
+    changed: FxHashMap<PathBuf, u64>,
+    listings: FxHashMap<PathBuf, WatchedListing>,
+    /// The last walk whose every directory was watched, for the next
+    /// snapshot to take whole while no event comes.
+    last_walk: Option<LastWalk>,
 }
 
 /// The events that change a directory's names or their kinds (all a
@@ -880,8 +1062,10 @@ impl ProjectWatch {
             max_dirs,
             drains: 0,
             reset_at: 0,
-            changed: HashMap::new(),
-            listings: HashMap::new(),
+            last_event_at: 0,
+            changed: FxHashMap::default(),
+            listings: FxHashMap::default(),
+            last_walk: None,
         };
         state.watch = state.fresh_watch();
         state
@@ -922,6 +1106,9 @@ impl ProjectWatch {
         });
         match drained {
             Ok(()) => {
+                if !dirty.is_empty() {
+                    self.last_event_at = now;
+                }
                 for dir in dirty {
                     self.changed.insert(dir, now);
                 }
@@ -940,8 +1127,26 @@ impl ProjectWatch {
 
     fn forget_all(&mut self, now: u64) {
         self.reset_at = now;
+        self.last_event_at = now;
         self.changed.clear();
         self.listings.clear();
+        self.last_walk = None;
+    }
+
+    /// The last walk, when no drain found an event since it began (the
+    /// drain it began with may have: the walk read those directories).
+    fn reusable_walk(&self) -> Option<&LastWalk> {
+        self.watch.as_ref()?;
+        let last = self.last_walk.as_ref()?;
+        (self.last_event_at <= last.drain).then_some(last)
+    }
+
+    /// Keep a walk whose every directory was watched (and so whose every
+    /// change since is an event).
+    fn keep_walk(&mut self, walk: LastWalk) {
+        if self.watch.is_some() {
+            self.last_walk = Some(walk);
+        }
     }
 
     /// The listing of `rel`, when it was read under the watch and no event
@@ -993,7 +1198,7 @@ impl ProjectWatch {
 
     /// The directories with an event since the drain `since`; None when
     /// that is not known (everything was forgotten since, or no watch).
-    fn changed_since(&mut self, root: &Path, since: u64) -> Option<HashSet<PathBuf>> {
+    fn changed_since(&mut self, root: &Path, since: u64) -> Option<FxHashSet<PathBuf>> {
         self.drain(root);
         if self.watch.is_none() || self.reset_at > since {
             return None;
@@ -1064,14 +1269,28 @@ impl SurfaceSnapshot {
         // The directories with an event since the walk, when the watch
         // knows (a watched directory without one is unchanged and not even
         // stat'ed); otherwise each directory's status-change time says.
-        let changed: Option<HashSet<PathBuf>> = self.watched.as_ref().and_then(|ticket| {
+        let changed: Option<FxHashSet<PathBuf>> = self.watched.as_ref().and_then(|ticket| {
             crate::util::sync::lock(&ticket.project).changed_since(&self.root, ticket.drain)
         });
         // Each directory with whether it is new by its parent's record: a
         // directory the walk before the run did not see and that is not
         // new lay past the walk's limit, and its past is unknown.
         let mut queue: VecDeque<(PathBuf, bool)> = VecDeque::new();
-        queue.push_back((PathBuf::new(), false));
+        // When the watch saw every directory of the walk, only those with
+        // an event (and what is new beneath them) can hold anything new:
+        // the rest of the tree is not even visited in memory.
+        let only_changed = self.all_watched && changed.is_some();
+        match &changed {
+            Some(changed) if only_changed => {
+                let mut dirs: Vec<&PathBuf> = changed
+                    .iter()
+                    .filter(|d| self.seen.contains_key(*d))
+                    .collect();
+                dirs.sort();
+                queue.extend(dirs.into_iter().map(|d| (d.clone(), false)));
+            }
+            _ => queue.push_back((PathBuf::new(), false)),
+        }
         let mut walked = 0usize;
         let mut judged = 0usize;
         while let Some((rel, fresh)) = queue.pop_front() {
@@ -1117,7 +1336,11 @@ impl SurfaceSnapshot {
                 };
                 if e.file_type().is_ok_and(|t| t.is_dir()) && name != ".git" {
                     let new = before.is_none_or(|b| !b.subdirs.iter().any(|d| *d == *name));
-                    queue.push_back((rel.join(&name), new));
+                    // A directory the walk saw is queued already when it
+                    // had an event (only_changed), and needs no look if not.
+                    if new || !only_changed {
+                        queue.push_back((rel.join(&name), new));
+                    }
                 }
                 names.insert(name);
             }
@@ -1403,6 +1626,59 @@ mod tests {
         let ro = &last.mounts().read_only;
         assert!(ro.contains(&root.join("e/g/.passepartout")), "{ro:?}");
         assert!(!ro.iter().any(|p| p.starts_with(root.join("a/b/c/d/repo"))));
+    }
+
+    /// No event since the last walk: its result is taken whole, and what
+    /// the watch cannot see (inside a nested `.git`) is still looked at
+    /// every time; an event sends the next snapshot back to the walk.
+    #[test]
+    fn an_unchanged_tree_reuses_the_last_walk_and_still_looks_inside_git() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b/c")).unwrap();
+        std::fs::write(root.join("a/.env"), "K=v").unwrap();
+        git(&root.join("a"), &["init", "-q", "lib"]);
+        std::fs::remove_dir_all(root.join("a/lib/.git/hooks")).unwrap();
+        let first = SurfaceSnapshot::take(root);
+        assert!(first.watched.is_some(), "inotify is available here");
+        assert!(!first.reused_last_walk());
+        let again = SurfaceSnapshot::take(root);
+        assert!(again.reused_last_walk() && again.looked_at == 0);
+        assert_eq!(first.mounts(), again.mounts());
+        assert_eq!(first.repositories, again.repositories);
+        assert!(Arc::ptr_eq(&first.seen, &again.seen), "shared, not copied");
+        // Inside `.git`: no event, still seen.
+        std::fs::create_dir_all(root.join("a/lib/.git/hooks")).unwrap();
+        std::fs::remove_file(root.join("a/lib/.git/config")).unwrap();
+        std::os::unix::fs::symlink("../../.env", root.join("a/lib/.git/config")).unwrap();
+        let inside = SurfaceSnapshot::take(root);
+        assert!(inside.reused_last_walk());
+        let ro = &inside.mounts().read_only;
+        assert!(ro.contains(&root.join("a/lib/.git/hooks")), "{ro:?}");
+        assert!(
+            ro.contains(&root.join("a/.env")),
+            "the link's target: {ro:?}"
+        );
+        assert_eq!(inside.links.len(), 1, "{:?}", inside.links);
+        // An event: walked again (only the folder with it), then reused.
+        std::fs::write(root.join("a/b/c/.envrc"), "").unwrap();
+        let after = SurfaceSnapshot::take(root);
+        assert!(!after.reused_last_walk());
+        assert_eq!(after.looked_at, 1);
+        assert!(after
+            .mounts()
+            .read_only
+            .contains(&root.join("a/b/c/.envrc")));
+        let next = SurfaceSnapshot::take(root);
+        assert!(next.reused_last_walk());
+        assert_eq!(after.mounts(), next.mounts());
+        // A sweep in between (its drain finds the event): not reused.
+        let before_sweep = SurfaceSnapshot::take(root);
+        std::fs::create_dir_all(root.join("a/b/new")).unwrap();
+        assert!(before_sweep.sweep().is_empty());
+        let after_sweep = SurfaceSnapshot::take(root);
+        assert!(!after_sweep.reused_last_walk());
+        assert!(after_sweep.seen.contains_key(Path::new("a/b/new")));
     }
 
     /// After a run under the watch, a repository it planted deep in an

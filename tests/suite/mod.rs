@@ -43,6 +43,7 @@ mod skills_live;
 mod slash_commands;
 mod stdio_protocol;
 mod surface_cache;
+mod surface_reuse;
 mod surface_watch;
 mod text_protocol;
 mod transactions;
