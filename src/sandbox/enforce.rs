@@ -922,14 +922,14 @@ fn pids_parent() -> Option<PathBuf> {
     FOUND
         .get_or_init(|| {
             let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-            let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+            let mounts = mountinfo()?;
             // Writable here? A cgroup made and removed says so at once.
             // The runs' cgroups (each with its resident thread, whose join
             // into the cgroup may wait for an RCU grace period) are made
             // ahead by the keeper once runs are coming ([`prepare_runs`]),
             // not here: `initialize`'s limit diagnostics land here, and a
             // daemon that never runs a command needs none.
-            find_pids_parent(&own, &mounts).filter(|dir| RunCgroup::writable_in(dir))
+            find_pids_parent(&own, mounts).filter(|dir| RunCgroup::writable_in(dir))
         })
         .clone()
 }
@@ -981,6 +981,15 @@ pub fn remove_run_cgroups() -> usize {
         );
     }
     left.len()
+}
+
+/// `/proc/self/mountinfo`, read once per process: finding the pids
+/// hierarchy and its mount options both need it, on the way to the
+/// `initialize` reply (the kernel renders every mount for each read).
+fn mountinfo() -> Option<&'static str> {
+    static TEXT: OnceLock<Option<String>> = OnceLock::new();
+    TEXT.get_or_init(|| std::fs::read_to_string("/proc/self/mountinfo").ok())
+        .as_deref()
 }
 
 /// Remove the empty run cgroups of daemons that are gone: a run's cgroup is
@@ -1131,7 +1140,7 @@ pub fn process_limit() -> ProcessLimit {
         Some(parent) => {
             let v2 = parent.join("cgroup.controllers").exists();
             // The super options of the mount holding `parent`.
-            let favordynmods = std::fs::read_to_string("/proc/self/mountinfo")
+            let favordynmods = mountinfo()
                 .unwrap_or_default()
                 .lines()
                 .filter_map(|l| {
