@@ -10,7 +10,13 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
     {
-        Ok(runtime) => runtime.block_on(passepartout::cli::run(cli)),
+        Ok(runtime) => {
+            let code = runtime.block_on(passepartout::cli::run(cli));
+            // The run cgroups made for this process's commands go with it
+            // (`serve` removes its own before it exits).
+            passepartout::sandbox::enforce::remove_run_cgroups();
+            code
+        }
         Err(e) => {
             eprintln!("passepartout: cannot start the async runtime: {e}");
             ExitCode::from(1)

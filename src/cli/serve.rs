@@ -60,6 +60,8 @@ pub async fn serve(flags: ConfigFlags) -> ExitCode {
         // Records queued by the last turn reach the disk before we exit.
         log.flush();
     }
+    // The run cgroups made for this daemon's commands go with it.
+    crate::sandbox::enforce::remove_run_cgroups();
     tracing::info!("stopped");
     // `exit` runs no destructors: write out the queued log lines first.
     drop(log_guard);

@@ -49,6 +49,14 @@
 //!      [`CGROUP_READY`] cgroups made ahead, resident thread joined, and a
 //!      run takes one instead of paying the `mkdir` and the join on its
 //!      path; it is told to make the next once the run's child is started.
+//!      The keeper starts only when runs are coming ([`prepare_runs`], at
+//!      the sandbox's trial run before the first shell action, or the
+//!      first run itself): a daemon that never runs a command makes no run
+//!      cgroup and starts no thread for them, and none competes with its
+//!      `initialize` reply for the CPU. At exit [`remove_run_cgroups`]
+//!      removes this process's run cgroups (bounded in time; what is left,
+//!      a cgroup whose last process the host has not reaped yet, is removed
+//!      by the next daemon that makes run cgroups).
 //!   3. RLIMIT_NPROC over this user's processes when no user namespace can
 //!      be made: the processes this user already runs plus the limit.
 //!   4. Not at all as root without a writable pids cgroup (a warning is
@@ -67,7 +75,7 @@
 //! - **`/tmp`**: a tmpfs of fixed size (`--size`), in [`super::bwrap`].
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -249,6 +257,19 @@ static LAST_MAX: AtomicU64 = AtomicU64::new(u64::MAX);
 /// was empty).
 static MADE: AtomicU64 = AtomicU64::new(0);
 static MADE_ON_PATH: AtomicU64 = AtomicU64::new(0);
+/// Set by [`remove_run_cgroups`]: the keeper makes no more cgroups.
+static STOPPING: AtomicBool = AtomicBool::new(false);
+/// Held by the keeper while it makes a cgroup, so that
+/// [`remove_run_cgroups`] can wait for one being made (it then lands in
+/// the pool, which the removal empties) instead of missing it.
+static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// How long [`remove_run_cgroups`] may take at exit. The made-ahead
+/// cgroups go as soon as their resident threads end (well under a
+/// millisecond); a cgroup a run used right before the exit stays busy until
+/// the host reaps the sandbox's last process (1–2 s here) and is left for
+/// the next daemon to remove rather than holding the exit that long.
+pub const EXIT_CLEANUP_WITHIN: Duration = Duration::from_millis(200);
 
 /// Run cgroups made by this process so far: (all, made by a run on its
 /// path because none was ready). For benchmarks and tests.
@@ -265,20 +286,68 @@ fn pool() -> std::sync::MutexGuard<'static, Vec<RunCgroup>> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Start making run cgroups ahead, because runs are coming: the keeper
+/// thread starts (once per process) where runs take a pids cgroup, and
+/// first removes the run cgroups that daemons gone meanwhile left. Called
+/// as the sandbox makes its trial run (before the first shell action),
+/// and by a run that finds the keeper not started; not at start-up, so
+/// that a daemon that never runs a command makes none.
+pub fn prepare_runs() {
+    if userns_nproc_binds() {
+        return;
+    }
+    if let Some(parent) = pids_parent() {
+        start_keeper(parent);
+    }
+}
+
+/// Whether the keeper thread was started ([`prepare_runs`]).
+pub fn keeper_started() -> bool {
+    KEEPER.get().is_some()
+}
+
+static KEEPER: OnceLock<()> = OnceLock::new();
+
+fn start_keeper(parent: PathBuf) {
+    KEEPER.get_or_init(|| {
+        let keeper = std::thread::Builder::new()
+            .name("cgroup-keeper".into())
+            .spawn(move || {
+                remove_stale_cgroups(&parent);
+                keep_ready(parent);
+            });
+        if let Err(e) = keeper {
+            tracing::debug!("no run cgroups made ahead: {e}");
+        }
+    });
+}
+
+/// Lock [`MAKING`]; a poisoned lock guards nothing that could be broken.
+fn making() -> std::sync::MutexGuard<'static, ()> {
+    MAKING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The keeper: keeps [`CGROUP_READY`] run cgroups in the pool, made off
-/// the runs' path, and never more than [`CGROUP_POOL`] in it. Runs for the
-/// life of the process (its cgroups are removed at the next start by
-/// [`remove_stale_cgroups`], as a settling one would be).
+/// the runs' path, and never more than [`CGROUP_POOL`] in it. Runs until
+/// [`remove_run_cgroups`] stops it (at exit).
 fn keep_ready(parent: PathBuf) {
     let mut ready = pool();
     loop {
-        while ready.len() >= CGROUP_READY {
+        while ready.len() >= CGROUP_READY && !STOPPING.load(Ordering::Relaxed) {
             ready = POOL_TAKEN
                 .wait(ready)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
         drop(ready);
-        let made = RunCgroup::create_in(&parent, LAST_MAX.load(Ordering::Relaxed));
+        let made = {
+            let _making = making();
+            if STOPPING.load(Ordering::Relaxed) {
+                return;
+            }
+            RunCgroup::create_in(&parent, LAST_MAX.load(Ordering::Relaxed))
+        };
         ready = pool();
         match made {
             Some(cg) if ready.len() < CGROUP_POOL => ready.push(cg),
@@ -555,6 +624,8 @@ impl RunCgroup {
     /// a fresh one; None when no pids hierarchy is writable here.
     fn take(max: u64) -> Option<RunCgroup> {
         LAST_MAX.store(max, Ordering::Relaxed);
+        // Runs are here: make the next ones ahead from now on.
+        start_keeper(pids_parent()?);
         // The keeper is told once the run's child is started (see
         // `Enforcer::spawn`), not here: woken now it would compete for a
         // CPU with this run's own set-up.
@@ -851,36 +922,80 @@ fn pids_parent() -> Option<PathBuf> {
     FOUND
         .get_or_init(|| {
             let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-            let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-            let parent = find_pids_parent(&own, &mounts);
-            if let Some(dir) = &parent {
-                remove_stale_cgroups(dir);
-            }
-            parent.filter(|dir| {
-                // Writable here? A cgroup made and removed says so at once;
-                // the runs' cgroups (each with its resident thread, whose
-                // join into the cgroup may wait for an RCU grace period) are
-                // made ahead by the keeper thread, so neither `initialize`
-                // (whose limit diagnostics land here) nor a run waits.
-                if !RunCgroup::writable_in(dir) {
-                    return false;
-                }
-                let dir = dir.clone();
-                let keeper = std::thread::Builder::new()
-                    .name("cgroup-keeper".into())
-                    .spawn(move || keep_ready(dir));
-                if let Err(e) = keeper {
-                    tracing::debug!("no run cgroups made ahead: {e}");
-                }
-                true
-            })
+            let mounts = mountinfo()?;
+            // Writable here? A cgroup made and removed says so at once.
+            // The runs' cgroups (each with its resident thread, whose join
+            // into the cgroup may wait for an RCU grace period) are made
+            // ahead by the keeper once runs are coming ([`prepare_runs`]),
+            // not here: `initialize`'s limit diagnostics land here, and a
+            // daemon that never runs a command needs none.
+            find_pids_parent(&own, mounts).filter(|dir| RunCgroup::writable_in(dir))
         })
         .clone()
 }
 
+/// At exit: remove this process's run cgroups, within
+/// [`EXIT_CLEANUP_WITHIN`]. The keeper stops (a cgroup it is making is
+/// waited for), the pooled cgroups' resident threads end, and each
+/// `passepartout-<pid>-*` directory is removed once the kernel lets it
+/// go; the number still there at the deadline is returned (the next
+/// daemon that makes run cgroups removes them). Nothing to do, and no
+/// file touched, when this process made none.
+pub fn remove_run_cgroups() -> usize {
+    if MADE.load(Ordering::Relaxed) == 0 {
+        return 0;
+    }
+    let Some(parent) = pids_parent() else {
+        return 0;
+    };
+    let deadline = std::time::Instant::now() + EXIT_CLEANUP_WITHIN;
+    STOPPING.store(true, Ordering::Relaxed);
+    // After this no cgroup is being made, and none will be.
+    drop(making());
+    POOL_TAKEN.notify_all();
+    let prefix = format!("passepartout-{}-", std::process::id());
+    let mut left: Vec<PathBuf> = std::fs::read_dir(&parent)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default();
+    loop {
+        // Pooled cgroups' resident threads end when dropped, which takes
+        // them out of their cgroups. Emptied again each round: the keeper's
+        // last cgroup and a run's settling one land there meanwhile.
+        drop(std::mem::take(&mut *pool()));
+        left.retain(|dir| std::fs::remove_dir(dir).is_err() && dir.exists());
+        if left.is_empty() || std::time::Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    if !left.is_empty() {
+        tracing::debug!(
+            left = left.len(),
+            "run cgroups still busy at exit are left for the next daemon to remove"
+        );
+    }
+    left.len()
+}
+
+/// `/proc/self/mountinfo`, read once per process: finding the pids
+/// hierarchy and its mount options both need it, on the way to the
+/// `initialize` reply (the kernel renders every mount for each read).
+fn mountinfo() -> Option<&'static str> {
+    static TEXT: OnceLock<Option<String>> = OnceLock::new();
+    TEXT.get_or_init(|| std::fs::read_to_string("/proc/self/mountinfo").ok())
+        .as_deref()
+}
+
 /// Remove the empty run cgroups of daemons that are gone: a run's cgroup is
 /// removed in the background after its result (see [`Enforcer::finish`]),
-/// which a process that exits at once does not wait for.
+/// which a process that exits at once does not wait for, and a daemon
+/// killed leaves all of its own. Done by the keeper as it starts.
 fn remove_stale_cgroups(parent: &Path) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
@@ -1015,7 +1130,8 @@ pub enum ProcessLimit {
 }
 
 /// How this host enforces the process limit (found once; the first call
-/// makes a trial cgroup, which the first run then uses).
+/// makes a trial cgroup and removes it again: run cgroups are made only
+/// once runs are coming, see [`prepare_runs`]).
 pub fn process_limit() -> ProcessLimit {
     if userns_nproc_binds() {
         return ProcessLimit::UserNamespace;
@@ -1024,7 +1140,7 @@ pub fn process_limit() -> ProcessLimit {
         Some(parent) => {
             let v2 = parent.join("cgroup.controllers").exists();
             // The super options of the mount holding `parent`.
-            let favordynmods = std::fs::read_to_string("/proc/self/mountinfo")
+            let favordynmods = mountinfo()
                 .unwrap_or_default()
                 .lines()
                 .filter_map(|l| {
@@ -1093,6 +1209,10 @@ mod tests {
             eprintln!("skipped: no writable pids cgroup here (or not root)");
             return;
         }
+        // Runs are coming (as the sandbox's trial run says before the
+        // first shell action): the keeper makes cgroups ahead from now on.
+        prepare_runs();
+        assert!(keeper_started());
         assert!(
             eventually(|| pool().len() >= CGROUP_READY),
             "the keeper did not make {CGROUP_READY} cgroups ahead"

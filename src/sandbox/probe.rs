@@ -61,16 +61,23 @@ impl SandboxStatus {
 }
 
 /// The sandbox status of this machine, probed on first call and cached for
-/// the life of the process.
+/// the life of the process. The first call comes with the first shell
+/// action: sandboxed runs are coming, so the run cgroups they take (where
+/// the process limit uses them) start being made ahead meanwhile
+/// ([`super::enforce::prepare_runs`]), while the trial run takes its
+/// milliseconds.
 pub fn probe() -> SandboxStatus {
     static STATUS: OnceLock<SandboxStatus> = OnceLock::new();
     STATUS
-        .get_or_init(|| match find_on_path("bwrap") {
-            Some(path) => probe_with(&path),
-            None => SandboxStatus::Unavailable {
-                reason: "bubblewrap (`bwrap`) was not found on PATH".into(),
-                fix: INSTALL_FIX.into(),
-            },
+        .get_or_init(|| {
+            super::enforce::prepare_runs();
+            match find_on_path("bwrap") {
+                Some(path) => probe_with(&path),
+                None => SandboxStatus::Unavailable {
+                    reason: "bubblewrap (`bwrap`) was not found on PATH".into(),
+                    fix: INSTALL_FIX.into(),
+                },
+            }
         })
         .clone()
 }

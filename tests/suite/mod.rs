@@ -31,6 +31,7 @@ mod network_scope;
 mod plans;
 mod process_limit;
 mod providers;
+mod run_cgroups;
 mod run_cli;
 mod sandbox;
 mod sdk_python;
