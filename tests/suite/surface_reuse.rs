@@ -25,16 +25,10 @@ use crate::support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use super::surface_watch::{attack, turn, warm, CONFIG, OBSERVED};
 use harness::{Client, Framing};
 use serde_json::json;
-use support::fake_provider::{self as fake, FakeProvider, Reply};
-
-const CONFIG: &str = "shell_timeout_secs = 30\nmax_rounds = 20\n";
-
-/// Runs are observed, not overlaid: the sweep after the run looks at the
-/// project itself.
-const OBSERVED: &str =
-    "shell_timeout_secs = 30\nmax_rounds = 20\n[checkpoints]\ntransactions = \"observe\"\n";
+use support::fake_provider::FakeProvider;
 
 /// What the debug log says of a snapshot that took the last walk whole.
 const REUSED: &str = "the last walk reused: no event since";
@@ -53,38 +47,6 @@ fn project() -> tempfile::TempDir {
     harness::git(&p.join("vendor"), &["init", "-q", "lib"]);
     std::fs::remove_dir_all(p.join("vendor/lib/.git/hooks")).unwrap();
     dir
-}
-
-/// Two harmless calls: the first walks and arms the watch, the second
-/// finds no event and reuses the walk.
-fn warm(id: &str) -> Vec<Reply> {
-    vec![
-        fake::shell_call(&format!("{id}a"), "true"),
-        fake::shell_call(&format!("{id}b"), "true"),
-        fake::openai_text("warm"),
-    ]
-}
-
-/// One call that tries to overwrite each of `files` and says whether it
-/// could.
-fn attack(id: &str, files: &[&str]) -> Vec<Reply> {
-    let command = files
-        .iter()
-        .map(|f| {
-            format!(
-                "if printf 'evil\\n' >> {f} 2>/dev/null; then echo WROTE {f}; \
-                 else echo REFUSED {f}; fi"
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("; ");
-    vec![fake::shell_call(id, &command), fake::openai_text("done")]
-}
-
-/// One prompt to its end, every ask approved.
-async fn turn(client: &mut Client, session: &str, label: &str) {
-    let (msg, _) = client.prompt_allowing(session, label).await;
-    assert_eq!(msg["result"]["stopReason"], "end_turn", "{label}: {msg}");
 }
 
 /// A daemon logging at debug level to `log`, with a session in `project`.

@@ -24,11 +24,11 @@ use harness::Client;
 use serde_json::json;
 use support::fake_provider::{self as fake, FakeProvider, Reply};
 
-const CONFIG: &str = "shell_timeout_secs = 30\nmax_rounds = 20\n";
+pub(super) const CONFIG: &str = "shell_timeout_secs = 30\nmax_rounds = 20\n";
 
 /// Runs are observed, not overlaid: the sweep after the run looks at the
 /// project itself, by the watch's events.
-const OBSERVED: &str =
+pub(super) const OBSERVED: &str =
     "shell_timeout_secs = 30\nmax_rounds = 20\n[checkpoints]\ntransactions = \"observe\"\n";
 
 /// A project with a tree deep enough that a stale listing would matter.
@@ -43,7 +43,7 @@ fn project() -> tempfile::TempDir {
 
 /// Two harmless calls: the first walks and arms the watch, the second is
 /// vouched for by it.
-fn warm(id: &str) -> Vec<Reply> {
+pub(super) fn warm(id: &str) -> Vec<Reply> {
     vec![
         fake::shell_call(&format!("{id}a"), "true"),
         fake::shell_call(&format!("{id}b"), "true"),
@@ -53,7 +53,7 @@ fn warm(id: &str) -> Vec<Reply> {
 
 /// One call that tries to overwrite each of `files` and says whether it
 /// could.
-fn attack(id: &str, files: &[&str]) -> Vec<Reply> {
+pub(super) fn attack(id: &str, files: &[&str]) -> Vec<Reply> {
     let command = files
         .iter()
         .map(|f| {
@@ -68,7 +68,7 @@ fn attack(id: &str, files: &[&str]) -> Vec<Reply> {
 }
 
 /// One prompt to its end, every ask approved.
-async fn turn(client: &mut Client, session: &str, label: &str) {
+pub(super) async fn turn(client: &mut Client, session: &str, label: &str) {
     let (msg, _) = client.prompt_allowing(session, label).await;
     assert_eq!(msg["result"]["stopReason"], "end_turn", "{label}: {msg}");
 }
