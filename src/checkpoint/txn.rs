@@ -88,6 +88,7 @@ fn mount_fresh(root: &Path, project: &Path) -> Result<Ready, String> {
     let project_id =
         dir_id(project).ok_or_else(|| format!("{} cannot be read", project.display()))?;
     let n = RUNS.fetch_add(1, Ordering::Relaxed);
+    spread_run_dirs(root);
     let dir = root.join(format!("run-{}-{n}", std::process::id()));
     let (upper, work) = (dir.join("upper"), dir.join("work"));
     make_private_dirs(&dir, &[&upper, &work])?;
@@ -361,6 +362,54 @@ pub async fn begin_with(
         start_tick_ns,
         origin,
     })
+}
+
+/// Mark `root` (the store's `txn/`) so that ext4 places each directory
+/// made in it — each action's `run-…`, and with it the upper layer where
+/// the command's copy-up makes its inodes — in a block group of its own
+/// choosing with few directories (`chattr +T`, the Orlov allocator's
+/// "top of a hierarchy"), instead of next to `txn/` itself.
+///
+/// Why: ext4 without a journal (as on this project's development VM; the
+/// kernel's `recently_deleted` check runs only then) skips, for every new
+/// inode, each free inode of the group deleted in the last 5 s — 300 s
+/// while its inode table block is not yet written back — checking them one
+/// by one from the group's start.
+/// Every action deletes its used directories, and other programs delete in
+/// the same groups (a build, a test run in `/tmp`), so a new inode there
+/// cost 0.5–1.5 ms instead of ~20 µs (measured: see docs/transactions.md,
+/// "Fifth round"), and the command's copy-up paid it on the action's path.
+/// Best effort: file systems without the flag (or without the right to set
+/// it) keep the default placement.
+fn spread_run_dirs(root: &Path) {
+    use rustix::fs::{ioctl_getflags, ioctl_setflags, IFlags, Mode, OFlags};
+    static MARKED: OnceLock<Mutex<std::collections::HashSet<PathBuf>>> = OnceLock::new();
+    let marked = MARKED.get_or_init(Mutex::default);
+    if marked
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(root)
+    {
+        return;
+    }
+    let Ok(fd) = rustix::fs::open(
+        root,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return;
+    };
+    let done = match ioctl_getflags(&fd) {
+        Ok(flags) if flags.contains(IFlags::TOPDIR) => true,
+        Ok(flags) => ioctl_setflags(&fd, flags | IFlags::TOPDIR).is_ok(),
+        Err(_) => true,
+    };
+    if done {
+        marked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(root.to_path_buf());
+    }
 }
 
 /// Make `dir` (its parents as needed) and the directories in `inside` it,
