@@ -88,7 +88,15 @@ fn mount_fresh(root: &Path, project: &Path) -> Result<Ready, String> {
     let project_id =
         dir_id(project).ok_or_else(|| format!("{} cannot be read", project.display()))?;
     let n = RUNS.fetch_add(1, Ordering::Relaxed);
-    spread_run_dirs(root);
+    // Each run directory in a block group of its own (see
+    // `spare::place_subdirectories_apart`): the command's copy-up makes
+    // its inodes there, on the action's path.
+    // `txn/` may not exist yet: the probe, which makes it, runs once per
+    // process, maybe for another store.
+    if !super::spare::place_subdirectories_apart(root) && !root.exists() {
+        crate::paths::create_private_dir(root).map_err(|e| format!("{}: {e}", root.display()))?;
+        super::spare::place_subdirectories_apart(root);
+    }
     let dir = root.join(format!("run-{}-{n}", std::process::id()));
     let (upper, work) = (dir.join("upper"), dir.join("work"));
     make_private_dirs(&dir, &[&upper, &work])?;
@@ -362,54 +370,6 @@ pub async fn begin_with(
         start_tick_ns,
         origin,
     })
-}
-
-/// Mark `root` (the store's `txn/`) so that ext4 places each directory
-/// made in it — each action's `run-…`, and with it the upper layer where
-/// the command's copy-up makes its inodes — in a block group of its own
-/// choosing with few directories (`chattr +T`, the Orlov allocator's
-/// "top of a hierarchy"), instead of next to `txn/` itself.
-///
-/// Why: ext4 without a journal (as on this project's development VM; the
-/// kernel's `recently_deleted` check runs only then) skips, for every new
-/// inode, each free inode of the group deleted in the last 5 s — 300 s
-/// while its inode table block is not yet written back — checking them one
-/// by one from the group's start.
-/// Every action deletes its used directories, and other programs delete in
-/// the same groups (a build, a test run in `/tmp`), so a new inode there
-/// cost 0.5–1.5 ms instead of ~20 µs (measured: see docs/transactions.md,
-/// "Fifth round"), and the command's copy-up paid it on the action's path.
-/// Best effort: file systems without the flag (or without the right to set
-/// it) keep the default placement.
-fn spread_run_dirs(root: &Path) {
-    use rustix::fs::{ioctl_getflags, ioctl_setflags, IFlags, Mode, OFlags};
-    static MARKED: OnceLock<Mutex<std::collections::HashSet<PathBuf>>> = OnceLock::new();
-    let marked = MARKED.get_or_init(Mutex::default);
-    if marked
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .contains(root)
-    {
-        return;
-    }
-    let Ok(fd) = rustix::fs::open(
-        root,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) else {
-        return;
-    };
-    let done = match ioctl_getflags(&fd) {
-        Ok(flags) if flags.contains(IFlags::TOPDIR) => true,
-        Ok(flags) => ioctl_setflags(&fd, flags | IFlags::TOPDIR).is_ok(),
-        Err(_) => true,
-    };
-    if done {
-        marked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(root.to_path_buf());
-    }
 }
 
 /// Make `dir` (its parents as needed) and the directories in `inside` it,
@@ -1026,6 +986,33 @@ mod tests {
         let (key, ready) = waiting("/b", 1);
         assert!(insert_evicting(&mut small, key, ready, 2).is_none());
         assert_eq!(small.len(), 2);
+    }
+
+    /// Each action's run directory is placed apart from `txn/` (where
+    /// the file system has inode flags: ext4 here), so the command's
+    /// copy-up does not make its inodes in a group full of recently
+    /// deleted ones.
+    #[tokio::test]
+    async fn the_run_directories_are_placed_apart_where_the_file_system_can() {
+        use rustix::fs::{ioctl_getflags, IFlags, Mode, OFlags};
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let flags_here = rustix::fs::open(state.path(), OFlags::RDONLY, Mode::empty())
+            .ok()
+            .is_some_and(|fd| ioctl_getflags(&fd).is_ok());
+        if !flags_here {
+            eprintln!("skipped: no inode flags on this file system");
+            return;
+        }
+        std::fs::write(tree.path().join("a.txt"), "0\n").unwrap();
+        let cfg = CheckpointConfig::default();
+        let tx = begin(state.path(), &cfg, tree.path(), origin())
+            .await
+            .unwrap();
+        let txn = tx.dir.parent().unwrap();
+        let fd = rustix::fs::open(txn, OFlags::RDONLY, Mode::empty()).unwrap();
+        assert!(ioctl_getflags(&fd).unwrap().contains(IFlags::TOPDIR));
+        assert!(tx.mount().upper.is_dir());
     }
 
     #[tokio::test]
