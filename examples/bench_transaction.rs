@@ -212,6 +212,81 @@ async fn measure(files: usize, rounds: usize, warm: bool) -> Figures {
     }
 }
 
+/// `BENCH_SPLIT=1`: where the overlay's own cost goes, per round in one
+/// overlay, each command after the same pause and each paired with the
+/// same command without the overlay: joining the namespace (`true`),
+/// then the first write to a file one directory down (the copy-up of
+/// the directory and the file), then a write to another file in the same
+/// directory (the file's copy-up only). Medians of the paired differences.
+async fn split(files: usize, rounds: usize) {
+    let origin = Origin {
+        session_id: "bench".into(),
+        tool_call_id: "call".into(),
+        tool: "shell".into(),
+        turn: None,
+    };
+    let state = tempfile::tempdir().unwrap();
+    let tree = tempfile::tempdir().unwrap();
+    build_tree(tree.path(), files);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let cfg = CheckpointConfig::default();
+    txn::warm_up(state.path(), &cfg, tree.path());
+    tokio::time::sleep(warm_wait()).await;
+    let scratch = tree.path().join("scratch.txt");
+    let (mut join, mut first, mut second) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..rounds {
+        tokio::time::sleep(pause()).await;
+        let t = txn::begin(state.path(), &cfg, tree.path(), origin.clone())
+            .await
+            .unwrap();
+        let mount = t.mount();
+        let paired = |script: String| {
+            let plain = format!("echo {r} >> '{}'", scratch.display());
+            let mount = mount.clone();
+            async move {
+                tokio::time::sleep(pause()).await;
+                let start = Instant::now();
+                sh(&script, Some(&mount)).await;
+                let with = start.elapsed();
+                tokio::time::sleep(pause()).await;
+                let start = Instant::now();
+                sh(if script == "true" { "true" } else { &plain }, None).await;
+                with.as_secs_f64() - start.elapsed().as_secs_f64()
+            }
+        };
+        join.push(paired("true".into()).await);
+        let a = tree.path().join("d0000/f0.txt");
+        let b = tree.path().join("d0000/f1.txt");
+        first.push(paired(format!("echo {r} >> '{}'", a.display())).await);
+        second.push(paired(format!("echo {r} >> '{}'", b.display())).await);
+        let observed = t.finish(|_| false).await.unwrap().unwrap();
+        let mut cp = observed.checkpoint;
+        observed.project.apply_changeset(&mut cp).unwrap();
+        drop(observed.guard);
+    }
+    let med = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        format!("{:.2} ms", v[v.len() / 2] * 1000.0)
+    };
+    let spread = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        format!(
+            "{:.2}..{:.2}",
+            v[v.len() / 10] * 1000.0,
+            v[v.len() * 9 / 10] * 1000.0
+        )
+    };
+    println!(
+        "{files:>8} | join {} ({}) | write+copy-up dir+file {} ({}) | write+copy-up file {} ({})",
+        med(join.clone()),
+        spread(join),
+        med(first.clone()),
+        spread(first),
+        med(second.clone()),
+        spread(second)
+    );
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     println!("per action: take the overlay mounted ahead + read, record and apply the changeset,");
@@ -227,7 +302,15 @@ async fn main() {
     let only: Option<Vec<usize>> = std::env::var("BENCH_SIZES")
         .ok()
         .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect());
+    let splitting = std::env::var("BENCH_SPLIT").is_ok_and(|v| v == "1");
     for (files, rounds) in [(100, 50), (10_000, 50), (100_000, 30)] {
+        if only.as_ref().is_some_and(|o| !o.contains(&files)) {
+            continue;
+        }
+        if splitting {
+            split(files, rounds).await;
+            continue;
+        }
         if only.as_ref().is_some_and(|o| !o.contains(&files)) {
             continue;
         }

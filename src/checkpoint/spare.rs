@@ -2,8 +2,9 @@
 //! inode on its path.
 //!
 //! On the development VM's ext4 a new inode (a `mkdir`, an `O_CREAT`
-//! temporary) costs 0.3–0.8 ms while renaming, writing or unlinking costs
-//! tens of µs; an action wrote four or five new files (its blob, its two
+//! temporary) cost 0.3–1.5 ms while renaming, writing or unlinking costs
+//! tens of µs (why, and what keeps it near 20 µs now:
+//! [`place_subdirectories_apart`]); an action wrote four or five new files (its blob, its two
 //! partial trees, its record, the temporary it renamed into the project).
 //! Each store keeps a pool of empty private files, `<store>/spare/<pid>/`,
 //! filled by a background thread (and the 256 object fan-out directories
@@ -185,6 +186,13 @@ fn fill(store_dir: &Path, dir: &Path) {
     if first {
         // Left by an earlier process with this pid: its spares are unknown.
         clear_pool(dir);
+        // This process's pool directory, and so its spares, in a block
+        // group of its own (see `place_subdirectories_apart`).
+        if let Some(parent) = dir.parent() {
+            if crate::paths::create_private_dir(parent).is_ok() {
+                place_subdirectories_apart(parent);
+            }
+        }
         if let Err(e) = crate::paths::create_private_dir(dir) {
             tracing::debug!("spare files: {}: {e}", dir.display());
             pools().entry(dir.to_path_buf()).or_default().filling = false;
@@ -224,6 +232,57 @@ fn fill(store_dir: &Path, dir: &Path) {
             .push(name);
     }
     pools().entry(dir.to_path_buf()).or_default().filling = false;
+}
+
+/// Mark `dir` so that ext4 places each directory made in it from now on
+/// in a block group chosen apart — one with few directories, as for a
+/// directory at the top of the file system (`chattr +T`, `FS_TOPDIR_FL`,
+/// read by the Orlov allocator) — instead of `dir`'s own group. Used for
+/// the store's `txn/` (each action's run directory: the command's copy-up
+/// makes its inodes there, on the action's path) and `spare/` (this
+/// process's pool).
+///
+/// Why: ext4 without a journal (the development VM's; the kernel's
+/// `recently_deleted` check runs only then) skips, for each new inode, every
+/// free inode of the group deleted in the last 5 s — 300 s while its inode
+/// table block is not yet written back — checking them one by one from the
+/// group's start. In a group where much was deleted lately (each action's
+/// used directories; a build or a test run removing a tree in `/tmp`) one
+/// new inode cost 0.5–1.5 ms instead of ~20 µs (measured: docs/transactions.md,
+/// "Fifth round"). Best effort, once per directory and process: a file
+/// system without the flag keeps the default placement. `false`: `dir`
+/// could not be opened (e.g. it does not exist yet).
+pub fn place_subdirectories_apart(dir: &Path) -> bool {
+    use rustix::fs::{ioctl_getflags, ioctl_setflags, IFlags, Mode, OFlags};
+    static MARKED: OnceLock<Mutex<std::collections::HashSet<PathBuf>>> = OnceLock::new();
+    let marked = MARKED.get_or_init(Mutex::default);
+    if marked
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(dir)
+    {
+        return true;
+    }
+    let Ok(fd) = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return false;
+    };
+    let settled = match ioctl_getflags(&fd) {
+        Ok(flags) if flags.contains(IFlags::TOPDIR) => true,
+        Ok(flags) => ioctl_setflags(&fd, flags | IFlags::TOPDIR).is_ok(),
+        // No such flags here (not ext2/3/4): nothing to do, ever.
+        Err(_) => true,
+    };
+    if settled {
+        marked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(dir.to_path_buf());
+    }
+    true
 }
 
 /// Remove the pools of processes that are gone (a crash leaves one).
@@ -362,6 +421,25 @@ mod tests {
 
     /// A spare that is not empty (never expected: a crash's leftover) is
     /// given up rather than written after its old bytes.
+    /// On a file system with the flag (ext4 here), the pool's parent
+    /// directory places its subdirectories apart once a pool is filled.
+    #[test]
+    fn the_pool_directory_is_placed_apart_where_the_file_system_can() {
+        use rustix::fs::{ioctl_getflags, IFlags, Mode, OFlags};
+        let store = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(store.path().join("git/objects")).unwrap();
+        let probe = rustix::fs::open(store.path(), OFlags::RDONLY, Mode::empty()).unwrap();
+        if ioctl_getflags(&probe).is_err() {
+            eprintln!("skipped: no inode flags on this file system");
+            return;
+        }
+        fill_now(store.path());
+        let spare =
+            rustix::fs::open(store.path().join("spare"), OFlags::RDONLY, Mode::empty()).unwrap();
+        assert!(ioctl_getflags(&spare).unwrap().contains(IFlags::TOPDIR));
+        assert!(take(store.path()).is_some());
+    }
+
     #[test]
     fn a_spare_that_is_not_empty_is_not_taken() {
         let store = tempfile::tempdir().unwrap();

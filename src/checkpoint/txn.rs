@@ -88,6 +88,15 @@ fn mount_fresh(root: &Path, project: &Path) -> Result<Ready, String> {
     let project_id =
         dir_id(project).ok_or_else(|| format!("{} cannot be read", project.display()))?;
     let n = RUNS.fetch_add(1, Ordering::Relaxed);
+    // Each run directory in a block group of its own (see
+    // `spare::place_subdirectories_apart`): the command's copy-up makes
+    // its inodes there, on the action's path.
+    // `txn/` may not exist yet: the probe, which makes it, runs once per
+    // process, maybe for another store.
+    if !super::spare::place_subdirectories_apart(root) && !root.exists() {
+        crate::paths::create_private_dir(root).map_err(|e| format!("{}: {e}", root.display()))?;
+        super::spare::place_subdirectories_apart(root);
+    }
     let dir = root.join(format!("run-{}-{n}", std::process::id()));
     let (upper, work) = (dir.join("upper"), dir.join("work"));
     make_private_dirs(&dir, &[&upper, &work])?;
@@ -977,6 +986,33 @@ mod tests {
         let (key, ready) = waiting("/b", 1);
         assert!(insert_evicting(&mut small, key, ready, 2).is_none());
         assert_eq!(small.len(), 2);
+    }
+
+    /// Each action's run directory is placed apart from `txn/` (where
+    /// the file system has inode flags: ext4 here), so the command's
+    /// copy-up does not make its inodes in a group full of recently
+    /// deleted ones.
+    #[tokio::test]
+    async fn the_run_directories_are_placed_apart_where_the_file_system_can() {
+        use rustix::fs::{ioctl_getflags, IFlags, Mode, OFlags};
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let flags_here = rustix::fs::open(state.path(), OFlags::RDONLY, Mode::empty())
+            .ok()
+            .is_some_and(|fd| ioctl_getflags(&fd).is_ok());
+        if !flags_here {
+            eprintln!("skipped: no inode flags on this file system");
+            return;
+        }
+        std::fs::write(tree.path().join("a.txt"), "0\n").unwrap();
+        let cfg = CheckpointConfig::default();
+        let tx = begin(state.path(), &cfg, tree.path(), origin())
+            .await
+            .unwrap();
+        let txn = tx.dir.parent().unwrap();
+        let fd = rustix::fs::open(txn, OFlags::RDONLY, Mode::empty()).unwrap();
+        assert!(ioctl_getflags(&fd).unwrap().contains(IFlags::TOPDIR));
+        assert!(tx.mount().upper.is_dir());
     }
 
     #[tokio::test]
