@@ -4,8 +4,9 @@
 //! On the development VM's ext4 a new inode (a `mkdir`, an `O_CREAT`
 //! temporary) cost 0.3–1.5 ms while renaming, writing or unlinking costs
 //! tens of µs (why, and what keeps it near 20 µs now:
-//! [`place_subdirectories_apart`]); an action wrote four or five new files (its blob, its two
-//! partial trees, its record, the temporary it renamed into the project).
+//! [`place_subdirectories_apart`]); an action wrote four or five new files
+//! (its blob, its two partial trees, its record, the temporary it renamed
+//! into the project).
 //! Each store keeps a pool of empty private files, `<store>/spare/<pid>/`,
 //! filled by a background thread (and the 256 object fan-out directories
 //! made once): a write takes one, writes it and renames it into place — the
@@ -419,8 +420,6 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&spare).unwrap(), "x\n");
     }
 
-    /// A spare that is not empty (never expected: a crash's leftover) is
-    /// given up rather than written after its old bytes.
     /// On a file system with the flag (ext4 here), the pool's parent
     /// directory places its subdirectories apart once a pool is filled.
     #[test]
@@ -440,6 +439,8 @@ mod tests {
         assert!(take(store.path()).is_some());
     }
 
+    /// A spare that is not empty (never expected: a crash's leftover) is
+    /// given up rather than written after its old bytes.
     #[test]
     fn a_spare_that_is_not_empty_is_not_taken() {
         let store = tempfile::tempdir().unwrap();
