@@ -109,18 +109,29 @@ fn warm_wait() -> Duration {
     Duration::from_millis(ms)
 }
 
-/// `warm`: the project is warmed up as a session opening in it does;
-/// else the first action does that work itself (cold).
-async fn measure(files: usize, rounds: usize, warm: bool) -> Figures {
-    let origin = Origin {
+/// Who the bench's actions are recorded as.
+fn bench_origin() -> Origin {
+    Origin {
         session_id: "bench".into(),
         tool_call_id: "call".into(),
         tool: "shell".into(),
         turn: None,
-    };
+    }
+}
+
+/// A fresh state directory and a project tree of `files` files.
+fn state_and_tree(files: usize) -> (tempfile::TempDir, tempfile::TempDir) {
     let state = tempfile::tempdir().unwrap();
     let tree = tempfile::tempdir().unwrap();
     build_tree(tree.path(), files);
+    (state, tree)
+}
+
+/// `warm`: the project is warmed up as a session opening in it does;
+/// else the first action does that work itself (cold).
+async fn measure(files: usize, rounds: usize, warm: bool) -> Figures {
+    let origin = bench_origin();
+    let (state, tree) = state_and_tree(files);
     // A file changed within the kernel's coarse clock tick before an action
     // starts counts as the person's (a conflict, never overwritten): let the
     // tree's own writes age past one tick.
@@ -219,15 +230,8 @@ async fn measure(files: usize, rounds: usize, warm: bool) -> Figures {
 /// the directory and the file), then a write to another file in the same
 /// directory (the file's copy-up only). Medians of the paired differences.
 async fn split(files: usize, rounds: usize) {
-    let origin = Origin {
-        session_id: "bench".into(),
-        tool_call_id: "call".into(),
-        tool: "shell".into(),
-        turn: None,
-    };
-    let state = tempfile::tempdir().unwrap();
-    let tree = tempfile::tempdir().unwrap();
-    build_tree(tree.path(), files);
+    let origin = bench_origin();
+    let (state, tree) = state_and_tree(files);
     tokio::time::sleep(Duration::from_millis(20)).await;
     let cfg = CheckpointConfig::default();
     txn::warm_up(state.path(), &cfg, tree.path());
