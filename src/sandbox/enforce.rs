@@ -940,7 +940,7 @@ fn pids_parent() -> Option<PathBuf> {
 /// `passepartout-<pid>-*` directory is removed once the kernel lets it
 /// go; the number still there at the deadline is returned (the next
 /// daemon that makes run cgroups removes them). Nothing to do, and no
-/// file touched, when this process made none.
+/// file touched, when this process made none or a first call did it.
 pub fn remove_run_cgroups() -> usize {
     if MADE.load(Ordering::Relaxed) == 0 {
         return 0;
@@ -948,8 +948,12 @@ pub fn remove_run_cgroups() -> usize {
     let Some(parent) = pids_parent() else {
         return 0;
     };
+    // Once per process: `serve` removes its own before it exits and
+    // `main` calls this again after every command.
+    if STOPPING.swap(true, Ordering::Relaxed) {
+        return 0;
+    }
     let deadline = std::time::Instant::now() + EXIT_CLEANUP_WITHIN;
-    STOPPING.store(true, Ordering::Relaxed);
     // After this no cgroup is being made, and none will be.
     drop(making());
     POOL_TAKEN.notify_all();
