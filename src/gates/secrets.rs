@@ -411,6 +411,63 @@ mod tests {
     }
 
     #[test]
+    fn remembered_patterns_redact_exactly_as_compiled_ones() {
+        let value = "s3cr3t-Value-42xyz";
+        let known = vec![
+            "local-provider-key-0123456789".to_string(),
+            value.to_string(),
+            "short".to_string(),
+        ];
+        let b64 = |s: &str| {
+            // Standard base64 of `s`, as `base64 -w0` prints it.
+            let out = std::process::Command::new("base64")
+                .arg("-w0")
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .and_then(|mut child| {
+                    use std::io::Write as _;
+                    child.stdin.take().expect("stdin").write_all(s.as_bytes())?;
+                    child.wait_with_output()
+                })
+                .expect("base64 runs");
+            String::from_utf8(out.stdout).expect("ascii")
+        };
+        let texts = [
+            "nothing here".to_string(),
+            format!("KEY=local-provider-key-0123456789 and {value}"),
+            format!(
+                "{} then {}",
+                b64(&format!("T={value}\n")),
+                value.chars().rev().collect::<String>()
+            ),
+            format!("{value}{value} Authorization: Bearer abcdefghijklmnop1234"),
+            format!(
+                "aws AKIAIOSFODNN7EXAMPLE {}",
+                value
+                    .bytes()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>()
+            ),
+        ];
+        assert!(texts[1..]
+            .iter()
+            .all(|t| redact_output(t, &known).hits >= 2));
+        let patterns = KnownPatterns::default();
+        for round in 0..2 {
+            for text in &texts {
+                assert_eq!(
+                    redact_output_with(text, &known, &patterns),
+                    redact_output(text, &known),
+                    "round {round}: {text}"
+                );
+            }
+        }
+        // Each value of at least eight characters compiled once.
+        assert_eq!(crate::util::sync::lock(&patterns.by_value).len(), 2);
+    }
+
+    #[test]
     fn recognises_each_shape() {
         let kinds = |t: &str| scan(t).into_iter().map(|f| f.kind).collect::<Vec<_>>();
         assert_eq!(

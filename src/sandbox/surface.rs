@@ -1873,6 +1873,49 @@ mod tests {
     }
 
     #[test]
+    fn redactable_files_are_found_at_any_depth_and_new_ones_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b/c/d/e")).unwrap();
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        for file in [
+            ".env",
+            "a/b/c/d/e/secrets.yaml",
+            "src/secrets.rs",
+            ".env.example",
+        ] {
+            std::fs::write(root.join(file), "TOKEN=abcdefgh12345\n").unwrap();
+        }
+        let sorted = |files: Arc<Vec<PathBuf>>| {
+            let mut files = files.to_vec();
+            files.sort();
+            files
+        };
+        let first = redactable_files(root);
+        assert_eq!(
+            sorted(first.clone()),
+            [
+                PathBuf::from(".env"),
+                PathBuf::from("a/b/c/d/e/secrets.yaml")
+            ]
+        );
+        // Nothing changed: the last walk's list, not a new one.
+        assert!(Arc::ptr_eq(&first, &redactable_files(root)));
+        std::fs::create_dir_all(root.join("x/y")).unwrap();
+        std::fs::write(root.join("x/y/.envrc"), "export A=b\n").unwrap();
+        std::fs::write(root.join("a/b/c/d/e/api_token"), "x\n").unwrap();
+        assert_eq!(
+            sorted(redactable_files(root)),
+            [
+                PathBuf::from(".env"),
+                PathBuf::from("a/b/c/d/e/api_token"),
+                PathBuf::from("a/b/c/d/e/secrets.yaml"),
+                PathBuf::from("x/y/.envrc")
+            ]
+        );
+    }
+
+    #[test]
     fn secrets_are_found_at_any_depth_and_examples_are_not() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
