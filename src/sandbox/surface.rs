@@ -59,6 +59,11 @@
 //! once before resolving it. `examples/bench_sandbox` prints snapshot +
 //! sweep alone (0.17 ms against 5.4 ms with git asked every time,
 //! docs/performance.md).
+//!
+//! The same walk names the project's secret files (by the gates' rule)
+//! for the output redaction ([`redactable_files`]), so a tool call in a
+//! large project does not scan it again, and a secret file at any depth
+//! is known as soon as the watch sees it created.
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
