@@ -159,6 +159,7 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
         editor,
         client_fs,
         mcp,
+        redaction: Default::default(),
     })
 }
 

@@ -187,6 +187,18 @@ pub struct AgentEnv {
     pub accounts: Arc<crate::budget::Accounts>,
     /// Where session journals live (None: sessions are not persisted).
     pub sessions: Option<Arc<crate::sessions::SessionStore>>,
+    /// What output redaction remembers between tool calls.
+    pub redaction: Redaction,
+}
+
+/// What output redaction remembers between tool calls: the project's
+/// secret values per file (by stamp) and the compiled patterns of every
+/// known value, so a call pays neither a scan of the project nor a
+/// compilation when nothing changed.
+#[derive(Default)]
+pub struct Redaction {
+    pub values: crate::gates::secret_values::SecretValues,
+    pub patterns: crate::gates::secrets::KnownPatterns,
 }
 
 impl AgentEnv {
@@ -224,9 +236,12 @@ impl AgentEnv {
             .filter_map(|p| p.resolved_key())
             .collect();
         // The project's own secret values, read host-side, so a value that
-        // went through base64, hex or rev is still found.
-        known.extend(crate::gates::secret_values::project_secret_values(cwd));
-        let r = crate::gates::secrets::redact_output(&text, &known);
+        // went through base64, hex or rev is still found. The secret files
+        // are those the sandbox surface's walk finds (at any depth, kept
+        // current by its watch); their contents are stat'ed each call.
+        let files = crate::sandbox::surface::redactable_files(cwd);
+        known.extend(self.redaction.values.values(cwd, &files));
+        let r = crate::gates::secrets::redact_output_with(&text, &known, &self.redaction.patterns);
         if r.hits == 0 {
             return text;
         }

@@ -4,15 +4,30 @@
 //! secret that went through a transform: `git show HEAD:.env | base64`,
 //! `xxd -p`, `rev`, `od -c`, `sed 's/./& /g'`. The daemon can do better
 //! than guess: it knows the values, because it can read the project's
-//! secret files host-side ([`project_secret_values`]). Tool output is then
+//! secret files host-side ([`SecretValues`]). Tool output is then
 //! searched for each value in the common encodings ([`encoded_patterns`]:
 //! plain, base64 at the three byte alignments, hex lower and upper,
 //! reversed, spaced out one character at a time) before the model sees it.
+//!
+//! This is paid at every tool call, so it must not grow with the project.
+//! Which files are secret files is the sandbox surface's walk's to say
+//! (`sandbox::surface::redactable_files`, at any depth, kept current by
+//! its inotify watch); what they hold is remembered here per file by a
+//! stamp (device, inode, size, modification and status-change time),
+//! stat'ed again at every call. A stamp is trusted only when both times
+//! lie more than [`TRUSTED_AGE`] before the read began (the kernel's
+//! clock for them is coarse: a write in the same tick as the read could
+//! leave them where they were); until then the file is read at every call.
 
-use std::path::Path;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use regex::Regex;
+use rustc_hash::FxHashMap;
 
+use crate::control_surface::TRUSTED_AGE;
 use crate::gates::protected_paths::{is_project_secret, protection};
 use crate::gates::GateContext;
 
@@ -20,69 +35,180 @@ use crate::gates::GateContext;
 /// ordinary text.
 pub const MIN_VALUE: usize = 8;
 
-/// How many directory entries the scan for secret files reads at most.
-const MAX_ENTRIES: usize = 4000;
-
-/// How deep below the project the scan looks for secret files.
-const MAX_DEPTH: usize = 3;
-
 /// Secret files larger than this are not read.
 const MAX_FILE_BYTES: u64 = 64 * 1024;
 
-/// Directories the scan never enters: build output and dependencies hold
-/// no secrets of the project's own, and `.git` is not a file a tool reads.
+/// Bytes of secret files whose values one call takes at most (the files
+/// are taken in the walk's order, shallow first); past it the rest are
+/// not read and a warning names this limit.
+pub const MAX_SECRET_BYTES: u64 = 1024 * 1024;
+
+/// Values one call takes at most (each costs seven patterns run over
+/// every output); past it the rest are not redacted and a warning names
+/// this limit.
+pub const MAX_SECRET_VALUES: usize = 256;
+
+/// Files whose values [`SecretValues`] remembers at most (over every
+/// project); past it everything is forgotten and read again.
+pub const MAX_REMEMBERED_SECRET_FILES: usize = 4096;
+
+/// Directories whose secret files are not searched: build output and
+/// dependencies hold no secrets of the project's own (and their
+/// `tokens.json` would make ordinary words "secrets"), and `.git` is not a
+/// file a tool reads.
 const SKIP_DIRS: &[&str] = &[".git", "target", "node_modules", ".venv", "venv", "vendor"];
 
-/// The values of `KEY=value` (or `KEY: value`) lines in the files of the
-/// project that the gates treat as secrets (`.env*`, `*secret*`,
-/// credentials, key files). Reads the disk: call it from the daemon, not a
-/// gate.
-pub fn project_secret_values(cwd: &Path) -> Vec<String> {
-    let ctx = GateContext {
-        cwd: cwd.to_path_buf(),
-        ..GateContext::default()
-    };
-    let mut out = Vec::new();
-    let mut seen = 0usize;
-    let mut stack = vec![(cwd.to_path_buf(), 0usize)];
-    while let Some((dir, depth)) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            seen += 1;
-            if seen > MAX_ENTRIES {
-                return out;
-            }
-            let path = entry.path();
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if kind.is_dir() {
-                if depth < MAX_DEPTH && !SKIP_DIRS.contains(&name.as_str()) {
-                    stack.push((path, depth + 1));
-                }
-                continue;
-            }
-            if !kind.is_file() || !protection(&path, &ctx).is_some_and(|p| is_project_secret(&p)) {
-                continue;
-            }
-            if let Some(text) = read_small_file(&path) {
-                out.extend(values_in(&text));
-            }
+/// Whether a file with this name is one whose values are redacted from
+/// tool output: what the gates treat as a project secret (`.env*`,
+/// `.envrc`, `*secret*`, `*token*`, credentials, key files). By the name
+/// alone, as a directory listing gives it.
+pub fn is_secret_file_name(name: &str) -> bool {
+    protection(Path::new(name), &GateContext::default()).is_some_and(|p| is_project_secret(&p))
+}
+
+/// What a file was when its values were read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Stamp {
+        Stamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
         }
     }
-    out.sort();
-    out.dedup();
-    out
+
+    /// Whether any change after `read_at` is sure to move this stamp:
+    /// both times lie more than [`TRUSTED_AGE`] before it.
+    fn trusted(&self, read_at: SystemTime) -> bool {
+        let old = |(secs, nanos): (i64, i64)| {
+            let at = UNIX_EPOCH
+                + Duration::new(
+                    u64::try_from(secs).unwrap_or(u64::MAX / 2),
+                    u32::try_from(nanos).unwrap_or(0),
+                );
+            at + TRUSTED_AGE < read_at
+        };
+        old(self.mtime) && old(self.ctime)
+    }
+}
+
+/// A secret file's values as last read.
+struct Remembered {
+    stamp: Stamp,
+    values: Arc<Vec<String>>,
+}
+
+/// The project's own secret values, remembered per file while the file's
+/// stamp stays (see the module's documentation). One per daemon.
+#[derive(Default)]
+pub struct SecretValues {
+    files: Mutex<FxHashMap<PathBuf, Remembered>>,
+    /// Files read (not taken from memory), for tests and measurements.
+    reads: std::sync::atomic::AtomicUsize,
+}
+
+impl SecretValues {
+    /// The values of `KEY=value` (or `KEY: value`) lines in `files`
+    /// (relative to `root`, as `sandbox::surface::redactable_files` names
+    /// them), sorted and without duplicates. Reads the disk: call it from
+    /// the daemon, not a gate.
+    pub fn values(&self, root: &Path, files: &[PathBuf]) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut bytes = 0u64;
+        let mut remembered = crate::util::sync::lock(&self.files);
+        for rel in files.iter().filter(|rel| searched(rel)) {
+            let path = root.join(rel);
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if !meta.is_file() || meta.len() > MAX_FILE_BYTES {
+                continue;
+            }
+            bytes += meta.len();
+            if bytes > MAX_SECRET_BYTES {
+                tracing::warn!(
+                    "the secret files of {} hold more than {MAX_SECRET_BYTES} bytes \
+                     (MAX_SECRET_BYTES): the values of {} and the files after it are not \
+                     redacted from tool output",
+                    root.display(),
+                    rel.display()
+                );
+                break;
+            }
+            let stamp = Stamp::of(&meta);
+            if let Some(known) = remembered.get(&path).filter(|r| r.stamp == stamp) {
+                out.extend(known.values.iter().cloned());
+                continue;
+            }
+            let read_at = SystemTime::now();
+            self.reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some((text, read_stamp)) = read_small_file(&path) else {
+                continue;
+            };
+            let values = values_in(&text);
+            out.extend(values.iter().cloned());
+            if read_stamp.trusted(read_at) {
+                if remembered.len() >= MAX_REMEMBERED_SECRET_FILES {
+                    remembered.clear();
+                }
+                remembered.insert(
+                    path,
+                    Remembered {
+                        stamp: read_stamp,
+                        values: Arc::new(values),
+                    },
+                );
+            } else {
+                remembered.remove(&path);
+            }
+        }
+        drop(remembered);
+        out.sort();
+        out.dedup();
+        if out.len() > MAX_SECRET_VALUES {
+            tracing::warn!(
+                "the secret files of {} hold {} values, more than {MAX_SECRET_VALUES} \
+                 (MAX_SECRET_VALUES): the rest are not redacted from tool output",
+                root.display(),
+                out.len()
+            );
+            out.truncate(MAX_SECRET_VALUES);
+        }
+        out
+    }
+
+    /// How many secret files were read rather than taken from memory.
+    pub fn reads(&self) -> usize {
+        self.reads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Whether a secret file at `rel` is searched: not inside a directory
+/// of [`SKIP_DIRS`].
+fn searched(rel: &Path) -> bool {
+    !rel.components().any(|c| match c {
+        Component::Normal(name) => name.to_str().is_some_and(|n| SKIP_DIRS.contains(&n)),
+        _ => false,
+    })
 }
 
 /// A regular file's text, read on the host without following a link and
 /// without blocking: a sandboxed command may have swapped the file for a
 /// link or a FIFO since the directory was listed. Larger than
-/// [`MAX_FILE_BYTES`], not a regular file, or not UTF-8: nothing.
-fn read_small_file(path: &Path) -> Option<String> {
+/// [`MAX_FILE_BYTES`], not a regular file, or not UTF-8: nothing. With the
+/// text, the stamp of the file it was read from (taken before reading).
+fn read_small_file(path: &Path) -> Option<(String, Stamp)> {
     use std::io::Read as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let file = std::fs::OpenOptions::new()
@@ -96,7 +222,7 @@ fn read_small_file(path: &Path) -> Option<String> {
     }
     let mut text = String::new();
     file.take(MAX_FILE_BYTES).read_to_string(&mut text).ok()?;
-    Some(text)
+    Some((text, Stamp::of(&meta)))
 }
 
 /// The values of assignments in a secret file's text.
@@ -265,20 +391,87 @@ mod tests {
         std::fs::write(&outside, "TOKEN=abcdefghijklmnop1234\n").unwrap();
         let link = dir.path().join("link.env");
         std::os::unix::fs::symlink(&outside, &link).unwrap();
-        assert_eq!(read_small_file(&link), None);
+        assert!(read_small_file(&link).is_none());
         let fifo = dir.path().join("fifo.env");
         let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         // Returns at once (no writer would ever come).
-        assert_eq!(read_small_file(&fifo), None);
-        assert!(read_small_file(&outside).unwrap().contains("TOKEN="));
+        assert!(read_small_file(&fifo).is_none());
+        assert!(read_small_file(&outside).unwrap().0.contains("TOKEN="));
     }
 
     #[test]
-    fn secret_files_of_the_project_are_read() {
+    fn secret_files_are_named_by_the_gates_rule() {
+        for name in [
+            ".env",
+            ".env.local",
+            ".envrc",
+            "secrets.yaml",
+            "api_token",
+            "server.key",
+        ] {
+            assert!(is_secret_file_name(name), "{name}");
+        }
+        for name in [
+            ".env.example",
+            "README.md",
+            "secrets.rs",
+            "tokenizer.json",
+            "Cargo.toml",
+        ] {
+            assert!(!is_secret_file_name(name), "{name}");
+        }
+    }
+
+    fn set_mtime(path: &Path, secs: i64) {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        let times = [
+            libc::timespec {
+                tv_sec: secs,
+                tv_nsec: 0,
+            },
+            libc::timespec {
+                tv_sec: secs,
+                tv_nsec: 0,
+            },
+        ];
+        assert_eq!(
+            unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) },
+            0
+        );
+    }
+
+    #[test]
+    fn values_are_remembered_while_the_stamp_stays_and_trusted() {
         let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(dir.path().join(".env"), "TOKEN=abcdefgh12345\n").expect("write");
-        std::fs::write(dir.path().join("README.md"), "TOKEN=notasecret99\n").expect("write");
-        assert_eq!(project_secret_values(dir.path()), ["abcdefgh12345"]);
+        let root = dir.path();
+        let env = root.join(".env");
+        std::fs::write(&env, "TOKEN=abcdefgh12345\n").expect("write");
+        let files = vec![PathBuf::from(".env"), PathBuf::from("target/.env")];
+        std::fs::create_dir(root.join("target")).expect("mkdir");
+        std::fs::write(root.join("target/.env"), "TOKEN=buildoutput999\n").expect("write");
+        let cache = SecretValues::default();
+        // Just written: its times are too recent to trust, read every call.
+        assert_eq!(cache.values(root, &files), ["abcdefgh12345"]);
+        assert_eq!(cache.values(root, &files), ["abcdefgh12345"]);
+        assert_eq!(cache.reads(), 2, "a fresh file is not remembered");
+        // Same size, the same modification time as before: only the
+        // status-change time (and the racy rule) can tell.
+        set_mtime(&env, 1_000_000_000);
+        assert_eq!(cache.values(root, &files), ["abcdefgh12345"]);
+        std::fs::write(&env, "TOKEN=zyxwvuts98765\n").expect("write");
+        set_mtime(&env, 1_000_000_000);
+        assert_eq!(cache.values(root, &files), ["zyxwvuts98765"]);
+        assert_eq!(cache.reads(), 4);
+        // Once the status-change time is old enough, the file is not read
+        // again while nothing changes.
+        std::thread::sleep(TRUSTED_AGE + Duration::from_millis(50));
+        assert_eq!(cache.values(root, &files), ["zyxwvuts98765"]);
+        assert_eq!(cache.values(root, &files), ["zyxwvuts98765"]);
+        assert_eq!(cache.reads(), 5);
+        // Replaced by a link: not read through it, and the old values go.
+        std::fs::remove_file(&env).expect("rm");
+        std::os::unix::fs::symlink(root.join("target/.env"), &env).expect("link");
+        assert!(cache.values(root, &files).is_empty());
     }
 }

@@ -7,9 +7,10 @@
 //! held for approval. Reasons never repeat the secret: they show a redacted
 //! form, and [`redact`] is reused by the audit log.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use regex::Regex;
+use rustc_hash::FxHashMap;
 
 use crate::action::{Action, Effect};
 use crate::gates::engine::verdict_from_findings;
@@ -196,12 +197,51 @@ pub struct Redacted {
 /// would match ordinary text and says little about a key.
 const MIN_KNOWN_SECRET: usize = 8;
 
+/// The patterns of one known value ([`crate::gates::secret_values::encoded_patterns`]).
+type ValuePatterns = Arc<Vec<(Regex, &'static str)>>;
+
+/// Known values whose patterns [`KnownPatterns`] keeps at most; past it
+/// everything is forgotten and compiled again as needed.
+pub const MAX_REMEMBERED_PATTERNS: usize = 1024;
+
+/// The compiled patterns of every known value seen, by value: compiling
+/// them (seven regular expressions a value) costs far more than running
+/// them, and the values (provider keys, the project's secret values)
+/// rarely change between two tool calls. One per daemon.
+#[derive(Default)]
+pub struct KnownPatterns {
+    by_value: Mutex<FxHashMap<String, ValuePatterns>>,
+}
+
+impl KnownPatterns {
+    fn of(&self, value: &str) -> ValuePatterns {
+        let mut by_value = crate::util::sync::lock(&self.by_value);
+        if let Some(patterns) = by_value.get(value) {
+            return patterns.clone();
+        }
+        let patterns = Arc::new(crate::gates::secret_values::encoded_patterns(value));
+        if by_value.len() >= MAX_REMEMBERED_PATTERNS {
+            by_value.clear();
+        }
+        by_value.insert(value.to_string(), patterns.clone());
+        patterns
+    }
+}
+
 /// Redact tool output before a hosted model reads it: every occurrence of
 /// a `known` secret (the configured provider keys), every credential shape
 /// [`scan`] recognises (`sk-…`, `AKIA…`, private key blocks, `*_KEY=`,
 /// `*_TOKEN=`, `*_SECRET=` assignments with random-looking values) and
 /// bearer tokens. Pure: the caller decides what to do with the count.
+/// Compiles the known values' patterns each time; the daemon keeps them
+/// ([`redact_output_with`]).
 pub fn redact_output(text: &str, known: &[String]) -> Redacted {
+    redact_output_with(text, known, &KnownPatterns::default())
+}
+
+/// [`redact_output`] with the known values' patterns taken from
+/// `patterns` (compiled there on first use).
+pub fn redact_output_with(text: &str, known: &[String], patterns: &KnownPatterns) -> Redacted {
     static BEARER: OnceLock<Regex> = OnceLock::new();
     let bearer = BEARER.get_or_init(|| static_regex(r"(?i)\bbearer\s+([A-Za-z0-9._~+/=-]{16,})"));
     let mut hits = 0;
@@ -213,7 +253,7 @@ pub fn redact_output(text: &str, known: &[String]) -> Redacted {
             out = out.replace(key.as_str(), "[redacted: configured API key]");
         }
         // The same value through base64, hex, rev or spacing out.
-        for (re, what) in crate::gates::secret_values::encoded_patterns(key) {
+        for (re, what) in patterns.of(key).iter() {
             let n = re.find_iter(&out).count();
             if n > 0 {
                 hits += n;
@@ -368,6 +408,63 @@ mod tests {
         let clean = redact_output("test result: ok. 3 passed", &known);
         assert_eq!(clean.hits, 0);
         assert_eq!(clean.text, "test result: ok. 3 passed");
+    }
+
+    #[test]
+    fn remembered_patterns_redact_exactly_as_compiled_ones() {
+        let value = "s3cr3t-Value-42xyz";
+        let known = vec![
+            "local-provider-key-0123456789".to_string(),
+            value.to_string(),
+            "short".to_string(),
+        ];
+        let b64 = |s: &str| {
+            // Standard base64 of `s`, as `base64 -w0` prints it.
+            let out = std::process::Command::new("base64")
+                .arg("-w0")
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .and_then(|mut child| {
+                    use std::io::Write as _;
+                    child.stdin.take().expect("stdin").write_all(s.as_bytes())?;
+                    child.wait_with_output()
+                })
+                .expect("base64 runs");
+            String::from_utf8(out.stdout).expect("ascii")
+        };
+        let texts = [
+            "nothing here".to_string(),
+            format!("KEY=local-provider-key-0123456789 and {value}"),
+            format!(
+                "{} then {}",
+                b64(&format!("T={value}\n")),
+                value.chars().rev().collect::<String>()
+            ),
+            format!("{value}{value} Authorization: Bearer abcdefghijklmnop1234"),
+            format!(
+                "aws AKIAIOSFODNN7EXAMPLE {}",
+                value
+                    .bytes()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>()
+            ),
+        ];
+        assert!(texts[1..]
+            .iter()
+            .all(|t| redact_output(t, &known).hits >= 2));
+        let patterns = KnownPatterns::default();
+        for round in 0..2 {
+            for text in &texts {
+                assert_eq!(
+                    redact_output_with(text, &known, &patterns),
+                    redact_output(text, &known),
+                    "round {round}: {text}"
+                );
+            }
+        }
+        // Each value of at least eight characters compiled once.
+        assert_eq!(crate::util::sync::lock(&patterns.by_value).len(), 2);
     }
 
     #[test]

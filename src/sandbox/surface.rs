@@ -59,6 +59,11 @@
 //! once before resolving it. `examples/bench_sandbox` prints snapshot +
 //! sweep alone (0.17 ms against 5.4 ms with git asked every time,
 //! docs/performance.md).
+//!
+//! The same walk names the project's secret files (by the gates' rule)
+//! for the output redaction ([`redactable_files`]), so a tool call in a
+//! large project does not scan it again, and a secret file at any depth
+//! is known as soon as the watch sees it created.
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -248,6 +253,10 @@ struct Walked {
     /// not cut short by [`MAX_WALKED_DIRS`].
     reusable: bool,
     masked: Vec<PathBuf>,
+    /// Files whose values the output redaction takes out (relative).
+    redactable: Vec<PathBuf>,
+    /// More were found than [`MAX_REDACTABLE_FILES`].
+    redactable_cut: bool,
     /// `.git` entries and bare-shaped directories found in listings.
     repositories: Vec<PathBuf>,
     nested_work_trees: Vec<PathBuf>,
@@ -273,6 +282,9 @@ struct LastWalk {
     drain: u64,
     seen: Arc<SeenDirs>,
     masked: Vec<PathBuf>,
+    /// The project's secret files by the gates' rule ([`redactable_files`]),
+    /// relative, shared with the redaction.
+    redactable: Arc<Vec<PathBuf>>,
     repositories: Vec<PathBuf>,
     nested_work_trees: Vec<PathBuf>,
     control_dirs: Vec<ControlDir>,
@@ -634,42 +646,70 @@ fn pointer_target(file: &Path) -> Option<PathBuf> {
 /// directories with events; anything the watch cannot model: the whole
 /// walk.
 fn walk_nested(root: &Path, canonical_root: &Path, g: &mut Gather) {
+    let current = current_walk(root, canonical_root);
+    g.watched = current.watched;
+    g.reused = current.reused;
+    g.all_watched = current.all_watched;
+    g.looked_at += current.looked_at;
+    apply_walk(root, canonical_root, &current.walk, g);
+    g.seen = current.walk.seen;
+}
+
+/// The walk as it stands now, and how it was had.
+struct CurrentWalk {
+    walk: LastWalk,
+    watched: Option<WatchTicket>,
+    /// The last walk was taken whole (no event since).
+    reused: bool,
+    all_watched: bool,
+    looked_at: usize,
+}
+
+/// The walk of the project at `root`: the last one when no event came
+/// since, otherwise walked now (reading only the directories the watch
+/// cannot vouch for) and kept for the next caller.
+fn current_walk(root: &Path, canonical_root: &Path) -> CurrentWalk {
     let project = watched_project(canonical_root);
     let mut state = crate::util::sync::lock(&project);
     let drain = state.drain(root);
     if let Some(last) = state.reusable_walk() {
-        let last = last.clone_parts();
-        g.watched = Some(WatchTicket {
-            project: project.clone(),
-            drain,
-        });
+        let walk = last.clone_parts();
         drop(state);
-        g.reused = true;
-        g.all_watched = true;
-        apply_walk(root, canonical_root, &last, g);
-        g.seen = last.seen;
-        return;
+        return CurrentWalk {
+            walk,
+            watched: Some(WatchTicket {
+                project: project.clone(),
+                drain,
+            }),
+            reused: true,
+            all_watched: true,
+            looked_at: 0,
+        };
     }
     let mut walks = Walks::of(canonical_root);
     let walked = walk_listed(root, canonical_root, &mut walks, &mut state, drain);
-    g.looked_at += walked.looked_at;
-    g.all_watched = walked.reusable && state.watch.is_some();
+    let all_watched = walked.reusable && state.watch.is_some();
+    if walked.redactable_cut {
+        tracing::warn!(
+            "the project {} has more than {MAX_REDACTABLE_FILES} secret files \
+             (MAX_REDACTABLE_FILES): the values of the rest are not redacted from tool output",
+            root.display()
+        );
+    }
     let last = LastWalk {
         drain,
         seen: Arc::new(walked.seen),
         masked: walked.masked,
+        redactable: Arc::new(walked.redactable),
         repositories: walked.repositories,
         nested_work_trees: walked.nested_work_trees,
         control_dirs: walked.control_dirs,
     };
-    if state.watch.is_some() {
-        g.watched = Some(WatchTicket {
-            project: project.clone(),
-            drain,
-        });
-    }
-    let seen = last.seen.clone();
-    let parts = if g.all_watched {
+    let watched = state.watch.is_some().then(|| WatchTicket {
+        project: project.clone(),
+        drain,
+    });
+    let walk = if all_watched {
         let parts = last.clone_parts();
         state.keep_walk(last);
         parts
@@ -678,8 +718,32 @@ fn walk_nested(root: &Path, canonical_root: &Path, g: &mut Gather) {
     };
     drop(state);
     walks.keep();
-    apply_walk(root, canonical_root, &parts, g);
-    g.seen = seen;
+    CurrentWalk {
+        walk,
+        watched,
+        reused: false,
+        all_watched,
+        looked_at: walked.looked_at,
+    }
+}
+
+/// Files at most that [`redactable_files`] names: past them the rest of
+/// the project's secret files are not named (a warning is logged).
+pub const MAX_REDACTABLE_FILES: usize = 1024;
+
+/// The files of the project at `root` whose values tool output is
+/// searched for (relative to `root`): every regular file at any depth the
+/// gates' rule names a project secret
+/// ([`crate::gates::secret_values::is_secret_file_name`]: `.env*`,
+/// `.envrc`, `*secret*`, credentials, key files), at most
+/// [`MAX_REDACTABLE_FILES`]. The walk is the one a shell call's snapshot
+/// makes, shared with it: under the project's watch an unchanged tree
+/// costs one read of the kernel's queue, and a file created since the
+/// last call is an event, so it is named at once. What a file holds is
+/// not watched (a write in place is no event): the caller stats each one.
+pub fn redactable_files(root: &Path) -> Arc<Vec<PathBuf>> {
+    let canonical_root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    current_walk(root, &canonical_root).walk.redactable
 }
 
 impl LastWalk {
@@ -690,6 +754,7 @@ impl LastWalk {
             drain: self.drain,
             seen: self.seen.clone(),
             masked: self.masked.clone(),
+            redactable: self.redactable.clone(),
             repositories: self.repositories.clone(),
             nested_work_trees: self.nested_work_trees.clone(),
             control_dirs: self
@@ -804,6 +869,13 @@ fn walk_listed(
         for name in &facts.secrets {
             w.masked.push(rel.join(name));
         }
+        for name in &facts.redactable {
+            if w.redactable.len() < MAX_REDACTABLE_FILES {
+                w.redactable.push(rel.join(name));
+            } else {
+                w.redactable_cut = true;
+            }
+        }
         let subdirs = facts.subdirs.clone();
         if facts.has_git {
             w.repositories.push(rel.join(".git"));
@@ -841,6 +913,9 @@ struct DirFacts {
     subdirs: Vec<OsString>,
     /// Files whose names mark secrets ([`is_secret_name`]).
     secrets: Vec<OsString>,
+    /// Files whose values the output redaction takes out
+    /// ([`crate::gates::secret_values::is_secret_file_name`]).
+    redactable: Vec<OsString>,
     /// A name that starts a control-surface entry is present.
     control: bool,
     /// A `.git` entry is present.
@@ -869,8 +944,13 @@ impl DirFacts {
             if file_type.is_some_and(|t| t.is_dir()) && name != ".git" {
                 facts.subdirs.push(OsString::from(name));
             }
-            if file_type.is_some_and(|t| t.is_file()) && is_secret_name(name) {
-                facts.secrets.push(OsString::from(name));
+            if file_type.is_some_and(|t| t.is_file()) {
+                if is_secret_name(name) {
+                    facts.secrets.push(OsString::from(name));
+                }
+                if crate::gates::secret_values::is_secret_file_name(name) {
+                    facts.redactable.push(OsString::from(name));
+                }
             }
         }
         facts.has_git = seen.contains(".git");
@@ -880,7 +960,7 @@ impl DirFacts {
 
     /// What remembering these facts costs, in entries.
     fn size(&self) -> usize {
-        1 + self.subdirs.len() + self.secrets.len()
+        1 + self.subdirs.len() + self.secrets.len() + self.redactable.len()
     }
 }
 
@@ -1795,6 +1875,49 @@ mod tests {
         assert!(ro.contains(&root.join("modules/lib/config")), "{ro:?}");
         assert!(ro.contains(&root.join("modules/lib/hooks")), "{ro:?}");
         assert!(snap.mounts().pins.contains(&root.join("modules/lib")));
+    }
+
+    #[test]
+    fn redactable_files_are_found_at_any_depth_and_new_ones_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("a/b/c/d/e")).unwrap();
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        for file in [
+            ".env",
+            "a/b/c/d/e/secrets.yaml",
+            "src/secrets.rs",
+            ".env.example",
+        ] {
+            std::fs::write(root.join(file), "TOKEN=abcdefgh12345\n").unwrap();
+        }
+        let sorted = |files: Arc<Vec<PathBuf>>| {
+            let mut files = files.to_vec();
+            files.sort();
+            files
+        };
+        let first = redactable_files(root);
+        assert_eq!(
+            sorted(first.clone()),
+            [
+                PathBuf::from(".env"),
+                PathBuf::from("a/b/c/d/e/secrets.yaml")
+            ]
+        );
+        // Nothing changed: the last walk's list, not a new one.
+        assert!(Arc::ptr_eq(&first, &redactable_files(root)));
+        std::fs::create_dir_all(root.join("x/y")).unwrap();
+        std::fs::write(root.join("x/y/.envrc"), "export A=b\n").unwrap();
+        std::fs::write(root.join("a/b/c/d/e/api_token"), "x\n").unwrap();
+        assert_eq!(
+            sorted(redactable_files(root)),
+            [
+                PathBuf::from(".env"),
+                PathBuf::from("a/b/c/d/e/api_token"),
+                PathBuf::from("a/b/c/d/e/secrets.yaml"),
+                PathBuf::from("x/y/.envrc")
+            ]
+        );
     }
 
     #[test]

@@ -31,6 +31,7 @@ mod network_scope;
 mod plans;
 mod process_limit;
 mod providers;
+mod redact_cache;
 mod run_cgroups;
 mod run_cli;
 mod sandbox;
