@@ -55,18 +55,7 @@ pub async fn serve(flags: ConfigFlags) -> ExitCode {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving on stdio");
     let audit = env.audit.clone();
     let stdin = UntilSignal::new(crate::rpc::stdio::stdin(), on_signals());
-    // The connection runs on a runtime worker, not on `block_on`'s main
-    // thread: a task it spawns (each request's, the writer's) then starts
-    // on the same worker once the reader waits, instead of waking another
-    // thread, so the first exchange stays on one thread.
-    let connection = tokio::spawn(crate::server::serve_on(
-        env,
-        stdin,
-        crate::rpc::stdio::stdout(),
-    ));
-    if let Err(e) = connection.await {
-        tracing::error!("the connection's task failed: {e}");
-    }
+    crate::server::serve_on(env, stdin, crate::rpc::stdio::stdout()).await;
     if let Some(log) = audit {
         // Records queued by the last turn reach the disk before we exit.
         log.flush();
