@@ -6,20 +6,25 @@
 //! `<state_dir>/logs/passepartout.log` unless `log_file` says otherwise.
 //! `PASSEPARTOUT_LOG` (an `EnvFilter`) sets both filters, as it always did.
 //!
-//! The file is written by tracing-appender's worker thread through a bounded,
-//! lossy queue, so a slow disk never blocks a turn; lines dropped because the
-//! queue was full are counted and the count is written into the file with the
-//! next line that gets through. The file rotates by size ([`RotatingFile`]):
-//! tracing-appender only rotates by time, and a daemon that lives for weeks
-//! in one Emacs needs a bound on bytes, not on days.
+//! The file is written by a thread of its own through a bounded, lossy queue
+//! ([`QueuedWriter`], at most [`QUEUE_LINES`] lines), so a slow disk never
+//! blocks a turn; lines dropped because the queue was full are counted and
+//! the count is written into the file with the next line that gets through.
+//! The thread starts with the first line logged and the queue grows with
+//! what it holds (tracing-appender's queue was allocated and written whole,
+//! and its thread started, before the daemon's first reply). The file
+//! rotates by size ([`RotatingFile`]): a daemon that lives for weeks in one
+//! Emacs needs a bound on bytes, not on days.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
-use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -29,9 +34,9 @@ pub const ROTATE_BYTES: u64 = 10 * 1024 * 1024;
 /// Rotated files kept (`passepartout.log.1` … `.3`).
 pub const KEEP_ROTATED: usize = 3;
 /// Lines waiting for the writer thread; more are dropped and counted.
-/// The queue is allocated and written whole when the daemon starts (32
-/// bytes a line), before its first reply: 16 Ki lines cost 0.5 ms there.
 pub const QUEUE_LINES: usize = 4 * 1024;
+/// How long the daemon's exit waits for queued lines to reach the file.
+pub const FLUSH_AT_EXIT_WITHIN: Duration = Duration::from_secs(1);
 
 /// The stderr filter when `PASSEPARTOUT_LOG` is not set. rmcp reports an
 /// MCP server that exits or closes its pipe at ERROR; our mcp module says
@@ -97,7 +102,15 @@ fn filter(default: &str) -> EnvFilter {
 /// Keeps the log file's writer thread alive; dropping it writes out what is
 /// queued (bounded by tracing-appender's own shutdown timeout).
 pub struct LogGuard {
-    _worker: Option<WorkerGuard>,
+    writer: Option<QueuedWriter>,
+}
+
+impl Drop for LogGuard {
+    fn drop(&mut self) {
+        if let Some(writer) = &self.writer {
+            writer.flush_within(FLUSH_AT_EXIT_WITHIN);
+        }
+    }
 }
 
 /// Log to stderr only, at `default` unless `PASSEPARTOUT_LOG` says otherwise
@@ -127,18 +140,12 @@ pub fn init_daemon(path: &Path) -> (LogGuard, Result<(), LogError>) {
                 path: path.to_path_buf(),
                 source,
             };
-            return (LogGuard { _worker: None }, Err(error));
+            return (LogGuard { writer: None }, Err(error));
         }
     };
-    let dropped = file.dropped.clone();
-    let (writer, worker) = NonBlockingBuilder::default()
-        .buffered_lines_limit(QUEUE_LINES)
-        .lossy(true)
-        .thread_name("passepartout-log")
-        .finish(file);
-    let _ = dropped.set(writer.error_counter());
+    let writer = QueuedWriter::new(file, QUEUE_LINES);
     let file_layer = tracing_subscriber::fmt::layer()
-        .with_writer(writer)
+        .with_writer(writer.clone())
         .with_ansi(false)
         .with_filter(filter(FILE_DEFAULT));
     let _ = tracing_subscriber::registry()
@@ -147,10 +154,129 @@ pub fn init_daemon(path: &Path) -> (LogGuard, Result<(), LogError>) {
         .try_init();
     (
         LogGuard {
-            _worker: Some(worker),
+            writer: Some(writer),
         },
         Ok(()),
     )
+}
+
+/// What the writer thread is handed.
+enum Queued {
+    Line(Vec<u8>),
+    /// Everything before this is written: say so.
+    Flush(mpsc::SyncSender<()>),
+}
+
+/// A lossy, bounded queue of log lines in front of a writer thread that
+/// starts with the first line. Each `write` is one line (the fmt layer
+/// writes an event whole); past `limit` queued lines it is dropped and
+/// counted, and the file says how many with the next line written.
+#[derive(Clone)]
+pub struct QueuedWriter {
+    shared: Arc<QueueShared>,
+}
+
+struct QueueShared {
+    tx: mpsc::Sender<Queued>,
+    /// The receiver and the file, until the writer thread takes them.
+    unstarted: Mutex<Option<(mpsc::Receiver<Queued>, RotatingFile)>>,
+    started: OnceLock<()>,
+    queued: Arc<AtomicUsize>,
+    limit: usize,
+    dropped: Arc<AtomicUsize>,
+}
+
+impl QueuedWriter {
+    pub fn new(mut file: RotatingFile, limit: usize) -> QueuedWriter {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        file.dropped = dropped.clone();
+        let (tx, rx) = mpsc::channel();
+        QueuedWriter {
+            shared: Arc::new(QueueShared {
+                tx,
+                unstarted: Mutex::new(Some((rx, file))),
+                started: OnceLock::new(),
+                queued: Arc::default(),
+                limit,
+                dropped,
+            }),
+        }
+    }
+
+    /// Start the writer thread unless it runs already. If no thread can
+    /// be started, lines stay queued (up to the limit, then dropped and
+    /// counted) and the reason goes to stderr once.
+    fn start(&self) {
+        self.shared.started.get_or_init(|| {
+            let taken = crate::util::sync::lock(&self.shared.unstarted).take();
+            let Some((rx, mut file)) = taken else { return };
+            let queued = self.shared.queued.clone();
+            let spawned = std::thread::Builder::new()
+                .name("passepartout-log".into())
+                .spawn(move || {
+                    for item in rx {
+                        match item {
+                            Queued::Line(line) => {
+                                queued.fetch_sub(1, Ordering::Relaxed);
+                                // Nowhere to report a failed log write.
+                                let _ = file.write_all(&line);
+                            }
+                            Queued::Flush(done) => {
+                                let _ = file.flush();
+                                let _ = done.send(());
+                            }
+                        }
+                    }
+                });
+            if let Err(e) = spawned {
+                eprintln!("passepartout: cannot start the log writer thread: {e}");
+            }
+        });
+    }
+
+    /// Wait until the lines queued so far are written, at most `within`.
+    pub fn flush_within(&self, within: Duration) {
+        if self.shared.started.get().is_none() {
+            return;
+        }
+        let (done, written) = mpsc::sync_channel(1);
+        if self.shared.tx.send(Queued::Flush(done)).is_ok() {
+            let _ = written.recv_timeout(within);
+        }
+    }
+
+    /// Lines dropped so far because the queue was full.
+    pub fn dropped_lines(&self) -> usize {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+}
+
+impl Write for QueuedWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let shared = &self.shared;
+        if shared.queued.fetch_add(1, Ordering::Relaxed) >= shared.limit {
+            shared.queued.fetch_sub(1, Ordering::Relaxed);
+            shared.dropped.fetch_add(1, Ordering::Relaxed);
+            return Ok(buf.len());
+        }
+        if shared.tx.send(Queued::Line(buf.to_vec())).is_err() {
+            shared.queued.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.start();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for QueuedWriter {
+    type Writer = QueuedWriter;
+
+    fn make_writer(&'a self) -> QueuedWriter {
+        self.clone()
+    }
 }
 
 /// A log file that rotates by size: when a write would take it past
@@ -163,8 +289,8 @@ pub struct RotatingFile {
     written: u64,
     limit: u64,
     keep: usize,
-    /// The queue's count of dropped lines (set once the queue exists).
-    dropped: Arc<OnceLock<ErrorCounter>>,
+    /// The queue's count of dropped lines (shared with [`QueuedWriter`]).
+    dropped: Arc<AtomicUsize>,
     reported: usize,
 }
 
@@ -239,7 +365,7 @@ fn open_append(path: &Path) -> io::Result<File> {
 
 impl Write for RotatingFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let dropped = self.dropped.get().map_or(0, ErrorCounter::dropped_lines);
+        let dropped = self.dropped.load(Ordering::Relaxed);
         if dropped > self.reported {
             let note = format!(
                 "passepartout: {} log lines dropped: the log queue was full (limit {QUEUE_LINES} lines)\n",
@@ -280,6 +406,43 @@ mod tests {
         let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&path), 0o600);
         assert_eq!(mode(&dir.path().join("logs")), 0o700);
+    }
+
+    /// No thread before the first line; lines reach the file in order
+    /// once flushed; past the limit they are dropped and counted, and the
+    /// file says how many with the next line written.
+    #[test]
+    fn the_queue_starts_its_thread_with_the_first_line_and_counts_drops() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.log");
+        let file = RotatingFile::open(&path, 1 << 20, 1).unwrap();
+        let mut writer = QueuedWriter::new(file, 100);
+        assert!(writer.shared.started.get().is_none(), "no thread yet");
+        for i in 0..10 {
+            writer.write_all(format!("line {i}\n").as_bytes()).unwrap();
+        }
+        assert!(writer.shared.started.get().is_some());
+        writer.flush_within(Duration::from_secs(10));
+        let text = fs::read_to_string(&path).unwrap();
+        let expected: String = (0..10).map(|i| format!("line {i}\n")).collect();
+        assert_eq!(text, expected);
+
+        let full = QueuedWriter::new(RotatingFile::open(&path, 1 << 20, 1).unwrap(), 0);
+        let mut w = full.clone();
+        w.write_all(b"lost\n").unwrap();
+        w.write_all(b"lost\n").unwrap();
+        assert_eq!(full.dropped_lines(), 2);
+        // The count reaches the file with the next line that gets through.
+        let mut file = RotatingFile::open(&path, 1 << 20, 1).unwrap();
+        file.dropped.store(2, Ordering::Relaxed);
+        file.write_all(b"after\n").unwrap();
+        let text = fs::read_to_string(&path).unwrap();
+        assert!(
+            text.ends_with(&format!(
+                "passepartout: 2 log lines dropped: the log queue was full (limit {QUEUE_LINES} lines)\nafter\n"
+            )),
+            "{text}"
+        );
     }
 
     #[test]

@@ -134,3 +134,60 @@ async fn refused_local_servers_need_no_http_client_before_the_reply() {
         "an HTTP client was built to hear four refusals:\n{text}"
     );
 }
+
+/// The daemon's threads, by name, from `/proc`.
+fn thread_names(pid: u32) -> Vec<String> {
+    let mut names = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc/PID/task") {
+        let comm = task.expect("a task").path().join("comm");
+        names.push(
+            std::fs::read_to_string(comm)
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+        );
+    }
+    names
+}
+
+/// The first exchange starts no thread of its own. The request is
+/// waiting when the daemon starts reading and stdout is a pipe with room,
+/// so both are done on the runtime's threads (`rpc::stdio`; tokio's
+/// stdin/stdout took a blocking-pool thread for each, two threads started
+/// before the reply), and with nothing logged there is no log writer
+/// thread (it starts with the first line). Blocking-pool threads stay for
+/// 10 s once started, so what is counted right after the reply is
+/// everything started before it: the main thread, the runtime's two
+/// workers, the pool thread that probed the limits, and at most one more
+/// pool thread reading the next request (7 before: the log writer and a
+/// reader and a writer on the pool).
+#[tokio::test]
+async fn the_first_exchange_starts_no_thread_of_its_own() {
+    let home = harness::home_with_config("");
+    for framing in [Framing::ContentLength, Framing::Ndjson] {
+        let mut cmd = harness::serve_command(home.path());
+        cmd.env("PASSEPARTOUT_LOG", "error").env(
+            "PASSEPARTOUT_DISCOVERY_HOSTS",
+            "ollama=,llama.cpp=,lmstudio=,vllm=,anthropic=,openai=,openrouter=,deepseek=",
+        );
+        let mut client = Client::spawn_command(cmd, framing);
+        let init = client.initialize(serde_json::json!({})).await;
+        assert!(init["result"]["_meta"]["passepartout"]["limits"].is_array());
+        let pid = client.child.id().expect("running");
+        let names = thread_names(pid);
+        assert!(
+            !names.iter().any(|n| n == "passepartout-log"),
+            "a log writer thread with nothing logged: {names:?}"
+        );
+        assert!(
+            names.len() <= 5,
+            "{} threads after the first reply: {names:?}",
+            names.len()
+        );
+        // And the connection goes on as before, through the pool when the
+        // next request is not there yet.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let again = client.initialize(serde_json::json!({})).await;
+        assert_eq!(again["result"]["_meta"], init["result"]["_meta"]);
+    }
+}
