@@ -100,7 +100,7 @@ fn filter(default: &str) -> EnvFilter {
 }
 
 /// Keeps the log file's writer thread alive; dropping it writes out what is
-/// queued (bounded by tracing-appender's own shutdown timeout).
+/// queued, waiting at most [`FLUSH_AT_EXIT_WITHIN`].
 pub struct LogGuard {
     writer: Option<QueuedWriter>,
 }
