@@ -272,13 +272,7 @@ async fn time_against_bare(
 /// split the same way (`posix_spawn` returns once the program executed,
 /// then the wait): `calls` alternating pairs, `pause` (untimed) before
 /// each; the median offset of each step from the call's start, in µs.
-async fn breakdown(
-    calls: usize,
-    bwrap: &str,
-    spec: &SandboxSpec,
-    pause: Duration,
-    announce: bool,
-) {
+async fn breakdown(calls: usize, bwrap: &str, spec: &SandboxSpec, pause: Duration, announce: bool) {
     let limits = RunLimits::default();
     let resources = ResourceLimits::default();
     let env = BTreeMap::new();
@@ -324,7 +318,10 @@ async fn breakdown(
         bare_exec.push(micros(started, executed));
         bare_total.push(micros(started, ended));
         for (name, at) in marks {
-            offsets.entry(name).or_default().push(micros(call_start, at));
+            offsets
+                .entry(name)
+                .or_default()
+                .push(micros(call_start, at));
         }
     }
     let median = |v: &mut Vec<f64>| {

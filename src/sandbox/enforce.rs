@@ -1504,7 +1504,10 @@ mod tests {
             .recv_timeout(Duration::from_secs(10))
             .expect("the job ran")
             .expect("its stat");
-        assert!(stat.starts_with(&format!("{tid} ")), "ran elsewhere: {stat}");
+        assert!(
+            stat.starts_with(&format!("{tid} ")),
+            "ran elsewhere: {stat}"
+        );
         // Dropped while told a run is coming, the thread ends at once.
         hand.expect();
         cg.discard();

@@ -80,7 +80,9 @@ pub mod timeline {
             return;
         }
         let now = Instant::now();
-        let mut marks = MARKS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut marks = MARKS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if marks.len() < MAX_MARKS {
             marks.push((name, now));
         }
@@ -88,7 +90,11 @@ pub mod timeline {
 
     /// The marks made since the last call, in the order made.
     pub fn take() -> Vec<(&'static str, Instant)> {
-        std::mem::take(&mut *MARKS.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+        std::mem::take(
+            &mut *MARKS
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 }
 
