@@ -32,10 +32,11 @@ use std::time::{Duration, Instant};
 use passepartout::sandbox::bwrap::{
     bwrap_args, bwrap_args_with, Boundary, SandboxSpec, SystemLayout,
 };
-use passepartout::sandbox::enforce::{process_limit, run_cgroups_made, ProcessLimit};
+use passepartout::sandbox::enforce::{process_limit, run_cgroups_made, run_coming, ProcessLimit};
 use passepartout::sandbox::limits::ResourceLimits;
 use passepartout::sandbox::probe::{probe, SandboxStatus};
 use passepartout::sandbox::runner::{run, run_limited, RunLimits};
+use passepartout::sandbox::spawn::timeline::{self, mark};
 use passepartout::sandbox::surface::SurfaceSnapshot;
 use tokio_util::sync::CancellationToken;
 
@@ -125,9 +126,11 @@ async fn time_bounded_runs(
     time_spaced_runs(n, bwrap, spec, resources, Duration::ZERO).await
 }
 
-/// One tool call as the shell actuator makes it: snapshot the control
-/// surface, build the argument list with its binds, run with every limit,
-/// sweep; fails loudly unless the run succeeded and the sweep undid nothing.
+/// One tool call as the shell actuator makes it: say a run is coming
+/// (unless `announce` is false, to measure what that saves), snapshot the
+/// control surface, build the argument list with its binds, run with every
+/// limit, sweep; fails loudly unless the run succeeded and the sweep undid
+/// nothing.
 async fn tool_call(
     bwrap: &str,
     spec: &SandboxSpec,
@@ -135,14 +138,20 @@ async fn tool_call(
     resources: &ResourceLimits,
     limits: &RunLimits,
     env: &BTreeMap<String, String>,
+    announce: bool,
 ) {
+    if announce && resources.processes.is_some() {
+        run_coming();
+    }
     let surface = SurfaceSnapshot::take(&spec.cwd);
+    mark("surface taken");
     let boundary = Boundary {
         surface: surface.mounts().clone(),
         tmp_size: resources.tmp_size,
         hidden: vec![],
     };
     let args = bwrap_args_with(spec, layout, &boundary).expect("argument list");
+    mark("argument list");
     let outcome = run_limited(
         bwrap,
         &args,
@@ -155,6 +164,7 @@ async fn tool_call(
     .await
     .expect("run");
     let undone = surface.sweep();
+    mark("swept");
     assert_eq!(outcome.exit_code, Some(0), "{}", outcome.render());
     assert!(undone.is_empty());
 }
@@ -176,7 +186,7 @@ async fn time_spaced_runs(
     for i in 0..n + 3 {
         tokio::time::sleep(pause).await;
         let started = Instant::now();
-        tool_call(bwrap, spec, &layout, resources, &limits, &env).await;
+        tool_call(bwrap, spec, &layout, resources, &limits, &env, true).await;
         if i >= 3 {
             samples.push(started.elapsed());
         }
@@ -242,7 +252,7 @@ async fn time_against_bare(
 
         tokio::time::sleep(pause).await;
         let started = Instant::now();
-        tool_call(bwrap, spec, &layout, &resources, &limits, &env).await;
+        tool_call(bwrap, spec, &layout, &resources, &limits, &env, true).await;
         let call = started.elapsed();
         if i >= 3 {
             bare_samples.push(bare);
@@ -255,6 +265,103 @@ async fn time_against_bare(
         stats(runner_samples),
         stats(call_samples),
     )
+}
+
+/// Where a tool call's time goes, step by step (the runner's
+/// `spawn::timeline` marks plus the surface's here), against a bare bwrap
+/// split the same way (`posix_spawn` returns once the program executed,
+/// then the wait): `calls` alternating pairs, `pause` (untimed) before
+/// each; the median offset of each step from the call's start, in µs.
+async fn breakdown(calls: usize, bwrap: &str, spec: &SandboxSpec, pause: Duration, announce: bool) {
+    let limits = RunLimits::default();
+    let resources = ResourceLimits::default();
+    let env = BTreeMap::new();
+    let layout = SystemLayout::probe();
+    let mut offsets: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
+    let mut bare_exec = Vec::new();
+    let mut bare_total = Vec::new();
+    let micros = |from: Instant, to: Instant| (to - from).as_secs_f64() * 1e6;
+    for i in 0..calls + 3 {
+        let surface = SurfaceSnapshot::take(&spec.cwd);
+        let boundary = Boundary {
+            surface: surface.mounts().clone(),
+            tmp_size: resources.tmp_size,
+            hidden: vec![],
+        };
+        let args = bwrap_args_with(spec, &layout, &boundary).expect("argument list");
+        drop(surface);
+        tokio::time::sleep(pause).await;
+        let started = Instant::now();
+        let mut child = std::process::Command::new(bwrap)
+            .args(&args)
+            .current_dir(&spec.cwd)
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("bare bwrap");
+        let executed = Instant::now();
+        assert!(child.wait().expect("bare wait").success());
+        let ended = Instant::now();
+
+        tokio::time::sleep(pause).await;
+        timeline::take();
+        timeline::record(true);
+        let call_start = Instant::now();
+        tool_call(bwrap, spec, &layout, &resources, &limits, &env, announce).await;
+        timeline::record(false);
+        let marks = timeline::take();
+        if i < 3 {
+            continue;
+        }
+        bare_exec.push(micros(started, executed));
+        bare_total.push(micros(started, ended));
+        for (name, at) in marks {
+            offsets
+                .entry(name)
+                .or_default()
+                .push(micros(call_start, at));
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let when = if pause.is_zero() {
+        "back to back".to_string()
+    } else {
+        format!("{} ms apart", pause.as_millis())
+    };
+    println!(
+        "\nper-step breakdown, {calls} alternating pairs, {when}, {} \
+         (median offset from the start, µs; Δ from the step before):",
+        if announce {
+            "run announced (`enforce::run_coming`)"
+        } else {
+            "not announced"
+        }
+    );
+    println!(
+        "  bare bwrap: executed {:>8.0}   reaped {:>8.0}",
+        median(&mut bare_exec),
+        median(&mut bare_total)
+    );
+    let mut steps: Vec<(f64, &'static str, usize)> = offsets
+        .iter_mut()
+        .map(|(name, v)| (median(v), *name, v.len()))
+        .collect();
+    steps.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut before = 0.0;
+    for (at, name, n) in steps {
+        let seen = if n == calls {
+            String::new()
+        } else {
+            format!(" ({n} of {calls} calls)")
+        };
+        println!("  {name:<16} {at:>8.0}   Δ {:>7.0}{seen}", at - before);
+        before = at;
+    }
 }
 
 fn row_p99(label: &str, s: &Stats) {
@@ -524,6 +631,11 @@ async fn main() {
                 made - made_before,
                 on_path - on_path_before
             );
+        }
+    }
+    for pause in [Duration::ZERO, Duration::from_millis(50)] {
+        for announce in [false, true] {
+            breakdown(calls, &program, &spec, pause, announce).await;
         }
     }
     println!();

@@ -38,8 +38,12 @@
 //!      thread* of the daemon that joined it once when the cgroup was made
 //!      and clones every run's child there — a child starts in its parent
 //!      thread's cgroup, so nothing migrates and the per-run cost is a hop
-//!      to that thread (µs). `pids.max` counts the resident thread, so it is
-//!      the limit plus one. On cgroup v2 (whole processes only) the child
+//!      to that thread. Waking that thread on the other core (a halted
+//!      vCPU here) was most of the hop, so the shell actuator says a run is
+//!      coming ([`run_coming`]) before it takes the control surface's
+//!      snapshot: the thread wakes then and spins for the spawn, yielding
+//!      the core at every turn, for at most [`RESIDENT_SPIN`]. `pids.max`
+//!      counts the resident thread, so it is the limit plus one. On cgroup v2 (whole processes only) the child
 //!      joins the cgroup before exec and pays the wait unless the hierarchy
 //!      is mounted with `favordynmods`. Run cgroups are reused: one that a
 //!      run left empty goes back to a small pool ([`CGROUP_POOL`]) with
@@ -301,6 +305,23 @@ pub fn prepare_runs() {
     }
 }
 
+/// A run with a process limit is about to start (the shell actuator says
+/// so before it takes the control surface's snapshot): the resident thread
+/// of the run cgroup that run will take is woken now, and spins for the
+/// spawn (at most [`RESIDENT_SPIN`]) instead of being woken by it, so the
+/// wake-up on the other core overlaps the caller's own set-up. Nothing
+/// happens where runs take no resident thread (a user namespace, cgroup
+/// v2, no cgroup ready).
+pub fn run_coming() {
+    let next = pool()
+        .last()
+        .and_then(|cg| cg.resident.as_ref())
+        .map(|r| std::sync::Arc::clone(&r.hand));
+    if let Some(hand) = next {
+        hand.expect();
+    }
+}
+
 /// Whether the keeper thread was started ([`prepare_runs`]).
 pub fn keeper_started() -> bool {
     KEEPER.get().is_some()
@@ -469,6 +490,7 @@ impl Enforcer {
         };
         let (sender, spawned) = tokio::sync::oneshot::channel();
         let job: SpawnJob = Box::new(move || {
+            super::spawn::timeline::mark("resident woke");
             // A caller gone meanwhile drops the child, which kills it.
             let _ = sender.send(cmd.spawn());
             // The child runs: the keeper makes the next run's cgroup while
@@ -479,7 +501,7 @@ impl Enforcer {
             during: Some("handing the spawn to the run cgroup's thread".into()),
             error: std::io::Error::other("the thread is gone"),
         };
-        resident.jobs.send(job).map_err(|_| gone())?;
+        resident.hand.hand_over(job).map_err(|_| gone())?;
         spawned.await.map_err(|_| gone())?
     }
 
@@ -774,13 +796,123 @@ impl RunCgroup {
 /// Work for a resident thread: spawn one child.
 type SpawnJob = Box<dyn FnOnce() + Send>;
 
+/// How long a resident thread spins for a spawn it was told is coming
+/// ([`run_coming`]) before it sleeps again. Waking a sleeping thread on
+/// the other core took most of the hop here (a halted vCPU woken by an
+/// IPI); a thread woken while the caller takes the control surface's
+/// snapshot and builds the argument list is running when the spawn is
+/// handed over. Bounded so that a run that never comes costs at most this
+/// much of a core, and the spin yields the core at every turn, so a busy
+/// host's other work runs first.
+pub const RESIDENT_SPIN: Duration = Duration::from_millis(1);
+
 /// A thread of the daemon living in a run cgroup: cgroup v1 moves single
 /// threads (`tasks`), and a child starts in the cgroup of the thread that
 /// clones it, so the run's child is in its cgroup without being moved.
 /// Dropping it ends the thread, which leaves the cgroup.
 #[derive(Debug)]
 struct Resident {
-    jobs: std::sync::mpsc::Sender<SpawnJob>,
+    hand: std::sync::Arc<Hand>,
+}
+
+/// Where a spawn is handed to a resident thread.
+struct Hand {
+    slot: std::sync::Mutex<Slot>,
+    /// Rung when a job is handed over, a spawn is coming, or the thread
+    /// is to end.
+    ring: std::sync::Condvar,
+    /// A job waits in `slot` (what the spinning thread watches, lock-free).
+    handed: AtomicBool,
+    /// Until when (ns after [`spin_clock`]'s start) the thread spins for a
+    /// job instead of sleeping.
+    spin_until: AtomicU64,
+}
+
+impl std::fmt::Debug for Hand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hand")
+            .field("handed", &self.handed)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct Slot {
+    job: Option<SpawnJob>,
+    /// The [`Resident`] was dropped: the thread ends.
+    closed: bool,
+}
+
+/// Nanoseconds since the first call, for [`Hand::spin_until`].
+fn spin_clock() -> u64 {
+    static START: OnceLock<std::time::Instant> = OnceLock::new();
+    let start = START.get_or_init(std::time::Instant::now);
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Hand {
+    fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
+        self.slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A spawn is coming: spin for it until [`RESIDENT_SPIN`] from now.
+    fn expect(&self) {
+        let until = spin_clock().saturating_add(RESIDENT_SPIN.as_nanos() as u64);
+        let before = self.spin_until.swap(until, Ordering::AcqRel);
+        if before < until.saturating_sub(RESIDENT_SPIN.as_nanos() as u64 / 2) {
+            // Not spinning (or nearly done): wake it. Rung under the lock
+            // so it cannot fall asleep between its check and its wait.
+            let _slot = self.slot();
+            self.ring.notify_one();
+        }
+    }
+
+    fn expecting(&self) -> bool {
+        spin_clock() < self.spin_until.load(Ordering::Acquire)
+    }
+
+    /// The thread's loop: run each job handed over, until closed.
+    fn serve(&self) {
+        loop {
+            // Told a spawn is coming: wait for it on the CPU, not asleep.
+            while self.expecting() && !self.handed.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+            let mut slot = self.slot();
+            loop {
+                if let Some(job) = slot.job.take() {
+                    self.handed.store(false, Ordering::Release);
+                    drop(slot);
+                    job();
+                    break;
+                }
+                if slot.closed {
+                    return;
+                }
+                if self.expecting() {
+                    break;
+                }
+                slot = self
+                    .ring
+                    .wait(slot)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+        }
+    }
+
+    /// Hand `job` to the thread; given back when the thread is gone.
+    fn hand_over(&self, job: SpawnJob) -> Result<(), SpawnJob> {
+        let mut slot = self.slot();
+        if slot.closed {
+            return Err(job);
+        }
+        slot.job = Some(job);
+        self.handed.store(true, Ordering::Release);
+        self.ring.notify_one();
+        Ok(())
+    }
 }
 
 impl Resident {
@@ -792,8 +924,14 @@ impl Resident {
         if !tasks.exists() {
             return None;
         }
-        let (jobs, queue) = std::sync::mpsc::channel::<SpawnJob>();
+        let hand = std::sync::Arc::new(Hand {
+            slot: std::sync::Mutex::new(Slot::default()),
+            ring: std::sync::Condvar::new(),
+            handed: AtomicBool::new(false),
+            spin_until: AtomicU64::new(0),
+        });
         let (joined_tx, joined_rx) = std::sync::mpsc::sync_channel(1);
+        let served = std::sync::Arc::clone(&hand);
         std::thread::Builder::new()
             .name("run-cgroup".into())
             // It only clones (see super::spawn); bwrap's --die-with-parent
@@ -805,13 +943,20 @@ impl Resident {
                 let joined = std::fs::write(&tasks, "0").is_ok();
                 let _ = joined_tx.send(joined);
                 if joined {
-                    while let Ok(job) = queue.recv() {
-                        job();
-                    }
+                    served.serve();
                 }
             })
             .ok()?;
-        joined_rx.recv().ok()?.then_some(Resident { jobs })
+        joined_rx.recv().ok()?.then_some(Resident { hand })
+    }
+}
+
+impl Drop for Resident {
+    /// The thread ends (after a job it is running), leaving the cgroup.
+    fn drop(&mut self) {
+        self.hand.slot().closed = true;
+        self.hand.spin_until.store(0, Ordering::Release);
+        self.hand.ring.notify_one();
     }
 }
 
@@ -1303,6 +1448,73 @@ mod tests {
                 left = cg.settle(&mut removing);
             }
         });
+    }
+
+    /// The scheduler state of thread `tid` of this process (`R`, `S`, …).
+    fn thread_state(tid: &str) -> Option<char> {
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+        stat.rsplit_once(") ")?.1.chars().next()
+    }
+
+    #[test]
+    fn a_resident_thread_told_a_run_is_coming_spins_for_a_bounded_time() {
+        let _serial = POOL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        if userns_nproc_binds() || pids_parent().is_none() {
+            eprintln!("skipped: no writable pids cgroup here (or not root)");
+            return;
+        }
+        prepare_runs();
+        assert!(eventually(|| !pool().is_empty()), "no cgroup made ahead");
+        // A cgroup of our own, taken as a run takes it, so no other test
+        // hands its thread work meanwhile.
+        let cg = RunCgroup::take(32).expect("a run cgroup");
+        let Some(hand) = cg.resident.as_ref().map(|r| std::sync::Arc::clone(&r.hand)) else {
+            eprintln!("skipped: no resident threads here (cgroup v2)");
+            return;
+        };
+        // Its resident thread is the one task in it.
+        let tid = std::fs::read_to_string(cg.dir.join("tasks")).unwrap();
+        let tid = tid.trim().to_string();
+        assert!(!tid.is_empty() && !tid.contains('\n'), "tasks: {tid:?}");
+        assert!(
+            eventually(|| thread_state(&tid) == Some('S')),
+            "the resident thread is not asleep while no run is coming"
+        );
+        // Told a run is coming, it runs (spins) rather than sleeps…
+        hand.expect();
+        let told = std::time::Instant::now();
+        let mut spinning = false;
+        while told.elapsed() < RESIDENT_SPIN / 2 && !spinning {
+            spinning = thread_state(&tid) == Some('R');
+        }
+        assert!(spinning, "the resident thread did not wake to spin");
+        // …for a bounded time: no run came, and it sleeps again.
+        assert!(
+            eventually(|| told.elapsed() > RESIDENT_SPIN && thread_state(&tid) == Some('S')),
+            "the resident thread kept spinning past RESIDENT_SPIN"
+        );
+        // A spawn handed over while it spins is run there.
+        hand.expect();
+        let (done, ran) = std::sync::mpsc::channel();
+        let handed = hand.hand_over(Box::new(move || {
+            let _ = done.send(std::fs::read_to_string("/proc/thread-self/stat").ok());
+        }));
+        assert!(handed.is_ok());
+        let stat = ran
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the job ran")
+            .expect("its stat");
+        assert!(
+            stat.starts_with(&format!("{tid} ")),
+            "ran elsewhere: {stat}"
+        );
+        // Dropped while told a run is coming, the thread ends at once.
+        hand.expect();
+        cg.discard();
+        assert!(
+            eventually(|| thread_state(&tid).is_none()),
+            "the resident thread outlived its cgroup"
+        );
     }
 
     #[test]

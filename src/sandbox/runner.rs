@@ -23,6 +23,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::enforce::{Enforcer, LimitHit, WATCH_EVERY};
 use super::limits::ResourceLimits;
+use super::spawn::timeline::mark;
 use tokio_util::sync::CancellationToken;
 
 /// How long to keep reading after the group was killed: enough for the
@@ -209,9 +210,13 @@ pub async fn run_limited_in(
     overlay: Option<&super::overlay::OverlayMount>,
     cancel: CancellationToken,
 ) -> Result<RunOutcome, RunError> {
+    mark("run");
     let enforcer = Enforcer::prepare(resources, cwd);
+    mark("prepared");
     let outcome = run_enforced(program, args, cwd, env, limits, &enforcer, overlay, cancel).await;
+    mark("ran");
     enforcer.finish().await;
+    mark("finished");
     outcome
 }
 
@@ -271,7 +276,9 @@ async fn run_enforced(
     };
     // From the run cgroup's resident thread when there is one (see
     // super::enforce): the child then starts in its cgroup.
+    mark("spawn");
     let child = enforcer.spawn(cmd).await.map_err(cannot_start)?;
+    mark("spawned");
     let mut child = super::spawn::Child::from_raw(child).map_err(|e| RunError::Spawn {
         program: program.to_string(),
         message: e.to_string(),
@@ -281,6 +288,7 @@ async fn run_enforced(
     let child_pid = Some(child.id());
     let group = GroupKiller(child_pid.and_then(|id| libc::pid_t::try_from(id).ok()));
     let _network = network.attach().await.map_err(spawn_error)?;
+    mark("attached");
 
     let mut out_pipe = child.stdout.take();
     let mut err_pipe = child.stderr.take();
@@ -315,13 +323,20 @@ async fn run_enforced(
         // holding the pipes cannot keep the run open until the timeout.
         let wait_then_reap = async {
             let status = child.wait().await;
+            mark("reaped");
             group.kill();
             status
         };
         let work = async {
             let (_, _, status) = tokio::join!(
-                drain(&mut out_pipe, &mut out, &group),
-                drain(&mut err_pipe, &mut err, &group),
+                async {
+                    drain(&mut out_pipe, &mut out, &group).await;
+                    mark("stdout closed");
+                },
+                async {
+                    drain(&mut err_pipe, &mut err, &group).await;
+                    mark("stderr closed");
+                },
                 wait_then_reap
             );
             status

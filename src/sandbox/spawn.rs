@@ -54,6 +54,50 @@ use std::sync::OnceLock;
 use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
 
+/// Timestamps of a run's steps, for `examples/bench_sandbox`'s per-step
+/// breakdown. Off unless [`timeline::record`] turned it on (a relaxed
+/// atomic load per step then); on, at most [`timeline::MAX_MARKS`] marks are
+/// kept until [`timeline::take`] empties them.
+pub mod timeline {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+    use std::time::Instant;
+
+    static RECORDING: AtomicBool = AtomicBool::new(false);
+    static MARKS: Mutex<Vec<(&'static str, Instant)>> = Mutex::new(Vec::new());
+    /// Marks kept at most between two [`take`]s (later ones are dropped).
+    pub const MAX_MARKS: usize = 4096;
+
+    /// Turn the recording on or off.
+    pub fn record(on: bool) {
+        RECORDING.store(on, Ordering::Relaxed);
+    }
+
+    /// Note that the step `name` of a run is reached now.
+    #[inline]
+    pub fn mark(name: &'static str) {
+        if !RECORDING.load(Ordering::Relaxed) {
+            return;
+        }
+        let now = Instant::now();
+        let mut marks = MARKS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if marks.len() < MAX_MARKS {
+            marks.push((name, now));
+        }
+    }
+
+    /// The marks made since the last call, in the order made.
+    pub fn take() -> Vec<(&'static str, Instant)> {
+        std::mem::take(
+            &mut *MARKS
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
 /// Bytes of stack the child runs on between clone and exec (it makes
 /// system calls with a few small structs; the lowest page is a guard).
 const CHILD_STACK: usize = 64 * 1024;
@@ -406,6 +450,7 @@ impl Command {
             failure: &failure,
         };
         let mut pidfd: libc::c_int = -1;
+        timeline::mark("clone");
         // Every signal blocked around the clone (the raw call: glibc's
         // wrapper leaves its own two unblockable), so no handler of the
         // daemon's runs in the child before it has reset them.
@@ -441,6 +486,7 @@ impl Command {
             );
             (pid, clone_errno)
         };
+        timeline::mark("executed");
         drop(stack);
         if pid < 0 || pidfd < 0 {
             return Err(SpawnError {
