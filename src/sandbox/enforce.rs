@@ -79,7 +79,7 @@
 //! - **`/tmp`**: a tmpfs of fixed size (`--size`), in [`super::bwrap`].
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -826,6 +826,9 @@ struct Hand {
     /// Until when (ns after [`spin_clock`]'s start) the thread spins for a
     /// job instead of sleeping.
     spin_until: AtomicU64,
+    /// How many times the thread began to spin (for tests: a sampled
+    /// thread state can miss a spin on a busy host, this cannot).
+    spins: AtomicUsize,
 }
 
 impl std::fmt::Debug for Hand {
@@ -877,6 +880,9 @@ impl Hand {
     fn serve(&self) {
         loop {
             // Told a spawn is coming: wait for it on the CPU, not asleep.
+            if self.expecting() {
+                self.spins.fetch_add(1, Ordering::Relaxed);
+            }
             while self.expecting() && !self.handed.load(Ordering::Acquire) {
                 std::thread::yield_now();
             }
@@ -929,6 +935,7 @@ impl Resident {
             ring: std::sync::Condvar::new(),
             handed: AtomicBool::new(false),
             spin_until: AtomicU64::new(0),
+            spins: AtomicUsize::new(0),
         });
         let (joined_tx, joined_rx) = std::sync::mpsc::sync_channel(1);
         let served = std::sync::Arc::clone(&hand);
@@ -1480,14 +1487,14 @@ mod tests {
             eventually(|| thread_state(&tid) == Some('S')),
             "the resident thread is not asleep while no run is coming"
         );
-        // Told a run is coming, it runs (spins) rather than sleeps…
+        // Told a run is coming, it wakes and spins rather than sleeps…
+        let spins = hand.spins.load(Ordering::Relaxed);
         hand.expect();
         let told = std::time::Instant::now();
-        let mut spinning = false;
-        while told.elapsed() < RESIDENT_SPIN / 2 && !spinning {
-            spinning = thread_state(&tid) == Some('R');
-        }
-        assert!(spinning, "the resident thread did not wake to spin");
+        assert!(
+            eventually(|| hand.spins.load(Ordering::Relaxed) > spins),
+            "the resident thread did not wake to spin"
+        );
         // …for a bounded time: no run came, and it sleeps again.
         assert!(
             eventually(|| told.elapsed() > RESIDENT_SPIN && thread_state(&tid) == Some('S')),
