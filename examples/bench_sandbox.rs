@@ -213,14 +213,7 @@ async fn time_against_bare(
     let mut call_samples = Vec::with_capacity(calls);
     for i in 0..calls + 3 {
         // Bare: the list the tool call below builds, spawned and waited.
-        let surface = SurfaceSnapshot::take(&spec.cwd);
-        let boundary = Boundary {
-            surface: surface.mounts().clone(),
-            tmp_size: resources.tmp_size,
-            hidden: vec![],
-        };
-        let args = bwrap_args_with(spec, &layout, &boundary).expect("argument list");
-        drop(surface);
+        let args = bare_args(spec, &layout, &resources);
         tokio::time::sleep(pause).await;
         let started = Instant::now();
         let status = std::process::Command::new(bwrap)
@@ -267,6 +260,18 @@ async fn time_against_bare(
     )
 }
 
+/// The argument list a tool call in `spec` builds, for the bare bwrap
+/// that is timed against it.
+fn bare_args(spec: &SandboxSpec, layout: &SystemLayout, resources: &ResourceLimits) -> Vec<String> {
+    let surface = SurfaceSnapshot::take(&spec.cwd);
+    let boundary = Boundary {
+        surface: surface.mounts().clone(),
+        tmp_size: resources.tmp_size,
+        hidden: vec![],
+    };
+    bwrap_args_with(spec, layout, &boundary).expect("argument list")
+}
+
 /// Where a tool call's time goes, step by step (the runner's
 /// `spawn::timeline` marks plus the surface's here), against a bare bwrap
 /// split the same way (`posix_spawn` returns once the program executed,
@@ -282,14 +287,7 @@ async fn breakdown(calls: usize, bwrap: &str, spec: &SandboxSpec, pause: Duratio
     let mut bare_total = Vec::new();
     let micros = |from: Instant, to: Instant| (to - from).as_secs_f64() * 1e6;
     for i in 0..calls + 3 {
-        let surface = SurfaceSnapshot::take(&spec.cwd);
-        let boundary = Boundary {
-            surface: surface.mounts().clone(),
-            tmp_size: resources.tmp_size,
-            hidden: vec![],
-        };
-        let args = bwrap_args_with(spec, &layout, &boundary).expect("argument list");
-        drop(surface);
+        let args = bare_args(spec, &layout, &resources);
         tokio::time::sleep(pause).await;
         let started = Instant::now();
         let mut child = std::process::Command::new(bwrap)

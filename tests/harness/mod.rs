@@ -71,6 +71,16 @@ pub fn serve_command(home: &Path) -> Command {
 
 /// Run `git` in `dir`, as a fixed author and without the machine's global
 /// configuration, and fail the test if it fails.
+/// What `cmd` prints in `dir`, run directly (not through the daemon): what a command should print, for comparing with what the model was shown.
+pub fn raw_output(dir: &Path, cmd: &str) -> String {
+    let out = std::process::Command::new("bash")
+        .args(["-c", cmd])
+        .current_dir(dir)
+        .output()
+        .expect("bash runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 pub fn git(dir: &Path, args: &[&str]) {
     let ok = std::process::Command::new("git")
         .args(args)

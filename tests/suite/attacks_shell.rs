@@ -311,16 +311,6 @@ async fn history_secret_routes_and_heredoc_substitutions_are_asked() {
     }
 }
 
-/// What `cmd` prints in `dir`, run directly (not through the daemon).
-fn raw_output(dir: &Path, cmd: &str) -> String {
-    let out = std::process::Command::new("bash")
-        .args(["-c", cmd])
-        .current_dir(dir)
-        .output()
-        .expect("bash runs");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[tokio::test]
 async fn a_project_secret_printed_in_any_common_encoding_reaches_the_model_redacted() {
     // A person approves each one: what the model then reads is the point.
@@ -348,7 +338,7 @@ async fn a_project_secret_printed_in_any_common_encoding_reaches_the_model_redac
         let (m, _) = c.prompt_allowing(&sid, "go").await;
         assert_eq!(m["result"]["stopReason"], "end_turn", "{m}");
         let result = tool_result(&fake, 2 * i + 1);
-        let raw = raw_output(project.path(), cmd);
+        let raw = harness::raw_output(project.path(), cmd);
         assert!(raw.len() > 40, "`{cmd}` prints the secret: {raw}");
         if !result.contains("project secret]") {
             leaks.push(format!("`{cmd}`: not redacted: {result}"));

@@ -31,16 +31,6 @@ fn home(fake: &FakeProvider) -> tempfile::TempDir {
     ))
 }
 
-/// What `cmd` prints in `dir`, run directly (not through the daemon).
-fn raw_output(dir: &Path, cmd: &str) -> String {
-    let out = std::process::Command::new("bash")
-        .args(["-c", cmd])
-        .current_dir(dir)
-        .output()
-        .expect("bash runs");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// Give `path` the modification time of `reference`, to the nanosecond.
 fn same_mtime_as(path: &Path, reference: &Path) {
     let status = std::process::Command::new("touch")
@@ -60,7 +50,7 @@ fn assert_redacted(fake: &FakeProvider, n: usize, dir: &Path, cmd: &str, hits: u
         .tool_results(n)
         .pop()
         .unwrap_or_else(|| panic!("no tool message in request {n}"));
-    let raw = raw_output(dir, cmd);
+    let raw = harness::raw_output(dir, cmd);
     assert!(raw.len() > 20, "`{cmd}` prints the secret: {raw}");
     for line in raw.lines().filter(|l| l.trim().len() >= 16) {
         assert!(
