@@ -25,6 +25,7 @@
 use std::path::{Component, Path, PathBuf};
 
 mod git_cache;
+pub mod secret_names;
 pub use git_cache::{forget_git_reads, GIT_CACHE_ENTRIES, MAX_GIT_CACHE_STAMPS, TRUSTED_AGE};
 
 /// A control-surface entry, relative to the project root.

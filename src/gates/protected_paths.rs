@@ -14,6 +14,9 @@ use std::sync::OnceLock;
 use regex::Regex;
 
 use crate::action::{Action, Effect};
+use crate::control_surface::secret_names::{
+    is_env_file_name, is_named_like_a_secret, is_private_key_name,
+};
 use crate::gates::engine::verdict_from_findings;
 use crate::gates::shell::static_regex;
 use crate::gates::shell::{python_shell_strings, resolve_path, script_of, Command};
@@ -110,37 +113,6 @@ pub fn display_path(path: &Path, ctx: &GateContext) -> String {
     path.display().to_string()
 }
 
-fn secret_name_regex() -> &'static Regex {
-    static RE: OnceLock<Regex> = OnceLock::new();
-    RE.get_or_init(|| {
-        static_regex(r"(?i)(?:^|[._-])(?:secrets?|tokens?|credentials?|passwords?)(?:[._-]|$)")
-    })
-}
-
-/// Source and document extensions: `secrets.rs` or `token.md` are code and
-/// prose about secrets, not secrets.
-const CODE_EXTENSIONS: &[&str] = &[
-    "rs", "py", "js", "ts", "go", "c", "h", "cc", "cpp", "hpp", "java", "kt", "rb", "md", "org",
-    "el", "txt.in", "html", "css", "sh", "lisp", "scm", "hs", "ml", "swift", "php", "cs", "lua",
-    "metta", "rst", "tex", "snap",
-];
-
-fn is_private_key_name(name: &str) -> bool {
-    let key_names = [
-        "id_rsa",
-        "id_dsa",
-        "id_ecdsa",
-        "id_ed25519",
-        "id_ecdsa_sk",
-        "id_ed25519_sk",
-        "identity",
-    ];
-    (key_names.contains(&name) || (name.starts_with("id_") && name.contains('*')))
-        || name.ends_with(".key")
-        || name.ends_with("_rsa")
-        || name.ends_with(".ppk")
-}
-
 /// Classify a resolved path for reading. `None`: nothing special.
 pub fn protection(path: &Path, ctx: &GateContext) -> Option<Protection> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -190,20 +162,13 @@ pub fn protection(path: &Path, ctx: &GateContext) -> Option<Protection> {
             what: "a process environment",
         });
     }
-    let is_env_file = name == ".env"
-        || (name.starts_with(".env.")
-            && !matches!(
-                name,
-                ".env.example" | ".env.sample" | ".env.template" | ".env.dist"
-            ));
-    if is_env_file || name == ".envrc" {
+    if is_env_file_name(name) {
         return Some(Protection {
             read: Decision::Ask,
             what: ENV_FILE,
         });
     }
-    let ext = name.rsplit_once('.').map(|(_, e)| e).unwrap_or("");
-    if secret_name_regex().is_match(name) && !CODE_EXTENSIONS.contains(&ext) {
+    if is_named_like_a_secret(name) {
         return Some(Protection {
             read: Decision::Ask,
             what: NAMED_LIKE_A_SECRET,

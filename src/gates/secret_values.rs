@@ -61,7 +61,9 @@ const SKIP_DIRS: &[&str] = &[".git", "target", "node_modules", ".venv", "venv", 
 /// Whether a file with this name is one whose values are redacted from
 /// tool output: what the gates treat as a project secret (`.env*`,
 /// `.envrc`, `*secret*`, `*token*`, credentials, key files). By the name
-/// alone, as a directory listing gives it.
+/// alone, as a directory listing gives it; the sandbox's walk asks
+/// [`crate::control_surface::secret_names::is_project_secret_name`], the
+/// rule the gates' [`protection`] is made of.
 pub fn is_secret_file_name(name: &str) -> bool {
     protection(Path::new(name), &GateContext::default()).is_some_and(|p| is_project_secret(&p))
 }
@@ -411,6 +413,11 @@ mod tests {
             "server.key",
         ] {
             assert!(is_secret_file_name(name), "{name}");
+            // The sandbox's walk names the files by the same rule.
+            assert!(
+                crate::control_surface::secret_names::is_project_secret_name(name),
+                "{name}"
+            );
         }
         for name in [
             ".env.example",
@@ -420,6 +427,10 @@ mod tests {
             "Cargo.toml",
         ] {
             assert!(!is_secret_file_name(name), "{name}");
+            assert!(
+                !crate::control_surface::secret_names::is_project_secret_name(name),
+                "{name}"
+            );
         }
     }
 

@@ -138,7 +138,11 @@ impl AsyncRead for Stdin {
             return Poll::Ready(Ok(()));
         }
         if ready_now(this.raw, libc::POLLIN) {
-            let n = read_fd(this.raw, out.initialize_unfilled())?;
+            // At most READ_CHUNK: the caller's spare room may be far larger
+            // (a frame reader's buffer grown for a long line), and filling
+            // it whole would make every page of it resident.
+            let want = out.remaining().min(READ_CHUNK);
+            let n = read_fd(this.raw, out.initialize_unfilled_to(want))?;
             out.advance(n);
             return Poll::Ready(Ok(()));
         }

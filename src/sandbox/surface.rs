@@ -734,7 +734,7 @@ pub const MAX_REDACTABLE_FILES: usize = 1024;
 /// The files of the project at `root` whose values tool output is
 /// searched for (relative to `root`): every regular file at any depth the
 /// gates' rule names a project secret
-/// ([`crate::gates::secret_values::is_secret_file_name`]: `.env*`,
+/// ([`crate::control_surface::secret_names::is_project_secret_name`]: `.env*`,
 /// `.envrc`, `*secret*`, credentials, key files), at most
 /// [`MAX_REDACTABLE_FILES`]. The walk is the one a shell call's snapshot
 /// makes, shared with it: under the project's watch an unchanged tree
@@ -914,7 +914,7 @@ struct DirFacts {
     /// Files whose names mark secrets ([`is_secret_name`]).
     secrets: Vec<OsString>,
     /// Files whose values the output redaction takes out
-    /// ([`crate::gates::secret_values::is_secret_file_name`]).
+    /// ([`crate::control_surface::secret_names::is_project_secret_name`]).
     redactable: Vec<OsString>,
     /// A name that starts a control-surface entry is present.
     control: bool,
@@ -948,7 +948,7 @@ impl DirFacts {
                 if is_secret_name(name) {
                     facts.secrets.push(OsString::from(name));
                 }
-                if crate::gates::secret_values::is_secret_file_name(name) {
+                if crate::control_surface::secret_names::is_project_secret_name(name) {
                     facts.redactable.push(OsString::from(name));
                 }
             }
