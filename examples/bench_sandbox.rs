@@ -216,13 +216,7 @@ async fn time_against_bare(
         let args = bare_args(spec, &layout, &resources);
         tokio::time::sleep(pause).await;
         let started = Instant::now();
-        let status = std::process::Command::new(bwrap)
-            .args(&args)
-            .current_dir(&spec.cwd)
-            .env_clear()
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+        let status = bare_command(bwrap, &args, spec)
             .status()
             .expect("bare bwrap");
         let bare = started.elapsed();
@@ -260,6 +254,18 @@ async fn time_against_bare(
     )
 }
 
+/// The bare bwrap run: the same list, nothing inherited, output dropped.
+fn bare_command(bwrap: &str, args: &[String], spec: &SandboxSpec) -> std::process::Command {
+    let mut cmd = std::process::Command::new(bwrap);
+    cmd.args(args)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    cmd
+}
+
 /// The argument list a tool call in `spec` builds, for the bare bwrap
 /// that is timed against it.
 fn bare_args(spec: &SandboxSpec, layout: &SystemLayout, resources: &ResourceLimits) -> Vec<String> {
@@ -290,13 +296,7 @@ async fn breakdown(calls: usize, bwrap: &str, spec: &SandboxSpec, pause: Duratio
         let args = bare_args(spec, &layout, &resources);
         tokio::time::sleep(pause).await;
         let started = Instant::now();
-        let mut child = std::process::Command::new(bwrap)
-            .args(&args)
-            .current_dir(&spec.cwd)
-            .env_clear()
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+        let mut child = bare_command(bwrap, &args, spec)
             .spawn()
             .expect("bare bwrap");
         let executed = Instant::now();

@@ -43,16 +43,21 @@ pub fn is_private_key_name(name: &str) -> bool {
         || name.ends_with(".ppk")
 }
 
-/// An environment file with secrets: `.env`, `.env.*` but the example
-/// kinds (`.env.example`, `.sample`, `.template`, `.dist`), and `.envrc`.
-pub fn is_env_file_name(name: &str) -> bool {
-    let env_file = name == ".env"
+/// A dotenv file: `.env`, `.env.*` but the example kinds (`.env.example`,
+/// `.sample`, `.template`, `.dist`).
+pub fn is_dotenv_name(name: &str) -> bool {
+    name == ".env"
         || (name.starts_with(".env.")
             && !matches!(
                 name,
                 ".env.example" | ".env.sample" | ".env.template" | ".env.dist"
-            ));
-    env_file || name == ".envrc"
+            ))
+}
+
+/// An environment file with secrets: a dotenv file ([`is_dotenv_name`])
+/// or `.envrc`.
+pub fn is_env_file_name(name: &str) -> bool {
+    is_dotenv_name(name) || name == ".envrc"
 }
 
 /// Named like a secret (`secrets.yaml`, `api-token`, `credentials.json`,

@@ -135,12 +135,7 @@ pub struct SurfaceMounts {
 /// makes a read by any route (a script building the name, a glob) find
 /// nothing.
 pub fn is_secret_name(name: &str) -> bool {
-    let env_file = name == ".env"
-        || (name.starts_with(".env.")
-            && !matches!(
-                name,
-                ".env.example" | ".env.sample" | ".env.template" | ".env.dist"
-            ));
+    let env_file = crate::control_surface::secret_names::is_dotenv_name(name);
     let key_ext = [".pem", ".key", ".p12", ".pfx"]
         .iter()
         .any(|e| name.ends_with(e));
