@@ -10,7 +10,8 @@
 //! (or the end of it), and a write is made at once when stdout is a pipe
 //! with room for it (at most [`PIPE_BUF`] bytes, which a pipe with room
 //! takes whole without blocking) or a regular file; otherwise, as before,
-//! on the blocking pool. Either way one operation runs at a time per
+//! on the blocking pool (also when stderr is the same pipe, `2>&1`: our own
+//! stderr could take the room the `poll` saw). Either way one operation runs at a time per
 //! direction, so bytes keep their order.
 
 use std::future::Future;
@@ -51,8 +52,9 @@ fn ready_now(fd: RawFd, events: libc::c_short) -> bool {
 }
 
 fn fd(raw: RawFd) -> BorrowedFd<'static> {
-    // SAFETY: 0 and 1 stay open for the life of the process (nothing here
-    // closes them; a closed one makes read/write fail with EBADF, reported).
+    // SAFETY: 0, 1 and 2 stay open for the life of the process (nothing
+    // here closes them; a closed one makes read/write/fstat fail with
+    // EBADF, reported); tests pass fds they keep open.
     unsafe { BorrowedFd::borrow_raw(raw) }
 }
 
@@ -191,16 +193,30 @@ pub struct Stdout {
     pending: Option<JoinHandle<io::Result<()>>>,
 }
 
-/// The daemon's stdout (fd 1).
+/// The daemon's stdout (fd 1); its stderr (fd 2) may share the pipe.
 pub fn stdout() -> Stdout {
-    Stdout::from_raw(1)
+    Stdout::from_raw(1, Some(2))
 }
 
 impl Stdout {
-    fn from_raw(raw: RawFd) -> Stdout {
+    /// `raw` written; `also_written` another of our fds that may be the
+    /// same pipe (stderr, with `2>&1`): then a write between our `poll`
+    /// and our `write` could fill the room the poll saw, and a write on
+    /// the task could block a runtime thread, so that pipe goes through
+    /// the pool.
+    fn from_raw(raw: RawFd, also_written: Option<RawFd>) -> Stdout {
         let sink = match rustix::fs::fstat(fd(raw)) {
             Ok(st) => match rustix::fs::FileType::from_raw_mode(st.st_mode) {
-                rustix::fs::FileType::Fifo => Sink::Pipe,
+                rustix::fs::FileType::Fifo => {
+                    match also_written.map(|o| rustix::fs::fstat(fd(o))) {
+                        Some(Ok(other))
+                            if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino) =>
+                        {
+                            Sink::Other
+                        }
+                        _ => Sink::Pipe,
+                    }
+                }
                 rustix::fs::FileType::RegularFile => Sink::File,
                 _ => Sink::Other,
             },
@@ -315,12 +331,33 @@ mod tests {
         writer.join().unwrap();
     }
 
+    /// stdout and stderr on one pipe (`2>&1`): writes go through the pool,
+    /// since a write to the other end could take the room `poll` saw.
+    #[tokio::test]
+    async fn a_pipe_shared_with_stderr_is_written_through_the_pool() {
+        let (mut r, w) = pipe();
+        let twin = w.try_clone().unwrap();
+        let (_other_r, other_w) = pipe();
+        assert_eq!(
+            Stdout::from_raw(w.as_raw_fd(), Some(other_w.as_raw_fd())).sink,
+            Sink::Pipe
+        );
+        let mut output = Stdout::from_raw(w.as_raw_fd(), Some(twin.as_raw_fd()));
+        assert_eq!(output.sink, Sink::Other);
+        output.write_all(b"shared").await.unwrap();
+        output.flush().await.unwrap();
+        drop((w, twin, output));
+        let mut got = Vec::new();
+        r.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"shared");
+    }
+
     /// A pipe with room takes writes on the task; a full one through the
     /// pool, and every byte arrives in order.
     #[tokio::test]
     async fn writes_to_a_pipe_keep_their_order_whether_it_has_room_or_not() {
         let (mut r, w) = pipe();
-        let mut output = Stdout::from_raw(w.as_raw_fd());
+        let mut output = Stdout::from_raw(w.as_raw_fd(), None);
         assert_eq!(output.sink, Sink::Pipe);
         output.write_all(b"hello ").await.unwrap();
         assert!(output.pending.is_none(), "written at once");
@@ -348,7 +385,7 @@ mod tests {
     async fn a_broken_pipe_is_reported() {
         let (r, w) = pipe();
         drop(r);
-        let mut output = Stdout::from_raw(w.as_raw_fd());
+        let mut output = Stdout::from_raw(w.as_raw_fd(), None);
         let failed = async {
             output.write_all(b"x").await?;
             output.flush().await
