@@ -1126,6 +1126,35 @@ mod tests {
         assert!(tx.mount().upper.is_dir());
     }
 
+    /// A model that answers at once: the next action begins right after
+    /// the last one's changeset was read. It takes the overlay mounted
+    /// ahead (waiting for it while it is on its way), so no second one is
+    /// mounted beside it. Before, the next overlay was mounted 20 ms after
+    /// the command ended: the action mounted its own on its path, and the
+    /// delayed one was left waiting next to it.
+    #[tokio::test]
+    async fn an_action_right_after_the_last_takes_the_overlay_on_its_way() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path().canonicalize().unwrap();
+        std::fs::write(t.join("a.txt"), "0\n").unwrap();
+        let cfg = CheckpointConfig::default();
+        let shell = || Origin {
+            tool: "shell".into(),
+            ..origin()
+        };
+        let first = begin(state.path(), &cfg, &t, shell()).await.unwrap();
+        let key = (first.dir.parent().unwrap().to_path_buf(), t.clone());
+        assert!(first.finish(|_| false).await.unwrap().is_none());
+        let second = begin(state.path(), &cfg, &t, shell()).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        assert!(
+            ready_overlays().get(&key).is_none(),
+            "a second overlay was mounted beside the one the action took"
+        );
+        assert!(second.finish(|_| false).await.unwrap().is_none());
+    }
+
     #[tokio::test]
     async fn the_warm_up_leaves_an_overlay_the_first_action_takes() {
         let state = tempfile::tempdir().unwrap();
