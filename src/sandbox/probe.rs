@@ -732,7 +732,10 @@ mod tests {
         let took = started.elapsed();
         let woken = wake_ups() - before;
         assert!(took >= std::time::Duration::from_millis(300), "{took:?}");
-        assert!(woken <= 10, "the waiting thread woke {woken} times in {took:?}");
+        assert!(
+            woken <= 10,
+            "the waiting thread woke {woken} times in {took:?}"
+        );
         // A failing child's words still come back.
         let script = vec!["-c".to_string(), "echo refused >&2; exit 3".to_string()];
         let err = super::trial(std::path::Path::new("/bin/sh"), &script).unwrap_err();
@@ -746,8 +749,7 @@ mod tests {
             .spawn()
             .unwrap();
         let started = std::time::Instant::now();
-        let status =
-            super::wait_within(&mut child, std::time::Duration::from_millis(50)).unwrap();
+        let status = super::wait_within(&mut child, std::time::Duration::from_millis(50)).unwrap();
         assert!(status.is_none());
         assert!(started.elapsed() < std::time::Duration::from_secs(2));
         child.kill().unwrap();
