@@ -112,7 +112,6 @@ pub async fn run(flags: ConfigFlags, prompt: String, which: Which, mode: Option<
     if let Some(mode) = mode {
         session.set_mode(mode);
     }
-    warm_up(&env.config, &session.cwd);
     if let Err(e) = env.mcp.start_session(&session.id, &session.cwd, &[]).await {
         eprintln!("passepartout: {e}");
     }
@@ -196,19 +195,6 @@ pub async fn run(flags: ConfigFlags, prompt: String, which: Which, mode: Option<
             eprintln!("passepartout: {e}");
             ExitCode::from(1)
         }
-    }
-}
-
-/// The one-time work of a session's first shell action, started in the
-/// background while the model answers the first request, as the daemon
-/// does when a session opens: the sandbox's trial run
-/// (`sandbox::probe::prepare`) and the project's first transaction
-/// (`checkpoint::txn::warm_up`: store, overlay probe, first overlay).
-/// Each is waited for (or done) by the first action that needs it.
-fn warm_up(config: &crate::config::Config, cwd: &std::path::Path) {
-    if config.sandbox == crate::config::SandboxSetting::Bwrap {
-        crate::sandbox::probe::prepare();
-        crate::checkpoint::txn::warm_up(&config.state_dir(), &config.checkpoints, cwd);
     }
 }
 

@@ -82,23 +82,6 @@ pub fn probe() -> SandboxStatus {
         .clone()
 }
 
-/// Start [`probe`] on a thread of its own when a session opens in
-/// sandboxed mode, so that its trial run (a bwrap process, 10–20 ms, and
-/// the run cgroups made ahead) overlaps the model's first request instead
-/// of delaying the first shell action. The first action that needs the
-/// result waits for the thread (the `OnceLock` in [`probe`]); when the
-/// thread cannot start, that action probes itself, as before.
-pub fn prepare() {
-    let started = std::thread::Builder::new()
-        .name("sandbox-probe".into())
-        .spawn(|| {
-            probe();
-        });
-    if let Err(e) = started {
-        tracing::debug!("sandbox probe not started ahead: {e}");
-    }
-}
-
 /// Probe a specific bwrap binary, uncached: version, then a trial run.
 pub fn probe_with(bwrap: &Path) -> SandboxStatus {
     let version = match Command::new(bwrap)
