@@ -75,8 +75,8 @@ async fn every_call_after_the_first_takes_the_overlay_mounted_ahead() {
         })
         .collect();
     assert_eq!(overlays.len(), CALLS, "one overlay per call:\n{stderr}");
-    // The first may come before the session's warm-up has its overlay on
-    // the way; every later one follows a call whose end sent the next.
+    // The first mounts its own (`run` does no warm-up); every later one
+    // follows a call whose end sent the next on its way.
     assert!(
         overlays[1..].iter().all(|&ahead| ahead),
         "a call mounted its own overlay (taken ahead: {overlays:?}):\n{stderr}"
