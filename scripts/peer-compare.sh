@@ -13,6 +13,10 @@
 # Usage: scripts/peer-compare.sh [RUNS]   (default 5; medians are printed)
 # It runs in a fresh empty project; PEER_PROJECT=DIR runs it in DIR instead
 # (a large repository shows what the project's size adds per call).
+# PEER_STEPS=1 adds one more 20-call run with the debug log on and prints
+# where a call's time goes, step by step (median µs over calls 2–20, from
+# the log's timestamps: `call step` lines of agent::act and the turn's
+# perceive/reason/act lines; the log itself adds a little to each step).
 # Binaries: PASSEPARTOUT_BIN (default target/release/passepartout, else
 # target/debug/passepartout) and PASSEPARTOUT_FAKE_PROVIDER (likewise
 # examples/fake_provider). Build first: cargo build --release --bins --examples
@@ -83,12 +87,13 @@ measure() {
     local home=$work/home project=$work/project
     rm -rf "$home" "$project"
     mkdir -p "$home" "$project"
-    local start end
+    local start end log_env=()
+    if [ -n "${STEPS_LOG:-}" ]; then log_env=(PASSEPARTOUT_LOG=passepartout=debug); fi
     start=$(date +%s%N)
     # In the fresh, empty project (PEER_PROJECT names another one, e.g. a
     # large repository, to see what its size costs).
     (cd "${PEER_PROJECT:-$project}" &&
-    HOME=$home XDG_CONFIG_HOME=$home/config XDG_STATE_HOME=$home/state XDG_DATA_HOME=$home/data \
+    env "${log_env[@]}" HOME=$home XDG_CONFIG_HOME=$home/config XDG_STATE_HOME=$home/state XDG_DATA_HOME=$home/data \
         /usr/bin/time -f '%M' -o "$work/rss" \
         "$bin" run --provider-url "$url" --max-rounds $((n + 2)) --mode auto \
         "Run the $n commands." </dev/null >"$work/out" 2>"$work/err") || {
@@ -127,6 +132,43 @@ printf '  %d sandboxed shell calls: %d.%03d ms, peak RSS %d KiB\n' \
     "$calls" $((task_us / 1000)) $((task_us % 1000)) "$task_rss"
 printf '  per call (model round trip + sandboxed action): %d.%03d ms\n' \
     $((per_call_us / 1000)) $((per_call_us % 1000))
+
+# Where a call's time goes: the gap between consecutive events of the debug
+# log, per kind of gap, median over every call but the first.
+steps() {
+    STEPS_LOG=1 measure "$calls" >/dev/null
+    awk '
+        function at(ts,   t) { split(substr(ts, 12, 15), t, ":"); return t[1] * 3600 + t[2] * 60 + t[3] }
+        {
+            ev = ""
+            if ($0 ~ /agent::turn: act /) { ev = "act"; acts++ }
+            else if ($0 ~ /agent::turn: perceive /) ev = "perceive"
+            else if ($0 ~ /agent::turn: reason /) ev = "reason"
+            else if (match($0, /step="[^"]*"/)) ev = substr($0, RSTART + 6, RLENGTH - 7)
+            if (ev == "") next
+            now = at($1)
+            if (acts >= 2 && prev != "" && !(ev == "act" && prev == "act")) {
+                key = prev " -> " ev
+                if (!(key in n)) order[++kinds] = key
+                v[key, ++n[key]] = (now - last) * 1e6
+            }
+            prev = ev; last = now
+        }
+        END {
+            for (k = 1; k <= kinds; k++) {
+                key = order[k]; m = n[key]
+                for (i = 1; i <= m; i++) a[i] = v[key, i]
+                for (i = 2; i <= m; i++) { x = a[i]; j = i - 1; while (j > 0 && a[j] > x) { a[j + 1] = a[j]; j-- } a[j + 1] = x }
+                printf "  %-36s %8.0f µs  (%d calls)\n", key, a[int((m + 1) / 2)], m
+                total += a[int((m + 1) / 2)]
+            }
+            printf "  %-36s %8.0f µs\n", "sum of the medians", total
+        }' "$work/err"
+}
+if [ -n "${PEER_STEPS:-}" ]; then
+    echo "where a call goes (debug log on, one run, calls 2-$calls):"
+    steps
+fi
 
 for peer in codex claude; do
     if command -v "$peer" >/dev/null 2>&1; then

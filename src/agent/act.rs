@@ -91,7 +91,9 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
     a.env
         .record(AuditRecord::proposed(&a.session.id, &id, &action));
 
+    step("planned");
     let gate_ctx = a.env.gate_context(&a.session.cwd);
+    step("gate context");
     let judgement = judge(a, &action, &gate_ctx);
     a.env
         .record(AuditRecord::verdict(&a.session.id, &id, &judgement));
@@ -352,6 +354,7 @@ pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_
         x.env.record(AuditRecord::denied(x.session_id, id, &why));
         return finish(x.sink, id, why, ActStatus::Denied);
     }
+    step("last mile");
     let actuator = match x.env.actuators.resolve(Some(&action.target), None) {
         Ok(act) => act,
         Err(e) => return finish(x.sink, id, e.to_string(), ActStatus::Failed),
@@ -370,6 +373,7 @@ pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_
             return finish(x.sink, id, why, ActStatus::Denied);
         }
     };
+    step("observing begun");
     let fields = acp::ToolCallUpdateFields::new().status(acp::ToolCallStatus::InProgress);
     x.sink.update(acp::SessionUpdate::ToolCallUpdate(
         acp::ToolCallUpdate::new(acp::ToolCallId::new(id.to_string()), fields),
@@ -395,6 +399,7 @@ pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_
         }
         _ => actuator.execute(action, &ctx).await,
     };
+    step("executed");
     let (is_error, output) = match &result {
         Ok(out) => (out.is_error, out.text.clone()),
         Err(e) => (true, e.to_string()),
@@ -426,6 +431,7 @@ pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_
         Err(crate::actuators::ActError::Cancelled) => ("cancelled".into(), ActStatus::Cancelled),
         Err(e) => (e.to_string(), ActStatus::Failed),
     };
+    step("redacted");
     // After: the changeset (or the observed effect), judged by the effect
     // gates.
     let finished = match observing {
@@ -460,6 +466,7 @@ pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_
             };
         }
     };
+    step("changeset read");
     match finished {
         Ok(None) => finish(x.sink, id, text, status),
         Ok(Some(observed)) => effect_stage(x, id, action, text, status, observed).await,
@@ -470,6 +477,12 @@ pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_
             finish(x.sink, id, text, ActStatus::Failed)
         }
     }
+}
+
+/// A step of a tool call, timestamped in the debug log (`examples/bench_call`
+/// reads them to break a call down).
+fn step(name: &str) {
+    tracing::debug!(step = name, "call step");
 }
 
 /// Shown with the result of a command that ran without an overlay because

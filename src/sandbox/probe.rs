@@ -160,21 +160,17 @@ fn trial(bwrap: &Path, args: &[String]) -> Result<(), String> {
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot start bwrap: {e}"))?;
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if started.elapsed() > TRIAL_TIMEOUT => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "the trial run did not finish within {} s",
-                    TRIAL_TIMEOUT.as_secs()
-                ));
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(e) => return Err(format!("waiting for bwrap: {e}")),
+    let status = match wait_within(&mut child, TRIAL_TIMEOUT) {
+        Ok(Some(status)) => status,
+        Ok(None) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "the trial run did not finish within {} s",
+                TRIAL_TIMEOUT.as_secs()
+            ));
         }
+        Err(e) => return Err(format!("waiting for bwrap: {e}")),
     };
     let mut stderr = String::new();
     if let Some(mut pipe) = child.stderr.take() {
@@ -191,6 +187,58 @@ fn trial(bwrap: &Path, args: &[String]) -> Result<(), String> {
         })
     }
 }
+
+/// The child's exit status once it ends, `None` if it is still running
+/// after `timeout`. Woken by the kernel when the child ends (a pidfd, Linux
+/// ≥ 5.3), not by polling: a fixed sleep between polls added up to a whole
+/// period to the first shell action. Without pidfds, polls every
+/// [`FALLBACK_POLL`].
+fn wait_within(
+    child: &mut std::process::Child,
+    timeout: Duration,
+) -> std::io::Result<Option<std::process::ExitStatus>> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let started = Instant::now();
+    let pid = libc::pid_t::try_from(child.id()).map_err(std::io::Error::other)?;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let pidfd = match i32::try_from(fd) {
+        // SAFETY: a fresh fd that nothing else owns.
+        Ok(fd) if fd >= 0 => Some(unsafe { OwnedFd::from_raw_fd(fd) }),
+        _ => None,
+    };
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        let left = timeout.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        match &pidfd {
+            Some(pidfd) => {
+                let mut poll = libc::pollfd {
+                    fd: pidfd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
+                // SAFETY: one valid pollfd for the duration of the call.
+                let ready = unsafe { libc::poll(&mut poll, 1, ms) };
+                if ready < 0 {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() != std::io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+            }
+            None => std::thread::sleep(FALLBACK_POLL.min(left)),
+        }
+    }
+}
+
+/// How often [`wait_within`] looks when the kernel has no pidfds.
+const FALLBACK_POLL: Duration = Duration::from_millis(1);
 
 /// The kernel knobs that decide whether unprivileged user namespaces work.
 /// `None`: the knob does not exist on this kernel.
@@ -641,6 +689,56 @@ fn remove_stale_synthetic_dirs(tmp: &Path) {
 
 #[cfg(test)]
 mod tests {
+    /// This thread's voluntary context switches so far (each sleep or
+    /// blocking wait that gave the CPU up).
+    fn wake_ups() -> u64 {
+        let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    #[test]
+    fn the_trial_waits_for_its_child_without_polling() {
+        // A 300 ms child: polling every 5 ms woke the waiting thread ~60
+        // times (and ended up to 5 ms after the child); a wait the kernel
+        // ends wakes it a handful of times (the spawn's own pipe read, the
+        // end).
+        let script = vec!["-c".to_string(), "sleep 0.3".to_string()];
+        let before = wake_ups();
+        let started = std::time::Instant::now();
+        super::trial(std::path::Path::new("/bin/sh"), &script).unwrap();
+        let took = started.elapsed();
+        let woken = wake_ups() - before;
+        assert!(took >= std::time::Duration::from_millis(300), "{took:?}");
+        assert!(
+            woken <= 10,
+            "the waiting thread woke {woken} times in {took:?}"
+        );
+        // A failing child's words still come back.
+        let script = vec!["-c".to_string(), "echo refused >&2; exit 3".to_string()];
+        let err = super::trial(std::path::Path::new("/bin/sh"), &script).unwrap_err();
+        assert_eq!(err, "refused");
+    }
+
+    #[test]
+    fn the_trial_that_outlives_its_time_is_killed() {
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "sleep 5"])
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let status = super::wait_within(&mut child, std::time::Duration::from_millis(50)).unwrap();
+        assert!(status.is_none());
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
     #[test]
     fn synthetic_identity_holds_root_and_the_user_only() {
         let host_passwd = "root:x:0:0:root:/root:/bin/bash\n\

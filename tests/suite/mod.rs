@@ -10,6 +10,7 @@ mod attacks_shell;
 mod attacks_trust;
 mod boundary;
 mod bounds;
+mod call8_call_path;
 mod checkpoints;
 mod client_fs;
 mod cold_start;
