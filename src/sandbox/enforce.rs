@@ -889,6 +889,8 @@ pub const RESIDENT_SPIN: Duration = Duration::from_millis(1);
 #[derive(Debug)]
 struct Resident {
     hand: std::sync::Arc<Hand>,
+    /// The thread, for [`Resident::end`] to wait for it.
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// Where a spawn is handed to a resident thread.
@@ -1014,7 +1016,7 @@ impl Resident {
         });
         let (joined_tx, joined_rx) = std::sync::mpsc::sync_channel(1);
         let served = std::sync::Arc::clone(&hand);
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("run-cgroup".into())
             // It only clones (see super::spawn); bwrap's --die-with-parent
             // follows this thread, which lives as long as the cgroup is in
@@ -1029,7 +1031,20 @@ impl Resident {
                 }
             })
             .ok()?;
-        joined_rx.recv().ok()?.then_some(Resident { hand })
+        joined_rx.recv().ok()?.then_some(Resident {
+            hand,
+            thread: Some(thread),
+        })
+    }
+
+    /// End the thread and wait until it has ended (it leaves the cgroup
+    /// as it exits): off the runs' path only, at exit.
+    fn end(mut self) {
+        let thread = self.thread.take();
+        drop(self);
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -1201,14 +1216,27 @@ pub fn remove_run_cgroups() -> usize {
     // retrying it every millisecond was ~200 failing `rmdir`s per cgroup.
     let mut wait = Duration::from_millis(1);
     loop {
-        // Pooled cgroups' resident threads end when dropped, which takes
-        // them out of their cgroups. Emptied again each round: the keeper's
-        // last cgroup and a run's settling one land there meanwhile.
-        drop(std::mem::take(&mut *pool()));
+        // Pooled cgroups' resident threads end, which takes them out of
+        // their cgroups: waited for, so that the `rmdir` right after finds
+        // them gone or nearly (a cgroup pooled just before the deadline
+        // was otherwise tried while its thread still ran). Emptied again
+        // each round: the keeper's last cgroup and a run's settling one
+        // land there meanwhile.
+        let pooled = std::mem::take(&mut *pool());
+        let ended_some = !pooled.is_empty();
+        for mut cg in pooled {
+            if let Some(resident) = cg.resident.take() {
+                resident.end();
+            }
+        }
         left.retain(|dir| !remove_run_cgroup_dir(dir) && dir.exists());
         let now = std::time::Instant::now();
         if left.is_empty() || now >= deadline {
             break;
+        }
+        if ended_some {
+            // A thread just ended leaves its cgroup within moments.
+            wait = Duration::from_millis(1);
         }
         std::thread::sleep(wait.min(deadline - now));
         wait = (wait * 2).min(REMOVAL_RETRY_MAX);
