@@ -32,7 +32,9 @@ use std::time::{Duration, Instant};
 use passepartout::sandbox::bwrap::{
     bwrap_args, bwrap_args_with, Boundary, SandboxSpec, SystemLayout,
 };
-use passepartout::sandbox::enforce::{process_limit, run_cgroups_made, run_coming, ProcessLimit};
+use passepartout::sandbox::enforce::{
+    process_limit, run_cgroup_removals, run_cgroups_made, run_coming, ProcessLimit,
+};
 use passepartout::sandbox::limits::ResourceLimits;
 use passepartout::sandbox::probe::{probe, SandboxStatus};
 use passepartout::sandbox::runner::{run, run_limited, RunLimits};
@@ -660,6 +662,40 @@ async fn main() {
     println!(
         "snapshot + sweep alone:    mean {}",
         ms(started.elapsed() / n as u32)
+    );
+    let (tried, failed) = run_cgroup_removals();
+    let (made, _) = run_cgroups_made();
+    println!("run cgroups: {made} made, {tried} removals tried, {failed} of them failed (busy)");
+    // Why the snapshot costs more inside a tool call than in the loop
+    // above: the snapshot alone, timed back to back (warm caches, a busy
+    // CPU), after 12 ms asleep (what a bwrap run lasts: the core idles)
+    // and right after a bare bwrap run (its namespaces set up and torn
+    // down meanwhile), alternating; medians.
+    let args = bare_args(&spec, &SystemLayout::probe(), &ResourceLimits::default());
+    let (mut hot, mut slept, mut after_bwrap) = (Vec::new(), Vec::new(), Vec::new());
+    let time_snapshot = || {
+        let started = Instant::now();
+        let surface = SurfaceSnapshot::take(project.path());
+        let took = started.elapsed();
+        drop(surface);
+        took
+    };
+    for _ in 0..calls {
+        let _ = time_snapshot();
+        hot.push(time_snapshot());
+        std::thread::sleep(Duration::from_millis(12));
+        slept.push(time_snapshot());
+        let status = bare_command(&program, &args, &spec)
+            .status()
+            .expect("bare bwrap");
+        assert!(status.success());
+        after_bwrap.push(time_snapshot());
+    }
+    println!(
+        "snapshot alone, p50: back to back {}, after 12 ms asleep {}, after a bare bwrap {}",
+        ms(stats(hot).p50),
+        ms(stats(slept).p50),
+        ms(stats(after_bwrap).p50),
     );
     // The same with git asked every time (as before its answers were
     // remembered; see passepartout::control_surface::git_named_paths).

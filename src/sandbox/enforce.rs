@@ -236,6 +236,57 @@ struct RunCgroup {
     resident: Option<Resident>,
     /// Forks refused in it before this run (a reused cgroup keeps its count).
     refused_before: u64,
+    /// `pids.current` and `pids.events`, open for as long as the cgroup
+    /// lives: read after every run (and by the watchdog), each read is one
+    /// `pread` instead of an open, a read and a close of a path built anew
+    /// (~0.1 ms per run measured, see docs/performance.md).
+    counters: CgroupCounters,
+}
+
+/// A run cgroup's counter files, kept open.
+#[derive(Debug)]
+struct CgroupCounters {
+    current: std::fs::File,
+    events: std::fs::File,
+}
+
+/// Bytes read from a counter file at most: `pids.current` is one number,
+/// `pids.events` one line (`max N`); a longer text is cut, not grown.
+const COUNTER_READ_MAX: usize = 128;
+
+impl CgroupCounters {
+    fn open(dir: &Path) -> Option<CgroupCounters> {
+        Some(CgroupCounters {
+            current: std::fs::File::open(dir.join("pids.current")).ok()?,
+            events: std::fs::File::open(dir.join("pids.events")).ok()?,
+        })
+    }
+
+    /// The file's text from its start, read again (a cgroup file renders
+    /// its value afresh at offset 0), at most [`COUNTER_READ_MAX`] bytes.
+    fn read<'b>(file: &std::fs::File, buf: &'b mut [u8; COUNTER_READ_MAX]) -> Option<&'b str> {
+        use std::os::unix::fs::FileExt;
+        let n = file.read_at(buf, 0).ok()?;
+        std::str::from_utf8(&buf[..n]).ok()
+    }
+
+    /// Processes in the cgroup now (`pids.current`).
+    fn current(&self) -> Option<u64> {
+        let mut buf = [0u8; COUNTER_READ_MAX];
+        Self::read(&self.current, &mut buf)?.trim().parse().ok()
+    }
+
+    /// Forks refused for `pids.max` since the cgroup was made (`max N` in
+    /// `pids.events`).
+    fn refused(&self) -> u64 {
+        let mut buf = [0u8; COUNTER_READ_MAX];
+        Self::read(&self.events, &mut buf)
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("max ").and_then(|n| n.trim().parse().ok()))
+            })
+            .unwrap_or(0)
+    }
 }
 
 /// Most empty run cgroups kept for reuse, those made ahead included.
@@ -274,6 +325,37 @@ static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// the host reaps the sandbox's last process (1–2 s here) and is left for
 /// the next daemon to remove rather than holding the exit that long.
 pub const EXIT_CLEANUP_WITHIN: Duration = Duration::from_millis(200);
+
+/// The longest wait between two tries to remove a run cgroup that is
+/// still busy (at exit, after a run, or discarded): the tries back off
+/// from 1 ms to this, so a cgroup that stays busy for seconds (the host
+/// reaps the sandbox's last process late) costs a few `rmdir`s a second,
+/// not a storm.
+pub const REMOVAL_RETRY_MAX: Duration = Duration::from_millis(200);
+
+/// `rmdir` of run cgroups tried so far, and how many of those failed
+/// (busy, `EBUSY`). For benchmarks and tests: the retries stay bounded.
+static RMDIR_TRIED: AtomicU64 = AtomicU64::new(0);
+static RMDIR_FAILED: AtomicU64 = AtomicU64::new(0);
+
+/// Remove the run cgroup `dir`; whether it is gone now. Counted.
+fn remove_run_cgroup_dir(dir: &Path) -> bool {
+    RMDIR_TRIED.fetch_add(1, Ordering::Relaxed);
+    let removed = std::fs::remove_dir(dir).is_ok();
+    if !removed {
+        RMDIR_FAILED.fetch_add(1, Ordering::Relaxed);
+    }
+    removed
+}
+
+/// `rmdir`s of run cgroups tried by this process so far, and how many
+/// failed because the cgroup was still busy. For benchmarks and tests.
+pub fn run_cgroup_removals() -> (u64, u64) {
+    (
+        RMDIR_TRIED.load(Ordering::Relaxed),
+        RMDIR_FAILED.load(Ordering::Relaxed),
+    )
+}
 
 /// Run cgroups made by this process so far: (all, made by a run on its
 /// path because none was ready). For benchmarks and tests.
@@ -607,7 +689,7 @@ impl Enforcer {
                     None => return,
                     Some(back) => cg = back,
                 }
-                wait = (wait * 2).min(Duration::from_millis(200));
+                wait = (wait * 2).min(REMOVAL_RETRY_MAX);
             }
             tracing::warn!(cgroup = %cg.dir.display(), "could not remove the run's cgroup");
         };
@@ -634,7 +716,7 @@ impl RunCgroup {
             // A resident thread leaves the cgroup when it ends: tell it to.
             self.resident = None;
         }
-        if std::fs::remove_dir(&self.dir).is_ok() {
+        if remove_run_cgroup_dir(&self.dir) {
             return None;
         }
         Some(self)
@@ -671,7 +753,7 @@ impl RunCgroup {
     /// removed once the kernel no longer counts it.
     fn discard(mut self) {
         self.resident = None;
-        if std::fs::remove_dir(&self.dir).is_ok() {
+        if remove_run_cgroup_dir(&self.dir) {
             return;
         }
         let removed = std::thread::Builder::new()
@@ -682,10 +764,10 @@ impl RunCgroup {
                 while waited < Duration::from_secs(10) {
                     std::thread::sleep(wait);
                     waited += wait;
-                    if std::fs::remove_dir(&self.dir).is_ok() {
+                    if remove_run_cgroup_dir(&self.dir) {
                         return;
                     }
-                    wait = (wait * 2).min(Duration::from_millis(200));
+                    wait = (wait * 2).min(REMOVAL_RETRY_MAX);
                 }
                 tracing::warn!(cgroup = %self.dir.display(), "could not remove a run cgroup");
             });
@@ -709,9 +791,8 @@ impl RunCgroup {
     /// Whether no process of a run is left in it (its resident thread
     /// aside).
     fn is_empty(&self) -> bool {
-        std::fs::read_to_string(self.dir.join("pids.current"))
-            .ok()
-            .and_then(|n| n.trim().parse::<u64>().ok())
+        self.counters
+            .current()
             .is_some_and(|n| n <= u64::from(self.resident.is_some()))
     }
 
@@ -749,7 +830,7 @@ impl RunCgroup {
                 .into_encoded_bytes(),
         )
         .ok();
-        let Some(procs) = procs else {
+        let (Some(procs), Some(counters)) = (procs, CgroupCounters::open(&dir)) else {
             let _ = std::fs::remove_dir(&dir);
             return None;
         };
@@ -761,6 +842,7 @@ impl RunCgroup {
             procs,
             max,
             refused_before: 0,
+            counters,
         };
         if !cg.set_max(max) {
             let _ = std::fs::remove_dir(&cg.dir);
@@ -783,13 +865,7 @@ impl RunCgroup {
     /// How many times a fork was refused for `pids.max` since the cgroup
     /// was made (`max N` in `pids.events`).
     fn refused_total(&self) -> u64 {
-        std::fs::read_to_string(self.dir.join("pids.events"))
-            .ok()
-            .and_then(|t| {
-                t.lines()
-                    .find_map(|l| l.strip_prefix("max ").and_then(|n| n.trim().parse().ok()))
-            })
-            .unwrap_or(0)
+        self.counters.refused()
     }
 }
 
@@ -813,6 +889,8 @@ pub const RESIDENT_SPIN: Duration = Duration::from_millis(1);
 #[derive(Debug)]
 struct Resident {
     hand: std::sync::Arc<Hand>,
+    /// The thread, for [`Resident::end`] to wait for it.
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// Where a spawn is handed to a resident thread.
@@ -938,7 +1016,7 @@ impl Resident {
         });
         let (joined_tx, joined_rx) = std::sync::mpsc::sync_channel(1);
         let served = std::sync::Arc::clone(&hand);
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("run-cgroup".into())
             // It only clones (see super::spawn); bwrap's --die-with-parent
             // follows this thread, which lives as long as the cgroup is in
@@ -953,7 +1031,20 @@ impl Resident {
                 }
             })
             .ok()?;
-        joined_rx.recv().ok()?.then_some(Resident { hand })
+        joined_rx.recv().ok()?.then_some(Resident {
+            hand,
+            thread: Some(thread),
+        })
+    }
+
+    /// End the thread and wait until it has ended (it leaves the cgroup
+    /// as it exits): off the runs' path only, at exit.
+    fn end(mut self) {
+        let thread = self.thread.take();
+        drop(self);
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -1118,16 +1209,37 @@ pub fn remove_run_cgroups() -> usize {
                 .collect()
         })
         .unwrap_or_default();
+    // Retried soon at first (a pooled cgroup's resident thread leaves it
+    // well under a millisecond after it is told to end), then less and
+    // less often: a cgroup a run used right before the exit stays busy
+    // until the host reaps the sandbox's last process, seconds here, and
+    // retrying it every millisecond was ~200 failing `rmdir`s per cgroup.
+    let mut wait = Duration::from_millis(1);
     loop {
-        // Pooled cgroups' resident threads end when dropped, which takes
-        // them out of their cgroups. Emptied again each round: the keeper's
-        // last cgroup and a run's settling one land there meanwhile.
-        drop(std::mem::take(&mut *pool()));
-        left.retain(|dir| std::fs::remove_dir(dir).is_err() && dir.exists());
-        if left.is_empty() || std::time::Instant::now() >= deadline {
+        // Pooled cgroups' resident threads end, which takes them out of
+        // their cgroups: waited for, so that the `rmdir` right after finds
+        // them gone or nearly (a cgroup pooled just before the deadline
+        // was otherwise tried while its thread still ran). Emptied again
+        // each round: the keeper's last cgroup and a run's settling one
+        // land there meanwhile.
+        let pooled = std::mem::take(&mut *pool());
+        let ended_some = !pooled.is_empty();
+        for mut cg in pooled {
+            if let Some(resident) = cg.resident.take() {
+                resident.end();
+            }
+        }
+        left.retain(|dir| !remove_run_cgroup_dir(dir) && dir.exists());
+        let now = std::time::Instant::now();
+        if left.is_empty() || now >= deadline {
             break;
         }
-        std::thread::sleep(Duration::from_millis(1));
+        if ended_some {
+            // A thread just ended leaves its cgroup within moments.
+            wait = Duration::from_millis(1);
+        }
+        std::thread::sleep(wait.min(deadline - now));
+        wait = (wait * 2).min(REMOVAL_RETRY_MAX);
     }
     if !left.is_empty() {
         tracing::debug!(
