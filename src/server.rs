@@ -335,7 +335,7 @@ impl Daemon {
             .start_session(&id, &cwd, &req.mcp_servers)
             .await
             .map_err(|e| RpcError::invalid_params(e.to_string()))?;
-        warm_up_transactions(&self.env.config, &cwd);
+        warm_up_session(&self.env.config, &cwd);
         let mode = self.env.config.default_mode;
         let mut session = Session::new(id.clone(), cwd.clone()).with_mode(mode);
         if let Some(store) = &self.env.sessions {
@@ -402,7 +402,7 @@ impl Daemon {
             .start_session(&id, &cwd, &req.mcp_servers)
             .await
             .map_err(|e| RpcError::invalid_params(e.to_string()))?;
-        warm_up_transactions(&self.env.config, &cwd);
+        warm_up_session(&self.env.config, &cwd);
         let replay = loaded.replay.clone();
         let skipped = loaded.warnings.clone();
         let session_mode_recorded = loaded.mode;
@@ -1292,11 +1292,31 @@ where
     daemon.env.mcp.shutdown().await;
 }
 
-/// A session opened in `cwd`: its first transactional action's one-time
-/// work (store, overlay probe, first overlay, spare files) starts now, in
-/// the background (`checkpoint::txn::warm_up`).
-fn warm_up_transactions(config: &crate::config::Config, cwd: &std::path::Path) {
-    if config.sandbox == crate::config::SandboxSetting::Bwrap {
-        crate::checkpoint::txn::warm_up(&config.state_dir(), &config.checkpoints, cwd);
+/// A session opened in `cwd`: its first shell action's one-time work
+/// starts now, in the background, while the person writes the first
+/// prompt: the transaction's store, overlay probe, first overlay and spare
+/// files (`checkpoint::txn::warm_up`), and the control surface's first
+/// walk of the project, which puts it under the inotify watch (177-253 ms
+/// in a repository of ~2,900 directories, paid by the first call
+/// otherwise; docs/performance.md, "A whole tool call, broken down"). A
+/// call that comes first waits on the walk's lock and takes its result.
+/// The sandbox's trial run stays with the first shell action: it starts
+/// the run cgroups' keeper, which a session that never runs a command
+/// should not have. `passepartout run` does not warm up: its one turn
+/// starts at once, and the work would only compete with it.
+fn warm_up_session(config: &crate::config::Config, cwd: &std::path::Path) {
+    if config.sandbox != crate::config::SandboxSetting::Bwrap {
+        return;
+    }
+    crate::checkpoint::txn::warm_up(&config.state_dir(), &config.checkpoints, cwd);
+    if crate::sandbox::probe::locate_bwrap().is_none() {
+        return;
+    }
+    let cwd = cwd.to_path_buf();
+    let spawned = std::thread::Builder::new()
+        .name("surface-warm-up".into())
+        .spawn(move || crate::sandbox::surface::walk_ahead(&cwd));
+    if let Err(e) = spawned {
+        tracing::debug!("control surface warm-up: {e}");
     }
 }

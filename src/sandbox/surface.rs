@@ -853,6 +853,18 @@ pub fn redactable_files(root: &Path) -> Arc<Vec<PathBuf>> {
     current_walk(root, &canonical_root).walk.redactable
 }
 
+/// Walk the project at `root` now, ahead of its first shell call (a
+/// session's warm-up): the walk is remembered and the tree put under the
+/// project's watch, so that call takes the walk whole.
+pub fn walk_ahead(root: &Path) {
+    let files = redactable_files(root);
+    tracing::debug!(
+        "warm-up: the project {} walked ahead of its first call ({} secret files)",
+        root.display(),
+        files.len()
+    );
+}
+
 impl LastWalk {
     /// A copy sharing the directories (an `Arc`); the rest is small: the
     /// project's secrets, repositories and control directories.

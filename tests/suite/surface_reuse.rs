@@ -107,13 +107,46 @@ async fn an_unchanged_project_reuses_the_last_walk() {
     let text = log_with(&log, REUSED, 3);
     let lines = snapshot_lines(&text);
     assert_eq!(lines.len(), 4, "one snapshot per call:\n{text}");
-    assert!(!lines[0].contains(REUSED), "the first call walks:\n{text}");
+    // The first call walks, unless the session's warm-up walked first
+    // (the test below): either way the later ones reuse.
     for line in &lines[1..] {
         assert!(
             line.contains(REUSED) && line.contains(" 0 stat'ed"),
             "nothing changed since the first walk: {line}\n{text}"
         );
     }
+}
+
+/// What the debug log says once a session's warm-up walked its project.
+const WARMED: &str = "walked ahead of its first call";
+
+/// A session opening walks its project in the background, so its first
+/// call, made after that, takes the walk whole instead of paying it.
+#[tokio::test]
+async fn a_session_walks_its_project_before_its_first_call() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let home = harness::home_with_config(CONFIG);
+    let log = home.path().join("daemon.log");
+    let project = project();
+    let fake = FakeProvider::start(warm("w")).await;
+    let url = fake.openai_url();
+    let (mut client, session) = daemon(home.path(), &log, &url, project.path()).await;
+    let text = log_with(&log, WARMED, 1);
+    assert!(
+        text.contains(WARMED),
+        "the session's warm-up walked:\n{text}"
+    );
+    turn(&mut client, &session, "warm").await;
+    let text = log_with(&log, REUSED, 1);
+    let lines = snapshot_lines(&text);
+    assert!(
+        lines
+            .first()
+            .is_some_and(|l| l.contains(REUSED) && l.contains(" 0 stat'ed")),
+        "the first call took the warm-up's walk:\n{text}"
+    );
 }
 
 /// Between two calls of which the second reused the walk, the person makes
