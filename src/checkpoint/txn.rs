@@ -121,16 +121,11 @@ fn wait_for_ahead(key: &ReadyKey, deadline: std::time::Instant) -> bool {
     st.waiters += 1;
     // The worker may be sleeping out a delay: it looks at `waiters`.
     ready.notify_all();
-    while st.pending.contains_key(key) {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            break;
-        }
-        st = ready
-            .wait_timeout(st, left)
-            .map(|(g, _)| g)
-            .unwrap_or_else(|p| p.into_inner().0);
-    }
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    st = ready
+        .wait_timeout_while(st, left, |st| st.pending.contains_key(key))
+        .map(|(g, _)| g)
+        .unwrap_or_else(|p| p.into_inner().0);
     st.waiters -= 1;
     !st.pending.contains_key(key)
 }
@@ -254,19 +249,16 @@ fn mount_next_ahead(root: &Path, project: &Path, delay: std::time::Duration) {
                     {
                         // Sleep out the delay unless an action waits.
                         let (state, ready) = ahead_state();
-                        let mut st = crate::util::sync::lock(state);
-                        while st.waiters == 0 {
-                            let left = req
-                                .not_before
-                                .saturating_duration_since(std::time::Instant::now());
-                            if left.is_zero() {
-                                break;
-                            }
-                            st = ready
-                                .wait_timeout(st, left)
+                        let st = crate::util::sync::lock(state);
+                        let left = req
+                            .not_before
+                            .saturating_duration_since(std::time::Instant::now());
+                        drop(
+                            ready
+                                .wait_timeout_while(st, left, |st| st.waiters == 0)
                                 .map(|(g, _)| g)
-                                .unwrap_or_else(|p| p.into_inner().0);
-                        }
+                                .unwrap_or_else(|p| p.into_inner().0),
+                        );
                     }
                     let key = (req.root.clone(), req.project.clone());
                     mount_ahead_now(req.root, req.project);
