@@ -1309,13 +1309,15 @@ fn warm_up_session(config: &crate::config::Config, cwd: &std::path::Path) {
         return;
     }
     crate::checkpoint::txn::warm_up(&config.state_dir(), &config.checkpoints, cwd);
-    if crate::sandbox::probe::locate_bwrap().is_none() {
-        return;
-    }
     let cwd = cwd.to_path_buf();
+    // The PATH search too is off the request's path.
     let spawned = std::thread::Builder::new()
         .name("surface-warm-up".into())
-        .spawn(move || crate::sandbox::surface::walk_ahead(&cwd));
+        .spawn(move || {
+            if crate::sandbox::probe::locate_bwrap().is_some() {
+                crate::sandbox::surface::walk_ahead(&cwd);
+            }
+        });
     if let Err(e) = spawned {
         tracing::debug!("control surface warm-up: {e}");
     }
