@@ -23,9 +23,10 @@
 //! `cargo build --release --bin passepartout --example cold_floor`).
 //! `-- cold` measures the cold start alone; `-- cold --baseline BIN` also
 //! starts another binary (an earlier build), alternating with this one
-//! (and which of the two goes first), so both figures come from the same
-//! minutes of a shared machine. The load
-//! average is printed before and after.
+//! (and which of the two goes first), and times its `--version` too, so
+//! both figures come from the same minutes of a shared machine and from
+//! the same runs. The load average is printed before and after, and how
+//! much of `link/startup.order` each binary has (see `build.rs`).
 
 // Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
 #![allow(clippy::unwrap_used)]
@@ -186,6 +187,33 @@ fn load() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// How many of the functions `link/startup.order` lists (build.rs lays
+/// them out side by side) `program` has: names from another build
+/// (another compiler, other dependencies) are skipped by the linker
+/// without a word, and this line is where a stale list shows
+/// (`scripts/startup-order.sh` writes it anew). `None` without `nm`.
+fn startup_order_found(program: &std::path::Path) -> Option<(usize, usize)> {
+    let list = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("link/startup.order"),
+    )
+    .ok()?;
+    let out = std::process::Command::new("nm")
+        .arg(program)
+        .output()
+        .ok()?;
+    let symbols: std::collections::HashSet<&str> = std::str::from_utf8(&out.stdout)
+        .ok()?
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    let listed: Vec<&str> = list
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .collect();
+    let found = listed.iter().filter(|n| symbols.contains(*n)).count();
+    Some((found, listed.len()))
+}
+
 /// Spawn `program serve` until its `initialize` reply; the process is
 /// then killed and reaped, so its exit does not overlap the next start
 /// measured (whichever came next paid for it before).
@@ -247,6 +275,14 @@ async fn main() {
         .map(|i| PathBuf::from(args.get(i + 1).expect("--baseline BIN")));
     let home = tempfile::tempdir().unwrap();
     println!("binary: {}", binary().display());
+    for program in std::iter::once(binary()).chain(baseline.clone()) {
+        if let Some((found, listed)) = startup_order_found(&program) {
+            println!(
+                "start-up order: {found} of the {listed} functions in link/startup.order are in {}",
+                program.display()
+            );
+        }
+    }
     println!("load average before: {}", load());
 
     // Cold start: process start to the initialize reply (which carries the
@@ -258,22 +294,35 @@ async fn main() {
     let mut baseline_starts = Vec::new();
     let mut floors = Vec::new();
     let mut versions = Vec::new();
+    let mut baseline_versions = Vec::new();
     // The order alternates too: whichever binary starts right after
     // another was measured 0.4-0.9 ms faster (idle) or slower (under load)
-    // when the order was fixed.
+    // when the order was fixed. And both binaries get the same runs: when
+    // only this one also ran `--version`, it was timed ~0.5 ms faster than
+    // the very same file given as the baseline (idle, 2026-11-28).
     for i in 0..COLD_STARTS {
         floors.push(floor_start(&floor).await);
-        versions.push(version_run(&binary()).await);
         match &baseline {
-            Some(other) if i % 2 == 1 => {
-                baseline_starts.push(cold_start(other, home.path()).await);
-                starts.push(cold_start(&binary(), home.path()).await);
-            }
             Some(other) => {
-                starts.push(cold_start(&binary(), home.path()).await);
-                baseline_starts.push(cold_start(other, home.path()).await);
+                let this = binary();
+                let mut pair = [
+                    (&this, &mut versions, &mut starts),
+                    (other, &mut baseline_versions, &mut baseline_starts),
+                ];
+                if i % 2 == 1 {
+                    pair.swap(0, 1);
+                }
+                for (program, versions, _) in pair.iter_mut() {
+                    versions.push(version_run(program).await);
+                }
+                for (program, _, starts) in pair.iter_mut() {
+                    starts.push(cold_start(program, home.path()).await);
+                }
             }
-            None => starts.push(cold_start(&binary(), home.path()).await),
+            None => {
+                versions.push(version_run(&binary()).await);
+                starts.push(cold_start(&binary(), home.path()).await);
+            }
         }
     }
     println!(
@@ -286,6 +335,11 @@ async fn main() {
     );
     println!("cold start → initialize reply: {}", stats(starts));
     if let Some(other) = &baseline {
+        println!(
+            "--version, baseline {}: {}",
+            other.display(),
+            stats(baseline_versions)
+        );
         println!(
             "cold start → initialize reply, baseline {}: {}",
             other.display(),

@@ -16,6 +16,7 @@
 
 use std::future::Future;
 use std::io;
+use std::mem::MaybeUninit;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -58,9 +59,23 @@ fn fd(raw: RawFd) -> BorrowedFd<'static> {
     unsafe { BorrowedFd::borrow_raw(raw) }
 }
 
-fn read_fd(raw: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+/// A read of `raw` into memory not yet initialised: what it read is the first
+/// `n` bytes of `buf`, initialised.
+fn read_fd_uninit(raw: RawFd, buf: &mut [MaybeUninit<u8>]) -> io::Result<usize> {
     loop {
         match rustix::io::read(fd(raw), &mut *buf) {
+            Err(rustix::io::Errno::INTR) => continue,
+            Ok((read, _)) => return Ok(read.len()),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// A read of `raw` into `data`'s spare capacity, growing its length by what was
+/// read (never zero-filling the rest).
+fn read_fd_spare(raw: RawFd, data: &mut Vec<u8>) -> io::Result<usize> {
+    loop {
+        match rustix::io::read(fd(raw), rustix::buffer::spare_capacity(data)) {
             Err(rustix::io::Errno::INTR) => continue,
             other => return other.map_err(io::Error::from),
         }
@@ -144,15 +159,23 @@ impl AsyncRead for Stdin {
             // (a frame reader's buffer grown for a long line), and filling
             // it whole would make every page of it resident.
             let want = out.remaining().min(READ_CHUNK);
-            let n = read_fd(this.raw, out.initialize_unfilled_to(want))?;
+            // Read into the spare room as it is, not zeroed first: zeroing
+            // 64 KiB made 16 fresh pages resident before the first request
+            // was read (the first read of a cold start brings one line).
+            // SAFETY: `read(2)` only writes bytes into the slice, and only
+            // the `n` bytes it reports written are marked initialised.
+            let spare = unsafe { &mut out.unfilled_mut()[..want] };
+            let n = read_fd_uninit(this.raw, spare)?;
+            // SAFETY: `read_fd_uninit` initialised the first `n` bytes.
+            unsafe { out.assume_init(n) };
             out.advance(n);
             return Poll::Ready(Ok(()));
         }
         // Nothing waiting: the read that waits for it goes to the pool.
         let (raw, want) = (this.raw, out.remaining().min(READ_CHUNK));
         let mut handle = tokio::task::spawn_blocking(move || {
-            let mut data = vec![0; want];
-            let result = read_fd(raw, &mut data);
+            let mut data = Vec::with_capacity(want);
+            let result = read_fd_spare(raw, &mut data);
             (data, result)
         });
         // Registers the waker; the result comes with the next poll.
@@ -310,6 +333,34 @@ mod tests {
         assert_eq!(rest, b"second");
         writer.join().unwrap();
         drop(r);
+    }
+
+    /// A read into a large buffer not yet initialised initialises only what
+    /// it brought: zeroing the rest first made 16 fresh pages resident
+    /// before a cold start's first request (one short line) was read.
+    #[tokio::test]
+    async fn a_read_initialises_only_the_bytes_it_brings() {
+        let (r, mut w) = pipe();
+        let mut input = Stdin::from_raw(r.as_raw_fd());
+        w.write_all(b"{\"id\":1}\n").unwrap();
+        let mut room = vec![std::mem::MaybeUninit::<u8>::uninit(); 2 * READ_CHUNK];
+        let mut buf = ReadBuf::uninit(&mut room);
+        std::future::poll_fn(|cx| Pin::new(&mut input).poll_read(cx, &mut buf))
+            .await
+            .unwrap();
+        assert!(input.pending.is_none(), "read at once");
+        assert_eq!(buf.filled(), b"{\"id\":1}\n");
+        assert_eq!(buf.initialized().len(), buf.filled().len());
+        // Later input, read on the pool, is whole and in order as well.
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            w.write_all(b"{\"id\":2}\n").unwrap();
+        });
+        std::future::poll_fn(|cx| Pin::new(&mut input).poll_read(cx, &mut buf))
+            .await
+            .unwrap();
+        assert_eq!(buf.filled(), b"{\"id\":1}\n{\"id\":2}\n");
+        writer.join().unwrap();
     }
 
     /// A reader with a small buffer gets a pool read's bytes in order.
