@@ -31,6 +31,15 @@ fn main() {
     if env::var("PROFILE").as_deref() != Ok("release") || !order.is_file() {
         return;
     }
+    if order.to_string_lossy().contains(',') {
+        // `-Wl,` splits its argument at commas.
+        println!(
+            "cargo:warning=start-up code left where the linker puts it \
+             ({} has a comma, which -Wl, would split)",
+            order.display()
+        );
+        return;
+    }
     let flags = ordering_flags(&order);
     match linker_takes(&flags) {
         Ok(()) => {

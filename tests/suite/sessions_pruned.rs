@@ -100,7 +100,23 @@ async fn a_session_past_the_journal_quota_tells_the_client_what_it_removed() {
     assert!(again["result"]["sessionId"].is_string(), "{again}");
     assert_eq!(pruned_notices(&c).len(), 1, "{:?}", &c.backlog[before..]);
     assert!(dir.join(format!("{new}.jsonl")).exists());
+    let again = again["result"]["sessionId"].as_str().unwrap().to_string();
     quit(c).await;
+    // The daemon's exit writes to both journals, in no fixed order: which
+    // one was written last would decide which is the oldest. Here `new`
+    // is, by ten seconds.
+    let now = std::time::SystemTime::now();
+    for (id, at) in [
+        (&new, now - std::time::Duration::from_secs(10)),
+        (&again, now),
+    ] {
+        std::fs::File::options()
+            .append(true)
+            .open(dir.join(format!("{id}.jsonl")))
+            .unwrap()
+            .set_modified(at)
+            .unwrap();
+    }
 
     // A plain ACP client (no `_meta`) is not sent the extension
     // notification; the log says what was removed.
