@@ -7,9 +7,12 @@
 # build, which it makes (or BIN=path/to/passepartout: trace that binary,
 # e.g. a `dist` build; the list must come from the profile it is for).
 #
-# The starts traced: `passepartout serve` from exec to its `initialize`
-# reply and its exit at the end of input (what editors launch, and what
-# `bench_daemon -- cold` times), and `passepartout --version`.
+# The starts traced, in this order (a function keeps its first place):
+# `passepartout serve` from exec to its `initialize` reply and its exit at
+# the end of input (what editors launch, and what `bench_daemon -- cold`
+# times), `passepartout --version`, and `passepartout run` through a
+# one-request turn against the fake provider (the start-up
+# `scripts/peer-compare.sh` prints).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,9 +21,10 @@ command -v valgrind >/dev/null 2>&1 || {
   exit 2
 }
 if [ -z "${BIN:-}" ]; then
-  cargo build --release --bin passepartout
+  cargo build --release --bin passepartout --example fake_provider
   BIN=$PWD/target/release/passepartout
 fi
+fake=${FAKE_PROVIDER:-$PWD/target/release/examples/fake_provider}
 bin=$(realpath "$BIN")
 compiler=$(rustc -V)
 
@@ -45,6 +49,31 @@ printf '%s\n' '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocol
   | trace "$bin" serve | cat >/dev/null
 trace "$bin" --version >/dev/null
 
+# `run`, one request answered with text: the fake provider serves the
+# script and prints its URL; it exits at the end of its input, so a FIFO
+# holds that open until the turn is over.
+if [ -x "$fake" ]; then
+  chunk() { printf '{"choices":[{"index":0,"delta":%s%s}]}' "$1" "${2:+,\"finish_reason\":\"$2\"}"; }
+  printf '[{"type":"open_ai","delay_ms":0,"done":true,"chunks":[%s,%s]}]' \
+    "$(chunk '{"role":"assistant","content":"Done."}')" "$(chunk '{}' stop)" >"$work/script.json"
+  mkfifo "$work/in"
+  "$fake" "$work/script.json" <"$work/in" >"$work/url" &
+  fake_pid=$!
+  exec {hold}>"$work/in"
+  for _ in $(seq 500); do
+    url=$(head -n1 "$work/url" 2>/dev/null || true)
+    [ -n "$url" ] && break
+    sleep 0.01
+  done
+  mkdir -p "$work/project"
+  (cd "$work/project" && trace "$bin" run --provider-url "$url" --mode auto "Say done." \
+    </dev/null >/dev/null)
+  exec {hold}>&-
+  wait "$fake_pid" 2>/dev/null || true
+else
+  echo "startup-order.sh: no fake provider at $fake (cargo build --release --example fake_provider): run not traced" >&2
+fi
+
 # Functions of this binary (`ob=` its path), as `fn=` names them; the
 # `'N` suffix marks a recursion depth, not another symbol.
 order=link/startup.order
@@ -55,7 +84,7 @@ mkdir -p link
   awk -v bin="$bin" '
     /^ob=/ { ours = (substr($0, 4) == bin) }
     /^fn=/ && ours { name = substr($0, 4); sub(/'"'"'[0-9]+$/, "", name); if (!(name in seen)) { seen[name] = 1; print name } }
-  ' "$work"/callgrind.*
+  ' $(ls -tr "$work"/callgrind.*)
 } >"$order.tmp"
 mv "$order.tmp" "$order"
 echo "$(grep -vc '^#' "$order") functions in $order"
