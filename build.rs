@@ -2,10 +2,10 @@
 //!
 //! A cold start runs about a thousand functions scattered over 21 MB of
 //! machine code, and each 64 KB window of it that is touched costs a page
-//! fault. `link/startup.order` lists those functions (in the order a cold
-//! start first calls them); handed to the linker, it puts them first,
-//! side by side, so a start touches a few windows instead of ~90
-//! (docs/performance.md, "Loading the binary").
+//! fault. `link/startup.order` lists those functions; handed to the
+//! linker, it puts them first, side by side, so a start touches a few
+//! windows of code instead of 60–140 (docs/performance.md, "The start-up
+//! code side by side").
 //!
 //! Only release builds (and profiles inheriting from release) are laid
 //! out, and only when the linker takes `--symbol-ordering-file` (lld, the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Write link/startup.order: the functions of this binary that a cold start
 # runs, which build.rs hands to the linker so they sit side by side
-# (docs/performance.md, "Loading the binary"). Run it after a change of
+# (docs/performance.md, "The start-up code side by side"). Run it after a change of
 # compiler or dependencies, or when start-up code moved; a stale list only
 # costs speed. Needs valgrind (apt-get install valgrind) and a release
 # build, which it makes (or BIN=path/to/passepartout: trace that binary,

@@ -102,9 +102,10 @@ async fn a_session_past_the_journal_quota_tells_the_client_what_it_removed() {
     assert!(dir.join(format!("{new}.jsonl")).exists());
     let again = again["result"]["sessionId"].as_str().unwrap().to_string();
     quit(c).await;
-    // The daemon's exit writes to both journals, in no fixed order: which
-    // one was written last would decide which is the oldest. Here `new`
-    // is, by ten seconds.
+    // Both journals are written again after their creation (the sessions'
+    // first updates are journaled too), in no fixed order between the two:
+    // which one was written last would decide which is the oldest (CI once
+    // saw `again` removed). Here `new` is, by ten seconds.
     let now = std::time::SystemTime::now();
     for (id, at) in [
         (&new, now - std::time::Duration::from_secs(10)),
