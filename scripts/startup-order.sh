@@ -75,7 +75,9 @@ else
 fi
 
 # Functions of this binary (`ob=` its path), as `fn=` names them; the
-# `'N` suffix marks a recursion depth, not another symbol.
+# `'N` suffix marks a recursion depth, not another symbol. Only symbol
+# names are kept: callgrind names code without one by its address, and
+# the start `(below main)`.
 order=link/startup.order
 mkdir -p link
 {
@@ -83,7 +85,7 @@ mkdir -p link
   echo "# for the linker's --symbol-ordering-file (build.rs). $compiler"
   awk -v bin="$bin" '
     /^ob=/ { ours = (substr($0, 4) == bin) }
-    /^fn=/ && ours { name = substr($0, 4); sub(/'"'"'[0-9]+$/, "", name); if (!(name in seen)) { seen[name] = 1; print name } }
+    /^fn=/ && ours { name = substr($0, 4); sub(/'"'"'[0-9]+$/, "", name); if (name ~ /^[A-Za-z_][A-Za-z0-9_$.]*$/ && !(name in seen)) { seen[name] = 1; print name } }
   ' $(ls -tr "$work"/callgrind.*)
 } >"$order.tmp"
 mv "$order.tmp" "$order"
