@@ -479,8 +479,8 @@ pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_
     }
 }
 
-/// A step of a tool call, timestamped in the debug log (`examples/bench_call`
-/// reads them to break a call down).
+/// A step of a tool call, timestamped in the debug log
+/// (`PEER_STEPS=1 scripts/peer-compare.sh` reads them to break a call down).
 fn step(name: &str) {
     tracing::debug!(step = name, "call step");
 }

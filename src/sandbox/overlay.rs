@@ -28,7 +28,7 @@
 //! effects (see `docs/transactions.md`).
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -326,17 +326,15 @@ pub fn mount_ahead(mut mount: OverlayMount) -> std::io::Result<OverlayMount> {
     // SAFETY: `mount_in_child` is async-signal-safe.
     unsafe { cmd.pre_exec(in_child) };
     let mut child = cmd.spawn()?;
-    let pid = libc::pid_t::try_from(child.id()).map_err(std::io::Error::other)?;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    let pidfd = match i32::try_from(fd) {
-        // SAFETY: a fresh fd that nothing else owns.
-        Ok(fd) if fd >= 0 => unsafe { OwnedFd::from_raw_fd(fd) },
-        _ => {
-            let e = std::io::Error::last_os_error();
+    let pidfd = match rustix::process::pidfd_open(
+        rustix::process::Pid::from_child(&child),
+        rustix::process::PidfdFlags::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(e) => {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(e);
+            return Err(e.into());
         }
     };
     let stdin = child.stdin.take();

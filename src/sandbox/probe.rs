@@ -197,16 +197,13 @@ fn wait_within(
     child: &mut std::process::Child,
     timeout: Duration,
 ) -> std::io::Result<Option<std::process::ExitStatus>> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::fd::AsRawFd;
     let started = Instant::now();
-    let pid = libc::pid_t::try_from(child.id()).map_err(std::io::Error::other)?;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    let pidfd = match i32::try_from(fd) {
-        // SAFETY: a fresh fd that nothing else owns.
-        Ok(fd) if fd >= 0 => Some(unsafe { OwnedFd::from_raw_fd(fd) }),
-        _ => None,
-    };
+    let pidfd = rustix::process::pidfd_open(
+        rustix::process::Pid::from_child(child),
+        rustix::process::PidfdFlags::empty(),
+    )
+    .ok();
     loop {
         if let Some(status) = child.try_wait()? {
             return Ok(Some(status));
