@@ -122,10 +122,7 @@ fn wait_for_ahead(key: &ReadyKey, deadline: std::time::Instant) -> bool {
     // The worker may be sleeping out a delay: it looks at `waiters`.
     ready.notify_all();
     let left = deadline.saturating_duration_since(std::time::Instant::now());
-    st = ready
-        .wait_timeout_while(st, left, |st| st.pending.contains_key(key))
-        .map(|(g, _)| g)
-        .unwrap_or_else(|p| p.into_inner().0);
+    st = crate::util::sync::wait_timeout_while(ready, st, left, |st| st.pending.contains_key(key));
     st.waiters -= 1;
     !st.pending.contains_key(key)
 }
@@ -253,12 +250,12 @@ fn mount_next_ahead(root: &Path, project: &Path, delay: std::time::Duration) {
                         let left = req
                             .not_before
                             .saturating_duration_since(std::time::Instant::now());
-                        drop(
-                            ready
-                                .wait_timeout_while(st, left, |st| st.waiters == 0)
-                                .map(|(g, _)| g)
-                                .unwrap_or_else(|p| p.into_inner().0),
-                        );
+                        drop(crate::util::sync::wait_timeout_while(
+                            ready,
+                            st,
+                            left,
+                            |st| st.waiters == 0,
+                        ));
                     }
                     let key = (req.root.clone(), req.project.clone());
                     mount_ahead_now(req.root, req.project);
