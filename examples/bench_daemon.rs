@@ -25,8 +25,7 @@
 //! starts another binary (an earlier build), alternating with this one
 //! (and which of the two goes first), and times its `--version` too, so
 //! both figures come from the same minutes of a shared machine and from
-//! the same runs. The load average is printed before and after, and how
-//! much of `link/startup.order` each binary has (see `build.rs`).
+//! the same runs. The load average is printed before and after.
 
 // Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
 #![allow(clippy::unwrap_used)]
@@ -187,62 +186,6 @@ fn load() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-/// How many of the functions `link/startup.order` lists (build.rs has the
-/// linker lay them out side by side, first in the code) `program` has,
-/// and how many of those sit in that first stretch: names from another
-/// build (another compiler, other dependencies) are skipped by the linker
-/// without a word, and this line is where a stale list shows
-/// (`scripts/startup-order.sh` writes it anew). `None` without `nm`.
-fn startup_order_found(program: &std::path::Path) -> Option<(usize, usize, usize)> {
-    let list = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("link/startup.order"),
-    )
-    .ok()?;
-    let out = std::process::Command::new("nm")
-        .args(["--defined-only", "-S"])
-        .arg(program)
-        .output()
-        .ok()?;
-    let listed: Vec<&str> = list
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .collect();
-    let listed_set: std::collections::HashSet<&str> = listed.iter().copied().collect();
-    // "address size type name" for the functions (text symbols). One name
-    // may have several copies (a generic function's local instances) and
-    // one function several names (folded duplicates).
-    let mut start = u64::MAX;
-    let mut copies = Vec::new();
-    for line in std::str::from_utf8(&out.stdout).ok()?.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if let [address, size, kind, name] = fields[..] {
-            if kind.eq_ignore_ascii_case("t") {
-                let address = u64::from_str_radix(address, 16).ok()?;
-                start = start.min(address);
-                if listed_set.contains(name) {
-                    copies.push((name, address, u64::from_str_radix(size, 16).ok()?));
-                }
-            }
-        }
-    }
-    // Laid out first: within the first stretch of the code as long as the
-    // listed functions together (each aligned to 16 bytes), plus a 64 KiB
-    // window of slack.
-    let sizes: std::collections::HashMap<u64, u64> = copies
-        .iter()
-        .map(|(_, a, s)| (*a, s.div_ceil(16) * 16))
-        .collect();
-    let stretch = sizes.values().sum::<u64>() + 64 * 1024;
-    let found: std::collections::HashSet<&str> = copies.iter().map(|(n, _, _)| *n).collect();
-    let first: std::collections::HashSet<&str> = copies
-        .iter()
-        .filter(|(_, a, _)| *a < start.saturating_add(stretch))
-        .map(|(n, _, _)| *n)
-        .collect();
-    let (found, first) = (found.len(), first.len());
-    Some((found, first, listed.len()))
-}
-
 /// Spawn `program serve` until its `initialize` reply; the process is
 /// then killed and reaped, so its exit does not overlap the next start
 /// measured (whichever came next paid for it before).
@@ -304,14 +247,6 @@ async fn main() {
         .map(|i| PathBuf::from(args.get(i + 1).expect("--baseline BIN")));
     let home = tempfile::tempdir().unwrap();
     println!("binary: {}", binary().display());
-    for program in std::iter::once(binary()).chain(baseline.clone()) {
-        if let Some((found, first, listed)) = startup_order_found(&program) {
-            println!(
-                "start-up order: of the {listed} functions in link/startup.order, {} has {found}, {first} of them laid out first",
-                program.display()
-            );
-        }
-    }
     println!("load average before: {}", load());
 
     // Cold start: process start to the initialize reply (which carries the

@@ -53,13 +53,13 @@ trap 'rm -f "$log"' EXIT
 # compile) and the test binaries (the unit tests, tests/all.rs). In one cargo
 # call the two cores stay busy until the last link; `cargo test` then only
 # runs. Examples are not built a second time as empty test binaries.
-cargo build --locked --bins --examples --tests
+cargo build --locked --workspace --bins --examples --tests
 # The official Python ACP SDK, for tests/suite/sdk_python.rs (once; PyPI).
 tests/sdk/setup.sh
 # A failing step does not stop the others: every suite runs, the tally
 # counts them all, and the script fails at the end if anything did.
 status=0
-cargo test --locked --no-fail-fast --lib --bins --tests 2>&1 | tee -a "$log" || status=1
+cargo test --locked --workspace --no-fail-fast --lib --bins --tests 2>&1 | tee -a "$log" || status=1
 # The Emacs suite once per tested Emacs (a missing one fails here), the
 # versions side by side: each run mostly waits on its daemons, and each has
 # its own temporary directories and byte-compiles into its own.

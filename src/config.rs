@@ -6,6 +6,7 @@
 //! startup, see [`crate::llm::discovery`]), the bubblewrap sandbox, ten
 //! rounds per turn.
 
+use crate::llm::ProviderConfigExt;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

@@ -1,34 +1,29 @@
 //! passepartout: a local-first, safety-first LLM agent that lives beside Emacs.
 //!
-//! The map of modules is in `docs/architecture.md`.
+//! This crate is the daemon and the command line; the layers below it are
+//! crates of their own (`crates/`), re-exported here under their module
+//! names so that `passepartout::sandbox` and `crate::sandbox` name the same
+//! thing everywhere. The map is in `docs/architecture.md`.
 
-pub mod action;
+pub use passepartout_foundation::{action, logging, org, paths, state_lock, util};
+pub use passepartout_llm::llm;
+pub use passepartout_mcp::mcp;
+pub use passepartout_policy::{gates, modes};
+pub use passepartout_protocol::{protocol, rpc};
+pub use passepartout_sandbox::{control_surface, sandbox};
+pub use passepartout_skills::{skills, tools};
+pub use passepartout_transactions::checkpoint;
+
 pub mod actuators;
 pub mod agent;
 pub mod approval;
 pub mod audit;
 pub mod budget;
-pub mod checkpoint;
 pub mod cli;
 pub mod config;
-pub mod control_surface;
-pub mod gates;
-pub mod llm;
-pub mod logging;
-pub mod mcp;
-pub mod modes;
-pub mod org;
-pub mod paths;
 pub mod plans;
-pub mod protocol;
-pub mod rpc;
-pub mod sandbox;
 pub mod server;
 pub mod session_config;
 pub mod sessions;
 pub mod setup;
-pub mod skills;
-pub mod state_lock;
-pub mod tools;
 pub mod toolsets;
-pub mod util;

@@ -9,6 +9,7 @@
 //! one [`Discovery`] found. Nothing is written to the configuration file
 //! and the daemon keeps running: other sessions are untouched.
 
+use crate::llm::ProviderConfigExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 

@@ -12,6 +12,7 @@ pub mod reason;
 pub mod session;
 pub mod turn;
 
+use crate::llm::ProviderConfigExt;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 

@@ -451,3 +451,88 @@ mod tests {
         ));
     }
 }
+
+#[cfg(test)]
+/// The trust of a project's MCP servers through `mcp trust` (the command
+/// lives here, the rule in `mcp::project`).
+mod project_trust_tests {
+    use std::path::Path;
+
+    use super::trust_command;
+    use crate::action::Approval;
+    use crate::mcp::config::Origin;
+    use crate::mcp::project::*;
+    use crate::skills::trust::TrustStore;
+
+    fn write(cwd: &Path, text: &str) {
+        std::fs::create_dir_all(cwd.join(".passepartout")).unwrap();
+        std::fs::write(cwd.join(PROJECT_CONFIG), text).unwrap();
+    }
+
+    const ONE: &str =
+        "[[mcp.servers]]\nname = \"p\"\ncommand = \"/bin/true\"\napproval = \"auto\"\n";
+
+    #[test]
+    fn trust_follows_the_exact_bytes_and_auto_needs_the_person() {
+        let project = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let store = state.path().join("trusted-skills.json");
+        assert_eq!(
+            project_servers(project.path(), Some(&store), false),
+            ProjectServers::None
+        );
+        write(project.path(), ONE);
+        assert!(matches!(
+            project_servers(project.path(), Some(&store), false),
+            ProjectServers::Untrusted { changed: false, ref names, .. } if names == &["p"]
+        ));
+        let mut out = Vec::new();
+        let code = trust_command(project.path(), &store, false, true, &mut &b""[..], &mut out);
+        assert_eq!(code, 0, "{}", String::from_utf8_lossy(&out));
+        match project_servers(project.path(), Some(&store), false) {
+            ProjectServers::Trusted(specs) => {
+                assert_eq!(specs[0].origin, Origin::Project);
+                assert_eq!(specs[0].approval, Approval::Ask);
+            }
+            other => panic!("{other:?}"),
+        }
+        match project_servers(project.path(), Some(&store), true) {
+            ProjectServers::Trusted(specs) => assert_eq!(specs[0].approval, Approval::Auto),
+            other => panic!("{other:?}"),
+        }
+        write(project.path(), &ONE.replace("true", "false"));
+        assert!(matches!(
+            project_servers(project.path(), Some(&store), false),
+            ProjectServers::Untrusted { changed: true, .. }
+        ));
+    }
+
+    #[test]
+    fn limits_and_a_store_inside_the_project_are_refused() {
+        let project = tempfile::tempdir().unwrap();
+        write(
+            project.path(),
+            "[mcp]\ncall_timeout_secs = 9999\n[[mcp.servers]]\nname = \"p\"\ncommand = \"/bin/true\"\n",
+        );
+        assert!(matches!(
+            project_servers(project.path(), None, false),
+            ProjectServers::Invalid { .. }
+        ));
+        write(project.path(), ONE);
+        let inner = project.path().join("state/trusted-skills.json");
+        let mut out = Vec::new();
+        let code = trust_command(project.path(), &inner, false, true, &mut &b""[..], &mut out);
+        assert_eq!(code, 1);
+        // Even a store planted there by hand is not believed.
+        TrustStore::new(&inner)
+            .trust(
+                &project.path().join(PROJECT_CONFIG).canonicalize().unwrap(),
+                ONE.as_bytes(),
+            )
+            .unwrap();
+        assert!(matches!(
+            project_servers(project.path(), Some(&inner), false),
+            ProjectServers::Untrusted { .. }
+        ));
+    }
+}

@@ -44,7 +44,6 @@ mod skills;
 mod skills_cache;
 mod skills_live;
 mod slash_commands;
-mod startup_order;
 mod stdio_protocol;
 mod surface_cache;
 mod surface_reuse;

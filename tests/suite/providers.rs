@@ -2,6 +2,7 @@
 //! real HTTP on 127.0.0.1, real SSE framing and chunk timing.
 
 use crate::support;
+use passepartout::llm::ProviderConfigExt;
 
 use std::time::Duration;
 

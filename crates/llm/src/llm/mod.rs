@@ -338,7 +338,7 @@ pub mod text_protocol;
 
 pub use anthropic::AnthropicProvider;
 pub use cascade::{Answered, Cascade, CascadeError, RetryPolicy};
-pub use config::{build_cascade, ProviderConfig, ProviderKind};
+pub use config::{build_cascade, ProviderConfig, ProviderConfigExt, ProviderKind};
 pub use openai::OpenAiProvider;
 
 #[cfg(test)]

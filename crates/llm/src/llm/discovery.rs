@@ -35,6 +35,7 @@
 //! again — at most once per [`REPROBE_INTERVAL`] and switching provider at
 //! most [`MAX_SWITCHES`] times per daemon.
 
+use crate::llm::ProviderConfigExt;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};

@@ -133,11 +133,12 @@ impl Action {
     }
 }
 
-#[cfg(test)]
 impl Action {
     /// The `shell` tool's call of `script` (bash, approval *ask*), as the
-    /// unit tests of actions, gates and plans build it.
-    pub(crate) fn shell_for_tests(script: &str) -> Action {
+    /// unit tests of actions, gates and plans build it (public because those
+    /// tests live in other crates of the workspace).
+    #[doc(hidden)]
+    pub fn shell_for_tests(script: &str) -> Action {
         Action {
             tool: "shell".into(),
             target: "shell".into(),

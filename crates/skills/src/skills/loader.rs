@@ -28,10 +28,10 @@ use super::{Origin, Skill};
 
 /// The built-in skills, embedded at compile time.
 pub const BUILTIN_SKILLS: [(&str, &str); 4] = [
-    ("shell.org", include_str!("../../skills/shell.org")),
-    ("files.org", include_str!("../../skills/files.org")),
-    ("memex.org", include_str!("../../skills/memex.org")),
-    ("emacs.org", include_str!("../../skills/emacs.org")),
+    ("shell.org", include_str!("../../../../skills/shell.org")),
+    ("files.org", include_str!("../../../../skills/files.org")),
+    ("memex.org", include_str!("../../../../skills/memex.org")),
+    ("emacs.org", include_str!("../../../../skills/emacs.org")),
 ];
 
 /// Where skills are looked for, and how project skills are held.

@@ -25,11 +25,46 @@ use super::{Provider, ProviderError};
 
 pub use crate::protocol::{ProviderConfig, ProviderKind};
 
-impl ProviderConfig {
+/// What the daemon does with a provider entry beyond its wire form: the
+/// entry is a protocol type (the editor sends it), its behaviour lives here.
+pub trait ProviderConfigExt {
     /// Ollama's OpenAI-compatible endpoint on this machine with `llama3.2`.
     /// Not a default any more: with no provider configured, one is
     /// discovered instead ([`super::discovery`]).
-    pub fn default_local() -> Self {
+    fn default_local() -> Self;
+
+    /// An entry for a bare URL and model, as given by `--provider-url` and
+    /// `--model`: Anthropic when the host is `api.anthropic.com` or the URL
+    /// ends in `/v1/messages`, OpenAI-compatible otherwise; named after the
+    /// host.
+    fn from_url(base_url: &str, model: &str) -> Self;
+
+    /// `base_url`, or the kind's default when it is empty.
+    fn effective_base_url(&self) -> String;
+
+    /// The key to send: `api_key`, else the (non-empty) value of the variable
+    /// named by `api_key_env`. `None` when neither gives one; local servers
+    /// need no key.
+    fn resolved_key(&self) -> Option<String>;
+
+    /// Like [`resolved_key`](Self::resolved_key), but naming a variable that
+    /// is unset or empty is an error rather than a silent keyless request:
+    /// the provider would only answer 401 later, further from the cause.
+    fn required_key(&self) -> Result<Option<String>, ProviderError>;
+
+    /// What to check after a 401 or 403: the key variable and where the
+    /// key sent was read, or that none was sent and how to give one.
+    fn key_hint(&self) -> String;
+
+    /// Builds the provider this entry describes.
+    fn build(&self) -> Result<Arc<dyn Provider>, ProviderError>;
+
+    /// This entry's retry policy with the default backoff.
+    fn retry_policy(&self) -> RetryPolicy;
+}
+
+impl ProviderConfigExt for ProviderConfig {
+    fn default_local() -> Self {
         Self::new(
             "ollama",
             ProviderKind::OpenAi,
@@ -38,11 +73,7 @@ impl ProviderConfig {
         )
     }
 
-    /// An entry for a bare URL and model, as given by `--provider-url` and
-    /// `--model`: Anthropic when the host is `api.anthropic.com` or the URL
-    /// ends in `/v1/messages`, OpenAI-compatible otherwise; named after the
-    /// host.
-    pub fn from_url(base_url: &str, model: &str) -> Self {
+    fn from_url(base_url: &str, model: &str) -> Self {
         let trimmed = base_url.trim().trim_end_matches('/');
         let host = reqwest::Url::parse(trimmed)
             .ok()
@@ -58,8 +89,7 @@ impl ProviderConfig {
         Self::new(host, kind, base, model)
     }
 
-    /// `base_url`, or the kind's default when it is empty.
-    pub fn effective_base_url(&self) -> String {
+    fn effective_base_url(&self) -> String {
         let url = self.base_url.trim();
         if url.is_empty() {
             self.kind.default_base_url().to_string()
@@ -68,10 +98,7 @@ impl ProviderConfig {
         }
     }
 
-    /// The key to send: `api_key`, else the (non-empty) value of the variable
-    /// named by `api_key_env`. `None` when neither gives one; local servers
-    /// need no key.
-    pub fn resolved_key(&self) -> Option<String> {
+    fn resolved_key(&self) -> Option<String> {
         if let Some(key) = self.api_key.as_ref().filter(|k| !k.is_empty()) {
             return Some(key.clone());
         }
@@ -82,10 +109,7 @@ impl ProviderConfig {
             .filter(|key| !key.is_empty())
     }
 
-    /// Like [`resolved_key`](Self::resolved_key), but naming a variable that
-    /// is unset or empty is an error rather than a silent keyless request:
-    /// the provider would only answer 401 later, further from the cause.
-    pub fn required_key(&self) -> Result<Option<String>, ProviderError> {
+    fn required_key(&self) -> Result<Option<String>, ProviderError> {
         match (self.resolved_key(), &self.api_key_env) {
             (None, Some(var)) => Err(ProviderError::Config(format!(
                 "provider {}: environment variable {var} (its api_key_env) is not set",
@@ -95,9 +119,7 @@ impl ProviderConfig {
         }
     }
 
-    /// What to check after a 401 or 403: the key variable and where the
-    /// key sent was read, or that none was sent and how to give one.
-    pub fn key_hint(&self) -> String {
+    fn key_hint(&self) -> String {
         if self.api_key.as_ref().is_some_and(|k| !k.is_empty()) {
             let origin = self
                 .key_origin
@@ -121,16 +143,14 @@ impl ProviderConfig {
         }
     }
 
-    /// Builds the provider this entry describes.
-    pub fn build(&self) -> Result<Arc<dyn Provider>, ProviderError> {
+    fn build(&self) -> Result<Arc<dyn Provider>, ProviderError> {
         Ok(match self.kind {
             ProviderKind::OpenAi => Arc::new(OpenAiProvider::new(self)?),
             ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(self)?),
         })
     }
 
-    /// This entry's retry policy with the default backoff.
-    pub fn retry_policy(&self) -> RetryPolicy {
+    fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy {
             max_retries: self.max_retries,
             ..RetryPolicy::default()

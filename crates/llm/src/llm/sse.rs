@@ -7,6 +7,7 @@
 //! into [`ProviderError::Http`], the per-chunk idle deadline, and stopping at
 //! once on cancellation — lives here, once.
 
+use crate::llm::ProviderConfigExt;
 use std::collections::VecDeque;
 use std::time::Duration;
 

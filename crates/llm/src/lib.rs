@@ -1,0 +1,6 @@
+//! passepartout-llm
+
+pub mod llm;
+
+use passepartout_foundation::util;
+use passepartout_protocol::protocol;

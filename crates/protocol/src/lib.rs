@@ -1,0 +1,6 @@
+//! passepartout-protocol
+
+pub mod protocol;
+pub mod rpc;
+
+use passepartout_foundation::logging;
