@@ -54,8 +54,8 @@ pub async fn serve(flags: ConfigFlags) -> ExitCode {
     };
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving on stdio");
     let audit = env.audit.clone();
-    let stdin = UntilSignal::new(crate::rpc::stdio::stdin(), on_signals());
-    crate::server::serve_on(env, stdin, crate::rpc::stdio::stdout()).await;
+    let stdin = UntilSignal::new(tokio::io::stdin(), on_signals());
+    crate::server::serve_on(env, stdin, tokio::io::stdout()).await;
     if let Some(log) = audit {
         // Records queued by the last turn reach the disk before we exit.
         log.flush();

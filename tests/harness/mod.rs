@@ -14,16 +14,28 @@ use crate::support::fake_provider::FakeProvider;
 pub const BIN: &str = env!("CARGO_BIN_EXE_passepartout");
 
 /// Whether bubblewrap can run here; tests of the kernel boundary skip
-/// (saying so) where it cannot.
+/// (saying so) where it cannot — except under CI (`CI` set and not
+/// `false`), where a missing sandbox fails the test: a CI image without
+/// bubblewrap must not go green by skipping the boundary.
 pub fn bwrap_available() -> bool {
+    let status = passepartout::sandbox::probe::probe();
     let ok = matches!(
-        passepartout::sandbox::probe::probe(),
+        status,
         passepartout::sandbox::probe::SandboxStatus::Available { .. }
     );
     if !ok {
+        assert!(
+            !under_ci(),
+            "bubblewrap cannot run here ({status:?}), and under CI a kernel-boundary test may not skip"
+        );
         eprintln!("bubblewrap cannot run here: skipping a kernel-boundary test");
     }
     ok
+}
+
+/// Whether this is a CI run (`CI` set to anything but `false`/`0`/empty).
+pub fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"))
 }
 
 /// Run the terminal command line in `cwd` against the test's home (its

@@ -74,6 +74,10 @@ async fn sandboxed() -> Option<ShellActuator> {
     match actuator.sandbox_status().clone() {
         SandboxStatus::Available { .. } => Some(actuator),
         SandboxStatus::Unavailable { reason, .. } => {
+            assert!(
+                !crate::harness::under_ci(),
+                "bubblewrap cannot run here ({reason}), and under CI a sandbox test may not skip"
+            );
             eprintln!(
                 "bubblewrap cannot run here, checking the fail-closed path instead: {reason}"
             );
@@ -94,7 +98,13 @@ async fn sandboxed() -> Option<ShellActuator> {
 fn bwrap_path() -> Option<PathBuf> {
     match probe::probe() {
         SandboxStatus::Available { bwrap, .. } => Some(bwrap),
-        SandboxStatus::Unavailable { .. } => None,
+        SandboxStatus::Unavailable { reason, .. } => {
+            assert!(
+                !crate::harness::under_ci(),
+                "bubblewrap cannot run here ({reason}), and under CI a sandbox test may not skip"
+            );
+            None
+        }
     }
 }
 

@@ -12,7 +12,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -60,16 +59,11 @@ fn open(state_dir: &Path) -> Result<(File, PathBuf), LockError> {
 
 /// `flock(LOCK_EX | LOCK_NB)`: true when taken, false when someone has it.
 fn try_flock(file: &File) -> io::Result<bool> {
-    // SAFETY: flock on a descriptor we own; no memory is involved.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc == 0 {
-        return Ok(true);
-    }
-    let err = io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        Ok(false)
-    } else {
-        Err(err)
+    use rustix::fs::{flock, FlockOperation};
+    match flock(file, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(false),
+        Err(errno) => Err(errno.into()),
     }
 }
 
@@ -132,12 +126,16 @@ pub fn session_owner(session_id: &str) -> Option<u32> {
 
 /// Whether process `pid` exists (signal 0 checks without sending).
 pub fn process_alive(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
+    let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
         return false;
     };
-    // SAFETY: kill with signal 0 only checks for existence and permission.
-    let rc = unsafe { libc::kill(pid, 0) };
-    rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    matches!(
+        rustix::process::test_kill_process(pid),
+        Ok(()) | Err(rustix::io::Errno::PERM)
+    )
 }
 
 #[cfg(test)]

@@ -395,8 +395,14 @@ mod tests {
         std::os::unix::fs::symlink(&outside, &link).unwrap();
         assert!(read_small_file(&link).is_none());
         let fifo = dir.path().join("fifo.env");
-        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
         // Returns at once (no writer would ever come).
         assert!(read_small_file(&fifo).is_none());
         assert!(read_small_file(&outside).unwrap().0.contains("TOKEN="));
@@ -435,21 +441,14 @@ mod tests {
     }
 
     fn set_mtime(path: &Path, secs: i64) {
-        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-        let times = [
-            libc::timespec {
-                tv_sec: secs,
-                tv_nsec: 0,
-            },
-            libc::timespec {
-                tv_sec: secs,
-                tv_nsec: 0,
-            },
-        ];
-        assert_eq!(
-            unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), times.as_ptr(), 0) },
-            0
-        );
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs.unsigned_abs());
+        let times = std::fs::FileTimes::new().set_accessed(at).set_modified(at);
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_times(times)
+            .unwrap();
     }
 
     #[test]

@@ -28,7 +28,6 @@
 pub mod framing;
 pub mod message;
 pub mod router;
-pub mod stdio;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
