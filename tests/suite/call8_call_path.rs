@@ -35,7 +35,7 @@ async fn run_calls() -> String {
         .env("XDG_DATA_HOME", home.path().join("data"))
         .env(
             "PASSEPARTOUT_LOG",
-            "warn,passepartout::checkpoint::txn=debug,passepartout::setup=info,\
+            "warn,passepartout_transactions::checkpoint::txn=debug,passepartout::setup=info,\
              passepartout::agent::act=debug",
         )
         .stdin(std::process::Stdio::null())

@@ -60,7 +60,7 @@ async fn daemon(home: &Path, log: &Path, url: &str, project: &Path) -> (Client, 
         home,
         &[
             "env",
-            "PASSEPARTOUT_LOG=warn,passepartout::sandbox::surface=debug",
+            "PASSEPARTOUT_LOG=warn,passepartout_sandbox::sandbox::surface=debug",
         ],
         &["--provider-url", url],
     );
