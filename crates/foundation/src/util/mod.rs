@@ -8,6 +8,7 @@
 pub mod diff;
 pub mod dir_watch;
 pub mod fs;
+pub mod glob;
 pub mod jsonl;
 pub mod path;
 pub mod sync;

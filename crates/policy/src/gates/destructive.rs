@@ -19,6 +19,7 @@ use crate::gates::protected_paths::display_path;
 use crate::gates::shell::static_regex;
 use crate::gates::shell::{basename, resolve_path, script_of, strip_glob, Command};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
+use crate::util::glob::{self, Glob, Slash};
 
 /// Trees whose recursive removal or mass chmod/chown breaks the system.
 const SYSTEM_TREES: &[&str] = &[
@@ -127,36 +128,12 @@ fn severity(path: &Path, ctx: &GateContext) -> Option<(Decision, String)> {
     None
 }
 
-/// A glob pattern (`*`, `?`, `[...]`) as a regex matching whole paths.
-fn glob_regex(pattern: &str) -> Option<Regex> {
-    let mut re = String::from("^");
-    let mut in_class = false;
-    for c in pattern.chars() {
-        match c {
-            '*' if !in_class => re.push_str("[^/]*"),
-            '?' if !in_class => re.push_str("[^/]"),
-            '[' if !in_class => {
-                in_class = true;
-                re.push('[');
-            }
-            ']' if in_class => {
-                in_class = false;
-                re.push(']');
-            }
-            '!' if in_class && re.ends_with('[') => re.push('^'),
-            c => re.push_str(&regex::escape(&c.to_string())),
-        }
-    }
-    re.push('$');
-    Regex::new(&re).ok()
-}
-
 /// A path with glob characters before its last component (`/e?c`,
 /// `/u*/lib`) may name a vital tree: resolve it against the known ones.
 fn vital_glob_target(path: &Path, ctx: &GateContext) -> Option<PathBuf> {
     let (dir, _) = strip_glob(path);
     let text = dir.to_string_lossy();
-    if !text.contains(['*', '?', '[']) {
+    if !glob::has_wildcard(&text) {
         return None;
     }
     let mut candidates: Vec<PathBuf> = SYSTEM_TREES.iter().map(PathBuf::from).collect();
@@ -164,10 +141,10 @@ fn vital_glob_target(path: &Path, ctx: &GateContext) -> Option<PathBuf> {
         candidates.push(home.clone());
         candidates.extend(HOME_VITAL.iter().map(|v| home.join(v)));
     }
-    let re = glob_regex(&text)?;
+    let pattern = Glob::new(&text, Slash::Stops);
     candidates
         .into_iter()
-        .find(|c| re.is_match(&c.to_string_lossy()))
+        .find(|c| pattern.is_match(&c.to_string_lossy()))
 }
 
 fn resolve(cmd: &Command, word: &str, ctx: &GateContext) -> PathBuf {
@@ -667,6 +644,19 @@ mod tests {
     fn globs_cd_and_mirrors_cannot_hide_the_target() {
         assert_eq!(deny("rm -rf /e?c"), "rm -r on the system directory /etc");
         assert_eq!(deny("rm -rf /[u]sr"), "rm -r on the system directory /usr");
+        // A range is a class like any other (it once only asked, unnamed).
+        assert_eq!(
+            deny("rm -rf /[d-f]tc"),
+            "rm -r on the system directory /etc"
+        );
+        assert_eq!(
+            deny("rm -rf /[!a-d]tc"),
+            "rm -r on the system directory /etc"
+        );
+        assert_eq!(
+            deny("rm -rf /u*/lib"),
+            "rm -r on the system directory /usr/lib"
+        );
         assert_eq!(
             deny("cd / && rm -rf *"),
             "rm -r on the contents of the root directory /"

@@ -16,6 +16,7 @@ use crate::action::Effect;
 use crate::gates::shell::semantics::one_liner;
 use crate::gates::shell::{basename, static_regex, Command, Script};
 use crate::gates::Decision;
+use crate::util::glob::{self, Glob, Slash};
 
 /// File names that hold secrets, as a glob could meet them in a project or
 /// a home directory.
@@ -65,53 +66,15 @@ pub fn is_key_like(pattern: &str) -> bool {
 /// Bash's `*` and `?` never match a leading dot unless the pattern has one.
 pub fn secret_matches(word: &str) -> Vec<&'static str> {
     let name = basename(word);
-    if !name.contains(['*', '?', '[']) {
+    if !glob::has_wildcard(name) {
         return Vec::new();
     }
-    let glob: Vec<char> = name.chars().collect();
+    let glob = Glob::new(name, Slash::Stops);
     SECRET_NAMES
         .iter()
         .copied()
-        .filter(|n| {
-            (name.starts_with('.') || !n.starts_with('.'))
-                && glob_matches(&glob, &n.chars().collect::<Vec<_>>())
-        })
+        .filter(|n| (name.starts_with('.') || !n.starts_with('.')) && glob.is_match(n))
         .collect()
-}
-
-/// Bash pattern matching of one name: `*`, `?`, `[abc]`, `[a-z]`, `[!x]`.
-/// An unterminated `[` is a literal, as in bash.
-fn glob_matches(glob: &[char], name: &[char]) -> bool {
-    match glob.first() {
-        None => name.is_empty(),
-        Some('*') => (0..=name.len()).any(|i| glob_matches(&glob[1..], &name[i..])),
-        Some('?') => !name.is_empty() && glob_matches(&glob[1..], &name[1..]),
-        Some('[') => match glob.iter().position(|&c| c == ']').filter(|&end| end > 1) {
-            Some(end) => {
-                let Some(&c) = name.first() else {
-                    return false;
-                };
-                let (negated, set) = match glob[1] {
-                    '!' | '^' => (true, &glob[2..end]),
-                    _ => (false, &glob[1..end]),
-                };
-                let mut hit = false;
-                let mut i = 0;
-                while i < set.len() {
-                    if i + 2 < set.len() && set[i + 1] == '-' {
-                        hit |= set[i] <= c && c <= set[i + 2];
-                        i += 3;
-                    } else {
-                        hit |= set[i] == c;
-                        i += 1;
-                    }
-                }
-                hit != negated && glob_matches(&glob[end + 1..], &name[1..])
-            }
-            None => name.first() == Some(&'[') && glob_matches(&glob[1..], &name[1..]),
-        },
-        Some(&g) => name.first() == Some(&g) && glob_matches(&glob[1..], &name[1..]),
-    }
 }
 
 /// Findings for reads of secrets in a script's commands.

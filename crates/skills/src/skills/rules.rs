@@ -11,6 +11,7 @@ use std::path::Path;
 use crate::action::{Action, Effect};
 use crate::gates::shell::{basename, is_shell, parse};
 use crate::gates::{Decision, Gate, GateContext, Verdict};
+use crate::util::glob::{Glob, Slash};
 
 use super::diagnostic::Diagnostic;
 use super::lazy_regex::LazyRegex;
@@ -118,28 +119,11 @@ pub fn subjects(action: &Action) -> Vec<String> {
     out
 }
 
-/// `*` any run of characters, `?` one character, everything else literal.
+/// A rule's tool or target pattern against a name: `*` any run of
+/// characters (`/` included), `?` one character, `[...]` a class
+/// (`util::glob`, the matcher every rule shares).
 pub fn glob_match(glob: &str, text: &str) -> bool {
-    let g: Vec<char> = glob.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    let (mut gi, mut ti) = (0, 0);
-    let mut backtrack: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if gi < g.len() && (g[gi] == '?' || g[gi] == t[ti]) {
-            gi += 1;
-            ti += 1;
-        } else if gi < g.len() && g[gi] == '*' {
-            backtrack = Some((gi, ti));
-            gi += 1;
-        } else if let Some((bg, bt)) = backtrack {
-            gi = bg + 1;
-            ti = bt + 1;
-            backtrack = Some((bg, bt + 1));
-        } else {
-            return false;
-        }
-    }
-    g[gi..].iter().all(|&c| c == '*')
+    Glob::new(glob, Slash::Matches).is_match(text)
 }
 
 /// A gate made of rules: the strictest matching rule decides.
