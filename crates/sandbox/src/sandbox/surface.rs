@@ -316,7 +316,6 @@ impl SurfaceSnapshot {
     /// it lies in the project.
     pub fn take(root: &Path) -> SurfaceSnapshot {
         let canonical_root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
-        let mut g = Gather::default();
         mark("surface: root resolved");
         // The walk first (its drain of the watch included), the root's
         // entries after: a root entry created after that drain is an event
@@ -324,6 +323,17 @@ impl SurfaceSnapshot {
         // event since is still missing without a look ([`Self::sweep`]).
         let current = current_walk(root, &canonical_root);
         mark("surface: watch drained");
+        let snapshot = Self::from_walk(root, &canonical_root, current);
+        if differential_checks() {
+            check_against_fresh_walk(root, &canonical_root, &snapshot);
+        }
+        snapshot
+    }
+
+    /// The snapshot built on `current`, a walk cached or fresh.
+    fn from_walk(root: &Path, canonical_root: &Path, current: CurrentWalk) -> SurfaceSnapshot {
+        let canonical_root = canonical_root.to_path_buf();
+        let mut g = Gather::default();
         // Under the watch, the root's listing says which entries exist:
         // one whose first name it lacks is missing without a look.
         let root_names = current
@@ -834,6 +844,90 @@ fn current_walk(root: &Path, canonical_root: &Path) -> CurrentWalk {
     }
 }
 
+/// Whether every snapshot is checked against one taken without any cache
+/// (the watch's reused walk, the remembered listings): on in debug builds
+/// (every test) and wherever `PASSEPARTOUT_CHECK_CACHES=1` is set. The
+/// caches decide what is read-only in the sandbox, so a stale answer must
+/// fail loudly where it can be seen, not leave a control file writable.
+pub fn differential_checks() -> bool {
+    cfg!(debug_assertions)
+        || std::env::var_os("PASSEPARTOUT_CHECK_CACHES").is_some_and(|v| v == "1")
+}
+
+/// The walk of the project at `root` read from the disk alone: no watch,
+/// no remembered listing, nothing kept for later.
+fn fresh_walk(root: &Path, canonical_root: &Path) -> CurrentWalk {
+    let mut state = ProjectWatch::unwatched();
+    let mut walks = Walks::empty(canonical_root);
+    let walked = walk_listed(root, canonical_root, &mut walks, &mut state, 0);
+    CurrentWalk {
+        walk: LastWalk {
+            drain: 0,
+            seen: Arc::new(walked.seen),
+            masked: walked.masked,
+            redactable: Arc::new(walked.redactable),
+            repositories: walked.repositories,
+            nested_work_trees: walked.nested_work_trees,
+            control_dirs: walked.control_dirs,
+            root_entry_names: walked.root_entry_names,
+        },
+        watched: None,
+        reused: false,
+        all_watched: false,
+        looked_at: walked.looked_at,
+    }
+}
+
+/// What a snapshot protects, in an order that does not depend on how the
+/// walk was had: the mounts, the missing entries swept after the run, the
+/// symlinks put back, the repositories.
+fn protected_parts(s: &SurfaceSnapshot) -> [Vec<PathBuf>; 6] {
+    let sorted = |mut v: Vec<PathBuf>| {
+        v.sort();
+        v
+    };
+    [
+        sorted(s.mounts.pins.clone()),
+        sorted(s.mounts.read_only.clone()),
+        sorted(s.mounts.masked.clone()),
+        sorted(s.missing.iter().map(|(_, p)| p.clone()).collect()),
+        sorted(s.links.iter().map(|(_, p, t)| p.join(t)).collect()),
+        sorted(s.repositories.iter().cloned().collect()),
+    ]
+}
+
+/// The differential check of [`SurfaceSnapshot::take`]: the snapshot the
+/// caches gave must protect exactly what one from a fresh walk protects.
+/// A tree that changed between the two walks (a second fresh walk differs
+/// from the first) gives no verdict; a stable tree that the cached answer
+/// misreads panics with both answers.
+fn check_against_fresh_walk(root: &Path, canonical_root: &Path, cached: &SurfaceSnapshot) {
+    let fresh = || {
+        protected_parts(&SurfaceSnapshot::from_walk(
+            root,
+            canonical_root,
+            fresh_walk(root, canonical_root),
+        ))
+    };
+    let cached = protected_parts(cached);
+    let first = fresh();
+    if first == cached {
+        return;
+    }
+    if fresh() != first {
+        tracing::debug!(
+            "control surface of {}: the tree changed during the differential check",
+            root.display()
+        );
+        return;
+    }
+    panic!(
+        "the control surface cache of {} disagrees with a fresh walk \
+         (pins, read-only, masked, missing, links, repositories):\ncached: {cached:?}\nfresh:  {first:?}",
+        root.display()
+    );
+}
+
 /// Files at most that [`redactable_files`] names: past them the rest of
 /// the project's secret files are not named (a warning is logged).
 pub const MAX_REDACTABLE_FILES: usize = 1024;
@@ -1158,6 +1252,16 @@ impl Walks {
         }
     }
 
+    /// No remembered listing, and none kept: every directory is read.
+    fn empty(root: &Path) -> Walks {
+        Walks {
+            root: root.to_path_buf(),
+            old: FxHashMap::default(),
+            new: FxHashMap::default(),
+            entries: WALK_CACHE_ENTRIES,
+        }
+    }
+
     /// Remember this walk's listings (only those of directories it saw).
     fn keep(self) {
         if let Ok(mut cache) = walk_cache().lock() {
@@ -1278,6 +1382,21 @@ impl ProjectWatch {
         };
         state.watch = state.fresh_watch();
         state
+    }
+
+    /// A project state with no watch at all: each directory is read.
+    fn unwatched() -> ProjectWatch {
+        ProjectWatch {
+            watch: None,
+            off: Some("a walk without caches".into()),
+            max_dirs: 0,
+            drains: 0,
+            reset_at: 0,
+            last_event_at: 0,
+            changed: FxHashMap::default(),
+            listings: FxHashMap::default(),
+            last_walk: None,
+        }
     }
 
     fn fresh_watch(&self) -> Option<DirWatch<PathBuf>> {
@@ -1765,6 +1884,38 @@ mod tests {
                 masked: vec![],
             }
         );
+    }
+
+    /// The differential check is live: a reused walk that lost a nested
+    /// repository's control directory (a cache bug, planted here) makes
+    /// the next snapshot fail instead of leaving `docs/.git/hooks`
+    /// writable; the untampered cache passes it.
+    #[test]
+    fn a_stale_cached_walk_fails_the_differential_check() {
+        assert!(differential_checks(), "on in every debug build");
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("docs/.git/hooks")).unwrap();
+        std::fs::write(root.join("docs/.git/config"), "").unwrap();
+        let first = SurfaceSnapshot::take(root);
+        let again = SurfaceSnapshot::take(root);
+        assert!(again.reused_last_walk(), "inotify watches the project here");
+        assert_eq!(first.mounts(), again.mounts());
+        let canonical = root.canonicalize().unwrap();
+        {
+            let project = watched_project(&canonical);
+            let mut state = crate::util::sync::lock(&project);
+            let walk = state.last_walk.as_mut().expect("a walk kept for reuse");
+            walk.control_dirs.clear();
+            walk.repositories.clear();
+        }
+        let stale = std::panic::catch_unwind(|| SurfaceSnapshot::take(root));
+        let message = stale.expect_err("the stale walk must not pass");
+        let text = message
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(text.contains("disagrees with a fresh walk"), "{text}");
     }
 
     #[test]
