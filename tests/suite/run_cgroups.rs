@@ -62,7 +62,7 @@ async fn a_daemon_makes_no_run_cgroup_before_a_command_is_coming() {
 }
 
 #[tokio::test]
-async fn a_daemon_removes_its_run_cgroups_when_it_exits() {
+async fn run_cgroups_left_at_exit_are_removed_by_the_next_daemon() {
     if !harness::bwrap_available() {
         return;
     }
@@ -107,23 +107,46 @@ async fn a_daemon_removes_its_run_cgroups_when_it_exits() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     client.close_stdin();
+    let exit_began = Instant::now();
     let status = tokio::time::timeout(Duration::from_secs(10), client.child.wait())
         .await
         .expect("the daemon exits at end of input")
         .unwrap();
     assert!(status.success(), "{status}");
-    assert_eq!(
-        run_cgroups_of(&parent, pid),
-        Vec::<PathBuf>::new(),
-        "run cgroups left behind by a daemon that exited"
+    // The exit does not wait for a cgroup the kernel still holds busy:
+    // whatever is left goes when the next daemon starts running commands.
+    let exit_took = exit_began.elapsed();
+    let left = run_cgroups_of(&parent, pid);
+    eprintln!(
+        "exit took {} ms, {} run cgroup(s) left for the next daemon",
+        exit_took.as_millis(),
+        left.len()
     );
+    let fake2 = FakeProvider::start(vec![
+        fake::shell_call("c2", "true"),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let (mut next, session2) = Client::with_fake(home.path(), &fake2, project.path()).await;
+    let (reply, _) = next.prompt_allowing(&session2, "run true").await;
+    assert_eq!(reply["result"]["stopReason"], "end_turn", "{reply}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !run_cgroups_of(&parent, pid).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "run cgroups of an exited daemon not removed by the next one: {:?}",
+            run_cgroups_of(&parent, pid)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    next.close_stdin();
+    let _ = tokio::time::timeout(Duration::from_secs(10), next.child.wait()).await;
 }
 
 /// Failing `rmdir`s a run cgroup may cost at most: the removal backs off
-/// from 1 ms to `enforce::REMOVAL_RETRY_MAX` (200 ms), so within the exit's
-/// `EXIT_CLEANUP_WITHIN` (200 ms) a busy cgroup is tried about 8 times
-/// (it was tried every millisecond: 27 times per cgroup in this test's
-/// setting on a loaded host, ~60–200 idle).
+/// from 1 ms to `enforce::REMOVAL_RETRY_MAX`, so within the exit's
+/// `EXIT_CLEANUP_WITHIN` a busy cgroup is tried a handful of times, not
+/// every millisecond.
 const FAILED_RMDIRS_PER_CGROUP: usize = 12;
 
 /// A daemon that exits right after its shell calls, while the host has not

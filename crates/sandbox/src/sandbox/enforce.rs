@@ -319,12 +319,13 @@ static STOPPING: AtomicBool = AtomicBool::new(false);
 /// the pool, which the removal empties) instead of missing it.
 static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// How long [`remove_run_cgroups`] may take at exit. The made-ahead
-/// cgroups go as soon as their resident threads end (well under a
-/// millisecond); a cgroup a run used right before the exit stays busy until
-/// the host reaps the sandbox's last process (1–2 s here) and is left for
-/// the next daemon to remove rather than holding the exit that long.
-pub const EXIT_CLEANUP_WITHIN: Duration = Duration::from_millis(200);
+/// How long [`remove_run_cgroups`] may take at exit: long enough for the
+/// made-ahead cgroups, which empty as soon as their resident threads end,
+/// and short enough that a person never waits on it. A cgroup a run used
+/// right before the exit stays busy until the host reaps the sandbox's
+/// last process, which can take seconds: it is left for the next daemon
+/// to remove ([`remove_stale_cgroups`]), never waited for.
+pub const EXIT_CLEANUP_WITHIN: Duration = Duration::from_millis(20);
 
 /// The longest wait between two tries to remove a run cgroup that is
 /// still busy (at exit, after a run, or discarded): the tries back off

@@ -324,6 +324,19 @@ impl SurfaceSnapshot {
         let current = current_walk(root, &canonical_root);
         mark("surface: watch drained");
         let snapshot = Self::from_walk(root, &canonical_root, current);
+        tracing::debug!(
+            "control surface of {}: {} directories, {} stat'ed ({})",
+            root.display(),
+            snapshot.seen.len(),
+            snapshot.looked_at,
+            if snapshot.reused {
+                "the last walk reused: no event since"
+            } else if snapshot.watched.is_some() {
+                "the rest unchanged by inotify"
+            } else {
+                "not watched"
+            }
+        );
         if differential_checks() {
             check_against_fresh_walk(root, &canonical_root, &snapshot);
         }
@@ -362,19 +375,6 @@ impl SurfaceSnapshot {
         mark("surface: root entries");
         walk_nested(root, &canonical_root, current, &mut g);
         mark("surface: walk");
-        tracing::debug!(
-            "control surface of {}: {} directories, {} stat'ed ({})",
-            root.display(),
-            g.seen.len(),
-            g.looked_at,
-            if g.reused {
-                "the last walk reused: no event since"
-            } else if g.watched.is_some() {
-                "the rest unchanged by inotify"
-            } else {
-                "not watched"
-            }
-        );
         // The person's git settings (global, system, the repository's own,
         // and each nested repository's) that name files in the project:
         // git runs those on the host at the person's next commit or diff.
