@@ -119,6 +119,14 @@ LOCAL is non-nil when the value was buffer-local.  nil when the cache
 is not suspended.  See
 `passepartout-chat--suspend-element-cache'.")
 
+(defvar-local passepartout-chat--pending nil
+  "Answer text received but not yet shown, newest first: (KIND . TEXT).
+KIND is `message' or `thought'.  The process filter only queues text;
+a timer shows it (see `passepartout-chat--drain').")
+
+(defvar-local passepartout-chat--drain-timer nil
+  "Timer that shows the queued answer text, or nil.")
+
 (defvar-local passepartout-chat--held ""
   "Stars at a line start held back until the next chunk shows what follows.")
 
@@ -142,6 +150,11 @@ is not suspended.  See
 
 (defvar-local passepartout-chat--resume nil
   "A session id saved in the chat file, to resume on the next start.")
+
+(defvar-local passepartout-chat--saved nil
+  "What the chat file holds, for saving only what changed: nil, or
+\(MARKER . BYTES) when the buffer's text before MARKER is, byte for byte,
+the start of the file, whose size is BYTES.")
 
 (defvar-local passepartout-chat--save-timer nil
   "Timer that saves the chat file while an answer streams, or nil.")
@@ -256,6 +269,12 @@ The chat is saved to an Org file in `passepartout-chat-directory'.
   ;; Code the model writes is shown, never run by a stray C-c C-c.
   (setq-local org-confirm-babel-evaluate t)
   (add-hook 'org-ctrl-c-ctrl-c-hook #'passepartout-chat--ctrl-c-ctrl-c nil t)
+  (add-hook 'before-change-functions #'passepartout-chat--unsaved-from nil t)
+  (add-to-invisibility-spec '(passepartout-long-line . t))
+  ;; As `so-long' does: a long line of left-to-right text needs no
+  ;; bidirectional reordering, which costs redisplay its length.
+  (setq bidi-paragraph-direction 'left-to-right)
+  (setq-local bidi-inhibit-bpa t)
   (add-hook 'kill-buffer-hook #'passepartout-chat--forget nil t))
 
 (defun passepartout-chat--ctrl-c-ctrl-c ()
@@ -268,6 +287,8 @@ Run from `org-ctrl-c-ctrl-c-hook'."
 
 (defun passepartout-chat--forget ()
   "Forget this buffer's session; cancel its turn; save its file."
+  (when passepartout-chat--drain-timer
+    (cancel-timer passepartout-chat--drain-timer))
   (when passepartout-chat--stream
     (ignore-errors (passepartout-chat-cancel)))
   (when (buffer-modified-p) (passepartout-chat-save))
@@ -377,6 +398,67 @@ Run from `org-ctrl-c-ctrl-c-hook'."
         (let ((v (string-trim (match-string-no-properties 1))))
           (and (not (string-empty-p v)) v))))))
 
+(defun passepartout-chat--unsaved-from (pos &rest _)
+  "Note that the text from POS on differs from the chat file.
+In `before-change-functions', and called for streamed text (which runs
+no change hook)."
+  (when-let ((saved passepartout-chat--saved))
+    (when (< pos (car saved))
+      (set-marker (car saved) pos))))
+
+;; A chat grows at its end: a save writes only the text after the first
+;; change since the last one, at its place in the file (writing a long
+;; chat whole, at every save, stalled Emacs in proportion to its size).
+;; While an answer streams and when a turn ends, it is written in pieces
+;; of `passepartout-chat--save-piece' characters, one per timer run, so
+;; that a keystroke never waits for more than one piece.
+
+(defconst passepartout-chat--save-piece 65536
+  "Characters written to a chat file per timer run when saving in the background.")
+
+(defun passepartout-chat--bytes (pos)
+  "Bytes the chat's text before POS takes in its UTF-8 file.
+True while the file's encoding of the text is the buffer's own (no raw
+bytes in it); every save that reaches the end checks it."
+  (1- (position-bytes pos)))
+
+(defun passepartout-chat--write (&optional piece)
+  "Write what changed since the last save to the chat file.
+With PIECE, write at most PIECE characters of it.  Return non-nil when
+the file holds the whole buffer."
+  (save-restriction
+    (widen)
+    (let* ((file passepartout-chat--file)
+           (saved passepartout-chat--saved)
+           (coding-system-for-write 'utf-8-unix)
+           (write-region-inhibit-fsync t)
+           (to (point-max)))
+      (if (and saved (eql (file-attribute-size (file-attributes file)) (cdr saved)))
+          (let ((from (car saved)))
+            (when piece (setq to (min to (+ from piece))))
+            (write-region from to file (passepartout-chat--bytes from) 'silent))
+        (let ((dir (file-name-directory file)))
+          (unless (file-directory-p dir) (make-directory dir t)))
+        (write-region nil nil file nil 'silent))
+      (let ((size (file-attribute-size (file-attributes file)))
+            (whole (= to (point-max))))
+        (when (and whole (not (eql size (passepartout-chat--bytes to))))
+          ;; Longer: the text shrank, and writing at an offset never
+          ;; shortens a file.  Other: the encoding is not the buffer's.
+          (write-region nil nil file nil 'silent)
+          (setq size (file-attribute-size (file-attributes file))))
+        (setq passepartout-chat--saved
+              (and (>= size (passepartout-chat--bytes to))
+                   (or (not whole) (eql size (passepartout-chat--bytes to)))
+                   (cons (if saved (set-marker (car saved) to) (copy-marker to))
+                         size)))
+        whole))))
+
+(defun passepartout-chat--save-error (err)
+  "Say that the chat could not be saved, because of ERR."
+  (message "passepartout: cannot save the chat to %s: %s"
+           passepartout-chat--file (error-message-string err)))
+
 (defun passepartout-chat-save ()
   "Write this chat to its Org file now."
   (interactive)
@@ -385,35 +467,34 @@ Run from `org-ctrl-c-ctrl-c-hook'."
     (setq passepartout-chat--save-timer nil))
   (when passepartout-chat--file
     (condition-case err
-        (let ((dir (file-name-directory passepartout-chat--file)))
-          (unless (file-directory-p dir) (make-directory dir t))
-          (save-restriction
-            (widen)
-            (let ((coding-system-for-write 'utf-8-unix)
-                  (write-region-inhibit-fsync t))
-              (write-region nil nil passepartout-chat--file nil 'silent)))
+        (when (passepartout-chat--write)
           (set-buffer-modified-p nil))
-      (error (message "passepartout: cannot save the chat to %s: %s"
-                      passepartout-chat--file (error-message-string err))))))
+      (error (passepartout-chat--save-error err)))))
 
-(defconst passepartout-chat--save-bytes-per-second 500000
-  "A big chat is saved less often: one second between saves per this many bytes.
-Each save writes the whole buffer, so this bounds the time spent saving
-to a constant share, whatever the chat's size.")
+(defun passepartout-chat--save-piece (buffer)
+  "Write the next piece of BUFFER's chat; go on later until it is whole.
+A piece waits while input is pending."
+  (when (buffer-live-p buffer)
+    (with-current-buffer buffer
+      (setq passepartout-chat--save-timer nil)
+      (when passepartout-chat--file
+        (condition-case err
+            (if (and (not (input-pending-p))
+                     (passepartout-chat--write passepartout-chat--save-piece))
+                (set-buffer-modified-p nil)
+              (passepartout-chat--save-later 0.02))
+          (error (passepartout-chat--save-error err)))))))
+
+(defun passepartout-chat--save-later (delay)
+  "Save the chat in the background in DELAY seconds, unless one is due."
+  (when (and passepartout-chat--file (not passepartout-chat--save-timer))
+    (setq passepartout-chat--save-timer
+          (run-at-time delay nil #'passepartout-chat--save-piece
+                       (current-buffer)))))
 
 (defun passepartout-chat--save-soon ()
-  "Save the chat within `passepartout-chat-save-interval' seconds, or later if big."
-  (when (and passepartout-chat--file (not passepartout-chat--save-timer))
-    (let ((buffer (current-buffer)))
-      (setq passepartout-chat--save-timer
-            (run-at-time (max passepartout-chat-save-interval
-                              (/ (buffer-size) (float passepartout-chat--save-bytes-per-second)))
-                         nil
-                         (lambda ()
-                           (when (buffer-live-p buffer)
-                             (with-current-buffer buffer
-                               (setq passepartout-chat--save-timer nil)
-                               (passepartout-chat-save)))))))))
+  "Save the chat within `passepartout-chat-save-interval' seconds."
+  (passepartout-chat--save-later passepartout-chat-save-interval))
 
 ;;;; Buffers and sessions
 
@@ -605,10 +686,22 @@ who never hears of it."
     (with-silent-modifications
       (add-text-properties start end passepartout-chat--protected))))
 
-(defun passepartout-chat--insert (text)
+(defconst passepartout-chat--streamed-properties
+  (append '(fontified t) passepartout-chat--protected)
+  "Text properties of streamed answer text until its turn ends.
+`fontified' t tells jit-lock the text needs no fontification: Org's
+font-lock works on whole lines, so a chunk appended to a long line
+would refontify all of it, at every chunk, while the person types.
+The turn's end hands the text back to jit-lock (see
+`passepartout-chat--refontify').")
+
+(defun passepartout-chat--insert (text &optional streamed)
   "Insert TEXT, read-only, at the stream marker; windows at it follow it.
 The stream marker sits above the prompt, so what the person types below
-never mixes with the answer."
+never mixes with the answer.  STREAMED non-nil says TEXT is answer or
+reasoning text: it is left unfontified until the turn ends, and no
+change hook runs for it (none has anything to do with read-only text
+that grows at a marker, and jit-lock's would undo `fontified')."
   (let* ((stream passepartout-chat--stream)
          (inhibit-read-only t)
          (here-at-end (= (point) stream))
@@ -618,16 +711,135 @@ never mixes with the answer."
     (save-excursion
       (goto-char stream)
       (let ((start (point)))
-        (insert text)
-        (passepartout-chat--protect start (point))))
+        (if (not streamed)
+            (progn (insert text)
+                   (passepartout-chat--protect start (point)))
+          (passepartout-chat--unsaved-from start)
+          ;; Done by the change hooks that are not run.
+          (syntax-ppss-flush-cache start)
+          ;; The chunk is ours (parsed from JSON for this insertion):
+          ;; propertized in place, it is not copied once more.
+          (add-text-properties 0 (length text)
+                               passepartout-chat--streamed-properties text)
+          (passepartout-chat--fold-long-line
+           text (- start (line-beginning-position)))
+          (let ((inhibit-modification-hooks t))
+            (insert text)))))
     (when here-at-end (goto-char stream))
     (dolist (w followers) (set-window-point w stream))))
+
+(defconst passepartout-chat--insert-budget 0.004
+  "Seconds of insertion a timer run may take before input gets its turn.")
+
+(defconst passepartout-chat--drain-delay 0.015
+  "Seconds between the arrival of answer text and its display.
+Text arriving meanwhile is shown in the same run, and redisplayed once.")
+
+(defun passepartout-chat--enqueue (kind text)
+  "Queue answer TEXT of KIND (`message' or `thought') for display."
+  (push (cons kind text) passepartout-chat--pending)
+  (unless passepartout-chat--drain-timer
+    (setq passepartout-chat--drain-timer
+          (run-at-time passepartout-chat--drain-delay nil
+                       #'passepartout-chat--drain (current-buffer)))))
+
+(defun passepartout-chat--drain (buffer)
+  "Show BUFFER's queued text for at most `passepartout-chat--insert-budget'.
+It stops early when input is pending, and runs again later for the
+rest: a keystroke never waits for more than one budget of insertion."
+  (when (buffer-live-p buffer)
+    (with-current-buffer buffer
+      (setq passepartout-chat--drain-timer nil)
+      (passepartout-chat--show-pending
+       (+ (float-time) passepartout-chat--insert-budget))
+      (when passepartout-chat--pending
+        (setq passepartout-chat--drain-timer
+              (run-at-time passepartout-chat--drain-delay nil
+                           #'passepartout-chat--drain buffer))))))
+
+(defun passepartout-chat--show-pending (&optional deadline)
+  "Insert the queued text, oldest first, until DEADLINE (`float-time').
+Without DEADLINE, insert all of it: what comes next in the turn (a tool
+call, a note, its end) must follow the text received before it.  With
+one, stop early when input is pending, after at least one piece."
+  (when passepartout-chat--pending
+    (let ((items (nreverse passepartout-chat--pending)))
+      (setq passepartout-chat--pending nil)
+      (while (and items passepartout-chat--stream
+                  (let ((item (pop items)))
+                    (if (eq (car item) 'thought)
+                        (passepartout-chat-insert-thought (cdr item))
+                      (passepartout-chat-insert-message (cdr item)))
+                    (or (not deadline)
+                        (and (< (float-time) deadline)
+                             (not (input-pending-p)))))))
+      (setq passepartout-chat--pending (and passepartout-chat--stream items)))))
+
+(defun passepartout-chat--flush ()
+  "Show all queued answer text now."
+  (when passepartout-chat--drain-timer
+    (cancel-timer passepartout-chat--drain-timer)
+    (setq passepartout-chat--drain-timer nil))
+  (passepartout-chat--show-pending))
+
+(defconst passepartout-chat--long-line 4000
+  "Characters of a line of an answer shown; the rest is folded.
+Org's font-lock fontifies whole lines, and Emacs 28's redisplay walks a
+truncated line to its end, character by character, every time it
+shows it: a line of a megabyte would stall both at every chunk.
+Folded (invisible) text is skipped in one step.  The folded rest of a
+line is shown by `passepartout-chat-show-long-lines'; it is never
+fontified.")
+
+(defun passepartout-chat--fold-long-line (text column)
+  "Make the part of TEXT past `passepartout-chat--long-line' invisible.
+TEXT is inserted at COLUMN of its first line."
+  (let ((start 0)
+        (length (length text)))
+    (while (< start length)
+      (let* ((newline (string-search "\n" text start))
+             (end (or newline length))
+             (hidden (+ start (max 0 (- passepartout-chat--long-line column)))))
+        (when (< hidden end)
+          (put-text-property hidden end 'invisible 'passepartout-long-line text))
+        (setq start (1+ end)
+              column 0)))))
+
+(defun passepartout-chat-show-long-lines (&optional arg)
+  "Show the folded rest of long answer lines; with ARG negative, fold it.
+Showing a line of a megabyte makes each redisplay of it slow."
+  (interactive "P")
+  (if (and arg (< (prefix-numeric-value arg) 0))
+      (add-to-invisibility-spec '(passepartout-long-line . t))
+    (remove-from-invisibility-spec '(passepartout-long-line . t))))
+
+(defun passepartout-chat--refontify (start end)
+  "Hand the text from START to END back to jit-lock, but for long lines.
+Only what a window shows is then fontified, when it is shown."
+  (with-silent-modifications
+    (save-excursion
+      (goto-char start)
+      (let ((run start))
+        (while (< (point) end)
+          (let ((eol (min end (line-end-position))))
+            (when (> (- eol (point)) passepartout-chat--long-line)
+              (when (< run (point)) (put-text-property run (point) 'fontified nil))
+              (setq run (min end (1+ eol))))
+            (goto-char (min end (1+ eol)))))
+        (when (< run end) (put-text-property run end 'fontified nil))))))
 
 (defun passepartout-chat--org-safe (text)
   "Return TEXT with line-start stars that would open an Org heading demoted.
 A Markdown bullet \"* item\" would otherwise end the answer's section.
 Stars at the end of TEXT wait in `passepartout-chat--held' until the
 next chunk shows whether a space follows them.  Cost: linear in TEXT."
+  (if (and (string-empty-p passepartout-chat--held)
+           (not (string-search "*" text)))
+      text
+    (passepartout-chat--org-safe-stars text)))
+
+(defun passepartout-chat--org-safe-stars (text)
+  "Return TEXT, which may hold stars, as `passepartout-chat--org-safe' does."
   (let* ((text (concat passepartout-chat--held text))
          (bol (or (= passepartout-chat--stream (point-min))
                   (eq (char-before passepartout-chat--stream) ?\n)))
@@ -661,10 +873,12 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
 
 (defun passepartout-chat--close-segment ()
   "End the current section: flush held text, fold reasoning."
+  ;; Whatever ends the section comes after the text received before it.
+  (passepartout-chat--flush)
   (unless (string-empty-p passepartout-chat--held)
     (let ((held passepartout-chat--held))
       (setq passepartout-chat--held "")
-      (passepartout-chat--insert held)))
+      (passepartout-chat--insert held t)))
   (when (eq (car-safe passepartout-chat--segment) 'thought)
     (passepartout-chat--ensure-newline)
     (passepartout-chat--fold (cdr passepartout-chat--segment)))
@@ -673,7 +887,9 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
 (defun passepartout-chat--ensure-newline ()
   "Make the stream start on a fresh line."
   (unless (eq (char-before passepartout-chat--stream) ?\n)
-    (passepartout-chat--insert "\n")))
+    ;; As streamed text: a change hook would refontify the whole line
+    ;; it ends, which may be megabytes long.
+    (passepartout-chat--insert (string ?\n) t)))
 
 (defun passepartout-chat--open-heading (title)
   "Insert a level-2 heading TITLE at the stream; return a marker at it."
@@ -695,7 +911,7 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
                   (not (looking-at-p "^\\* passepartout$"))))
         (passepartout-chat--open-heading "Answer")))
     (setq passepartout-chat--segment 'message))
-  (passepartout-chat--insert (passepartout-chat--org-safe text))
+  (passepartout-chat--insert (passepartout-chat--org-safe text) t)
   (passepartout-chat--save-soon))
 
 (defun passepartout-chat-insert-thought (text)
@@ -704,7 +920,7 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
     (passepartout-chat--close-segment)
     (setq passepartout-chat--segment
           (cons 'thought (passepartout-chat--open-heading "Reasoning"))))
-  (passepartout-chat--insert (passepartout-chat--org-safe text))
+  (passepartout-chat--insert (passepartout-chat--org-safe text) t)
   (passepartout-chat--save-soon))
 
 (defun passepartout-chat--note (text)
@@ -1085,13 +1301,18 @@ with it (the transcript is read-only)."
                      (lambda (w) (funcall in-turn (window-point w)))
                      (get-buffer-window-list nil nil t))))
       (passepartout-chat--protect start passepartout-chat--prompt)
+      (passepartout-chat--refontify start passepartout-chat--prompt)
       (set-marker passepartout-chat--stream nil)
       (setq passepartout-chat--stream nil
             passepartout-chat--plan nil)
       (passepartout-chat--resume-element-cache)
       (when move (goto-char (point-max)))
       (dolist (w windows) (set-window-point w (point-max))))
-    (passepartout-chat-save)
+    ;; In the background, in pieces: the answer may be megabytes.
+    (when passepartout-chat--save-timer
+      (cancel-timer passepartout-chat--save-timer)
+      (setq passepartout-chat--save-timer nil))
+    (passepartout-chat--save-later 0)
     (force-mode-line-update)))
 
 (defun passepartout-chat--stop-note (reason)
@@ -1179,10 +1400,10 @@ The daemon names its command-line flags, which an Emacs user never types."
           (pcase (plist-get update :sessionUpdate)
             ("agent_message_chunk"
              (when-let ((text (passepartout-chat--text-of (plist-get update :content))))
-               (passepartout-chat-insert-message text)))
+               (passepartout-chat--enqueue 'message text)))
             ("agent_thought_chunk"
              (when-let ((text (passepartout-chat--text-of (plist-get update :content))))
-               (passepartout-chat-insert-thought text)))
+               (passepartout-chat--enqueue 'thought text)))
             ("tool_call" (passepartout-chat--tool-start update))
             ("tool_call_update" (passepartout-chat--tool-update update))
             ("plan" (passepartout-chat--plan-update (plist-get update :entries)))))))))

@@ -95,9 +95,14 @@
         (last (plist-get bench-latency--state :last)))
     (when (and last (plist-get bench-latency--state :measuring))
       (let ((gap (- now last)))
+        (when (> gap 0.03)
+          (push (list (- last (plist-get bench-latency--state :started)) gap
+                      (/= gcs-done (plist-get bench-latency--state :probe-gcs)))
+                (plist-get bench-latency--state :long-gaps)))
         (when (> gap (plist-get bench-latency--state :max-gap))
           (setq bench-latency--state (plist-put bench-latency--state :max-gap gap)))))
-    (setq bench-latency--state (plist-put bench-latency--state :last now))))
+    (setq bench-latency--state (plist-put bench-latency--state :last now))
+    (setq bench-latency--state (plist-put bench-latency--state :probe-gcs gcs-done))))
 
 (defun bench-latency--feed ()
   "Hand the next notification to the package, as jsonrpc's filter would."
@@ -129,6 +134,8 @@
     (with-current-buffer buffer
       (setq passepartout-chat--session-id "bench")
       (puthash "bench" buffer passepartout-chat--sessions)
+      ;; As a new session does: later saves write what changed.
+      (passepartout-chat-save)
       (goto-char (point-max))
       (insert "Write a long answer.")
       (passepartout-chat-begin-turn))
@@ -143,11 +150,14 @@ Call DONE with no argument one second after the turn ended."
          (frames (bench-latency--frames kb shape))
          (buffer (bench-latency--chat)))
     (switch-to-buffer buffer)
+    ;; Org's first display of the buffer (loading its modules, fontifying
+    ;; the window) is not part of streaming.
+    (redisplay t)
     (garbage-collect)
     (setq bench-latency--state
           (list :frames frames :buffer buffer :max-gap 0.0 :measuring t
                 :kb kb :shape shape :interval interval :done done
-                :started (float-time)))
+                :started (float-time) :gcs gcs-done :gc-elapsed gc-elapsed))
     (setq bench-latency--state
           (plist-put bench-latency--state :probe
                      (run-at-time 0 bench-latency--probe-interval #'bench-latency--probe)))
@@ -157,13 +167,18 @@ Call DONE with no argument one second after the turn ended."
 
 (defun bench-latency--summary ()
   "One line saying what was measured."
-  (format "Emacs %s, Org %s, %d KB as %s, a 4 KiB notification every %s s: stream %.2f s, longest gap %.1f ms (probe every %d ms)"
+  (format "Emacs %s, Org %s, %d KB as %s, a 4 KiB notification every %s s: stream %.2f s, longest gap %.1f ms (probe every %d ms; gaps over 30 ms, at seconds from the start, * when Emacs collected garbage in it: %s; %d GCs, %.0f ms in all)"
           emacs-version (org-version)
           (plist-get bench-latency--state :kb) (plist-get bench-latency--state :shape)
           (plist-get bench-latency--state :interval)
           (- (plist-get bench-latency--state :ended) (plist-get bench-latency--state :started))
           (* 1000 (- (plist-get bench-latency--state :max-gap) bench-latency--probe-interval))
-          (* 1000 bench-latency--probe-interval)))
+          (* 1000 bench-latency--probe-interval)
+          (mapconcat (lambda (g) (format "%.0f ms at %.2f%s" (* 1000 (nth 1 g)) (nth 0 g)
+                                         (if (nth 2 g) "*" "")))
+                     (reverse (plist-get bench-latency--state :long-gaps)) ", ")
+          (- gcs-done (plist-get bench-latency--state :gcs))
+          (* 1000 (- gc-elapsed (plist-get bench-latency--state :gc-elapsed)))))
 
 (defun bench-latency-batch ()
   "Run the measure in batch and print it (no redisplay: a floor)."
@@ -193,6 +208,7 @@ done.  The sender appends each key's sending time to `sent'."
   "Start the measure of `bench-latency-terminal'."
   (let ((out (file-name-as-directory (getenv "BENCH_LATENCY_OUT"))))
     (add-hook 'post-command-hook #'bench-latency--note-key)
+    (when (bench-latency--env "BENCH_LATENCY_PROFILE" nil) (profiler-start 'cpu))
     (bench-latency-start
      (lambda ()
        (let* ((sent (with-temp-buffer
@@ -203,6 +219,9 @@ done.  The sender appends each key's sending time to `sent'."
               (to (+ (plist-get bench-latency--state :ended) 1.0))
               (waits (cl-loop for s in sent for g in got
                               when (and (>= s from) (<= s to)) collect (- g s))))
+         (when (bench-latency--env "BENCH_LATENCY_PROFILE" nil)
+           (profiler-stop)
+           (profiler-write-profile (profiler-cpu-profile) (bench-latency--env "BENCH_LATENCY_PROFILE" nil)))
          (with-temp-file (expand-file-name "result" out)
            (insert (format "terminal: %s; %d keys typed while it streamed (of %d sent, %d received), longest key wait %.1f ms, median %.1f ms\n"
                            (bench-latency--summary) (length waits) (length sent) (length got)

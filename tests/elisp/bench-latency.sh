@@ -6,25 +6,28 @@
 #   EMACS                 the Emacs to measure (default emacs)
 #   BENCH_LATENCY_KB      the answer's size (default 1000)
 #   BENCH_LATENCY_RUNS    runs per shape (default 3)
+#   BENCH_LATENCY_SHAPES  the shapes (default "lines one-line")
+#   BENCH_LATENCY_PROFILE a file to write a CPU profile to
 set -eu
 cd "$(dirname "$0")/../.."
 EMACS=${EMACS:-emacs}
 RUNS=${BENCH_LATENCY_RUNS:-3}
 command -v tmux >/dev/null || { echo "bench-latency.sh: needs tmux" >&2; exit 2; }
+session=bench-latency-$$
+trap 'tmux kill-session -t "$session" 2>/dev/null || true' EXIT
 
-for shape in lines one-line; do
+for shape in ${BENCH_LATENCY_SHAPES:-lines one-line}; do
     run=0
     while [ "$run" -lt "$RUNS" ]; do
         run=$((run + 1))
         out=$(mktemp -d)
-        session=bench-latency-$$
         tmux new-session -d -s "$session" -x 100 -y 35 \
-             "env BENCH_LATENCY_OUT=$out BENCH_LATENCY_SHAPE=$shape BENCH_LATENCY_KB=${BENCH_LATENCY_KB:-1000} $EMACS -nw -Q -L elisp -L tests/elisp -l bench-latency -f bench-latency-terminal; sleep 1"
+             "env BENCH_LATENCY_OUT=$out BENCH_LATENCY_PROFILE=${BENCH_LATENCY_PROFILE:-} BENCH_LATENCY_SHAPE=$shape BENCH_LATENCY_KB=${BENCH_LATENCY_KB:-1000} $EMACS -nw -Q -L elisp -L tests/elisp -l bench-latency -f bench-latency-terminal; sleep 1"
         while [ ! -e "$out/ready" ]; do sleep 0.05; done
         : >"$out/sent"
         while [ ! -e "$out/result" ]; do
             date +%s.%N >>"$out/sent"
-            tmux send-keys -t "$session" x
+            tmux send-keys -t "$session" x || { echo "bench-latency.sh: Emacs exited" >&2; exit 1; }
             sleep 0.1
         done
         cat "$out/result"
