@@ -74,6 +74,7 @@ The file is also written when each turn ends."
 (declare-function passepartout-plan--decide "passepartout-plan"
                   (id decision org comment))
 (declare-function passepartout-plan-buffer "passepartout-plan" (id))
+(declare-function passepartout-plans--sync "passepartout-plan" ())
 (declare-function passepartout-plans "passepartout")
 (declare-function passepartout-events "passepartout")
 (declare-function passepartout-restart "passepartout")
@@ -90,6 +91,11 @@ The file is also written when each turn ends."
 
 (defvar passepartout-chat--sessions (make-hash-table :test #'equal)
   "Chat buffers by session id.")
+
+(defvar passepartout-chat--plan-chats (make-hash-table :test #'equal)
+  "Chat buffers by the id of the flight plan waiting in them.
+A chat resumed after a restart may have a new session: its plans are
+found through this table, not through the session.")
 
 (defvar-local passepartout-chat--root nil
   "The project directory this buffer's session is rooted at.")
@@ -177,15 +183,19 @@ streams) is refused too; rear-nonsticky, so the prompt after the last
 
 (defconst passepartout-chat--keywords
   '((sequence "PENDING" "RUNNING" "WAITING" "|"
-              "DONE" "FAILED" "REJECTED" "DENIED" "INTERRUPTED"))
+              "DONE" "FAILED" "REJECTED" "DENIED" "INTERRUPTED" "DECIDED"))
   "Org TODO keywords showing tool call status.")
 
 (defconst passepartout-chat--plan-keywords
   '(("executed" . "DONE") ("failed" . "FAILED") ("rejected" . "REJECTED")
-    ("denied" . "DENIED") ("interrupted" . "INTERRUPTED"))
+    ("denied" . "DENIED") ("interrupted" . "INTERRUPTED")
+    ("decided elsewhere" . "DECIDED"))
   "Flight plan outcome (docs/plans.md) to Org keyword.
 A call that waited for a plan ends with the plan's outcome, which ACP's
-tool call status can only call \"failed\".")
+tool call status can only call \"failed\".  A plan this Emacs saw
+waiting and the daemon no longer lists was decided where this Emacs
+could not hear of it (another Emacs, the command line, while Emacs was
+not running): its outcome is unknown here.")
 
 (defconst passepartout-chat--tool-keywords
   '(("pending" . "PENDING") ("in_progress" . "RUNNING")
@@ -516,6 +526,12 @@ A piece waits while input is pending."
     (add-hook 'kill-emacs-hook #'passepartout-chat--save-all)
     buffer))
 
+(defun passepartout-chat-live-buffer (root)
+  "Return the live chat buffer of project ROOT, or nil."
+  (let ((b (gethash (file-name-as-directory (expand-file-name root))
+                    passepartout-chat--buffers)))
+    (and (buffer-live-p b) b)))
+
 (defun passepartout-chat-buffer (root)
   "Return the chat buffer for project ROOT, creating it if needed.
 A new chat gets a new file in `passepartout-chat-directory'."
@@ -541,18 +557,16 @@ A new chat gets a new file in `passepartout-chat-directory'."
 Its session is resumed when the daemon can (see
 `passepartout-chat--ensure-session')."
   (let* ((file (expand-file-name file))
-         (open (cl-find-if (lambda (b)
-                             (and (buffer-live-p b)
-                                  (equal (buffer-local-value 'passepartout-chat--file b)
-                                         file)))
-                           (hash-table-values passepartout-chat--buffers))))
+         (open (passepartout-chat--file-buffer file)))
     (or open
         (let* ((root (with-temp-buffer
                        (insert-file-contents file nil 0 passepartout-chat--header-bytes)
                        (passepartout-chat--get-property "PASSEPARTOUT_CWD")))
                (root (file-name-as-directory
                       (expand-file-name (or root (file-name-directory file)))))
+               (previous (passepartout-chat-live-buffer root))
                (buffer (passepartout-chat--make-buffer root)))
+          (when previous (passepartout-chat--drop-unused previous))
           (with-current-buffer buffer
             (let ((inhibit-read-only t))
               (insert-file-contents file))
@@ -569,9 +583,58 @@ Its session is resumed when the daemon can (see
                   (setq passepartout-chat--prompt (copy-marker (point))))
               (passepartout-chat--new-prompt))
             (passepartout-chat--protect (point-min) passepartout-chat--prompt)
+            (passepartout-chat--revive-plans)
             (goto-char (point-max))
             (set-buffer-modified-p nil))
           buffer))))
+
+(defun passepartout-chat--file-buffer (file)
+  "Return the live chat buffer of FILE, or nil: a chat is never opened twice."
+  (cl-find-if (lambda (b)
+                (and (eq (buffer-local-value 'major-mode b) 'passepartout-chat-mode)
+                     (equal (buffer-local-value 'passepartout-chat--file b) file)))
+              (buffer-list)))
+
+(defun passepartout-chat--unused-p ()
+  "Non-nil when this chat has had no turn and its prompt is empty."
+  (and (not passepartout-chat--stream)
+       (string-empty-p (string-trim (buffer-substring-no-properties
+                                     passepartout-chat--prompt (point-max))))
+       (save-excursion
+         (goto-char (point-min))
+         (not (re-search-forward "^\\* passepartout$" nil t)))))
+
+(defun passepartout-chat--drop-unused (buffer)
+  "Kill chat BUFFER if nothing was ever said in it.
+Opening a saved chat of a project then leaves one chat buffer, not an
+empty one beside it; the empty chat's file goes with it."
+  (with-current-buffer buffer
+    (when (passepartout-chat--unused-p)
+      (let ((file passepartout-chat--file))
+        (set-buffer-modified-p nil)
+        (setq passepartout-chat--file nil)
+        (kill-buffer buffer)
+        (when (and file (file-exists-p file)) (delete-file file))))))
+
+(defun passepartout-chat-last-file (root)
+  "Return the most recently written chat file of project ROOT, or nil."
+  (let ((dir passepartout-chat-directory)
+        (root (file-name-as-directory (expand-file-name root))))
+    (when (and dir (file-directory-p dir))
+      (cl-loop for (file . attrs)
+               in (sort (directory-files-and-attributes dir t "\\`[^.#].*\\.org\\'" t)
+                        (lambda (a b)
+                          (time-less-p (file-attribute-modification-time (cdr b))
+                                       (file-attribute-modification-time (cdr a)))))
+               when (and (not (file-attribute-type attrs))
+                         (with-temp-buffer
+                           (insert-file-contents file nil 0 passepartout-chat--header-bytes)
+                           (equal (ignore-errors
+                                    (file-name-as-directory
+                                     (expand-file-name
+                                      (passepartout-chat--get-property "PASSEPARTOUT_CWD"))))
+                                  root)))
+               return file))))
 
 (defun passepartout-chat--load-session (conn id)
   "Ask CONN to resume session ID; return nil on success, else the reason.
@@ -628,8 +691,33 @@ the daemon cannot, a new session starts and the chat says so."
         (passepartout-chat--set-property "PASSEPARTOUT_SESSION" id)
         (run-hooks 'passepartout-chat-session-hook)
         (passepartout-chat-save)
-        (passepartout-chat--announce-pending conn)))
+        (passepartout-chat--announce-pending conn)
+        (passepartout-chat--reconcile-plans conn)))
     passepartout-chat--session-id))
+
+(defun passepartout-chat--waiting-plans ()
+  "Return the ids of the plans this chat shows waiting."
+  (let (ids)
+    (maphash (lambda (_id tool)
+               (when (and (plist-get tool :plan-id) (plist-get tool :overlay))
+                 (push (plist-get tool :plan-id) ids)))
+             passepartout-chat--tools)
+    ids))
+
+(defun passepartout-chat--reconcile-plans (conn)
+  "Mark the plans this chat shows waiting that CONN's daemon no longer lists.
+The daemon offers every pending plan after `initialize', so a plan it
+does not list was decided while this chat could not hear of it."
+  (when-let ((shown (passepartout-chat--waiting-plans)))
+    (let* ((result (ignore-errors
+                     (jsonrpc-request conn :_passepartout/plans/list nil :timeout 10)))
+           (pending (and result
+                         (mapcar (lambda (p) (plist-get p :planId))
+                                 (plist-get result :plans)))))
+      (when result
+        (dolist (id shown)
+          (unless (member id pending)
+            (passepartout-chat--tool-plan-resolved nil id "decided elsewhere")))))))
 
 (defun passepartout-chat--announce-pending (conn)
   "Say once per daemon start which flight plans wait from before.
@@ -639,7 +727,11 @@ who never hears of it."
     (setf (passepartout--connection-announced conn) t)
     (let* ((result (ignore-errors
                      (jsonrpc-request conn :_passepartout/plans/list nil :timeout 10)))
-           (plans (append (plist-get result :plans) nil)))
+           (plans (cl-remove-if
+                   (lambda (p)
+                     (buffer-live-p (gethash (plist-get p :planId)
+                                             passepartout-chat--plan-chats)))
+                   (append (plist-get result :plans) nil))))
       (when plans
         (let ((text (format "%d flight plan%s wait%s for you from before (M-x passepartout-plans):%s"
                             (length plans)
@@ -1045,7 +1137,8 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
       (save-excursion
         (goto-char (plist-get tool :keyword))
         (delete-char (length (plist-get tool :current)))
-        (insert keyword)))
+        (insert keyword)
+        (passepartout-chat--protect (- (point) (length keyword)) (point))))
     (plist-put tool :current keyword)))
 
 (defun passepartout-chat--gate-trace (org)
@@ -1060,14 +1153,13 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
   "Mark TOOL-CALL-ID's section as waiting for flight plan PLAN-ID.
 ORG, the plan's text, gives the gate trace shown with it.  The lines
 carry the keys of `passepartout-chat-plan-map'."
-  (when-let ((tool (gethash tool-call-id passepartout-chat--tools)))
+  (passepartout-chat--flush)
+  (when-let ((tool (or (passepartout-chat--tool-of-plan plan-id)
+                       (gethash tool-call-id passepartout-chat--tools))))
     (let ((inhibit-read-only t)
           (trace (passepartout-chat--gate-trace org)))
       (save-excursion
-        (goto-char (plist-get tool :keyword))
-        (delete-char (length (plist-get tool :current)))
-        (insert "WAITING")
-        (plist-put tool :current "WAITING")
+        (passepartout-chat--tool-set-keyword tool "WAITING")
         (when-let ((old (plist-get tool :plan-line)))
           (delete-region (car old) (cdr old)))
         (let* ((end (plist-get tool :end))
@@ -1077,22 +1169,87 @@ carry the keys of `passepartout-chat-plan-map'."
                    "\\<passepartout-chat-plan-map>\\[passepartout-chat-approve-plan] approve, \\[passepartout-chat-reject-plan] reject, \\[passepartout-chat-open-plan] open the plan to edit it.\n")
                   (if trace (concat "Gate trace:\n" trace) ""))
           (set-marker end (point))
-          ;; The keys work from the WAITING heading down; only the
-          ;; lines about the plan are highlighted.
-          (let ((ov (make-overlay (plist-get tool :heading) (point) nil nil nil))
-                (face (make-overlay start (point) nil nil nil)))
-            (overlay-put ov 'keymap passepartout-chat-plan-map)
-            (overlay-put ov 'passepartout-plan-id plan-id)
-            (overlay-put face 'face 'highlight)
-            (plist-put tool :overlay ov)
-            (plist-put tool :face-overlay face))
-          (plist-put tool :trace trace)
-          (plist-put tool :plan-line (cons start (copy-marker (point)))))))))
+          (passepartout-chat--arm-plan tool plan-id start (point) trace))))))
+
+(defun passepartout-chat--arm-plan (tool plan-id start end trace)
+  "Give TOOL's section the keys of waiting flight plan PLAN-ID.
+The plan's lines run from START to END; TRACE is its gate trace."
+  (dolist (key '(:overlay :face-overlay))
+    (when-let ((ov (plist-get tool key))) (delete-overlay ov)))
+  ;; The keys work from the WAITING heading down; only the lines about
+  ;; the plan are highlighted.
+  (let ((ov (make-overlay (plist-get tool :heading) end nil nil nil))
+        (face (make-overlay start end nil nil nil)))
+    (overlay-put ov 'keymap passepartout-chat-plan-map)
+    (overlay-put ov 'passepartout-plan-id plan-id)
+    (overlay-put face 'face 'highlight)
+    (plist-put tool :overlay ov)
+    (plist-put tool :face-overlay face))
+  (plist-put tool :plan-id plan-id)
+  (plist-put tool :trace trace)
+  (plist-put tool :plan-line (cons (copy-marker start) (copy-marker end)))
+  (puthash plan-id (current-buffer) passepartout-chat--plan-chats))
+
+(defun passepartout-chat--tool-of-plan (plan-id)
+  "Return the tool section of this chat that waits or waited for PLAN-ID."
+  (catch 'found
+    (maphash (lambda (_id tool)
+               (when (equal (plist-get tool :plan-id) plan-id)
+                 (throw 'found tool)))
+             passepartout-chat--tools)
+    nil))
+
+(defconst passepartout-chat--waiting-regexp
+  "^Waiting for flight plan \\([^ :\n]+\\): "
+  "The first line of a flight plan waiting in a chat; group 1 is its id.")
+
+(defun passepartout-chat--revive-plans ()
+  "Give the plans shown waiting in this chat's text their keys again.
+For a chat read from its file: its sections have no markers or
+overlays yet.  Return the ids of the plans found."
+  (let ((inhibit-read-only t)
+        (ids nil))
+    (save-excursion
+      (goto-char (point-min))
+      (while (re-search-forward passepartout-chat--waiting-regexp nil t)
+        (let* ((plan-id (match-string-no-properties 1))
+               (start (match-beginning 0))
+               (heading (save-excursion (re-search-backward "^\\*\\* " nil t)))
+               (end (save-excursion
+                      (goto-char start)
+                      (goto-char (if (re-search-forward "^\\*+ " nil t)
+                                     (match-beginning 0)
+                                   (point-max)))
+                      (skip-chars-backward "\n")
+                      (min (point-max) (1+ (point)))))
+               (call-id (and heading
+                             (save-excursion
+                               (goto-char heading)
+                               (and (re-search-forward "^:TOOL_CALL_ID: *\\(.*\\)$" start t)
+                                    (match-string-no-properties 1))))))
+          (when (and heading (save-excursion (goto-char heading)
+                                             (looking-at-p "\\*\\* WAITING ")))
+            (let ((tool (list :heading (copy-marker heading)
+                              :keyword (copy-marker (+ heading 3))
+                              :current "WAITING"
+                              :end (copy-marker end)))
+                  (trace (save-excursion
+                           (goto-char start)
+                           (and (re-search-forward "^Gate trace:\n" end t)
+                                (buffer-substring-no-properties (point) end)))))
+              (puthash (or call-id plan-id) tool passepartout-chat--tools)
+              (passepartout-chat--arm-plan tool plan-id start end trace)
+              (push plan-id ids)))
+          (goto-char (max (point) end)))))
+    (nreverse ids)))
 
 (defun passepartout-chat--tool-plan-resolved (tool-call-id plan-id status &optional edited)
   "Say in TOOL-CALL-ID's section that flight plan PLAN-ID ended as STATUS.
-EDITED non-nil says the person edited the action before approving it."
-  (when-let* ((tool (gethash tool-call-id passepartout-chat--tools))
+EDITED non-nil says the person edited the action before approving it.
+The chat's file is saved: it must not say WAITING after a restart."
+  (passepartout-chat--flush)
+  (when-let* ((tool (or (passepartout-chat--tool-of-plan plan-id)
+                        (gethash tool-call-id passepartout-chat--tools)))
               (line (plist-get tool :plan-line)))
     (let ((inhibit-read-only t))
       (dolist (key '(:overlay :face-overlay))
@@ -1108,13 +1265,54 @@ EDITED non-nil says the person edited the action before approving it."
                   (let ((trace (plist-get tool :trace)))
                     (if trace (concat "Gate trace:\n" trace) "")))
           (set-marker (cdr line) (point))
+          (passepartout-chat--protect (car line) (point))
           (when end-follows (set-marker (plist-get tool :end) (point)))))
       ;; The heading says what became of the plan, also when its turn is
       ;; gone (a restart, another daemon ran it) and no tool call update
       ;; follows.
       (when-let ((keyword (cdr (assoc status passepartout-chat--plan-keywords))))
         (passepartout-chat--tool-set-keyword tool keyword)
-        (plist-put tool :plan-outcome status)))))
+        (plist-put tool :plan-outcome status)))
+    (when (eq (gethash plan-id passepartout-chat--plan-chats) (current-buffer))
+      (remhash plan-id passepartout-chat--plan-chats))
+    (passepartout-chat--save-later 0)
+    t))
+
+(defun passepartout-chat-plan-buffer (plan)
+  "Return the live chat buffer showing flight PLAN (the daemon's object), or nil.
+Found by the plan's id first (a resumed chat, whatever its session),
+then by its session."
+  (let ((b (or (gethash (plist-get plan :planId) passepartout-chat--plan-chats)
+               (gethash (plist-get plan :sessionId) passepartout-chat--sessions))))
+    (and (buffer-live-p b) b)))
+
+(defun passepartout-chat--files-of-session (session-id)
+  "Return the chat files whose top drawer names SESSION-ID."
+  (let ((dir passepartout-chat-directory))
+    (when (and dir (file-directory-p dir))
+      (cl-remove-if-not
+       (lambda (file)
+         (with-temp-buffer
+           (insert-file-contents file nil 0 passepartout-chat--header-bytes)
+           (equal (passepartout-chat--get-property "PASSEPARTOUT_SESSION") session-id)))
+       (directory-files dir t "\\`[^.#].*\\.org\\'")))))
+
+(defun passepartout-chat-resolve-in-file (session-id plan-id status)
+  "Write STATUS, the outcome of flight plan PLAN-ID, in SESSION-ID's chat files.
+For a plan decided while its chat is not open: the file must not say
+it waits.  Return the files changed."
+  (let (changed)
+    (dolist (file (passepartout-chat--files-of-session session-id) changed)
+      (with-temp-buffer
+        (insert-file-contents file)
+        (setq-local passepartout-chat--tools (make-hash-table :test #'equal))
+        (setq-local passepartout-chat--plan-chats (make-hash-table :test #'equal))
+        (when (and (member plan-id (passepartout-chat--revive-plans))
+                   (let ((passepartout-chat--file nil))
+                     (passepartout-chat--tool-plan-resolved nil plan-id status)))
+          (let ((coding-system-for-write 'utf-8-unix))
+            (write-region nil nil file nil 'silent))
+          (push file changed))))))
 
 (defun passepartout-chat--tool-retitle (tool-call-id title)
   "Show TITLE, the action that actually ran, in TOOL-CALL-ID's heading.
@@ -1140,7 +1338,7 @@ model asked for; the heading must not keep the model's."
   "Approve the flight plan waiting at point.
 If its plan buffer holds your edits, the edited action is what you approve."
   (interactive)
-  (let* ((id (passepartout-chat--plan-at-point))
+  (let* ((id (passepartout-chat--live-plan-at-point))
          (buffer (plist-get (gethash id passepartout-plan--plans) :buffer))
          (org (and (buffer-live-p buffer) (buffer-modified-p buffer)
                    (with-current-buffer buffer
@@ -1151,7 +1349,7 @@ If its plan buffer holds your edits, the edited action is what you approve."
 
 (defun passepartout-chat-reject-plan (reason)
   "Reject the flight plan waiting at point, telling the model REASON."
-  (interactive (progn (passepartout-chat--plan-at-point)
+  (interactive (progn (passepartout-chat--live-plan-at-point)
                       (list (read-string "Reason for rejecting (optional): "))))
   (passepartout-plan--decide (passepartout-chat--plan-at-point) "reject" nil
                              (and reason (not (string-empty-p reason)) reason)))
@@ -1159,7 +1357,21 @@ If its plan buffer holds your edits, the edited action is what you approve."
 (defun passepartout-chat-open-plan ()
   "Show the full flight plan waiting at point, to read or edit it."
   (interactive)
-  (pop-to-buffer (passepartout-plan-buffer (passepartout-chat--plan-at-point))))
+  (pop-to-buffer (passepartout-plan-buffer (passepartout-chat--live-plan-at-point))))
+
+(defun passepartout-chat--live-plan-at-point ()
+  "Return the id of the flight plan waiting at point, known to a live daemon.
+A chat read from its file shows plans from before the restart: the
+daemon is started (it offers them again), and a plan it no longer
+lists is marked as decided elsewhere."
+  (let ((id (passepartout-chat--plan-at-point)))
+    (unless (equal (plist-get (gethash id passepartout-plan--plans) :status) "pending")
+      (passepartout--ensure-connection)
+      (passepartout-plans--sync)
+      (unless (gethash id passepartout-plan--plans)
+        (passepartout-chat--tool-plan-resolved nil id "decided elsewhere")
+        (user-error "Flight plan %s no longer waits: it was decided elsewhere" id)))
+    id))
 
 ;;;; Effects on files
 
@@ -1308,11 +1520,17 @@ with it (the transcript is read-only)."
       (passepartout-chat--resume-element-cache)
       (when move (goto-char (point-max)))
       (dolist (w windows) (set-window-point w (point-max))))
-    ;; In the background, in pieces: the answer may be megabytes.
     (when passepartout-chat--save-timer
       (cancel-timer passepartout-chat--save-timer)
       (setq passepartout-chat--save-timer nil))
-    (passepartout-chat--save-later 0)
+    ;; What is left to write may be megabytes: then it is written in the
+    ;; background, in pieces.
+    (if (<= (- (point-max) (if passepartout-chat--saved
+                               (car passepartout-chat--saved)
+                             (point-min)))
+            passepartout-chat--save-piece)
+        (passepartout-chat-save)
+      (passepartout-chat--save-later 0))
     (force-mode-line-update)))
 
 (defun passepartout-chat--stop-note (reason)

@@ -56,6 +56,9 @@ all; no window is taken from you.  `pop' also shows its buffer at once
                   (tool-call-id plan-id status &optional edited))
 (declare-function passepartout-chat--tool-retitle "passepartout-chat"
                   (tool-call-id title))
+(declare-function passepartout-chat-plan-buffer "passepartout-chat" (plan))
+(declare-function passepartout-chat-resolve-in-file "passepartout-chat"
+                  (session-id plan-id status))
 (declare-function passepartout-plans "passepartout")
 (declare-function sh-mode "sh-script")
 (declare-function passepartout-events "passepartout")
@@ -244,18 +247,18 @@ undo must never take the plan away and leave an empty buffer to approve."
                 (if (cdr lines) " …" ""))))))
 
 (defun passepartout-plan--tell-chat (id status)
-  "Show STATUS of plan ID in its tool call's section of the chat, if open.
-An edited action also replaces the model's in the section's heading."
-  (when-let* ((entry (gethash id passepartout-plan--plans))
-              (chat (gethash (plist-get entry :session)
-                             (bound-and-true-p passepartout-chat--sessions))))
-    (when (buffer-live-p chat)
+  "Show STATUS of plan ID in its tool call's section of the chat.
+An edited action also replaces the model's in the section's heading.
+A chat that is not open is told through its file."
+  (when-let ((entry (gethash id passepartout-plan--plans)))
+    (if-let ((chat (passepartout-chat-plan-buffer (plist-get entry :plan))))
       (with-current-buffer chat
         (let ((call (plist-get (plist-get entry :plan) :toolCallId)))
           (passepartout-chat--tool-plan-resolved call id status (plist-get entry :edited))
           (when-let ((title (and (plist-get entry :edited)
                                  (passepartout-plan--edited-title entry))))
-            (passepartout-chat--tool-retitle call title)))))))
+            (passepartout-chat--tool-retitle call title))))
+      (passepartout-chat-resolve-in-file (plist-get entry :session) id status))))
 
 (defun passepartout-plan--current-id ()
   "Return the plan id of the current buffer, or signal."
@@ -361,8 +364,7 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
   "Show the flight plan offered in PARAMS, or tell about it."
   (let* ((plan (plist-get params :plan))
          (id (passepartout-plan--remember plan))
-         (session-buffer (gethash (plist-get plan :sessionId)
-                                  (bound-and-true-p passepartout-chat--sessions))))
+         (session-buffer (passepartout-chat-plan-buffer plan)))
     (when (buffer-live-p session-buffer)
       (with-current-buffer session-buffer
         (passepartout-chat--tool-waiting (plist-get plan :toolCallId) id
