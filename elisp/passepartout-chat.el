@@ -865,7 +865,11 @@ one, stop early when input is pending, after at least one piece."
                     (or (not deadline)
                         (and (< (float-time) deadline)
                              (not (input-pending-p)))))))
-      (setq passepartout-chat--pending (and passepartout-chat--stream items)))))
+      ;; Text received while showing (a filter run inside an insertion
+      ;; hook) is newer than what is left.
+      (setq passepartout-chat--pending
+            (and passepartout-chat--stream
+                 (nconc passepartout-chat--pending (nreverse items)))))))
 
 (defun passepartout-chat--flush ()
   "Show all queued answer text now."
@@ -1027,6 +1031,20 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
         (goto-char passepartout-chat--prompt-heading)
         (insert line "\n")
         (passepartout-chat--protect (- (point) (length line) 1) (point))))))
+
+(defconst passepartout-chat--notice-regexp
+  "\\`⚠ [0-9]+ errors? in skill or policy files: .*\n\\(?:  .*\n\\)*\n?"
+  "The daemon's warning about broken skill files, at the start of a turn.
+It arrives as reasoning (`agent_thought_chunk'), as ACP has no notice;
+the model never said it.")
+
+(defun passepartout-chat--split-notice (text)
+  "Return (NOTICE . REST): the daemon's warning at the start of TEXT, and the rest.
+NOTICE is nil when TEXT does not start with one: it is then all reasoning."
+  (if (string-match passepartout-chat--notice-regexp text)
+      (cons (string-trim-right (match-string 0 text))
+            (substring text (match-end 0)))
+    (cons nil text)))
 
 (defun passepartout-chat--text-of (content)
   "Return the text of an ACP content block CONTENT, or nil."
@@ -1621,7 +1639,10 @@ The daemon names its command-line flags, which an Emacs user never types."
                (passepartout-chat--enqueue 'message text)))
             ("agent_thought_chunk"
              (when-let ((text (passepartout-chat--text-of (plist-get update :content))))
-               (passepartout-chat--enqueue 'thought text)))
+               (pcase-let ((`(,notice . ,rest) (passepartout-chat--split-notice text)))
+                 (when notice (passepartout-chat--note notice))
+                 (unless (string-empty-p rest)
+                   (passepartout-chat--enqueue 'thought rest)))))
             ("tool_call" (passepartout-chat--tool-start update))
             ("tool_call_update" (passepartout-chat--tool-update update))
             ("plan" (passepartout-chat--plan-update (plist-get update :entries)))))))))

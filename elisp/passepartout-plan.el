@@ -60,7 +60,6 @@ all; no window is taken from you.  `pop' also shows its buffer at once
 (declare-function passepartout-chat-resolve-in-file "passepartout-chat"
                   (session-id plan-id status))
 (declare-function passepartout-plans "passepartout")
-(declare-function sh-mode "sh-script")
 (declare-function passepartout-events "passepartout")
 (declare-function passepartout-restart "passepartout")
 (defvar passepartout-chat--sessions)
@@ -99,22 +98,6 @@ Each value is a plist: :plan (the daemon's plan object), :buffer,
     ["Events (JSON-RPC log)" passepartout-events]
     ["Restart the daemon" passepartout-restart]))
 
-(defun passepartout-plan--quiet-sh-mode ()
-  "`sh-mode' for fontifying a plan's shell block, without its messages.
-Org fontifies a src block by calling its language's mode in a hidden
-buffer; `sh-mode' then says \"Indentation setup for shell type bash\"
-each time, which is noise in the person's echo area."
-  (let ((inhibit-message t)
-        (message-log-max nil))
-    (sh-mode))
-  ;; Org calls the mode again unless `major-mode' is the one it asked for.
-  (setq major-mode 'passepartout-plan--quiet-sh-mode))
-
-(defconst passepartout-plan--quiet-langs
-  '(("bash" . passepartout-plan--quiet-sh) ("sh" . passepartout-plan--quiet-sh)
-    ("shell" . passepartout-plan--quiet-sh))
-  "Shell languages of plan blocks, fontified by `passepartout-plan--quiet-sh-mode'.")
-
 (define-derived-mode passepartout-plan-mode org-mode "Flight-plan"
   "Major mode for a passepartout flight plan.
 Read why the agent wants the action, edit its src block if needed, then
@@ -135,8 +118,7 @@ Other commands (also in the Flight-plan menu):
                     (assq-delete-all :eval (copy-alist org-babel-default-header-args))))
   (setq-local header-line-format
               '(:eval (passepartout-plan--header-line)))
-  (setq-local org-src-lang-modes
-              (append passepartout-plan--quiet-langs org-src-lang-modes)))
+  (passepartout--quiet-src-blocks))
 
 (defun passepartout-plan--header-line ()
   "Return the header line: the plan's status, the keys, the last error."
@@ -226,13 +208,43 @@ undo must never take the plan away and leave an empty buffer to approve."
 
 ;;;; Deciding
 
+(defconst passepartout-plan--action-regexp
+  "^#\\+NAME: *action\n#\\+begin_src[^\n]*\n\\(\\(?:.*\n\\)*?\\)#\\+end_src"
+  "The action block of a plan's Org text; group 1 is its body.")
+
 (defun passepartout-plan--action (org)
   "Return the text of the action block (`#+NAME: action') in plan ORG, or nil."
   (when (and org
              (let ((case-fold-search t))
-               (string-match "^#\\+NAME: *action\n#\\+begin_src[^\n]*\n\\(\\(?:.*\n\\)*?\\)#\\+end_src"
-                             org)))
+               (string-match passepartout-plan--action-regexp org)))
     (org-unescape-code-in-string (match-string 1 org))))
+
+(defun passepartout-plan--outside-action (org)
+  "Return ORG without the body of its action block, trimmed.
+That is the part of a plan the daemon never reads back."
+  (string-trim
+   (if (let ((case-fold-search t))
+         (string-match passepartout-plan--action-regexp org))
+       (concat (substring org 0 (match-beginning 1)) (substring org (match-end 1)))
+     org)))
+
+(defun passepartout-plan--check-edits (id org)
+  "Ask before approving plan ID with ORG when it was edited outside its action.
+The daemon reads back only the action block: an edit to the heading or
+the explanation changes nothing of what runs, and the person must not
+believe it did."
+  (let ((offered (plist-get (plist-get (gethash id passepartout-plan--plans) :plan) :org)))
+    (when (and org offered
+               (not (equal (passepartout-plan--outside-action org)
+                           (passepartout-plan--outside-action offered))))
+      (unless (yes-or-no-p
+               (concat "Only the src block under #+NAME: action is read back; your edits "
+                       "elsewhere (the heading, the text) change nothing.  Approve the "
+                       (if (equal (passepartout-plan--action org)
+                                  (passepartout-plan--action offered))
+                           "action as offered? "
+                         "edited action block? ")))
+        (user-error "Not approved: to change what runs, edit the src block under #+NAME: action")))))
 
 (defun passepartout-plan--edited-title (entry)
   "Return the heading for ENTRY's action as the person edited it, or nil."
@@ -273,6 +285,8 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
       (user-error "Flight plan %s is already %s" id (plist-get entry :status)))
     (unless (passepartout--live-connection)
       (user-error "The daemon is not running: M-x passepartout starts it"))
+    (when (equal decision "approve")
+      (passepartout-plan--check-edits id org))
     (passepartout-plan--set-error id nil)
     (passepartout-plan--set-status id (if (equal decision "approve")
                                          "approving" "rejecting"))

@@ -238,6 +238,7 @@ skills when you save."
   :lighter " Skill"
   (cond
    (passepartout-skill-mode
+    (passepartout--quiet-src-blocks)
     (add-hook 'flymake-diagnostic-functions #'passepartout-skill-flymake nil t)
     (add-hook 'after-save-hook #'passepartout-skill--after-save nil t)
     (flymake-mode 1))
