@@ -721,29 +721,32 @@ does not list was decided while this chat could not hear of it."
 
 (defun passepartout-chat--announce-pending (conn)
   "Say once per daemon start which flight plans wait from before.
-In the chat and in the echo area: a plan waiting silently is a person
+In the echo area, and in the chat those not shown waiting in an open
+chat (where they have their keys): a plan waiting silently is a person
 who never hears of it."
   (unless (passepartout--connection-announced conn)
     (setf (passepartout--connection-announced conn) t)
     (let* ((result (ignore-errors
                      (jsonrpc-request conn :_passepartout/plans/list nil :timeout 10)))
-           (plans (cl-remove-if
-                   (lambda (p)
-                     (buffer-live-p (gethash (plist-get p :planId)
-                                             passepartout-chat--plan-chats)))
-                   (append (plist-get result :plans) nil))))
+           (plans (append (plist-get result :plans) nil))
+           (unseen (cl-remove-if
+                    (lambda (p)
+                      (buffer-live-p (gethash (plist-get p :planId)
+                                              passepartout-chat--plan-chats)))
+                    plans)))
+      (when unseen
+        (passepartout-chat--note
+         (format "%d flight plan%s wait%s for you from before (M-x passepartout-plans):%s"
+                 (length unseen)
+                 (if (cdr unseen) "s" "")
+                 (if (cdr unseen) "" "s")
+                 (mapconcat (lambda (p)
+                              (format "\n- %s %s" (plist-get p :planId)
+                                      (plist-get p :title)))
+                            unseen ""))))
       (when plans
-        (let ((text (format "%d flight plan%s wait%s for you from before (M-x passepartout-plans):%s"
-                            (length plans)
-                            (if (cdr plans) "s" "")
-                            (if (cdr plans) "" "s")
-                            (mapconcat (lambda (p)
-                                         (format "\n- %s %s" (plist-get p :planId)
-                                                 (plist-get p :title)))
-                                       plans ""))))
-          (passepartout-chat--note text)
-          (message "passepartout: %d flight plan%s wait%s for you: M-x passepartout-plans"
-                   (length plans) (if (cdr plans) "s" "") (if (cdr plans) "" "s")))))))
+        (message "passepartout: %d flight plan%s wait%s for you: M-x passepartout-plans"
+                 (length plans) (if (cdr plans) "s" "") (if (cdr plans) "" "s"))))))
 
 (defun passepartout-chat--session-buffer (params)
   "Return the live chat buffer of the session named in PARAMS, or nil."
@@ -1714,6 +1717,7 @@ only how big it is."
 
 ;;;; Session modes and slash commands
 
+;;;###autoload (autoload 'passepartout-set-mode "passepartout" nil t)
 (defun passepartout-set-mode (mode-id)
   "Switch this chat's session to the mode MODE-ID.
 Interactively, choose among the modes the daemon advertised: read-only

@@ -153,11 +153,13 @@ turn it on for the running daemon, keeping
   (pop-to-buffer (jsonrpc-events-buffer passepartout--connection))
   (current-buffer))
 
+;;;###autoload
 (defun passepartout-stderr ()
   "Show what the daemon wrote to its standard error."
   (interactive)
   (pop-to-buffer (get-buffer-create passepartout--stderr-buffer-name)))
 
+;;;###autoload
 (defun passepartout-log ()
   "Show the daemon's log file (its INFO lines; stderr has only warnings).
 The file is followed as it grows."
@@ -174,11 +176,13 @@ The file is followed as it grows."
       (goto-char (point-max))
       (pop-to-buffer (current-buffer)))))
 
+;;;###autoload
 (defun passepartout-shutdown ()
   "Stop the daemon.  Pending flight plans are kept for its next start."
   (interactive)
   (passepartout--shutdown))
 
+;;;###autoload
 (defun passepartout-restart ()
   "Stop the daemon and start it again."
   (interactive)

@@ -158,6 +158,19 @@ The chat and its file show the outcome; there is one buffer per chat."
           (should (string-match-p (format "^Flight plan %s: decided elsewhere\\.$" plan-id) text))
           (should (string-match-p "^\\*\\* DECIDED shell: rm -r old" text)))))))
 
+(ert-deftest passepartout-restart-test-new-chat-told-of-plans ()
+  "A new chat, the last one not resumed, names the plans waiting from before."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--tool-reply "call_rm" "shell" passepartout-restart-test--rm-call))
+    (pcase-let ((`(,_chat ,_file ,plan-id) (passepartout-restart-test--waiting-plan project)))
+      (passepartout-test--kill-daemon)
+      (passepartout-test--restart-emacs)
+      (let ((chat (let ((inhibit-message t)) (passepartout project))))
+        (should (string-match-p
+                 (format "^: 1 flight plan waits for you from before (M-x passepartout-plans):\n: - %s shell: rm -r old$"
+                         plan-id)
+                 (passepartout-test--text chat)))))))
+
 (ert-deftest passepartout-restart-test-one-buffer-per-chat ()
   "Opening a saved chat never makes a second buffer, nor leaves an empty one."
   (passepartout-test-with-daemon
