@@ -72,6 +72,9 @@ Each value is a plist: :plan (the daemon's plan object), :buffer,
 (defvar-local passepartout-plan--id nil
   "The plan id shown in this buffer.")
 
+(defvar-local passepartout-plan--shown nil
+  "The plan's Org text as this buffer last showed it, before any edit.")
+
 (defvar passepartout-plan-offered-hook nil
   "Hook run with the plan id after a flight plan was offered.")
 
@@ -165,6 +168,7 @@ undo must never take the plan away and leave an empty buffer to approve."
     (let ((buffer-undo-list t))
       (erase-buffer)
       (insert org))
+    (setq passepartout-plan--shown org)
     (setq buffer-undo-list nil)
     (goto-char (min pos (point-max)))
     (set-buffer-modified-p nil)))
@@ -232,8 +236,12 @@ That is the part of a plan the daemon never reads back."
   "Ask before approving plan ID with ORG when it was edited outside its action.
 The daemon reads back only the action block: an edit to the heading or
 the explanation changes nothing of what runs, and the person must not
-believe it did."
-  (let ((offered (plist-get (plist-get (gethash id passepartout-plan--plans) :plan) :org)))
+believe it did.  ORG is compared with what the plan's buffer showed."
+  (let* ((entry (gethash id passepartout-plan--plans))
+         (buffer (plist-get entry :buffer))
+         (offered (or (and (buffer-live-p buffer)
+                           (buffer-local-value 'passepartout-plan--shown buffer))
+                      (plist-get (plist-get entry :plan) :org))))
     (when (and org offered
                (not (equal (passepartout-plan--outside-action org)
                            (passepartout-plan--outside-action offered))))
