@@ -914,18 +914,17 @@ Showing a line of a megabyte makes each redisplay of it slow."
 
 (defun passepartout-chat--refontify (start end)
   "Hand the text from START to END back to jit-lock, but for long lines.
-Only what a window shows is then fontified, when it is shown."
+Only what a window shows is then fontified, when it is shown.  Long
+lines are found by their folded tails, not by walking every line."
   (with-silent-modifications
+    (put-text-property start end 'fontified nil)
     (save-excursion
-      (goto-char start)
-      (let ((run start))
-        (while (< (point) end)
+      (let ((pos start))
+        (while (setq pos (text-property-any pos end 'invisible 'passepartout-long-line))
+          (goto-char pos)
           (let ((eol (min end (line-end-position))))
-            (when (> (- eol (point)) passepartout-chat--long-line)
-              (when (< run (point)) (put-text-property run (point) 'fontified nil))
-              (setq run (min end (1+ eol))))
-            (goto-char (min end (1+ eol)))))
-        (when (< run end) (put-text-property run end 'fontified nil))))))
+            (put-text-property (line-beginning-position) eol 'fontified t)
+            (setq pos eol)))))))
 
 (defun passepartout-chat--org-safe (text)
   "Return TEXT with line-start stars that would open an Org heading demoted.
