@@ -922,7 +922,9 @@ lines are found by their folded tails, not by walking every line."
       (let ((pos start))
         (while (setq pos (text-property-any pos end 'invisible 'passepartout-long-line))
           (goto-char pos)
-          (let ((eol (min end (line-end-position))))
+          ;; Its newline too: font-lock extends a region to whole lines,
+          ;; so fontifying from the newline would fontify the line.
+          (let ((eol (min end (1+ (line-end-position)))))
             (put-text-property (line-beginning-position) eol 'fontified t)
             (setq pos eol)))))))
 

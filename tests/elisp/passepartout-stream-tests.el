@@ -122,6 +122,9 @@ The chat is saved in a temporary directory, bound to `chat-dir'."
         (should-not (get-text-property (point) 'fontified))
         ;; ...the long one is never fontified, its tail stays folded.
         (should (eq (get-text-property (+ line-start 10) 'fontified) t))
+        ;; Its newline as well: font-lock would extend a region starting
+        ;; there to the whole line.
+        (should (eq (get-text-property (+ line-start (length long)) 'fontified) t))
         (should (invisible-p (+ line-start passepartout-chat--long-line 10)))
         (passepartout-chat-show-long-lines)
         (should-not (invisible-p (+ line-start passepartout-chat--long-line 10)))
