@@ -307,7 +307,10 @@ Run from `org-ctrl-c-ctrl-c-hook'."
   (when (eq (gethash passepartout-chat--root passepartout-chat--buffers)
             (current-buffer))
     (remhash passepartout-chat--root passepartout-chat--buffers))
-  (when (zerop (hash-table-count passepartout-chat--buffers))
+  (unless (cl-some (lambda (b) (and (not (eq b (current-buffer)))
+                                    (eq (buffer-local-value 'major-mode b)
+                                        'passepartout-chat-mode)))
+                   (buffer-list))
     (remove-hook 'kill-emacs-hook #'passepartout-chat--save-all)))
 
 (defun passepartout-chat--mode-line ()
@@ -1789,11 +1792,13 @@ as the daemon announced them."
 (add-hook 'passepartout-connection-died-hook #'passepartout-chat--daemon-died)
 
 (defun passepartout-chat--save-all ()
-  "Write every chat with unsaved text to its file (when Emacs exits)."
-  (maphash (lambda (_root buffer)
-             (when (and (buffer-live-p buffer) (buffer-modified-p buffer))
-               (with-current-buffer buffer (passepartout-chat-save))))
-           passepartout-chat--buffers))
+  "Write every chat with unsaved text to its file (when Emacs exits).
+Every chat buffer: a project may have an older chat open beside its
+current one."
+  (dolist (buffer (buffer-list))
+    (when (and (eq (buffer-local-value 'major-mode buffer) 'passepartout-chat-mode)
+               (buffer-modified-p buffer))
+      (with-current-buffer buffer (passepartout-chat-save)))))
 
 
 (provide 'passepartout-chat)
