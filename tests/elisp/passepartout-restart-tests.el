@@ -129,34 +129,54 @@ The chat and its file show the outcome; there is one buffer per chat."
       (should (file-exists-p (expand-file-name "old" project)))
       (should-not (passepartout-test--chat-buffers)))))
 
+(defun passepartout-restart-test--cli (&rest args)
+  "Run the daemon's command line with ARGS on the fixture's state directory.
+Return its output; fail the test when it fails."
+  (with-temp-buffer
+    (let ((status (apply #'call-process passepartout-test--bin nil t nil
+                         (append args (list "--state-dir"
+                                            (expand-file-name "state/" passepartout-test--dir))))))
+      (should (equal (list status (buffer-string)) (list 0 (buffer-string))))
+      (buffer-string))))
+
+(ert-deftest passepartout-restart-test-plan-decided-from-the-cli ()
+  "A plan rejected from a terminal: an open chat shows it, and its file."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--tool-reply "call_rm" "shell" passepartout-restart-test--rm-call)
+            (passepartout-test--text-reply "Kept."))
+    (pcase-let ((`(,chat ,file ,plan-id) (passepartout-restart-test--waiting-plan project)))
+      (passepartout-restart-test--cli "plans" "reject" plan-id)
+      (passepartout-test--wait-for
+          (string-match-p (format "^Flight plan %s: rejected\\.$" plan-id)
+                          (passepartout-test--text chat))
+        30 "the outcome in the chat")
+      (passepartout-test--wait-for (passepartout-test--idle-p chat) 30 "the turn's end")
+      (should (string-match-p "^\\*\\* REJECTED shell: rm -r old" (passepartout-test--text chat)))
+      (passepartout-test--wait-for
+          (string-match-p (format "^Flight plan %s: rejected\\.$" plan-id)
+                          (passepartout-test--file-text file))
+        10 "the outcome in the file"))))
+
 (ert-deftest passepartout-restart-test-plan-gone-is-said ()
-  "A plan the daemon no longer lists is marked decided elsewhere, not left waiting."
+  "A plan decided from a terminal while Emacs was away is not left waiting.
+The daemon does not say how it ended (it lists pending plans only): the
+chat says it was decided elsewhere."
   (passepartout-test-with-daemon
       (list (passepartout-test--tool-reply "call_rm" "shell" passepartout-restart-test--rm-call))
     (pcase-let ((`(,_chat ,file ,plan-id) (passepartout-restart-test--waiting-plan project)))
       (passepartout-test--kill-daemon)
       (passepartout-test--restart-emacs)
-      ;; Decided behind this Emacs's back: the daemon's store says so,
-      ;; and the chat's file, which another program never touches, does not.
-      (let ((inhibit-message t))
-        (passepartout-plans)
-        (passepartout-plan--decide plan-id "reject" nil nil))
-      (passepartout-test--wait-for
-          (equal (plist-get (gethash plan-id passepartout-plan--plans) :status) "rejected")
-        30 "the rejection")
-      (with-temp-file file
-        (insert (replace-regexp-in-string
-                 (format "^Flight plan %s: rejected\\.$" plan-id)
-                 (format "Waiting for flight plan %s: C-c C-c approve, C-c C-k reject, C-c C-o open the plan to edit it." plan-id)
-                 (replace-regexp-in-string "^\\*\\* REJECTED " "** WAITING "
-                                           (passepartout-test--file-text file))
-                 t t)))
-      (clrhash passepartout-plan--plans)
-      (let ((chat (let ((inhibit-message t)) (passepartout-chat-open-file file))))
-        (with-current-buffer chat (passepartout-chat--ensure-session))
+      (passepartout-restart-test--cli "plans" "reject" plan-id)
+      (should (string-match-p "^\\*\\* WAITING " (passepartout-test--file-text file)))
+      (passepartout-restart-test--resume project)
+      (let ((chat (car (passepartout-test--chat-buffers))))
         (let ((text (passepartout-test--text chat)))
           (should (string-match-p (format "^Flight plan %s: decided elsewhere\\.$" plan-id) text))
-          (should (string-match-p "^\\*\\* DECIDED shell: rm -r old" text)))))))
+          (should (string-match-p "^\\*\\* DECIDED shell: rm -r old" text))
+          (should-not (string-match-p "C-c C-c approve" text)))
+        (passepartout-test--wait-for
+            (string-match-p "^\\*\\* DECIDED " (passepartout-test--file-text file))
+          10 "the file")))))
 
 (ert-deftest passepartout-restart-test-new-chat-told-of-plans ()
   "A new chat, the last one not resumed, names the plans waiting from before."
