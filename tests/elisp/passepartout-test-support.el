@@ -177,9 +177,11 @@ array (the benchmark writes a big one without keeping it in memory)."
 
 (defun passepartout-test--restart-emacs ()
   "Forget everything Emacs knew of passepartout, as a restart of Emacs would.
-The daemon must be dead already.  Chat buffers are killed the way
-`kill-emacs' leaves them (saved to their files); plan buffers, tables
-and the connection go."
+A daemon still running is stopped, as Emacs exiting closes its input
+\(to leave its plans pending, kill it first).  Chat buffers are killed
+the way `kill-emacs' leaves them (saved to their files); plan buffers,
+tables and the connection go."
+  (let ((inhibit-message t)) (passepartout--shutdown))
   (dolist (b (buffer-list))
     (when (eq (buffer-local-value 'major-mode b) 'passepartout-chat-mode)
       (with-current-buffer b (passepartout-chat-save))
