@@ -74,6 +74,7 @@ The file is also written when each turn ends."
 (declare-function passepartout-plan--decide "passepartout-plan"
                   (id decision org comment))
 (declare-function passepartout-plan-buffer "passepartout-plan" (id))
+(declare-function passepartout-plans--sync "passepartout-plan" ())
 (declare-function passepartout-plans "passepartout")
 (declare-function passepartout-events "passepartout")
 (declare-function passepartout-restart "passepartout")
@@ -90,6 +91,11 @@ The file is also written when each turn ends."
 
 (defvar passepartout-chat--sessions (make-hash-table :test #'equal)
   "Chat buffers by session id.")
+
+(defvar passepartout-chat--plan-chats (make-hash-table :test #'equal)
+  "Chat buffers by the id of the flight plan waiting in them.
+A chat resumed after a restart may have a new session: its plans are
+found through this table, not through the session.")
 
 (defvar-local passepartout-chat--root nil
   "The project directory this buffer's session is rooted at.")
@@ -119,6 +125,14 @@ LOCAL is non-nil when the value was buffer-local.  nil when the cache
 is not suspended.  See
 `passepartout-chat--suspend-element-cache'.")
 
+(defvar-local passepartout-chat--pending nil
+  "Answer text received but not yet shown, newest first: (KIND . TEXT).
+KIND is `message' or `thought'.  The process filter only queues text;
+a timer shows it (see `passepartout-chat--drain').")
+
+(defvar-local passepartout-chat--drain-timer nil
+  "Timer that shows the queued answer text, or nil.")
+
 (defvar-local passepartout-chat--held ""
   "Stars at a line start held back until the next chunk shows what follows.")
 
@@ -143,6 +157,11 @@ is not suspended.  See
 (defvar-local passepartout-chat--resume nil
   "A session id saved in the chat file, to resume on the next start.")
 
+(defvar-local passepartout-chat--saved nil
+  "What the chat file holds, for saving only what changed: nil, or
+\(MARKER . BYTES) when the buffer's text before MARKER is, byte for byte,
+the start of the file, whose size is BYTES.")
+
 (defvar-local passepartout-chat--save-timer nil
   "Timer that saves the chat file while an answer streams, or nil.")
 
@@ -164,15 +183,19 @@ streams) is refused too; rear-nonsticky, so the prompt after the last
 
 (defconst passepartout-chat--keywords
   '((sequence "PENDING" "RUNNING" "WAITING" "|"
-              "DONE" "FAILED" "REJECTED" "DENIED" "INTERRUPTED"))
+              "DONE" "FAILED" "REJECTED" "DENIED" "INTERRUPTED" "DECIDED"))
   "Org TODO keywords showing tool call status.")
 
 (defconst passepartout-chat--plan-keywords
   '(("executed" . "DONE") ("failed" . "FAILED") ("rejected" . "REJECTED")
-    ("denied" . "DENIED") ("interrupted" . "INTERRUPTED"))
+    ("denied" . "DENIED") ("interrupted" . "INTERRUPTED")
+    ("decided elsewhere" . "DECIDED"))
   "Flight plan outcome (docs/plans.md) to Org keyword.
 A call that waited for a plan ends with the plan's outcome, which ACP's
-tool call status can only call \"failed\".")
+tool call status can only call \"failed\".  A plan this Emacs saw
+waiting and the daemon no longer lists was decided where this Emacs
+could not hear of it (another Emacs, the command line, while Emacs was
+not running): its outcome is unknown here.")
 
 (defconst passepartout-chat--tool-keywords
   '(("pending" . "PENDING") ("in_progress" . "RUNNING")
@@ -256,6 +279,12 @@ The chat is saved to an Org file in `passepartout-chat-directory'.
   ;; Code the model writes is shown, never run by a stray C-c C-c.
   (setq-local org-confirm-babel-evaluate t)
   (add-hook 'org-ctrl-c-ctrl-c-hook #'passepartout-chat--ctrl-c-ctrl-c nil t)
+  (add-hook 'before-change-functions #'passepartout-chat--unsaved-from nil t)
+  (add-to-invisibility-spec '(passepartout-long-line . t))
+  ;; As `so-long' does: a long line of left-to-right text needs no
+  ;; bidirectional reordering, which costs redisplay its length.
+  (setq bidi-paragraph-direction 'left-to-right)
+  (setq-local bidi-inhibit-bpa t)
   (add-hook 'kill-buffer-hook #'passepartout-chat--forget nil t))
 
 (defun passepartout-chat--ctrl-c-ctrl-c ()
@@ -268,6 +297,8 @@ Run from `org-ctrl-c-ctrl-c-hook'."
 
 (defun passepartout-chat--forget ()
   "Forget this buffer's session; cancel its turn; save its file."
+  (when passepartout-chat--drain-timer
+    (cancel-timer passepartout-chat--drain-timer))
   (when passepartout-chat--stream
     (ignore-errors (passepartout-chat-cancel)))
   (when (buffer-modified-p) (passepartout-chat-save))
@@ -276,7 +307,10 @@ Run from `org-ctrl-c-ctrl-c-hook'."
   (when (eq (gethash passepartout-chat--root passepartout-chat--buffers)
             (current-buffer))
     (remhash passepartout-chat--root passepartout-chat--buffers))
-  (when (zerop (hash-table-count passepartout-chat--buffers))
+  (unless (cl-some (lambda (b) (and (not (eq b (current-buffer)))
+                                    (eq (buffer-local-value 'major-mode b)
+                                        'passepartout-chat-mode)))
+                   (buffer-list))
     (remove-hook 'kill-emacs-hook #'passepartout-chat--save-all)))
 
 (defun passepartout-chat--mode-line ()
@@ -377,6 +411,67 @@ Run from `org-ctrl-c-ctrl-c-hook'."
         (let ((v (string-trim (match-string-no-properties 1))))
           (and (not (string-empty-p v)) v))))))
 
+(defun passepartout-chat--unsaved-from (pos &rest _)
+  "Note that the text from POS on differs from the chat file.
+In `before-change-functions', and called for streamed text (which runs
+no change hook)."
+  (when-let ((saved passepartout-chat--saved))
+    (when (< pos (car saved))
+      (set-marker (car saved) pos))))
+
+;; A chat grows at its end: a save writes only the text after the first
+;; change since the last one, at its place in the file (writing a long
+;; chat whole, at every save, stalled Emacs in proportion to its size).
+;; While an answer streams and when a turn ends, it is written in pieces
+;; of `passepartout-chat--save-piece' characters, one per timer run, so
+;; that a keystroke never waits for more than one piece.
+
+(defconst passepartout-chat--save-piece 65536
+  "Characters written to a chat file per timer run when saving in the background.")
+
+(defun passepartout-chat--bytes (pos)
+  "Bytes the chat's text before POS takes in its UTF-8 file.
+True while the file's encoding of the text is the buffer's own (no raw
+bytes in it); every save that reaches the end checks it."
+  (1- (position-bytes pos)))
+
+(defun passepartout-chat--write (&optional piece)
+  "Write what changed since the last save to the chat file.
+With PIECE, write at most PIECE characters of it.  Return non-nil when
+the file holds the whole buffer."
+  (save-restriction
+    (widen)
+    (let* ((file passepartout-chat--file)
+           (saved passepartout-chat--saved)
+           (coding-system-for-write 'utf-8-unix)
+           (write-region-inhibit-fsync t)
+           (to (point-max)))
+      (if (and saved (eql (file-attribute-size (file-attributes file)) (cdr saved)))
+          (let ((from (car saved)))
+            (when piece (setq to (min to (+ from piece))))
+            (write-region from to file (passepartout-chat--bytes from) 'silent))
+        (let ((dir (file-name-directory file)))
+          (unless (file-directory-p dir) (make-directory dir t)))
+        (write-region nil nil file nil 'silent))
+      (let ((size (file-attribute-size (file-attributes file)))
+            (whole (= to (point-max))))
+        (when (and whole (not (eql size (passepartout-chat--bytes to))))
+          ;; Longer: the text shrank, and writing at an offset never
+          ;; shortens a file.  Other: the encoding is not the buffer's.
+          (write-region nil nil file nil 'silent)
+          (setq size (file-attribute-size (file-attributes file))))
+        (setq passepartout-chat--saved
+              (and (>= size (passepartout-chat--bytes to))
+                   (or (not whole) (eql size (passepartout-chat--bytes to)))
+                   (cons (if saved (set-marker (car saved) to) (copy-marker to))
+                         size)))
+        whole))))
+
+(defun passepartout-chat--save-error (err)
+  "Say that the chat could not be saved, because of ERR."
+  (message "passepartout: cannot save the chat to %s: %s"
+           passepartout-chat--file (error-message-string err)))
+
 (defun passepartout-chat-save ()
   "Write this chat to its Org file now."
   (interactive)
@@ -385,35 +480,34 @@ Run from `org-ctrl-c-ctrl-c-hook'."
     (setq passepartout-chat--save-timer nil))
   (when passepartout-chat--file
     (condition-case err
-        (let ((dir (file-name-directory passepartout-chat--file)))
-          (unless (file-directory-p dir) (make-directory dir t))
-          (save-restriction
-            (widen)
-            (let ((coding-system-for-write 'utf-8-unix)
-                  (write-region-inhibit-fsync t))
-              (write-region nil nil passepartout-chat--file nil 'silent)))
+        (when (passepartout-chat--write)
           (set-buffer-modified-p nil))
-      (error (message "passepartout: cannot save the chat to %s: %s"
-                      passepartout-chat--file (error-message-string err))))))
+      (error (passepartout-chat--save-error err)))))
 
-(defconst passepartout-chat--save-bytes-per-second 500000
-  "A big chat is saved less often: one second between saves per this many bytes.
-Each save writes the whole buffer, so this bounds the time spent saving
-to a constant share, whatever the chat's size.")
+(defun passepartout-chat--save-piece (buffer)
+  "Write the next piece of BUFFER's chat; go on later until it is whole.
+A piece waits while input is pending."
+  (when (buffer-live-p buffer)
+    (with-current-buffer buffer
+      (setq passepartout-chat--save-timer nil)
+      (when passepartout-chat--file
+        (condition-case err
+            (if (and (not (input-pending-p))
+                     (passepartout-chat--write passepartout-chat--save-piece))
+                (set-buffer-modified-p nil)
+              (passepartout-chat--save-later 0.02))
+          (error (passepartout-chat--save-error err)))))))
+
+(defun passepartout-chat--save-later (delay)
+  "Save the chat in the background in DELAY seconds, unless one is due."
+  (when (and passepartout-chat--file (not passepartout-chat--save-timer))
+    (setq passepartout-chat--save-timer
+          (run-at-time delay nil #'passepartout-chat--save-piece
+                       (current-buffer)))))
 
 (defun passepartout-chat--save-soon ()
-  "Save the chat within `passepartout-chat-save-interval' seconds, or later if big."
-  (when (and passepartout-chat--file (not passepartout-chat--save-timer))
-    (let ((buffer (current-buffer)))
-      (setq passepartout-chat--save-timer
-            (run-at-time (max passepartout-chat-save-interval
-                              (/ (buffer-size) (float passepartout-chat--save-bytes-per-second)))
-                         nil
-                         (lambda ()
-                           (when (buffer-live-p buffer)
-                             (with-current-buffer buffer
-                               (setq passepartout-chat--save-timer nil)
-                               (passepartout-chat-save)))))))))
+  "Save the chat within `passepartout-chat-save-interval' seconds."
+  (passepartout-chat--save-later passepartout-chat-save-interval))
 
 ;;;; Buffers and sessions
 
@@ -434,6 +528,12 @@ to a constant share, whatever the chat's size.")
     ;; `passepartout-chat--forget'): loading the package changes nothing.
     (add-hook 'kill-emacs-hook #'passepartout-chat--save-all)
     buffer))
+
+(defun passepartout-chat-live-buffer (root)
+  "Return the live chat buffer of project ROOT, or nil."
+  (let ((b (gethash (file-name-as-directory (expand-file-name root))
+                    passepartout-chat--buffers)))
+    (and (buffer-live-p b) b)))
 
 (defun passepartout-chat-buffer (root)
   "Return the chat buffer for project ROOT, creating it if needed.
@@ -460,18 +560,16 @@ A new chat gets a new file in `passepartout-chat-directory'."
 Its session is resumed when the daemon can (see
 `passepartout-chat--ensure-session')."
   (let* ((file (expand-file-name file))
-         (open (cl-find-if (lambda (b)
-                             (and (buffer-live-p b)
-                                  (equal (buffer-local-value 'passepartout-chat--file b)
-                                         file)))
-                           (hash-table-values passepartout-chat--buffers))))
+         (open (passepartout-chat--file-buffer file)))
     (or open
         (let* ((root (with-temp-buffer
                        (insert-file-contents file nil 0 passepartout-chat--header-bytes)
                        (passepartout-chat--get-property "PASSEPARTOUT_CWD")))
                (root (file-name-as-directory
                       (expand-file-name (or root (file-name-directory file)))))
+               (previous (passepartout-chat-live-buffer root))
                (buffer (passepartout-chat--make-buffer root)))
+          (when previous (passepartout-chat--drop-unused previous))
           (with-current-buffer buffer
             (let ((inhibit-read-only t))
               (insert-file-contents file))
@@ -488,9 +586,58 @@ Its session is resumed when the daemon can (see
                   (setq passepartout-chat--prompt (copy-marker (point))))
               (passepartout-chat--new-prompt))
             (passepartout-chat--protect (point-min) passepartout-chat--prompt)
+            (passepartout-chat--revive-plans)
             (goto-char (point-max))
             (set-buffer-modified-p nil))
           buffer))))
+
+(defun passepartout-chat--file-buffer (file)
+  "Return the live chat buffer of FILE, or nil: a chat is never opened twice."
+  (cl-find-if (lambda (b)
+                (and (eq (buffer-local-value 'major-mode b) 'passepartout-chat-mode)
+                     (equal (buffer-local-value 'passepartout-chat--file b) file)))
+              (buffer-list)))
+
+(defun passepartout-chat--unused-p ()
+  "Non-nil when this chat has had no turn and its prompt is empty."
+  (and (not passepartout-chat--stream)
+       (string-empty-p (string-trim (buffer-substring-no-properties
+                                     passepartout-chat--prompt (point-max))))
+       (save-excursion
+         (goto-char (point-min))
+         (not (re-search-forward "^\\* passepartout$" nil t)))))
+
+(defun passepartout-chat--drop-unused (buffer)
+  "Kill chat BUFFER if nothing was ever said in it.
+Opening a saved chat of a project then leaves one chat buffer, not an
+empty one beside it; the empty chat's file goes with it."
+  (with-current-buffer buffer
+    (when (passepartout-chat--unused-p)
+      (let ((file passepartout-chat--file))
+        (set-buffer-modified-p nil)
+        (setq passepartout-chat--file nil)
+        (kill-buffer buffer)
+        (when (and file (file-exists-p file)) (delete-file file))))))
+
+(defun passepartout-chat-last-file (root)
+  "Return the most recently written chat file of project ROOT, or nil."
+  (let ((dir passepartout-chat-directory)
+        (root (file-name-as-directory (expand-file-name root))))
+    (when (and dir (file-directory-p dir))
+      (cl-loop for (file . attrs)
+               in (sort (directory-files-and-attributes dir t "\\`[^.#].*\\.org\\'" t)
+                        (lambda (a b)
+                          (time-less-p (file-attribute-modification-time (cdr b))
+                                       (file-attribute-modification-time (cdr a)))))
+               when (and (not (file-attribute-type attrs))
+                         (with-temp-buffer
+                           (insert-file-contents file nil 0 passepartout-chat--header-bytes)
+                           (equal (ignore-errors
+                                    (file-name-as-directory
+                                     (expand-file-name
+                                      (passepartout-chat--get-property "PASSEPARTOUT_CWD"))))
+                                  root)))
+               return file))))
 
 (defun passepartout-chat--load-session (conn id)
   "Ask CONN to resume session ID; return nil on success, else the reason.
@@ -547,30 +694,62 @@ the daemon cannot, a new session starts and the chat says so."
         (passepartout-chat--set-property "PASSEPARTOUT_SESSION" id)
         (run-hooks 'passepartout-chat-session-hook)
         (passepartout-chat-save)
-        (passepartout-chat--announce-pending conn)))
+        (passepartout-chat--announce-pending conn)
+        (passepartout-chat--reconcile-plans conn)))
     passepartout-chat--session-id))
+
+(defun passepartout-chat--waiting-plans ()
+  "Return the ids of the plans this chat shows waiting."
+  (let (ids)
+    (maphash (lambda (_id tool)
+               (when (and (plist-get tool :plan-id) (plist-get tool :overlay))
+                 (push (plist-get tool :plan-id) ids)))
+             passepartout-chat--tools)
+    ids))
+
+(defun passepartout-chat--reconcile-plans (conn)
+  "Mark the plans this chat shows waiting that CONN's daemon no longer lists.
+The daemon offers every pending plan after `initialize', so a plan it
+does not list was decided while this chat could not hear of it."
+  (when-let ((shown (passepartout-chat--waiting-plans)))
+    (let* ((result (ignore-errors
+                     (jsonrpc-request conn :_passepartout/plans/list nil :timeout 10)))
+           (pending (and result
+                         (mapcar (lambda (p) (plist-get p :planId))
+                                 (plist-get result :plans)))))
+      (when result
+        (dolist (id shown)
+          (unless (member id pending)
+            (passepartout-chat--tool-plan-resolved nil id "decided elsewhere")))))))
 
 (defun passepartout-chat--announce-pending (conn)
   "Say once per daemon start which flight plans wait from before.
-In the chat and in the echo area: a plan waiting silently is a person
+In the echo area, and in the chat those not shown waiting in an open
+chat (where they have their keys): a plan waiting silently is a person
 who never hears of it."
   (unless (passepartout--connection-announced conn)
     (setf (passepartout--connection-announced conn) t)
     (let* ((result (ignore-errors
                      (jsonrpc-request conn :_passepartout/plans/list nil :timeout 10)))
-           (plans (append (plist-get result :plans) nil)))
+           (plans (append (plist-get result :plans) nil))
+           (unseen (cl-remove-if
+                    (lambda (p)
+                      (buffer-live-p (gethash (plist-get p :planId)
+                                              passepartout-chat--plan-chats)))
+                    plans)))
+      (when unseen
+        (passepartout-chat--note
+         (format "%d flight plan%s wait%s for you from before (M-x passepartout-plans):%s"
+                 (length unseen)
+                 (if (cdr unseen) "s" "")
+                 (if (cdr unseen) "" "s")
+                 (mapconcat (lambda (p)
+                              (format "\n- %s %s" (plist-get p :planId)
+                                      (plist-get p :title)))
+                            unseen ""))))
       (when plans
-        (let ((text (format "%d flight plan%s wait%s for you from before (M-x passepartout-plans):%s"
-                            (length plans)
-                            (if (cdr plans) "s" "")
-                            (if (cdr plans) "" "s")
-                            (mapconcat (lambda (p)
-                                         (format "\n- %s %s" (plist-get p :planId)
-                                                 (plist-get p :title)))
-                                       plans ""))))
-          (passepartout-chat--note text)
-          (message "passepartout: %d flight plan%s wait%s for you: M-x passepartout-plans"
-                   (length plans) (if (cdr plans) "s" "") (if (cdr plans) "" "s")))))))
+        (message "passepartout: %d flight plan%s wait%s for you: M-x passepartout-plans"
+                 (length plans) (if (cdr plans) "s" "") (if (cdr plans) "" "s"))))))
 
 (defun passepartout-chat--session-buffer (params)
   "Return the live chat buffer of the session named in PARAMS, or nil."
@@ -605,10 +784,22 @@ who never hears of it."
     (with-silent-modifications
       (add-text-properties start end passepartout-chat--protected))))
 
-(defun passepartout-chat--insert (text)
+(defconst passepartout-chat--streamed-properties
+  (append '(fontified t) passepartout-chat--protected)
+  "Text properties of streamed answer text until its turn ends.
+`fontified' t tells jit-lock the text needs no fontification: Org's
+font-lock works on whole lines, so a chunk appended to a long line
+would refontify all of it, at every chunk, while the person types.
+The turn's end hands the text back to jit-lock (see
+`passepartout-chat--refontify').")
+
+(defun passepartout-chat--insert (text &optional streamed)
   "Insert TEXT, read-only, at the stream marker; windows at it follow it.
 The stream marker sits above the prompt, so what the person types below
-never mixes with the answer."
+never mixes with the answer.  STREAMED non-nil says TEXT is answer or
+reasoning text: it is left unfontified until the turn ends, and no
+change hook runs for it (none has anything to do with read-only text
+that grows at a marker, and jit-lock's would undo `fontified')."
   (let* ((stream passepartout-chat--stream)
          (inhibit-read-only t)
          (here-at-end (= (point) stream))
@@ -618,16 +809,140 @@ never mixes with the answer."
     (save-excursion
       (goto-char stream)
       (let ((start (point)))
-        (insert text)
-        (passepartout-chat--protect start (point))))
+        (if (not streamed)
+            (progn (insert text)
+                   (passepartout-chat--protect start (point)))
+          (passepartout-chat--unsaved-from start)
+          ;; Done by the change hooks that are not run.
+          (syntax-ppss-flush-cache start)
+          ;; The chunk is ours (parsed from JSON for this insertion):
+          ;; propertized in place, it is not copied once more.
+          (add-text-properties 0 (length text)
+                               passepartout-chat--streamed-properties text)
+          (passepartout-chat--fold-long-line
+           text (- start (line-beginning-position)))
+          (let ((inhibit-modification-hooks t))
+            (insert text)))))
     (when here-at-end (goto-char stream))
     (dolist (w followers) (set-window-point w stream))))
+
+(defconst passepartout-chat--insert-budget 0.004
+  "Seconds of insertion a timer run may take before input gets its turn.")
+
+(defconst passepartout-chat--drain-delay 0.015
+  "Seconds between the arrival of answer text and its display.
+Text arriving meanwhile is shown in the same run, and redisplayed once.")
+
+(defun passepartout-chat--enqueue (kind text)
+  "Queue answer TEXT of KIND (`message' or `thought') for display."
+  (push (cons kind text) passepartout-chat--pending)
+  (unless passepartout-chat--drain-timer
+    (setq passepartout-chat--drain-timer
+          (run-at-time passepartout-chat--drain-delay nil
+                       #'passepartout-chat--drain (current-buffer)))))
+
+(defun passepartout-chat--drain (buffer)
+  "Show BUFFER's queued text for at most `passepartout-chat--insert-budget'.
+It stops early when input is pending, and runs again later for the
+rest: a keystroke never waits for more than one budget of insertion."
+  (when (buffer-live-p buffer)
+    (with-current-buffer buffer
+      (setq passepartout-chat--drain-timer nil)
+      (passepartout-chat--show-pending
+       (+ (float-time) passepartout-chat--insert-budget))
+      (when passepartout-chat--pending
+        (setq passepartout-chat--drain-timer
+              (run-at-time passepartout-chat--drain-delay nil
+                           #'passepartout-chat--drain buffer))))))
+
+(defun passepartout-chat--show-pending (&optional deadline)
+  "Insert the queued text, oldest first, until DEADLINE (`float-time').
+Without DEADLINE, insert all of it: what comes next in the turn (a tool
+call, a note, its end) must follow the text received before it.  With
+one, stop early when input is pending, after at least one piece."
+  (when passepartout-chat--pending
+    (let ((items (nreverse passepartout-chat--pending)))
+      (setq passepartout-chat--pending nil)
+      (while (and items passepartout-chat--stream
+                  (let ((item (pop items)))
+                    (if (eq (car item) 'thought)
+                        (passepartout-chat-insert-thought (cdr item))
+                      (passepartout-chat-insert-message (cdr item)))
+                    (or (not deadline)
+                        (and (< (float-time) deadline)
+                             (not (input-pending-p)))))))
+      ;; Text received while showing (a filter run inside an insertion
+      ;; hook) is newer than what is left.
+      (setq passepartout-chat--pending
+            (and passepartout-chat--stream
+                 (nconc passepartout-chat--pending (nreverse items)))))))
+
+(defun passepartout-chat--flush ()
+  "Show all queued answer text now."
+  (when passepartout-chat--drain-timer
+    (cancel-timer passepartout-chat--drain-timer)
+    (setq passepartout-chat--drain-timer nil))
+  (passepartout-chat--show-pending))
+
+(defconst passepartout-chat--long-line 4000
+  "Characters of a line of an answer shown; the rest is folded.
+Org's font-lock fontifies whole lines, and Emacs 28's redisplay walks a
+truncated line to its end, character by character, every time it
+shows it: a line of a megabyte would stall both at every chunk.
+Folded (invisible) text is skipped in one step.  The folded rest of a
+line is shown by `passepartout-chat-show-long-lines'; it is never
+fontified.")
+
+(defun passepartout-chat--fold-long-line (text column)
+  "Make the part of TEXT past `passepartout-chat--long-line' invisible.
+TEXT is inserted at COLUMN of its first line."
+  (let ((start 0)
+        (length (length text)))
+    (while (< start length)
+      (let* ((newline (string-search "\n" text start))
+             (end (or newline length))
+             (hidden (+ start (max 0 (- passepartout-chat--long-line column)))))
+        (when (< hidden end)
+          (put-text-property hidden end 'invisible 'passepartout-long-line text))
+        (setq start (1+ end)
+              column 0)))))
+
+(defun passepartout-chat-show-long-lines (&optional arg)
+  "Show the folded rest of long answer lines; with ARG negative, fold it.
+Showing a line of a megabyte makes each redisplay of it slow."
+  (interactive "P")
+  (if (and arg (< (prefix-numeric-value arg) 0))
+      (add-to-invisibility-spec '(passepartout-long-line . t))
+    (remove-from-invisibility-spec '(passepartout-long-line . t))))
+
+(defun passepartout-chat--refontify (start end)
+  "Hand the text from START to END back to jit-lock, but for long lines.
+Only what a window shows is then fontified, when it is shown.  Long
+lines are found by their folded tails, not by walking every line."
+  (with-silent-modifications
+    (put-text-property start end 'fontified nil)
+    (save-excursion
+      (let ((pos start))
+        (while (setq pos (text-property-any pos end 'invisible 'passepartout-long-line))
+          (goto-char pos)
+          ;; Its newline too: font-lock extends a region to whole lines,
+          ;; so fontifying from the newline would fontify the line.
+          (let ((eol (min end (1+ (line-end-position)))))
+            (put-text-property (line-beginning-position) eol 'fontified t)
+            (setq pos eol)))))))
 
 (defun passepartout-chat--org-safe (text)
   "Return TEXT with line-start stars that would open an Org heading demoted.
 A Markdown bullet \"* item\" would otherwise end the answer's section.
 Stars at the end of TEXT wait in `passepartout-chat--held' until the
 next chunk shows whether a space follows them.  Cost: linear in TEXT."
+  (if (and (string-empty-p passepartout-chat--held)
+           (not (string-search "*" text)))
+      text
+    (passepartout-chat--org-safe-stars text)))
+
+(defun passepartout-chat--org-safe-stars (text)
+  "Return TEXT, which may hold stars, as `passepartout-chat--org-safe' does."
   (let* ((text (concat passepartout-chat--held text))
          (bol (or (= passepartout-chat--stream (point-min))
                   (eq (char-before passepartout-chat--stream) ?\n)))
@@ -661,10 +976,12 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
 
 (defun passepartout-chat--close-segment ()
   "End the current section: flush held text, fold reasoning."
+  ;; Whatever ends the section comes after the text received before it.
+  (passepartout-chat--flush)
   (unless (string-empty-p passepartout-chat--held)
     (let ((held passepartout-chat--held))
       (setq passepartout-chat--held "")
-      (passepartout-chat--insert held)))
+      (passepartout-chat--insert held t)))
   (when (eq (car-safe passepartout-chat--segment) 'thought)
     (passepartout-chat--ensure-newline)
     (passepartout-chat--fold (cdr passepartout-chat--segment)))
@@ -673,7 +990,9 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
 (defun passepartout-chat--ensure-newline ()
   "Make the stream start on a fresh line."
   (unless (eq (char-before passepartout-chat--stream) ?\n)
-    (passepartout-chat--insert "\n")))
+    ;; As streamed text: a change hook would refontify the whole line
+    ;; it ends, which may be megabytes long.
+    (passepartout-chat--insert (string ?\n) t)))
 
 (defun passepartout-chat--open-heading (title)
   "Insert a level-2 heading TITLE at the stream; return a marker at it."
@@ -695,7 +1014,7 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
                   (not (looking-at-p "^\\* passepartout$"))))
         (passepartout-chat--open-heading "Answer")))
     (setq passepartout-chat--segment 'message))
-  (passepartout-chat--insert (passepartout-chat--org-safe text))
+  (passepartout-chat--insert (passepartout-chat--org-safe text) t)
   (passepartout-chat--save-soon))
 
 (defun passepartout-chat-insert-thought (text)
@@ -704,7 +1023,7 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
     (passepartout-chat--close-segment)
     (setq passepartout-chat--segment
           (cons 'thought (passepartout-chat--open-heading "Reasoning"))))
-  (passepartout-chat--insert (passepartout-chat--org-safe text))
+  (passepartout-chat--insert (passepartout-chat--org-safe text) t)
   (passepartout-chat--save-soon))
 
 (defun passepartout-chat--note (text)
@@ -719,6 +1038,20 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
         (goto-char passepartout-chat--prompt-heading)
         (insert line "\n")
         (passepartout-chat--protect (- (point) (length line) 1) (point))))))
+
+(defconst passepartout-chat--notice-regexp
+  "\\`⚠ [0-9]+ errors? in skill or policy files: .*\n\\(?:  .*\n\\)*\n?"
+  "The daemon's warning about broken skill files, at the start of a turn.
+It arrives as reasoning (`agent_thought_chunk'), as ACP has no notice;
+the model never said it.")
+
+(defun passepartout-chat--split-notice (text)
+  "Return (NOTICE . REST): the daemon's warning at the start of TEXT, and the rest.
+NOTICE is nil when TEXT does not start with one: it is then all reasoning."
+  (if (string-match passepartout-chat--notice-regexp text)
+      (cons (string-trim-right (match-string 0 text))
+            (substring text (match-end 0)))
+    (cons nil text)))
 
 (defun passepartout-chat--text-of (content)
   "Return the text of an ACP content block CONTENT, or nil."
@@ -829,7 +1162,8 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
       (save-excursion
         (goto-char (plist-get tool :keyword))
         (delete-char (length (plist-get tool :current)))
-        (insert keyword)))
+        (insert keyword)
+        (passepartout-chat--protect (- (point) (length keyword)) (point))))
     (plist-put tool :current keyword)))
 
 (defun passepartout-chat--gate-trace (org)
@@ -844,14 +1178,13 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
   "Mark TOOL-CALL-ID's section as waiting for flight plan PLAN-ID.
 ORG, the plan's text, gives the gate trace shown with it.  The lines
 carry the keys of `passepartout-chat-plan-map'."
-  (when-let ((tool (gethash tool-call-id passepartout-chat--tools)))
+  (passepartout-chat--flush)
+  (when-let ((tool (or (passepartout-chat--tool-of-plan plan-id)
+                       (gethash tool-call-id passepartout-chat--tools))))
     (let ((inhibit-read-only t)
           (trace (passepartout-chat--gate-trace org)))
       (save-excursion
-        (goto-char (plist-get tool :keyword))
-        (delete-char (length (plist-get tool :current)))
-        (insert "WAITING")
-        (plist-put tool :current "WAITING")
+        (passepartout-chat--tool-set-keyword tool "WAITING")
         (when-let ((old (plist-get tool :plan-line)))
           (delete-region (car old) (cdr old)))
         (let* ((end (plist-get tool :end))
@@ -861,22 +1194,87 @@ carry the keys of `passepartout-chat-plan-map'."
                    "\\<passepartout-chat-plan-map>\\[passepartout-chat-approve-plan] approve, \\[passepartout-chat-reject-plan] reject, \\[passepartout-chat-open-plan] open the plan to edit it.\n")
                   (if trace (concat "Gate trace:\n" trace) ""))
           (set-marker end (point))
-          ;; The keys work from the WAITING heading down; only the
-          ;; lines about the plan are highlighted.
-          (let ((ov (make-overlay (plist-get tool :heading) (point) nil nil nil))
-                (face (make-overlay start (point) nil nil nil)))
-            (overlay-put ov 'keymap passepartout-chat-plan-map)
-            (overlay-put ov 'passepartout-plan-id plan-id)
-            (overlay-put face 'face 'highlight)
-            (plist-put tool :overlay ov)
-            (plist-put tool :face-overlay face))
-          (plist-put tool :trace trace)
-          (plist-put tool :plan-line (cons start (copy-marker (point)))))))))
+          (passepartout-chat--arm-plan tool plan-id start (point) trace))))))
+
+(defun passepartout-chat--arm-plan (tool plan-id start end trace)
+  "Give TOOL's section the keys of waiting flight plan PLAN-ID.
+The plan's lines run from START to END; TRACE is its gate trace."
+  (dolist (key '(:overlay :face-overlay))
+    (when-let ((ov (plist-get tool key))) (delete-overlay ov)))
+  ;; The keys work from the WAITING heading down; only the lines about
+  ;; the plan are highlighted.
+  (let ((ov (make-overlay (plist-get tool :heading) end nil nil nil))
+        (face (make-overlay start end nil nil nil)))
+    (overlay-put ov 'keymap passepartout-chat-plan-map)
+    (overlay-put ov 'passepartout-plan-id plan-id)
+    (overlay-put face 'face 'highlight)
+    (plist-put tool :overlay ov)
+    (plist-put tool :face-overlay face))
+  (plist-put tool :plan-id plan-id)
+  (plist-put tool :trace trace)
+  (plist-put tool :plan-line (cons (copy-marker start) (copy-marker end)))
+  (puthash plan-id (current-buffer) passepartout-chat--plan-chats))
+
+(defun passepartout-chat--tool-of-plan (plan-id)
+  "Return the tool section of this chat that waits or waited for PLAN-ID."
+  (catch 'found
+    (maphash (lambda (_id tool)
+               (when (equal (plist-get tool :plan-id) plan-id)
+                 (throw 'found tool)))
+             passepartout-chat--tools)
+    nil))
+
+(defconst passepartout-chat--waiting-regexp
+  "^Waiting for flight plan \\([^ :\n]+\\): "
+  "The first line of a flight plan waiting in a chat; group 1 is its id.")
+
+(defun passepartout-chat--revive-plans ()
+  "Give the plans shown waiting in this chat's text their keys again.
+For a chat read from its file: its sections have no markers or
+overlays yet.  Return the ids of the plans found."
+  (let ((inhibit-read-only t)
+        (ids nil))
+    (save-excursion
+      (goto-char (point-min))
+      (while (re-search-forward passepartout-chat--waiting-regexp nil t)
+        (let* ((plan-id (match-string-no-properties 1))
+               (start (match-beginning 0))
+               (heading (save-excursion (re-search-backward "^\\*\\* " nil t)))
+               (end (save-excursion
+                      (goto-char start)
+                      (goto-char (if (re-search-forward "^\\*+ " nil t)
+                                     (match-beginning 0)
+                                   (point-max)))
+                      (skip-chars-backward "\n")
+                      (min (point-max) (1+ (point)))))
+               (call-id (and heading
+                             (save-excursion
+                               (goto-char heading)
+                               (and (re-search-forward "^:TOOL_CALL_ID: *\\(.*\\)$" start t)
+                                    (match-string-no-properties 1))))))
+          (when (and heading (save-excursion (goto-char heading)
+                                             (looking-at-p "\\*\\* WAITING ")))
+            (let ((tool (list :heading (copy-marker heading)
+                              :keyword (copy-marker (+ heading 3))
+                              :current "WAITING"
+                              :end (copy-marker end)))
+                  (trace (save-excursion
+                           (goto-char start)
+                           (and (re-search-forward "^Gate trace:\n" end t)
+                                (buffer-substring-no-properties (point) end)))))
+              (puthash (or call-id plan-id) tool passepartout-chat--tools)
+              (passepartout-chat--arm-plan tool plan-id start end trace)
+              (push plan-id ids)))
+          (goto-char (max (point) end)))))
+    (nreverse ids)))
 
 (defun passepartout-chat--tool-plan-resolved (tool-call-id plan-id status &optional edited)
   "Say in TOOL-CALL-ID's section that flight plan PLAN-ID ended as STATUS.
-EDITED non-nil says the person edited the action before approving it."
-  (when-let* ((tool (gethash tool-call-id passepartout-chat--tools))
+EDITED non-nil says the person edited the action before approving it.
+The chat's file is saved: it must not say WAITING after a restart."
+  (passepartout-chat--flush)
+  (when-let* ((tool (or (passepartout-chat--tool-of-plan plan-id)
+                        (gethash tool-call-id passepartout-chat--tools)))
               (line (plist-get tool :plan-line)))
     (let ((inhibit-read-only t))
       (dolist (key '(:overlay :face-overlay))
@@ -892,13 +1290,54 @@ EDITED non-nil says the person edited the action before approving it."
                   (let ((trace (plist-get tool :trace)))
                     (if trace (concat "Gate trace:\n" trace) "")))
           (set-marker (cdr line) (point))
+          (passepartout-chat--protect (car line) (point))
           (when end-follows (set-marker (plist-get tool :end) (point)))))
       ;; The heading says what became of the plan, also when its turn is
       ;; gone (a restart, another daemon ran it) and no tool call update
       ;; follows.
       (when-let ((keyword (cdr (assoc status passepartout-chat--plan-keywords))))
         (passepartout-chat--tool-set-keyword tool keyword)
-        (plist-put tool :plan-outcome status)))))
+        (plist-put tool :plan-outcome status)))
+    (when (eq (gethash plan-id passepartout-chat--plan-chats) (current-buffer))
+      (remhash plan-id passepartout-chat--plan-chats))
+    (passepartout-chat--save-later 0)
+    t))
+
+(defun passepartout-chat-plan-buffer (plan)
+  "Return the live chat buffer showing flight PLAN (the daemon's object), or nil.
+Found by the plan's id first (a resumed chat, whatever its session),
+then by its session."
+  (let ((b (or (gethash (plist-get plan :planId) passepartout-chat--plan-chats)
+               (gethash (plist-get plan :sessionId) passepartout-chat--sessions))))
+    (and (buffer-live-p b) b)))
+
+(defun passepartout-chat--files-of-session (session-id)
+  "Return the chat files whose top drawer names SESSION-ID."
+  (let ((dir passepartout-chat-directory))
+    (when (and dir (file-directory-p dir))
+      (cl-remove-if-not
+       (lambda (file)
+         (with-temp-buffer
+           (insert-file-contents file nil 0 passepartout-chat--header-bytes)
+           (equal (passepartout-chat--get-property "PASSEPARTOUT_SESSION") session-id)))
+       (directory-files dir t "\\`[^.#].*\\.org\\'")))))
+
+(defun passepartout-chat-resolve-in-file (session-id plan-id status)
+  "Write STATUS, the outcome of flight plan PLAN-ID, in SESSION-ID's chat files.
+For a plan decided while its chat is not open: the file must not say
+it waits.  Return the files changed."
+  (let (changed)
+    (dolist (file (passepartout-chat--files-of-session session-id) changed)
+      (with-temp-buffer
+        (insert-file-contents file)
+        (setq-local passepartout-chat--tools (make-hash-table :test #'equal))
+        (setq-local passepartout-chat--plan-chats (make-hash-table :test #'equal))
+        (when (and (member plan-id (passepartout-chat--revive-plans))
+                   (let ((passepartout-chat--file nil))
+                     (passepartout-chat--tool-plan-resolved nil plan-id status)))
+          (let ((coding-system-for-write 'utf-8-unix))
+            (write-region nil nil file nil 'silent))
+          (push file changed))))))
 
 (defun passepartout-chat--tool-retitle (tool-call-id title)
   "Show TITLE, the action that actually ran, in TOOL-CALL-ID's heading.
@@ -924,7 +1363,7 @@ model asked for; the heading must not keep the model's."
   "Approve the flight plan waiting at point.
 If its plan buffer holds your edits, the edited action is what you approve."
   (interactive)
-  (let* ((id (passepartout-chat--plan-at-point))
+  (let* ((id (passepartout-chat--live-plan-at-point))
          (buffer (plist-get (gethash id passepartout-plan--plans) :buffer))
          (org (and (buffer-live-p buffer) (buffer-modified-p buffer)
                    (with-current-buffer buffer
@@ -935,7 +1374,7 @@ If its plan buffer holds your edits, the edited action is what you approve."
 
 (defun passepartout-chat-reject-plan (reason)
   "Reject the flight plan waiting at point, telling the model REASON."
-  (interactive (progn (passepartout-chat--plan-at-point)
+  (interactive (progn (passepartout-chat--live-plan-at-point)
                       (list (read-string "Reason for rejecting (optional): "))))
   (passepartout-plan--decide (passepartout-chat--plan-at-point) "reject" nil
                              (and reason (not (string-empty-p reason)) reason)))
@@ -943,7 +1382,21 @@ If its plan buffer holds your edits, the edited action is what you approve."
 (defun passepartout-chat-open-plan ()
   "Show the full flight plan waiting at point, to read or edit it."
   (interactive)
-  (pop-to-buffer (passepartout-plan-buffer (passepartout-chat--plan-at-point))))
+  (pop-to-buffer (passepartout-plan-buffer (passepartout-chat--live-plan-at-point))))
+
+(defun passepartout-chat--live-plan-at-point ()
+  "Return the id of the flight plan waiting at point, known to a live daemon.
+A chat read from its file shows plans from before the restart: the
+daemon is started (it offers them again), and a plan it no longer
+lists is marked as decided elsewhere."
+  (let ((id (passepartout-chat--plan-at-point)))
+    (unless (equal (plist-get (gethash id passepartout-plan--plans) :status) "pending")
+      (passepartout--ensure-connection)
+      (passepartout-plans--sync)
+      (unless (gethash id passepartout-plan--plans)
+        (passepartout-chat--tool-plan-resolved nil id "decided elsewhere")
+        (user-error "Flight plan %s no longer waits: it was decided elsewhere" id)))
+    id))
 
 ;;;; Effects on files
 
@@ -1085,13 +1538,24 @@ with it (the transcript is read-only)."
                      (lambda (w) (funcall in-turn (window-point w)))
                      (get-buffer-window-list nil nil t))))
       (passepartout-chat--protect start passepartout-chat--prompt)
+      (passepartout-chat--refontify start passepartout-chat--prompt)
       (set-marker passepartout-chat--stream nil)
       (setq passepartout-chat--stream nil
             passepartout-chat--plan nil)
       (passepartout-chat--resume-element-cache)
       (when move (goto-char (point-max)))
       (dolist (w windows) (set-window-point w (point-max))))
-    (passepartout-chat-save)
+    (when passepartout-chat--save-timer
+      (cancel-timer passepartout-chat--save-timer)
+      (setq passepartout-chat--save-timer nil))
+    ;; What is left to write may be megabytes: then it is written in the
+    ;; background, in pieces.
+    (if (<= (- (point-max) (if passepartout-chat--saved
+                               (car passepartout-chat--saved)
+                             (point-min)))
+            passepartout-chat--save-piece)
+        (passepartout-chat-save)
+      (passepartout-chat--save-later 0))
     (force-mode-line-update)))
 
 (defun passepartout-chat--stop-note (reason)
@@ -1179,10 +1643,13 @@ The daemon names its command-line flags, which an Emacs user never types."
           (pcase (plist-get update :sessionUpdate)
             ("agent_message_chunk"
              (when-let ((text (passepartout-chat--text-of (plist-get update :content))))
-               (passepartout-chat-insert-message text)))
+               (passepartout-chat--enqueue 'message text)))
             ("agent_thought_chunk"
              (when-let ((text (passepartout-chat--text-of (plist-get update :content))))
-               (passepartout-chat-insert-thought text)))
+               (pcase-let ((`(,notice . ,rest) (passepartout-chat--split-notice text)))
+                 (when notice (passepartout-chat--note notice))
+                 (unless (string-empty-p rest)
+                   (passepartout-chat--enqueue 'thought rest)))))
             ("tool_call" (passepartout-chat--tool-start update))
             ("tool_call_update" (passepartout-chat--tool-update update))
             ("plan" (passepartout-chat--plan-update (plist-get update :entries)))))))))
@@ -1254,6 +1721,7 @@ only how big it is."
 
 ;;;; Session modes and slash commands
 
+;;;###autoload (autoload 'passepartout-set-mode "passepartout" nil t)
 (defun passepartout-set-mode (mode-id)
   "Switch this chat's session to the mode MODE-ID.
 Interactively, choose among the modes the daemon advertised: read-only
@@ -1324,11 +1792,13 @@ as the daemon announced them."
 (add-hook 'passepartout-connection-died-hook #'passepartout-chat--daemon-died)
 
 (defun passepartout-chat--save-all ()
-  "Write every chat with unsaved text to its file (when Emacs exits)."
-  (maphash (lambda (_root buffer)
-             (when (and (buffer-live-p buffer) (buffer-modified-p buffer))
-               (with-current-buffer buffer (passepartout-chat-save))))
-           passepartout-chat--buffers))
+  "Write every chat with unsaved text to its file (when Emacs exits).
+Every chat buffer: a project may have an older chat open beside its
+current one."
+  (dolist (buffer (buffer-list))
+    (when (and (eq (buffer-local-value 'major-mode buffer) 'passepartout-chat-mode)
+               (buffer-modified-p buffer))
+      (with-current-buffer buffer (passepartout-chat-save)))))
 
 
 (provide 'passepartout-chat)

@@ -38,7 +38,11 @@
     (let ((project (passepartout-chat--get-property "PASSEPARTOUT_CWD"))
           (prompt (progn
                     (goto-char (point-min))
-                    (when (re-search-forward "^\\* You\n\\([^*\n][^\n]*\\)" nil t)
+                    ;; The first prompt's first line with text: a prompt
+                    ;; may begin with blank lines.
+                    (when (and (re-search-forward "^\\* You\n" nil t)
+                               (re-search-forward "^[ \t]*\\([^ \t\n].*\\)$" nil t)
+                               (not (string-prefix-p "* " (match-string 0))))
                       (match-string-no-properties 1)))))
       (list (abbreviate-file-name (or project "?"))
             (or prompt "")))))

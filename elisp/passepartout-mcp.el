@@ -49,6 +49,7 @@
       (project-root project)
     default-directory))
 
+;;;###autoload (autoload 'passepartout-mcp-trust "passepartout" nil t)
 (defun passepartout-mcp-trust (root)
   "Trust the MCP servers of project ROOT's .passepartout/config.toml.
 Show the file, ask for confirmation, then tell the daemon the SHA-256

@@ -56,8 +56,10 @@ all; no window is taken from you.  `pop' also shows its buffer at once
                   (tool-call-id plan-id status &optional edited))
 (declare-function passepartout-chat--tool-retitle "passepartout-chat"
                   (tool-call-id title))
+(declare-function passepartout-chat-plan-buffer "passepartout-chat" (plan))
+(declare-function passepartout-chat-resolve-in-file "passepartout-chat"
+                  (session-id plan-id status))
 (declare-function passepartout-plans "passepartout")
-(declare-function sh-mode "sh-script")
 (declare-function passepartout-events "passepartout")
 (declare-function passepartout-restart "passepartout")
 (defvar passepartout-chat--sessions)
@@ -69,6 +71,9 @@ Each value is a plist: :plan (the daemon's plan object), :buffer,
 
 (defvar-local passepartout-plan--id nil
   "The plan id shown in this buffer.")
+
+(defvar-local passepartout-plan--shown nil
+  "The plan's Org text as this buffer last showed it, before any edit.")
 
 (defvar passepartout-plan-offered-hook nil
   "Hook run with the plan id after a flight plan was offered.")
@@ -96,22 +101,6 @@ Each value is a plist: :plan (the daemon's plan object), :buffer,
     ["Events (JSON-RPC log)" passepartout-events]
     ["Restart the daemon" passepartout-restart]))
 
-(defun passepartout-plan--quiet-sh-mode ()
-  "`sh-mode' for fontifying a plan's shell block, without its messages.
-Org fontifies a src block by calling its language's mode in a hidden
-buffer; `sh-mode' then says \"Indentation setup for shell type bash\"
-each time, which is noise in the person's echo area."
-  (let ((inhibit-message t)
-        (message-log-max nil))
-    (sh-mode))
-  ;; Org calls the mode again unless `major-mode' is the one it asked for.
-  (setq major-mode 'passepartout-plan--quiet-sh-mode))
-
-(defconst passepartout-plan--quiet-langs
-  '(("bash" . passepartout-plan--quiet-sh) ("sh" . passepartout-plan--quiet-sh)
-    ("shell" . passepartout-plan--quiet-sh))
-  "Shell languages of plan blocks, fontified by `passepartout-plan--quiet-sh-mode'.")
-
 (define-derived-mode passepartout-plan-mode org-mode "Flight-plan"
   "Major mode for a passepartout flight plan.
 Read why the agent wants the action, edit its src block if needed, then
@@ -132,8 +121,7 @@ Other commands (also in the Flight-plan menu):
                     (assq-delete-all :eval (copy-alist org-babel-default-header-args))))
   (setq-local header-line-format
               '(:eval (passepartout-plan--header-line)))
-  (setq-local org-src-lang-modes
-              (append passepartout-plan--quiet-langs org-src-lang-modes)))
+  (passepartout--quiet-src-blocks))
 
 (defun passepartout-plan--header-line ()
   "Return the header line: the plan's status, the keys, the last error."
@@ -180,6 +168,7 @@ undo must never take the plan away and leave an empty buffer to approve."
     (let ((buffer-undo-list t))
       (erase-buffer)
       (insert org))
+    (setq passepartout-plan--shown org)
     (setq buffer-undo-list nil)
     (goto-char (min pos (point-max)))
     (set-buffer-modified-p nil)))
@@ -223,13 +212,47 @@ undo must never take the plan away and leave an empty buffer to approve."
 
 ;;;; Deciding
 
+(defconst passepartout-plan--action-regexp
+  "^#\\+NAME: *action\n#\\+begin_src[^\n]*\n\\(\\(?:.*\n\\)*?\\)#\\+end_src"
+  "The action block of a plan's Org text; group 1 is its body.")
+
 (defun passepartout-plan--action (org)
   "Return the text of the action block (`#+NAME: action') in plan ORG, or nil."
   (when (and org
              (let ((case-fold-search t))
-               (string-match "^#\\+NAME: *action\n#\\+begin_src[^\n]*\n\\(\\(?:.*\n\\)*?\\)#\\+end_src"
-                             org)))
+               (string-match passepartout-plan--action-regexp org)))
     (org-unescape-code-in-string (match-string 1 org))))
+
+(defun passepartout-plan--outside-action (org)
+  "Return ORG without the body of its action block, trimmed.
+That is the part of a plan the daemon never reads back."
+  (string-trim
+   (if (let ((case-fold-search t))
+         (string-match passepartout-plan--action-regexp org))
+       (concat (substring org 0 (match-beginning 1)) (substring org (match-end 1)))
+     org)))
+
+(defun passepartout-plan--check-edits (id org)
+  "Ask before approving plan ID with ORG when it was edited outside its action.
+The daemon reads back only the action block: an edit to the heading or
+the explanation changes nothing of what runs, and the person must not
+believe it did.  ORG is compared with what the plan's buffer showed."
+  (let* ((entry (gethash id passepartout-plan--plans))
+         (buffer (plist-get entry :buffer))
+         (offered (or (and (buffer-live-p buffer)
+                           (buffer-local-value 'passepartout-plan--shown buffer))
+                      (plist-get (plist-get entry :plan) :org))))
+    (when (and org offered
+               (not (equal (passepartout-plan--outside-action org)
+                           (passepartout-plan--outside-action offered))))
+      (unless (yes-or-no-p
+               (concat "Only the src block under #+NAME: action is read back; your edits "
+                       "elsewhere (the heading, the text) change nothing.  Approve the "
+                       (if (equal (passepartout-plan--action org)
+                                  (passepartout-plan--action offered))
+                           "action as offered? "
+                         "edited action block? ")))
+        (user-error "Not approved: to change what runs, edit the src block under #+NAME: action")))))
 
 (defun passepartout-plan--edited-title (entry)
   "Return the heading for ENTRY's action as the person edited it, or nil."
@@ -244,18 +267,18 @@ undo must never take the plan away and leave an empty buffer to approve."
                 (if (cdr lines) " …" ""))))))
 
 (defun passepartout-plan--tell-chat (id status)
-  "Show STATUS of plan ID in its tool call's section of the chat, if open.
-An edited action also replaces the model's in the section's heading."
-  (when-let* ((entry (gethash id passepartout-plan--plans))
-              (chat (gethash (plist-get entry :session)
-                             (bound-and-true-p passepartout-chat--sessions))))
-    (when (buffer-live-p chat)
+  "Show STATUS of plan ID in its tool call's section of the chat.
+An edited action also replaces the model's in the section's heading.
+A chat that is not open is told through its file."
+  (when-let ((entry (gethash id passepartout-plan--plans)))
+    (if-let ((chat (passepartout-chat-plan-buffer (plist-get entry :plan))))
       (with-current-buffer chat
         (let ((call (plist-get (plist-get entry :plan) :toolCallId)))
           (passepartout-chat--tool-plan-resolved call id status (plist-get entry :edited))
           (when-let ((title (and (plist-get entry :edited)
                                  (passepartout-plan--edited-title entry))))
-            (passepartout-chat--tool-retitle call title)))))))
+            (passepartout-chat--tool-retitle call title))))
+      (passepartout-chat-resolve-in-file (plist-get entry :session) id status))))
 
 (defun passepartout-plan--current-id ()
   "Return the plan id of the current buffer, or signal."
@@ -270,6 +293,8 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
       (user-error "Flight plan %s is already %s" id (plist-get entry :status)))
     (unless (passepartout--live-connection)
       (user-error "The daemon is not running: M-x passepartout starts it"))
+    (when (equal decision "approve")
+      (passepartout-plan--check-edits id org))
     (passepartout-plan--set-error id nil)
     (passepartout-plan--set-status id (if (equal decision "approve")
                                          "approving" "rejecting"))
@@ -361,8 +386,7 @@ ORG is the buffer's text, COMMENT the person's reason, either may be nil."
   "Show the flight plan offered in PARAMS, or tell about it."
   (let* ((plan (plist-get params :plan))
          (id (passepartout-plan--remember plan))
-         (session-buffer (gethash (plist-get plan :sessionId)
-                                  (bound-and-true-p passepartout-chat--sessions))))
+         (session-buffer (passepartout-chat-plan-buffer plan)))
     (when (buffer-live-p session-buffer)
       (with-current-buffer session-buffer
         (passepartout-chat--tool-waiting (plist-get plan :toolCallId) id

@@ -147,6 +147,32 @@ to complete the frame they start, when its header has arrived.")
     :documentation "Non-nil once the plans waiting from before were announced."))
   :documentation "A connection to `passepartout serve'.")
 
+;;;; Org src blocks of shell code
+
+(declare-function sh-mode "sh-script")
+(defvar org-src-lang-modes)
+
+(defun passepartout--quiet-sh-mode ()
+  "`sh-mode' for fontifying a shell src block, without its messages.
+Org fontifies a src block by calling its language's mode in a hidden
+buffer; `sh-mode' then says \"Indentation setup for shell type bash\"
+each time, which is noise in the person's echo area."
+  (let ((inhibit-message t)
+        (message-log-max nil))
+    (sh-mode))
+  ;; Org calls the mode again unless `major-mode' is the one it asked for.
+  (setq major-mode 'passepartout--quiet-sh-mode))
+
+(defun passepartout--quiet-src-blocks ()
+  "Fontify this Org buffer's shell src blocks with `passepartout--quiet-sh-mode'.
+For the package's Org buffers that show shell code: flight plans and
+skill files."
+  (setq-local org-src-lang-modes
+              (append '(("bash" . passepartout--quiet-sh)
+                        ("sh" . passepartout--quiet-sh)
+                        ("shell" . passepartout--quiet-sh))
+                      (bound-and-true-p org-src-lang-modes))))
+
 ;;;; Finding the daemon
 
 (defun passepartout--find-program ()

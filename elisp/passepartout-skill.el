@@ -199,6 +199,7 @@ REPORT-FN is flymake's callback.  The daemon is started if needed."
                    (user-error "Not in a project with .passepartout/skills/"))))
       (read-file-name "Trust project skill: " dir nil t))))
 
+;;;###autoload (autoload 'passepartout-skill-trust "passepartout" nil t)
 (defun passepartout-skill-trust (file)
   "Trust the project skill FILE with exactly its current content.
 Show the file, ask for confirmation, then tell the daemon the SHA-256
@@ -238,6 +239,7 @@ skills when you save."
   :lighter " Skill"
   (cond
    (passepartout-skill-mode
+    (passepartout--quiet-src-blocks)
     (add-hook 'flymake-diagnostic-functions #'passepartout-skill-flymake nil t)
     (add-hook 'after-save-hook #'passepartout-skill--after-save nil t)
     (flymake-mode 1))

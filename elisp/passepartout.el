@@ -72,24 +72,44 @@
      default-directory)))
 
 ;;;###autoload
-(defun passepartout (&optional directory)
+(defun passepartout (&optional directory resume)
   "Chat with passepartout about the current project.
 Start the daemon if it is not running, then show the Org chat buffer
 of the project around `default-directory' (with a prefix argument, ask
-for DIRECTORY)."
+for DIRECTORY).  When the project has no chat buffer but a saved chat,
+offer to resume the last one (from Lisp: RESUME non-nil resumes it)."
   (interactive
-   (list (and current-prefix-arg
-              (read-directory-name "Project directory: "))))
-  (let* ((root (if directory
-                   (expand-file-name directory)
-                 (passepartout--project-root)))
-         (buffer (passepartout-chat-buffer root)))
+   (let ((root (if current-prefix-arg
+                   (expand-file-name (read-directory-name "Project directory: "))
+                 (passepartout--project-root))))
+     (list root (passepartout--offer-resume root))))
+  (let* ((root (file-name-as-directory
+                (if directory
+                    (expand-file-name directory)
+                  (passepartout--project-root))))
+         (last (and resume (not (passepartout-chat-live-buffer root))
+                    (passepartout-chat-last-file root)))
+         (buffer (if last
+                     (passepartout-chat-open-file last)
+                   (passepartout-chat-buffer root))))
     (with-current-buffer buffer
       (passepartout-chat--ensure-session))
     (pop-to-buffer buffer)
     (when (< (point) passepartout-chat--prompt)
       (goto-char (point-max)))
     buffer))
+
+(defun passepartout--offer-resume (root)
+  "Ask whether to resume ROOT's last saved chat, when it has no chat open.
+After a restart, that chat may hold a flight plan waiting for you."
+  (unless (passepartout-chat-live-buffer root)
+    (when-let ((file (passepartout-chat-last-file root)))
+      (y-or-n-p (format "Resume the last chat of %s (%s)? "
+                        (abbreviate-file-name root)
+                        (let ((prompt (cadr (passepartout-chats--summary file))))
+                          (if (string-empty-p prompt)
+                              (file-name-nondirectory file)
+                            (truncate-string-to-width prompt 40 nil nil "…"))))))))
 
 ;;;###autoload
 (defun passepartout-plans ()
@@ -133,11 +153,13 @@ turn it on for the running daemon, keeping
   (pop-to-buffer (jsonrpc-events-buffer passepartout--connection))
   (current-buffer))
 
+;;;###autoload
 (defun passepartout-stderr ()
   "Show what the daemon wrote to its standard error."
   (interactive)
   (pop-to-buffer (get-buffer-create passepartout--stderr-buffer-name)))
 
+;;;###autoload
 (defun passepartout-log ()
   "Show the daemon's log file (its INFO lines; stderr has only warnings).
 The file is followed as it grows."
@@ -154,11 +176,13 @@ The file is followed as it grows."
       (goto-char (point-max))
       (pop-to-buffer (current-buffer)))))
 
+;;;###autoload
 (defun passepartout-shutdown ()
   "Stop the daemon.  Pending flight plans are kept for its next start."
   (interactive)
   (passepartout--shutdown))
 
+;;;###autoload
 (defun passepartout-restart ()
   "Stop the daemon and start it again."
   (interactive)

@@ -99,6 +99,8 @@ The answer in the saved chat equals the daemon's journal byte for byte."
           (forward-line 0)
           (should-error (kill-line) :type 'text-read-only)))
       (passepartout-test--wait-for (passepartout-test--idle-p chat) 120 "the end of the turn")
+      ;; A megabyte is saved in the background, in pieces.
+      (passepartout-test--wait-for (not (buffer-modified-p chat)) 30 "the chat saved")
       (let* ((journal (passepartout-conversation-test--journal-answers))
              (saved (passepartout-conversation-test--saved chat)))
         (should (= (length journal) 1))

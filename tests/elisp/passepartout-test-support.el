@@ -158,11 +158,11 @@ array (the benchmark writes a big one without keeping it in memory)."
   (setq passepartout--connection nil)
   (when (process-live-p passepartout-test--fake-process)
     (delete-process passepartout-test--fake-process))
-  (dolist (table (list passepartout-chat--buffers passepartout-chat--sessions))
-    (maphash (lambda (_k b) (when (buffer-live-p b)
-                              (with-current-buffer b (set-buffer-modified-p nil))
-                              (let ((kill-buffer-hook nil)) (kill-buffer b))))
-             table)
+  (dolist (b (passepartout-test--chat-buffers))
+    (with-current-buffer b (set-buffer-modified-p nil))
+    (let ((kill-buffer-hook nil)) (kill-buffer b)))
+  (dolist (table (list passepartout-chat--buffers passepartout-chat--sessions
+                       passepartout-chat--plan-chats))
     (clrhash table))
   (maphash (lambda (_k e) (let ((b (plist-get e :buffer)))
                             (when (buffer-live-p b) (kill-buffer b))))
@@ -174,6 +174,44 @@ array (the benchmark writes a big one without keeping it in memory)."
   (when passepartout-test--dir
     (delete-directory passepartout-test--dir t)
     (setq passepartout-test--dir nil)))
+
+(defun passepartout-test--restart-emacs ()
+  "Forget everything Emacs knew of passepartout, as a restart of Emacs would.
+A daemon still running is stopped, as Emacs exiting closes its input
+\(to leave its plans pending, kill it first).  Chat buffers are killed
+the way `kill-emacs' leaves them (saved to their files); plan buffers,
+tables and the connection go."
+  (let ((inhibit-message t)) (passepartout--shutdown))
+  (dolist (b (buffer-list))
+    (when (eq (buffer-local-value 'major-mode b) 'passepartout-chat-mode)
+      (with-current-buffer b (passepartout-chat-save))
+      (let ((kill-buffer-hook nil)) (kill-buffer b))))
+  (maphash (lambda (_k e) (let ((b (plist-get e :buffer)))
+                            (when (buffer-live-p b) (kill-buffer b))))
+           passepartout-plan--plans)
+  (dolist (table (list passepartout-plan--plans passepartout-chat--buffers
+                       passepartout-chat--sessions passepartout-chat--plan-chats))
+    (clrhash table))
+  (setq passepartout--connection nil))
+
+(defun passepartout-test--chat-buffers ()
+  "The live chat buffers."
+  (cl-remove-if-not (lambda (b) (eq (buffer-local-value 'major-mode b)
+                                    'passepartout-chat-mode))
+                    (buffer-list)))
+
+(defun passepartout-test--kill-daemon ()
+  "Kill the daemon so that its flight plans stay pending, and wait for its end."
+  (let ((inhibit-message t))
+    (signal-process (process-id (passepartout--connection-process passepartout--connection))
+                    'kill)
+    (passepartout-test--wait-for (not (passepartout--live-connection)) 10 "the daemon's death")))
+
+(defun passepartout-test--file-text (file)
+  "The text of FILE, or \"\" when it does not exist."
+  (if (file-exists-p file)
+      (with-temp-buffer (insert-file-contents file) (buffer-string))
+    ""))
 
 (defmacro passepartout-test-with-daemon (script &rest body)
   "Run BODY with the daemon configured against a fake provider playing SCRIPT.

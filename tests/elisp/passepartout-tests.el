@@ -604,7 +604,12 @@ Emacs itself, which must still read as the daemon's own error."
       (with-current-buffer buffer
         (should (string-match-p "A note of mine" (buffer-string)))
         (should-not buffer-read-only)
-        (passepartout-plan-approve))
+        ;; The note is outside the action block: the daemon ignores it,
+        ;; which the person is told before approving (issue 41).
+        (let ((asked nil))
+          (cl-letf (((symbol-function 'yes-or-no-p) (lambda (q) (setq asked q) t)))
+            (passepartout-plan-approve))
+          (should (string-match-p "action as offered" asked))))
       (passepartout-test--wait-for
           (equal "executed" (plist-get (gethash plan-id passepartout-plan--plans) :status))
         30 "the orphan plan to run")
