@@ -1043,7 +1043,13 @@ next chunk shows whether a space follows them.  Cost: linear in TEXT."
   "\\`⚠ [0-9]+ errors? in skill or policy files: .*\n\\(?:  .*\n\\)*\n?"
   "The daemon's warning about broken skill files, at the start of a turn.
 It arrives as reasoning (`agent_thought_chunk'), as ACP has no notice;
-the model never said it.")
+the model never said it.  A daemon that marks it in `_meta' is
+recognised by that instead (`passepartout-chat--daemon-notice-p').")
+
+(defun passepartout-chat--daemon-notice-p (update)
+  "Non-nil when UPDATE is a notice of the daemon's, not the model's reasoning.
+The daemon marks one with `_meta.passepartout.notice'."
+  (plist-get (plist-get (plist-get update :_meta) :passepartout) :notice))
 
 (defun passepartout-chat--split-notice (text)
   "Return (NOTICE . REST): the daemon's warning at the start of TEXT, and the rest.
@@ -1646,10 +1652,12 @@ The daemon names its command-line flags, which an Emacs user never types."
                (passepartout-chat--enqueue 'message text)))
             ("agent_thought_chunk"
              (when-let ((text (passepartout-chat--text-of (plist-get update :content))))
-               (pcase-let ((`(,notice . ,rest) (passepartout-chat--split-notice text)))
-                 (when notice (passepartout-chat--note notice))
-                 (unless (string-empty-p rest)
-                   (passepartout-chat--enqueue 'thought rest)))))
+               (if (passepartout-chat--daemon-notice-p update)
+                   (passepartout-chat--note (string-trim-right text))
+                 (pcase-let ((`(,notice . ,rest) (passepartout-chat--split-notice text)))
+                   (when notice (passepartout-chat--note notice))
+                   (unless (string-empty-p rest)
+                     (passepartout-chat--enqueue 'thought rest))))))
             ("tool_call" (passepartout-chat--tool-start update))
             ("tool_call_update" (passepartout-chat--tool-update update))
             ("plan" (passepartout-chat--plan-update (plist-get update :entries)))))))))

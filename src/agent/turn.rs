@@ -89,7 +89,15 @@ pub async fn run_turn(
     }
     let mut toolset = env.toolsets.toolset(&session.cwd, &activation);
     for notice in &toolset.notices {
-        let chunk = acp::ContentChunk::new(notice.clone().into());
+        // ACP has no notice update: it travels as reasoning, marked in
+        // `_meta` so that a client can tell it from what the model said.
+        let mut chunk = acp::ContentChunk::new(notice.clone().into());
+        let mut meta = serde_json::Map::new();
+        meta.insert(
+            "passepartout".into(),
+            serde_json::json!({ "notice": "skills" }),
+        );
+        chunk.meta = Some(meta);
         sink.update(acp::SessionUpdate::AgentThoughtChunk(chunk));
     }
     env.mcp.register_tools(&session.id, &mut toolset.tools);

@@ -184,6 +184,18 @@ The chat is saved in a temporary directory, bound to `chat-dir'."
       (should (string-match-p "^\\* passepartout\n: ⚠ 1 error in skill or policy files: .*\n:   skills/bad\\.org:3:1: error: tool `x` has no body\n\\*\\* Reasoning\nLet me think\\." text))
       (should-not (string-match-p "\\*\\* Reasoning\n⚠" text)))))
 
+(ert-deftest passepartout-stream-test-marked-notice-is-a-note ()
+  "A thought chunk the daemon marks as its notice is a note, whatever its wording."
+  (passepartout-stream-test--with-chat
+    (passepartout-stream-test--update
+     (list :sessionUpdate "agent_thought_chunk"
+           :content (list :type "text" :text "Some other daemon warning.\n")
+           :_meta (list :passepartout (list :notice "skills"))))
+    (passepartout-stream-test--chunk "agent_thought_chunk" "Let me think.")
+    (passepartout-chat-end-turn)
+    (let ((text (buffer-string)))
+      (should (string-match-p "^: Some other daemon warning\\.\n\\*\\* Reasoning\nLet me think\\." text)))))
+
 (ert-deftest passepartout-stream-test-chats-list-first-prompt-line ()
   "The saved chats list shows the first line with text of the first prompt."
   (let ((file (make-temp-file "passepartout-chat" nil ".org")))

@@ -292,9 +292,10 @@ async fn a_skill_with_a_broken_rule_keeps_its_valid_deny_and_asks_for_the_broken
     // The broken ask rule's scope (every shell action) asks, and says why.
     assert_eq!(asked.len(), 1, "{asked:?}");
     // The person hears about the broken file in the chat, not only stderr.
-    let notice: String = c
-        .updates("agent_thought_chunk")
+    let thoughts = c.updates("agent_thought_chunk");
+    let notice: String = thoughts
         .iter()
+        .filter(|u| u["_meta"]["passepartout"]["notice"] == "skills")
         .filter_map(|u| u["content"]["text"].as_str())
         .collect();
     assert!(
