@@ -195,7 +195,8 @@ A call that waited for a plan ends with the plan's outcome, which ACP's
 tool call status can only call \"failed\".  A plan this Emacs saw
 waiting and the daemon no longer lists was decided where this Emacs
 could not hear of it (another Emacs, the command line, while Emacs was
-not running): its outcome is unknown here.")
+not running): its outcome is asked of the daemon, and is \"decided
+elsewhere\" only when the daemon cannot say.")
 
 (defconst passepartout-chat--tool-keywords
   '(("pending" . "PENDING") ("in_progress" . "RUNNING")
@@ -720,7 +721,20 @@ does not list was decided while this chat could not hear of it."
       (when result
         (dolist (id shown)
           (unless (member id pending)
-            (passepartout-chat--tool-plan-resolved nil id "decided elsewhere")))))))
+            (passepartout-chat--tool-plan-resolved
+             nil id (passepartout-chat--plan-outcome conn id))))))))
+
+(defun passepartout-chat--plan-outcome (conn id)
+  "Return how plan ID ended, as CONN's daemon recorded it.
+\"decided elsewhere\" when the daemon cannot say (an older daemon, a
+plan it no longer keeps): the chat must stop saying WAITING either way."
+  (let* ((result (ignore-errors
+                   (jsonrpc-request conn :_passepartout/plans/get
+                                    (list :planId id) :timeout 10)))
+         (status (plist-get (plist-get result :plan) :status)))
+    (if (assoc status passepartout-chat--plan-keywords)
+        status
+      "decided elsewhere")))
 
 (defun passepartout-chat--announce-pending (conn)
   "Say once per daemon start which flight plans wait from before.

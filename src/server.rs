@@ -840,6 +840,13 @@ impl Daemon {
     }
 }
 
+/// `{"planId": ...}`.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PlanIdParams {
+    plan_id: String,
+}
+
 /// Optional `{"cwd": ...}` params (null or absent is fine).
 #[derive(serde::Deserialize, Default)]
 struct CwdParams {
@@ -1205,6 +1212,14 @@ pub fn methods(daemon: Arc<Daemon>) -> Router<Daemon> {
         })
         .method(proto::EXT_PLANS_LIST, |d, _: Option<Value>| {
             d.approvals.desk.list().map_err(RpcError::internal)
+        })
+        .method(proto::EXT_PLANS_GET, |d, p: PlanIdParams| {
+            use crate::plans::store::StoreError;
+            d.approvals.desk.get(&p.plan_id).map_err(|e| match e {
+                StoreError::NotFound(_) => RpcError::not_found(e.to_string()),
+                StoreError::InvalidId(_) => RpcError::invalid_params(e.to_string()),
+                other => RpcError::internal(other.to_string()),
+            })
         })
         .method(proto::EXT_SKILLS_CHECK, |d, p| Ok(d.skills_check(p)))
         .method(proto::EXT_SKILLS_RELOAD, |d, p: Option<CwdParams>| {

@@ -378,6 +378,13 @@ impl FlightDesk {
         }
     }
 
+    /// `_passepartout/plans/get`: one plan whatever its status, so that a
+    /// client that saw it waiting learns how it ended while it was away.
+    pub fn get(&self, id: &str) -> Result<Value, StoreError> {
+        let plan = self.store.load(id)?;
+        Ok(json!({ "plan": wire(&plan) }))
+    }
+
     pub fn list(&self) -> Result<Value, String> {
         let plans = self.store.pending().map_err(|e| e.to_string())?;
         Ok(json!({ "plans": plans.iter().map(wire).collect::<Vec<_>>() }))

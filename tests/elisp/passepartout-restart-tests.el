@@ -159,8 +159,8 @@ Return its output; fail the test when it fails."
 
 (ert-deftest passepartout-restart-test-plan-gone-is-said ()
   "A plan decided from a terminal while Emacs was away is not left waiting.
-The daemon does not say how it ended (it lists pending plans only): the
-chat says it was decided elsewhere."
+The daemon no longer lists it; asked for it (`_passepartout/plans/get'),
+it says how it ended, and the chat shows that outcome."
   (passepartout-test-with-daemon
       (list (passepartout-test--tool-reply "call_rm" "shell" passepartout-restart-test--rm-call))
     (pcase-let ((`(,_chat ,file ,plan-id) (passepartout-restart-test--waiting-plan project)))
@@ -171,11 +171,11 @@ chat says it was decided elsewhere."
       (passepartout-restart-test--resume project)
       (let ((chat (car (passepartout-test--chat-buffers))))
         (let ((text (passepartout-test--text chat)))
-          (should (string-match-p (format "^Flight plan %s: decided elsewhere\\.$" plan-id) text))
-          (should (string-match-p "^\\*\\* DECIDED shell: rm -r old" text))
+          (should (string-match-p (format "^Flight plan %s: rejected\\.$" plan-id) text))
+          (should (string-match-p "^\\*\\* REJECTED shell: rm -r old" text))
           (should-not (string-match-p "C-c C-c approve" text)))
         (passepartout-test--wait-for
-            (string-match-p "^\\*\\* DECIDED " (passepartout-test--file-text file))
+            (string-match-p "^\\*\\* REJECTED " (passepartout-test--file-text file))
           10 "the file")))))
 
 (ert-deftest passepartout-restart-test-new-chat-told-of-plans ()

@@ -305,6 +305,19 @@ async fn an_edit_that_a_gate_denies_is_refused_and_the_plan_stays_pending() {
     assert_eq!(list["result"]["plans"][0]["planId"], json!(id), "{list}");
     let r = decide(&mut c, &id, "reject").await;
     assert_eq!(r["result"]["status"], "rejected", "{r}");
+    // Decided, the plan leaves the list; asked for by id, it says how it
+    // ended (what a client that saw it waiting needs after a restart).
+    let got = c
+        .request("_passepartout/plans/get", json!({ "planId": id }))
+        .await;
+    assert_eq!(got["result"]["plan"]["status"], "rejected", "{got}");
+    let missing = c
+        .request(
+            "_passepartout/plans/get",
+            json!({ "planId": "fp-000000000000" }),
+        )
+        .await;
+    assert_eq!(missing["error"]["code"], -32002, "{missing}");
     c.wait_response(p).await;
 }
 

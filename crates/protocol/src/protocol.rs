@@ -36,6 +36,7 @@ pub const EXT_PLAN_OFFER: &str = "_passepartout/plan/offer";
 pub const EXT_PLAN_DECIDE: &str = "_passepartout/plan/decide";
 pub const EXT_PLAN_RESOLVED: &str = "_passepartout/plan/resolved";
 pub const EXT_PLANS_LIST: &str = "_passepartout/plans/list";
+pub const EXT_PLANS_GET: &str = "_passepartout/plans/get";
 pub const EXT_SKILLS_CHECK: &str = "_passepartout/skills/check";
 pub const EXT_SKILLS_RELOAD: &str = "_passepartout/skills/reload";
 pub const EXT_SKILLS_LIST: &str = "_passepartout/skills/list";
