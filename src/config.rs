@@ -344,9 +344,6 @@ impl Config {
             origin(&mut config, "the environment variable PASSEPARTOUT_API_KEY");
         }
         config.apply(cli);
-        if cli.api_key.is_some() {
-            origin(&mut config, "the --api-key flag");
-        }
         if cli.provider_url.is_some() && cli.api_key.is_none() {
             // --provider-url replaced the provider list, and with it the
             // key PASSEPARTOUT_API_KEY had put on the first provider.

@@ -201,7 +201,7 @@ pub async fn providers_command(
                 o.describe()
             );
             if !found {
-                let _ = writeln!(out, "      fix: {}", c.fix);
+                let _ = writeln!(out, "      fix: {}", crate::llm::discovery::fix_for(c, o));
             }
         }
     }
@@ -235,7 +235,7 @@ pub async fn providers_command(
         let _ = writeln!(
             out,
             "none found: start one of the above, or set a key.\n{}",
-            crate::llm::discovery::PIN_HINT
+            crate::llm::discovery::pin_hint()
         );
     }
     let text = crate::sandbox::probe::render_limit_diagnostics(&limits);

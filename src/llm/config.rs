@@ -114,9 +114,9 @@ impl ProviderConfig {
             ),
             None => format!(
                 "no API key was sent: set api_key_env = \"VARIABLE\" (the variable holding the \
-                 key) in the [[providers]] entry of {} (~/.config/passepartout/config.toml), or \
-                 pass --api-key / PASSEPARTOUT_API_KEY",
-                self.name
+                 key) in the [[providers]] entry of {} ({}), or set PASSEPARTOUT_API_KEY",
+                self.name,
+                crate::paths::config_file_shown()
             ),
         }
     }

@@ -469,6 +469,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn connect_timeout_secs_from_config_toml_is_the_endpoints_connect_deadline() {
+        let config: crate::config::Config = toml::from_str(
+            "[[providers]]\nname = \"slow\"\nkind = \"openai\"\n\
+             base_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\nconnect_timeout_secs = 17\n",
+        )
+        .unwrap();
+        let endpoint = Endpoint::from_config(&config.providers[0]).unwrap();
+        assert_eq!(endpoint.connect_timeout, Duration::from_secs(17));
+        let defaulted = Endpoint::from_config(&ProviderConfig::default_local()).unwrap();
+        assert_eq!(defaulted.connect_timeout, Duration::from_secs(5));
+    }
+
+    #[test]
     fn error_message_prefers_the_providers_own_words() {
         assert_eq!(
             error_message(r#"{"error":{"message":"bad key","type":"auth"}}"#, "x"),

@@ -8,14 +8,17 @@
 // Roots are deprecated upstream (SEP-2577) and still asked for by servers.
 #![allow(deprecated)]
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CustomNotification, ElicitRequestParams, ElicitResult,
     ElicitationAction, ElicitationCapability, ErrorData, FormElicitationCapability, Implementation,
-    ListRootsResult, Prompt, Resource, Root, RootsCapabilities, Tool, UrlElicitationCapability,
+    ListRootsResult, NumberOrString, ProgressNotificationParam, ProgressToken, Prompt, Resource,
+    Root, RootsCapabilities, Tool, UrlElicitationCapability,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::{ClientHandler, RoleClient};
@@ -28,6 +31,41 @@ const RELIST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most entries kept of any one list (tools, prompts, resources): a server
 /// cannot grow the daemon's memory or the model's tool belt without bound.
 pub const MAX_LISTED: usize = 512;
+
+/// Where a call's `notifications/progress` go.
+pub type ProgressFn = Arc<dyn Fn(&ProgressNotificationParam) + Send + Sync>;
+
+/// The calls waiting for progress, by token. Tokens are unique in the
+/// process (a counter), so one map serves every server.
+fn progress_routes() -> &'static Mutex<HashMap<i64, ProgressFn>> {
+    static ROUTES: OnceLock<Mutex<HashMap<i64, ProgressFn>>> = OnceLock::new();
+    ROUTES.get_or_init(Mutex::default)
+}
+
+/// A progress token sent with one call; its notifications go to the
+/// function given, until this is dropped.
+pub struct ProgressRoute {
+    token: i64,
+}
+
+impl ProgressRoute {
+    pub fn new(to: ProgressFn) -> ProgressRoute {
+        static NEXT: AtomicI64 = AtomicI64::new(1);
+        let token = NEXT.fetch_add(1, Ordering::Relaxed);
+        lock(progress_routes()).insert(token, to);
+        ProgressRoute { token }
+    }
+
+    pub fn token(&self) -> ProgressToken {
+        ProgressToken(NumberOrString::Number(self.token))
+    }
+}
+
+impl Drop for ProgressRoute {
+    fn drop(&mut self) {
+        lock(progress_routes()).remove(&self.token);
+    }
+}
 
 /// What a server offers, as last listed.
 #[derive(Debug, Default, Clone)]
@@ -199,6 +237,21 @@ impl ClientHandler for PassepartoutClient {
             if let (Some(asker), Some(params)) = (&self.asker, &notification.params) {
                 asker.completed(params);
             }
+        }
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        // A token we did not send (or of a call already over) is ignored.
+        let ProgressToken(NumberOrString::Number(token)) = &params.progress_token else {
+            return;
+        };
+        let to = lock(progress_routes()).get(token).cloned();
+        if let Some(to) = to {
+            to(&params);
         }
     }
 

@@ -230,6 +230,7 @@ impl Server {
         arguments: serde_json::Value,
         timeout: Duration,
         cancel: &CancellationToken,
+        progress: Option<client::ProgressFn>,
     ) -> Result<CallToolResult, CallError> {
         let name = self.spec.name.clone();
         if let Some(reason) = self.failure() {
@@ -244,6 +245,13 @@ impl Server {
         let mut params = CallToolRequestParams::new(tool.to_string());
         if let serde_json::Value::Object(map) = arguments {
             params = params.with_arguments(map);
+        }
+        // Kept until the call is over: its notifications go to `progress`.
+        let route = progress.map(client::ProgressRoute::new);
+        if let Some(route) = &route {
+            params.meta = Some(rmcp::model::RequestMetaObject::with_progress_token(
+                route.token(),
+            ));
         }
         let answer = tokio::select! {
             _ = cancel.cancelled() => {
@@ -367,7 +375,7 @@ impl Server {
         }
         let hint = oauth::login_hint(login_name(&self.spec));
         *lock(&self.failure) = Some(hint.clone());
-        tracing::warn!(server = %self.spec.name, "MCP server refused the session's token: {hint}");
+        tracing::warn!(target: crate::logging::REPORTED_STATE, server = %self.spec.name, "MCP server refused the session's token: {hint}");
         self.announce_state();
         Some(hint)
     }
@@ -463,7 +471,13 @@ pub async fn start(
         // The stderr reader may still be draining the child's last words.
         tokio::time::sleep(Duration::from_millis(50)).await;
         let message = server.fail(&reason);
-        tracing::warn!(server = %server.spec.name, "MCP server failed to start: {message}");
+        if reason == oauth::login_hint(login_name(&server.spec)) {
+            // A state, not a fault: the client is told through the server
+            // states, and stderr is shown by ACP clients as an error.
+            tracing::warn!(target: crate::logging::REPORTED_STATE, server = %server.spec.name, "MCP server {message}");
+        } else {
+            tracing::warn!(server = %server.spec.name, "MCP server failed to start: {message}");
+        }
     } else {
         tracing::info!(server = %server.spec.name, tools = lock(&server.catalog).tools.len(), "MCP server started");
     }

@@ -141,6 +141,11 @@ impl AsyncRead for Stdin {
             let (data, result) = joined(ready!(Pin::new(pending).poll(cx)))?;
             this.pending = None;
             let n = result?;
+            if n == 0 {
+                // The end of input, said now: a terminal says it once
+                // (Ctrl-D), and a second read would wait for more.
+                return Poll::Ready(Ok(()));
+            }
             this.left = data;
             this.left.truncate(n);
             this.taken = 0;

@@ -52,3 +52,4 @@ mod surface_watch;
 mod text_protocol;
 mod transactions;
 mod transactions_speed;
+mod true_text;
