@@ -8,17 +8,15 @@
 // Roots are deprecated upstream (SEP-2577) and still asked for by servers.
 #![allow(deprecated)]
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CustomNotification, ElicitRequestParams, ElicitResult,
     ElicitationAction, ElicitationCapability, ErrorData, FormElicitationCapability, Implementation,
-    ListRootsResult, NumberOrString, ProgressNotificationParam, ProgressToken, Prompt, Resource,
-    Root, RootsCapabilities, Tool, UrlElicitationCapability,
+    ListRootsResult, ProgressNotificationParam, Prompt, Resource, Root, RootsCapabilities, Tool,
+    UrlElicitationCapability,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::{ClientHandler, RoleClient};
@@ -35,35 +33,26 @@ pub const MAX_LISTED: usize = 512;
 /// Where a call's `notifications/progress` go.
 pub type ProgressFn = Arc<dyn Fn(&ProgressNotificationParam) + Send + Sync>;
 
-/// The calls waiting for progress, by token. Tokens are unique in the
-/// process (a counter), so one map serves every server.
-fn progress_routes() -> &'static Mutex<HashMap<i64, ProgressFn>> {
-    static ROUTES: OnceLock<Mutex<HashMap<i64, ProgressFn>>> = OnceLock::new();
-    ROUTES.get_or_init(Mutex::default)
-}
+/// The call in flight on one server, whose `notifications/progress` go to
+/// its function. A session's calls run one after the other, so a server
+/// has at most one; the slot is filled for the call and emptied after.
+pub type ProgressSlot = Arc<Mutex<Option<ProgressFn>>>;
 
-/// A progress token sent with one call; its notifications go to the
-/// function given, until this is dropped.
+/// Fills a [`ProgressSlot`] for one call; dropping it empties the slot.
 pub struct ProgressRoute {
-    token: i64,
+    slot: ProgressSlot,
 }
 
 impl ProgressRoute {
-    pub fn new(to: ProgressFn) -> ProgressRoute {
-        static NEXT: AtomicI64 = AtomicI64::new(1);
-        let token = NEXT.fetch_add(1, Ordering::Relaxed);
-        lock(progress_routes()).insert(token, to);
-        ProgressRoute { token }
-    }
-
-    pub fn token(&self) -> ProgressToken {
-        ProgressToken(NumberOrString::Number(self.token))
+    pub fn new(slot: &ProgressSlot, to: ProgressFn) -> ProgressRoute {
+        *lock(slot) = Some(to);
+        ProgressRoute { slot: slot.clone() }
     }
 }
 
 impl Drop for ProgressRoute {
     fn drop(&mut self) {
-        lock(progress_routes()).remove(&self.token);
+        *lock(&self.slot) = None;
     }
 }
 
@@ -84,6 +73,8 @@ pub struct PassepartoutClient {
     /// Who asks the person for this server (None: `mcp list`, no person;
     /// every question is declined).
     asker: Option<Asker>,
+    /// Where the progress of the call in flight goes.
+    progress: ProgressSlot,
 }
 
 impl PassepartoutClient {
@@ -92,12 +83,14 @@ impl PassepartoutClient {
         root: &Path,
         catalog: Arc<Mutex<Catalog>>,
         asker: Option<Asker>,
+        progress: ProgressSlot,
     ) -> Self {
         PassepartoutClient {
             server: server.to_string(),
             root: root.to_path_buf(),
             catalog,
             asker,
+            progress,
         }
     }
 }
@@ -245,11 +238,9 @@ impl ClientHandler for PassepartoutClient {
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        // A token we did not send (or of a call already over) is ignored.
-        let ProgressToken(NumberOrString::Number(token)) = &params.progress_token else {
-            return;
-        };
-        let to = lock(progress_routes()).get(token).cloned();
+        // Progress with no call in flight (late, or of a call that did not
+        // ask for it) is dropped.
+        let to = lock(&self.progress).clone();
         if let Some(to) = to {
             to(&params);
         }

@@ -137,6 +137,8 @@ pub struct Server {
     pub spec: ServerSpec,
     /// What it offers, as last listed (re-listed on `list_changed`).
     catalog: Arc<Mutex<Catalog>>,
+    /// The progress of the call in flight (see [`client::ProgressSlot`]).
+    progress: client::ProgressSlot,
     peer: Option<Peer<RoleClient>>,
     service: tokio::sync::Mutex<Option<Service>>,
     failure: Mutex<Option<String>>,
@@ -246,13 +248,9 @@ impl Server {
         if let serde_json::Value::Object(map) = arguments {
             params = params.with_arguments(map);
         }
-        // Kept until the call is over: its notifications go to `progress`.
-        let route = progress.map(client::ProgressRoute::new);
-        if let Some(route) = &route {
-            params.meta = Some(rmcp::model::RequestMetaObject::with_progress_token(
-                route.token(),
-            ));
-        }
+        // Kept until the call is over: the server's progress notifications
+        // (rmcp sends every request with a progress token) go to `progress`.
+        let _route = progress.map(|to| client::ProgressRoute::new(&self.progress, to));
         let answer = tokio::select! {
             _ = cancel.cancelled() => {
                 self.questions.cancel();
@@ -433,6 +431,7 @@ pub async fn start(
 ) -> Server {
     let stderr = Arc::new(Mutex::new(String::new()));
     let catalog = Arc::new(Mutex::new(Catalog::default()));
+    let progress = client::ProgressSlot::default();
     let questions = Arc::new(elicitation::ServerQuestions::default());
     let session = asking.clone();
     let asker = asking.map(|(session, link)| elicitation::Asker {
@@ -443,7 +442,15 @@ pub async fn start(
     });
     let connected = tokio::time::timeout(
         limits.startup,
-        connect(&spec, cwd, limits, stderr.clone(), catalog.clone(), asker),
+        connect(
+            &spec,
+            cwd,
+            limits,
+            stderr.clone(),
+            catalog.clone(),
+            asker,
+            progress.clone(),
+        ),
     )
     .await;
     let (service, failure) = match connected {
@@ -461,6 +468,7 @@ pub async fn start(
         peer: service.as_ref().map(|s| s.peer().clone()),
         spec,
         catalog,
+        progress,
         service: tokio::sync::Mutex::new(service),
         failure: Mutex::new(None),
         stderr,
@@ -491,8 +499,9 @@ async fn connect(
     stderr: Arc<Mutex<String>>,
     catalog: Arc<Mutex<Catalog>>,
     asker: Option<elicitation::Asker>,
+    progress: client::ProgressSlot,
 ) -> Result<Service, String> {
-    let handler = PassepartoutClient::new(&spec.name, cwd, catalog.clone(), asker);
+    let handler = PassepartoutClient::new(&spec.name, cwd, catalog.clone(), asker, progress);
     let service = match &spec.transport {
         Transport::Stdio { command, args, env } => {
             let mut cmd = tokio::process::Command::new(command);

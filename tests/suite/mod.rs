@@ -25,6 +25,7 @@ mod mcp_elicitation;
 mod mcp_features;
 mod mcp_limits;
 mod mcp_oauth;
+mod mcp_progress;
 mod mcp_sse;
 mod mcp_trust;
 mod modes;

@@ -590,3 +590,57 @@ async fn a_server_that_needs_a_login_is_a_state_for_the_client_not_an_error_on_s
         "{log}"
     );
 }
+
+#[tokio::test]
+async fn a_permission_request_for_a_skill_tool_shows_its_arguments_escaped() {
+    let home = harness::home_with_config("");
+    let skills = home.path().join("config/passepartout/skills");
+    std::fs::create_dir_all(&skills).unwrap();
+    std::fs::write(
+        skills.join("say.org"),
+        "#+TITLE: Say\n#+SKILL: say\n#+DESCRIPTION: Prints text.\n#+TRIGGER: always\n\n\
+         * say                                                        :tool:\n\
+         :PROPERTIES:\n:APPROVAL: ask\n:KIND:     execute\n:END:\n\
+         Print the text.\n\n\
+         | name | type   | required | description     |\n\
+         |------+--------+----------+-----------------|\n\
+         | text | string | yes      | What to print.  |\n\n\
+         #+begin_src bash\nprintf '%s\\n' \"$ARG_TEXT\"\n#+end_src\n",
+    )
+    .unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let long = "y".repeat(500);
+    let args = serde_json::json!({ "text": format!("Héllo Wörld; rm -rf / $(id)\u{1b}[2K{long}") });
+    let fake = FakeProvider::start(vec![
+        fake::openai_tool_calls(&[("call_s", "say", &args.to_string())]),
+        fake::openai_text("not run"),
+    ])
+    .await;
+    let (mut c, sid) = harness::Client::with_fake(home.path(), &fake, project.path()).await;
+    let (done, asked) = c
+        .prompt_answering(&sid, "say it", |_| "reject_once".into())
+        .await;
+    assert_eq!(done["result"]["stopReason"], "end_turn", "{done}");
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let texts: Vec<String> = asked[0]["params"]["toolCall"]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["content"]["text"].as_str().map(String::from))
+        .collect();
+    let summary = texts
+        .iter()
+        .find(|t| t.starts_with("Arguments:"))
+        .unwrap_or_else(|| panic!("no arguments block: {texts:?}"));
+    assert!(
+        summary.contains(r#"text: "Héllo Wörld; rm -rf / $(id)\u001b[2Kyyy"#),
+        "{summary}"
+    );
+    assert!(summary.contains("(folded: "), "{summary}");
+    let whole = texts
+        .iter()
+        .find(|t| t.starts_with("Whole value of text"))
+        .unwrap_or_else(|| panic!("the whole value is not reachable: {texts:?}"));
+    assert!(whole.contains(&long), "{whole}");
+    assert!(texts.iter().all(|t| !t.contains('\u{1b}')), "{texts:?}");
+}
