@@ -15,6 +15,7 @@ mod checkpoints;
 mod client_fs;
 mod cold_start;
 mod discovery;
+mod docs;
 mod faults;
 mod flight_plans;
 mod host_side;
