@@ -644,3 +644,45 @@ async fn a_permission_request_for_a_skill_tool_shows_its_arguments_escaped() {
     assert!(whole.contains(&long), "{whole}");
     assert!(texts.iter().all(|t| !t.contains('\u{1b}')), "{texts:?}");
 }
+
+#[tokio::test]
+async fn the_org_plan_of_a_skill_tool_shows_its_arguments_escaped() {
+    let home = Home::new("");
+    let skills = home.dir.path().join("elsewhere/cfg/passepartout/skills");
+    std::fs::create_dir_all(&skills).unwrap();
+    std::fs::write(
+        skills.join("say.org"),
+        "#+TITLE: Say\n#+SKILL: say\n#+DESCRIPTION: Prints text.\n#+TRIGGER: always\n\n\
+         * say                                                        :tool:\n\
+         :PROPERTIES:\n:APPROVAL: ask\n:KIND:     execute\n:END:\n\
+         Print the text.\n\n\
+         | name | type   | required | description     |\n\
+         |------+--------+----------+-----------------|\n\
+         | text | string | yes      | What to print.  |\n\n\
+         #+begin_src bash\nprintf '%s\\n' \"$ARG_TEXT\"\n#+end_src\n",
+    )
+    .unwrap();
+    let args =
+        serde_json::json!({ "text": "Héllo Wörld; rm -rf / $(id)\u{1b}[2K\n* not a heading" });
+    let fake = FakeProvider::start(vec![fake::openai_tool_calls(&[(
+        "call_s",
+        "say",
+        &args.to_string(),
+    )])])
+    .await;
+    let url = fake.openai_url();
+    let out = home
+        .output(&["run", "--provider-url", &url, "say it"])
+        .await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    let at = stderr.find("passepartout plans show ").unwrap();
+    let id = &stderr[at + "passepartout plans show ".len()..][..15];
+    let out = home.output(&["plans", "show", id]).await;
+    let plan = text(&out.stdout);
+    assert!(
+        plan.contains(r#""ARG_TEXT": "Héllo Wörld; rm -rf / $(id)\u001b[2K\n* not a heading""#),
+        "{plan}"
+    );
+    assert!(!plan.contains('\u{1b}'), "{plan}");
+}
