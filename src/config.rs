@@ -474,8 +474,9 @@ pub fn parse_kind(s: &str) -> Result<ProviderKind, ConfigError> {
     match s.to_ascii_lowercase().as_str() {
         "openai" => Ok(ProviderKind::OpenAi),
         "anthropic" => Ok(ProviderKind::Anthropic),
+        "openai-responses" => Ok(ProviderKind::OpenAiResponses),
         other => Err(ConfigError::Invalid(format!(
-            "unknown provider kind {other:?}: use \"openai\" or \"anthropic\""
+            "unknown provider kind {other:?}: use \"openai\", \"anthropic\" or \"openai-responses\""
         ))),
     }
 }

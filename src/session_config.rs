@@ -144,7 +144,7 @@ pub async fn list(providers: &[ProviderConfig], discovery: Option<&Discovery>) -
             };
             json!({
                 "name": p.name,
-                "kind": match p.kind { ProviderKind::OpenAi => "openai", ProviderKind::Anthropic => "anthropic" },
+                "kind": match p.kind { ProviderKind::OpenAi => "openai", ProviderKind::Anthropic => "anthropic", ProviderKind::OpenAiResponses => "openai-responses" },
                 "baseUrl": p.effective_base_url(),
                 "model": p.model,
                 "maxTokens": p.max_tokens,

@@ -63,7 +63,7 @@ pub struct ConfigFlags {
     /// Use this one provider (base URL, e.g. http://127.0.0.1:8080/v1).
     #[arg(long, global = true)]
     pub provider_url: Option<String>,
-    /// Wire format of --provider-url: openai or anthropic.
+    /// Wire format of --provider-url: openai, anthropic or openai-responses.
     #[arg(long, global = true)]
     pub provider_kind: Option<String>,
     /// Model name for the first provider.

@@ -126,6 +126,9 @@ impl ProviderConfig {
         Ok(match self.kind {
             ProviderKind::OpenAi => Arc::new(OpenAiProvider::new(self)?),
             ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(self)?),
+            ProviderKind::OpenAiResponses => {
+                Arc::new(super::responses::ResponsesProvider::new(self)?)
+            }
         })
     }
 

@@ -671,7 +671,7 @@ pub async fn list_models(p: &ProviderConfig) -> Result<Vec<String>, ListModelsEr
     let client = listing_client().map_err(ListModelsError::Client)?;
     let base = p.effective_base_url();
     let (url, request) = match p.kind {
-        ProviderKind::OpenAi => {
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => {
             let url = format!("{base}/models");
             let mut r = client.get(&url);
             if let Some(key) = p.resolved_key() {

@@ -686,3 +686,56 @@ async fn the_org_plan_of_a_skill_tool_shows_its_arguments_escaped() {
     );
     assert!(!plan.contains('\u{1b}'), "{plan}");
 }
+
+#[tokio::test]
+async fn run_speaks_the_openai_responses_api_with_tool_calls_and_usage() {
+    let home = Home::new("");
+    let fake = FakeProvider::start(vec![
+        fake::responses_tool_call("call_r", "message_person", r#"{"text": "halfway there"}"#),
+        fake::responses_text("All done."),
+    ])
+    .await;
+    let url = fake.openai_url();
+    let out = home
+        .output(&[
+            "run",
+            "--provider-url",
+            &url,
+            "--provider-kind",
+            "openai-responses",
+            "work",
+        ])
+        .await;
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stdout.contains("halfway there"), "the call ran: {stdout}");
+    assert!(stdout.contains("All done."), "{stdout}");
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2, "{stderr}");
+    assert_eq!(requests[0].path, "/v1/responses");
+    assert_eq!(requests[0].body["stream"], true);
+    assert_eq!(requests[0].body["input"][0]["type"], "message");
+    let tools = requests[0].body["tools"].as_array().unwrap();
+    assert!(
+        tools
+            .iter()
+            .any(|t| t["type"] == "function" && t["name"] == "message_person"),
+        "{tools:?}"
+    );
+    let items = requests[1].body["input"].as_array().unwrap().clone();
+    assert!(
+        items.iter().any(|i| i["type"] == "function_call"
+            && i["call_id"] == "call_r"
+            && i["arguments"] == r#"{"text":"halfway there"}"#),
+        "{items:?}"
+    );
+    assert!(
+        items
+            .iter()
+            .any(|i| i["type"] == "function_call_output" && i["call_id"] == "call_r"),
+        "{items:?}"
+    );
+    // The usage of both answers (20 + 9, 12 + 5 tokens) was counted.
+    assert!(stderr.contains("(46 tokens"), "{stderr}");
+}
