@@ -31,7 +31,8 @@ use crate::toolsets::{SkillSources, SkillToolsets};
 /// Errors that stop the agent from starting.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
-    #[error("provider configuration: {0}")]
+    /// Its text names the provider already (`provider misconfigured: …`).
+    #[error("{0}")]
     Provider(#[from] crate::llm::ProviderError),
     #[error("provider discovery: {0}")]
     Discovery(#[from] crate::llm::discovery::DiscoveryError),

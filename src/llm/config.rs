@@ -41,13 +41,13 @@ impl ProviderConfig {
     /// An entry for a bare URL and model, as given by `--provider-url` and
     /// `--model`: Anthropic when the host is `api.anthropic.com` or the URL
     /// ends in `/v1/messages`, OpenAI-compatible otherwise; named after the
-    /// host.
+    /// host (after the text given, when it names none).
     pub fn from_url(base_url: &str, model: &str) -> Self {
         let trimmed = base_url.trim().trim_end_matches('/');
         let host = reqwest::Url::parse(trimmed)
             .ok()
             .and_then(|url| url.host_str().map(str::to_string))
-            .unwrap_or_else(|| "provider".to_string());
+            .unwrap_or_else(|| trimmed.to_string());
         let (kind, base) = if let Some(base) = trimmed.strip_suffix("/v1/messages") {
             (ProviderKind::Anthropic, base)
         } else if host == "api.anthropic.com" {

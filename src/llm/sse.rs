@@ -67,7 +67,8 @@ impl Endpoint {
         let base_url = config.effective_base_url();
         let parsed = reqwest::Url::parse(&base_url).map_err(|e| {
             ProviderError::Config(format!(
-                "provider {}: base_url {base_url:?} is not a URL: {e}",
+                "provider {}: base_url {base_url:?} is not a URL like \
+                 http://127.0.0.1:8080/v1: {e}",
                 config.name
             ))
         })?;

@@ -739,3 +739,21 @@ async fn run_speaks_the_openai_responses_api_with_tool_calls_and_usage() {
     // The usage of both answers (20 + 9, 12 + 5 tokens) was counted.
     assert!(stderr.contains("(46 tokens"), "{stderr}");
 }
+
+#[tokio::test]
+async fn a_provider_url_that_is_no_url_is_named_once_not_provider_provider() {
+    let home = Home::new("");
+    let out = home.output(&["run", "--provider-url", "foo", "hi"]).await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(!stderr.contains("provider provider"), "{stderr}");
+    assert!(
+        stderr
+            .contains("provider foo: base_url \"foo\" is not a URL like http://127.0.0.1:8080/v1"),
+        "{stderr}"
+    );
+    let out = home.output(&["providers", "--provider-url", "foo"]).await;
+    let stdout = text(&out.stdout);
+    assert!(!stdout.contains("provider provider"), "{stdout}");
+    assert!(stdout.contains("provider foo (openai) at foo"), "{stdout}");
+}
