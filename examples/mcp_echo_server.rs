@@ -55,6 +55,13 @@ struct SleepArgs {
 }
 
 #[derive(Deserialize, JsonSchema)]
+struct WorkArgs {
+    /// How many steps of 300 ms to work, with a progress notification
+    /// after each.
+    steps: u32,
+}
+
+#[derive(Deserialize, JsonSchema)]
 struct ShoutArgs {
     /// How many bytes to return.
     n: usize,
@@ -194,6 +201,33 @@ impl Echo {
         self.note(&format!("sleep {}", args.secs));
         tokio::time::sleep(std::time::Duration::from_secs(args.secs)).await;
         "slept".into()
+    }
+
+    #[tool(description = "Work in steps of 300 ms, reporting progress after each")]
+    async fn work(
+        &self,
+        Parameters(args): Parameters<WorkArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> String {
+        self.note(&format!("work {}", args.steps));
+        let token = context.meta.get_progress_token();
+        for step in 1..=args.steps {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            if let Some(token) = &token {
+                let _ = context
+                    .peer
+                    .notify_progress(
+                        ProgressNotificationParam::new(token.clone(), f64::from(step))
+                            .with_total(f64::from(args.steps))
+                            .with_message(format!("step {step} of {}", args.steps)),
+                    )
+                    .await;
+            }
+        }
+        match token {
+            Some(_) => format!("worked {} steps", args.steps),
+            None => format!("worked {} steps (no progress token was sent)", args.steps),
+        }
     }
 
     #[tool(description = "Return n bytes of text")]

@@ -259,13 +259,14 @@ impl std::fmt::Display for Exceeded {
         write!(
             f,
             "Budget reached: the next request (about {}) would take this {}'s spending from {} past its limit of {}, so it was not sent. \
-To raise the limit, set `{}` under `[budget]` in ~/.config/passepartout/config.toml (0 removes it), \
+To raise the limit, set `{}` under `[budget]` in {} (0 removes it), \
 or for this daemon call `_passepartout/budget/set` with {{\"{}\": N}}; then ask again.",
             amount(self.needed),
             self.scope,
             amount(self.spent),
             amount(self.limit),
             self.key,
+            crate::paths::config_file_shown(),
             camel
         )
     }

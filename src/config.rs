@@ -345,9 +345,6 @@ impl Config {
             origin(&mut config, "the environment variable PASSEPARTOUT_API_KEY");
         }
         config.apply(cli);
-        if cli.api_key.is_some() {
-            origin(&mut config, "the --api-key flag");
-        }
         if cli.provider_url.is_some() && cli.api_key.is_none() {
             // --provider-url replaced the provider list, and with it the
             // key PASSEPARTOUT_API_KEY had put on the first provider.
@@ -478,8 +475,9 @@ pub fn parse_kind(s: &str) -> Result<ProviderKind, ConfigError> {
     match s.to_ascii_lowercase().as_str() {
         "openai" => Ok(ProviderKind::OpenAi),
         "anthropic" => Ok(ProviderKind::Anthropic),
+        "openai-responses" => Ok(ProviderKind::OpenAiResponses),
         other => Err(ConfigError::Invalid(format!(
-            "unknown provider kind {other:?}: use \"openai\" or \"anthropic\""
+            "unknown provider kind {other:?}: use \"openai\", \"anthropic\" or \"openai-responses\""
         ))),
     }
 }

@@ -145,7 +145,7 @@ pub async fn list(providers: &[ProviderConfig], discovery: Option<&Discovery>) -
             };
             json!({
                 "name": p.name,
-                "kind": match p.kind { ProviderKind::OpenAi => "openai", ProviderKind::Anthropic => "anthropic" },
+                "kind": match p.kind { ProviderKind::OpenAi => "openai", ProviderKind::Anthropic => "anthropic", ProviderKind::OpenAiResponses => "openai-responses" },
                 "baseUrl": p.effective_base_url(),
                 "model": p.model,
                 "maxTokens": p.max_tokens,
@@ -202,7 +202,7 @@ pub async fn providers_command(
                 o.describe()
             );
             if !found {
-                let _ = writeln!(out, "      fix: {}", c.fix);
+                let _ = writeln!(out, "      fix: {}", crate::llm::discovery::fix_for(c, o));
             }
         }
     }
@@ -236,7 +236,7 @@ pub async fn providers_command(
         let _ = writeln!(
             out,
             "none found: start one of the above, or set a key.\n{}",
-            crate::llm::discovery::PIN_HINT
+            crate::llm::discovery::pin_hint()
         );
     }
     let text = crate::sandbox::probe::render_limit_diagnostics(&limits);

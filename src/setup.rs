@@ -31,10 +31,18 @@ use crate::toolsets::{SkillSources, SkillToolsets};
 /// Errors that stop the agent from starting.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
-    #[error("provider configuration: {0}")]
+    /// Its text names the provider already (`provider misconfigured: …`).
+    #[error("{0}")]
     Provider(#[from] crate::llm::ProviderError),
     #[error("provider discovery: {0}")]
     Discovery(#[from] crate::llm::discovery::DiscoveryError),
+    /// No action runs unaudited: a state directory the audit log cannot be
+    /// written in stops the agent before it starts.
+    #[error(
+        "cannot write the audit log ({0}); no action runs unaudited. Make the state directory \
+         writable, or choose another with --state-dir or `state_dir` in config.toml"
+    )]
+    Audit(#[from] crate::audit::AuditError),
 }
 
 /// With no provider configured, probe the usual servers and keys (see
@@ -118,16 +126,7 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
         project_auto_approval: config.trust_project_tool_approval,
     }));
     let audit_path = config.state().audit_log();
-    let audit = match AuditLog::open(&audit_path) {
-        Ok(log) => Some(Arc::new(log)),
-        Err(e) => {
-            tracing::error!(
-                "cannot open the audit log {}: {e}; actions will not be audited",
-                audit_path.display()
-            );
-            None
-        }
-    };
+    let audit = Some(Arc::new(AuditLog::open(&audit_path)?));
     let accounts = Arc::new(crate::budget::Accounts::new(
         config.budget.clone(),
         crate::budget::Prices::new(config.prices.clone()),

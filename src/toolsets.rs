@@ -75,8 +75,10 @@ impl SkillToolsets {
             return;
         };
         let (rules, diagnostics) = load_policy(path);
+        // For the log file: the person is told at the start of each turn
+        // (`skills::load_error_notice`), once.
         for d in &diagnostics {
-            tracing::warn!("{d}");
+            tracing::info!("{d}");
         }
         *lock(&self.policy) = Arc::new(RuleGate::new("policy", rules));
         *lock(&self.policy_diagnostics) = diagnostics;
@@ -103,7 +105,7 @@ impl SkillToolsets {
             let loader = SkillLoader::new(self.sources.dirs_for(cwd));
             let set = loader.current();
             for d in set.diagnostics() {
-                tracing::warn!("{d}");
+                tracing::info!("{d}");
             }
             Entry {
                 gates: self.engine(&set),
@@ -115,7 +117,7 @@ impl SkillToolsets {
             let set = entry.loader.current();
             tracing::info!(cwd = %cwd.display(), skills = set.len(), "skills reloaded");
             for d in set.diagnostics() {
-                tracing::warn!("{d}");
+                tracing::info!("{d}");
             }
         }
         let current = entry.loader.current();

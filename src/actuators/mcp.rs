@@ -104,7 +104,16 @@ impl Actuator for McpActuator {
             Ok(s) => s,
             Err(e) => return Ok(ActOutput::error(e.to_string())),
         };
-        match server.call(tool, arguments, timeout, &ctx.cancel).await {
+        let progress = ctx.progress.clone().map(|show| {
+            let name = server.spec.name.clone();
+            Arc::new(move |p: &rmcp::model::ProgressNotificationParam| {
+                show(&progress_line(&name, p))
+            }) as crate::mcp::client::ProgressFn
+        });
+        match server
+            .call(tool, arguments, timeout, &ctx.cancel, progress)
+            .await
+        {
             Ok(result) => {
                 let text = result_text(&result, limits.output_cap, limits.output_cap_setting);
                 let text = wrap_untrusted(&server.spec.name, tool, &text);
@@ -123,5 +132,63 @@ impl Actuator for McpActuator {
                 limits.output_cap_setting,
             ))),
         }
+    }
+}
+
+/// A server's progress notification as one line for the person: the
+/// server's name, its message (escaped: it is the server's text), and how
+/// far, `3/10` or `3`.
+fn progress_line(server: &str, p: &rmcp::model::ProgressNotificationParam) -> String {
+    let done = match p.total {
+        Some(total) => format!("{}/{}", p.progress, total),
+        None => p.progress.to_string(),
+    };
+    match p
+        .message
+        .as_deref()
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+    {
+        Some(message) => format!(
+            "{server}: {} ({done})",
+            crate::util::terminal::escape_line(message)
+        ),
+        None => format!("{server}: {done}"),
+    }
+}
+
+#[cfg(test)]
+mod progress_tests {
+    use super::*;
+    use rmcp::model::{NumberOrString, ProgressNotificationParam, ProgressToken};
+
+    #[test]
+    fn a_progress_notification_becomes_one_escaped_line() {
+        let token = ProgressToken(NumberOrString::Number(1));
+        let p = ProgressNotificationParam::new(token.clone(), 2.0)
+            .with_total(5.0)
+            .with_message("copying\u{1b}[2K files");
+        assert_eq!(
+            progress_line("echo", &p),
+            "echo: copying\\x1b[2K files (2/5)"
+        );
+        let bare = ProgressNotificationParam::new(token, 7.0);
+        assert_eq!(progress_line("echo", &bare), "echo: 7");
+    }
+
+    #[test]
+    fn progress_lines_closer_than_the_interval_are_dropped() {
+        let shown = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let into = shown.clone();
+        let progress = crate::actuators::rate_limited(Duration::from_secs(3600), move |l| {
+            into.lock().unwrap().push(l.to_string())
+        });
+        progress("one");
+        progress("two");
+        progress("three");
+        assert_eq!(*shown.lock().unwrap(), ["one"]);
+        let every = crate::actuators::rate_limited(Duration::ZERO, |_| {});
+        every("a");
+        every("b");
     }
 }

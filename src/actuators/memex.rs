@@ -465,6 +465,7 @@ mod tests {
             approved_by: None,
             read_only: false,
             limits: Default::default(),
+            progress: None,
         };
         let action = |effect| Action {
             tool: "remember".into(),

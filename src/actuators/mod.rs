@@ -41,6 +41,35 @@ pub struct ActContext {
     pub read_only: bool,
     /// The resource limits the calling tool sets for itself (`:LIMITS:`).
     pub limits: LimitOverrides,
+    /// Show the person a line about the running call (an MCP server's
+    /// progress), as the call's content until it ends; rate-limited.
+    pub progress: Option<Progress>,
+}
+
+/// A line about a running call for the person (see [`ActContext::progress`]).
+pub type Progress = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// At most one progress line per this interval reaches the person; the
+/// ones between are dropped (the call's end shows the outcome anyway).
+pub const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// `show`, called at most once per `every`: the lines between are dropped.
+pub fn rate_limited(
+    every: std::time::Duration,
+    show: impl Fn(&str) + Send + Sync + 'static,
+) -> Progress {
+    let last: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+    Arc::new(move |line: &str| {
+        let now = std::time::Instant::now();
+        {
+            let mut last = crate::util::sync::lock(&last);
+            if last.is_some_and(|t| now.duration_since(t) < every) {
+                return;
+            }
+            *last = Some(now);
+        }
+        show(line);
+    })
 }
 
 impl std::fmt::Debug for ActContext {
@@ -52,6 +81,7 @@ impl std::fmt::Debug for ActContext {
             .field("approved_by", &self.approved_by)
             .field("read_only", &self.read_only)
             .field("limits", &self.limits)
+            .field("progress", &self.progress.is_some())
             .finish()
     }
 }

@@ -293,8 +293,10 @@ impl Actuator for ShellActuator {
             return Err(ActError::Cancelled);
         }
         let mut limits = self.limits;
+        // `shell_timeout_secs` bounds every run; a skill's `:TIMEOUT:` may
+        // only shorten it.
         if let Some(secs) = action.timeout_secs {
-            limits.timeout = Duration::from_secs(secs);
+            limits.timeout = limits.timeout.min(Duration::from_secs(secs));
         }
         if !ctx.cwd.is_dir() {
             return Ok(ActOutput::error(format!(

@@ -384,6 +384,16 @@ pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_
             sink.update(acp::SessionUpdate::AgentMessageChunk(chunk));
         }) as crate::actuators::system::Say
     });
+    let progress = x.sink_handle.clone().map(|sink| {
+        let call = id.to_string();
+        crate::actuators::rate_limited(crate::actuators::PROGRESS_EVERY, move |line: &str| {
+            let fields = acp::ToolCallUpdateFields::new()
+                .content(vec![acp::ToolCallContent::from(line.to_string())]);
+            sink.update(acp::SessionUpdate::ToolCallUpdate(
+                acp::ToolCallUpdate::new(acp::ToolCallId::new(call.clone()), fields),
+            ));
+        })
+    });
     let ctx = ActContext {
         session_id: x.session_id.to_string(),
         cwd: x.cwd.to_path_buf(),
@@ -392,6 +402,7 @@ pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_
         approved_by: x.approved_by.clone(),
         read_only: x.last_mile.mode.read_only(),
         limits: x.limits,
+        progress,
     };
     let result = match &observing {
         Observing::Transaction(t) => {
@@ -788,6 +799,7 @@ async fn effect_stage(
         approved_by: Some(approved_by),
         read_only: a.session.mode().read_only(),
         limits: Default::default(),
+        progress: None,
     };
     let out = match a.env.actuators.resolve(Some(&approved.target), None) {
         Ok(actuator) => actuator.execute(&approved, &ctx).await,
@@ -888,7 +900,7 @@ impl Shown {
 fn denial(j: &Judgement) -> String {
     format!(
         "denied: {}. Choose a different, safer way, or explain to the person what you need.",
-        j.reason()
+        j.reason().trim_end().trim_end_matches('.')
     )
 }
 
@@ -961,5 +973,23 @@ pub fn title(tool: &str, args: &Value) -> String {
             }
         }
         None => tool.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod denial_tests {
+    use super::*;
+    use crate::gates::Verdict;
+
+    #[test]
+    fn a_reason_ending_in_a_full_stop_is_not_given_a_second_one() {
+        let j = Judgement::from_trace(vec![Verdict::new(
+            Decision::Deny,
+            "rule:no-prod",
+            "prod is off limits forever.",
+        )]);
+        let text = denial(&j);
+        assert!(text.contains("forever. Choose"), "{text}");
+        assert!(!text.contains(".."), "{text}");
     }
 }

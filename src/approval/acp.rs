@@ -79,6 +79,13 @@ impl AcpPrompt {
             "Why approval is needed: {}",
             reasons.join("; ")
         ))];
+        // Every argument the model gave, whatever the tool: what runs is
+        // decided by them (a skill's script reads them as variables).
+        content.extend(
+            arguments_content(&request.action.arguments)
+                .into_iter()
+                .map(acp::ToolCallContent::from),
+        );
         // An MCP tool: what its server says it does (marked untrusted).
         content.extend(
             crate::mcp::tool::description_of(&request.action.effect)
@@ -188,6 +195,47 @@ impl AcpPrompt {
             }
         }
     }
+}
+
+/// The longest argument value shown whole in the arguments summary, in
+/// characters of its escaped form; a longer one is cut there and given
+/// whole in a block of its own after the summary.
+pub const FOLD_CHARS: usize = 200;
+
+/// The model's arguments as a person reads them before deciding: a
+/// summary block `Arguments:` with one `name: value` line per argument,
+/// each value as JSON (quotes, line breaks and control characters escaped,
+/// direction marks shown as `\u{202e}`), and after it, for each value
+/// longer than [`FOLD_CHARS`], a block with the whole value. No arguments:
+/// no blocks.
+pub fn arguments_content(arguments: &Value) -> Vec<String> {
+    let escaped = |v: &Value| crate::util::terminal::escape_line(&v.to_string()).into_owned();
+    let entries: Vec<(String, String)> = match arguments {
+        Value::Object(map) if map.is_empty() => return Vec::new(),
+        Value::Null => return Vec::new(),
+        Value::Object(map) => map.iter().map(|(k, v)| (k.clone(), escaped(v))).collect(),
+        other => vec![("(arguments)".to_string(), escaped(other))],
+    };
+    let mut summary = String::from("Arguments:");
+    let mut whole = Vec::new();
+    for (name, value) in entries {
+        let name = crate::util::terminal::escape_line(&name).into_owned();
+        let length = value.chars().count();
+        if length <= FOLD_CHARS {
+            summary.push_str(&format!("\n  {name}: {value}"));
+        } else {
+            let head: String = value.chars().take(FOLD_CHARS).collect();
+            summary.push_str(&format!(
+                "\n  {name}: {head}… (folded: {length} characters, whole below)"
+            ));
+            whole.push(format!(
+                "Whole value of {name} ({length} characters):\n{value}"
+            ));
+        }
+    }
+    let mut blocks = vec![summary];
+    blocks.extend(whole);
+    blocks
 }
 
 /// The file changes `action` would make, as ACP `diff` items (old and new
@@ -311,5 +359,51 @@ pub(crate) fn proposed_unified_diff(
             (!text.is_empty()).then_some(text)
         }
         Err(why) => Some(format!("{shown}: {why}; no diff shown\n")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_argument_is_shown_escaped_and_a_long_one_folded_but_whole_below() {
+        let long = "x".repeat(FOLD_CHARS + 50);
+        let blocks = arguments_content(&json!({
+            "greeting": "Héllo Wörld; rm -rf / $(id)",
+            "evil": "a\u{1b}[2Kb\u{202e}c\nd",
+            "count": 3,
+            "body": long,
+        }));
+        assert_eq!(blocks.len(), 2, "{blocks:?}");
+        let summary = &blocks[0];
+        assert!(
+            summary.contains("\n  greeting: \"Héllo Wörld; rm -rf / $(id)\""),
+            "{summary}"
+        );
+        assert!(
+            summary.contains(r#"evil: "a\u001b[2Kb\u{202e}c\nd""#),
+            "{summary}"
+        );
+        assert!(summary.contains("\n  count: 3"), "{summary}");
+        assert!(
+            summary.contains(&format!(
+                "body: \"{}… (folded: {} characters, whole below)",
+                "x".repeat(FOLD_CHARS - 1),
+                FOLD_CHARS + 52
+            )),
+            "{summary}"
+        );
+        assert!(!summary.contains('\u{1b}') && !summary.contains('\u{202e}'));
+        assert_eq!(
+            blocks[1],
+            format!(
+                "Whole value of body ({} characters):\n\"{}\"",
+                FOLD_CHARS + 52,
+                "x".repeat(FOLD_CHARS + 50)
+            )
+        );
+        assert!(arguments_content(&json!({})).is_empty());
     }
 }

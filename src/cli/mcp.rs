@@ -59,7 +59,7 @@ pub enum McpCommand {
 
 /// Run an `mcp` subcommand on the terminal.
 pub async fn command(command: McpCommand) -> ExitCode {
-    crate::logging::init_stderr("warn");
+    crate::logging::init_cli();
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     match command {
         McpCommand::List(flags) => {
@@ -67,6 +67,7 @@ pub async fn command(command: McpCommand) -> ExitCode {
                 Ok(c) => c,
                 Err(e) => return e.report(),
             };
+            super::log_to_file(&config);
             exit_code(
                 list_command(
                     &config.mcp,
@@ -84,6 +85,7 @@ pub async fn command(command: McpCommand) -> ExitCode {
                 Ok(c) => c,
                 Err(e) => return e.report(),
             };
+            super::log_to_file(&config);
             let given = path.map_or(cwd.clone(), |p| cwd.join(p));
             let project = match project_of(given) {
                 Ok(p) => p,
@@ -107,6 +109,7 @@ pub async fn command(command: McpCommand) -> ExitCode {
                 Ok(c) => c,
                 Err(e) => return e.report(),
             };
+            super::log_to_file(&config);
             let mut out = Escaping(std::io::stdout());
             exit_code(
                 login_command(
@@ -124,6 +127,7 @@ pub async fn command(command: McpCommand) -> ExitCode {
                 Ok(c) => c,
                 Err(e) => return e.report(),
             };
+            super::log_to_file(&config);
             exit_code(logout_command(
                 &config.mcp,
                 &config.state().mcp_oauth(),

@@ -63,7 +63,7 @@ pub struct ConfigFlags {
     /// Use this one provider (base URL, e.g. http://127.0.0.1:8080/v1).
     #[arg(long, global = true)]
     pub provider_url: Option<String>,
-    /// Wire format of --provider-url: openai or anthropic.
+    /// Wire format of --provider-url: openai, anthropic or openai-responses.
     #[arg(long, global = true)]
     pub provider_kind: Option<String>,
     /// Model name for the first provider.
@@ -160,6 +160,12 @@ impl CliError {
 
 /// Run a parsed command to its exit code.
 pub async fn run(cli: Cli) -> ExitCode {
+    let code = dispatch(cli).await;
+    crate::logging::flush_cli();
+    code
+}
+
+async fn dispatch(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Serve(flags) => serve::serve(flags).await,
         Command::Run(args) => run::command(args).await,
@@ -185,11 +191,12 @@ pub async fn run(cli: Cli) -> ExitCode {
 }
 
 async fn providers(flags: ConfigFlags, json: bool) -> ExitCode {
-    crate::logging::init_stderr("warn");
+    crate::logging::init_cli();
     match load_discovered_config(&flags).await {
-        Ok(config) => exit_code(
-            crate::session_config::providers_command(&config, json, &mut std::io::stdout()).await,
-        ),
+        Ok(config) => exit_code({
+            log_to_file(&config);
+            crate::session_config::providers_command(&config, json, &mut std::io::stdout()).await
+        }),
         Err(e) => e.report(),
     }
 }
@@ -214,6 +221,18 @@ pub fn overrides(f: &ConfigFlags) -> Result<Overrides, ConfigError> {
             .transpose()?,
         state_dir: f.state_dir.clone(),
     })
+}
+
+/// Keep a one-shot command's full log in the log file `config` names
+/// (see [`crate::logging::init_cli`]).
+pub fn log_to_file(config: &Config) {
+    let path = config
+        .log_file
+        .clone()
+        .unwrap_or_else(|| crate::logging::default_log_file(&config.state_dir()));
+    if let Err(e) = crate::logging::cli_log_to(&path) {
+        tracing::warn!("{e}; this command's log is not kept");
+    }
 }
 
 /// The configuration the flags name.

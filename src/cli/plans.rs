@@ -295,9 +295,15 @@ fn who_runs(store: &PlanStore, plan: &FlightPlan) -> String {
             "its turn is gone; the running daemon runs it within a few seconds.".to_string()
         }
         (None, Ok(Holder::Nobody)) => {
-            "no daemon is running: it runs when `passepartout serve` next starts (e.g. when \
-             Emacs connects)."
-                .to_string()
+            let place = match &plan.cwd {
+                Some(cwd) => format!(" in {}", escape_line(&cwd.display().to_string())),
+                None => String::new(),
+            };
+            format!(
+                "no daemon is running: `passepartout run --continue PROMPT`{place} runs it now \
+                 and tells the model, or it runs when `passepartout serve` next starts (e.g. \
+                 when Emacs connects)."
+            )
         }
         (None, Err(e)) => format!("cannot tell whether a daemon is running ({e})."),
     }

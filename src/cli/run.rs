@@ -86,11 +86,12 @@ pub async fn command(args: RunArgs) -> ExitCode {
 
 /// One turn in the session `which` names, on the terminal.
 pub async fn run(flags: ConfigFlags, prompt: String, which: Which, mode: Option<Mode>) -> ExitCode {
-    crate::logging::init_stderr("warn");
+    crate::logging::init_cli();
     let config = match load_discovered_config(&flags).await {
         Ok(c) => c,
         Err(e) => return e.report(),
     };
+    super::log_to_file(&config);
     if let Some(report) = config.discovery.as_ref().map(|d| d.report()) {
         match report.announcement() {
             Some(text) => eprintln!("passepartout: {text}"),
@@ -129,17 +130,19 @@ pub async fn run(flags: ConfigFlags, prompt: String, which: Which, mode: Option<
             ctrl_c.cancel();
         }
     });
+    let left_calls: LeftCalls = Arc::default();
     let approver = RunApprover {
         desk,
         env: env.clone(),
         terminal: std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
         left_pending: Mutex::default(),
+        left_calls: left_calls.clone(),
     };
     let result = turn::run_turn(
         &env,
         &session,
         prompt,
-        Arc::new(TerminalSink),
+        Arc::new(TerminalSink { left_calls }),
         &approver,
         cancel,
     )
@@ -247,7 +250,14 @@ fn stop_reason_text(r: &acp::StopReason) -> &'static str {
 }
 
 /// Streams the answer to stdout and the rest to stderr.
-pub struct TerminalSink;
+pub struct TerminalSink {
+    /// The calls whose plans were left for a person: their end is shown
+    /// as waiting, not as a failure.
+    pub left_calls: LeftCalls,
+}
+
+/// Tool call id → the id of the flight plan left pending for it.
+pub type LeftCalls = Arc<Mutex<std::collections::BTreeMap<String, String>>>;
 
 fn text_of(chunk: &acp::ContentChunk) -> String {
     match &chunk.content {
@@ -271,6 +281,10 @@ impl TurnSink for TerminalSink {
             acp::SessionUpdate::ToolCall(call) => eprintln!("\n⚙ {}", escape_line(&call.title)),
             acp::SessionUpdate::ToolCallUpdate(u) => {
                 if let Some(status) = u.fields.status {
+                    if let Some(plan) = lock(&self.left_calls).get(&u.tool_call_id.to_string()) {
+                        eprintln!("  ⏸ waiting for a person: flight plan {plan}");
+                        return;
+                    }
                     let mark = match status {
                         acp::ToolCallStatus::Completed => "✓",
                         acp::ToolCallStatus::Failed => "✗",
@@ -309,6 +323,8 @@ pub struct RunApprover {
     terminal: bool,
     /// Plans this turn left for a person to decide later.
     left_pending: Mutex<Vec<FlightPlan>>,
+    /// The same plans by tool call, for the sink.
+    left_calls: LeftCalls,
 }
 
 /// What the person chose at the terminal.
@@ -323,6 +339,7 @@ impl RunApprover {
     /// Stop the turn at `plan`: it stays pending, and `run` exits with
     /// [`EXIT_WAITING`] after saying how to decide it.
     fn leave(&self, plan: FlightPlan) -> ApprovalOutcome {
+        lock(&self.left_calls).insert(plan.tool_call_id.clone(), plan.id.clone());
         lock(&self.left_pending).push(plan);
         ApprovalOutcome::Cancelled
     }

@@ -16,6 +16,12 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::{load_config, CliError, ConfigFlags};
 
+/// What `serve` says when its stdin is a terminal.
+pub const TERMINAL_NOTICE: &str =
+    "passepartout serve: waiting for an editor's JSON-RPC 2.0 (Agent \
+Client Protocol) messages on stdin; editors start it themselves (docs/protocol.md). To ask \
+something from this terminal, use `passepartout run PROMPT`. Ctrl-D quits.";
+
 /// Serve on stdio; returns only when the configuration is unusable (the
 /// end of a normal session exits the process at once).
 pub async fn serve(flags: ConfigFlags) -> ExitCode {
@@ -23,6 +29,10 @@ pub async fn serve(flags: ConfigFlags) -> ExitCode {
         Ok(c) => c,
         Err(e) => return e.report(),
     };
+    if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        // A person typed `serve` at a terminal: say what it is waiting for.
+        eprintln!("{TERMINAL_NOTICE}");
+    }
     // Warnings to stderr (ACP clients show each stderr line as an error),
     // everything else to the log file; before anything that logs.
     let log_path = config

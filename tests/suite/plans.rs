@@ -1096,8 +1096,9 @@ mod cli {
             cli(&store, &["approve", &a.id, "--comment", "go ahead"]),
             (
                 0,
-                "fp-0123456789ab approved; no daemon is running: it runs when `passepartout \
-                 serve` next starts (e.g. when Emacs connects).\n"
+                "fp-0123456789ab approved; no daemon is running: `passepartout run --continue \
+                 PROMPT` runs it now and tells the model, or it runs when `passepartout serve` \
+                 next starts (e.g. when Emacs connects).\n"
                     .to_string()
             )
         );
@@ -1140,7 +1141,8 @@ mod cli {
             (
                 0,
                 "fp-0123456789ab approved with your edits (the gates check the edited action \
-                 again before it runs); no daemon is running: it runs when `passepartout serve` \
+                 again before it runs); no daemon is running: `passepartout run --continue \
+                 PROMPT` runs it now and tells the model, or it runs when `passepartout serve` \
                  next starts (e.g. when Emacs connects).\n"
                     .to_string()
             )

@@ -64,6 +64,7 @@ fn ctx(cwd: &Path) -> ActContext {
         approved_by: None,
         read_only: false,
         limits: Default::default(),
+        progress: None,
     }
 }
 

@@ -301,7 +301,8 @@ fn builtin_skills_load_cleanly_and_plan_their_bindings() {
             network: false
         }
     );
-    assert_eq!(a.timeout_secs, Some(120));
+    // No limit of its own: `shell_timeout_secs` applies.
+    assert_eq!(a.timeout_secs, None);
     let remember = reg.get("remember").unwrap();
     let a = remember
         .plan(

@@ -3,7 +3,7 @@
 //!
 //! Each incoming request takes the next [`Reply`] of the script, whatever its
 //! route (`POST /v1/chat/completions`, `POST /chat/completions`,
-//! `POST /v1/messages`). Every request is recorded (method, path, headers,
+//! `POST /v1/messages`, `POST /v1/responses`). Every request is recorded (method, path, headers,
 //! JSON body) for assertions. Once the script is exhausted the server answers
 //! 500 with an OpenAI-style error whose message is
 //! `fake provider: script exhausted`.
@@ -32,6 +32,8 @@
 //!   lines.
 //! - `anthropic`: each event (which must have a `type`) is sent as
 //!   `event: TYPE` / `data: JSON`, `delay_ms` apart.
+//! - `responses`: OpenAI Responses API events, framed the same way
+//!   (`response.output_text.delta`, `response.completed`, …).
 //! - `status`: an error status with a JSON body and an optional
 //!   `Retry-After` header (seconds).
 //! - `disconnect`: streams the first `after` chunks (framed as Anthropic
@@ -95,6 +97,12 @@ pub enum Reply {
     },
     /// An Anthropic Messages SSE stream; each event has a `type`.
     Anthropic {
+        events: Vec<Value>,
+        #[serde(default)]
+        delay_ms: u64,
+    },
+    /// An OpenAI Responses API SSE stream; each event has a `type`.
+    Responses {
         events: Vec<Value>,
         #[serde(default)]
         delay_ms: u64,
@@ -175,6 +183,8 @@ impl FakeProvider {
             .route("/v1/chat/completions", post(answer))
             .route("/chat/completions", post(answer))
             .route("/v1/messages", post(answer))
+            .route("/v1/responses", post(answer))
+            .route("/responses", post(answer))
             .route("/v1/models", get(models))
             .with_state(shared.clone());
         let server = tokio::spawn(async move {
@@ -274,7 +284,8 @@ async fn answer(
             let _ = writeln!(file, "{}", json!(request));
         }
     }
-    let anthropic = request.path.ends_with("/messages");
+    // Anthropic and Responses events share one framing (`event:` + `data:`).
+    let anthropic = request.path.ends_with("/messages") || request.path.ends_with("/responses");
     lock(&shared.requests).push(request);
     let reply = lock(&shared.script).pop_front();
     let shutdown = shared.shutdown.clone();
@@ -300,7 +311,8 @@ async fn answer(
             }
             sse_response(paced(frames, delay_ms, Ending::Close, shutdown))
         }
-        Some(Reply::Anthropic { events, delay_ms }) => {
+        Some(Reply::Anthropic { events, delay_ms })
+        | Some(Reply::Responses { events, delay_ms }) => {
             let frames = events.iter().map(anthropic_frame).collect();
             sse_response(paced(frames, delay_ms, Ending::Close, shutdown))
         }
@@ -571,6 +583,43 @@ fn anthropic_text_block(index: usize, text: &str) -> Vec<Value> {
     events
 }
 
+/// A Responses API text answer: `response.created`, the text as
+/// `response.output_text.delta` pieces, `response.completed` with usage.
+pub fn responses_text(text: &str) -> Reply {
+    let mut events = vec![json!({"type": "response.created", "response": {"id": "resp_1"}})];
+    for piece in pieces(text) {
+        events
+            .push(json!({"type": "response.output_text.delta", "output_index": 0, "delta": piece}));
+    }
+    events.push(json!({"type": "response.completed", "response": {"id": "resp_1", "status": "completed",
+        "usage": {"input_tokens": 12, "output_tokens": 5, "input_tokens_details": {"cached_tokens": 0}}}}));
+    Reply::Responses {
+        events,
+        delay_ms: BUILDER_DELAY_MS,
+    }
+}
+
+/// A Responses API function call: the item added, its arguments in pieces,
+/// then `response.completed`.
+pub fn responses_tool_call(call_id: &str, name: &str, args_json: &str) -> Reply {
+    let mut events = vec![
+        json!({"type": "response.created", "response": {"id": "resp_2"}}),
+        json!({"type": "response.output_item.added", "output_index": 0,
+               "item": {"type": "function_call", "id": "fc_1", "call_id": call_id, "name": name, "arguments": ""}}),
+    ];
+    for piece in split_in(args_json, 3) {
+        events.push(json!({"type": "response.function_call_arguments.delta", "output_index": 0, "delta": piece}));
+    }
+    events.push(
+        json!({"type": "response.completed", "response": {"id": "resp_2", "status": "completed",
+        "usage": {"input_tokens": 20, "output_tokens": 9}}}),
+    );
+    Reply::Responses {
+        events,
+        delay_ms: BUILDER_DELAY_MS,
+    }
+}
+
 /// A text answer: `message_start`, a `ping`, one text block streamed in
 /// pieces, `message_delta` (end_turn, usage) and `message_stop`.
 pub fn anthropic_text(text: &str) -> Reply {
@@ -654,7 +703,7 @@ pub fn status(code: u16, message: &str) -> Reply {
 pub fn disconnect_after(reply: Reply, after: usize) -> Reply {
     let chunks = match reply {
         Reply::OpenAi { chunks, .. } => chunks,
-        Reply::Anthropic { events, .. } => events,
+        Reply::Anthropic { events, .. } | Reply::Responses { events, .. } => events,
         Reply::Disconnect { chunks, .. } => chunks,
         Reply::Status { .. } | Reply::Hang {} => Vec::new(),
     };

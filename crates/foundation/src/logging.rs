@@ -44,12 +44,18 @@ pub const FLUSH_AT_EXIT_WITHIN: Duration = Duration::from_secs(1);
 /// Lines about what a client or a second daemon did (a late permission
 /// answer, unreadable input, another daemon on the state directory) use
 /// [`CLIENT_CAUSED`] and stay off stderr too.
-pub const STDERR_DEFAULT: &str = "warn,rmcp=off,client_caused=off";
+/// A state the client is told of by other means (an MCP server that needs
+/// a login) uses [`REPORTED_STATE`]: in the file, not on stderr.
+pub const STDERR_DEFAULT: &str = "warn,rmcp=off,client_caused=off,reported_state=off";
 
 /// The `tracing` target of lines caused by a client or by another daemon:
 /// written to the log file, never to stderr (an ACP client shows every
 /// stderr line as an error).
 pub const CLIENT_CAUSED: &str = "client_caused";
+/// The `tracing` target of a state the person is shown another way (an
+/// MCP server's "needs login", in the server states): written to the log
+/// file, never to stderr, where ACP clients would show it as an error.
+pub const REPORTED_STATE: &str = "reported_state";
 /// The log file's filter when `PASSEPARTOUT_LOG` is not set.
 pub const FILE_DEFAULT: &str = "warn,passepartout=info";
 
@@ -113,15 +119,138 @@ impl Drop for LogGuard {
     }
 }
 
-/// Log to stderr only, at `default` unless `PASSEPARTOUT_LOG` says otherwise
-/// (the one-shot commands: `run`, `undo`, ...).
-pub fn init_stderr(default: &str) {
-    // stdout carries protocol frames or command output: stderr only.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter(default))
+/// The log file of a one-shot command, once [`cli_log_to`] names it.
+static CLI_FILE: OnceLock<QueuedWriter> = OnceLock::new();
+
+/// The one-shot commands' logging (`run`, `mcp list`, `providers`, …):
+/// warnings and errors go to stderr through [`Plain`] (one `⚠` block per
+/// event: no timestamp, no module path), the full record to the log file
+/// once the configuration names it ([`cli_log_to`]; lines before that reach
+/// stderr only). The filters are the daemon's: libraries such as rmcp stay
+/// off stderr, their detail is in the file.
+pub fn init_cli() {
+    let stderr = tracing_subscriber::fmt::layer()
         .with_writer(io::stderr)
+        .event_format(Plain)
+        .with_filter(filter(STDERR_DEFAULT));
+    let file = tracing_subscriber::fmt::layer()
+        .with_writer(LateFile)
         .with_ansi(false)
+        .with_filter(filter(FILE_DEFAULT));
+    let _ = tracing_subscriber::registry()
+        .with(stderr)
+        .with(file)
         .try_init();
+}
+
+/// From now on, a one-shot command's full log goes to `path` (rotated like
+/// the daemon's). A second call keeps the first file.
+pub fn cli_log_to(path: &Path) -> Result<(), LogError> {
+    if CLI_FILE.get().is_some() {
+        return Ok(());
+    }
+    let file =
+        RotatingFile::open(path, ROTATE_BYTES, KEEP_ROTATED).map_err(|source| LogError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    let _ = CLI_FILE.set(QueuedWriter::new(file, QUEUE_LINES));
+    Ok(())
+}
+
+/// Write out what a one-shot command queued for its log file, waiting at
+/// most [`FLUSH_AT_EXIT_WITHIN`].
+pub fn flush_cli() {
+    if let Some(writer) = CLI_FILE.get() {
+        writer.flush_within(FLUSH_AT_EXIT_WITHIN);
+    }
+}
+
+/// The writer of [`CLI_FILE`]: lines before it is set are not kept.
+#[derive(Clone, Copy)]
+struct LateFile;
+
+impl Write for LateFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match CLI_FILE.get() {
+            Some(writer) => writer.clone().write(buf),
+            None => Ok(buf.len()),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LateFile {
+    type Writer = LateFile;
+
+    fn make_writer(&'a self) -> LateFile {
+        *self
+    }
+}
+
+/// A log line for a person at a terminal: `⚠ message (field: value, …)`,
+/// further lines of the message indented under it; control characters
+/// escaped. Nothing else: the time, level and module path are in the log
+/// file.
+pub struct Plain;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for Plain
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let mut fields = PlainFields::default();
+        event.record(&mut fields);
+        writer.write_str(&fields.render())
+    }
+}
+
+/// An event's message and other fields, as [`Plain`] shows them.
+#[derive(Default)]
+struct PlainFields {
+    message: String,
+    others: Vec<(String, String)>,
+}
+
+impl PlainFields {
+    fn render(&self) -> String {
+        let mut text = format!("⚠ {}", self.message.trim());
+        if !self.others.is_empty() {
+            let others: Vec<String> = self
+                .others
+                .iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect();
+            text.push_str(&format!(" ({})", others.join(", ")));
+        }
+        let text = crate::util::terminal::escape_text(&text).replace('\n', "\n  ");
+        format!("{text}\n")
+    }
+}
+
+impl tracing::field::Visit for PlainFields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        match field.name() {
+            "message" => self.message = value.to_string(),
+            name => self.others.push((name.to_string(), value.to_string())),
+        }
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        match field.name() {
+            "message" => self.message = format!("{value:?}"),
+            name => self.others.push((name.to_string(), format!("{value:?}"))),
+        }
+    }
 }
 
 /// The daemon's logging: warnings to stderr, the full record to `path`.

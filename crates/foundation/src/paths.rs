@@ -67,6 +67,27 @@ pub fn config_file(config_dir: &Path) -> PathBuf {
     config_dir.join("config.toml")
 }
 
+/// The default configuration file as a person would type it: the real
+/// path (`$XDG_CONFIG_HOME` honoured), with `$HOME` written `~`. What
+/// messages name when they tell the person where to add a setting.
+pub fn config_file_shown() -> String {
+    shown(
+        &config_file(&config_dir()),
+        std::env::var_os("HOME").as_deref(),
+    )
+}
+
+/// `path` with a leading `home` written `~`.
+fn shown(path: &Path, home: Option<&OsStr>) -> String {
+    match home.filter(|h| !h.is_empty() && *h != "/") {
+        Some(h) => match path.strip_prefix(h) {
+            Ok(rest) => format!("~/{}", rest.display()),
+            Err(_) => path.display().to_string(),
+        },
+        None => path.display().to_string(),
+    }
+}
+
 /// The person's skills inside a configuration directory.
 pub fn user_skills_dir(config_dir: &Path) -> PathBuf {
     config_dir.join("skills")
@@ -190,6 +211,23 @@ pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_under_home_is_shown_with_a_tilde_and_others_in_full() {
+        let home = Some(OsStr::new("/home/ann"));
+        assert_eq!(
+            shown(
+                Path::new("/home/ann/.config/passepartout/config.toml"),
+                home
+            ),
+            "~/.config/passepartout/config.toml"
+        );
+        assert_eq!(
+            shown(Path::new("/srv/cfg/passepartout/config.toml"), home),
+            "/srv/cfg/passepartout/config.toml"
+        );
+        assert_eq!(shown(Path::new("/x/config.toml"), None), "/x/config.toml");
+    }
 
     #[test]
     fn the_xdg_rule() {

@@ -3,6 +3,7 @@
 pub mod mcp;
 
 use passepartout_foundation::action;
+use passepartout_foundation::logging;
 use passepartout_foundation::paths;
 use passepartout_foundation::util;
 use passepartout_llm::llm;

@@ -264,6 +264,10 @@ pub enum ProviderKind {
     OpenAi,
     /// Anthropic Messages.
     Anthropic,
+    /// The OpenAI Responses API (`/responses`: current OpenAI models,
+    /// Codex).
+    #[serde(rename = "openai-responses")]
+    OpenAiResponses,
 }
 
 impl ProviderKind {
@@ -272,6 +276,7 @@ impl ProviderKind {
         match self {
             ProviderKind::OpenAi => "http://127.0.0.1:11434/v1",
             ProviderKind::Anthropic => "https://api.anthropic.com",
+            ProviderKind::OpenAiResponses => "https://api.openai.com/v1",
         }
     }
 }

@@ -105,21 +105,26 @@ pub enum CascadeError {
 }
 
 /// How to point passepartout at a model, repeated wherever it gives up.
-const CONFIGURE_HINT: &str = "To use another model server, pass --provider-url URL and \
+fn configure_hint() -> String {
+    format!(
+        "To use another model server, pass --provider-url URL and \
 --model NAME, set PASSEPARTOUT_PROVIDER_URL and PASSEPARTOUT_MODEL, or add a \
 [[providers]] table (name, kind = \"openai\" or \"anthropic\", base_url, model) to \
-~/.config/passepartout/config.toml.";
+{}.",
+        crate::paths::config_file_shown()
+    )
+}
 
 fn all_failed_message(attempts: &[(String, ProviderError)]) -> String {
     if attempts.is_empty() {
-        return format!("no model provider is configured. {CONFIGURE_HINT}");
+        return format!("no model provider is configured. {}", configure_hint());
     }
     let mut text = String::from("no model provider answered. Tried:");
     for (label, error) in attempts {
         text.push_str(&format!("\n  - {label}: {error}"));
     }
     text.push('\n');
-    text.push_str(CONFIGURE_HINT);
+    text.push_str(&configure_hint());
     text
 }
 
@@ -312,7 +317,7 @@ mod tests {
             "PASSEPARTOUT_PROVIDER_URL",
             "PASSEPARTOUT_MODEL",
             "[[providers]]",
-            "~/.config/passepartout/config.toml",
+            &crate::paths::config_file_shown(),
         ] {
             assert!(text.contains(hint), "missing {hint}: {text}");
         }

@@ -36,7 +36,7 @@ pub trait ProviderConfigExt {
     /// An entry for a bare URL and model, as given by `--provider-url` and
     /// `--model`: Anthropic when the host is `api.anthropic.com` or the URL
     /// ends in `/v1/messages`, OpenAI-compatible otherwise; named after the
-    /// host.
+    /// host (after the text given, when it names none).
     fn from_url(base_url: &str, model: &str) -> Self;
 
     /// `base_url`, or the kind's default when it is empty.
@@ -78,7 +78,7 @@ impl ProviderConfigExt for ProviderConfig {
         let host = reqwest::Url::parse(trimmed)
             .ok()
             .and_then(|url| url.host_str().map(str::to_string))
-            .unwrap_or_else(|| "provider".to_string());
+            .unwrap_or_else(|| trimmed.to_string());
         let (kind, base) = if let Some(base) = trimmed.strip_suffix("/v1/messages") {
             (ProviderKind::Anthropic, base)
         } else if host == "api.anthropic.com" {
@@ -136,9 +136,9 @@ impl ProviderConfigExt for ProviderConfig {
             ),
             None => format!(
                 "no API key was sent: set api_key_env = \"VARIABLE\" (the variable holding the \
-                 key) in the [[providers]] entry of {} (~/.config/passepartout/config.toml), or \
-                 pass --api-key / PASSEPARTOUT_API_KEY",
-                self.name
+                 key) in the [[providers]] entry of {} ({}), or set PASSEPARTOUT_API_KEY",
+                self.name,
+                crate::paths::config_file_shown()
             ),
         }
     }
@@ -147,6 +147,9 @@ impl ProviderConfigExt for ProviderConfig {
         Ok(match self.kind {
             ProviderKind::OpenAi => Arc::new(OpenAiProvider::new(self)?),
             ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(self)?),
+            ProviderKind::OpenAiResponses => {
+                Arc::new(super::responses::ResponsesProvider::new(self)?)
+            }
         })
     }
 

@@ -73,7 +73,15 @@ pub const MAX_MODELS: usize = 500;
 pub const HOSTS_VAR: &str = "PASSEPARTOUT_DISCOVERY_HOSTS";
 
 /// How to stop guessing: the last lines of every "nothing found".
-pub const PIN_HINT: &str = "Or pin one in ~/.config/passepartout/config.toml:
+pub fn pin_hint() -> String {
+    format!(
+        "Or pin one in {}:{PIN_TABLE}",
+        crate::paths::config_file_shown()
+    )
+}
+
+/// The table [`pin_hint`] shows.
+const PIN_TABLE: &str = "
   [[providers]]
   name = \"local\"
   kind = \"openai\"
@@ -250,6 +258,14 @@ pub enum Outcome {
     },
     /// Something answered, but not with a model list.
     NotAModelList { reason: String },
+    /// `/v1/models` did not answer with a model list (`v1` says how), but
+    /// the server's own endpoint did: it runs without the OpenAI-compatible
+    /// API passepartout speaks, so it is not used.
+    Running {
+        endpoint: String,
+        models: Vec<String>,
+        v1: String,
+    },
 }
 
 impl Outcome {
@@ -268,6 +284,17 @@ impl Outcome {
             Outcome::TimedOut => format!("no answer within {} ms", PROBE_BUDGET.as_millis()),
             Outcome::Http { status } => format!("answered HTTP {status}"),
             Outcome::NotAModelList { reason } => format!("not a model list ({reason})"),
+            Outcome::Running {
+                endpoint,
+                models,
+                v1,
+            } => {
+                let listed = match models.len() {
+                    0 => "answers".to_string(),
+                    n => format!("lists {n} model(s): {}", models.join(", ")),
+                };
+                format!("running ({endpoint} {listed}), but /v1/models {v1}: not used")
+            }
         }
     }
 }
@@ -276,6 +303,79 @@ impl Outcome {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Report {
     pub entries: Vec<(Candidate, Outcome)>,
+}
+
+/// The one-line fix for a candidate that was not used, given what it said.
+/// A server that refuses us is running: starting it is not the fix.
+pub fn fix_for(c: &Candidate, o: &Outcome) -> String {
+    match o {
+        Outcome::Http { status: 401 | 403 } => format!(
+            "it is running but wants an API key: add it as a [[providers]] entry with \
+             base_url = \"{}\" and api_key_env = \"VARIABLE\" (the variable holding the key)",
+            c.base_url
+        ),
+        Outcome::Running { .. } => format!(
+            "it is running without the OpenAI-compatible API at {}: update {} or turn that \
+             API on, then `passepartout providers` again",
+            c.base_url, c.title
+        ),
+        _ => c.fix.clone(),
+    }
+}
+
+/// The endpoint of a known server kind's own API that says it runs, beside
+/// `/v1/models`: Ollama's model list, llama.cpp's server properties.
+fn native_endpoint(name: &str) -> Option<&'static str> {
+    match name {
+        "ollama" => Some("/api/tags"),
+        "llama.cpp" => Some("/props"),
+        _ => None,
+    }
+}
+
+/// The models a native endpoint's answer names: Ollama's `models[].name`,
+/// llama.cpp's `model_alias` or the file name of `model_path`.
+fn native_models(body: &Value) -> Vec<String> {
+    if let Some(models) = body.get("models").and_then(Value::as_array) {
+        return models
+            .iter()
+            .filter_map(|m| m.get("name").and_then(Value::as_str))
+            .take(MAX_MODELS)
+            .map(str::to_string)
+            .collect();
+    }
+    let alias = body.get("model_alias").and_then(Value::as_str);
+    let path = body
+        .get("model_path")
+        .and_then(Value::as_str)
+        .map(|p| p.rsplit('/').next().unwrap_or(p));
+    alias.or(path).map(str::to_string).into_iter().collect()
+}
+
+/// When `/v1/models` gave `v1` (not a model list), ask the candidate's own
+/// endpoint: an answer there means the server runs.
+async fn native_outcome(client: &reqwest::Client, c: &Candidate, v1: Outcome) -> Outcome {
+    let Some(endpoint) = native_endpoint(&c.name) else {
+        return v1;
+    };
+    let root = c.base_url.trim_end_matches('/').trim_end_matches("/v1");
+    let answered = match client
+        .get(format!("{root}{endpoint}"))
+        .timeout(PROBE_BUDGET)
+        .send()
+        .await
+    {
+        Ok(r) if r.status().is_success() => r.json::<Value>().await.ok(),
+        _ => None,
+    };
+    match answered {
+        Some(body) if body.is_object() => Outcome::Running {
+            endpoint: endpoint.to_string(),
+            models: native_models(&body),
+            v1: v1.describe(),
+        },
+        _ => v1,
+    }
 }
 
 impl Report {
@@ -308,17 +408,7 @@ impl Report {
         let mut text =
             String::from("no model provider is configured and none was found. Tried, in order:");
         for (c, o) in &self.entries {
-            // A server that refuses us is running: starting it is not the fix.
-            let fix = match o {
-                Outcome::Http {
-                    status: 401 | 403,
-                } => format!(
-                    "it is running but wants an API key: add it as a [[providers]] entry with \
-                     base_url = \"{}\" and api_key_env = \"VARIABLE\" (the variable holding the key)",
-                    c.base_url
-                ),
-                _ => c.fix.clone(),
-            };
+            let fix = fix_for(c, o);
             text.push_str(&format!(
                 "\n  - {} at {}: {}\n      fix: {}",
                 c.title,
@@ -328,7 +418,7 @@ impl Report {
             ));
         }
         text.push('\n');
-        text.push_str(PIN_HINT);
+        text.push_str(&pin_hint());
         text
     }
 
@@ -345,6 +435,7 @@ impl Report {
                     map.extend(outcome);
                     map.insert("found".into(), json!(matches!(o, Outcome::Found { .. })));
                     map.insert("detail".into(), json!(o.describe()));
+                    map.insert("fix".into(), json!(fix_for(c, o)));
                 }
                 entry
             })
@@ -470,23 +561,27 @@ async fn local_outcome(
         }
     };
     if !response.status().is_success() {
-        return Outcome::Http {
-            status: response.status().as_u16(),
-        };
+        let status = response.status().as_u16();
+        if matches!(status, 401 | 403) {
+            return Outcome::Http { status };
+        }
+        return native_outcome(client, c, Outcome::Http { status }).await;
     }
     let body: Value = match response.json().await {
         Ok(b) => b,
         Err(e) if e.is_timeout() => return Outcome::TimedOut,
         Err(e) => {
-            return Outcome::NotAModelList {
+            let v1 = Outcome::NotAModelList {
                 reason: root_cause(&e),
-            }
+            };
+            return native_outcome(client, c, v1).await;
         }
     };
     if body.get("data").is_none() {
-        return Outcome::NotAModelList {
+        let v1 = Outcome::NotAModelList {
             reason: "no `data` field".into(),
         };
+        return native_outcome(client, c, v1).await;
     }
     let models = model_ids(&body);
     match pick_model(&models, preferred) {
@@ -577,7 +672,7 @@ pub async fn list_models(p: &ProviderConfig) -> Result<Vec<String>, ListModelsEr
     let client = listing_client().map_err(ListModelsError::Client)?;
     let base = p.effective_base_url();
     let (url, request) = match p.kind {
-        ProviderKind::OpenAi => {
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => {
             let url = format!("{base}/models");
             let mut r = client.get(&url);
             if let Some(key) = p.resolved_key() {

@@ -333,6 +333,7 @@ pub mod cascade;
 pub mod config;
 pub mod discovery;
 pub mod openai;
+pub mod responses;
 mod sse;
 pub mod text_protocol;
 

@@ -68,7 +68,8 @@ impl Endpoint {
         let base_url = config.effective_base_url();
         let parsed = reqwest::Url::parse(&base_url).map_err(|e| {
             ProviderError::Config(format!(
-                "provider {}: base_url {base_url:?} is not a URL: {e}",
+                "provider {}: base_url {base_url:?} is not a URL like \
+                 http://127.0.0.1:8080/v1: {e}",
                 config.name
             ))
         })?;
@@ -468,6 +469,25 @@ impl<D: WireDecoder> Decoding<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connect_timeout_secs_from_config_toml_is_the_endpoints_connect_deadline() {
+        // A config.toml's `[[providers]]` table, as the root crate's Config
+        // reads it (each entry is a ProviderConfig).
+        #[derive(serde::Deserialize)]
+        struct Providers {
+            providers: Vec<ProviderConfig>,
+        }
+        let config: Providers = toml::from_str(
+            "[[providers]]\nname = \"slow\"\nkind = \"openai\"\n\
+             base_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\nconnect_timeout_secs = 17\n",
+        )
+        .unwrap();
+        let endpoint = Endpoint::from_config(&config.providers[0]).unwrap();
+        assert_eq!(endpoint.connect_timeout, Duration::from_secs(17));
+        let defaulted = Endpoint::from_config(&ProviderConfig::default_local()).unwrap();
+        assert_eq!(defaulted.connect_timeout, Duration::from_secs(5));
+    }
 
     #[test]
     fn error_message_prefers_the_providers_own_words() {

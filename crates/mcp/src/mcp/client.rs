@@ -15,7 +15,8 @@ use std::time::Duration;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CustomNotification, ElicitRequestParams, ElicitResult,
     ElicitationAction, ElicitationCapability, ErrorData, FormElicitationCapability, Implementation,
-    ListRootsResult, Prompt, Resource, Root, RootsCapabilities, Tool, UrlElicitationCapability,
+    ListRootsResult, ProgressNotificationParam, Prompt, Resource, Root, RootsCapabilities, Tool,
+    UrlElicitationCapability,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::{ClientHandler, RoleClient};
@@ -28,6 +29,32 @@ const RELIST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most entries kept of any one list (tools, prompts, resources): a server
 /// cannot grow the daemon's memory or the model's tool belt without bound.
 pub const MAX_LISTED: usize = 512;
+
+/// Where a call's `notifications/progress` go.
+pub type ProgressFn = Arc<dyn Fn(&ProgressNotificationParam) + Send + Sync>;
+
+/// The call in flight on one server, whose `notifications/progress` go to
+/// its function. A session's calls run one after the other, so a server
+/// has at most one; the slot is filled for the call and emptied after.
+pub type ProgressSlot = Arc<Mutex<Option<ProgressFn>>>;
+
+/// Fills a [`ProgressSlot`] for one call; dropping it empties the slot.
+pub struct ProgressRoute {
+    slot: ProgressSlot,
+}
+
+impl ProgressRoute {
+    pub fn new(slot: &ProgressSlot, to: ProgressFn) -> ProgressRoute {
+        *lock(slot) = Some(to);
+        ProgressRoute { slot: slot.clone() }
+    }
+}
+
+impl Drop for ProgressRoute {
+    fn drop(&mut self) {
+        *lock(&self.slot) = None;
+    }
+}
 
 /// What a server offers, as last listed.
 #[derive(Debug, Default, Clone)]
@@ -46,6 +73,8 @@ pub struct PassepartoutClient {
     /// Who asks the person for this server (None: `mcp list`, no person;
     /// every question is declined).
     asker: Option<Asker>,
+    /// Where the progress of the call in flight goes.
+    progress: ProgressSlot,
 }
 
 impl PassepartoutClient {
@@ -54,12 +83,14 @@ impl PassepartoutClient {
         root: &Path,
         catalog: Arc<Mutex<Catalog>>,
         asker: Option<Asker>,
+        progress: ProgressSlot,
     ) -> Self {
         PassepartoutClient {
             server: server.to_string(),
             root: root.to_path_buf(),
             catalog,
             asker,
+            progress,
         }
     }
 }
@@ -199,6 +230,19 @@ impl ClientHandler for PassepartoutClient {
             if let (Some(asker), Some(params)) = (&self.asker, &notification.params) {
                 asker.completed(params);
             }
+        }
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        // Progress with no call in flight (late, or of a call that did not
+        // ask for it) is dropped.
+        let to = lock(&self.progress).clone();
+        if let Some(to) = to {
+            to(&params);
         }
     }
 

@@ -137,6 +137,8 @@ pub struct Server {
     pub spec: ServerSpec,
     /// What it offers, as last listed (re-listed on `list_changed`).
     catalog: Arc<Mutex<Catalog>>,
+    /// The progress of the call in flight (see [`client::ProgressSlot`]).
+    progress: client::ProgressSlot,
     peer: Option<Peer<RoleClient>>,
     service: tokio::sync::Mutex<Option<Service>>,
     failure: Mutex<Option<String>>,
@@ -230,6 +232,7 @@ impl Server {
         arguments: serde_json::Value,
         timeout: Duration,
         cancel: &CancellationToken,
+        progress: Option<client::ProgressFn>,
     ) -> Result<CallToolResult, CallError> {
         let name = self.spec.name.clone();
         if let Some(reason) = self.failure() {
@@ -245,6 +248,9 @@ impl Server {
         if let serde_json::Value::Object(map) = arguments {
             params = params.with_arguments(map);
         }
+        // Kept until the call is over: the server's progress notifications
+        // (rmcp sends every request with a progress token) go to `progress`.
+        let _route = progress.map(|to| client::ProgressRoute::new(&self.progress, to));
         let answer = tokio::select! {
             _ = cancel.cancelled() => {
                 self.questions.cancel();
@@ -367,7 +373,7 @@ impl Server {
         }
         let hint = oauth::login_hint(login_name(&self.spec));
         *lock(&self.failure) = Some(hint.clone());
-        tracing::warn!(server = %self.spec.name, "MCP server refused the session's token: {hint}");
+        tracing::warn!(target: crate::logging::REPORTED_STATE, server = %self.spec.name, "MCP server refused the session's token: {hint}");
         self.announce_state();
         Some(hint)
     }
@@ -425,6 +431,7 @@ pub async fn start(
 ) -> Server {
     let stderr = Arc::new(Mutex::new(String::new()));
     let catalog = Arc::new(Mutex::new(Catalog::default()));
+    let progress = client::ProgressSlot::default();
     let questions = Arc::new(elicitation::ServerQuestions::default());
     let session = asking.clone();
     let asker = asking.map(|(session, link)| elicitation::Asker {
@@ -435,7 +442,15 @@ pub async fn start(
     });
     let connected = tokio::time::timeout(
         limits.startup,
-        connect(&spec, cwd, limits, stderr.clone(), catalog.clone(), asker),
+        connect(
+            &spec,
+            cwd,
+            limits,
+            stderr.clone(),
+            catalog.clone(),
+            asker,
+            progress.clone(),
+        ),
     )
     .await;
     let (service, failure) = match connected {
@@ -453,6 +468,7 @@ pub async fn start(
         peer: service.as_ref().map(|s| s.peer().clone()),
         spec,
         catalog,
+        progress,
         service: tokio::sync::Mutex::new(service),
         failure: Mutex::new(None),
         stderr,
@@ -463,7 +479,13 @@ pub async fn start(
         // The stderr reader may still be draining the child's last words.
         tokio::time::sleep(Duration::from_millis(50)).await;
         let message = server.fail(&reason);
-        tracing::warn!(server = %server.spec.name, "MCP server failed to start: {message}");
+        if reason == oauth::login_hint(login_name(&server.spec)) {
+            // A state, not a fault: the client is told through the server
+            // states, and stderr is shown by ACP clients as an error.
+            tracing::warn!(target: crate::logging::REPORTED_STATE, server = %server.spec.name, "MCP server {message}");
+        } else {
+            tracing::warn!(server = %server.spec.name, "MCP server failed to start: {message}");
+        }
     } else {
         tracing::info!(server = %server.spec.name, tools = lock(&server.catalog).tools.len(), "MCP server started");
     }
@@ -477,8 +499,9 @@ async fn connect(
     stderr: Arc<Mutex<String>>,
     catalog: Arc<Mutex<Catalog>>,
     asker: Option<elicitation::Asker>,
+    progress: client::ProgressSlot,
 ) -> Result<Service, String> {
-    let handler = PassepartoutClient::new(&spec.name, cwd, catalog.clone(), asker);
+    let handler = PassepartoutClient::new(&spec.name, cwd, catalog.clone(), asker, progress);
     let service = match &spec.transport {
         Transport::Stdio { command, args, env } => {
             let mut cmd = tokio::process::Command::new(command);

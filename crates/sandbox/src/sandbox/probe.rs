@@ -484,7 +484,7 @@ pub fn limit_diagnostics(limits: &ResourceLimits) -> Vec<LimitDiagnostic> {
             "when granted".into(),
             true,
             "own namespace; a granted run reaches out through slirp4netns without the \
-             host's loopback (about 10 ms more per granted run); private ranges stay reachable",
+             host's loopback; private ranges are blocked unless `network_reach` names them",
         )
     } else {
         row(

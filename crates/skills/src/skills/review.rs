@@ -115,18 +115,17 @@ impl Review {
         match &self.skill {
             Some(s) => {
                 text.push_str(&format!("  skill:    {} — {}\n", s.name, s.description));
-                text.push_str(&format!(
-                    "  prompt:   {}\n",
-                    if s.prompt.is_empty() {
-                        "none".to_string()
-                    } else {
-                        format!(
-                            "{} characters, trigger {}",
-                            s.prompt.chars().count(),
-                            s.trigger
-                        )
+                if s.prompt.is_empty() {
+                    text.push_str("  prompt:   none\n");
+                } else {
+                    text.push_str(&format!(
+                        "  prompt:   trigger {}, joins the system prompt word for word:\n",
+                        s.trigger
+                    ));
+                    for line in s.prompt.lines() {
+                        text.push_str(&format!("  | {line}\n"));
                     }
-                ));
+                }
                 if s.tools.is_empty() {
                     text.push_str("  tools:    none\n");
                 }
