@@ -6,13 +6,13 @@
 //! startup, see [`crate::llm::discovery`]), the bubblewrap sandbox, ten
 //! rounds per turn.
 
-use crate::llm::ProviderConfigExt;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::llm::config::{ProviderConfig, ProviderKind};
+use crate::llm::ProviderConfigExt;
 use crate::paths;
 
 /// How shell actions are isolated.

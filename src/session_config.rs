@@ -9,13 +9,13 @@
 //! one [`Discovery`] found. Nothing is written to the configuration file
 //! and the daemon keeps running: other sessions are untouched.
 
-use crate::llm::ProviderConfigExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::llm::cascade::Cascade;
 use crate::llm::config::{build_cascade, ProviderConfig, ProviderKind};
 use crate::llm::discovery::{list_models, Discovery};
+use crate::llm::ProviderConfigExt;
 
 pub use crate::llm::discovery::{MAX_MODELS, MODELS_TIMEOUT};
 

@@ -12,7 +12,6 @@ pub mod reason;
 pub mod session;
 pub mod turn;
 
-use crate::llm::ProviderConfigExt;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
@@ -22,6 +21,7 @@ use crate::config::Config;
 use crate::gates::engine::GateEngine;
 use crate::gates::{GateContext, Verdict};
 use crate::llm::cascade::Cascade;
+use crate::llm::ProviderConfigExt;
 use crate::protocol::{acp, SessionStatus};
 use crate::tools::ToolRegistry;
 

@@ -4,12 +4,12 @@
 //! its own exists, every `config.toml` the docs show loads (no unknown key),
 //! and every configuration key the program reads is named in the docs.
 
-use passepartout::llm::ProviderConfigExt;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use clap::{CommandFactory, Parser};
 use passepartout::cli::Cli;
+use passepartout::llm::ProviderConfigExt;
 use serde_json::Value;
 
 /// The documentation files: the README and every `docs/*.md`.

@@ -2,11 +2,11 @@
 //! real HTTP on 127.0.0.1, real SSE framing and chunk timing.
 
 use crate::support;
-use passepartout::llm::ProviderConfigExt;
 
 use std::time::Duration;
 
 use futures::StreamExt;
+use passepartout::llm::ProviderConfigExt;
 use passepartout::llm::{
     build_cascade, Cascade, CascadeError, ChatMessage, ChatRequest, EventStream, FinishReason,
     ProviderConfig, ProviderError, ProviderKind, StreamEvent, ToolCall, ToolSpec, Usage,

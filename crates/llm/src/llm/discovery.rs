@@ -35,7 +35,6 @@
 //! again — at most once per [`REPROBE_INTERVAL`] and switching provider at
 //! most [`MAX_SWITCHES`] times per daemon.
 
-use crate::llm::ProviderConfigExt;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -47,6 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::{ProviderConfig, ProviderKind};
 use super::{ChatRequest, EventStream, Provider, ProviderError};
+use crate::llm::ProviderConfigExt;
 use crate::util::sync::lock;
 
 /// The longest wait for a local server to accept a connection.

@@ -12,15 +12,14 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use eventsource_stream::Event;
-use reqwest::header::{HeaderMap, AUTHORIZATION};
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::config::ProviderConfig;
 use super::sse::{json_error_message, snippet, Endpoint, Flow, WireDecoder};
 use super::{
-    api_key_header, ChatMessage, ChatRequest, EventStream, FinishReason, Provider, ProviderError,
-    Role, StreamEvent, ToolCall, ToolSpec, Usage,
+    ChatMessage, ChatRequest, EventStream, FinishReason, Provider, ProviderError, Role,
+    StreamEvent, ToolCall, ToolSpec, Usage,
 };
 
 /// A provider speaking OpenAI-compatible streaming chat completions.
@@ -70,11 +69,7 @@ impl Provider for OpenAiProvider {
         cancel: CancellationToken,
     ) -> Result<EventStream, ProviderError> {
         let url = self.endpoint.url("/chat/completions");
-        let mut headers = HeaderMap::new();
-        if let Some(key) = &self.endpoint.api_key {
-            let value = api_key_header(&self.endpoint.name, &format!("Bearer {key}"))?;
-            headers.insert(AUTHORIZATION, value);
-        }
+        let headers = self.endpoint.bearer_headers()?;
         let body = self.request_body(request);
         let response = self.endpoint.post(&url, headers, &body, &cancel).await?;
         Ok(self

@@ -7,7 +7,6 @@
 //! into [`ProviderError::Http`], the per-chunk idle deadline, and stopping at
 //! once on cancellation — lives here, once.
 
-use crate::llm::ProviderConfigExt;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -17,7 +16,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::config::ProviderConfig;
+use super::config::{ProviderConfig, ProviderConfigExt};
 use super::{EventStream, ProviderError, StreamEvent};
 
 /// What a decoder says after reading one SSE event.
@@ -131,6 +130,17 @@ impl Endpoint {
     /// `name (base_url)`, the label every log line and error uses.
     pub fn label(&self) -> String {
         format!("{} ({})", self.name, self.base_url)
+    }
+
+    /// `Authorization: Bearer KEY` when the entry has a key (the OpenAI
+    /// wire formats), else no header.
+    pub fn bearer_headers(&self) -> Result<HeaderMap, ProviderError> {
+        let mut headers = HeaderMap::new();
+        if let Some(key) = &self.api_key {
+            let value = super::api_key_header(&self.name, &format!("Bearer {key}"))?;
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
+        Ok(headers)
     }
 
     /// The base URL joined with `path` (which starts with `/`).
