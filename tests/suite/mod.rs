@@ -50,4 +50,5 @@ mod surface_reuse;
 mod surface_watch;
 mod text_protocol;
 mod transactions;
+mod transactions_crash;
 mod transactions_speed;
