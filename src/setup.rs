@@ -129,10 +129,9 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
         }
     };
     // Before anything runs: what a killed daemon or CLI left half applied
-    // or half undone is finished or reversed, logged and audited (the
-    // reports stay queued for a command line to print).
+    // or half undone is finished or reversed (and logged), and audited
+    // here (the reports stay queued for a command line to print).
     for r in crate::checkpoint::intent::recover_all(&config.state_dir(), &config.checkpoints) {
-        tracing::warn!(cwd = %r.cwd.display(), "{}", r.message());
         if let (Some(log), Some(cp)) = (&audit, &r.record) {
             let _ = log.append(&crate::audit::AuditRecord::effect(cp));
         }

@@ -25,8 +25,8 @@ use support::fake_provider::{self as fake, FakeProvider};
 const FILES: usize = 600;
 /// Rounds of a direct apply (each followed by a killed undo) and of an
 /// approved held change (likewise).
-const APPLY_ROUNDS: usize = 12;
-const HELD_ROUNDS: usize = 8;
+const APPLY_ROUNDS: usize = 14;
+const HELD_ROUNDS: usize = 10;
 /// How long any one wait may take before the test fails.
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -159,6 +159,41 @@ fn history(home: &Path, p: &Path) -> (Vec<Value>, String) {
     (records, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// The audit log of the daemons of `home`, whole.
+fn audit(home: &Path) -> String {
+    let mut pending = vec![home.join("state")];
+    while let Some(dir) = pending.pop() {
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if e.file_name() == "audit.jsonl" {
+                return std::fs::read_to_string(e.path()).unwrap_or_default();
+            }
+            if e.path().is_dir() && e.file_name() != "checkpoints" {
+                pending.push(e.path());
+            }
+        }
+    }
+    String::new()
+}
+
+/// The same through a daemon started anew (which recovers before it
+/// serves): the records, newest first, and the audit lines it wrote.
+async fn history_from_a_new_daemon(home: &Path, p: &Path) -> (Vec<Value>, String) {
+    let before = audit(home).len();
+    let mut client = Client::spawn(harness::Framing::Ndjson, home, &[]);
+    client.initialize(json!({})).await;
+    let h = client
+        .request("_passepartout/history", json!({ "cwd": p }))
+        .await;
+    client.child.start_kill().unwrap();
+    let _ = tokio::time::timeout(WAIT, client.child.wait()).await;
+    let records = h["result"]["checkpoints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_else(|| panic!("{h}"));
+    let after = audit(home);
+    (records, after.get(before..).unwrap_or_default().to_string())
+}
+
 #[derive(Default)]
 struct Tally {
     killed: usize,
@@ -201,9 +236,9 @@ fn after_kill(store: &Path, p: &Path, tally: &mut Tally) -> (bool, String) {
     (half, text.chars().take(400).collect())
 }
 
-/// What recovery said, counted; a half-changed project must be reported.
+/// What recovery said (on stderr, or in the audit log), counted; a half-changed project must be reported.
 fn count_outcome(stderr: &str, (half, intent): &(bool, String), when: &str, tally: &mut Tally) {
-    if stderr.contains("was interrupted at") {
+    if stderr.contains("interrupted at") {
         tally.reported += 1;
     } else {
         assert!(
@@ -293,7 +328,8 @@ async fn apply_round(
 }
 
 /// `undo` by the command line, killed `delay` after it removed its first
-/// file (None: not killed; how long it went on after that is returned).
+/// file (None: not killed; how long its intent lived after that is
+/// returned).
 async fn undo_round(home: &Path, p: &Path, store: &Path, delay: Option<Duration>) -> Duration {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_passepartout"))
         .arg("undo")
@@ -328,12 +364,17 @@ async fn undo_round(home: &Path, p: &Path, store: &Path, delay: Option<Duration>
             Duration::ZERO
         }
         None => {
+            until("the undo's record", || {
+                intents(store).is_empty() || matches!(child.try_wait(), Ok(Some(_)))
+            })
+            .await;
+            let window = seen_at.elapsed();
             until("the undo to end", || {
                 matches!(child.try_wait(), Ok(Some(_)))
             })
             .await;
             assert!(child.wait().unwrap().success());
-            seen_at.elapsed()
+            window
         }
     }
 }
@@ -368,12 +409,18 @@ async fn kill_9_during_apply_undo_and_held_apply_leaves_all_or_nothing() {
         (Tally::default(), Tally::default(), Tally::default());
     for round in 0..APPLY_ROUNDS + HELD_ROUNDS {
         let held = round >= APPLY_ROUNDS;
+        // Recovered by the next daemon's start, or by `history`.
+        let by_daemon = round % 2 == 1;
         let d = pick(&mut rng, apply_window);
         let mut s = Some(store.clone());
         apply_round(h, p, held, &mut s, Some(d)).await;
         let tally = if held { &mut helds } else { &mut applies };
         let killed = after_kill(&store, p, tally);
-        let (records, said) = history(h, p);
+        let (records, said) = if by_daemon {
+            history_from_a_new_daemon(h, p).await
+        } else {
+            history(h, p)
+        };
         let when = format!("round {round} (held: {held}), killed {d:?} after the intent");
         count_outcome(&said, &killed, &when, tally);
         assert!(intents(&store).is_empty(), "{when}: an intent is left");
@@ -393,7 +440,11 @@ async fn kill_9_during_apply_undo_and_held_apply_leaves_all_or_nothing() {
         let d = pick(&mut rng, undo_window);
         undo_round(h, p, &store, Some(d)).await;
         let killed = after_kill(&store, p, &mut undos);
-        let (records, said) = history(h, p);
+        let (records, said) = if by_daemon {
+            history_from_a_new_daemon(h, p).await
+        } else {
+            history(h, p)
+        };
         let when = format!("undo of round {round}, killed {d:?} after the intent");
         count_outcome(&said, &killed, &when, &mut undos);
         assert!(intents(&store).is_empty(), "{when}: an intent is left");

@@ -702,10 +702,10 @@ impl Project {
         let intent = intent::Intent::new(intent::Direction::Apply, cp, vec![], held)
             .write(self.store.dir())?;
         if let Err(e) = self.store.restore_beneath(&b, &cp.forward()) {
+            // The restore put back what it had changed: nothing to recover.
+            intent.done();
             *cp = as_recorded;
             self.save(cp)?;
-            // The restore put back what it had changed.
-            intent.done();
             return Err(e.into());
         }
         let upper = self.txn_dir(&cp.id).join("upper");

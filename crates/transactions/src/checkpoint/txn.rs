@@ -793,6 +793,7 @@ pub async fn begin_file(
             return Ok(None);
         };
         let project = Project::open_shared(&state_dir, &cwd, &cfg_owned)?;
+        super::intent::recover(&project);
         // A path the project cannot resolve plainly (a link on the way):
         // the files actuator refuses it itself; observe as before.
         let before = match changeset::pre_image(&project.store, &rel) {
