@@ -25,8 +25,8 @@ use support::fake_provider::{self as fake, FakeProvider};
 const FILES: usize = 600;
 /// Rounds of a direct apply (each followed by a killed undo) and of an
 /// approved held change (likewise).
-const APPLY_ROUNDS: usize = 14;
-const HELD_ROUNDS: usize = 10;
+const APPLY_ROUNDS: usize = 12;
+const HELD_ROUNDS: usize = 9;
 /// How long any one wait may take before the test fails.
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -181,9 +181,22 @@ async fn history_from_a_new_daemon(home: &Path, p: &Path) -> (Vec<Value>, String
     let before = audit(home).len();
     let mut client = Client::spawn(harness::Framing::Ndjson, home, &[]);
     client.initialize(json!({})).await;
+    client.new_session(p).await;
     let h = client
         .request("_passepartout/history", json!({ "cwd": p }))
         .await;
+    // A session opening in the project is told in the chat (the update
+    // follows the session's reply, so it came before history's).
+    let told: String = client
+        .updates("agent_message_chunk")
+        .iter()
+        .map(|u| {
+            u["content"]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect();
     client.child.start_kill().unwrap();
     let _ = tokio::time::timeout(WAIT, client.child.wait()).await;
     let records = h["result"]["checkpoints"]
@@ -191,7 +204,13 @@ async fn history_from_a_new_daemon(home: &Path, p: &Path) -> (Vec<Value>, String
         .cloned()
         .unwrap_or_else(|| panic!("{h}"));
     let after = audit(home);
-    (records, after.get(before..).unwrap_or_default().to_string())
+    let audited = after.get(before..).unwrap_or_default().to_string();
+    assert_eq!(
+        told.contains("was interrupted at"),
+        audited.contains("interrupted at"),
+        "told in the chat: {told:?}; audited: {audited}"
+    );
+    (records, audited)
 }
 
 #[derive(Default)]

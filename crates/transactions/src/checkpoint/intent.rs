@@ -136,6 +136,17 @@ pub fn take_reports() -> Vec<Recovered> {
     std::mem::take(&mut *reports())
 }
 
+/// The recoveries of this process in `cwd` not yet shown (a session
+/// opening there shows them).
+pub fn take_reports_for(cwd: &Path) -> Vec<Recovered> {
+    let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let want = canonical(cwd);
+    let mut kept = reports();
+    let (mine, rest): (Vec<_>, Vec<_>) = kept.drain(..).partition(|r| canonical(&r.cwd) == want);
+    *kept = rest;
+    mine
+}
+
 /// When process `pid` started (field 22 of `/proc/PID/stat`).
 fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -525,9 +536,10 @@ fn finish(project: &Project, intent: &Intent) -> Result<Option<Recovered>, Check
             Some(record)
         }
         (Direction::Undo, Outcome::RolledBack) => {
-            // The undone records stay applied, each saying so.
+            // The undone records stay applied, each saying so (the first
+            // is the one audited).
             mark_undone(project, &intent.undoes, Some(&note))?;
-            None
+            intent.undoes.first().and_then(|id| project.load(id).ok())
         }
     };
     Ok(Some(Recovered {
