@@ -410,6 +410,17 @@ fn finish(project: &Project, intent: &Intent) -> Result<Option<Recovered>, Check
         .map(|c| c.path.as_str())
         .collect();
     touched.extend(intent.record.passthrough.iter().map(|p| p.path.as_str()));
+    // An undo also puts back the files its records wrote in ignored trees.
+    let undone: Vec<Checkpoint> = intent
+        .undoes
+        .iter()
+        .filter_map(|id| project.load(id).ok())
+        .collect();
+    touched.extend(
+        undone
+            .iter()
+            .flat_map(|cp| cp.ignored_files().map(|p| p.path.as_str())),
+    );
     remove_temporaries(&b, &touched, intent.pid);
     if recorded {
         if intent.direction == Direction::Undo {
@@ -524,10 +535,8 @@ fn finish(project: &Project, intent: &Intent) -> Result<Option<Recovered>, Check
                 .changes
                 .retain(|c| !gone.contains(c.path.as_str()));
             if outcome == Outcome::RolledForward {
-                for target in &intent.undoes {
-                    if let Ok(cp) = project.load(target) {
-                        record.notes.extend(project.undo_passthrough(&cp));
-                    }
+                for cp in &undone {
+                    record.notes.extend(project.undo_passthrough(cp));
                 }
             }
             record.notes.push(note);
@@ -634,21 +643,25 @@ mod tests {
     }
 
     /// A project whose change (`c1`: ten files created, `a.txt` emptied,
-    /// and `big.bin` whose 5 MB the in-process blob cache does not keep)
+    /// `big.bin` created and `old.bin` rewritten, whose 5 MB the
+    /// in-process blob cache does not keep)
     /// is recorded and held: the project is as before it.
     fn held_change() -> (tempfile::TempDir, tempfile::TempDir, Project, Checkpoint) {
         let state = tempfile::tempdir().unwrap();
         let tree = tempfile::tempdir().unwrap();
         let t = tree.path();
         std::fs::write(t.join("a.txt"), "a\n").unwrap();
+        let pattern =
+            |k: u64| -> Vec<u8> { (0..5_000_000u64).map(|i| (i * k % 251) as u8).collect() };
+        std::fs::write(t.join("old.bin"), pattern(31)).unwrap();
         let p = Project::open(state.path(), t, &CheckpointConfig::default()).unwrap();
         let before = p.store.snapshot().unwrap();
         for i in 0..10 {
             std::fs::write(t.join(format!("f{i}.txt")), format!("{i}\n")).unwrap();
         }
         std::fs::write(t.join("a.txt"), "").unwrap();
-        let big: Vec<u8> = (0..5_000_000u64).map(|i| (i * 7919 % 251) as u8).collect();
-        std::fs::write(t.join("big.bin"), big).unwrap();
+        std::fs::write(t.join("big.bin"), pattern(7919)).unwrap();
+        std::fs::write(t.join("old.bin"), pattern(37)).unwrap();
         let after = p.store.snapshot().unwrap();
         let mut cp = p.record(&origin(), &before, &after).unwrap().unwrap();
         p.hold(&mut cp, vec!["held".into()]).unwrap();
@@ -694,10 +707,10 @@ mod tests {
         assert_eq!(reports.len(), 1, "{reports:?}");
         let r = &reports[0];
         assert_eq!(r.outcome, Outcome::RolledForward);
-        assert_eq!((r.done, r.total), (4, 12));
+        assert_eq!((r.done, r.total), (4, 13));
         assert_eq!(
             r.message(),
-            "c1 was interrupted at 4/12 files and was rolled forward (finished)"
+            "c1 was interrupted at 4/13 files and was rolled forward (finished)"
         );
         assert_eq!(std::fs::read_to_string(t.join("f9.txt")).unwrap(), "9\n");
         assert_eq!(std::fs::read(t.join("a.txt")).unwrap(), b"");
@@ -709,7 +722,7 @@ mod tests {
         let saved = p.load("c1").unwrap();
         assert_eq!(saved.status, CheckpointStatus::Applied);
         assert!(
-            saved.summary().contains("interrupted at 4/12 files"),
+            saved.summary().contains("interrupted at 4/13 files"),
             "{}",
             saved.summary()
         );
@@ -720,7 +733,7 @@ mod tests {
         // Recovered once: a second look finds nothing.
         assert!(recover(&p).is_empty());
         p.undo("c1", &origin()).unwrap();
-        assert_eq!(files(t), ["a.txt"]);
+        assert_eq!(files(t), ["a.txt", "old.bin"]);
         assert_eq!(std::fs::read(t.join("a.txt")).unwrap(), b"a\n");
     }
 
@@ -732,17 +745,10 @@ mod tests {
         for i in 0..6 {
             std::fs::write(t.join(format!("f{i}.txt")), format!("{i}\n")).unwrap();
         }
-        let big = cp
-            .effect
-            .changes
-            .iter()
-            .find(|c| c.path == "big.bin")
-            .unwrap();
-        let oid = &big.new.as_ref().unwrap().oid;
-        std::fs::remove_file(p.store.objects().join(&oid[..2]).join(&oid[2..])).unwrap();
+        lose_blob(&p, &cp, "big.bin", true);
         let reports = recover(&p);
         assert_eq!(reports[0].outcome, Outcome::RolledBack, "{reports:?}");
-        assert_eq!(files(t), ["a.txt"]);
+        assert_eq!(files(t), ["a.txt", "old.bin"]);
         assert_eq!(std::fs::read(t.join("a.txt")).unwrap(), b"a\n");
         let saved = p.load("c1").unwrap();
         assert_eq!(saved.status, CheckpointStatus::Held);
@@ -753,6 +759,60 @@ mod tests {
         );
     }
 
+    /// Lose the new (else the old) content of `path` from the store.
+    fn lose_blob(p: &Project, cp: &Checkpoint, path: &str, new: bool) {
+        let c = cp.effect.changes.iter().find(|c| c.path == path).unwrap();
+        let entry = if new { &c.new } else { &c.old };
+        let oid = &entry.as_ref().unwrap().oid;
+        std::fs::remove_file(p.store.objects().join(&oid[..2]).join(&oid[2..])).unwrap();
+    }
+
+    #[test]
+    fn a_direct_apply_rolled_back_is_recorded_as_such_not_undoable() {
+        let (_state, tree, p, cp) = held_change();
+        let t = tree.path();
+        left_by_a_dead_process(&p, Direction::Apply, &cp, vec![], false);
+        std::fs::write(t.join("f0.txt"), "0\n").unwrap();
+        lose_blob(&p, &cp, "big.bin", true);
+        assert_eq!(recover(&p)[0].outcome, Outcome::RolledBack);
+        assert_eq!(files(t), ["a.txt", "old.bin"]);
+        let saved = p.load("c1").unwrap();
+        assert_eq!(saved.status, CheckpointStatus::RolledBack);
+        assert!(p.undo("c1", &origin()).is_err());
+        assert!(p.apply("c1").is_err());
+    }
+
+    #[test]
+    fn an_undo_whose_pre_image_is_lost_is_rolled_back_and_its_record_stays_applied() {
+        let (_state, tree, p, _) = held_change();
+        let t = tree.path();
+        let applied = p.apply("c1").unwrap();
+        let effect = p.restore_effect(&applied.backward()).unwrap();
+        let mut undo = p
+            .new_checkpoint(&origin(), effect, CheckpointStatus::Applied, false)
+            .unwrap();
+        undo.undoes = Some("c1".into());
+        left_by_a_dead_process(&p, Direction::Undo, &undo, vec!["c1".into()], false);
+        // Killed after removing two files; the pre-image of `old.bin`
+        // (what the undo writes back) is lost.
+        std::fs::remove_file(t.join("f0.txt")).unwrap();
+        std::fs::remove_file(t.join("f1.txt")).unwrap();
+        lose_blob(&p, &applied, "old.bin", false);
+        assert_eq!(recover(&p)[0].outcome, Outcome::RolledBack);
+        assert_eq!(files(t).len(), 13);
+        let c1 = p.load("c1").unwrap();
+        assert_eq!(c1.status, CheckpointStatus::Applied);
+        assert!(
+            c1.summary().contains("an undo of it was"),
+            "{}",
+            c1.summary()
+        );
+        assert!(
+            p.load(&undo.id).is_err(),
+            "no record of an undo that did not happen"
+        );
+    }
+
     #[test]
     fn an_intent_whose_record_was_saved_is_only_removed() {
         let (_state, tree, p, _) = held_change();
@@ -760,7 +820,7 @@ mod tests {
         left_by_a_dead_process(&p, Direction::Apply, &cp, vec![], true);
         assert!(recover(&p).is_empty());
         assert_eq!(p.load("c1").unwrap().notes, Vec::<String>::new());
-        assert_eq!(files(tree.path()).len(), 12);
+        assert_eq!(files(tree.path()).len(), 13);
     }
 
     #[test]
@@ -780,14 +840,14 @@ mod tests {
         }
         let reports = recover(&p);
         assert_eq!(reports[0].outcome, Outcome::RolledForward, "{reports:?}");
-        assert_eq!((reports[0].done, reports[0].total), (3, 12));
-        assert_eq!(files(t), ["a.txt"]);
+        assert_eq!((reports[0].done, reports[0].total), (3, 13));
+        assert_eq!(files(t), ["a.txt", "old.bin"]);
         assert_eq!(p.load("c1").unwrap().status, CheckpointStatus::Undone);
         let saved = p.load(&undo.id).unwrap();
         assert_eq!(saved.undoes.as_deref(), Some("c1"));
         // The undo is undoable (a redo).
         p.undo(&undo.id, &origin()).unwrap();
-        assert_eq!(files(t).len(), 12);
+        assert_eq!(files(t).len(), 13);
     }
 
     #[test]
