@@ -25,8 +25,8 @@ use std::sync::{Mutex, OnceLock};
 use serde::{Deserialize, Serialize};
 
 use super::store::{Entry, Store};
+use super::Project;
 use super::{changeset, txn, Checkpoint, CheckpointConfig, CheckpointError, CheckpointStatus};
-use super::{Project, StoreError};
 
 /// What an intent does to the project.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -482,6 +482,13 @@ fn finish(project: &Project, intent: &Intent) -> Result<Option<Recovered>, Check
         },
         crate::util::time::now_rfc3339()
     );
+    // What the project does not hold as the record says: a path someone
+    // changed since, and — when neither way could be completed — the
+    // steps still to do. Left out of the record, so it stays undoable.
+    if let Outcome::Left(_) = &outcome {
+        let still = "still as it was: recovery could not finish it".to_string();
+        neither.extend(todo.iter().map(|(p, _, _)| (p.clone(), still.clone())));
+    }
     let mut record = intent.record.clone();
     let saved = match (intent.direction, &outcome) {
         (Direction::Apply, Outcome::RolledForward | Outcome::Left(_)) => {
@@ -569,7 +576,8 @@ fn stored_all(store: &Store, oids: &[&str]) -> bool {
     }
     match store.blobs(oids) {
         Ok(found) => oids.iter().all(|o| found.contains_key(*o)),
-        Err(StoreError::Spawn(_)) | Err(_) => false,
+        // The store unreadable: nothing can be rolled forward.
+        Err(_) => false,
     }
 }
 
