@@ -359,6 +359,18 @@ impl Daemon {
                 acp::SessionNotification::new(acp::SessionId::new(id.clone()), update),
             );
         }
+        // What recovery finished or reversed here (a killed apply or undo)
+        // is told to the person in the chat, once.
+        for r in crate::checkpoint::intent::take_reports_for(&cwd) {
+            let line = format!("passepartout: {}\n", r.message());
+            self.out.notify_after_reply(
+                proto::SESSION_UPDATE,
+                acp::SessionNotification::new(
+                    acp::SessionId::new(id.clone()),
+                    acp::SessionUpdate::AgentMessageChunk(acp::ContentChunk::new(line.into())),
+                ),
+            );
+        }
         let mut response =
             acp::NewSessionResponse::new(acp::SessionId::new(id)).modes(mode.state());
         if !mcp.is_empty() {

@@ -127,6 +127,14 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
     }));
     let audit_path = config.state().audit_log();
     let audit = Some(Arc::new(AuditLog::open(&audit_path)?));
+    // Before anything runs: what a killed daemon or CLI left half applied
+    // or half undone is finished or reversed (and logged), and audited
+    // here (the reports stay queued for a command line to print).
+    for r in crate::checkpoint::intent::recover_all(&config.state_dir(), &config.checkpoints) {
+        if let (Some(log), Some(cp)) = (&audit, &r.record) {
+            let _ = log.append(&crate::audit::AuditRecord::effect(cp));
+        }
+    }
     let accounts = Arc::new(crate::budget::Accounts::new(
         config.budget.clone(),
         crate::budget::Prices::new(config.prices.clone()),

@@ -64,6 +64,7 @@ pub fn undo(args: UndoArgs) -> ExitCode {
         turn: None,
     };
     let audit = || AuditLog::open(config.state().audit_log());
+    recover_first(&config, &cwd);
     if let Some(turn) = turn {
         let turn = Some(turn).filter(|t| t != "last");
         return match checkpoint::undo_turn(
@@ -128,6 +129,7 @@ pub fn history(args: HistoryArgs) -> ExitCode {
         Ok(found) => found,
         Err(e) => return e.report(),
     };
+    recover_first(&config, &cwd);
     if prune {
         match checkpoint::prune(&config.state_dir(), &config.checkpoints, &cwd) {
             Ok(pruned) => say_err!(
@@ -214,4 +216,22 @@ pub fn history(args: HistoryArgs) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// Finish or reverse what a killed process left half applied or half
+/// undone in this project before anything reads the store, and say so (a
+/// stderr line each, and the record in the audit log).
+fn recover_first(config: &crate::config::Config, cwd: &std::path::Path) {
+    let _ = checkpoint::Project::open(&config.state_dir(), cwd, &config.checkpoints);
+    let recovered = checkpoint::intent::take_reports();
+    if recovered.is_empty() {
+        return;
+    }
+    let log = AuditLog::open(config.state().audit_log()).ok();
+    for r in recovered {
+        say_err!("passepartout: {}", r.message());
+        if let (Some(log), Some(cp)) = (&log, &r.record) {
+            let _ = log.append(&AuditRecord::effect(cp));
+        }
+    }
 }

@@ -99,6 +99,9 @@ pub fn command(args: PlansArgs) -> ExitCode {
     if let Err(e) = &env {
         eprintln!("passepartout: cannot load the gates: {e}; edited plans are refused");
     }
+    for r in crate::checkpoint::intent::take_reports() {
+        eprintln!("passepartout: {}", r.message());
+    }
     let env = env.ok();
     let judge = |cwd: &Path, action: &Action| match &env {
         Some(env) => crate::approval::flight::judge_edit(env, cwd, action),

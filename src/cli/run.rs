@@ -105,6 +105,9 @@ pub async fn run(flags: ConfigFlags, prompt: String, which: Which, mode: Option<
         Ok(env) => Arc::new(env),
         Err(e) => return CliError::from(e).report(),
     };
+    for r in crate::checkpoint::intent::take_reports() {
+        eprintln!("passepartout: {}", r.message());
+    }
     let earlier = !matches!(which, Which::New);
     let session = match super::current_dir().and_then(|cwd| open_session(&env, cwd, which)) {
         Ok(s) => s,

@@ -52,5 +52,6 @@ mod surface_reuse;
 mod surface_watch;
 mod text_protocol;
 mod transactions;
+mod transactions_crash;
 mod transactions_speed;
 mod true_text;

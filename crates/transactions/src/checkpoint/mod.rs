@@ -13,6 +13,7 @@
 pub mod beneath;
 pub mod changeset;
 pub mod effect;
+pub mod intent;
 pub mod left;
 pub mod notify;
 pub mod scan;
@@ -169,6 +170,9 @@ pub enum CheckpointStatus {
     Rejected,
     /// Reverted by an undo (recorded as its own checkpoint).
     Undone,
+    /// Its apply was interrupted (the daemon died) and recovery reversed
+    /// it: never in the project, nothing to undo.
+    RolledBack,
 }
 
 impl CheckpointStatus {
@@ -178,6 +182,7 @@ impl CheckpointStatus {
             CheckpointStatus::Held => "held",
             CheckpointStatus::Rejected => "rejected",
             CheckpointStatus::Undone => "undone",
+            CheckpointStatus::RolledBack => "rolled_back",
         }
     }
 }
@@ -425,8 +430,21 @@ pub fn lock(cwd: &Path) -> Arc<tokio::sync::Mutex<()>> {
 }
 
 impl Project {
-    /// The checkpoints of `cwd`, under `<state_dir>/checkpoints`.
+    /// The checkpoints of `cwd`, under `<state_dir>/checkpoints`, with
+    /// every apply or undo a dead process left unfinished finished or
+    /// reversed first ([`intent::recover`]).
     pub fn open(
+        state_dir: &Path,
+        cwd: &Path,
+        cfg: &CheckpointConfig,
+    ) -> Result<Self, CheckpointError> {
+        let project = Project::open_unrecovered(state_dir, cwd, cfg)?;
+        intent::recover(&project);
+        Ok(project)
+    }
+
+    /// [`Project::open`] without recovery (recovery itself opens it so).
+    pub fn open_unrecovered(
         state_dir: &Path,
         cwd: &Path,
         cfg: &CheckpointConfig,
@@ -678,7 +696,14 @@ impl Project {
             }
         }
         cp.effect.changes = kept;
+        // Written before the first file moves (see `intent`): a record
+        // saved as held before is one a person approved.
+        let held = self.records.join(format!("{}.json", cp.id)).exists();
+        let intent = intent::Intent::new(intent::Direction::Apply, cp, vec![], held)
+            .write(self.store.dir())?;
         if let Err(e) = self.store.restore_beneath(&b, &cp.forward()) {
+            // The restore put back what it had changed: nothing to recover.
+            intent.done();
             *cp = as_recorded;
             self.save(cp)?;
             return Err(e.into());
@@ -700,7 +725,8 @@ impl Project {
                 failed.join("; ")
             ));
         }
-        self.save(cp)?;
+        self.save_durably(cp)?;
+        intent.done();
         self.keep_under_quota(cp, false)?;
         txn::remove_dir_later(self.txn_dir(&cp.id));
         Ok(())
@@ -773,6 +799,16 @@ impl Project {
                 name.strip_prefix('c')?.strip_suffix(".json")?.parse().ok()
             })
             .collect())
+    }
+
+    /// [`Project::save`], the record's data flushed before this returns:
+    /// the outcome of an intent (which is removed next).
+    pub fn save_durably(&self, cp: &Checkpoint) -> Result<(), CheckpointError> {
+        self.save(cp)?;
+        let path = self.records.join(format!("{}.json", cp.id));
+        std::fs::File::open(&path)
+            .and_then(|f| f.sync_all())
+            .map_err(|source| CheckpointError::Io { path, source })
     }
 
     pub fn save(&self, cp: &Checkpoint) -> Result<(), CheckpointError> {
@@ -856,9 +892,15 @@ impl Project {
             self.apply_changeset(&mut cp)?;
             return Ok(cp);
         }
-        self.store.restore(&cp.forward())?;
+        let intent = intent::Intent::new(intent::Direction::Apply, &cp, vec![], true)
+            .write(self.store.dir())?;
+        if let Err(e) = self.store.restore(&cp.forward()) {
+            intent.done();
+            return Err(e.into());
+        }
         cp.status = CheckpointStatus::Applied;
-        self.save(&cp)?;
+        self.save_durably(&cp)?;
+        intent.done();
         Ok(cp)
     }
 
@@ -1165,17 +1207,16 @@ impl Project {
                 (a, b) => a.is_some() != b.is_some(),
             })
             .collect();
-        self.store.restore(&changes)?;
-        let mut notes = Vec::new();
-        for cp in &targets {
-            notes.extend(self.undo_passthrough(cp));
-        }
+        let ids: Vec<String> = targets.iter().map(|c| c.id.clone()).collect();
+        let undo = self.restore_recorded(origin, &changes, &ids, |p| {
+            targets
+                .iter()
+                .flat_map(|cp| p.undo_passthrough(cp))
+                .collect()
+        })?;
         for cp in &mut targets {
             cp.status = CheckpointStatus::Undone;
-            self.save(cp)?;
         }
-        let ids: Vec<&str> = targets.iter().map(|c| c.id.as_str()).collect();
-        let undo = self.record_restore(origin, &changes, ids.join(","), notes)?;
         Ok((targets, undo))
     }
 
@@ -1187,25 +1228,88 @@ impl Project {
             return Err(wrong(&cp, "applied", "undone"));
         }
         let changes = cp.backward();
-        self.store.restore(&changes)?;
-        let notes = self.undo_passthrough(&cp);
+        let undone = cp.clone();
+        let undo = self.restore_recorded(origin, &changes, std::slice::from_ref(&cp.id), |p| {
+            p.undo_passthrough(&undone)
+        })?;
         cp.status = CheckpointStatus::Undone;
-        self.save(&cp)?;
-        match self.record_restore(origin, &changes, cp.id.clone(), notes)? {
+        match undo {
             Some(undo) => Ok(undo),
             None => Ok(cp),
         }
     }
 
-    /// Record a restore that was just made, from its own list of changes
-    /// (no snapshot: exactly the paths it wrote), as undoing `undoes`.
-    fn record_restore(
+    /// Restore `changes` as an undo of the records `undoes`, under an
+    /// intent (see `intent`): its record is made (its id given) before
+    /// the first file moves, saved once `passthrough` (what it reverts
+    /// outside the record) has run, and only then are `undoes` marked
+    /// undone. Returns the undo's record (None: nothing to record).
+    fn restore_recorded(
         &self,
         origin: &Origin,
         changes: &[(String, Option<store::Entry>, Option<store::Entry>)],
+        undoes: &[String],
+        passthrough: impl FnOnce(&Self) -> Vec<String>,
+    ) -> Result<Option<Checkpoint>, CheckpointError> {
+        let effect = self.restore_effect(changes)?;
+        if effect.is_empty() {
+            // No recorded file moves: only the best-effort passthrough.
+            self.store.restore(changes)?;
+            let notes = passthrough(self);
+            self.mark_undone(undoes)?;
+            return self.record_restore(origin, effect, undoes.join(","), notes);
+        }
+        let mut undo = self.new_checkpoint(origin, effect, CheckpointStatus::Applied, false)?;
+        undo.undoes = Some(undoes.join(","));
+        let intent = intent::Intent::new(intent::Direction::Undo, &undo, undoes.to_vec(), false)
+            .write(self.store.dir())?;
+        if let Err(e) = self.store.restore(changes) {
+            intent.done();
+            return Err(e.into());
+        }
+        undo.notes = passthrough(self);
+        self.save_durably(&undo)?;
+        self.mark_undone(undoes)?;
+        intent.done();
+        self.keep_under_quota(&mut undo, false)?;
+        Ok(Some(undo))
+    }
+
+    /// Mark records undone (an undo of them is done).
+    fn mark_undone(&self, ids: &[String]) -> Result<(), CheckpointError> {
+        for id in ids {
+            let mut cp = self.load(id)?;
+            cp.status = CheckpointStatus::Undone;
+            self.save(&cp)?;
+        }
+        Ok(())
+    }
+
+    /// Record a restore that was just made, as undoing `undoes`.
+    fn record_restore(
+        &self,
+        origin: &Origin,
+        effect: ObservedEffect,
         undoes: String,
         notes: Vec<String>,
     ) -> Result<Option<Checkpoint>, CheckpointError> {
+        if effect.is_empty() && notes.is_empty() {
+            return Ok(None);
+        }
+        let mut undo = self.new_checkpoint(origin, effect, CheckpointStatus::Applied, false)?;
+        undo.undoes = Some(undoes);
+        undo.notes = notes;
+        self.save(&undo)?;
+        self.keep_under_quota(&mut undo, false)?;
+        Ok(Some(undo))
+    }
+
+    /// The effect of a restore, from its own list of changes (no
+    /// snapshot: exactly the paths it writes).
+    fn restore_effect(
+        &self,
+        changes: &[(String, Option<store::Entry>, Option<store::Entry>)],
+    ) -> Result<ObservedEffect, CheckpointError> {
         let oids: Vec<&str> = changes
             .iter()
             .flat_map(|(_, a, b)| [a.as_ref(), b.as_ref()])
@@ -1238,15 +1342,7 @@ impl Project {
                 .collect(),
             ..Default::default()
         };
-        if effect.is_empty() && notes.is_empty() {
-            return Ok(None);
-        }
-        let mut undo = self.new_checkpoint(origin, effect, CheckpointStatus::Applied, false)?;
-        undo.undoes = Some(undoes);
-        undo.notes = notes;
-        self.save(&undo)?;
-        self.keep_under_quota(&mut undo, false)?;
-        Ok(Some(undo))
+        Ok(effect)
     }
 
     /// Undo what a changeset applied outside its recorded effect: files it

@@ -415,6 +415,10 @@ pub async fn begin_with(
     let prepared = tokio::task::spawn_blocking(move || {
         let project =
             Project::open_shared(&state_dir, &cwd_owned, &cfg_owned).map_err(|e| e.to_string())?;
+        // An apply or undo another process left unfinished here (a killed
+        // CLI `undo`) is finished or reversed before this action reads
+        // the project (one directory listing when there is none).
+        super::intent::recover(&project);
         let root = project.store.dir().join("txn");
         overlay::probe(&root)?;
         if let Some(why) = overlay::unmountable(project.cwd()) {
@@ -789,6 +793,7 @@ pub async fn begin_file(
             return Ok(None);
         };
         let project = Project::open_shared(&state_dir, &cwd, &cfg_owned)?;
+        super::intent::recover(&project);
         // A path the project cannot resolve plainly (a link on the way):
         // the files actuator refuses it itself; observe as before.
         let before = match changeset::pre_image(&project.store, &rel) {
