@@ -70,6 +70,62 @@ The file is also written when each turn ends."
   :type 'number
   :group 'passepartout)
 
+(defcustom passepartout-chat-stream-gc-threshold 67108864
+  "`gc-cons-threshold' while an answer streams into a chat, or nil.
+A garbage collection stops Emacs for tens of milliseconds, and parsing
+and inserting a streamed answer allocates enough for one or two per
+megabyte: each one a keystroke that waits.  While any chat streams, the
+threshold is raised to this many bytes (never lowered); when the last
+one ends the person's own value is put back, and Emacs collects once as
+soon as it is idle.  nil leaves `gc-cons-threshold' alone."
+  :type '(choice (const :tag "Leave gc-cons-threshold alone" nil) integer)
+  :group 'passepartout)
+
+(defvar passepartout-chat--gc-holders nil
+  "Chat buffers streaming while `gc-cons-threshold' is raised for them.")
+
+(defvar passepartout-chat--gc-saved nil
+  "The person's `gc-cons-threshold', while it is raised; else nil.")
+
+(defvar passepartout-chat--gc-restore-timer nil
+  "The idle timer that puts `gc-cons-threshold' back, once set.")
+
+(defun passepartout-chat--hold-gc ()
+  "Raise `gc-cons-threshold' while this chat's answer streams."
+  (when passepartout-chat-stream-gc-threshold
+    (when passepartout-chat--gc-restore-timer
+      (cancel-timer passepartout-chat--gc-restore-timer)
+      (setq passepartout-chat--gc-restore-timer nil))
+    (unless passepartout-chat--gc-saved
+      (setq passepartout-chat--gc-saved gc-cons-threshold
+            gc-cons-threshold (max gc-cons-threshold
+                                   passepartout-chat-stream-gc-threshold)))
+    (cl-pushnew (current-buffer) passepartout-chat--gc-holders)
+    (add-hook 'kill-buffer-hook #'passepartout-chat--release-gc nil t)))
+
+(defun passepartout-chat--release-gc ()
+  "Let go of this chat's hold; after the last one, restore when idle.
+Dead buffers let go too, so a chat killed while streaming cannot keep
+the threshold raised.  The threshold is put back only once Emacs is
+idle: put back at once, the turn's garbage would be collected right
+away, while the person may be typing."
+  (setq passepartout-chat--gc-holders
+        (cl-remove-if (lambda (b) (or (eq b (current-buffer)) (not (buffer-live-p b))))
+                      passepartout-chat--gc-holders))
+  (when (and (null passepartout-chat--gc-holders)
+             passepartout-chat--gc-saved
+             (not passepartout-chat--gc-restore-timer))
+    (setq passepartout-chat--gc-restore-timer
+          (run-with-idle-timer 0.5 nil #'passepartout-chat--restore-gc))))
+
+(defun passepartout-chat--restore-gc ()
+  "Put the person's `gc-cons-threshold' back and collect the turn's garbage."
+  (setq passepartout-chat--gc-restore-timer nil)
+  (when (and (null passepartout-chat--gc-holders) passepartout-chat--gc-saved)
+    (setq gc-cons-threshold passepartout-chat--gc-saved
+          passepartout-chat--gc-saved nil)
+    (garbage-collect)))
+
 (defvar passepartout-plan--plans)
 (declare-function passepartout-plan--decide "passepartout-plan"
                   (id decision org comment))
@@ -1539,6 +1595,7 @@ with it (the transcript is read-only)."
               passepartout-chat--held ""
               passepartout-chat--plan nil
               passepartout-chat--compacting nil)))
+    (passepartout-chat--hold-gc)
     (goto-char (point-max))))
 
 (defun passepartout-chat-end-turn (&optional note)
@@ -1562,6 +1619,7 @@ with it (the transcript is read-only)."
       (set-marker passepartout-chat--stream nil)
       (setq passepartout-chat--stream nil
             passepartout-chat--plan nil)
+      (passepartout-chat--release-gc)
       (passepartout-chat--resume-element-cache)
       (when move (goto-char (point-max)))
       (dolist (w windows) (set-window-point w (point-max))))

@@ -196,6 +196,38 @@ The chat is saved in a temporary directory, bound to `chat-dir'."
     (let ((text (buffer-string)))
       (should (string-match-p "^: Some other daemon warning\\.\n\\*\\* Reasoning\nLet me think\\." text)))))
 
+(ert-deftest passepartout-stream-test-gc-threshold-held-while-streaming ()
+  "A streaming chat raises `gc-cons-threshold'; once idle after it, the person's is back."
+  (let ((gc-cons-threshold 800000)
+        (passepartout-chat--gc-holders nil)
+        (passepartout-chat--gc-saved nil)
+        (passepartout-chat--gc-restore-timer nil)
+        (timer-idle-list nil))
+    (passepartout-stream-test--with-chat
+      (should (= gc-cons-threshold passepartout-chat-stream-gc-threshold))
+      (passepartout-stream-test--chunk "agent_message_chunk" "Hello.")
+      (passepartout-chat-end-turn)
+      ;; Still raised: put back when Emacs is idle, not while keys come.
+      (should passepartout-chat--gc-restore-timer)
+      (should (= gc-cons-threshold passepartout-chat-stream-gc-threshold))
+      (should-not passepartout-chat--gc-holders)
+      (passepartout-chat--restore-gc)
+      (should (= gc-cons-threshold 800000)))
+    ;; A chat killed while it streams lets go too (`with-temp-buffer'
+    ;; would run no kill hook).
+    (let ((chat (generate-new-buffer "passepartout-gc-test")))
+      (with-current-buffer chat
+        (passepartout-chat--hold-gc)
+        (should (= gc-cons-threshold passepartout-chat-stream-gc-threshold)))
+      (kill-buffer chat))
+    (should-not passepartout-chat--gc-holders)
+    (passepartout-chat--restore-gc)
+    (should (= gc-cons-threshold 800000))
+    (let ((passepartout-chat-stream-gc-threshold nil))
+      (with-temp-buffer
+        (passepartout-chat--hold-gc)
+        (should (= gc-cons-threshold 800000))))))
+
 (ert-deftest passepartout-stream-test-chats-list-first-prompt-line ()
   "The saved chats list shows the first line with text of the first prompt."
   (let ((file (make-temp-file "passepartout-chat" nil ".org")))
