@@ -206,20 +206,9 @@ impl UserNamespaceMaps {
 
 /// Write `bytes` to a `/proc` file in a forked child (no allocation).
 fn write_proc(path: &std::ffi::CStr, bytes: &[u8]) -> std::io::Result<()> {
-    // SAFETY: raw open/write/close on a NUL-terminated path and a borrowed
-    // buffer; async-signal-safe.
-    unsafe {
-        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let wrote = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
-        let err = std::io::Error::last_os_error();
-        libc::close(fd);
-        if wrote < 0 {
-            return Err(err);
-        }
-    }
+    use rustix::fs::{open, Mode, OFlags};
+    let fd = open(path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
+    rustix::io::write(&fd, bytes)?;
     Ok(())
 }
 

@@ -267,18 +267,10 @@ fn mount_steps(mount: &OverlayMount) -> std::io::Result<Vec<Step>> {
     ])
 }
 
-/// The kernel's coarse real-time clock now, in ns since the epoch (0 if
-/// it cannot be read). Async-signal-safe (one `clock_gettime`).
+/// The kernel's coarse real-time clock now, in ns since the epoch.
+/// Async-signal-safe (one `clock_gettime`).
 pub fn coarse_now_ns() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec we own.
-    let ok = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0;
-    if !ok {
-        return 0;
-    }
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
     ts.tv_sec.saturating_mul(1_000_000_000) + ts.tv_nsec
 }
 
@@ -293,15 +285,12 @@ pub(super) fn wait_for_tick(not_before_ns: i64) {
     if not_before_ns <= 0 {
         return;
     }
-    let step = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 200_000,
-    };
+    const STEP_NS: i64 = 200_000;
     let mut slept = 0i64;
     while coarse_now_ns() <= not_before_ns && slept < MAX_TICK_WAIT_NS {
-        // SAFETY: nanosleep reads one timespec we own; no remainder wanted.
-        unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
-        slept += step.tv_nsec;
+        // std's sleep is `nanosleep` in a loop: no allocation, no lock.
+        std::thread::sleep(std::time::Duration::from_nanos(STEP_NS.unsigned_abs()));
+        slept += STEP_NS;
     }
 }
 

@@ -197,7 +197,6 @@ fn wait_within(
     child: &mut std::process::Child,
     timeout: Duration,
 ) -> std::io::Result<Option<std::process::ExitStatus>> {
-    use std::os::fd::AsRawFd;
     let started = Instant::now();
     let pidfd = rustix::process::pidfd_open(
         rustix::process::Pid::from_child(child),
@@ -214,19 +213,15 @@ fn wait_within(
         }
         match &pidfd {
             Some(pidfd) => {
-                let mut poll = libc::pollfd {
-                    fd: pidfd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
+                use rustix::event::{poll, PollFd, PollFlags};
+                let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
+                let wait = rustix::time::Timespec {
+                    tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
+                    tv_nsec: i64::from(left.subsec_nanos()),
                 };
-                let ms = libc::c_int::try_from(left.as_millis().max(1)).unwrap_or(libc::c_int::MAX);
-                // SAFETY: one valid pollfd for the duration of the call.
-                let ready = unsafe { libc::poll(&mut poll, 1, ms) };
-                if ready < 0 {
-                    let e = std::io::Error::last_os_error();
-                    if e.kind() != std::io::ErrorKind::Interrupted {
-                        return Err(e);
-                    }
+                match poll(&mut fds, Some(&wait)) {
+                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                    Err(e) => return Err(e.into()),
                 }
             }
             None => std::thread::sleep(FALLBACK_POLL.min(left)),

@@ -416,11 +416,10 @@ impl GroupKiller {
     fn kill(&self) {
         // A pgid of 0 or 1 would mean our own group or init's: never.
         if let Some(pgid) = self.0.filter(|&p| p > 1) {
-            // SAFETY: killpg takes two integers and only sends a signal; it
-            // reads or writes none of our memory. ESRCH (group already gone)
-            // is the normal case after a clean exit and is ignored.
-            unsafe {
-                libc::killpg(pgid, libc::SIGKILL);
+            // ESRCH (group already gone) is the normal case after a clean
+            // exit and is ignored.
+            if let Some(pgid) = rustix::process::Pid::from_raw(pgid) {
+                let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
             }
         }
     }

@@ -249,20 +249,10 @@ fn errno() -> i32 {
 
 /// Write `bytes` to the file at `path` (no allocation).
 fn write_file(path: &std::ffi::CStr, bytes: &[u8]) -> Result<(), i32> {
-    // SAFETY: raw open/write/close on a NUL-terminated path and a borrowed
-    // buffer; async-signal-safe.
-    unsafe {
-        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return Err(errno());
-        }
-        let wrote = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
-        let err = errno();
-        libc::close(fd);
-        if wrote < 0 {
-            return Err(err);
-        }
-    }
+    use rustix::fs::{open, Mode, OFlags};
+    let fd = open(path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| e.raw_os_error())?;
+    rustix::io::write(&fd, bytes).map_err(|e| e.raw_os_error())?;
     Ok(())
 }
 

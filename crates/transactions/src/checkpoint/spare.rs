@@ -295,13 +295,13 @@ fn remove_dead_pools(store_dir: &Path) {
         let Some(pid) = entry
             .file_name()
             .to_str()
-            .and_then(|n| n.parse::<libc::pid_t>().ok())
+            .and_then(|n| n.parse::<i32>().ok())
+            .and_then(rustix::process::Pid::from_raw)
         else {
             continue;
         };
-        // SAFETY: kill with signal 0 only checks that the pid exists.
-        let gone = unsafe { libc::kill(pid, 0) } != 0
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        // Signal 0 only checks that the process exists.
+        let gone = rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH);
         if gone {
             clear_pool(&entry.path());
         }
