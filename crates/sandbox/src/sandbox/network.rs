@@ -424,35 +424,17 @@ pub mod routes {
 
     /// Every address of the host's interfaces (the daemon's namespace).
     pub fn host_addresses() -> Vec<IpAddr> {
-        let mut out = Vec::new();
-        let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-        // SAFETY: getifaddrs fills `list` with a linked list we free below.
-        if unsafe { libc::getifaddrs(&mut list) } != 0 {
-            return out;
-        }
-        let mut at = list;
-        while !at.is_null() {
-            // SAFETY: `at` is a node of the list getifaddrs returned.
-            let node = unsafe { &*at };
-            if !node.ifa_addr.is_null() {
-                // SAFETY: ifa_addr points to a sockaddr of the family it names.
-                let family = i32::from(unsafe { (*node.ifa_addr).sa_family });
-                if family == libc::AF_INET {
-                    // SAFETY: an AF_INET address is a sockaddr_in.
-                    let sin = unsafe { &*(node.ifa_addr as *const libc::sockaddr_in) };
-                    out.push(IpAddr::from(
-                        u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
-                    ));
-                } else if family == libc::AF_INET6 {
-                    // SAFETY: an AF_INET6 address is a sockaddr_in6.
-                    let sin6 = unsafe { &*(node.ifa_addr as *const libc::sockaddr_in6) };
-                    out.push(IpAddr::from(sin6.sin6_addr.s6_addr));
-                }
-            }
-            at = node.ifa_next;
-        }
-        // SAFETY: the list getifaddrs returned, freed once.
-        unsafe { libc::freeifaddrs(list) };
+        let Ok(interfaces) = nix::ifaddrs::getifaddrs() else {
+            return Vec::new();
+        };
+        let mut out: Vec<IpAddr> = interfaces
+            .filter_map(|i| i.address)
+            .filter_map(|a| {
+                a.as_sockaddr_in()
+                    .map(|v4| IpAddr::V4(v4.ip()))
+                    .or_else(|| a.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
+            })
+            .collect();
         out.sort();
         out.dedup();
         out
@@ -463,70 +445,21 @@ pub mod routes {
     /// refused rather than left with some of the host unblocked.
     pub const ROUTE_LIMIT: usize = 4096;
 
-    const RTM_NEWROUTE: u16 = 24;
-    const NLMSG_ERROR: u16 = 2;
-    const NLM_F_REQUEST: u16 = 0x1;
-    const NLM_F_ACK: u16 = 0x4;
-    const NLM_F_EXCL: u16 = 0x200;
-    const NLM_F_CREATE: u16 = 0x400;
-    const RT_TABLE_MAIN: u8 = 254;
-    const RTPROT_STATIC: u8 = 4;
-    const RTN_UNICAST: u8 = 1;
-    const RTN_UNREACHABLE: u8 = 7;
-    const RTA_DST: u16 = 1;
-    const RTA_GATEWAY: u16 = 5;
-
-    /// The `RTM_NEWROUTE` request for one route.
-    pub fn message(route: &Route, seq: u32) -> Vec<u8> {
-        let (net, kind) = match route {
-            Route::Unreachable(n) => (n, RTN_UNREACHABLE),
-            Route::ViaSlirp(n) => (n, RTN_UNICAST),
-        };
-        let (family, dst): (u8, Vec<u8>) = match net {
-            IpNet::V4(n) => (libc::AF_INET as u8, n.network().octets().to_vec()),
-            IpNet::V6(n) => (libc::AF_INET6 as u8, n.network().octets().to_vec()),
-        };
-        let mut body = vec![
-            family,
-            net.prefix_len(),
-            0, // src_len
-            0, // tos
-            RT_TABLE_MAIN,
-            RTPROT_STATIC,
-            0, // scope: universe
-            kind,
-            0,
-            0,
-            0,
-            0, // flags
-        ];
-        let mut attr = |kind: u16, data: &[u8]| {
-            let len = 4 + data.len();
-            body.extend_from_slice(&(len as u16).to_ne_bytes());
-            body.extend_from_slice(&kind.to_ne_bytes());
-            body.extend_from_slice(data);
-            body.resize(body.len().next_multiple_of(4), 0);
-        };
-        attr(RTA_DST, &dst);
-        if let Route::ViaSlirp(_) = route {
-            attr(RTA_GATEWAY, &super::SLIRP_GATEWAY.octets());
+    /// `route` as a line of `ip -batch`.
+    pub fn batch_line(route: &Route) -> String {
+        match route {
+            Route::Unreachable(net) => format!("route add unreachable {net}"),
+            Route::ViaSlirp(net) => format!("route add {net} via {}", super::SLIRP_GATEWAY),
         }
-        let flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
-        let mut msg = Vec::with_capacity(16 + body.len());
-        msg.extend_from_slice(&((16 + body.len()) as u32).to_ne_bytes());
-        msg.extend_from_slice(&RTM_NEWROUTE.to_ne_bytes());
-        msg.extend_from_slice(&flags.to_ne_bytes());
-        msg.extend_from_slice(&seq.to_ne_bytes());
-        msg.extend_from_slice(&0u32.to_ne_bytes());
-        msg.extend_from_slice(&body);
-        msg
     }
 
     /// Add `routes` to the network namespace of process `pid` (the
-    /// sandbox, still blocked before its command): a forked child of the
-    /// daemon enters the sandbox's user and network namespaces, as
-    /// slirp4netns does, and sends one netlink request per route, each
-    /// acknowledged. Blocking; the caller bounds it.
+    /// sandbox, still blocked before its command): `ip -batch -`, run in
+    /// the sandbox's user and network namespaces (entered before exec, as
+    /// slirp4netns enters them), with one line per route. IPv6 routes go in
+    /// a batch of their own whose "address family not supported" (a kernel
+    /// without IPv6: nothing to block) is no failure. Blocking; the caller
+    /// bounds it.
     pub fn install(pid: u32, routes: &[Route]) -> Result<(), String> {
         use std::os::fd::AsRawFd;
         if routes.len() > ROUTE_LIMIT {
@@ -548,122 +481,83 @@ pub mod routes {
             let theirs = userns.metadata().map(|m| (m.dev(), m.ino()));
             matches!((ours, theirs), (Ok(a), Ok(b)) if a == b)
         };
-        // Everything the child needs is made here: after the fork it may
-        // only make system calls (no allocation in a copy of a
-        // multi-threaded process).
-        let messages: Vec<(Vec<u8>, bool)> = routes
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                let optional = matches!(r, Route::Unreachable(IpNet::V6(_)));
-                (message(r, i as u32 + 1), optional)
-            })
-            .collect();
-        let (mut report_read, report_write) =
-            std::io::pipe().map_err(|e| format!("cannot make a pipe: {e}"))?;
-        let (user_fd, net_fd, report_fd) = (
-            userns.as_raw_fd(),
-            netns.as_raw_fd(),
-            report_write.as_raw_fd(),
-        );
-        // SAFETY: the child only makes system calls on memory prepared
-        // above and ends with _exit.
-        let child = unsafe { libc::fork() };
-        if child < 0 {
-            return Err(format!(
-                "cannot fork to set the routes: {}",
-                std::io::Error::last_os_error()
-            ));
+        let mut steps = Vec::new();
+        if !same_user_ns {
+            steps.push(super::super::spawn::Step::EnterNamespace {
+                fd: userns.as_raw_fd(),
+                kind: libc::CLONE_NEWUSER,
+            });
         }
-        if child == 0 {
-            let (step, errno) = child_install(user_fd, net_fd, same_user_ns, &messages);
-            let mut report = [0u8; 8];
-            report[..4].copy_from_slice(&step.to_ne_bytes());
-            report[4..].copy_from_slice(&errno.to_ne_bytes());
-            // SAFETY: write and _exit are async-signal-safe.
-            unsafe {
-                libc::write(report_fd, report.as_ptr().cast(), report.len());
-                libc::_exit(0);
-            }
-        }
-        drop(report_write);
-        let mut report = [0u8; 8];
-        let read = std::io::Read::read_exact(&mut report_read, &mut report);
-        let mut status = 0;
-        // SAFETY: waits for the child forked above.
-        unsafe { libc::waitpid(child, &mut status, 0) };
-        read.map_err(|e| format!("the route setter ended without a report: {e}"))?;
-        let step = u32::from_ne_bytes([report[0], report[1], report[2], report[3]]);
-        let errno = i32::from_ne_bytes([report[4], report[5], report[6], report[7]]);
-        if errno == 0 {
-            return Ok(());
-        }
-        let error = std::io::Error::from_raw_os_error(errno);
-        Err(match step {
-            0 => format!("cannot enter the sandbox's user namespace: {error}"),
-            1 => format!("cannot enter the sandbox's network namespace: {error}"),
-            2 => format!("cannot open a netlink socket: {error}"),
-            n => {
-                let route = routes
-                    .get(n as usize - 3)
-                    .map(|r| format!("{r:?}"))
-                    .unwrap_or_default();
-                format!("the kernel refused the route {route}: {error}")
-            }
-        })
+        steps.push(super::super::spawn::Step::EnterNamespace {
+            fd: netns.as_raw_fd(),
+            kind: libc::CLONE_NEWNET,
+        });
+        let (v6, v4): (Vec<&Route>, Vec<&Route>) = routes.iter().partition(|r| {
+            matches!(
+                r,
+                Route::Unreachable(IpNet::V6(_)) | Route::ViaSlirp(IpNet::V6(_))
+            )
+        });
+        run_batch(&steps, &v4, false)?;
+        run_batch(&steps, &v6, true)
     }
 
-    /// In the forked child: the step that failed and its errno, or (_, 0).
-    fn child_install(
-        user_fd: i32,
-        net_fd: i32,
-        same_user_ns: bool,
-        messages: &[(Vec<u8>, bool)],
-    ) -> (u32, i32) {
-        let errno = || {
-            std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO)
-        };
-        // SAFETY (all blocks below): plain system calls on fds and on
-        // buffers that live for the whole call.
-        if !same_user_ns && unsafe { libc::setns(user_fd, libc::CLONE_NEWUSER) } != 0 {
-            return (0, errno());
+    /// One `ip -batch -` of `routes` in the namespaces `steps` enter.
+    fn run_batch(
+        steps: &[super::super::spawn::Step],
+        routes: &[&Route],
+        v6: bool,
+    ) -> Result<(), String> {
+        use std::io::Write;
+        use std::os::unix::process::CommandExt;
+        if routes.is_empty() {
+            return Ok(());
         }
-        if unsafe { libc::setns(net_fd, libc::CLONE_NEWNET) } != 0 {
-            return (1, errno());
+        let mut cmd = std::process::Command::new("ip");
+        if v6 {
+            // Every line is tried, so each failure is seen and judged.
+            cmd.arg("-force");
         }
-        let sock = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                libc::NETLINK_ROUTE,
-            )
-        };
-        if sock < 0 {
-            return (2, errno());
+        cmd.args(["-batch", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        // SAFETY: the steps are async-signal-safe system calls on fds that
+        // `install` keeps open until the child has exited.
+        unsafe {
+            cmd.pre_exec(super::super::spawn::as_pre_exec(steps.to_vec()));
         }
-        let mut answer = [0u8; 1024];
-        for (i, (msg, optional)) in messages.iter().enumerate() {
-            let step = i as u32 + 3;
-            if unsafe { libc::send(sock, msg.as_ptr().cast(), msg.len(), 0) } < 0 {
-                return (step, errno());
+        let mut child = cmd.spawn().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                "`ip` (iproute2) is not installed; it sets the sandbox's routes".to_string()
             }
-            let n = unsafe { libc::recv(sock, answer.as_mut_ptr().cast(), answer.len(), 0) };
-            if n < 0 {
-                return (step, errno());
-            }
-            // The acknowledgement: an NLMSG_ERROR whose code is 0.
-            if n < 20 || u16::from_ne_bytes([answer[4], answer[5]]) != NLMSG_ERROR {
-                return (step, libc::EPROTO);
-            }
-            let code = i32::from_ne_bytes([answer[16], answer[17], answer[18], answer[19]]);
-            // IPv6 missing from the kernel: there is no IPv6 to block.
-            if code != 0 && !(*optional && -code == libc::EAFNOSUPPORT) {
-                return (step, -code);
-            }
+            _ => format!("cannot start `ip` to set the routes: {e}"),
+        })?;
+        let batch: String = routes.iter().map(|r| batch_line(r) + "\n").collect();
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(batch.as_bytes());
         }
-        (0, 0)
+        let output = child
+            .wait_with_output()
+            .map_err(|e| format!("`ip` setting the routes: {e}"))?;
+        let said = String::from_utf8_lossy(&output.stderr);
+        let refused: Vec<&str> = said
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with("Command failed"))
+            .filter(|l| !(v6 && l.contains("Address family not supported")))
+            .collect();
+        if (output.status.success() || v6) && refused.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "the kernel refused a route ({}): {}",
+            output.status,
+            if refused.is_empty() {
+                said.trim().to_string()
+            } else {
+                refused.join("; ")
+            }
+        ))
     }
 }
 
@@ -840,16 +734,14 @@ mod tests {
     }
 
     #[test]
-    fn a_route_request_is_well_formed() {
-        let msg = routes::message(&routes::Route::ViaSlirp("10.1.2.0/24".parse().unwrap()), 7);
-        // header 16 + rtmsg 12 + RTA_DST 8 + RTA_GATEWAY 8
-        assert_eq!(msg.len(), 44);
-        assert_eq!(u32::from_ne_bytes(msg[..4].try_into().unwrap()), 44);
-        assert_eq!(&msg[16..18], &[libc::AF_INET as u8, 24]);
-        assert_eq!(&msg[32..36], &[10, 1, 2, 0]);
-        assert_eq!(&msg[40..44], &[10, 0, 2, 2]);
-        let v6 = routes::message(&routes::Route::Unreachable("fc00::/7".parse().unwrap()), 1);
-        assert_eq!(v6.len(), 16 + 12 + 20);
+    fn a_route_is_one_line_of_ip_batch() {
+        let via = routes::Route::ViaSlirp("10.1.2.0/24".parse().unwrap());
+        assert_eq!(
+            routes::batch_line(&via),
+            "route add 10.1.2.0/24 via 10.0.2.2"
+        );
+        let v6 = routes::Route::Unreachable("fc00::/7".parse().unwrap());
+        assert_eq!(routes::batch_line(&v6), "route add unreachable fc00::/7");
     }
 
     #[test]

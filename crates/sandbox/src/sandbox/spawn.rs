@@ -99,6 +99,9 @@ pub enum Step {
     /// namespaces (the fd must stay open until the spawn: see
     /// [`Command::keep_alive`]).
     JoinNamespaces { pidfd: RawFd },
+    /// `setns(fd, kind)`: enter the namespace `fd` names (the fd must stay
+    /// open until the spawn).
+    EnterNamespace { fd: RawFd, kind: libc::c_int },
     /// `chdir` (again: joining a mount namespace moves to its root).
     Chdir(CString),
     /// Wait until the coarse real-time clock passes this (ns since the
@@ -126,6 +129,10 @@ impl Step {
                 procs.to_string_lossy()
             ),
             Step::JoinNamespaces { .. } => "joining the overlay mounted ahead".into(),
+            Step::EnterNamespace { kind, .. } if *kind == libc::CLONE_NEWUSER => {
+                "entering the sandbox's user namespace".into()
+            }
+            Step::EnterNamespace { .. } => "entering the sandbox's network namespace".into(),
             Step::Chdir(dir) => format!("entering the working directory {}", dir.to_string_lossy()),
             Step::WaitForTick { .. } => "waiting for the clock".into(),
             Step::Inherit(fd) => format!("passing fd {fd} to the program"),
@@ -179,6 +186,7 @@ impl Step {
                 Step::JoinNamespaces { pidfd } => {
                     check(libc::setns(*pidfd, libc::CLONE_NEWUSER | libc::CLONE_NEWNS))
                 }
+                Step::EnterNamespace { fd, kind } => check(libc::setns(*fd, *kind)),
                 Step::Chdir(dir) => check(libc::chdir(dir.as_ptr())),
                 Step::WaitForTick { not_before_ns } => {
                     super::overlay::wait_for_tick(*not_before_ns);
