@@ -88,7 +88,8 @@ pub struct Recovered {
 
 impl Recovered {
     /// One line for the person: `c7 was interrupted at 1,699/5,000 files
-    /// and was rolled back`.
+    /// and was rolled back`. The reason of a failure may quote a project
+    /// path, so control characters are shown, never sent to a terminal.
     pub fn message(&self) -> String {
         let what = match self.direction {
             Direction::Apply => self.id.clone(),
@@ -99,11 +100,12 @@ impl Recovered {
             Outcome::RolledBack => "was rolled back".to_string(),
             Outcome::Left(why) => format!("could not be finished nor reversed: {why}"),
         };
-        format!(
+        let line = format!(
             "{what} was interrupted at {}/{} files and {end}",
             thousands(self.done),
             thousands(self.total)
-        )
+        );
+        crate::util::terminal::escape_line(&line).into_owned()
     }
 }
 
@@ -856,6 +858,25 @@ mod tests {
         // The undo is undoable (a redo).
         p.undo(&undo.id, &origin()).unwrap();
         assert_eq!(files(t).len(), 13);
+    }
+
+    #[test]
+    fn a_reason_quoting_a_path_cannot_steer_the_terminal() {
+        let r = Recovered {
+            id: "c7".into(),
+            direction: Direction::Apply,
+            outcome: Outcome::Left("cannot restore evil\u{1b}[2Jname".into()),
+            done: 1,
+            total: 2,
+            record: None,
+            cwd: PathBuf::from("/p"),
+        };
+        let line = r.message();
+        assert!(!line.contains('\u{1b}'), "{line}");
+        assert!(
+            line.starts_with("c7 was interrupted at 1/2 files"),
+            "{line}"
+        );
     }
 
     #[test]
