@@ -109,6 +109,20 @@ pub struct ContextConfig {
     /// The window assumed for a provider with no `context_window` and a
     /// model we know nothing about (conservative).
     pub default_window: u64,
+    /// What a prompt too long for the window becomes: refused with an
+    /// error (the default: nothing is sent that the model cannot read), or
+    /// cut to its beginning with a note saying so.
+    pub over_window: OverWindow,
+}
+
+/// `[context] over_window`: what happens to a prompt that cannot fit the
+/// context window even alone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OverWindow {
+    #[default]
+    Refuse,
+    Cut,
 }
 
 impl Default for ContextConfig {
@@ -116,6 +130,7 @@ impl Default for ContextConfig {
         ContextConfig {
             compact_at: 0.75,
             default_window: 16_384,
+            over_window: OverWindow::Refuse,
         }
     }
 }

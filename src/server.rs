@@ -658,9 +658,8 @@ impl Daemon {
                 // The cascade the turn used, as each provider labels itself.
                 let cascade = session.models().unwrap_or_else(|| self.env.models());
                 let names: Vec<String> = cascade.providers().map(|p| p.label()).collect();
-                Err(RpcError::internal(e.to_string()).with_data(
-                    serde_json::json!({ "kind": "provider_failed", "providers": names }),
-                ))
+                Err(RpcError::internal(e.to_string())
+                    .with_data(serde_json::json!({ "kind": e.kind(), "providers": names })))
             }
         }
     }

@@ -26,6 +26,44 @@ pub enum TurnError {
     /// tried and how to configure one.
     #[error("{0}")]
     Provider(String),
+    /// The prompt alone (with the system prompt and tools) is larger than
+    /// the context window: refused before anything was sent or recorded.
+    #[error(
+        "the prompt is about {prompt_tokens} tokens; with the system prompt and tools \
+         (about {overhead_tokens}) it cannot fit the {window}-token context window of {model}. \
+         Shorten it, set a larger `context_window` for the provider if the model has one, \
+         or set `[context] over_window = \"cut\"` to send its beginning with a note"
+    )]
+    PromptOverWindow {
+        prompt_tokens: u64,
+        overhead_tokens: u64,
+        window: u64,
+        model: String,
+    },
+    /// The conversation is still larger than the window after compaction.
+    #[error(
+        "the conversation is about {tokens} tokens even after compaction, over the \
+         {window}-token context window of {model}: nothing was sent. Start a new session \
+         (`passepartout run` without `--continue`, or a new chat), or set a larger \
+         `context_window` for the provider if the model has one"
+    )]
+    HistoryOverWindow {
+        tokens: u64,
+        window: u64,
+        model: String,
+    },
+}
+
+impl TurnError {
+    /// `data.kind` of the JSON-RPC error a client gets.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TurnError::Provider(_) => "provider_failed",
+            TurnError::PromptOverWindow { .. } | TurnError::HistoryOverWindow { .. } => {
+                "over_window"
+            }
+        }
+    }
 }
 
 /// `_meta.passepartout.stopReason` of a turn stopped by a budget (its ACP
@@ -102,6 +140,21 @@ pub async fn run_turn(
     }
     env.mcp.register_tools(&session.id, &mut toolset.tools);
     session.remember_active(&toolset);
+    // The window is a bound: a prompt that cannot fit it even alone is
+    // refused (or cut, by config) before it is recorded, so that it does
+    // not stay in the history and refuse every later turn too.
+    let prompt = {
+        let models = session.models().unwrap_or_else(|| env.models());
+        let (window, model) = smallest_window(env, &models);
+        fit_prompt(
+            prompt,
+            &toolset,
+            &session.cwd,
+            window,
+            &model,
+            &env.config.context,
+        )?
+    };
     session.record(Event::Prompt {
         // The replay shows what the person typed (`/review`), the history
         // keeps what the model got.
@@ -121,7 +174,7 @@ pub async fn run_turn(
             }
             tracing::debug!(session = %session.id, round, "perceive");
             let models = session.models().unwrap_or_else(|| env.models());
-            let window = context_window(env, &models);
+            let (window, model) = smallest_window(env, &models);
             let mut request = perceive::request(&history, &toolset, &session.cwd);
             let limit = (window as f64 * env.config.context.compact_at) as u64;
             if crate::budget::estimate_tokens(&request) > limit {
@@ -143,6 +196,14 @@ pub async fn run_turn(
                     Err(Stop::Cancelled) => return Ok(acp::StopReason::Cancelled),
                     Err(Stop::Budget) => return Ok(acp::StopReason::MaxTokens),
                 }
+            }
+            let tokens = crate::budget::estimate_tokens(&request);
+            if tokens > window {
+                return Err(TurnError::HistoryOverWindow {
+                    tokens,
+                    window,
+                    model,
+                });
             }
             if let Err(stop) = within_budget(env, session, &models, &spent, &request, sink).await {
                 return Ok(stop);
@@ -331,17 +392,80 @@ async fn finish_journal(
 }
 
 /// The window a request must fit: the smallest of the cascade's providers
-/// (any of them may end up answering).
-fn context_window(env: &AgentEnv, models: &Cascade) -> u64 {
+/// (any of them may end up answering), and that provider's label.
+fn smallest_window(env: &AgentEnv, models: &Cascade) -> (u64, String) {
+    let default = env.config.context.default_window;
     models
         .providers()
         .map(|p| {
-            p.context_window()
+            let window = p
+                .context_window()
                 .or_else(|| perceive::known_window(p.model()))
-                .unwrap_or(env.config.context.default_window)
+                .unwrap_or(default);
+            (window, p.label())
         })
-        .min()
-        .unwrap_or(env.config.context.default_window)
+        .min_by_key(|(window, _)| *window)
+        .unwrap_or((default, "the model".into()))
+}
+
+/// Ends a prompt cut to fit the window (`[context] over_window = "cut"`).
+fn cut_note(kept: usize, total: usize, window: u64) -> String {
+    format!(
+        "\n[passepartout cut this prompt to fit the {window}-token context window: \
+         the first {kept} of {total} bytes were kept]"
+    )
+}
+
+/// `prompt` if it fits the window beside the system prompt and tools;
+/// otherwise refused, or cut to its beginning with a note saying so.
+fn fit_prompt(
+    prompt: String,
+    toolset: &super::Toolset,
+    cwd: &std::path::Path,
+    window: u64,
+    model: &str,
+    context: &crate::config::ContextConfig,
+) -> Result<String, TurnError> {
+    let overhead_tokens = crate::budget::estimate_tokens(&perceive::request(&[], toolset, cwd));
+    // As `budget::estimate_tokens` counts a message (without copying a
+    // prompt that may be megabytes long).
+    let prompt_tokens = (prompt.len() as u64 + 16).div_ceil(4);
+    if overhead_tokens + prompt_tokens <= window {
+        return Ok(prompt);
+    }
+    let refused = TurnError::PromptOverWindow {
+        prompt_tokens,
+        overhead_tokens,
+        window,
+        model: model.to_string(),
+    };
+    if context.over_window == crate::config::OverWindow::Refuse {
+        return Err(refused);
+    }
+    // Cut to the compaction limit, not the window: the answer needs room
+    // too, and the estimate is only an estimate. What is left, in bytes
+    // (the estimate's four per token), less the note and a message's
+    // framing.
+    let limit = (window as f64 * context.compact_at) as u64;
+    let room = limit
+        .saturating_sub(overhead_tokens + 16)
+        .saturating_mul(4)
+        .saturating_sub(cut_note(prompt.len(), prompt.len(), window).len() as u64);
+    let mut kept = usize::try_from(room)
+        .unwrap_or(usize::MAX)
+        .min(prompt.len());
+    while !prompt.is_char_boundary(kept) {
+        kept -= 1;
+    }
+    if kept == 0 {
+        // Not even the note fits beside the tools: nothing to send.
+        return Err(refused);
+    }
+    let total = prompt.len();
+    let mut cut = prompt;
+    cut.truncate(kept);
+    cut.push_str(&cut_note(kept, total, window));
+    Ok(cut)
 }
 
 /// The model behind a provider label (for its price).

@@ -315,6 +315,29 @@ impl TurnSink for TerminalSink {
     }
 
     fn status(&self, _status: SessionStatus) {}
+
+    fn notify(&self, method: &str, params: serde_json::Value) {
+        if method == crate::protocol::EXT_SESSION_COMPACTED {
+            eprintln!("{}", compacted_line(&params));
+        }
+    }
+}
+
+/// The one line `run` prints when the history was compacted.
+fn compacted_line(params: &serde_json::Value) -> String {
+    let number = |key: &str| params.get(key).and_then(|v| v.as_u64()).unwrap_or(0);
+    let how = if params.get("summary").is_some_and(|s| !s.is_null()) {
+        "earlier turns summarised"
+    } else {
+        "old tool outputs trimmed"
+    };
+    format!(
+        "⋯ compacted the conversation to fit the model's window: about {} → {} tokens \
+         (window {}; {how})",
+        number("tokensBefore"),
+        number("tokensAfter"),
+        number("window"),
+    )
 }
 
 /// The approver of `run`: every question becomes a flight plan (see the
