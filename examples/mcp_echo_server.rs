@@ -9,7 +9,8 @@
 //! and sends `notifications/tools/list_changed`), `ask` (asks the person
 //! a form through MCP elicitation and returns the outcome: `accept
 //! {"name":…}`, `decline` or `cancel`), `ask_twice` (two questions at
-//! once, both outcomes), `ask_url` (a URL-mode question). A resource
+//! once, both outcomes), `ask_url` (a URL-mode question), `screenshot`
+//! (a caption and a one-pixel PNG). A resource
 //! `memo://readme` and a prompt `review` (argument `focus`).
 //!
 //! Flags: `--record FILE` appends `start PID`, `listed tools` for each
@@ -33,6 +34,10 @@ use rmcp::schemars::{self, JsonSchema};
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde::Deserialize;
+
+/// A 1×1 red PNG, base64 (what `screenshot` returns).
+const RED_DOT_PNG: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
 
 #[derive(Clone)]
 struct Echo {
@@ -188,6 +193,15 @@ impl Echo {
             elicitation_id: "sign-in-1".into(),
         };
         outcome(context.peer.create_elicitation(params).await)
+    }
+
+    #[tool(description = "Return a one-pixel PNG picture and a caption")]
+    async fn screenshot(&self) -> CallToolResult {
+        self.note("screenshot");
+        CallToolResult::success(vec![
+            ContentBlock::text("a red dot"),
+            ContentBlock::image(RED_DOT_PNG, "image/png"),
+        ])
     }
 
     #[tool(description = "Return the given text unchanged")]

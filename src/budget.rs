@@ -192,8 +192,10 @@ impl Prices {
 /// the wire format's framing).
 pub fn estimate_tokens(request: &ChatRequest) -> u64 {
     let mut chars = 0usize;
+    let mut images = 0u64;
     for m in &request.messages {
         chars += m.content.len() + 16;
+        images += m.images.len() as u64;
         for c in &m.tool_calls {
             chars += c.name.len() + c.id.len() + c.arguments.to_string().len();
         }
@@ -201,7 +203,7 @@ pub fn estimate_tokens(request: &ChatRequest) -> u64 {
     for t in &request.tools {
         chars += t.name.len() + t.description.len() + t.parameters.to_string().len() + 16;
     }
-    chars.div_ceil(4) as u64
+    chars.div_ceil(4) as u64 + images * crate::llm::image::IMAGE_TOKENS
 }
 
 /// Tokens (input + output) and cost spent in one scope.

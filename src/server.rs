@@ -284,7 +284,13 @@ impl Daemon {
             self.approvals.desk.offer_pending();
         }
         let caps = acp::AgentCapabilities::new()
-            .prompt_capabilities(acp::PromptCapabilities::new().embedded_context(true))
+            .prompt_capabilities(
+                acp::PromptCapabilities::new()
+                    .embedded_context(true)
+                    // Sent to a model that takes images; any other is told
+                    // in words what was left out (`llm::image`).
+                    .image(true),
+            )
             // stdio, streamable HTTP and legacy HTTP+SSE MCP servers (src/mcp).
             .mcp_capabilities(acp::McpCapabilities::new().http(true).sse(true))
             .load_session(self.env.sessions.is_some())
@@ -564,9 +570,15 @@ impl Daemon {
             }
         };
         let text = prompt_text(&req.prompt);
-        if text.trim().is_empty() {
+        let (images, left_out) = prompt_images(&req.prompt);
+        if text.trim().is_empty() && images.is_empty() {
             return Err(invalid_params("the prompt has no text"));
         }
+        let text = std::iter::once(text)
+            .chain(left_out)
+            .filter(|part| !part.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n\n");
         // Skill files edited since: the client's `/` completion follows.
         self.announce_commands(&session, false);
         if ticket.over_limit {
@@ -620,10 +632,10 @@ impl Daemon {
             .await;
         // What became of this session's plans whose turn was gone.
         let text = self.approvals.desk.with_news(&session.id, text);
-        let result = turn::run_turn(
+        let result = turn::run_prompt(
             &self.env,
             &session,
-            text,
+            turn::Prompt { text, images },
             sink.clone(),
             &*self.approvals,
             turn_cancel,
@@ -1023,10 +1035,21 @@ fn prompt_text(blocks: &[acp::ContentBlock]) -> String {
                     parts.push(format!("Contents of {}:\n{}", t.uri, t.text));
                 }
             }
+            // Travel beside the text (see `prompt_images`).
+            acp::ContentBlock::Image(_) => {}
             _ => parts.push("[unsupported content omitted]".into()),
         }
     }
     parts.join("\n\n")
+}
+
+/// A prompt's images, and a line for each that cannot travel (its
+/// format, its size, too many).
+fn prompt_images(blocks: &[acp::ContentBlock]) -> (Vec<crate::llm::Image>, Vec<String>) {
+    crate::llm::image::collect(blocks.iter().filter_map(|block| match block {
+        acp::ContentBlock::Image(i) => Some(crate::llm::Image::new(&i.mime_type, &i.data)),
+        _ => None,
+    }))
 }
 
 /// Text chunks are merged for at most this long (the first of a run is

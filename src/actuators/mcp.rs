@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use crate::action::{Action, Effect};
 use crate::mcp::tool::{
-    cap_text, resource_text, result_text, wrap_untrusted, OP_CALL, OP_READ_RESOURCE, TARGET,
+    cap_text, resource_text, result_images, result_text, wrap_untrusted, OP_CALL, OP_READ_RESOURCE,
+    TARGET,
 };
 use crate::mcp::{CallError, McpManager};
 
@@ -116,14 +117,21 @@ impl Actuator for McpActuator {
         {
             Ok(result) => {
                 let text = result_text(&result, limits.output_cap, limits.output_cap_setting);
+                let (images, left_out) = result_images(&result);
                 let text = wrap_untrusted(&server.spec.name, tool, &text);
-                // The daemon's lines about the server's questions, if any.
-                let text = server.with_notes(text);
-                if result.is_error == Some(true) {
-                    Ok(ActOutput::error(text))
-                } else {
-                    Ok(ActOutput::ok(text))
+                // The daemon's lines about the server's questions and the
+                // images that could not travel, if any.
+                let mut text = server.with_notes(text);
+                for line in left_out {
+                    text.push('\n');
+                    text.push_str(&line);
                 }
+                let output = if result.is_error == Some(true) {
+                    ActOutput::error(text)
+                } else {
+                    ActOutput::ok(text)
+                };
+                Ok(output.with_images(images))
             }
             Err(CallError::Cancelled) => Err(ActError::Cancelled),
             Err(e) => Ok(ActOutput::error(cap_text(

@@ -93,6 +93,8 @@ pub struct ActOutput {
     pub text: String,
     /// True when the action ran but failed (non-zero exit, I/O error).
     pub is_error: bool,
+    /// Images for the model beside the text (an MCP tool's screenshot).
+    pub images: Vec<crate::llm::Image>,
 }
 
 impl ActOutput {
@@ -100,13 +102,21 @@ impl ActOutput {
         ActOutput {
             text: text.into(),
             is_error: false,
+            images: Vec::new(),
         }
     }
     pub fn error(text: impl Into<String>) -> Self {
         ActOutput {
             text: text.into(),
             is_error: true,
+            images: Vec::new(),
         }
+    }
+
+    /// The output with `images` beside its text.
+    pub fn with_images(mut self, images: Vec<crate::llm::Image>) -> Self {
+        self.images = images;
+        self
     }
 }
 

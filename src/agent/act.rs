@@ -350,6 +350,21 @@ pub(crate) struct Live<'a> {
 /// target; record an `executed` audit record (session, plan, call), and
 /// report the result.
 pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_>) -> Acted {
+    // Images a tool returned (an MCP screenshot) reach the model beside
+    // the text, whatever becomes of the call's effect.
+    let mut images = Vec::new();
+    let mut acted = perform(id, action, x, &mut images).await;
+    acted.observation.images = images;
+    acted
+}
+
+/// [`execute_action`], the images the actuator returned put in `images`.
+async fn perform(
+    id: &str,
+    action: &Action,
+    x: &ExecContext<'_>,
+    images: &mut Vec<crate::llm::Image>,
+) -> Acted {
     if let Err(why) = last_mile(x.env, x.session_id, x.cwd, id, action, &x.last_mile) {
         x.env.record(AuditRecord::denied(x.session_id, id, &why));
         return finish(x.sink, id, why, ActStatus::Denied);
@@ -411,6 +426,11 @@ pub(crate) async fn execute_action(id: &str, action: &Action, x: &ExecContext<'_
         _ => actuator.execute(action, &ctx).await,
     };
     step("executed");
+    if let Ok(out) = &result {
+        if actuator.feeds_back() {
+            images.clone_from(&out.images);
+        }
+    }
     let (is_error, output) = match &result {
         Ok(out) => (out.is_error, out.text.clone()),
         Err(e) => (true, e.to_string()),
@@ -952,6 +972,7 @@ fn finish_shown(
             call_id: id.to_string(),
             is_error: status != ActStatus::Executed,
             text,
+            images: Vec::new(),
         },
         status,
     }

@@ -35,11 +35,13 @@ pub struct Observation {
     pub call_id: String,
     pub text: String,
     pub is_error: bool,
+    /// Images the tool returned (an MCP server's screenshot).
+    pub images: Vec<crate::llm::Image>,
 }
 
 impl Observation {
     pub fn into_message(self) -> ChatMessage {
-        ChatMessage::tool_result(self.call_id, self.text, self.is_error)
+        ChatMessage::tool_result(self.call_id, self.text, self.is_error).with_images(self.images)
     }
 }
 
@@ -74,6 +76,14 @@ pub fn trim_tool_outputs(history: &mut [ChatMessage], upto: usize) -> usize {
     for m in history.iter_mut().take(upto) {
         if m.role != crate::llm::Role::Tool {
             continue;
+        }
+        if !m.images.is_empty() {
+            m.content.push_str(&format!(
+                "\n[{} image(s) of this result dropped to save context]",
+                m.images.len()
+            ));
+            m.images.clear();
+            trimmed += 1;
         }
         let total = m.content.chars().count();
         if total <= TRIMMED_TOOL_OUTPUT_CHARS + 64 {

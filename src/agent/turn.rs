@@ -104,6 +104,33 @@ pub async fn run_turn(
     approver: &dyn Approver,
     cancel: CancellationToken,
 ) -> Result<acp::StopReason, TurnError> {
+    let prompt = Prompt {
+        text: prompt,
+        images: Vec::new(),
+    };
+    run_prompt(env, session, prompt, sink_handle, approver, cancel).await
+}
+
+/// What the person sent: text, and the images beside it.
+#[derive(Debug, Clone, Default)]
+pub struct Prompt {
+    pub text: String,
+    pub images: Vec<crate::llm::Image>,
+}
+
+/// [`run_turn`] for a prompt with images.
+pub async fn run_prompt(
+    env: &AgentEnv,
+    session: &Session,
+    prompt: Prompt,
+    sink_handle: Arc<dyn TurnSink>,
+    approver: &dyn Approver,
+    cancel: CancellationToken,
+) -> Result<acp::StopReason, TurnError> {
+    let Prompt {
+        text: prompt,
+        images,
+    } = prompt;
     // Tool calls and plans are stored as they are shown, for the replay.
     let recording = Arc::new(RecordingSink {
         inner: sink_handle,
@@ -160,8 +187,9 @@ pub async fn run_turn(
         // keeps what the model got.
         typed: (typed != prompt).then_some(typed),
         text: prompt.clone(),
+        images: images.clone(),
     });
-    history.push(ChatMessage::user(prompt));
+    history.push(ChatMessage::user(prompt).with_images(images));
     let mut turn_start = history.len() - 1;
     let mut spent = Spent::default();
     let max_rounds = env.config.max_rounds;

@@ -88,6 +88,9 @@ pub enum Event {
         text: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         typed: Option<String>,
+        /// The images the person sent with it (base64, as they came).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<crate::llm::Image>,
     },
     /// A message added to the model's history (assistant answers, tool
     /// results, feedback about unreadable calls).
@@ -776,14 +779,20 @@ pub fn read_session(path: &Path) -> Result<Loaded, StoreError> {
                 loaded.cost = cost;
                 seen_header = true;
             }
-            Event::Prompt { text, typed } => {
+            Event::Prompt {
+                text,
+                typed,
+                images,
+            } => {
                 let shown = typed.unwrap_or_else(|| text.clone());
                 if loaded.title.is_none() {
                     let first = shown.lines().next().unwrap_or("");
                     loaded.title = Some(first.chars().take(TITLE_CHARS).collect());
                 }
                 loaded.replay.push(Replay::User(shown));
-                loaded.history.push(ChatMessage::user(text));
+                loaded
+                    .history
+                    .push(ChatMessage::user(text).with_images(images));
             }
             Event::Message { message } => {
                 if message.role == Role::Assistant && !message.content.is_empty() {
@@ -882,6 +891,7 @@ mod tests {
         j.append(Event::Prompt {
             text: "hi".into(),
             typed: None,
+            images: Vec::new(),
         });
         j.append(Event::Message {
             message: ChatMessage::assistant("hello", vec![]),
@@ -944,6 +954,7 @@ mod tests {
         j.append(Event::Prompt {
             text: "one".into(),
             typed: None,
+            images: Vec::new(),
         });
         j.sync().await.unwrap();
         let mut f = OpenOptions::new().append(true).open(j.path()).unwrap();
@@ -962,6 +973,7 @@ mod tests {
         j.append(Event::Prompt {
             text: "one".into(),
             typed: None,
+            images: Vec::new(),
         });
         j.sync().await.unwrap();
         let mut f = OpenOptions::new().append(true).open(j.path()).unwrap();
@@ -970,6 +982,7 @@ mod tests {
         j.append(Event::Prompt {
             text: "two".into(),
             typed: None,
+            images: Vec::new(),
         });
         j.sync().await.unwrap();
         let l = store.load("s3").unwrap();
@@ -988,6 +1001,7 @@ mod tests {
             j.append(Event::Prompt {
                 text: format!("q{i}"),
                 typed: None,
+                images: Vec::new(),
             });
         }
         let before = j.sync().await.unwrap();
@@ -1000,6 +1014,7 @@ mod tests {
         j.append(Event::Prompt {
             text: "q5".into(),
             typed: None,
+            images: Vec::new(),
         });
         j.sync().await.unwrap();
         let l = store.load("s3").unwrap();

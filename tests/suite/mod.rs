@@ -21,6 +21,7 @@ mod faults;
 mod flight_plans;
 mod host_side;
 mod hostile;
+mod images;
 mod layers;
 mod mcp;
 mod mcp_elicitation;

@@ -323,6 +323,10 @@ pub struct ProviderConfig {
     /// models get theirs and anything else `[context] default_window`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u64>,
+    /// Whether the model accepts images; when absent, guessed from the
+    /// wire format and the model's name (`llm::image`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<bool>,
     /// Extra HTTP headers sent with every request (e.g. for a proxy).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
@@ -364,6 +368,7 @@ impl fmt::Debug for ProviderConfig {
             .field("max_retries", &self.max_retries)
             .field("max_tokens", &self.max_tokens)
             .field("context_window", &self.context_window)
+            .field("images", &self.images)
             .field("headers", &headers)
             .finish()
     }
@@ -390,6 +395,7 @@ impl ProviderConfig {
             max_retries: default_max_retries(),
             max_tokens: None,
             context_window: None,
+            images: None,
             headers: BTreeMap::new(),
             key_origin: None,
         }

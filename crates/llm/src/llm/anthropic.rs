@@ -16,10 +16,11 @@ use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::config::ProviderConfig;
+use super::image::text_with_note;
 use super::sse::{json_error_message, snippet, Endpoint, Flow, WireDecoder};
 use super::{
-    api_key_header, ChatRequest, EventStream, FinishReason, Provider, ProviderError, Role,
-    StreamEvent, ToolCall, Usage,
+    api_key_header, ChatMessage, ChatRequest, EventStream, FinishReason, Provider, ProviderError,
+    Role, StreamEvent, ToolCall, Usage,
 };
 
 /// The API version header every request carries.
@@ -74,7 +75,7 @@ impl AnthropicProvider {
                 .or(self.endpoint.max_tokens)
                 .unwrap_or(DEFAULT_MAX_TOKENS),
             "stream": true,
-            "messages": wire_messages(request),
+            "messages": wire_messages(request, self.endpoint.images, &self.endpoint.model),
         });
         // Prompt caching: the prefix (tools, then system, as Anthropic
         // orders them) is stable between rounds, so breakpoints go on the
@@ -140,7 +141,24 @@ impl Provider for AnthropicProvider {
 }
 
 /// The conversation without system messages, in Messages shape.
-fn wire_messages(request: &ChatRequest) -> Vec<Value> {
+fn wire_messages(request: &ChatRequest, images: bool, model: &str) -> Vec<Value> {
+    // Text, then the images as blocks; or the text with a note saying
+    // what was left out, for a model without images.
+    let content = |message: &ChatMessage| -> Value {
+        if message.images.is_empty() {
+            return Value::String(message.content.clone());
+        }
+        if !images {
+            return Value::String(text_with_note(&message.content, &message.images, model));
+        }
+        let mut blocks = vec![json!({"type": "text", "text": message.content})];
+        blocks.extend(message.images.iter().map(|image| {
+            json!({"type": "image", "source": {
+                "type": "base64", "media_type": image.mime_type, "data": image.data,
+            }})
+        }));
+        Value::Array(blocks)
+    };
     let mut wire: Vec<Value> = Vec::new();
     // True while the last wire message is a user message made of tool
     // results, which the next result joins.
@@ -149,7 +167,7 @@ fn wire_messages(request: &ChatRequest) -> Vec<Value> {
         match message.role {
             Role::System => {}
             Role::User => {
-                wire.push(json!({"role": "user", "content": message.content}));
+                wire.push(json!({"role": "user", "content": content(message)}));
                 open_results = false;
             }
             Role::Assistant if message.tool_calls.is_empty() => {
@@ -182,7 +200,7 @@ fn wire_messages(request: &ChatRequest) -> Vec<Value> {
                 let block = json!({
                     "type": "tool_result",
                     "tool_use_id": message.tool_call_id.clone().unwrap_or_default(),
-                    "content": message.content,
+                    "content": content(message),
                     "is_error": message.is_error,
                 });
                 match wire.last_mut().and_then(|m| m["content"].as_array_mut()) {
@@ -377,7 +395,6 @@ fn stop_reason(reason: &str) -> FinishReason {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::ChatMessage;
 
     #[test]
     fn consecutive_tool_results_share_one_user_message() {
@@ -400,7 +417,7 @@ mod tests {
             temperature: None,
         };
         assert_eq!(
-            wire_messages(&request),
+            wire_messages(&request, true, "m"),
             vec![
                 json!({"role": "user", "content": "hi"}),
                 json!({"role": "assistant", "content": [
@@ -415,6 +432,44 @@ mod tests {
                 json!({"role": "user", "content": "thanks"}),
             ]
         );
+    }
+
+    #[test]
+    fn images_are_blocks_of_the_prompt_and_of_the_tool_result() {
+        let png = crate::llm::Image::new("image/png", "iVBORw0KGgo=").unwrap();
+        let request = ChatRequest {
+            messages: vec![
+                ChatMessage::user("look").with_images(vec![png.clone()]),
+                ChatMessage::assistant(
+                    "",
+                    vec![ToolCall {
+                        id: "a".into(),
+                        name: "shot".into(),
+                        arguments: json!({}),
+                    }],
+                ),
+                ChatMessage::tool_result("a", "shot", false).with_images(vec![png]),
+            ],
+            tools: vec![],
+            max_tokens: None,
+            temperature: None,
+        };
+        let image = json!({"type": "image", "source": {
+            "type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}});
+        let wire = wire_messages(&request, true, "m");
+        assert_eq!(
+            wire[0]["content"],
+            json!([{"type": "text", "text": "look"}, image])
+        );
+        assert_eq!(
+            wire[2]["content"][0]["content"],
+            json!([{"type": "text", "text": "shot"}, image])
+        );
+        let plain = wire_messages(&request, false, "m");
+        assert!(plain[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("1 image left out"));
     }
 
     #[test]

@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+pub use image::Image;
+
 /// Who said a message in the conversation history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -43,6 +45,10 @@ pub struct ChatMessage {
     /// For `Role::Tool`: true when the content describes an error.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub is_error: bool,
+    /// Images beside the text (a prompt's, a tool result's): sent to a
+    /// provider that accepts images, described in words to any other.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<Image>,
 }
 
 impl ChatMessage {
@@ -76,7 +82,14 @@ impl ChatMessage {
             tool_calls: Vec::new(),
             tool_call_id: None,
             is_error: false,
+            images: Vec::new(),
         }
+    }
+
+    /// The message with `images` beside its text.
+    pub fn with_images(mut self, images: Vec<Image>) -> Self {
+        self.images = images;
+        self
     }
 }
 
@@ -332,6 +345,7 @@ pub mod anthropic;
 pub mod cascade;
 pub mod config;
 pub mod discovery;
+pub mod image;
 pub mod openai;
 pub mod responses;
 mod sse;

@@ -16,9 +16,10 @@ use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::config::ProviderConfig;
+use super::image::text_with_note;
 use super::sse::{json_error_message, snippet, Endpoint, Flow, WireDecoder};
 use super::{
-    ChatMessage, ChatRequest, EventStream, FinishReason, Provider, ProviderError, Role,
+    ChatMessage, ChatRequest, EventStream, FinishReason, Image, Provider, ProviderError, Role,
     StreamEvent, ToolCall, ToolSpec, Usage,
 };
 
@@ -42,7 +43,7 @@ impl OpenAiProvider {
     pub fn request_body(&self, request: &ChatRequest) -> Value {
         let mut body = json!({
             "model": self.endpoint.model,
-            "messages": request.messages.iter().map(wire_message).collect::<Vec<_>>(),
+            "messages": wire_messages(&request.messages, self.endpoint.images, &self.endpoint.model),
             "stream": true,
             "stream_options": {"include_usage": true},
         });
@@ -78,11 +79,63 @@ impl Provider for OpenAiProvider {
     }
 }
 
+/// The conversation in the chat-completions shape. A tool message carries
+/// only text, and nothing may come between the results of one round: the
+/// images of tool results follow the round's last result, in one user
+/// message.
+fn wire_messages(messages: &[ChatMessage], images: bool, model: &str) -> Vec<Value> {
+    let mut wire = Vec::with_capacity(messages.len());
+    let mut waiting: Vec<(&str, &Image)> = Vec::new();
+    for message in messages {
+        if message.role != Role::Tool {
+            flush_result_images(&mut wire, &mut waiting);
+        }
+        wire.push(wire_message(message, images, model));
+        if message.role == Role::Tool && images {
+            let id = message.tool_call_id.as_deref().unwrap_or_default();
+            waiting.extend(message.images.iter().map(|i| (id, i)));
+        }
+    }
+    flush_result_images(&mut wire, &mut waiting);
+    wire
+}
+
+/// The user message that shows the model the images of the tool results
+/// just before it.
+fn flush_result_images(wire: &mut Vec<Value>, waiting: &mut Vec<(&str, &Image)>) {
+    if waiting.is_empty() {
+        return;
+    }
+    let mut calls: Vec<&str> = waiting.iter().map(|(id, _)| *id).collect();
+    calls.dedup();
+    let mut parts = vec![json!({
+        "type": "text",
+        "text": format!("The images the tool calls returned ({}):", calls.join(", ")),
+    })];
+    parts.extend(waiting.drain(..).map(|(_, image)| image_part(image)));
+    wire.push(json!({"role": "user", "content": parts}));
+}
+
+fn image_part(image: &Image) -> Value {
+    json!({"type": "image_url", "image_url": {"url": image.data_url()}})
+}
+
 /// One message in the chat-completions shape.
-fn wire_message(message: &ChatMessage) -> Value {
+fn wire_message(message: &ChatMessage, images: bool, model: &str) -> Value {
     match message.role {
         Role::System => json!({"role": "system", "content": message.content}),
-        Role::User => json!({"role": "user", "content": message.content}),
+        Role::User if message.images.is_empty() => {
+            json!({"role": "user", "content": message.content})
+        }
+        Role::User if images => {
+            let mut parts = vec![json!({"type": "text", "text": message.content})];
+            parts.extend(message.images.iter().map(image_part));
+            json!({"role": "user", "content": parts})
+        }
+        Role::User => json!({
+            "role": "user",
+            "content": text_with_note(&message.content, &message.images, model),
+        }),
         Role::Assistant => {
             let content = if message.content.is_empty() {
                 Value::Null
@@ -95,11 +148,18 @@ fn wire_message(message: &ChatMessage) -> Value {
             }
             wire
         }
-        Role::Tool => json!({
-            "role": "tool",
-            "tool_call_id": message.tool_call_id.clone().unwrap_or_default(),
-            "content": message.content,
-        }),
+        Role::Tool => {
+            let content = if images {
+                message.content.clone()
+            } else {
+                text_with_note(&message.content, &message.images, model)
+            };
+            json!({
+                "role": "tool",
+                "tool_call_id": message.tool_call_id.clone().unwrap_or_default(),
+                "content": content,
+            })
+        }
     }
 }
 
@@ -376,15 +436,68 @@ mod tests {
             arguments: json!({"path": "a"}),
         };
         assert_eq!(
-            wire_message(&ChatMessage::assistant("", vec![call])),
+            wire_message(&ChatMessage::assistant("", vec![call]), false, "m"),
             json!({"role": "assistant", "content": null, "tool_calls": [
                 {"id": "c1", "type": "function",
                  "function": {"name": "read", "arguments": "{\"path\":\"a\"}"}}
             ]})
         );
         assert_eq!(
-            wire_message(&ChatMessage::tool_result("c1", "text", false)),
+            wire_message(&ChatMessage::tool_result("c1", "text", false), false, "m"),
             json!({"role": "tool", "tool_call_id": "c1", "content": "text"})
         );
+    }
+
+    fn png() -> Image {
+        Image::new("image/png", "iVBORw0KGgo=").unwrap()
+    }
+
+    #[test]
+    fn images_go_as_parts_and_tool_images_follow_the_round() {
+        let messages = vec![
+            ChatMessage::user("what is this?").with_images(vec![png()]),
+            ChatMessage::tool_result("c1", "[image image/png]", false).with_images(vec![png()]),
+            ChatMessage::tool_result("c2", "plain", false),
+            ChatMessage::user("next"),
+        ];
+        let wire = wire_messages(&messages, true, "gpt-4o");
+        let url = "data:image/png;base64,iVBORw0KGgo=";
+        assert_eq!(
+            wire[0]["content"],
+            json!([{"type": "text", "text": "what is this?"},
+                   {"type": "image_url", "image_url": {"url": url}}])
+        );
+        // Both results stay together; their images come after them.
+        assert_eq!(wire[1]["role"], "tool");
+        assert_eq!(wire[2]["role"], "tool");
+        assert_eq!(wire[3]["role"], "user");
+        assert_eq!(wire[3]["content"][1]["image_url"]["url"], url);
+        assert!(wire[3]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("c1"));
+        assert_eq!(wire[4]["content"], "next");
+    }
+
+    #[test]
+    fn a_model_without_images_is_told_what_was_left_out() {
+        let messages = vec![
+            ChatMessage::user("what is this?").with_images(vec![png()]),
+            ChatMessage::tool_result("c1", "shot", false).with_images(vec![png()]),
+        ];
+        let wire = wire_messages(&messages, false, "llama3");
+        assert_eq!(wire.len(), 2);
+        for m in &wire {
+            let text = m["content"].as_str().unwrap();
+            assert!(
+                text.contains("1 image left out (image/png, 8 bytes)"),
+                "{text}"
+            );
+            assert!(
+                text.contains("the model llama3 is not known to accept images"),
+                "{text}"
+            );
+            assert!(!text.contains("iVBOR"), "{text}");
+        }
     }
 }

@@ -18,9 +18,10 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::config::ProviderConfig;
+use super::image::text_with_note;
 use super::sse::{json_error_message, snippet, Endpoint, Flow, WireDecoder};
 use super::{
-    ChatMessage, ChatRequest, EventStream, FinishReason, Provider, ProviderError, Role,
+    ChatMessage, ChatRequest, EventStream, FinishReason, Image, Provider, ProviderError, Role,
     StreamEvent, ToolCall, ToolSpec, Usage,
 };
 
@@ -43,7 +44,7 @@ impl ResponsesProvider {
     pub fn request_body(&self, request: &ChatRequest) -> Value {
         let mut body = json!({
             "model": self.endpoint.model,
-            "input": request.messages.iter().flat_map(input_items).collect::<Vec<_>>(),
+            "input": input(&request.messages, self.endpoint.images, &self.endpoint.model),
             "stream": true,
             // Nothing is kept on the server: every request carries the
             // whole conversation, as with the other wire formats.
@@ -81,13 +82,56 @@ impl Provider for ResponsesProvider {
     }
 }
 
+/// The conversation as `input` items. A function call's output is text:
+/// the images of a round's tool results follow its last output, in one
+/// user message.
+fn input(messages: &[ChatMessage], images: bool, model: &str) -> Vec<Value> {
+    let mut items = Vec::with_capacity(messages.len());
+    let mut waiting: Vec<&Image> = Vec::new();
+    let flush = |items: &mut Vec<Value>, waiting: &mut Vec<&Image>| {
+        if !waiting.is_empty() {
+            let mut content = vec![json!({
+                "type": "input_text",
+                "text": "The images the tool calls above returned:",
+            })];
+            content.extend(waiting.drain(..).map(input_image));
+            items.push(json!({"type": "message", "role": "user", "content": content}));
+        }
+    };
+    for message in messages {
+        if message.role != Role::Tool {
+            flush(&mut items, &mut waiting);
+        }
+        items.extend(input_items(message, images, model));
+        if message.role == Role::Tool && images {
+            waiting.extend(message.images.iter());
+        }
+    }
+    flush(&mut items, &mut waiting);
+    items
+}
+
+fn input_image(image: &Image) -> Value {
+    json!({"type": "input_image", "image_url": image.data_url()})
+}
+
 /// One message as `input` items: a message item, and for an assistant
 /// message its function calls after it.
-fn input_items(message: &ChatMessage) -> Vec<Value> {
+fn input_items(message: &ChatMessage, images: bool, model: &str) -> Vec<Value> {
     let text = |role: &str| json!({"type": "message", "role": role, "content": message.content});
     match message.role {
         Role::System => vec![text("system")],
-        Role::User => vec![text("user")],
+        Role::User if message.images.is_empty() => vec![text("user")],
+        Role::User if images => {
+            let mut content = vec![json!({"type": "input_text", "text": message.content})];
+            content.extend(message.images.iter().map(input_image));
+            vec![json!({"type": "message", "role": "user", "content": content})]
+        }
+        Role::User => vec![json!({
+            "type": "message",
+            "role": "user",
+            "content": text_with_note(&message.content, &message.images, model),
+        })],
         Role::Assistant => {
             let mut items = Vec::new();
             if !message.content.is_empty() {
@@ -111,7 +155,11 @@ fn input_items(message: &ChatMessage) -> Vec<Value> {
         Role::Tool => vec![json!({
             "type": "function_call_output",
             "call_id": message.tool_call_id.clone().unwrap_or_default(),
-            "output": message.content,
+            "output": if images {
+                message.content.clone()
+            } else {
+                text_with_note(&message.content, &message.images, model)
+            },
         })],
     }
 }

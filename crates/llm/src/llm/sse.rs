@@ -51,6 +51,8 @@ pub(crate) struct Endpoint {
     pub api_key: Option<String>,
     pub native_tools: bool,
     pub max_tokens: Option<u32>,
+    /// Images go to the model (else it is told they were left out).
+    pub images: bool,
     idle_timeout: Duration,
     /// Appended to a 401/403: which key was sent and from where.
     key_hint: String,
@@ -109,6 +111,9 @@ impl Endpoint {
             api_key: config.required_key()?,
             native_tools: config.native_tools,
             max_tokens: config.max_tokens,
+            images: config
+                .images
+                .unwrap_or_else(|| super::image::guess_accepts_images(config.kind, &config.model)),
             idle_timeout: Duration::from_secs(config.idle_timeout_secs.max(1)),
             key_hint: config.key_hint(),
             headers,

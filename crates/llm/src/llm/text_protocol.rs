@@ -604,9 +604,15 @@ pub fn to_text_request(request: &crate::llm::ChatRequest) -> crate::llm::ChatReq
     let belt = tool_belt(&request.tools);
     let mut calls: Vec<ToolCall> = Vec::new();
     let mut results: Vec<(ToolCall, String, bool)> = Vec::new();
-    let flush = |messages: &mut Vec<ChatMessage>, results: &mut Vec<(ToolCall, String, bool)>| {
+    // The images of those results, carried by the user message they become.
+    let mut result_images: Vec<crate::llm::Image> = Vec::new();
+    let flush = |messages: &mut Vec<ChatMessage>,
+                 results: &mut Vec<(ToolCall, String, bool)>,
+                 images: &mut Vec<crate::llm::Image>| {
         if !results.is_empty() {
-            messages.push(ChatMessage::user(format_results(results, &[])));
+            messages.push(
+                ChatMessage::user(format_results(results, &[])).with_images(std::mem::take(images)),
+            );
             results.clear();
         }
     };
@@ -632,27 +638,29 @@ pub fn to_text_request(request: &crate::llm::ChatRequest) -> crate::llm::ChatReq
                         arguments: Value::Null,
                     });
                 results.push((call, m.content.clone(), m.is_error));
+                result_images.extend(m.images.iter().cloned());
             }
             Role::Assistant => {
-                flush(&mut messages, &mut results);
+                flush(&mut messages, &mut results, &mut result_images);
                 calls = m.tool_calls.clone();
                 messages.push(ChatMessage::assistant(m.content.clone(), Vec::new()));
             }
             Role::User => {
-                flush(&mut messages, &mut results);
+                flush(&mut messages, &mut results, &mut result_images);
                 // Two user messages in a row (results, then problems) read
                 // better as one.
                 match messages.last_mut() {
                     Some(last) if last.role == Role::User => {
                         last.content.push_str("\n\n");
                         last.content.push_str(&m.content);
+                        last.images.extend(m.images.iter().cloned());
                     }
                     _ => messages.push(m.clone()),
                 }
             }
         }
     }
-    flush(&mut messages, &mut results);
+    flush(&mut messages, &mut results, &mut result_images);
     crate::llm::ChatRequest {
         messages,
         tools: Vec::new(),

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::action::{Action, Approval, Effect};
-use crate::llm::ToolSpec;
+use crate::llm::{Image, ToolSpec};
 use crate::tools::{PlanContext, Tool, ToolError, ToolPlanner, ToolSource};
 
 /// The actuator target of every MCP tool.
@@ -275,11 +275,9 @@ pub fn result_text(result: &rmcp::model::CallToolResult, cap: usize, setting: &s
     for block in &result.content {
         match block {
             ContentBlock::Text(t) => parts.push(t.text.clone()),
-            ContentBlock::Image(i) => parts.push(format!(
-                "[image {}, {} bytes of base64 omitted]",
-                i.mime_type,
-                i.data.len()
-            )),
+            // The picture itself travels beside the text (see
+            // [`result_images`]); the text says where it was.
+            ContentBlock::Image(i) => parts.push(format!("[image {}]", i.mime_type)),
             ContentBlock::Audio(_) => parts.push("[audio omitted]".into()),
             other => parts.push(serde_json::to_string(other).unwrap_or_default()),
         }
@@ -290,6 +288,16 @@ pub fn result_text(result: &rmcp::model::CallToolResult, cap: usize, setting: &s
         }
     }
     cap_text(parts.join("\n"), cap, setting)
+}
+
+/// The images of a tool result, for a model that accepts them, and a line
+/// for each that could not travel (its format, its size, too many).
+pub fn result_images(result: &rmcp::model::CallToolResult) -> (Vec<Image>, Vec<String>) {
+    use rmcp::model::ContentBlock;
+    crate::llm::image::collect(result.content.iter().filter_map(|block| match block {
+        ContentBlock::Image(i) => Some(Image::new(&i.mime_type, &i.data)),
+        _ => None,
+    }))
 }
 
 /// Cut `text` at `cap` bytes (on a character boundary) and say so.
