@@ -26,6 +26,76 @@ pub enum SandboxSetting {
     None,
 }
 
+/// `sandbox = "bwrap"` (or `"none"`), or a `[sandbox]` table with the mode
+/// and the person's own extra paths (see `docs/sandbox.md`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SandboxConfig {
+    pub mode: SandboxSetting,
+    /// Further paths every command sees read-only at their own path.
+    pub read_only: Vec<PathBuf>,
+    /// Further paths every command may change (not in read-only mode).
+    pub writable: Vec<PathBuf>,
+}
+
+impl PartialEq<SandboxSetting> for SandboxConfig {
+    fn eq(&self, other: &SandboxSetting) -> bool {
+        self.mode == *other
+    }
+}
+
+impl From<SandboxSetting> for SandboxConfig {
+    fn from(mode: SandboxSetting) -> Self {
+        SandboxConfig {
+            mode,
+            ..SandboxConfig::default()
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SandboxConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(default, deny_unknown_fields)]
+        struct Table {
+            mode: SandboxSetting,
+            read_only: Vec<PathBuf>,
+            writable: Vec<PathBuf>,
+        }
+        impl Default for Table {
+            fn default() -> Self {
+                Table {
+                    mode: SandboxSetting::Bwrap,
+                    read_only: Vec::new(),
+                    writable: Vec::new(),
+                }
+            }
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            Mode(SandboxSetting),
+            Table(Table),
+        }
+        Ok(match Either::deserialize(d)? {
+            Either::Mode(mode) => mode.into(),
+            Either::Table(t) => SandboxConfig {
+                mode: t.mode,
+                read_only: t.read_only,
+                writable: t.writable,
+            },
+        })
+    }
+}
+
+/// `[git]`: git inside the sandbox.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GitConfig {
+    /// `"Name <email>"`: the identity of commits made in the sandbox,
+    /// instead of the person's `user.name`/`user.email`.
+    pub author: Option<String>,
+}
+
 /// Everything the daemon reads from its configuration.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -49,7 +119,9 @@ pub struct Config {
     /// past it the turn is stopped and the prompt fails with a message
     /// naming this setting.
     pub max_turn_secs: u64,
-    pub sandbox: SandboxSetting,
+    pub sandbox: SandboxConfig,
+    /// `[git]`: the identity of commits made in the sandbox.
+    pub git: GitConfig,
     /// The mode a new session starts in (`read-only`, `ask`, `auto`; see
     /// [`crate::modes`]). `auto`: the gates decide, as before modes.
     pub default_mode: crate::modes::Mode,
@@ -169,7 +241,8 @@ impl Default for Config {
             max_rounds: 10,
             max_answer_bytes: 1024 * 1024,
             max_turn_secs: 3600,
-            sandbox: SandboxSetting::Bwrap,
+            sandbox: SandboxConfig::default(),
+            git: GitConfig::default(),
             default_mode: crate::modes::Mode::Auto,
             sandbox_limits: Default::default(),
             shell_timeout_secs: 30,
@@ -403,7 +476,7 @@ impl Config {
             self.max_rounds = n;
         }
         if let Some(s) = o.sandbox {
-            self.sandbox = s;
+            self.sandbox.mode = s;
         }
         if let Some(d) = &o.state_dir {
             self.state_dir = Some(d.clone());
@@ -425,6 +498,17 @@ impl Config {
                 self.context.compact_at
             )));
         }
+        if let Some(author) = &self.git.author {
+            crate::sandbox::git_identity::GitIdentity::parse_author(author)
+                .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        }
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        crate::sandbox::toolchains::check_extra_paths(
+            &self.sandbox.read_only,
+            &self.sandbox.writable,
+            home.as_deref(),
+        )
+        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         Ok(())
     }
 

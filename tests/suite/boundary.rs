@@ -307,6 +307,9 @@ fn seen_as(path: &str, cwd: &str, mounts: &[(String, &'static str)]) -> String {
         .max_by_key(|(i, (d, _))| (Path::new(d).components().count(), *i));
     match covering {
         None => "not visible".into(),
+        // Inside a directory the view made empty (`/etc`), only what is
+        // mounted there exists.
+        Some((_, (d, "empty directory"))) if d != path => "not visible".into(),
         Some((_, (d, "bind"))) if d == cwd || d != path => "read-write".into(),
         Some((_, (_, "bind"))) => "pinned".into(),
         Some((_, (_, kind))) => kind.to_string(),
@@ -396,6 +399,7 @@ fn the_view_in_the_threat_model_is_the_view_bwrap_gets() {
         surface: SurfaceSnapshot::take(&cwd).mounts().clone(),
         tmp_size: None,
         hidden: vec![hidden],
+        ..Boundary::default()
     };
     let layout = SystemLayout::probe();
     let args = bwrap_args_with(&spec, &layout, &boundary).unwrap();

@@ -16,6 +16,7 @@ mod client_fs;
 mod cold_start;
 mod discovery;
 mod docs;
+mod faithful_sandbox;
 mod faults;
 mod flight_plans;
 mod host_side;
