@@ -70,20 +70,30 @@ impl<'de> Deserialize<'de> for SandboxConfig {
                 }
             }
         }
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Either {
-            Mode(SandboxSetting),
-            Table(Table),
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = SandboxConfig;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("\"bwrap\", \"none\" or a [sandbox] table")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SandboxConfig, E> {
+                SandboxSetting::deserialize(serde::de::value::StrDeserializer::<E>::new(v))
+                    .map(SandboxConfig::from)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<SandboxConfig, A::Error> {
+                // Through the table's own derive: an unknown key is named.
+                let t = Table::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(SandboxConfig {
+                    mode: t.mode,
+                    read_only: t.read_only,
+                    writable: t.writable,
+                })
+            }
         }
-        Ok(match Either::deserialize(d)? {
-            Either::Mode(mode) => mode.into(),
-            Either::Table(t) => SandboxConfig {
-                mode: t.mode,
-                read_only: t.read_only,
-                writable: t.writable,
-            },
-        })
+        d.deserialize_any(Visit)
     }
 }
 
@@ -717,5 +727,44 @@ model = "qwen"
             (c.max_rounds, c.shell_timeout_secs, c.output_cap_bytes),
             (10, 30, 102400)
         );
+    }
+
+    #[test]
+    fn sandbox_is_a_mode_or_a_table_with_the_persons_paths() {
+        let parse = |text: &str| toml::from_str::<Config>(text).map(|c| c.sandbox);
+        assert_eq!(parse("sandbox = \"none\"").unwrap(), SandboxSetting::None);
+        let t =
+            parse("[sandbox]\nread_only = [\"/srv/data\"]\nwritable = [\"/srv/out\"]\n").unwrap();
+        assert_eq!(t.mode, SandboxSetting::Bwrap);
+        assert_eq!(t.read_only, vec![PathBuf::from("/srv/data")]);
+        assert_eq!(t.writable, vec![PathBuf::from("/srv/out")]);
+        let t = parse("[sandbox]\nmode = \"none\"\n").unwrap();
+        assert_eq!(t, SandboxSetting::None);
+        let e = parse("[sandbox]\nreadonly = []\n").unwrap_err().to_string();
+        assert!(e.contains("unknown field `readonly`"), "{e}");
+        let e = parse("sandbox = \"docker\"").unwrap_err().to_string();
+        assert!(e.contains("unknown variant `docker`"), "{e}");
+    }
+
+    #[test]
+    fn extra_paths_and_the_git_author_are_validated() {
+        let mut c = Config::default();
+        c.sandbox.read_only = vec![PathBuf::from("relative")];
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            ConfigError::Invalid(
+                "[sandbox] read_only: `relative` is not absolute; write the full path".into()
+            )
+            .to_string()
+        );
+        let mut c = Config::default();
+        c.git.author = Some("nobody".into());
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("is not of the form \"Name <email>\""));
+        c.git.author = Some("Ada <ada@example.org>".into());
+        assert!(c.validate().is_ok());
     }
 }

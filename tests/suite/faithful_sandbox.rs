@@ -338,3 +338,153 @@ async fn etc_holds_only_what_programs_need() {
     assert!(out.contains("127.0.0.1") || out.contains("::1"), "{out}");
     assert!(out.contains("etc-read-only"), "{out}");
 }
+
+/// docs/sandbox.md names every `/etc` entry and every toolchain the
+/// sandbox shows, from the same data the sandbox uses.
+#[test]
+fn the_documentation_lists_what_the_sandbox_shows() {
+    use passepartout::sandbox::{etc_view, toolchains};
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/sandbox.md"))
+            .unwrap();
+    for e in etc_view::ETC_ENTRIES {
+        assert!(
+            doc.contains(&format!("`{}`", e.name)),
+            "/etc/{} undocumented",
+            e.name
+        );
+    }
+    for e in etc_view::ETC_LEFT_OUT
+        .iter()
+        .filter(|e| !e.name.contains('*'))
+    {
+        assert!(
+            doc.contains(&format!("`{}`", e.name)),
+            "/etc/{} undocumented",
+            e.name
+        );
+    }
+    for t in toolchains::TOOLCHAINS {
+        let row = doc
+            .lines()
+            .find(|l| l.starts_with(&format!("| {} |", t.name)))
+            .unwrap_or_else(|| panic!("no row for {}", t.name));
+        for d in t.dirs {
+            assert!(row.contains(&format!("`{d}`")), "{}: {d}", t.name);
+        }
+        for (var, _) in t.env {
+            assert!(row.contains(&format!("`{var}`")), "{}: {var}", t.name);
+        }
+    }
+    for v in toolchains::VERSION_VARIABLES {
+        assert!(doc.contains(&format!("`{v}`")), "{v}");
+    }
+}
+
+#[tokio::test]
+async fn the_persons_extra_paths_are_shown_as_configured() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let extra = tempfile::tempdir().unwrap();
+    let (ro, rw) = (extra.path().join("datasets"), extra.path().join("output"));
+    std::fs::create_dir_all(&ro).unwrap();
+    std::fs::create_dir_all(&rw).unwrap();
+    std::fs::write(ro.join("data.txt"), "dataset rows\n").unwrap();
+    std::fs::write(ro.join(".env"), "TOKEN=EXTRA-SECRET-9\n").unwrap();
+    let config = format!(
+        "{CONFIG}[sandbox]\nread_only = [\"{}\"]\nwritable = [\"{}\"]\n",
+        ro.display(),
+        rw.display()
+    );
+    let home = home_with(&config, None);
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let script = format!(
+        "cat {ro}/data.txt; python3 -c 'open(\"{ro}/new\", \"w\")' 2>/dev/null || echo ro-refused; \
+         python3 -c 'open(\"{rw}/out.txt\", \"w\").write(\"made inside\")' && echo rw-ok; \
+         cat {ro}/.env 2>/dev/null || echo env-masked",
+        ro = ro.display(),
+        rw = rw.display()
+    );
+    let mut d = daemon(
+        home.path(),
+        tmp.path(),
+        "/usr/bin:/bin",
+        project.path(),
+        vec![fake::shell_call("c1", &script), fake::openai_text("done")],
+    )
+    .await;
+    let out = d.turn().await.join("\n");
+    d.end().await;
+    assert!(out.contains("dataset rows"), "{out}");
+    assert!(out.contains("ro-refused"), "{out}");
+    assert!(out.contains("rw-ok"), "{out}");
+    assert!(
+        out.contains("env-masked") && !out.contains("EXTRA-SECRET-9"),
+        "{out}"
+    );
+    assert!(!ro.join("new").exists());
+    assert_eq!(
+        std::fs::read_to_string(rw.join("out.txt")).unwrap(),
+        "made inside"
+    );
+
+    // A path that cannot be shown stops the daemon at startup, named.
+    let bad = home_with(
+        &format!("{CONFIG}[sandbox]\nwritable = [\"relative/out\"]\n"),
+        None,
+    );
+    let (code, said) = harness::cli(bad.path(), bad.path(), &["providers"]);
+    assert_ne!(code, 0, "{said}");
+    assert!(
+        said.contains("[sandbox] writable: `relative/out` is not absolute"),
+        "{said}"
+    );
+}
+
+/// A file of `/opt` the daemon's account could read only by its
+/// privileges (another owner, mode 0600) is unreadable inside, even for a
+/// daemon run as root: no capabilities, and the owner is unmapped.
+#[tokio::test]
+async fn a_host_file_only_privilege_could_read_stays_unreadable() {
+    if !harness::bwrap_available() || !rustix::process::getuid().is_root() {
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("passepartout-faithful-")
+        .tempdir_in("/opt")
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "OPT-SECRET-7\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&secret, Some(65534), Some(65534)).unwrap();
+    let home = home_with(CONFIG, None);
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let mut d = daemon(
+        home.path(),
+        tmp.path(),
+        "/usr/bin:/bin",
+        project.path(),
+        vec![
+            fake::shell_call(
+                "c1",
+                &format!(
+                    "ls {0}; cat {0}/secret || echo unreadable",
+                    dir.path().display()
+                ),
+            ),
+            fake::openai_text("done"),
+        ],
+    )
+    .await;
+    let out = d.turn().await.join("\n");
+    d.end().await;
+    assert!(out.contains("secret"), "the file is listed: {out}");
+    assert!(
+        out.contains("unreadable") && !out.contains("OPT-SECRET-7"),
+        "{out}"
+    );
+}
