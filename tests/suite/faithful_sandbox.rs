@@ -267,11 +267,15 @@ async fn tmp_lasts_for_the_session_and_goes_with_it_and_the_project_shows_its_ow
         vec![
             fake::shell_call(
                 "c1",
-                "echo kept-across-actions > /tmp/note && mkdir -p ~/.cache/tool && \
+                "echo kept-across-actions > /tmp/note && mkdir -p \"$XDG_CACHE_HOME/tool\" && \
+                 echo planted > ~/.planted && \
                  stat -c 'project: %a %U' . && stat -c 'parent: %a' ..",
             ),
             fake::openai_text("first"),
-            fake::shell_call("c2", "cat /tmp/note; ls ~/.cache"),
+            fake::shell_call(
+                "c2",
+                "cat /tmp/note; ls \"$XDG_CACHE_HOME\"; test -e ~/.planted || echo fresh-home",
+            ),
             fake::openai_text("second"),
         ],
     )
@@ -294,6 +298,8 @@ async fn tmp_lasts_for_the_session_and_goes_with_it_and_the_project_shows_its_ow
     let second = d.turn().await.join("\n");
     assert!(second.contains("kept-across-actions"), "{second}");
     assert!(second.contains("tool"), "{second}");
+    // HOME is each action's own: nothing one plants there runs in the next.
+    assert!(second.contains("fresh-home"), "{second}");
     // The session's /tmp is the daemon's, in its temporary directory.
     assert_eq!(entries(tmp.path(), "passepartout-tmp-").len(), 1);
     d.end().await;

@@ -29,10 +29,11 @@
 //!   read-only last, so nothing in `/etc` can be created or changed.
 //! - Fresh `/proc` and `/dev`; `/tmp` is the session's own directory
 //!   ([`super::session_tmp`]: it lasts for the session's actions and goes
-//!   when the session ends) or, without one, a private tmpfs; `HOME` is a
-//!   directory in it, so the caches tools write (pip, npm, Go) stay with
-//!   the session instead of littering the project, and the real home
-//!   directory is never visible as such.
+//!   when the session ends; caches tools write go to `/tmp/.cache`) or,
+//!   without one, a private tmpfs; `/var/tmp` links to it. `HOME` is
+//!   `/tmp/home`, each run's own (dotfiles there run code: one action must
+//!   not plant what a later one runs); the real home directory is never
+//!   visible as such.
 //! - The person's toolchains ([`super::toolchains`]): the `PATH` the daemon
 //!   was started with, the directories it names and the toolchain homes
 //!   it needs (rustup, pyenv, nvm, ...), read-only, with the variables
@@ -72,6 +73,14 @@ pub const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 
 /// `HOME` inside the sandbox: a directory in the private `/tmp`.
 pub const SANDBOX_HOME: &str = "/tmp/home";
+
+/// Where the caches tools write go when the run has a session `/tmp`: in
+/// its lasting part, so what pip, npm, uv, yarn and Go (its build cache)
+/// fetched or built is there for the session's next action.
+pub const SESSION_CACHE: &[(&str, &str)] = &[
+    ("XDG_CACHE_HOME", "/tmp/.cache"),
+    ("npm_config_cache", "/tmp/.cache/npm"),
+];
 
 /// Environment names an action may not set: the fixed ones the sandbox
 /// owns, and those that make an interpreter or the dynamic loader run code
@@ -377,15 +386,30 @@ pub fn bwrap_args_with(
 
     push(&["--proc", "/proc", "--dev", "/dev"]);
     match &boundary.session_tmp {
-        Some(dir) => push(&["--bind", &bind_path(dir)?, "/tmp"]),
+        Some(dir) => {
+            // The session's /tmp lasts; `HOME` in it does not: dotfiles
+            // there (`.gitconfig`, `.bashrc`, `.config/git/config`,
+            // Python's user site) make programs run code, and one action
+            // must not plant code that a later one (granted the network,
+            // or approved to read a secret) would run. Caches go to
+            // `XDG_CACHE_HOME` in the lasting part ([`SESSION_CACHE`]).
+            push(&["--bind", &bind_path(dir)?, "/tmp"]);
+            if let Some(size) = &tmp_size {
+                push(&["--size", size]);
+            }
+            push(&["--tmpfs", SANDBOX_HOME]);
+        }
         None => {
             if let Some(size) = &tmp_size {
                 push(&["--size", size]);
             }
             push(&["--tmpfs", "/tmp"]);
+            push(&["--dir", SANDBOX_HOME]);
         }
     }
-    push(&["--dir", SANDBOX_HOME]);
+    // Programs that keep big temporary files in /var/tmp find the same
+    // /tmp there (the view's root is read-only: nothing can make it).
+    push(&["--symlink", "/tmp", "/var/tmp"]);
     // The person's toolchains, read-only; those inside a writable bind
     // come after it (a read-only carve-out), the others before (a project
     // inside one stays writable).
@@ -469,6 +493,11 @@ pub fn bwrap_args_with(
     let path = boundary.home.path.as_deref().unwrap_or(SANDBOX_PATH);
     for (k, v) in base_env(path, SANDBOX_HOME) {
         push(&["--setenv", k, &v]);
+    }
+    if boundary.session_tmp.is_some() {
+        for (k, v) in SESSION_CACHE {
+            push(&["--setenv", k, v]);
+        }
     }
     for (k, v) in boundary.home.env.iter().chain(&boundary.env) {
         if !valid_env_name(k) || v.contains('\0') {
@@ -753,6 +782,13 @@ mod tests {
         "/tmp",
         "--dir",
         "/tmp/home",
+        "--perms",
+        "0755",
+        "--dir",
+        "/var",
+        "--symlink",
+        "/tmp",
+        "/var/tmp",
     ];
     const BASE_ENV: &[&str] = &[
         "--clearenv",
@@ -804,6 +840,33 @@ mod tests {
         s.read_only = true;
         let args = bwrap_args_with(&s, &SystemLayout::merged_usr(), &boundary).unwrap();
         assert!(!args.iter().any(|a| a == "/home/ada/.config"));
+    }
+
+    #[test]
+    fn a_session_tmp_is_bound_with_a_fresh_home_and_lasting_caches() {
+        let boundary = Boundary {
+            session_tmp: Some(PathBuf::from("/var/tmp/passepartout-tmp-1-x/s0")),
+            tmp_size: Some(1024),
+            ..Boundary::default()
+        };
+        let args =
+            bwrap_args_with(&spec("sh", "true"), &SystemLayout::merged_usr(), &boundary).unwrap();
+        let joined = args.join(" ");
+        assert!(
+            joined.contains(
+                "--bind /var/tmp/passepartout-tmp-1-x/s0 /tmp --size 1024 --tmpfs /tmp/home"
+            ),
+            "{joined}"
+        );
+        assert!(!joined.contains("--tmpfs /tmp "), "{joined}");
+        assert!(
+            joined.contains("--setenv XDG_CACHE_HOME /tmp/.cache"),
+            "{joined}"
+        );
+        assert!(
+            joined.contains("--setenv npm_config_cache /tmp/.cache/npm"),
+            "{joined}"
+        );
     }
 
     #[test]

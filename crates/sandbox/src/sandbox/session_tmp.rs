@@ -1,7 +1,8 @@
 //! A `/tmp` per session: what one action leaves in `/tmp` (a build's
-//! scratch files, a downloaded archive, `HOME` inside with the caches pip,
-//! npm and Go write) is there for the session's next action, as on the
-//! person's machine, and is removed when the session ends.
+//! scratch files, a downloaded archive, the caches pip, npm and Go write
+//! in `/tmp/.cache`) is there for the session's next action, as on the
+//! person's machine, and is removed when the session ends. `HOME`
+//! (`/tmp/home`) is each run's own (see [`super::bwrap`]).
 //!
 //! Each session's directory lives in the system's temporary directory,
 //! inside a private directory of this daemon whose name carries its pid
@@ -48,7 +49,8 @@ fn registry() -> std::sync::MutexGuard<'static, Registry> {
 
 /// The host directory shown as `/tmp` to the actions of `session`, made on
 /// first use (mode 1777 like a real `/tmp`, inside a 0700 directory of
-/// this daemon), with `home/` in it for `HOME`.
+/// this daemon), with `home/` in it (where each run's own `HOME` is
+/// mounted) and `.cache/` (the caches, which last).
 pub fn dir_for(session: &str) -> std::io::Result<PathBuf> {
     let mut reg = registry();
     if let Some((_, d)) = reg.sessions.get(session) {
@@ -88,6 +90,7 @@ pub fn dir_for(session: &str) -> std::io::Result<PathBuf> {
     let dir = root.join(format!("s{n}"));
     make_tmp(&dir)?;
     std::fs::create_dir_all(dir.join("home"))?;
+    std::fs::create_dir_all(dir.join(".cache"))?;
     reg.sessions.insert(session.to_string(), (n, dir.clone()));
     Ok(dir)
 }
@@ -98,14 +101,23 @@ fn make_tmp(dir: &Path) -> std::io::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777))
 }
 
-/// Most entries the size check of a session's `/tmp` looks at; a tree
-/// larger than this counts as over any limit.
+/// Most entries the size check of a session's `/tmp` looks at after each
+/// run (a cache of many small files must not make every command slow).
 pub const USAGE_SCAN_ENTRIES: usize = 100_000;
 
+/// What [`usage`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    /// Bytes allocated to the entries looked at.
+    pub bytes: u64,
+    /// Every entry was looked at (not stopped at [`USAGE_SCAN_ENTRIES`]).
+    pub complete: bool,
+}
+
 /// Bytes the files under `dir` take on the disk (blocks allocated, so a
-/// sparse file counts what it holds), symlinks not followed; `None` past
-/// [`USAGE_SCAN_ENTRIES`] entries.
-pub fn usage(dir: &Path) -> Option<u64> {
+/// sparse file counts what it holds), symlinks not followed, over the
+/// first [`USAGE_SCAN_ENTRIES`] entries.
+pub fn usage(dir: &Path) -> Usage {
     use std::os::unix::fs::MetadataExt;
     let mut total = 0u64;
     let mut looked = 0usize;
@@ -117,7 +129,10 @@ pub fn usage(dir: &Path) -> Option<u64> {
         for e in rd.filter_map(Result::ok) {
             looked += 1;
             if looked > USAGE_SCAN_ENTRIES {
-                return None;
+                return Usage {
+                    bytes: total,
+                    complete: false,
+                };
             }
             let Ok(meta) = e.path().symlink_metadata() else {
                 continue;
@@ -128,7 +143,10 @@ pub fn usage(dir: &Path) -> Option<u64> {
             }
         }
     }
-    Some(total)
+    Usage {
+        bytes: total,
+        complete: true,
+    }
 }
 
 /// After a run: when the session's `/tmp` at `dir` holds more than
@@ -137,7 +155,13 @@ pub fn usage(dir: &Path) -> Option<u64> {
 /// each run instead), empty it and say so.
 pub fn enforce_size(dir: &Path, limit: u64) -> Option<String> {
     let held = usage(dir);
-    if held.is_some_and(|n| n <= limit) {
+    if held.bytes <= limit {
+        if !held.complete {
+            tracing::debug!(
+                "the session's /tmp has more than {USAGE_SCAN_ENTRIES} entries; its size was \
+                 checked over those only"
+            );
+        }
         return None;
     }
     if let Ok(rd) = std::fs::read_dir(dir) {
@@ -150,9 +174,10 @@ pub fn enforce_size(dir: &Path, limit: u64) -> Option<String> {
         }
     }
     let _ = std::fs::create_dir_all(dir.join("home"));
-    let held = match held {
-        Some(n) => format!("{n} bytes"),
-        None => format!("more than {USAGE_SCAN_ENTRIES} files"),
+    let _ = std::fs::create_dir_all(dir.join(".cache"));
+    let held = match held.complete {
+        true => format!("{} bytes", held.bytes),
+        false => format!("more than {} bytes", held.bytes),
     };
     Some(format!(
         "stopped: the session's /tmp held {held}, over its limit of {limit} bytes (limit \
