@@ -25,7 +25,7 @@ use crate::sandbox::limits::ResourceLimits;
 use crate::sandbox::probe::{self, SandboxStatus};
 use crate::sandbox::runner::{self, RunError, RunLimits, RunOutcome};
 use crate::sandbox::surface::{SurfaceSnapshot, Undone};
-use crate::sandbox::toolchains::HomeView;
+use crate::sandbox::toolchains::{ExtraPathError, HomeView};
 
 use super::{ActContext, ActError, ActOutput, Actuator};
 
@@ -72,7 +72,7 @@ pub struct ShellActuator {
     hosts: Vec<HostPath>,
     /// The person's toolchains, `PATH` and extra paths (or why the extra
     /// paths cannot be shown: every run is refused with it).
-    home: Result<HomeView, String>,
+    home: Result<HomeView, ExtraPathError>,
     /// `[git] author`, which wins over the person's git configuration.
     git_author: Option<GitIdentity>,
     /// The person's identity by project, once found (a project without one
@@ -123,8 +123,7 @@ impl ShellActuator {
         writable: &[PathBuf],
         git_author: Option<GitIdentity>,
     ) -> Self {
-        self.home = HomeView::of_this_process(&self.layout.shown_trees(), read_only, writable)
-            .map_err(|e| e.to_string());
+        self.home = HomeView::of_this_process(&self.layout.shown_trees(), read_only, writable);
         self.git_author = git_author;
         self
     }

@@ -494,3 +494,65 @@ async fn a_host_file_only_privilege_could_read_stays_unreadable() {
         "{out}"
     );
 }
+
+/// The disk limit counts what a command writes wherever it writes it: here
+/// the session's `/tmp` lives on another file system (a tmpfs the daemon's
+/// temporary directory is mounted on) than the project, and a command
+/// filling it is stopped at `disk_write` (issue 39).
+#[tokio::test]
+async fn the_disk_limit_counts_a_tmp_on_another_file_system() {
+    if !harness::bwrap_available() || !rustix::process::getuid().is_root() {
+        return;
+    }
+    let config = format!(
+        "{CONFIG}[sandbox_limits]\ndisk_write = \"16M\"\ntmp_size = \"1G\"\nfile_size = \"1G\"\n"
+    );
+    let home = home_with(&config, None);
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start(vec![
+        fake::shell_call(
+            "c1",
+            "while :; do head -c 1000000 /dev/zero >> /tmp/fill; sync /tmp/fill; done",
+        ),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let url = fake.openai_url();
+    // The daemon in a mount namespace of its own, where its temporary
+    // directory is a tmpfs: another file system than the project's.
+    let mut cmd = tokio::process::Command::new("unshare");
+    cmd.args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg("mount -t tmpfs -o size=256m tmpfs \"$1\" && shift && exec \"$@\"")
+        .arg("sh")
+        .arg(tmp.path())
+        .arg(harness::BIN)
+        .args(["serve", "--provider-url", &url])
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env("XDG_STATE_HOME", home.path().join("state"))
+        .env("XDG_DATA_HOME", home.path().join("data"))
+        .env("TMPDIR", tmp.path())
+        .env("PATH", "/usr/bin:/bin")
+        .env_remove("PASSEPARTOUT_CONFIG")
+        .env(
+            "PASSEPARTOUT_DISCOVERY_HOSTS",
+            "ollama=,llama.cpp=,lmstudio=,vllm=,anthropic=,openai=,openrouter=,deepseek=",
+        );
+    let mut client = Client::spawn_command(cmd, Framing::Ndjson);
+    client.initialize(json!({})).await;
+    let session = client.new_session(project.path()).await;
+    let mut d = Daemon {
+        fake,
+        client,
+        session,
+    };
+    let r = d.turn().await.join("\n");
+    d.end().await;
+    assert!(
+        r.starts_with(
+            "stopped: the command filled more than 16 MiB of the disk (limit `disk_write`)"
+        ),
+        "{r}"
+    );
+}
