@@ -251,6 +251,8 @@ impl ShellActuator {
                 .unwrap_or_default(),
             home,
         };
+        // The copies in the sandbox's /etc follow the host's files.
+        crate::sandbox::etc_view::refresh();
         let args = match bwrap_args_with(&spec, &self.layout, &boundary) {
             Ok(args) => args,
             Err(e) => return Ok(ActOutput::error(format!("refused to run: {e}"))),

@@ -264,6 +264,11 @@ fn mounts_of(args: &[String]) -> Vec<(String, &'static str)> {
                 let kind = match (a, arg(1).as_str()) {
                     ("--ro-bind", "/dev/null") => "masked",
                     ("--ro-bind", src) if src.contains(probe::SYNTHETIC_DIR_PREFIX) => "synthetic",
+                    ("--ro-bind", src)
+                        if src.contains(passepartout::sandbox::etc_view::VIEW_DIR_PREFIX) =>
+                    {
+                        "built"
+                    }
                     ("--ro-bind", _) => "read-only",
                     _ => "bind",
                 };
@@ -309,7 +314,10 @@ fn seen_as(path: &str, cwd: &str, mounts: &[(String, &'static str)]) -> String {
         None => "not visible".into(),
         // Inside a directory the view made empty (`/etc`), only what is
         // mounted there exists.
-        Some((_, (d, "empty directory"))) if d != path => "not visible".into(),
+        Some((_, (d, "empty directory" | "built"))) if d != path => "not visible".into(),
+        // `/etc`: a directory of the daemon's holding copies of the listed
+        // files only.
+        Some((_, (_, "built"))) => "read-only".into(),
         Some((_, (d, "bind"))) if d == cwd || d != path => "read-write".into(),
         Some((_, (_, "bind"))) => "pinned".into(),
         Some((_, (_, kind))) => kind.to_string(),

@@ -17,12 +17,13 @@
 //!   cannot read stays unreadable inside: the run has the same uid, no
 //!   capabilities (`--cap-drop ALL`), other owners are unmapped in its user
 //!   namespace, and bwrap's binds are `nosuid`.
-//! - `/etc` is built up from nothing: an empty directory into which only
-//!   the entries of [`super::etc_view::ETC_ENTRIES`] are bound (the
+//! - `/etc` is built up from nothing: a directory of the daemon's holding
+//!   copies of, links to and mount points for only the entries of
+//!   [`super::etc_view::ETC_ENTRIES`] ([`super::etc_view::prepared`]; the
 //!   loader's cache, TLS roots, time zone, Debian's alternatives, locale
 //!   and shell files; each with its reason), `passwd` and `group` synthetic
 //!   ones naming root and the user only ([`super::probe::synthetic_files`]),
-//!   `resolv.conf` only for a run granted network. Binding the host's
+//!   `resolv.conf` the sandbox's own for a run granted network. Binding the host's
 //!   `/etc` whole and masking known secrets missed the ones nobody listed
 //!   (`/etc/ssl/private/*.key` is readable to a daemon run as root, who
 //!   stays their owner inside). The root of the view is remounted
@@ -193,7 +194,7 @@ impl SystemLayout {
         };
         SystemLayout {
             entries,
-            etc: super::etc_view::probe_etc(Path::new("/etc")),
+            etc: super::etc_view::prepared(super::etc_view::probe_etc(Path::new("/etc"))),
             resolv_conf_target,
             synthetic: super::probe::synthetic_files(),
         }
@@ -358,9 +359,18 @@ pub fn bwrap_args_with(
         }
     }
     // `/etc` from nothing: an empty directory, then the listed entries.
-    push(&["--perms", "0755", "--dir", "/etc"]);
+    if !system
+        .etc
+        .iter()
+        .any(|i| matches!(i, super::etc_view::EtcItem::Base(_)))
+    {
+        push(&["--perms", "0755", "--dir", "/etc"]);
+    }
     for item in &system.etc {
         match item {
+            super::etc_view::EtcItem::Base(dir) => {
+                push(&["--ro-bind", lossless(dir)?, "/etc"]);
+            }
             super::etc_view::EtcItem::Bind { source, dest } => {
                 push(&["--ro-bind", lossless(source)?, lossless(dest)?]);
             }

@@ -6,11 +6,15 @@
 //! (`/etc/ssl/private`, readable to a daemon run as root, who stays their
 //! owner inside), shadow files, sudoers, SSH host keys, service
 //! configurations with passwords, the system's git settings. Masking the
-//! secrets one by one misses the ones nobody listed, so the sandbox shows
-//! an empty `/etc` and binds into it only the entries of [`ETC_ENTRIES`],
-//! each with the reason it is there; `passwd` and `group` are synthetic
-//! ([`super::probe::synthetic_files`]) and `resolv.conf` is shown only to a
-//! run granted network. `docs/sandbox.md` prints the same list.
+//! secrets one by one misses the ones nobody listed, so the sandbox's
+//! `/etc` holds only the entries of [`ETC_ENTRIES`], each with the reason
+//! it is there; `passwd` and `group` are synthetic
+//! ([`super::probe::synthetic_files`]) and `resolv.conf` is the sandbox's
+//! own for a run granted network. `docs/sandbox.md` prints the same list.
+//!
+//! Each bind mount adds to every command's start, so the listed files are
+//! copied into one directory of the daemon's ([`prepared`], kept current by
+//! [`refresh`]) bound at `/etc`, with the listed directories bound into it.
 
 use std::path::{Path, PathBuf};
 
@@ -142,6 +146,11 @@ pub const ETC_LEFT_OUT: &[EtcEntry] = &[
 /// One mount of the sandbox's `/etc`, probed on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EtcItem {
+    /// A directory of the daemon's bound at `/etc` first ([`prepared`]):
+    /// copies of the listed files, the listed symlinks, and empty mount
+    /// points for the listed directories and the synthetic files. One
+    /// mount instead of one per file: each bind costs the spawn time.
+    Base(PathBuf),
     /// A file or directory bound read-only: host source, sandbox path.
     Bind { source: PathBuf, dest: PathBuf },
     /// A symlink recreated as it is (`localtime -> /usr/share/zoneinfo/…`,
@@ -182,6 +191,165 @@ impl EtcItem {
     pub fn dest(&self) -> &Path {
         match self {
             EtcItem::Bind { dest, .. } | EtcItem::Symlink { dest, .. } => dest,
+            EtcItem::Base(_) => Path::new("/etc"),
+        }
+    }
+}
+
+/// Prefix of the directory [`prepared`] makes, followed by the daemon's pid.
+pub const VIEW_DIR_PREFIX: &str = "passepartout-etc-";
+
+/// Files in `/etc` that are always mounted over (the synthetic ones): the
+/// prepared directory holds an empty file for each.
+const MOUNT_POINT_FILES: &[&str] = &["passwd", "group", "resolv.conf"];
+
+/// A file copied into the prepared directory, and what it was copied from.
+#[derive(Debug, Clone)]
+struct Copied {
+    source: PathBuf,
+    target: PathBuf,
+    stamp: Option<(u64, i64, i64)>,
+}
+
+fn copies() -> std::sync::MutexGuard<'static, Vec<Copied>> {
+    static COPIES: std::sync::OnceLock<std::sync::Mutex<Vec<Copied>>> = std::sync::OnceLock::new();
+    COPIES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// Size and modification time of a file, to see that it changed.
+fn stamp(p: &Path) -> Option<(u64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p)
+        .ok()
+        .map(|m| (m.len(), m.mtime(), m.mtime_nsec()))
+}
+
+/// `items` made into one directory of this daemon's (see
+/// [`EtcItem::Base`]) plus a bind per listed directory; `items` unchanged
+/// when the directory cannot be made (a warning is logged).
+pub fn prepared(items: Vec<EtcItem>) -> Vec<EtcItem> {
+    match prepare_in(&std::env::temp_dir(), &items) {
+        Ok(out) => out,
+        Err(e) => {
+            tracing::warn!("the sandbox's /etc is mounted file by file: {e}");
+            items
+        }
+    }
+}
+
+fn prepare_in(tmp: &Path, items: &[EtcItem]) -> std::io::Result<Vec<EtcItem>> {
+    use std::os::unix::fs::PermissionsExt;
+    remove_stale(tmp);
+    let holder = tempfile::Builder::new()
+        .prefix(&format!("{VIEW_DIR_PREFIX}{}-", std::process::id()))
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir_in(tmp)?
+        .keep();
+    // What the sandbox sees as /etc: readable, like the host's.
+    let base = holder.join("etc");
+    std::fs::create_dir(&base)?;
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755))?;
+    let inside = |dest: &Path| dest.strip_prefix("/etc").map(|rel| base.join(rel));
+    let mut out = vec![EtcItem::Base(base.clone())];
+    let mut copied = Vec::new();
+    for item in items {
+        match item {
+            EtcItem::Symlink { dest, target } => {
+                let Ok(at) = inside(dest) else { continue };
+                make_parents(&base, &at)?;
+                std::os::unix::fs::symlink(target, &at)?;
+            }
+            EtcItem::Bind { source, dest } if source.is_file() => {
+                let Ok(at) = inside(dest) else { continue };
+                make_parents(&base, &at)?;
+                let c = Copied {
+                    source: source.clone(),
+                    target: at,
+                    stamp: stamp(source),
+                };
+                copy(&c)?;
+                copied.push(c);
+            }
+            EtcItem::Bind { dest, .. } => {
+                let Ok(at) = inside(dest) else { continue };
+                make_parents(&base, &at)?;
+                std::fs::create_dir(&at)?;
+                out.push(item.clone());
+            }
+            EtcItem::Base(_) => {}
+        }
+    }
+    for f in MOUNT_POINT_FILES {
+        let at = base.join(f);
+        if !at.exists() {
+            std::fs::write(&at, "")?;
+        }
+    }
+    *copies() = copied;
+    Ok(out)
+}
+
+fn make_parents(base: &Path, at: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if let Some(parent) = at.parent().filter(|p| *p != base) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(parent)?;
+        std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755))?;
+    }
+    Ok(())
+}
+
+/// Copy one file (through a new file renamed into place: a run reading it
+/// meanwhile sees the old or the new one), readable like an `/etc` file.
+fn copy(c: &Copied) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = c.target.with_extension("passepartout-new");
+    std::fs::copy(&c.source, &tmp)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))?;
+    std::fs::rename(&tmp, &c.target)
+}
+
+/// Before a run: copy again the files of the prepared `/etc` whose source
+/// changed since (`apt` rewrote `ld.so.cache`, the person edited
+/// `hosts`). A few `stat`s.
+pub fn refresh() {
+    let mut copies = copies();
+    for c in copies.iter_mut() {
+        let now = stamp(&c.source);
+        if now != c.stamp && now.is_some() {
+            match copy(c) {
+                Ok(()) => c.stamp = now,
+                Err(e) => tracing::warn!("the sandbox's {} is stale: {e}", c.target.display()),
+            }
+        }
+    }
+}
+
+/// Remove the prepared `/etc` directories of daemons that are gone.
+fn remove_stale(tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for entry in entries
+        .filter_map(Result::ok)
+        .take(super::session_tmp::STALE_SCAN_LIMIT)
+    {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(VIEW_DIR_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
         }
     }
 }
@@ -266,6 +434,47 @@ mod tests {
             source: p.join("ssl/certs"),
             dest: "/etc/ssl/certs".into()
         }));
+    }
+
+    #[test]
+    fn the_prepared_etc_holds_copies_links_and_mount_points() {
+        let etc = tempfile::tempdir().unwrap();
+        let p = etc.path();
+        std::fs::create_dir_all(p.join("ssl/certs")).unwrap();
+        std::fs::write(p.join("hosts"), "127.0.0.1 localhost\n").unwrap();
+        std::fs::write(p.join("ssl/openssl.cnf"), "# cnf\n").unwrap();
+        std::os::unix::fs::symlink("/usr/share/zoneinfo/UTC", p.join("localtime")).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let items = prepare_in(tmp.path(), &probe_etc(p)).unwrap();
+        let EtcItem::Base(base) = &items[0] else {
+            panic!("{items:?}")
+        };
+        assert_eq!(
+            items[1..],
+            [EtcItem::Bind {
+                source: p.join("ssl/certs"),
+                dest: "/etc/ssl/certs".into()
+            }]
+        );
+        assert_eq!(
+            std::fs::read_to_string(base.join("hosts")).unwrap(),
+            "127.0.0.1 localhost\n"
+        );
+        assert!(base.join("ssl/certs").is_dir());
+        assert_eq!(
+            std::fs::read_link(base.join("localtime")).unwrap(),
+            Path::new("/usr/share/zoneinfo/UTC")
+        );
+        for f in MOUNT_POINT_FILES {
+            assert!(base.join(f).is_file(), "{f}");
+        }
+        // A changed source is copied again before the next run.
+        std::fs::write(p.join("hosts"), "127.0.0.1 localhost changed\n").unwrap();
+        refresh();
+        assert_eq!(
+            std::fs::read_to_string(base.join("hosts")).unwrap(),
+            "127.0.0.1 localhost changed\n"
+        );
     }
 
     #[test]
