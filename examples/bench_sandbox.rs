@@ -151,6 +151,7 @@ async fn tool_call(
         surface: surface.mounts().clone(),
         tmp_size: resources.tmp_size,
         hidden: vec![],
+        ..Boundary::default()
     };
     let args = bwrap_args_with(spec, layout, &boundary).expect("argument list");
     mark("argument list");
@@ -276,6 +277,7 @@ fn bare_args(spec: &SandboxSpec, layout: &SystemLayout, resources: &ResourceLimi
         surface: surface.mounts().clone(),
         tmp_size: resources.tmp_size,
         hidden: vec![],
+        ..Boundary::default()
     };
     bwrap_args_with(spec, layout, &boundary).expect("argument list")
 }

@@ -26,6 +26,86 @@ pub enum SandboxSetting {
     None,
 }
 
+/// `sandbox = "bwrap"` (or `"none"`), or a `[sandbox]` table with the mode
+/// and the person's own extra paths (see `docs/sandbox.md`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SandboxConfig {
+    pub mode: SandboxSetting,
+    /// Further paths every command sees read-only at their own path.
+    pub read_only: Vec<PathBuf>,
+    /// Further paths every command may change (not in read-only mode).
+    pub writable: Vec<PathBuf>,
+}
+
+impl PartialEq<SandboxSetting> for SandboxConfig {
+    fn eq(&self, other: &SandboxSetting) -> bool {
+        self.mode == *other
+    }
+}
+
+impl From<SandboxSetting> for SandboxConfig {
+    fn from(mode: SandboxSetting) -> Self {
+        SandboxConfig {
+            mode,
+            ..SandboxConfig::default()
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SandboxConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(default, deny_unknown_fields)]
+        struct Table {
+            mode: SandboxSetting,
+            read_only: Vec<PathBuf>,
+            writable: Vec<PathBuf>,
+        }
+        impl Default for Table {
+            fn default() -> Self {
+                Table {
+                    mode: SandboxSetting::Bwrap,
+                    read_only: Vec::new(),
+                    writable: Vec::new(),
+                }
+            }
+        }
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = SandboxConfig;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("\"bwrap\", \"none\" or a [sandbox] table")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SandboxConfig, E> {
+                SandboxSetting::deserialize(serde::de::value::StrDeserializer::<E>::new(v))
+                    .map(SandboxConfig::from)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<SandboxConfig, A::Error> {
+                // Through the table's own derive: an unknown key is named.
+                let t = Table::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(SandboxConfig {
+                    mode: t.mode,
+                    read_only: t.read_only,
+                    writable: t.writable,
+                })
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+/// `[git]`: git inside the sandbox.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GitConfig {
+    /// `"Name <email>"`: the identity of commits made in the sandbox,
+    /// instead of the person's `user.name`/`user.email`.
+    pub author: Option<String>,
+}
+
 /// Everything the daemon reads from its configuration.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -49,7 +129,9 @@ pub struct Config {
     /// past it the turn is stopped and the prompt fails with a message
     /// naming this setting.
     pub max_turn_secs: u64,
-    pub sandbox: SandboxSetting,
+    pub sandbox: SandboxConfig,
+    /// `[git]`: the identity of commits made in the sandbox.
+    pub git: GitConfig,
     /// The mode a new session starts in (`read-only`, `ask`, `auto`; see
     /// [`crate::modes`]). `auto`: the gates decide, as before modes.
     pub default_mode: crate::modes::Mode,
@@ -184,7 +266,8 @@ impl Default for Config {
             max_rounds: 10,
             max_answer_bytes: 1024 * 1024,
             max_turn_secs: 3600,
-            sandbox: SandboxSetting::Bwrap,
+            sandbox: SandboxConfig::default(),
+            git: GitConfig::default(),
             default_mode: crate::modes::Mode::Auto,
             sandbox_limits: Default::default(),
             shell_timeout_secs: 30,
@@ -418,7 +501,7 @@ impl Config {
             self.max_rounds = n;
         }
         if let Some(s) = o.sandbox {
-            self.sandbox = s;
+            self.sandbox.mode = s;
         }
         if let Some(d) = &o.state_dir {
             self.state_dir = Some(d.clone());
@@ -440,6 +523,17 @@ impl Config {
                 self.context.compact_at
             )));
         }
+        if let Some(author) = &self.git.author {
+            crate::sandbox::git_identity::GitIdentity::parse_author(author)
+                .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        }
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        crate::sandbox::toolchains::check_extra_paths(
+            &self.sandbox.read_only,
+            &self.sandbox.writable,
+            home.as_deref(),
+        )
+        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         Ok(())
     }
 
@@ -648,5 +742,44 @@ model = "qwen"
             (c.max_rounds, c.shell_timeout_secs, c.output_cap_bytes),
             (10, 30, 102400)
         );
+    }
+
+    #[test]
+    fn sandbox_is_a_mode_or_a_table_with_the_persons_paths() {
+        let parse = |text: &str| toml::from_str::<Config>(text).map(|c| c.sandbox);
+        assert_eq!(parse("sandbox = \"none\"").unwrap(), SandboxSetting::None);
+        let t =
+            parse("[sandbox]\nread_only = [\"/srv/data\"]\nwritable = [\"/srv/out\"]\n").unwrap();
+        assert_eq!(t.mode, SandboxSetting::Bwrap);
+        assert_eq!(t.read_only, vec![PathBuf::from("/srv/data")]);
+        assert_eq!(t.writable, vec![PathBuf::from("/srv/out")]);
+        let t = parse("[sandbox]\nmode = \"none\"\n").unwrap();
+        assert_eq!(t, SandboxSetting::None);
+        let e = parse("[sandbox]\nreadonly = []\n").unwrap_err().to_string();
+        assert!(e.contains("unknown field `readonly`"), "{e}");
+        let e = parse("sandbox = \"docker\"").unwrap_err().to_string();
+        assert!(e.contains("unknown variant `docker`"), "{e}");
+    }
+
+    #[test]
+    fn extra_paths_and_the_git_author_are_validated() {
+        let mut c = Config::default();
+        c.sandbox.read_only = vec![PathBuf::from("relative")];
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            ConfigError::Invalid(
+                "[sandbox] read_only: `relative` is not absolute; write the full path".into()
+            )
+            .to_string()
+        );
+        let mut c = Config::default();
+        c.git.author = Some("nobody".into());
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("is not of the form \"Name <email>\""));
+        c.git.author = Some("Ada <ada@example.org>".into());
+        assert!(c.validate().is_ok());
     }
 }

@@ -15,6 +15,8 @@ fn main() -> ExitCode {
             // The run cgroups made for this process's commands go with it
             // (`serve` removes its own before it exits).
             passepartout::sandbox::enforce::remove_run_cgroups();
+            // So do its sessions' `/tmp`s: its sessions end with it.
+            passepartout::sandbox::session_tmp::remove_all();
             code
         }
         Err(e) => {

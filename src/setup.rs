@@ -78,7 +78,7 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
     actuators.register(Arc::new(
         FilesActuator::new(client_fs.clone()).with_host_paths(hosts.clone()),
     ));
-    let mode = match config.sandbox {
+    let mode = match config.sandbox.mode {
         SandboxSetting::Bwrap => SandboxMode::Bwrap,
         SandboxSetting::None => SandboxMode::Unsandboxed,
     };
@@ -89,7 +89,17 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
     if let Err(why) = crate::sandbox::network::set_reach(&config.network_reach) {
         tracing::warn!("{why}");
     }
-    let shell = LazyShell::new(mode, limits, config.sandbox_limits).with_host_paths(hosts);
+    let shell = LazyShell::new(mode, limits, config.sandbox_limits)
+        .with_host_paths(hosts)
+        .with_person(Person {
+            read_only: config.sandbox.read_only.clone(),
+            writable: config.sandbox.writable.clone(),
+            git_author: config
+                .git
+                .author
+                .as_deref()
+                .and_then(|a| crate::sandbox::git_identity::GitIdentity::parse_author(a).ok()),
+        });
     let sandbox = startup_report(mode);
     if sandbox.available {
         tracing::info!("{}", sandbox.message);
@@ -177,7 +187,18 @@ pub struct LazyShell {
     limits: RunLimits,
     resources: ResourceLimits,
     hosts: Vec<HostPath>,
+    person: Person,
     shell: OnceCell<ShellActuator>,
+}
+
+/// What the sandbox shows of the person beyond the system: their extra
+/// paths (`[sandbox] read_only`/`writable`) and commit identity (`[git]
+/// author`); see `docs/sandbox.md`.
+#[derive(Debug, Clone, Default)]
+pub struct Person {
+    pub read_only: Vec<std::path::PathBuf>,
+    pub writable: Vec<std::path::PathBuf>,
+    pub git_author: Option<crate::sandbox::git_identity::GitIdentity>,
 }
 
 impl LazyShell {
@@ -187,8 +208,15 @@ impl LazyShell {
             limits,
             resources,
             hosts: Vec::new(),
+            person: Person::default(),
             shell: OnceCell::new(),
         }
+    }
+
+    /// The person's extra paths and commit identity.
+    pub fn with_person(mut self, person: Person) -> Self {
+        self.person = person;
+        self
     }
 
     /// The daemon's own directories, hidden from every sandboxed run.
@@ -205,6 +233,7 @@ impl LazyShell {
                 let (mode, limits) = (self.mode, self.limits.clone());
                 let resources = self.resources;
                 let hosts = self.hosts.clone();
+                let person = self.person.clone();
                 let built = tokio::task::spawn_blocking(move || match mode {
                     SandboxMode::Bwrap => ShellActuator::new(mode, limits),
                     // No sandbox: nothing to probe.
@@ -221,7 +250,12 @@ impl LazyShell {
                 .await
                 .map_err(|e| ActError::Unavailable(format!("the sandbox probe failed: {e}")))?
                 .with_resources(resources)
-                .with_host_paths(hosts);
+                .with_host_paths(hosts)
+                .with_person(
+                    &person.read_only,
+                    &person.writable,
+                    person.git_author,
+                );
                 let report = sandbox_report(&built);
                 if built.mode() == SandboxMode::Bwrap {
                     tracing::info!("first shell action: {}", report.message);

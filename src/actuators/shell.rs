@@ -20,10 +20,12 @@ use std::time::Duration;
 use crate::action::{Action, Effect};
 use crate::control_surface::HostPath;
 use crate::sandbox::bwrap::{self, bwrap_args_with, Boundary, SandboxSpec, SystemLayout};
+use crate::sandbox::git_identity::{GitIdentity, MISSING_IDENTITY_HINT, MISSING_IDENTITY_MARK};
 use crate::sandbox::limits::ResourceLimits;
 use crate::sandbox::probe::{self, SandboxStatus};
 use crate::sandbox::runner::{self, RunError, RunLimits, RunOutcome};
 use crate::sandbox::surface::{SurfaceSnapshot, Undone};
+use crate::sandbox::toolchains::{ExtraPathError, HomeView};
 
 use super::{ActContext, ActError, ActOutput, Actuator};
 
@@ -68,7 +70,18 @@ pub struct ShellActuator {
     extra_rw: Vec<PathBuf>,
     /// The daemon's own directories: hidden when a writable bind holds one.
     hosts: Vec<HostPath>,
+    /// The person's toolchains, `PATH` and extra paths (or why the extra
+    /// paths cannot be shown: every run is refused with it).
+    home: Result<HomeView, ExtraPathError>,
+    /// `[git] author`, which wins over the person's git configuration.
+    git_author: Option<GitIdentity>,
+    /// The person's identity by project, once found (a project without one
+    /// is asked again at its next run: the person may have set it).
+    identities: std::sync::Mutex<BTreeMap<PathBuf, GitIdentity>>,
 }
+
+/// Most projects whose git identity a shell actuator remembers.
+const MAX_REMEMBERED_IDENTITIES: usize = 64;
 
 impl ShellActuator {
     /// An actuator for this machine: probes the sandbox (once per process;
@@ -95,7 +108,41 @@ impl ShellActuator {
             extra_ro: Vec::new(),
             extra_rw: Vec::new(),
             hosts: Vec::new(),
+            home: Ok(HomeView::default()),
+            git_author: None,
+            identities: Default::default(),
         }
+    }
+
+    /// What the sandbox shows of the person (see `docs/sandbox.md`): the
+    /// toolchains and `PATH` of this daemon's environment, their
+    /// `[sandbox] read_only`/`writable` paths, and `[git] author`.
+    pub fn with_person(
+        mut self,
+        read_only: &[PathBuf],
+        writable: &[PathBuf],
+        git_author: Option<GitIdentity>,
+    ) -> Self {
+        self.home = HomeView::of_this_process(&self.layout.shown_trees(), read_only, writable);
+        self.git_author = git_author;
+        self
+    }
+
+    /// The commit identity for a run in `project`.
+    fn git_identity(&self, project: &std::path::Path) -> Option<GitIdentity> {
+        if let Some(a) = &self.git_author {
+            return Some(a.clone());
+        }
+        let mut known = crate::util::sync::lock(&self.identities);
+        if let Some(id) = known.get(project) {
+            return Some(id.clone());
+        }
+        let id = GitIdentity::of_person(project)?;
+        if known.len() >= MAX_REMEMBERED_IDENTITIES {
+            known.clear();
+        }
+        known.insert(project.to_path_buf(), id.clone());
+        Some(id)
     }
 
     /// Further paths every sandboxed run sees, read-only and read-write
@@ -179,11 +226,33 @@ impl ShellActuator {
         if ctx.approved_by.is_some() {
             mounts.masked.clear();
         }
+        let home = match &self.home {
+            Ok(h) => h.clone(),
+            Err(why) => return Ok(ActOutput::error(format!("refused to run: {why}"))),
+        };
+        // The session's own /tmp: what one action leaves there is there
+        // for the next. Without it (the temporary directory is not
+        // writable) the run gets a private tmpfs, as before.
+        let session_tmp = match crate::sandbox::session_tmp::dir_for(&ctx.session_id) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tracing::warn!("the session's /tmp cannot be made, this run gets its own: {e}");
+                None
+            }
+        };
         let boundary = Boundary {
             surface: mounts,
             tmp_size: resources.tmp_size,
             hidden,
+            session_tmp: session_tmp.clone(),
+            env: self
+                .git_identity(&ctx.cwd)
+                .map(|id| id.env())
+                .unwrap_or_default(),
+            home,
         };
+        // The copies in the sandbox's /etc follow the host's files.
+        crate::sandbox::etc_view::refresh();
         let args = match bwrap_args_with(&spec, &self.layout, &boundary) {
             Ok(args) => args,
             Err(e) => return Ok(ActOutput::error(format!("refused to run: {e}"))),
@@ -219,7 +288,14 @@ impl ShellActuator {
         };
         let outcome = outcome
             .map_err(|e| ActError::Unavailable(unavailable_message(&e.to_string(), fix_for(&e))))?;
-        finish(outcome, None, &undone)
+        let tmp_over = session_tmp
+            .zip(resources.tmp_size)
+            .and_then(|(dir, limit)| crate::sandbox::session_tmp::enforce_size(&dir, limit));
+        let mut out = finish(outcome, None, &undone)?;
+        if let Some(note) = tmp_over {
+            out = ActOutput::error(format!("{}{note}\n", out.text));
+        }
+        Ok(out)
     }
 
     async fn run_unsandboxed(
@@ -304,12 +380,17 @@ impl Actuator for ShellActuator {
                 ctx.cwd.display()
             )));
         }
+        let (mut extra_ro, mut extra_rw) = (self.extra_ro.clone(), self.extra_rw.clone());
+        if let Ok(home) = &self.home {
+            extra_ro.extend(home.extra_read_only.iter().cloned());
+            extra_rw.extend(home.writable.iter().cloned());
+        }
         let spec = SandboxSpec {
             cwd: ctx.cwd.clone(),
             read_only: ctx.read_only,
             network: *network,
-            extra_ro: self.extra_ro.clone(),
-            extra_rw: self.extra_rw.clone(),
+            extra_ro,
+            extra_rw,
             env: env.clone(),
             interpreter: interpreter.clone(),
             script: script.clone(),
@@ -369,6 +450,10 @@ fn finish(
         Some(w) => format!("{w}\n{}", outcome.render()),
         None => outcome.render(),
     };
+    if outcome.stderr.contains(MISSING_IDENTITY_MARK) {
+        text.push_str(MISSING_IDENTITY_HINT);
+        text.push('\n');
+    }
     if !undone.is_empty() {
         text.push_str(
             "the sandbox undid changes to the control surface, which the agent may not change \

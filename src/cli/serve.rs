@@ -72,6 +72,8 @@ pub async fn serve(flags: ConfigFlags) -> ExitCode {
     }
     // The run cgroups made for this daemon's commands go with it.
     crate::sandbox::enforce::remove_run_cgroups();
+    // Its sessions end with it, and their `/tmp`s go.
+    crate::sandbox::session_tmp::remove_all();
     tracing::info!("stopped");
     // `exit` runs no destructors: write out the queued log lines first.
     drop(log_guard);

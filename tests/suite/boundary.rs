@@ -264,6 +264,11 @@ fn mounts_of(args: &[String]) -> Vec<(String, &'static str)> {
                 let kind = match (a, arg(1).as_str()) {
                     ("--ro-bind", "/dev/null") => "masked",
                     ("--ro-bind", src) if src.contains(probe::SYNTHETIC_DIR_PREFIX) => "synthetic",
+                    ("--ro-bind", src)
+                        if src.contains(passepartout::sandbox::etc_view::VIEW_DIR_PREFIX) =>
+                    {
+                        "built"
+                    }
                     ("--ro-bind", _) => "read-only",
                     _ => "bind",
                 };
@@ -307,6 +312,12 @@ fn seen_as(path: &str, cwd: &str, mounts: &[(String, &'static str)]) -> String {
         .max_by_key(|(i, (d, _))| (Path::new(d).components().count(), *i));
     match covering {
         None => "not visible".into(),
+        // Inside a directory the view made empty (`/etc`), only what is
+        // mounted there exists.
+        Some((_, (d, "empty directory" | "built"))) if d != path => "not visible".into(),
+        // `/etc`: a directory of the daemon's holding copies of the listed
+        // files only.
+        Some((_, (_, "built"))) => "read-only".into(),
         Some((_, (d, "bind"))) if d == cwd || d != path => "read-write".into(),
         Some((_, (_, "bind"))) => "pinned".into(),
         Some((_, (_, kind))) => kind.to_string(),
@@ -396,6 +407,7 @@ fn the_view_in_the_threat_model_is_the_view_bwrap_gets() {
         surface: SurfaceSnapshot::take(&cwd).mounts().clone(),
         tmp_size: None,
         hidden: vec![hidden],
+        ..Boundary::default()
     };
     let layout = SystemLayout::probe();
     let args = bwrap_args_with(&spec, &layout, &boundary).unwrap();

@@ -17,6 +17,7 @@ mod cold_start;
 mod context_window;
 mod discovery;
 mod docs;
+mod faithful_sandbox;
 mod faults;
 mod flight_plans;
 mod host_side;

@@ -11,23 +11,38 @@
 //!   `--unshare-all` (user, ipc, pid, uts, cgroup, net), `--cap-drop ALL`.
 //!   A run granted network keeps its own namespace too: it gets a route
 //!   out from slirp4netns, without the host's loopback ([`super::network`]).
-//! - System directories read-only; merged-usr links (`/bin -> usr/bin`)
-//!   recreated as symlinks rather than bound twice.
-//! - `/etc` is bound read-only **whole**, with known secret files masked by
-//!   `/dev/null`. A curated list of `/etc` files breaks real programs in
-//!   ways that are hard to diagnose (Debian's `/etc/alternatives` holds the
-//!   links behind `python`, `editor`, `awk`; `ld.so.cache`, TLS roots,
-//!   locale, `gitconfig`); `passwd` and `group` are synthetic ones naming
-//!   root and the user only ([`super::probe::synthetic_files`]). What is secret in
-//!   `/etc` is protected by file modes from an unprivileged user, but not
-//!   from an agent run as root (uid 0 outside stays the owner inside), so
-//!   the known secrets (shadow files, sudoers, SSH host keys) are covered
-//!   with `/dev/null`, which cannot even be opened there (mounts made in a
-//!   user namespace are `nodev`). Nothing in `/etc` can be changed.
-//! - Fresh `/proc` and `/dev`, a private tmpfs on `/tmp`, and `HOME` in a
-//!   directory of that tmpfs: dotfiles tools write (caches, histories) vanish
-//!   with the run instead of littering the project, and the real home
-//!   directory is never visible.
+//! - System directories read-only (`/usr`, the merged-usr links recreated
+//!   as symlinks rather than bound twice, `/opt`, `/nix`); `/var`, `/srv`,
+//!   `/home`, `/root` and `/run` are not shown. A file the person's account
+//!   cannot read stays unreadable inside: the run has the same uid, no
+//!   capabilities (`--cap-drop ALL`), other owners are unmapped in its user
+//!   namespace, and bwrap's binds are `nosuid`.
+//! - `/etc` is built up from nothing: a directory of the daemon's holding
+//!   copies of, links to and mount points for only the entries of
+//!   [`super::etc_view::ETC_ENTRIES`] ([`super::etc_view::prepared`]; the
+//!   loader's cache, TLS roots, time zone, Debian's alternatives, locale
+//!   and shell files; each with its reason), `passwd` and `group` synthetic
+//!   ones naming root and the user only ([`super::probe::synthetic_files`]),
+//!   `resolv.conf` the sandbox's own for a run granted network. Binding the host's
+//!   `/etc` whole and masking known secrets missed the ones nobody listed
+//!   (`/etc/ssl/private/*.key` is readable to a daemon run as root, who
+//!   stays their owner inside). The root of the view is remounted
+//!   read-only last, so nothing in `/etc` can be created or changed.
+//! - Fresh `/proc` and `/dev`; `/tmp` is the session's own directory
+//!   ([`super::session_tmp`]: it lasts for the session's actions and goes
+//!   when the session ends; caches tools write go to `/tmp/.cache`) or,
+//!   without one, a private tmpfs; `/var/tmp` links to it. `HOME` is
+//!   `/tmp/home`, each run's own (dotfiles there run code: one action must
+//!   not plant what a later one runs); the real home directory is never
+//!   visible as such.
+//! - The person's toolchains ([`super::toolchains`]): the `PATH` the daemon
+//!   was started with, the directories it names and the toolchain homes
+//!   it needs (rustup, pyenv, nvm, ...), read-only, with the variables
+//!   that locate them and credential files masked; the commit identity
+//!   for git ([`super::git_identity`]).
+//! - Directories the view needs but the host trees shown do not provide
+//!   (the parents of the project) are made `0755`, not bwrap's `0700`:
+//!   `ls -la` in the project shows an ordinary parent.
 //! - The working directory read-write at its own path, then extra
 //!   read-write binds, then the project's control surface (see
 //!   [`super::surface`]: existing control paths read-only, the directories
@@ -59,6 +74,14 @@ pub const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 
 /// `HOME` inside the sandbox: a directory in the private `/tmp`.
 pub const SANDBOX_HOME: &str = "/tmp/home";
+
+/// Where the caches tools write go when the run has a session `/tmp`: in
+/// its lasting part, so what pip, npm, uv, yarn and Go (its build cache)
+/// fetched or built is there for the session's next action.
+pub const SESSION_CACHE: &[(&str, &str)] = &[
+    ("XDG_CACHE_HOME", "/tmp/.cache"),
+    ("npm_config_cache", "/tmp/.cache/npm"),
+];
 
 /// Environment names an action may not set: the fixed ones the sandbox
 /// owns, and those that make an interpreter or the dynamic loader run code
@@ -112,8 +135,9 @@ pub struct SandboxSpec {
 pub struct SystemLayout {
     /// System paths in the order they are mounted.
     pub entries: Vec<SystemEntry>,
-    /// Existing files to hide behind `/dev/null` (shadow, host keys).
-    pub masked: Vec<PathBuf>,
+    /// What the sandbox's `/etc` holds besides the synthetic files (see
+    /// [`super::etc_view`]), mounted into an empty directory.
+    pub etc: Vec<super::etc_view::EtcItem>,
     /// Where `/etc/resolv.conf` really lives when it is a symlink out of
     /// `/etc` (systemd-resolved points it into `/run`); bound read-only only
     /// when network is granted, so DNS works.
@@ -135,17 +159,7 @@ pub enum SystemEntry {
 /// System paths considered, in mount order. `/usr` must precede the
 /// merged-usr links that point into it.
 const SYSTEM_PATHS: &[&str] = &[
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix",
-];
-
-/// Files under `/etc` that hold secrets and are never needed by a script.
-const SECRET_FILES: &[&str] = &[
-    "/etc/shadow",
-    "/etc/shadow-",
-    "/etc/gshadow",
-    "/etc/gshadow-",
-    "/etc/sudoers",
-    "/etc/security/opasswd",
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/nix",
 ];
 
 impl SystemLayout {
@@ -171,25 +185,6 @@ impl SystemLayout {
                 entries.push(SystemEntry::Dir(path.to_path_buf()));
             }
         }
-        let mut masked: Vec<PathBuf> = SECRET_FILES
-            .iter()
-            .map(PathBuf::from)
-            .filter(|p| p.is_file())
-            .collect();
-        // SSH host private keys: `ssh_host_*_key` (the `.pub` halves are fine).
-        if let Ok(rd) = std::fs::read_dir("/etc/ssh") {
-            let mut keys: Vec<PathBuf> = rd
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with("ssh_host_") && n.ends_with("_key"))
-                })
-                .collect();
-            keys.sort();
-            masked.extend(keys);
-        }
         let resolv = Path::new("/etc/resolv.conf");
         let resolv_conf_target = match std::fs::symlink_metadata(resolv) {
             Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(resolv)
@@ -199,10 +194,21 @@ impl SystemLayout {
         };
         SystemLayout {
             entries,
-            masked,
+            etc: super::etc_view::prepared(super::etc_view::probe_etc(Path::new("/etc"))),
             resolv_conf_target,
             synthetic: super::probe::synthetic_files(),
         }
+    }
+
+    /// The trees of the host this layout shows at their own path (a `PATH`
+    /// entry inside one needs no bind of its own).
+    pub fn shown_trees(&self) -> Vec<PathBuf> {
+        self.entries
+            .iter()
+            .map(|e| match e {
+                SystemEntry::Dir(p) | SystemEntry::Symlink { path: p, .. } => p.clone(),
+            })
+            .collect()
     }
 
     /// The common merged-usr layout (Debian 12+, Fedora, Arch), with no
@@ -219,9 +225,11 @@ impl SystemLayout {
                 link("/sbin", "usr/sbin"),
                 link("/lib", "usr/lib"),
                 link("/lib64", "usr/lib64"),
-                SystemEntry::Dir(PathBuf::from("/etc")),
             ],
-            masked: Vec::new(),
+            etc: vec![super::etc_view::EtcItem::Bind {
+                source: PathBuf::from("/etc/hosts"),
+                dest: PathBuf::from("/etc/hosts"),
+            }],
             resolv_conf_target: None,
             synthetic: None,
         }
@@ -261,6 +269,13 @@ pub struct Boundary {
     /// memex) when a session runs in `$HOME`; see
     /// [`crate::control_surface::host_paths_within`]. They must exist.
     pub hidden: Vec<PathBuf>,
+    /// The session's own `/tmp` on the host (see [`super::session_tmp`]),
+    /// bound at `/tmp` instead of a tmpfs (`tmp_size` then does not apply).
+    pub session_tmp: Option<PathBuf>,
+    /// The person's toolchains and `PATH` (see [`super::toolchains`]).
+    pub home: super::toolchains::HomeView,
+    /// Variables set before the action's own (the git identity).
+    pub env: Vec<(String, String)>,
 }
 
 /// The bwrap arguments (without the `bwrap` program itself) that run
@@ -343,8 +358,26 @@ pub fn bwrap_args_with(
             }
         }
     }
-    for m in &system.masked {
-        push(&["--ro-bind", "/dev/null", lossless(m)?]);
+    // `/etc` from nothing: an empty directory, then the listed entries.
+    if !system
+        .etc
+        .iter()
+        .any(|i| matches!(i, super::etc_view::EtcItem::Base(_)))
+    {
+        push(&["--perms", "0755", "--dir", "/etc"]);
+    }
+    for item in &system.etc {
+        match item {
+            super::etc_view::EtcItem::Base(dir) => {
+                push(&["--ro-bind", lossless(dir)?, "/etc"]);
+            }
+            super::etc_view::EtcItem::Bind { source, dest } => {
+                push(&["--ro-bind", lossless(source)?, lossless(dest)?]);
+            }
+            super::etc_view::EtcItem::Symlink { dest, target } => {
+                push(&["--symlink", target, lossless(dest)?]);
+            }
+        }
     }
     let synthetic = system.synthetic.as_ref();
     if let Some(s) = synthetic {
@@ -362,11 +395,42 @@ pub fn bwrap_args_with(
     }
 
     push(&["--proc", "/proc", "--dev", "/dev"]);
-    if let Some(size) = &tmp_size {
-        push(&["--size", size]);
+    match &boundary.session_tmp {
+        Some(dir) => {
+            // The session's /tmp lasts; `HOME` in it does not: dotfiles
+            // there (`.gitconfig`, `.bashrc`, `.config/git/config`,
+            // Python's user site) make programs run code, and one action
+            // must not plant code that a later one (granted the network,
+            // or approved to read a secret) would run. Caches go to
+            // `XDG_CACHE_HOME` in the lasting part ([`SESSION_CACHE`]).
+            push(&["--bind", &bind_path(dir)?, "/tmp"]);
+            if let Some(size) = &tmp_size {
+                push(&["--size", size]);
+            }
+            push(&["--tmpfs", SANDBOX_HOME]);
+        }
+        None => {
+            if let Some(size) = &tmp_size {
+                push(&["--size", size]);
+            }
+            push(&["--tmpfs", "/tmp"]);
+            push(&["--dir", SANDBOX_HOME]);
+        }
     }
-    push(&["--tmpfs", "/tmp"]);
-    push(&["--dir", SANDBOX_HOME]);
+    // Programs that keep big temporary files in /var/tmp find the same
+    // /tmp there (the view's root is read-only: nothing can make it).
+    push(&["--symlink", "/tmp", "/var/tmp"]);
+    // The person's toolchains, read-only; those inside a writable bind
+    // come after it (a read-only carve-out), the others before (a project
+    // inside one stays writable).
+    let (toolchains_inside, toolchains_outside): (Vec<&PathBuf>, Vec<&PathBuf>) =
+        boundary.home.read_only.iter().partition(|d| {
+            d.starts_with(&spec.cwd) || spec.extra_rw.iter().any(|w| d.starts_with(w))
+        });
+    for d in &toolchains_outside {
+        let d = bind_path(d)?;
+        push(&["--ro-bind", &d, &d]);
+    }
     // Read-only mode: everything writable becomes read-only, and pins
     // (writable binds of directories inside the project) are left out —
     // a read-only tree cannot be renamed anyway.
@@ -406,19 +470,126 @@ pub fn bwrap_args_with(
     for p in &extra_ro {
         push(&["--ro-bind", p, p]);
     }
+    for d in &toolchains_inside {
+        let d = bind_path(d)?;
+        push(&["--ro-bind", &d, &d]);
+    }
+    // Credentials inside the toolchain homes and the person's extra paths.
+    if boundary
+        .home
+        .masked
+        .iter()
+        .any(|m| m.as_os_str().is_empty())
+    {
+        return Err(SpecError::Path {
+            path: String::new(),
+            why: "it is empty",
+        });
+    }
+    for m in &boundary.home.masked {
+        if !boundary.hidden.iter().any(|h| m.starts_with(h)) {
+            push(&["--ro-bind", "/dev/null", &bind_path(m)?]);
+        }
+    }
+    // Last: nothing more can be created in the view's own root (`/etc`
+    // is a directory of it).
+    push(&["--remount-ro", "/"]);
     push(&["--chdir", &cwd]);
 
+    // The mounts are complete: their missing parents are made `0755`.
+    let mut a = with_parent_dirs(a);
+    let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
     push(&["--clearenv"]);
-    for (k, v) in base_env(SANDBOX_PATH, SANDBOX_HOME) {
+    let path = boundary.home.path.as_deref().unwrap_or(SANDBOX_PATH);
+    for (k, v) in base_env(path, SANDBOX_HOME) {
         push(&["--setenv", k, &v]);
+    }
+    if boundary.session_tmp.is_some() {
+        for (k, v) in SESSION_CACHE {
+            push(&["--setenv", k, v]);
+        }
+    }
+    for (k, v) in boundary.home.env.iter().chain(&boundary.env) {
+        if !valid_env_name(k) || v.contains('\0') {
+            return Err(SpecError::EnvName(k.clone()));
+        }
+        push(&["--setenv", k, v]);
     }
     for (k, v) in &spec.env {
         push(&["--setenv", k, v]);
     }
 
-    push(&["--"]);
+    a.push("--".into());
     a.extend(command);
     Ok(a)
+}
+
+/// Options that take this many arguments after them (the ones this module
+/// emits); a destination is the last of them where one is made.
+fn arity(op: &str) -> Option<(usize, bool)> {
+    Some(match op {
+        "--bind" | "--ro-bind" | "--dev-bind" | "--symlink" => (2, true),
+        "--tmpfs" | "--dir" | "--proc" | "--dev" => (1, true),
+        "--remount-ro" | "--chdir" | "--cap-drop" => (1, false),
+        // Modifiers of the next operation.
+        "--perms" | "--size" => (1, false),
+        "--setenv" => (2, false),
+        _ => return None,
+    })
+}
+
+/// `args` (without `--` and the command) with `--perms 0755 --dir P` before
+/// the first operation needing a directory `P` that nothing made yet:
+/// bwrap would make it `0700` (`ls -la` in a project at `/home/ada/p`
+/// would show `..` as `drwx------`). Directories under a host tree bound
+/// in are the host's own and are left alone; under the view's fresh ones
+/// (`--dir`, `--tmpfs`, the session's `/tmp`) they are made.
+fn with_parent_dirs(args: Vec<String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(args.len() + 8);
+    // Destinations made so far, and whether each is the host's tree.
+    let mut made: Vec<(PathBuf, bool)> = vec![(PathBuf::from("/"), false)];
+    // Where the current operation starts in `out` (before its modifiers).
+    let mut op_start: Option<usize> = None;
+    let mut i = 0;
+    while i < args.len() {
+        let op = args[i].as_str();
+        let Some((n, makes)) = arity(op) else {
+            out.push(args[i].clone());
+            i += 1;
+            continue;
+        };
+        let end = (i + 1 + n).min(args.len());
+        if matches!(op, "--perms" | "--size") {
+            op_start.get_or_insert(out.len());
+            out.extend_from_slice(&args[i..end]);
+            i = end;
+            continue;
+        }
+        let at = op_start.take().unwrap_or(out.len());
+        if makes && end > i + 1 {
+            let dest = PathBuf::from(&args[end - 1]);
+            let mut parents: Vec<String> = Vec::new();
+            let ancestors: Vec<&Path> = dest.ancestors().skip(1).collect();
+            for anc in ancestors.into_iter().rev() {
+                let known = made
+                    .iter()
+                    .any(|(m, host)| anc == m || (*host && anc.starts_with(m)));
+                if known {
+                    continue;
+                }
+                made.push((anc.to_path_buf(), false));
+                parents.extend(["--perms", "0755", "--dir"].map(String::from));
+                parents.push(anc.to_string_lossy().into_owned());
+            }
+            out.splice(at..at, parents);
+            let fresh =
+                matches!(op, "--dir" | "--tmpfs") || (op == "--bind" && dest == Path::new("/tmp"));
+            made.push((dest, !fresh));
+        }
+        out.extend_from_slice(&args[i..end]);
+        i = end;
+    }
+    out
 }
 
 /// The directories between a writable bind and a hidden host directory
@@ -593,9 +764,24 @@ mod tests {
         "--symlink",
         "usr/lib64",
         "/lib64",
+        "--perms",
+        "0755",
+        "--dir",
+        "/etc",
         "--ro-bind",
-        "/etc",
-        "/etc",
+        "/etc/hosts",
+        "/etc/hosts",
+    ];
+    /// The project's parents, made `0755` before its bind.
+    const PARENTS: &[&str] = &[
+        "--perms",
+        "0755",
+        "--dir",
+        "/home",
+        "--perms",
+        "0755",
+        "--dir",
+        "/home/ada",
     ];
     const FS: &[&str] = &[
         "--proc",
@@ -606,6 +792,13 @@ mod tests {
         "/tmp",
         "--dir",
         "/tmp/home",
+        "--perms",
+        "0755",
+        "--dir",
+        "/var",
+        "--symlink",
+        "/tmp",
+        "/var/tmp",
     ];
     const BASE_ENV: &[&str] = &[
         "--clearenv",
@@ -660,16 +853,46 @@ mod tests {
     }
 
     #[test]
+    fn a_session_tmp_is_bound_with_a_fresh_home_and_lasting_caches() {
+        let boundary = Boundary {
+            session_tmp: Some(PathBuf::from("/var/tmp/passepartout-tmp-1-x/s0")),
+            tmp_size: Some(1024),
+            ..Boundary::default()
+        };
+        let args =
+            bwrap_args_with(&spec("sh", "true"), &SystemLayout::merged_usr(), &boundary).unwrap();
+        let joined = args.join(" ");
+        assert!(
+            joined.contains(
+                "--bind /var/tmp/passepartout-tmp-1-x/s0 /tmp --size 1024 --tmpfs /tmp/home"
+            ),
+            "{joined}"
+        );
+        assert!(!joined.contains("--tmpfs /tmp "), "{joined}");
+        assert!(
+            joined.contains("--setenv XDG_CACHE_HOME /tmp/.cache"),
+            "{joined}"
+        );
+        assert!(
+            joined.contains("--setenv npm_config_cache /tmp/.cache/npm"),
+            "{joined}"
+        );
+    }
+
+    #[test]
     fn default_policy_whole_vector() {
         let args = bwrap_args(&spec("bash", "ls -la"), &SystemLayout::merged_usr()).unwrap();
         let want = expected(&[
             &["--die-with-parent", "--new-session", "--unshare-all"],
             SYSTEM,
             FS,
+            PARENTS,
             &[
                 "--bind",
                 "/home/ada/project",
                 "/home/ada/project",
+                "--remount-ro",
+                "/",
                 "--chdir",
                 "/home/ada/project",
             ],
@@ -693,12 +916,14 @@ mod tests {
             },
             tmp_size: None,
             hidden: vec![PathBuf::from("/home/ada/project/.local/state/passepartout")],
+            ..Boundary::default()
         };
         let args = bwrap_args_with(&s, &SystemLayout::merged_usr(), &boundary).unwrap();
         let want = expected(&[
             &["--die-with-parent", "--new-session", "--unshare-all"],
             SYSTEM,
             FS,
+            PARENTS,
             &[
                 "--ro-bind",
                 "/home/ada/project",
@@ -714,9 +939,15 @@ mod tests {
                 "/home/ada/project/.local/state/passepartout",
                 "--remount-ro",
                 "/home/ada/project/.local/state/passepartout",
+                "--perms",
+                "0755",
+                "--dir",
+                "/opt",
                 "--ro-bind",
                 "/opt/docs",
                 "/opt/docs",
+                "--remount-ro",
+                "/",
                 "--chdir",
                 "/home/ada/project",
             ],
@@ -745,15 +976,30 @@ mod tests {
             ],
             SYSTEM,
             &[
+                "--perms",
+                "0755",
+                "--dir",
+                "/run",
+                "--perms",
+                "0755",
+                "--dir",
+                "/run/systemd",
+                "--perms",
+                "0755",
+                "--dir",
+                "/run/systemd/resolve",
                 "--ro-bind",
                 "/run/systemd/resolve/stub-resolv.conf",
                 "/run/systemd/resolve/stub-resolv.conf",
             ],
             FS,
+            PARENTS,
             &[
                 "--bind",
                 "/home/ada/project",
                 "/home/ada/project",
+                "--remount-ro",
+                "/",
                 "--chdir",
                 "/home/ada/project",
             ],
@@ -778,10 +1024,13 @@ mod tests {
             &["--die-with-parent", "--new-session", "--unshare-all"],
             SYSTEM,
             FS,
+            PARENTS,
             &[
                 "--bind",
                 "/home/ada/project",
                 "/home/ada/project",
+                "--remount-ro",
+                "/",
                 "--chdir",
                 "/home/ada/project",
             ],
@@ -809,10 +1058,18 @@ mod tests {
                 SystemEntry::Dir("/usr".into()),
                 SystemEntry::Dir("/bin".into()),
                 SystemEntry::Dir("/lib".into()),
-                SystemEntry::Dir("/etc".into()),
                 SystemEntry::Dir("/opt".into()),
             ],
-            masked: vec!["/etc/shadow".into(), "/etc/ssh/ssh_host_ed25519_key".into()],
+            etc: vec![
+                super::super::etc_view::EtcItem::Bind {
+                    source: "/etc/ssl/certs".into(),
+                    dest: "/etc/ssl/certs".into(),
+                },
+                super::super::etc_view::EtcItem::Symlink {
+                    dest: "/etc/localtime".into(),
+                    target: "/usr/share/zoneinfo/UTC".into(),
+                },
+            ],
             resolv_conf_target: None,
             synthetic: None,
         };
@@ -836,21 +1093,27 @@ mod tests {
                 "/lib",
                 "/lib",
                 "--ro-bind",
-                "/etc",
-                "/etc",
-                "--ro-bind",
                 "/opt",
                 "/opt",
             ],
             &[
+                "--perms",
+                "0755",
+                "--dir",
+                "/etc",
+                "--perms",
+                "0755",
+                "--dir",
+                "/etc/ssl",
                 "--ro-bind",
-                "/dev/null",
-                "/etc/shadow",
-                "--ro-bind",
-                "/dev/null",
-                "/etc/ssh/ssh_host_ed25519_key",
+                "/etc/ssl/certs",
+                "/etc/ssl/certs",
+                "--symlink",
+                "/usr/share/zoneinfo/UTC",
+                "/etc/localtime",
             ],
             FS,
+            PARENTS,
             &[
                 "--bind",
                 "/home/ada/project",
@@ -861,6 +1124,8 @@ mod tests {
                 "--ro-bind",
                 "/home/ada/project/.git",
                 "/home/ada/project/.git",
+                "--remount-ro",
+                "/",
                 "--chdir",
                 "/home/ada/project",
             ],
@@ -882,10 +1147,13 @@ mod tests {
             &["--die-with-parent", "--new-session", "--unshare-all"],
             SYSTEM,
             FS,
+            PARENTS,
             &[
                 "--bind",
                 "/home/ada/project",
                 "/home/ada/project",
+                "--remount-ro",
+                "/",
                 "--chdir",
                 "/home/ada/project",
             ],

@@ -71,12 +71,16 @@
 //!   user namespace when the run's process tree (read from `/proc` every
 //!   [`WATCH_EVERY`]) holds as many tasks as the limit, or when the shell
 //!   reports a fork refused for lack of resources.
-//! - **Disk**: the free space of the filesystem holding the working
-//!   directory is sampled every [`WATCH_EVERY`]; when it has dropped by more
-//!   than the limit the run is stopped. This bounds `cat /dev/urandom >
-//!   a; cat /dev/urandom > b; ...` which no per-file limit can; it also
-//!   counts what other programs write meanwhile, which errs on the safe side.
-//! - **`/tmp`**: a tmpfs of fixed size (`--size`), in [`super::bwrap`].
+//! - **Disk**: the free space of every file system the run can write to
+//!   (the working directory's, the overlay's upper layer's, the session
+//!   `/tmp`'s, each writable bind's) is sampled every [`WATCH_EVERY`]; when
+//!   together they have dropped by more than the limit the run is stopped.
+//!   This bounds `cat /dev/urandom > a; cat /dev/urandom > b; ...` which no
+//!   per-file limit can, wherever the run writes; it also counts what other
+//!   programs write meanwhile, which errs on the safe side.
+//! - **`/tmp`**: a tmpfs of fixed size (`--size`), in [`super::bwrap`], or
+//!   the session's own `/tmp`, measured after each run
+//!   ([`super::session_tmp::enforce_size`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -159,7 +163,9 @@ pub struct Enforcer {
     /// The uid and gid maps of the run's own user namespace, when the
     /// process limit is RLIMIT_NPROC counted in one.
     userns: Option<UserNamespaceMaps>,
-    disk: Option<(PathBuf, u64)>,
+    /// Each file system the run can write to (one path on it), with its
+    /// free bytes before the run.
+    disk: Vec<(PathBuf, u64)>,
 }
 
 /// `/proc/self/uid_map` and `gid_map` contents mapping the daemon's own ids.
@@ -467,6 +473,14 @@ impl Enforcer {
     /// Prepare `limits` for a run in `cwd`. Creates the run's cgroup when
     /// one is available; [`Enforcer::finish`] removes it.
     pub fn prepare(limits: &ResourceLimits, cwd: &Path) -> Enforcer {
+        Enforcer::prepare_writing(limits, &[cwd.to_path_buf()])
+    }
+
+    /// [`Enforcer::prepare`] for a run that can write to each of `places`
+    /// (the working directory, an overlay's upper layer, the session's
+    /// `/tmp`, further writable binds): the disk limit watches every file
+    /// system among them, and counts what they lost together.
+    pub fn prepare_writing(limits: &ResourceLimits, places: &[PathBuf]) -> Enforcer {
         let mut rlimits = vec![(Resource::Core, 0)];
         if let Some(n) = limits.memory {
             rlimits.push((Resource::As, n));
@@ -509,9 +523,10 @@ impl Enforcer {
                 (res, want.min(hard), want.saturating_add(grace).min(hard))
             })
             .collect();
-        let disk = limits
-            .disk_write
-            .and_then(|_| free_bytes(cwd).map(|free| (cwd.to_path_buf(), free)));
+        let disk = match limits.disk_write {
+            Some(_) => file_systems(places),
+            None => Vec::new(),
+        };
         Enforcer {
             limits: *limits,
             rlimits,
@@ -592,11 +607,14 @@ impl Enforcer {
                 return Some(LimitHit::Processes(n));
             }
         }
-        if let (Some((path, before)), Some(n)) = (&self.disk, self.limits.disk_write) {
-            if let Some(now) = free_bytes(path) {
-                if before.saturating_sub(now) > n {
-                    return Some(LimitHit::DiskWrite(n));
-                }
+        if let Some(n) = self.limits.disk_write {
+            let taken: u64 = self
+                .disk
+                .iter()
+                .filter_map(|(path, before)| free_bytes(path).map(|now| before.saturating_sub(now)))
+                .fold(0, u64::saturating_add);
+            if taken > n {
+                return Some(LimitHit::DiskWrite(n));
             }
         }
         None
@@ -604,7 +622,7 @@ impl Enforcer {
 
     /// Whether a watchdog is needed at all.
     pub fn watches(&self) -> bool {
-        self.cgroup.is_some() || self.userns.is_some() || self.disk.is_some()
+        self.cgroup.is_some() || self.userns.is_some() || !self.disk.is_empty()
     }
 
     /// The limit an ended run ran into, read from how it ended: the signal
@@ -1357,6 +1375,24 @@ fn own_process_count() -> u64 {
         .sum()
 }
 
+/// One path per file system among `places` (by device), with its free
+/// bytes now; places that cannot be looked at are left out.
+fn file_systems(places: &[PathBuf]) -> Vec<(PathBuf, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen: Vec<u64> = Vec::new();
+    let mut out = Vec::new();
+    for p in places {
+        let (Ok(meta), Some(free)) = (std::fs::metadata(p), free_bytes(p)) else {
+            continue;
+        };
+        if !seen.contains(&meta.dev()) {
+            seen.push(meta.dev());
+            out.push((p.clone(), free));
+        }
+    }
+    out
+}
+
 /// Bytes available to unprivileged users on the filesystem holding `path`.
 fn free_bytes(path: &Path) -> Option<u64> {
     let st = rustix::fs::statvfs(path).ok()?;
@@ -1657,7 +1693,7 @@ mod tests {
             rlimits: vec![],
             cgroup: None,
             userns: None,
-            disk: None,
+            disk: vec![],
         };
         let bash = "bash: fork: retry: Resource temporarily unavailable";
         assert_eq!(e.recognise(Some(254), None, bash), None);
@@ -1688,7 +1724,7 @@ mod tests {
             rlimits: vec![],
             cgroup: None,
             userns: None,
-            disk: None,
+            disk: vec![],
         };
         let fsize = ResourceLimits::default().file_size.unwrap();
         assert_eq!(

@@ -4,18 +4,26 @@
 //! a time limit and an output cap ([`runner`]), and the network a granted
 //! run gets without the host's loopback ([`network`]).
 //!
+//! What the sandbox shows of the person's machine (their toolchains, a
+//! `/tmp` per session, `/etc` built from a list, their git identity) is in
+//! [`toolchains`], [`session_tmp`], [`etc_view`] and [`git_identity`].
+//!
 //! The shell actuator (`crate::actuators::shell`) puts them together; it
 //! fails closed when the probe says the sandbox is unavailable.
 
 pub mod bwrap;
 pub mod enforce;
+pub mod etc_view;
+pub mod git_identity;
 pub mod limits;
 pub mod network;
 pub mod overlay;
 pub mod probe;
 pub mod runner;
+pub mod session_tmp;
 pub mod spawn;
 pub mod surface;
+pub mod toolchains;
 
 pub use bwrap::{
     bwrap_args, bwrap_args_with, Boundary, SandboxSpec, SpecError, SystemEntry, SystemLayout,

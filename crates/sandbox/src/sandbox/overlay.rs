@@ -240,6 +240,7 @@ fn mount_steps(mount: &OverlayMount) -> std::io::Result<Vec<Step>> {
     {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, why));
     }
+    match_project_mode(&mount.project, &mount.upper);
     let uid = rustix::process::getuid().as_raw();
     let gid = rustix::process::getgid().as_raw();
     let uid_map = cstring(format!("{uid} {uid} 1").as_bytes(), "the uid map")?;
@@ -265,6 +266,21 @@ fn mount_steps(mount: &OverlayMount) -> std::io::Result<Vec<Step>> {
         Step::MakeMountsPrivate,
         Step::MountOverlay { target, options },
     ])
+}
+
+/// Give the upper layer the project's mode. The overlay's root takes its
+/// mode from the upper layer, a private directory of the daemon (`0700`):
+/// `ls -la` in the project showed that instead of the project's own. The
+/// upper layer's parent stays private, so nothing is opened up on the host.
+fn match_project_mode(project: &Path, upper: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::metadata(project) else {
+        return;
+    };
+    let mode = meta.permissions().mode() & 0o7777;
+    if let Err(e) = std::fs::set_permissions(upper, std::fs::Permissions::from_mode(mode)) {
+        tracing::debug!("overlay: the upper layer keeps its own mode: {e}");
+    }
 }
 
 /// The kernel's coarse real-time clock now, in ns since the epoch.

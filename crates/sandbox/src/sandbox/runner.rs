@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
@@ -211,7 +211,17 @@ pub async fn run_limited_in(
     cancel: CancellationToken,
 ) -> Result<RunOutcome, RunError> {
     mark("run");
-    let enforcer = Enforcer::prepare(resources, cwd);
+    // Where the run can write: the working directory, the overlay's upper
+    // layer, and every writable bind its bwrap arguments name (the
+    // session's /tmp among them).
+    let mut places = vec![cwd.to_path_buf()];
+    places.extend(overlay.map(|o| o.upper.clone()));
+    places.extend(
+        args.windows(3)
+            .filter(|w| w[0] == "--bind")
+            .map(|w| PathBuf::from(&w[1])),
+    );
+    let enforcer = Enforcer::prepare_writing(resources, &places);
     mark("prepared");
     let outcome = run_enforced(program, args, cwd, env, limits, &enforcer, overlay, cancel).await;
     mark("ran");
