@@ -34,6 +34,7 @@ fn context() -> GateContext {
             "github.com".into(),
         ],
         host_paths: Vec::new(),
+        contained: false,
     }
 }
 

@@ -14,6 +14,7 @@ mod call8_call_path;
 mod checkpoints;
 mod client_fs;
 mod cold_start;
+mod consequences;
 mod discovery;
 mod docs;
 mod faults;

@@ -330,6 +330,11 @@ pub fn write_decision(path: &Path, ctx: &GateContext) -> Option<(Decision, Strin
     {
         return Some((Decision::Deny, format!("writes to {shown}, a system path")));
     }
+    // A contained command's `/tmp` is the sandbox's own, private and gone
+    // when the command ends (a file tool never writes outside the project).
+    if ctx.contained && path.starts_with("/tmp") {
+        return None;
+    }
     // Without an absolute working directory nothing counts as inside it.
     if !(ctx.cwd.is_absolute() && path.starts_with(&ctx.cwd)) {
         return Some((
@@ -547,6 +552,7 @@ mod tests {
             home: Some("/home/u".into()),
             network_allow: vec![],
             host_paths: Vec::new(),
+            contained: false,
         }
     }
 
