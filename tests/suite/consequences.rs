@@ -362,3 +362,40 @@ async fn a_held_change_stays_held_until_approved_then_continue_applies_it() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn destructive_code_runs_contained_and_is_undone_what_undo_cannot_restore_asks() {
+    let c = Case::new();
+    for command in [
+        "python3 -c \"__import__('shutil').rmtree('src')\"",
+        "printf 'rm -rf src\\n' > c.sh && bash c.sh",
+    ] {
+        let out = c.shell(command).await;
+        ran(&out);
+        assert!(!c.exists("src/app.py"), "{command}");
+        undone(&c).await;
+        assert_eq!(c.read("src/app.py"), "x = 1\n", "{command}");
+        assert!(!c.exists("c.sh"), "{command}");
+    }
+    // The repository itself is what checkpoints do not restore.
+    let head = c.read(".git/HEAD");
+    let out = c
+        .shell("python3 -c \"__import__('shutil').rmtree('.git/objects')\"")
+        .await;
+    asked_by(&c, out, "effect-project-git", ".git/HEAD", &head).await;
+    assert!(c.exists(".git/objects"));
+}
+
+#[tokio::test]
+async fn a_persons_own_rule_keeps_asking() {
+    let c = Case::new();
+    harness::ask_before_recursive_deletes(c.home.path());
+    let out = c.shell("rm -rf build").await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(WAITING), "{stderr}");
+    assert!(
+        stderr.contains("Ask before deleting recursively"),
+        "{stderr}"
+    );
+    assert_eq!(c.read("build/out.o"), "object\n");
+}

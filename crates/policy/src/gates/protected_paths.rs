@@ -331,7 +331,7 @@ pub fn write_decision(path: &Path, ctx: &GateContext) -> Option<(Decision, Strin
         return Some((Decision::Deny, format!("writes to {shown}, a system path")));
     }
     // A contained command's `/tmp` is the sandbox's own, private and gone
-    // when the command ends (a file tool never writes outside the project).
+    // when the command ends.
     if ctx.contained && path.starts_with("/tmp") {
         return None;
     }
@@ -442,7 +442,15 @@ impl Gate for ProtectedPathsGate {
                     ));
                 }
             }
-            Effect::WriteFile { path, .. } => findings.extend(write_decision(&abs(path), ctx)),
+            Effect::WriteFile { path, .. } => {
+                // The sandbox's private `/tmp` is a command's, never a
+                // file tool's (which writes on the host).
+                let host = GateContext {
+                    contained: false,
+                    ..ctx.clone()
+                };
+                findings.extend(write_decision(&abs(path), &host))
+            }
             Effect::Run {
                 interpreter,
                 script,
