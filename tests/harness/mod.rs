@@ -574,6 +574,12 @@ pub fn run_alone(module: &str, name: &str) {
 /// The tests of the flight-plan machinery use that write as their asked
 /// action.
 pub fn write_file_asks(home: &Path) {
+    write_file_asks_in(&home.join("config"));
+}
+
+/// [`write_file_asks`] for a configuration home (`XDG_CONFIG_HOME`)
+/// elsewhere.
+pub fn write_file_asks_in(config_home: &Path) {
     let builtin = include_str!("../../skills/files.org");
     let asks = builtin.replacen(
         ":ACTUATOR: files.write\n:APPROVAL: auto",
@@ -581,7 +587,7 @@ pub fn write_file_asks(home: &Path) {
         1,
     );
     assert_ne!(asks, builtin, "files.org declares write_file as before");
-    let dir = home.join("config/passepartout/skills");
+    let dir = config_home.join("passepartout/skills");
     std::fs::create_dir_all(&dir).expect("create the skills directory");
     std::fs::write(dir.join("files.org"), asks).expect("write the skill");
 }
