@@ -171,6 +171,14 @@ async fn the_host_executed_surface_is_asked_whatever_command_wrote_it() {
         )
         .await;
     }
+    // The plan shows the diff of the ignored tree's file, read from the
+    // held change.
+    let out = c.shell("sed -i '$a echo shown' .venv/bin/activate").await;
+    let stderr = text(&out.stderr);
+    let at = stderr.find("passepartout plans approve ").expect(&stderr);
+    let id = &stderr[at + "passepartout plans approve ".len()..][..15];
+    let shown = text(&c.cli(&["plans", "show", id]).await.stdout);
+    assert!(shown.contains("+echo shown"), "{shown}");
     let pip = c.read(".venv/bin/pip");
     let out = c.shell("sed -i 's/print/exec/' .venv/bin/pip").await;
     asked_by(&c, out, "effect-host-executed", ".venv/bin/pip", &pip).await;
@@ -398,4 +406,74 @@ async fn a_persons_own_rule_keeps_asking() {
         "{stderr}"
     );
     assert_eq!(c.read("build/out.o"), "object\n");
+}
+
+/// A held change stays applicable across a daemon restart: the editor
+/// quits while the effect's plan waits (the plan stays pending, and so does
+/// the held change), the next daemon offers it again, and approving it
+/// applies exactly the change shown.
+#[tokio::test]
+async fn a_held_change_survives_a_daemon_restart_and_applies_once_approved() {
+    use harness::{prompt, Client, Framing};
+    let c = Case::new();
+    let command = "sed -i 's/entry: pytest/entry: sh payload.txt/' .pre-commit-config.yaml";
+    let fake = FakeProvider::start(vec![fake::shell_call("call_1", command)]).await;
+    let url = fake.openai_url();
+    let mut first = Client::spawn(
+        Framing::ContentLength,
+        c.home.path(),
+        &["--provider-url", &url],
+    );
+    first
+        .initialize(serde_json::json!({ "flightPlans": true }))
+        .await;
+    let sid = first.new_session(c.project.path()).await;
+    first
+        .start_request("session/prompt", prompt(&sid, "go"))
+        .await;
+    let offer = first.wait_method("_passepartout/plan/offer").await;
+    let id = offer["params"]["plan"]["planId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let org = offer["params"]["plan"]["org"].as_str().unwrap_or_default();
+    assert!(org.contains("effect-host-executed"), "{org}");
+    assert!(
+        org.contains("+    entry: sh payload.txt"),
+        "the diff: {org}"
+    );
+    // The editor quits: end of input.
+    first.close_stdin();
+    let status = tokio::time::timeout(harness::WAIT, first.child.wait())
+        .await
+        .expect("the daemon exits at end of input")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(c.read(".pre-commit-config.yaml").contains("entry: pytest"));
+
+    let fake = FakeProvider::start(vec![]).await;
+    let url = fake.openai_url();
+    let mut next = Client::spawn(
+        Framing::ContentLength,
+        c.home.path(),
+        &["--provider-url", &url],
+    );
+    next.initialize(serde_json::json!({ "flightPlans": true }))
+        .await;
+    let again = next.wait_method("_passepartout/plan/offer").await;
+    assert_eq!(again["params"]["plan"]["planId"], serde_json::json!(id));
+    let r = next
+        .request(
+            "_passepartout/plan/decide",
+            serde_json::json!({ "planId": id, "decision": "approve" }),
+        )
+        .await;
+    assert_eq!(r["result"]["status"], "approved", "{r}");
+    let resolved = next.wait_method("_passepartout/plan/resolved").await;
+    assert_eq!(resolved["params"]["status"], "executed", "{resolved}");
+    assert!(
+        c.read(".pre-commit-config.yaml")
+            .contains("entry: sh payload.txt"),
+        "{resolved}"
+    );
 }
