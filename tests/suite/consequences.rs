@@ -477,3 +477,35 @@ async fn a_held_change_survives_a_daemon_restart_and_applies_once_approved() {
         "{resolved}"
     );
 }
+
+/// A held change whose plan a person rejects is discarded at the next
+/// `run --continue`; the project never held it.
+#[tokio::test]
+async fn a_rejected_held_change_is_discarded() {
+    let c = Case::new();
+    let config = c.read(".pre-commit-config.yaml");
+    let out = c
+        .shell("sed -i 's/entry: pytest/entry: sh payload.txt/' .pre-commit-config.yaml")
+        .await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(WAITING), "{stderr}");
+    let at = stderr.find("passepartout plans approve ").expect(&stderr);
+    let id = stderr[at + "passepartout plans approve ".len()..][..15].to_string();
+    let history = text(&c.cli(&["history"]).await.stdout);
+    assert!(history.contains("held"), "{history}");
+    let rejected = c.cli(&["plans", "reject", &id]).await;
+    assert_eq!(
+        rejected.status.code(),
+        Some(0),
+        "{}",
+        text(&rejected.stderr)
+    );
+    let out = c
+        .run_with(&["--continue"], vec![fake::openai_text("noted")])
+        .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let history = text(&c.cli(&["history"]).await.stdout);
+    assert!(history.contains("rejected"), "{history}");
+    assert!(!history.contains("held"), "{history}");
+    assert_eq!(c.read(".pre-commit-config.yaml"), config);
+}
