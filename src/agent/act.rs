@@ -652,21 +652,23 @@ async fn effect_stage(
             .filter(|p| !p.remove && !p.dir)
             .map(|p| p.path.as_str()),
     ));
-    verdicts.extend({
-        // What the host runs, whatever command wrote it (and a loss undo
-        // could not restore).
-        let hook_dirs = hook_dirs(x.cwd);
-        let upper = project.txn_dir(&checkpoint.id).join("upper");
-        let is_venv = |dir: &str| {
-            let marker = std::path::Path::new(dir).join("pyvenv.cfg");
-            x.cwd.join(&marker).is_file() || upper.join(&marker).is_file()
-        };
-        let around = crate::gates::consequence::Surroundings {
-            hook_dirs: &hook_dirs,
-            is_venv: &is_venv,
-        };
-        crate::gates::consequence::judge(&checkpoint.effect, &checkpoint.passthrough, &around)
-    });
+    // What the host runs, whatever command wrote it, and a loss undo could
+    // not restore (git's answers and the `pyvenv.cfg` probes are I/O).
+    let consequences = {
+        let (cwd, upper) = (
+            x.cwd.to_path_buf(),
+            project.txn_dir(&checkpoint.id).join("upper"),
+        );
+        let (effect, passthrough) = (checkpoint.effect.clone(), checkpoint.passthrough.clone());
+        tokio::task::spawn_blocking(move || consequences(&cwd, &upper, &effect, &passthrough)).await
+    };
+    verdicts.extend(consequences.unwrap_or_else(|e| {
+        vec![crate::gates::Verdict::new(
+            crate::gates::Decision::Ask,
+            "effect-host-executed",
+            format!("the changeset's consequences could not be judged ({e}); approving applies it as shown"),
+        )]
+    }));
     if verdicts.is_empty() && checkpoint.changeset {
         // Judged and allowed: now, and only now, the project changes.
         let applied = {
@@ -787,12 +789,15 @@ async fn effect_stage(
             cfg.max_diff_bytes as usize,
         )
         .unwrap_or_else(|e| format!("(the diff could not be read: {e})"));
-    diff.push_str(&unrecorded_diff(
-        x.cwd,
-        &project.txn_dir(&checkpoint.id).join("upper"),
-        &checkpoint.passthrough,
-        cfg.max_diff_bytes as usize,
-    ));
+    let unrecorded = {
+        let (cwd, upper) = (
+            x.cwd.to_path_buf(),
+            project.txn_dir(&checkpoint.id).join("upper"),
+        );
+        let (passthrough, max) = (checkpoint.passthrough.clone(), cfg.max_diff_bytes as usize);
+        tokio::task::spawn_blocking(move || unrecorded_diff(&cwd, &upper, &passthrough, max)).await
+    };
+    diff.push_str(&unrecorded.unwrap_or_default());
     let apply = crate::actuators::checkpoint::apply_action(
         &action.tool,
         &checkpoint.id,
@@ -825,7 +830,16 @@ async fn effect_stage(
             // The turn ended while its plan waits (`run` without a
             // terminal, an editor that went away): the change stays held
             // until the plan is decided, from any front end.
-            if let Some(plan) = waiting_plan(a.env, &a.session.id, id, &checkpoint.id) {
+            let waiting = {
+                let store = crate::plans::store::PlanStore::new(a.env.config.state().plans());
+                let (session, call, cid) =
+                    (a.session.id.clone(), id.to_string(), checkpoint.id.clone());
+                tokio::task::spawn_blocking(move || waiting_plan(&store, &session, &call, &cid))
+                    .await
+                    .ok()
+                    .flatten()
+            };
+            if let Some(plan) = waiting {
                 let why = format!(
                     "{held_text}\nNot applied yet: the change stays held, the project untouched, \
                      until a person decides flight plan {plan}; approving it applies exactly \
@@ -906,8 +920,12 @@ async fn effect_stage(
 
 /// The flight plan waiting for a person to decide held checkpoint
 /// `checkpoint` of call `call`, if one is still pending.
-fn waiting_plan(env: &AgentEnv, session: &str, call: &str, checkpoint: &str) -> Option<String> {
-    let store = crate::plans::store::PlanStore::new(env.config.state().plans());
+fn waiting_plan(
+    store: &crate::plans::store::PlanStore,
+    session: &str,
+    call: &str,
+    checkpoint: &str,
+) -> Option<String> {
     let plans = store.of_session(session).ok()?;
     plans
         .into_iter()
@@ -915,6 +933,28 @@ fn waiting_plan(env: &AgentEnv, session: &str, call: &str, checkpoint: &str) -> 
         .filter(|p| p.action.target == crate::checkpoint::watch::TARGET)
         .find(|p| p.action.arguments.get("checkpoint").and_then(Value::as_str) == Some(checkpoint))
         .map(|p| p.id)
+}
+
+/// The consequence classes of a changeset (`gates::consequence`), with
+/// what the judge needs read here: the repository's hook folders and
+/// which folders hold a `pyvenv.cfg` (in the project, or written by the
+/// action into `upper`).
+fn consequences(
+    cwd: &std::path::Path,
+    upper: &std::path::Path,
+    effect: &checkpoint::effect::ObservedEffect,
+    passthrough: &[checkpoint::changeset::Passthrough],
+) -> Vec<crate::gates::Verdict> {
+    let hook_dirs = hook_dirs(cwd);
+    let is_venv = |dir: &str| {
+        let marker = std::path::Path::new(dir).join("pyvenv.cfg");
+        cwd.join(&marker).is_file() || upper.join(&marker).is_file()
+    };
+    let around = crate::gates::consequence::Surroundings {
+        hook_dirs: &hook_dirs,
+        is_venv: &is_venv,
+    };
+    crate::gates::consequence::judge(effect, passthrough, &around)
 }
 
 /// The largest file an unrecorded change is shown from in a plan's diff.
