@@ -310,9 +310,10 @@ impl Gate for ConsequenceGate {
                 if !ctx.contained {
                     findings.push((
                         Decision::Ask,
-                        "writes straight into the project with checkpoints off, so its change \
-                         is neither judged before it lands nor undoable; approving writes the \
-                         file"
+                        "writes straight into the directory without a checkpoint (checkpoints \
+                         off, or a directory they do not cover, such as the home directory), so \
+                         its change is neither judged before it lands nor undoable; approving \
+                         writes the file"
                             .to_string(),
                     ));
                 }
@@ -321,8 +322,9 @@ impl Gate for ConsequenceGate {
                 findings.push((
                     Decision::Ask,
                     "a recursive delete can remove a lot of work in one line, and this command \
-                     does not run in an overlay (sandbox or transactions off), so nothing is \
-                     judged before it lands; approving runs it"
+                     does not run contained (sandbox, checkpoints or overlay transactions off, a \
+                     network grant, a long-running tool, or a directory checkpoints do not \
+                     cover), so nothing is judged before it lands; approving runs it"
                         .to_string(),
                 ));
             }
