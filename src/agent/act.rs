@@ -735,13 +735,15 @@ async fn effect_stage(
     x.env.record(AuditRecord::effect(&checkpoint));
     let held_text = if checkpoint.changeset {
         format!(
-            "{text}\nThe changes of this action were held; the project was not touched: {}. {}",
+            "{text}\nThe changes of this action were held; the project was not touched: {}. \
+             Approving applies exactly this change; rejecting discards it. {}",
             reasons.join("; "),
             changeset_notes(&checkpoint)
         )
     } else {
         format!(
-            "{text}\nThe effect of this action was held and rolled back: {}. {}",
+            "{text}\nThe effect of this action was held and rolled back: {}. Approving puts \
+             exactly this change back; rejecting leaves it rolled back. {}",
             reasons.join("; "),
             checkpoint.summary()
         )
