@@ -599,6 +599,47 @@ mod tests {
         })
     }
 
+    /// A contained command's `/tmp` is the sandbox's private one (issue
+    /// 36); a file tool's `/tmp` would be the host's.
+    #[test]
+    fn a_contained_commands_tmp_is_its_own() {
+        let contained = GateContext {
+            contained: true,
+            ..ctx()
+        };
+        let judge_in = |effect: Effect| {
+            let action = Action {
+                tool: "t".into(),
+                target: "x".into(),
+                arguments: serde_json::json!({}),
+                effect,
+                approval: Approval::Auto,
+                timeout_secs: None,
+            };
+            ProtectedPathsGate
+                .check(&action, &contained)
+                .map(|v| v.decision)
+        };
+        let run = |script: &str| Effect::Run {
+            interpreter: "bash".into(),
+            script: script.into(),
+            argv: vec![],
+            env: BTreeMap::new(),
+            network: false,
+        };
+        assert_eq!(judge_in(run("echo x > /tmp/scratch")), None);
+        assert_eq!(
+            bash("echo x > /tmp/scratch").map(|f| f.0),
+            Some(Decision::Ask)
+        );
+        assert_eq!(judge_in(run("echo x > /etc/passwd")), Some(Decision::Deny));
+        let write = Effect::WriteFile {
+            path: "/tmp/x".into(),
+            content: "x".into(),
+        };
+        assert_eq!(judge_in(write), Some(Decision::Ask));
+    }
+
     #[test]
     fn reads_of_credentials_ask_and_keys_deny() {
         assert_eq!(

@@ -628,6 +628,33 @@ mod tests {
             .collect()
     }
 
+    /// Contained (issue 36), interpreter code and a script written and run
+    /// are judged by their changeset; in-place destruction still asks.
+    #[test]
+    fn contained_code_is_left_to_the_changeset() {
+        let contained = GateContext {
+            contained: true,
+            ..ctx()
+        };
+        let judge = |s: &str| findings(&parse(s, Some(Path::new("/home/u"))), &contained);
+        for left in [
+            "python3 -c \"import shutil; shutil.rmtree('dist')\"",
+            "node -e \"require('fs').rmSync('dist', {recursive: true})\"",
+            "printf 'x' > x.sh; chmod +x x.sh; ./x.sh",
+        ] {
+            assert!(judge(left).is_empty(), "{left}: {:?}", judge(left));
+            assert!(!reasons(left).is_empty(), "{left} asks uncontained");
+        }
+        for kept in [
+            "truncate -s 0 src/a.rs",
+            "find . -mindepth 1 -delete",
+            "dd of=src/main.rs if=/dev/zero",
+            "rm -rf .git/objects",
+        ] {
+            assert!(!judge(kept).is_empty(), "{kept}");
+        }
+    }
+
     #[test]
     fn ordinary_tools_used_destructively_are_named() {
         assert_eq!(
