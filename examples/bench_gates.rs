@@ -97,6 +97,8 @@ fn main() {
         home: Some("/home/user".into()),
         network_allow: vec!["crates.io".into(), "github.com".into()],
         host_paths: Vec::new(),
+        // The text stage as the default configuration runs it.
+        contained: true,
     };
     println!(
         "gate evaluation time per action ({} gates)",

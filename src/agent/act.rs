@@ -205,7 +205,57 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
 /// strictest wins, so a mode only tightens. The mode is read now, so a
 /// switch takes effect at the next action (and at the last mile).
 fn judge(a: &ActEnv<'_>, action: &Action, gate_ctx: &crate::gates::GateContext) -> Judgement {
-    judge_in(a.toolset, a.session.mode(), action, gate_ctx)
+    let ctx = contained_context(a.env, a.toolset, a.session.mode(), gate_ctx, action);
+    judge_in(a.toolset, a.session.mode(), action, &ctx)
+}
+
+/// The gate context for `action`, saying whether it runs contained
+/// ([`runs_contained`]).
+fn contained_context(
+    env: &AgentEnv,
+    toolset: &Toolset,
+    mode: Mode,
+    base: &crate::gates::GateContext,
+    action: &Action,
+) -> crate::gates::GateContext {
+    let mut ctx = base.clone();
+    ctx.contained = runs_contained(env, toolset, mode, &base.cwd, action);
+    ctx
+}
+
+/// Whether `action` will run contained, so that its changeset, not its
+/// text, decides (`gates::consequence`): a sandboxed command without
+/// network that runs into an overlay (`[checkpoints] transactions =
+/// "overlay"`, which refuses the command rather than run it uncontained
+/// when no overlay can be made), or a file tool whose one write is
+/// recorded and judged. The same conditions [`begin_observing`] takes.
+fn runs_contained(
+    env: &AgentEnv,
+    toolset: &Toolset,
+    mode: Mode,
+    cwd: &std::path::Path,
+    action: &Action,
+) -> bool {
+    use crate::action::Effect;
+    let cfg = &env.config.checkpoints;
+    if !cfg.enabled || mode.read_only() || !checkpoint::observable(cwd) {
+        return false;
+    }
+    match &action.effect {
+        Effect::Run { network, .. } => {
+            let long_running = toolset
+                .tools
+                .get(&action.tool)
+                .is_some_and(|t| crate::tools::long_running(t.as_ref(), &action.arguments));
+            action.target == "shell"
+                && !network
+                && !long_running
+                && cfg.transactions == checkpoint::TransactionMode::Overlay
+                && env.config.sandbox == crate::config::SandboxSetting::Bwrap
+        }
+        Effect::WriteFile { .. } => watch::watches(action),
+        _ => false,
+    }
 }
 
 /// [`judge`] for a toolset and a mode given apart (a plan run after its
@@ -326,7 +376,8 @@ fn last_mile(
                 .into(),
         );
     }
-    let judgement = judge_in(lm.toolset, lm.mode, action, &env.gate_context(cwd));
+    let ctx = contained_context(env, lm.toolset, lm.mode, &env.gate_context(cwd), action);
+    let judgement = judge_in(lm.toolset, lm.mode, action, &ctx);
     if lm.recorded.map(|r| r.decision) != Some(judgement.decision) {
         env.record(AuditRecord::verdict(session_id, id, &judgement));
     }
@@ -482,10 +533,7 @@ async fn perform(
                 }
             };
         }
-        Observing::Transaction(t) => {
-            t.finish(|path| crate::gates::runtime_plants::plant(path, true).is_some())
-                .await
-        }
+        Observing::Transaction(t) => t.finish(crate::gates::consequence::needs_judging).await,
         Observing::File(f) => {
             return match f.finish().await {
                 Ok(None) => finish(x.sink, id, text, status),
@@ -624,6 +672,23 @@ async fn effect_stage(
             .filter(|p| !p.remove && !p.dir)
             .map(|p| p.path.as_str()),
     ));
+    // What the host runs, whatever command wrote it, and a loss undo could
+    // not restore (git's answers and the `pyvenv.cfg` probes are I/O).
+    let consequences = {
+        let (cwd, upper) = (
+            x.cwd.to_path_buf(),
+            project.txn_dir(&checkpoint.id).join("upper"),
+        );
+        let (effect, passthrough) = (checkpoint.effect.clone(), checkpoint.passthrough.clone());
+        tokio::task::spawn_blocking(move || consequences(&cwd, &upper, &effect, &passthrough)).await
+    };
+    verdicts.extend(consequences.unwrap_or_else(|e| {
+        vec![crate::gates::Verdict::new(
+            crate::gates::Decision::Ask,
+            "effect-host-executed",
+            format!("the changeset's consequences could not be judged ({e}); approving applies it as shown"),
+        )]
+    }));
     if verdicts.is_empty() && checkpoint.changeset {
         // Judged and allowed: now, and only now, the project changes.
         let applied = {
@@ -690,13 +755,15 @@ async fn effect_stage(
     x.env.record(AuditRecord::effect(&checkpoint));
     let held_text = if checkpoint.changeset {
         format!(
-            "{text}\nThe changes of this action were held; the project was not touched: {}. {}",
+            "{text}\nThe changes of this action were held; the project was not touched: {}. \
+             Approving applies exactly this change; rejecting discards it. {}",
             reasons.join("; "),
             changeset_notes(&checkpoint)
         )
     } else {
         format!(
-            "{text}\nThe effect of this action was held and rolled back: {}. {}",
+            "{text}\nThe effect of this action was held and rolled back: {}. Approving puts \
+             exactly this change back; rejecting leaves it rolled back. {}",
             reasons.join("; "),
             checkpoint.summary()
         )
@@ -736,7 +803,7 @@ async fn effect_stage(
     a.sink.update(acp::SessionUpdate::ToolCallUpdate(
         acp::ToolCallUpdate::new(acp::ToolCallId::new(id.to_string()), fields),
     ));
-    let diff = project
+    let mut diff = project
         .store
         .patch(
             &checkpoint.before,
@@ -744,6 +811,15 @@ async fn effect_stage(
             cfg.max_diff_bytes as usize,
         )
         .unwrap_or_else(|e| format!("(the diff could not be read: {e})"));
+    let unrecorded = {
+        let (cwd, upper) = (
+            x.cwd.to_path_buf(),
+            project.txn_dir(&checkpoint.id).join("upper"),
+        );
+        let (passthrough, max) = (checkpoint.passthrough.clone(), cfg.max_diff_bytes as usize);
+        tokio::task::spawn_blocking(move || unrecorded_diff(&cwd, &upper, &passthrough, max)).await
+    };
+    diff.push_str(&unrecorded.unwrap_or_default());
     let apply = crate::actuators::checkpoint::apply_action(
         &action.tool,
         &checkpoint.id,
@@ -773,6 +849,27 @@ async fn effect_stage(
     };
     let approved = match outcome {
         ApprovalOutcome::Cancelled => {
+            // The turn ended while its plan waits (`run` without a
+            // terminal, an editor that went away): the change stays held
+            // until the plan is decided, from any front end.
+            let waiting = {
+                let store = crate::plans::store::PlanStore::new(a.env.config.state().plans());
+                let (session, call, cid) =
+                    (a.session.id.clone(), id.to_string(), checkpoint.id.clone());
+                tokio::task::spawn_blocking(move || waiting_plan(&store, &session, &call, &cid))
+                    .await
+                    .ok()
+                    .flatten()
+            };
+            if let Some(plan) = waiting {
+                let why = format!(
+                    "{held_text}\nNot applied yet: the change stays held, the project untouched, \
+                     until a person decides flight plan {plan}; approving it applies exactly \
+                     this change (a file changed meanwhile is reported as a conflict, never \
+                     overwritten)."
+                );
+                return finish_shown(a.sink, id, why, ActStatus::Cancelled, Some(shown));
+            }
             let why = reject(format!("{held_text}\nNot applied: the turn was cancelled.")).await;
             return finish_shown(a.sink, id, why, ActStatus::Cancelled, Some(shown));
         }
@@ -841,6 +938,114 @@ async fn effect_stage(
     let text = format!("{held_text}\nA person approved it: {applied_text}");
     a.approver.settle(&a.session.id, id, &final_status, &text);
     finish_shown(a.sink, id, text, final_status, Some(shown))
+}
+
+/// The flight plan waiting for a person to decide held checkpoint
+/// `checkpoint` of call `call`, if one is still pending.
+fn waiting_plan(
+    store: &crate::plans::store::PlanStore,
+    session: &str,
+    call: &str,
+    checkpoint: &str,
+) -> Option<String> {
+    let plans = store.of_session(session).ok()?;
+    plans
+        .into_iter()
+        .filter(|p| p.tool_call_id == call && p.status == crate::plans::PlanStatus::Pending)
+        .filter(|p| p.action.target == crate::checkpoint::watch::TARGET)
+        .find(|p| p.action.arguments.get("checkpoint").and_then(Value::as_str) == Some(checkpoint))
+        .map(|p| p.id)
+}
+
+/// The consequence classes of a changeset (`gates::consequence`), with
+/// what the judge needs read here: the repository's hook folders and
+/// which folders hold a `pyvenv.cfg` (in the project, or written by the
+/// action into `upper`).
+fn consequences(
+    cwd: &std::path::Path,
+    upper: &std::path::Path,
+    effect: &checkpoint::effect::ObservedEffect,
+    passthrough: &[checkpoint::changeset::Passthrough],
+) -> Vec<crate::gates::Verdict> {
+    let hook_dirs = hook_dirs(cwd);
+    let is_venv = |dir: &str| {
+        let marker = std::path::Path::new(dir).join("pyvenv.cfg");
+        cwd.join(&marker).is_file() || upper.join(&marker).is_file()
+    };
+    let around = crate::gates::consequence::Surroundings {
+        hook_dirs: &hook_dirs,
+        is_venv: &is_venv,
+    };
+    crate::gates::consequence::judge(effect, passthrough, &around)
+}
+
+/// The largest file an unrecorded change is shown from in a plan's diff.
+const UNRECORDED_DIFF_MAX_FILE: u64 = 256 * 1024;
+
+/// The diff of the unrecorded writes a person is asked about (the
+/// host-executed surface and runtime plants in ignored trees such as
+/// `.venv`, which the checkpoint's own trees do not hold): the project's
+/// file against the held upper layer's. Only regular files beneath the
+/// project, never through a symbolic link.
+fn unrecorded_diff(
+    cwd: &std::path::Path,
+    upper: &std::path::Path,
+    passthrough: &[checkpoint::changeset::Passthrough],
+    max_bytes: usize,
+) -> String {
+    let read = |path: &std::path::Path| -> Option<String> {
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        if !meta.is_file() || meta.len() > UNRECORDED_DIFF_MAX_FILE {
+            return None;
+        }
+        std::fs::read_to_string(path).ok()
+    };
+    let root = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
+    let mut out = String::new();
+    for p in passthrough.iter().filter(|p| !p.remove && !p.dir) {
+        if !crate::gates::consequence::needs_judging(&p.path) {
+            continue;
+        }
+        let old_path = cwd.join(&p.path);
+        let beneath = old_path
+            .parent()
+            .and_then(|d| d.canonicalize().ok())
+            .is_some_and(|d| d.starts_with(&root));
+        let old = if beneath { read(&old_path) } else { None }.unwrap_or_default();
+        let Some(new) = read(&upper.join(&p.path)) else {
+            out.push_str(&format!(
+                "\n{} (not shown: not text, or larger than {UNRECORDED_DIFF_MAX_FILE} bytes)\n",
+                p.path
+            ));
+            continue;
+        };
+        out.push_str(&crate::util::diff::unified(&old, &new, &p.path));
+        if out.len() > max_bytes {
+            let mut cut = max_bytes;
+            while !out.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            out.truncate(cut);
+            out.push_str("\n… (diff cut)\n");
+            break;
+        }
+    }
+    out
+}
+
+/// The project-relative folders the repository's git settings make hook
+/// folders (`core.hooksPath`).
+fn hook_dirs(cwd: &std::path::Path) -> Vec<String> {
+    crate::control_surface::git_named_paths(cwd, &crate::paths::home_dir())
+        .into_iter()
+        .filter(|n| n.key == "core.hookspath")
+        .filter_map(|n| {
+            n.path
+                .strip_prefix(cwd)
+                .ok()
+                .map(|r| r.to_string_lossy().into_owned())
+        })
+        .collect()
 }
 
 /// A changeset's summary, then what was not applied and why: paths the

@@ -258,6 +258,8 @@ impl AgentEnv {
             home: Some(crate::paths::home_dir()),
             network_allow: self.config.network_allow.clone(),
             host_paths: crate::control_surface::host_paths_of(&self.config.host_dirs()),
+            // Whether this action runs contained is `agent::act`'s to say.
+            contained: false,
         }
     }
 }

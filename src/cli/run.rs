@@ -121,6 +121,7 @@ pub async fn run(flags: ConfigFlags, prompt: String, which: Which, mode: Option<
     }
     let desk = FlightDesk::standalone(env.clone());
     let prompt = if earlier {
+        discard_rejected_changes(&env, &desk, &session.id).await;
         run_approved_plans(&desk, &session.id).await;
         desk.with_news(&session.id, prompt)
     } else {
@@ -602,6 +603,41 @@ pub fn waiting_text(plan: &FlightPlan, org: &std::path::Path) -> String {
         id = plan.id
     ));
     out
+}
+
+/// Before a turn of an earlier session: a held change whose plan a person
+/// rejected since (`plans reject`) is discarded, its upper layer removed;
+/// the project never held it.
+async fn discard_rejected_changes(env: &AgentEnv, desk: &FlightDesk, session: &str) {
+    let Ok(plans) = desk.store.of_session(session) else {
+        return;
+    };
+    let rejected = plans.into_iter().filter(|p| {
+        p.status == crate::plans::PlanStatus::Rejected
+            && p.action.target == crate::checkpoint::watch::TARGET
+    });
+    for plan in rejected {
+        let (Some(cwd), Some(id)) = (
+            plan.cwd.clone(),
+            (plan.action.arguments.get("checkpoint"))
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_string),
+        ) else {
+            continue;
+        };
+        let (state, cfg, at) = (
+            env.config.state_dir(),
+            env.config.checkpoints.clone(),
+            cwd.clone(),
+        );
+        let discarded = crate::checkpoint::watch::locked(&cwd, move || {
+            crate::checkpoint::Project::open(&state, &at, &cfg)?.reject(&id)
+        })
+        .await;
+        if let Err(e) = discarded {
+            tracing::warn!(plan = %plan.id, "the rejected change could not be discarded: {e}");
+        }
+    }
 }
 
 /// Before a turn of an earlier session: run its plans approved since its

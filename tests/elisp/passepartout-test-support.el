@@ -53,6 +53,31 @@
                         "target/debug/examples/fake_provider"))
   "The fake model server.")
 
+(defvar passepartout-test--files-skill (expand-file-name "skills/files.org")
+  "The built-in file tools, copied into a test home with `write_file' asking.")
+
+(defun passepartout-test--person-rules (home)
+  "Write into HOME the person's own settings the asking tests rely on.
+Since issue 36 `write_file' runs without asking (its recorded change is
+judged) and so does a recursive delete inside the project (its changeset
+is judged); the tests use both as the actions a person answers, so the
+test home keeps them asking, as a person may choose in their own skills."
+  (let ((dir (expand-file-name ".config/passepartout/skills/" home)))
+    (make-directory dir t)
+    (with-temp-file (expand-file-name "files.org" dir)
+      (insert-file-contents passepartout-test--files-skill)
+      (goto-char (point-min))
+      (search-forward ":ACTUATOR: files.write\n:APPROVAL: auto")
+      (replace-match ":ACTUATOR: files.write\n:APPROVAL: ask" t t))
+    (with-temp-file (expand-file-name "careful.org" dir)
+      (insert "#+TITLE: Careful\n#+SKILL: careful\n"
+              "#+DESCRIPTION: The person's own rules.\n#+TRIGGER: always\n\n"
+              "* Rules :rules:\n** Ask before deleting recursively\n"
+              ":PROPERTIES:\n:DECISION: ask\n:TARGET:   shell\n"
+              ":PATTERN:  \\brm\\s+(-[a-zA-Z]*[rR][a-zA-Z]*|--recursive)\\b\n"
+              ":END:\nA recursive delete can remove a lot of work in one line.\n\n"
+              "- match :: =rm -rf build=\n- no match :: =rm notes.txt=\n"))))
+
 (defvar passepartout-test--dir nil
   "Temporary directory of the running fixture.")
 
@@ -241,6 +266,7 @@ In BODY, `project' is a fresh project directory (a git repository)."
             (auth-sources nil))
        (ignore project)
        (make-directory home t)
+       (passepartout-test--person-rules home)
        (make-directory project t)
        (make-directory state t)
        (unwind-protect (progn ,@body)

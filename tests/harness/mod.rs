@@ -567,3 +567,56 @@ pub fn run_alone(module: &str, name: &str) {
         "{test} did not run alone:\n{stdout}\n{stderr}"
     );
 }
+
+/// Make `write_file` ask, as a person may choose in their own skills (issue
+/// 36 made it `auto`: its recorded change is judged instead): a copy of the
+/// built-in `files.org` with `:APPROVAL: ask` in the home's skills folder.
+/// The tests of the flight-plan machinery use that write as their asked
+/// action.
+pub fn write_file_asks(home: &Path) {
+    write_file_asks_in(&home.join("config"));
+}
+
+/// [`write_file_asks`] for a configuration home (`XDG_CONFIG_HOME`)
+/// elsewhere.
+pub fn write_file_asks_in(config_home: &Path) {
+    let builtin = include_str!("../../skills/files.org");
+    let asks = builtin.replacen(
+        ":ACTUATOR: files.write\n:APPROVAL: auto",
+        ":ACTUATOR: files.write\n:APPROVAL: ask",
+        1,
+    );
+    assert_ne!(asks, builtin, "files.org declares write_file as before");
+    let dir = config_home.join("passepartout/skills");
+    std::fs::create_dir_all(&dir).expect("create the skills directory");
+    std::fs::write(dir.join("files.org"), asks).expect("write the skill");
+}
+
+/// The person's own rule, in their skills: ask before a recursive delete
+/// (built in until issue 36, where the changeset came to decide). Tests
+/// that need a command a person answers use it; it also shows that a
+/// person's rule keeps working.
+pub fn ask_before_recursive_deletes(home: &Path) {
+    let dir = home.join("config/passepartout/skills");
+    std::fs::create_dir_all(&dir).expect("create the skills directory");
+    std::fs::write(
+        dir.join("careful.org"),
+        "#+TITLE: Careful\n\
+         #+SKILL: careful\n\
+         #+DESCRIPTION: The person's own rules.\n\
+         #+TRIGGER: always\n\
+         \n\
+         * Rules :rules:\n\
+         ** Ask before deleting recursively\n\
+         :PROPERTIES:\n\
+         :DECISION: ask\n\
+         :TARGET:   shell\n\
+         :PATTERN:  \\brm\\s+(-[a-zA-Z]*[rR][a-zA-Z]*|--recursive)\\b\n\
+         :END:\n\
+         A recursive delete can remove a lot of work in one line.\n\
+         \n\
+         - match :: =rm -rf build=\n\
+         - no match :: =rm notes.txt=\n",
+    )
+    .expect("write the skill");
+}

@@ -48,6 +48,9 @@ async fn daemon_with(project: &Path, script: Vec<Reply>, disk_write: &str) -> Da
          tmp_size = \"8M\"\n\
          disk_write = \"{disk_write}\"\n"
     ));
+    // The file tool asks, as a person may set it, so that a path can be
+    // swapped while the question waits.
+    harness::write_file_asks(home.path());
     let fake = FakeProvider::start(script).await;
     let url = fake.openai_url();
     let (client, session) =

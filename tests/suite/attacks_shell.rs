@@ -25,18 +25,19 @@ const ENV_KEY: &str = "sk-proj-EnvFileSecret0123456789abcdefghijklmnop";
 /// The key of the configured provider.
 const PROVIDER_KEY: &str = "pp-provider-key-Zq81Lm02Xc93Vb74";
 
-/// Class 4: shell syntax the old analyser did not model.
+/// Class 4: shell syntax the old analyser did not model. An interpreter
+/// one-liner that deletes (`rmtree`) and a script written for later run
+/// contained since issue 36: their changeset decides, and what they did is
+/// undone (`tests/suite/consequences.rs`).
 const CLASS_4: &[&str] = &[
     "{rm,-rf,.}",
     "/bin/r? -rf .",
     "IFS=,; c=rm,-rf,/*; $c",
     "find . -mindepth 1 -delete",
-    "python3 -c \"__import__('shutil').rmtree('.')\"",
     "truncate -s 0 src/*.rs",
     "dd of=src/main.rs if=/dev/zero bs=1 count=10",
     "echo cm0gLXJmIC4K | base64 -d > c.sh; bash c.sh",
     "echo cm0gLXJmIC4K | base64 -d > c.sh",
-    "printf 'rm -rf .\\n' > c.sh",
     "rm -rf .git",
 ];
 

@@ -299,7 +299,9 @@ async fn attack_7_allow_always_covers_the_exact_command_only() {
     for d in ["dir_a", "dir_b"] {
         std::fs::create_dir_all(project.path().join(d).join("inner")).unwrap();
     }
-    // Recursive deletes ask (a built-in shell rule).
+    // Recursive deletes ask (the person's own rule; built in until issue
+    // 36).
+    harness::ask_before_recursive_deletes(home.path());
     let fake = FakeProvider::start(vec![
         fake::shell_call("c1", "rm -r dir_a/inner"),
         fake::shell_call("c2", "rm -r dir_b"),
@@ -372,6 +374,8 @@ async fn attack_7_a_pending_plan_whose_directory_was_edited_is_refused() {
     for dir in [project.path(), elsewhere.path()] {
         std::fs::create_dir_all(dir.join("victim/inner")).unwrap();
     }
+    // The person's own rule asks (built in until issue 36).
+    harness::ask_before_recursive_deletes(home.path());
     let fake = FakeProvider::start(vec![
         fake::shell_call("c1", "rm -r victim"),
         fake::openai_text("done"),

@@ -556,6 +556,8 @@ async fn a_held_effect_of_a_plan_run_after_its_turn_stays_rolled_back() {
         return;
     }
     let home = tempfile::tempdir().unwrap();
+    // The person's own rule asks before the command runs.
+    harness::ask_before_recursive_deletes(home.path());
     let project = project();
     let original = tree(project.path());
     let args = json!({ "command": "rm -rf data src" }).to_string();

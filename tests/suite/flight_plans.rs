@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use support::fake_provider::{self as fake, FakeProvider, Reply};
 
 fn spawn(home: &Path, fake: &FakeProvider) -> Client {
+    harness::write_file_asks(home);
     let url = fake.openai_url();
     Client::spawn(Framing::ContentLength, home, &["--provider-url", &url])
 }
@@ -469,6 +470,7 @@ async fn a_plan_run_after_a_restart_is_refused_when_the_session_mode_now_forbids
 #[tokio::test]
 async fn acp_clients_are_asked_with_request_permission() {
     let home = tempfile::tempdir().unwrap();
+    harness::write_file_asks(home.path());
     let project = tempfile::tempdir().unwrap();
     let fake = FakeProvider::start(vec![
         write_call("a.txt", "A"),

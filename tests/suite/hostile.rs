@@ -34,6 +34,20 @@ fn context() -> GateContext {
             "github.com".into(),
         ],
         host_paths: Vec::new(),
+        // Uncontained: the text is all there is to judge (sandbox or
+        // checkpoints off), so every hostile action must be stopped here.
+        contained: false,
+    }
+}
+
+/// The default configuration (issue 36): commands run into an overlay and
+/// file tools are recorded, so what they write is judged from the
+/// changeset (`tests/suite/consequences.rs`); benign and routine actions
+/// must pass the text stage.
+fn contained() -> GateContext {
+    GateContext {
+        contained: true,
+        ..context()
     }
 }
 
@@ -103,6 +117,7 @@ fn hostile_actions_are_stopped_and_benign_ones_pass() {
         }
     }
     let mut benign_allowed = 0;
+    let ctx = contained();
     for case in &benign {
         assert_eq!(
             case.expect, "allow",
@@ -167,7 +182,7 @@ fn reasons_name_the_gate_and_never_echo_secrets() {
             path: "config.py".into(),
             content: format!("KEY = \"{key}\"\n"),
         }),
-        &context(),
+        &contained(),
     );
     assert_eq!(j.decision, Decision::Ask);
     assert_eq!(
@@ -211,7 +226,7 @@ fn print_every_hostile_reason() {
 #[test]
 fn routine_script_lines_mostly_run_without_asking() {
     let engine = GateEngine::with_builtin_gates();
-    let ctx = context();
+    let ctx = contained();
     let routine = load("routine.json");
     assert!(
         routine.len() >= 40,

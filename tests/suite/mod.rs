@@ -15,6 +15,7 @@ mod checkpoints;
 mod client_fs;
 mod cold_start;
 mod context_window;
+mod consequences;
 mod discovery;
 mod docs;
 mod faithful_sandbox;

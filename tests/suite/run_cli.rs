@@ -27,8 +27,10 @@ struct Setup {
 }
 
 async fn setup(script: Vec<Reply>) -> Setup {
+    let home = tempfile::tempdir().unwrap();
+    harness::write_file_asks(home.path());
     Setup {
-        home: tempfile::tempdir().unwrap(),
+        home,
         project: tempfile::tempdir().unwrap(),
         fake: FakeProvider::start(script).await,
     }

@@ -833,7 +833,7 @@ fn check_and_list_commands_print_compiler_style_lines() {
     assert_eq!(code, 0);
     let text = String::from_utf8(out).unwrap();
     assert!(text.starts_with(
-        "shell — Run bash commands in the working directory, inside the sandbox.\n  from:     builtin <builtin>/shell.org\n  priority: 60, trigger: always\n  tools:    shell\n  rules:    4\n"
+        "shell — Run bash commands in the working directory, inside the sandbox.\n  from:     builtin <builtin>/shell.org\n  priority: 60, trigger: always\n  tools:    shell\n  rules:    3\n"
     ), "{text}");
 }
 

@@ -557,7 +557,9 @@ async fn a_change_just_before_the_action_starts_is_not_a_conflict() {
     let project = project();
     let p = project.path();
     let home = tempfile::tempdir().unwrap();
-    // `rm -rf` is asked about: the person answers right after saving.
+    // `rm -rf` is asked about (the person's own rule): the person answers
+    // right after saving.
+    harness::ask_before_recursive_deletes(home.path());
     let calls: Vec<(String, String)> = (0..ROUNDS)
         .map(|i| {
             let command = format!("rm -rf gone-{i}; echo agent {i} >> b.txt");

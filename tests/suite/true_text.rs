@@ -344,6 +344,8 @@ async fn mcp_list_prints_no_tracing_lines() {
 #[tokio::test]
 async fn a_call_left_for_a_person_is_shown_waiting_not_cancelled() {
     let home = Home::new("");
+    // The file tool asks, as a person may set it (issue 36 made it `auto`).
+    harness::write_file_asks_in(&home.dir.path().join("elsewhere/cfg"));
     let fake = FakeProvider::start(vec![fake::write_call("call_w", "out.txt", "hello\n")]).await;
     let url = fake.openai_url();
     let out = home.output(&["run", "--provider-url", &url, "write"]).await;

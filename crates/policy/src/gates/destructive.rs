@@ -578,6 +578,7 @@ mod tests {
             home: Some("/home/u".into()),
             network_allow: vec![],
             host_paths: Vec::new(),
+            contained: false,
         };
         let action = Action {
             tool: "shell".into(),

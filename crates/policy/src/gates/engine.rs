@@ -13,10 +13,10 @@ use serde::{Deserialize, Serialize};
 use crate::action::Action;
 use crate::gates::secrets::redact;
 use crate::gates::{
-    approval::ApprovalGate, destructive::DestructiveGate, exfiltration::ExfiltrationGate,
-    history::HistoryGate, injection::InjectionGate, protected_paths::ProtectedPathsGate,
-    runtime_plants::RuntimePlantsGate, secrets::SecretsGate, shell::ShellGate, Decision, Gate,
-    GateContext, Verdict,
+    approval::ApprovalGate, consequence::ConsequenceGate, destructive::DestructiveGate,
+    exfiltration::ExfiltrationGate, history::HistoryGate, injection::InjectionGate,
+    protected_paths::ProtectedPathsGate, runtime_plants::RuntimePlantsGate, secrets::SecretsGate,
+    shell::ShellGate, Decision, Gate, GateContext, Verdict,
 };
 
 /// The outcome of running every gate over one action.
@@ -99,6 +99,7 @@ impl GateEngine {
         engine.add(Arc::new(ProtectedPathsGate));
         engine.add(Arc::new(SecretsGate));
         engine.add(Arc::new(RuntimePlantsGate));
+        engine.add(Arc::new(ConsequenceGate));
         engine
     }
 
@@ -246,6 +247,7 @@ mod tests {
                 "exfiltration",
                 "protected_paths",
                 "runtime_plants",
+                "consequence",
                 "secrets"
             ]
         );

@@ -665,6 +665,7 @@ mod tests {
             home: Some("/home/u".into()),
             network_allow: vec!["crates.io".into(), "*.github.com".into()],
             host_paths: Vec::new(),
+            contained: false,
         };
         let action = Action {
             tool: "shell".into(),

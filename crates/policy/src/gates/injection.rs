@@ -144,7 +144,14 @@ fn describe(cmd: &Command) -> String {
     s
 }
 
-fn pipelines_and_substitutions(script: &Script, out: &mut Vec<(Decision, String)>) {
+/// `contained`: the command runs into an overlay without network, so code
+/// it pipes from a local program into an interpreter is judged by what it
+/// writes (remote or decoded code is still denied).
+fn pipelines_and_substitutions(
+    script: &Script,
+    contained: bool,
+    out: &mut Vec<(Decision, String)>,
+) {
     for (i, cmd) in script.commands.iter().enumerate() {
         if cmd.stage > 0 && reads_code_from_stdin(cmd) {
             let upstream: Vec<&Command> = script.upstream(cmd).collect();
@@ -166,7 +173,7 @@ fn pipelines_and_substitutions(script: &Script, out: &mut Vec<(Decision, String)
                         cmd.program
                     ),
                 ));
-            } else if let Some(u) = upstream.last() {
+            } else if let Some(u) = upstream.last().filter(|_| !contained) {
                 out.push((
                     Decision::Ask,
                     format!(
@@ -609,7 +616,7 @@ impl Gate for InjectionGate {
                 }
                 let keys: Vec<String> = env.keys().cloned().collect();
                 if let Some(parsed) = script_of(&action.effect, ctx) {
-                    pipelines_and_substitutions(&parsed, &mut findings);
+                    pipelines_and_substitutions(&parsed, ctx.contained, &mut findings);
                     download_then_run(&parsed, ctx, &mut findings);
                     reverse_shells(&parsed, &mut findings);
                     hijacks(&parsed, &keys, ctx, &mut findings);
@@ -627,7 +634,8 @@ impl Gate for InjectionGate {
                 hidden_characters("the Emacs Lisp code", code, &mut findings);
                 prompt_injection("the Emacs Lisp code", code, &mut findings);
                 if let Some(parsed) = script_of(&action.effect, ctx) {
-                    pipelines_and_substitutions(&parsed, &mut findings);
+                    // Emacs Lisp runs in the editor, on the host.
+                    pipelines_and_substitutions(&parsed, false, &mut findings);
                     reverse_shells(&parsed, &mut findings);
                     hijacks(&parsed, &[], ctx, &mut findings);
                 }
@@ -654,6 +662,7 @@ mod tests {
             home: Some("/home/u".into()),
             network_allow: vec![],
             host_paths: Vec::new(),
+            contained: false,
         };
         let action = Action {
             tool: "shell".into(),

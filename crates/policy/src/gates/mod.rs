@@ -6,6 +6,7 @@
 //! person is being asked.
 
 pub mod approval;
+pub mod consequence;
 pub mod destructive;
 pub mod effect;
 pub mod engine;
@@ -38,6 +39,14 @@ pub struct GateContext {
     pub network_allow: Vec<String>,
     /// The daemon's own directories: writes to them ask.
     pub host_paths: Vec<crate::control_surface::HostPath>,
+    /// The action runs contained: a sandboxed command without network
+    /// into an overlay, or a file tool whose one write is recorded, so its
+    /// changeset is judged before it reaches the project and undo can
+    /// restore it. The text rules that only guess at what a command writes
+    /// (interpreter code, scripts written and run, recursive deletes,
+    /// writes to the sandbox's private `/tmp`) then leave the decision to
+    /// the changeset (`gates::consequence`).
+    pub contained: bool,
 }
 
 /// A deterministic judge. Pure: no I/O, no clock, same action → same verdict.

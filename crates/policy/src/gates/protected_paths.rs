@@ -330,6 +330,11 @@ pub fn write_decision(path: &Path, ctx: &GateContext) -> Option<(Decision, Strin
     {
         return Some((Decision::Deny, format!("writes to {shown}, a system path")));
     }
+    // A contained command's `/tmp` is the sandbox's own, private and gone
+    // when the command ends.
+    if ctx.contained && path.starts_with("/tmp") {
+        return None;
+    }
     // Without an absolute working directory nothing counts as inside it.
     if !(ctx.cwd.is_absolute() && path.starts_with(&ctx.cwd)) {
         return Some((
@@ -437,7 +442,15 @@ impl Gate for ProtectedPathsGate {
                     ));
                 }
             }
-            Effect::WriteFile { path, .. } => findings.extend(write_decision(&abs(path), ctx)),
+            Effect::WriteFile { path, .. } => {
+                // The sandbox's private `/tmp` is a command's, never a
+                // file tool's (which writes on the host).
+                let host = GateContext {
+                    contained: false,
+                    ..ctx.clone()
+                };
+                findings.extend(write_decision(&abs(path), &host))
+            }
             Effect::Run {
                 interpreter,
                 script,
@@ -547,6 +560,7 @@ mod tests {
             home: Some("/home/u".into()),
             network_allow: vec![],
             host_paths: Vec::new(),
+            contained: false,
         }
     }
 
@@ -583,6 +597,47 @@ mod tests {
             path: path.into(),
             content: "x".into(),
         })
+    }
+
+    /// A contained command's `/tmp` is the sandbox's private one (issue
+    /// 36); a file tool's `/tmp` would be the host's.
+    #[test]
+    fn a_contained_commands_tmp_is_its_own() {
+        let contained = GateContext {
+            contained: true,
+            ..ctx()
+        };
+        let judge_in = |effect: Effect| {
+            let action = Action {
+                tool: "t".into(),
+                target: "x".into(),
+                arguments: serde_json::json!({}),
+                effect,
+                approval: Approval::Auto,
+                timeout_secs: None,
+            };
+            ProtectedPathsGate
+                .check(&action, &contained)
+                .map(|v| v.decision)
+        };
+        let run = |script: &str| Effect::Run {
+            interpreter: "bash".into(),
+            script: script.into(),
+            argv: vec![],
+            env: BTreeMap::new(),
+            network: false,
+        };
+        assert_eq!(judge_in(run("echo x > /tmp/scratch")), None);
+        assert_eq!(
+            bash("echo x > /tmp/scratch").map(|f| f.0),
+            Some(Decision::Ask)
+        );
+        assert_eq!(judge_in(run("echo x > /etc/passwd")), Some(Decision::Deny));
+        let write = Effect::WriteFile {
+            path: "/tmp/x".into(),
+            content: "x".into(),
+        };
+        assert_eq!(judge_in(write), Some(Decision::Ask));
     }
 
     #[test]

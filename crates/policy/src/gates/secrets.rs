@@ -146,7 +146,10 @@ pub fn scan(text: &str) -> Vec<SecretFinding> {
                 continue;
             };
             let value = m.as_str();
-            if pat.entropy_check && (is_reference(value) || entropy(value) < 3.0) {
+            // `${NAME_SECRET:-default}`: the `-` is the shell's operator,
+            // not part of the value (issue 36).
+            let judged = value.trim_start_matches(['-', '=', '+', '?']);
+            if pat.entropy_check && (is_reference(judged) || entropy(judged) < 3.0) {
                 continue;
             }
             let overlaps = found

@@ -56,28 +56,34 @@ impl Gate for ShellGate {
                 ..
             } => {
                 if is_shell(basename(interpreter)) {
-                    opaque(script, &mut findings);
+                    opaque(script, ctx, &mut findings);
                 }
                 if let Some(parsed) = script_of(&action.effect, ctx) {
                     // Strings handed to nested shells are shell text too.
                     for cmd in &parsed.commands {
                         if is_shell(&cmd.program) {
                             for inner in cmd.option_values(&["-c"], &[]) {
-                                opaque(inner, &mut findings);
+                                opaque(inner, ctx, &mut findings);
                             }
                         }
                     }
                     findings.extend(semantics::findings(&parsed, ctx));
-                    for cmd in &parsed.commands {
-                        for (target, text) in semantics::written_scripts(cmd) {
-                            findings.extend(judge_script_for_later(&target, &text, ctx));
+                    // Contained, a script written now is judged by what it
+                    // writes whenever it runs; only the person's own tools
+                    // run files unjudged (the host-executed surface, asked
+                    // from the changeset).
+                    if !ctx.contained {
+                        for cmd in &parsed.commands {
+                            for (target, text) in semantics::written_scripts(cmd) {
+                                findings.extend(judge_script_for_later(&target, &text, ctx));
+                            }
                         }
                     }
                 }
             }
             Effect::WriteFile { path, content } => {
                 let shown = path.to_string_lossy();
-                if semantics::is_shell_script(&shown, content) {
+                if !ctx.contained && semantics::is_shell_script(&shown, content) {
                     findings.extend(judge_script_for_later(&shown, content, ctx));
                 }
                 let abs = resolve_path(&shown, ctx);
@@ -116,7 +122,7 @@ fn judge_script_for_later(target: &str, text: &str, ctx: &GateContext) -> Vec<(D
         timeout_secs: None,
     };
     let mut inner: Vec<(Decision, String)> = Vec::new();
-    opaque(text, &mut inner);
+    opaque(text, ctx, &mut inner);
     if let Some(parsed) = script_of(&action.effect, ctx) {
         inner.extend(semantics::findings(&parsed, ctx));
     }
@@ -156,8 +162,14 @@ fn judge_script_for_later(target: &str, text: &str, ctx: &GateContext) -> Vec<(D
     )]
 }
 
-fn opaque(script: &str, findings: &mut Vec<(Decision, String)>) {
+/// The constructs the analysis cannot see through. Contained, code fed
+/// to an interpreter is no blind spot: whatever it writes is the
+/// changeset, judged before it reaches the project.
+fn opaque(script: &str, ctx: &GateContext, findings: &mut Vec<(Decision, String)>) {
     for o in syntax::opaque_constructs(script) {
+        if ctx.contained && o.construct == syntax::HEREDOC_TO_INTERPRETER {
+            continue;
+        }
         findings.push((
             Decision::Ask,
             format!("cannot judge {}: `{}`", o.construct, o.text),
@@ -181,6 +193,7 @@ mod tests {
             home: Some("/home/u".into()),
             network_allow: vec![],
             host_paths: Vec::new(),
+            contained: false,
         };
         let engine = GateEngine::with_builtin_gates();
         for (script, texts) in [

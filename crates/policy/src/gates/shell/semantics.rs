@@ -113,7 +113,11 @@ pub fn findings(script: &Script, ctx: &GateContext) -> Vec<(Decision, String)> {
     for cmd in &script.commands {
         one_command(cmd, ctx, &mut out);
         decoded_into_file(cmd, script, &mut out);
-        runs_what_it_wrote(cmd, ctx, &written, &mut out);
+        // Contained, what a script written and run in one command does is
+        // its changeset, judged before anything reaches the project.
+        if !ctx.contained {
+            runs_what_it_wrote(cmd, ctx, &written, &mut out);
+        }
         // A script written from a heredoc is judged as if it ran now by the
         // shell gate, so running it later in the same command runs nothing
         // unjudged — when the text judged is the text written: no `$`,
@@ -249,7 +253,7 @@ fn one_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, String
             ),
         );
     }
-    if let Some(code) = one_liner(cmd) {
+    if let Some(code) = one_liner(cmd).filter(|_| !ctx.contained) {
         if !is_clearly_harmless(code) {
             ask(
                 out,
@@ -610,6 +614,7 @@ mod tests {
             home: Some("/home/u".into()),
             network_allow: vec![],
             host_paths: Vec::new(),
+            contained: false,
         }
     }
 
@@ -621,6 +626,33 @@ mod tests {
                 r
             })
             .collect()
+    }
+
+    /// Contained (issue 36), interpreter code and a script written and run
+    /// are judged by their changeset; in-place destruction still asks.
+    #[test]
+    fn contained_code_is_left_to_the_changeset() {
+        let contained = GateContext {
+            contained: true,
+            ..ctx()
+        };
+        let judge = |s: &str| findings(&parse(s, Some(Path::new("/home/u"))), &contained);
+        for left in [
+            "python3 -c \"import shutil; shutil.rmtree('dist')\"",
+            "node -e \"require('fs').rmSync('dist', {recursive: true})\"",
+            "printf 'x' > x.sh; chmod +x x.sh; ./x.sh",
+        ] {
+            assert!(judge(left).is_empty(), "{left}: {:?}", judge(left));
+            assert!(!reasons(left).is_empty(), "{left} asks uncontained");
+        }
+        for kept in [
+            "truncate -s 0 src/a.rs",
+            "find . -mindepth 1 -delete",
+            "dd of=src/main.rs if=/dev/zero",
+            "rm -rf .git/objects",
+        ] {
+            assert!(!judge(kept).is_empty(), "{kept}");
+        }
     }
 
     #[test]

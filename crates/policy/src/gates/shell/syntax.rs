@@ -23,6 +23,9 @@ pub const MAX_SCRIPT_BYTES: usize = 256 * 1024;
 /// How deep the walk follows nested nodes before giving up (fails closed).
 const MAX_NODE_DEPTH: usize = 200;
 
+/// The construct name of code fed to an interpreter on its standard input.
+pub const HEREDOC_TO_INTERPRETER: &str = "a here-document fed to an interpreter";
+
 /// One construct the gates cannot see through.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Opaque {
@@ -405,7 +408,7 @@ impl Walk<'_> {
             .children_by_field_name("redirect", &mut cursor)
             .any(|r| matches!(r.kind(), "heredoc_redirect" | "herestring_redirect"));
         if feeds_code {
-            self.flag("a here-document fed to an interpreter", node);
+            self.flag(HEREDOC_TO_INTERPRETER, node);
         }
     }
 

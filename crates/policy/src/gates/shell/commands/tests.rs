@@ -197,6 +197,7 @@ fn paths_resolve_lexically() {
         home: Some("/home/u".into()),
         network_allow: vec![],
         host_paths: Vec::new(),
+        contained: false,
     };
     assert_eq!(resolve_path("~/", &ctx), PathBuf::from("/home/u"));
     assert_eq!(
@@ -238,6 +239,7 @@ fn cd_moves_the_directory_later_words_resolve_against() {
         home: Some("/home/u".into()),
         network_allow: vec![],
         host_paths: Vec::new(),
+        contained: false,
     };
     let s = parse("cd / && rm -rf *; cd etc; rm x", home());
     assert_eq!(s.commands[1].resolve("*", &ctx), PathBuf::from("/*"));
