@@ -32,7 +32,7 @@ use ignore::gitignore::Gitignore;
 use serde::{Deserialize, Serialize};
 
 use super::beneath::{Beneath, Node};
-use super::effect::{ChangeKind, FileChange, ObservedEffect};
+use super::effect::{perm_text, ChangeKind, DirChange, FileChange, ObservedEffect};
 use super::scan;
 use super::store::{Entry, Store, StoreError};
 
@@ -295,6 +295,8 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
     let objects = store.objects();
     let mut out = Changeset::default();
     let mut kept_pre_images = 0u64;
+    let mut refs_touched = false;
+    let mut tracked = Tracked::default();
     for (path, upper_item) in paths {
         // First: the control surface (`.git/config`, hooks, the agent's
         // own skills…) that the command created is never applied.
@@ -311,18 +313,54 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
             if remove {
                 for vital in ["HEAD", "objects", "refs"] {
                     let v = format!(".git/{vital}");
-                    let hit = path == v || path.starts_with(&format!("{v}/"));
+                    // A ref the action deleted is a ref change (recorded,
+                    // judged by the git-refs gate, undoable); the refs
+                    // folder itself, or a whole namespace of it, is damage.
+                    let hit = if vital == "refs" {
+                        path == v
+                            || (path.starts_with(&format!("{v}/"))
+                                && path.matches('/').count() <= 2)
+                    } else {
+                        path == v || path.starts_with(&format!("{v}/"))
+                    };
                     if hit && !out.effect.git_damage.contains(&v) {
                         out.effect.git_damage.push(v);
                     }
                 }
             }
+            if super::refs::touches_refs(&path) {
+                refs_touched = true;
+            }
             out.passthrough.push(Passthrough::new(path, remove, false));
             continue;
         }
-        let (ignored, precious) = rules.classify(&path);
+        let (mut ignored, precious) = rules.classify(&path);
+        // Ignore rules never hide a file git tracks (nor does git): an
+        // action cannot make its own victim "ignored" by editing
+        // `.gitignore` first.
+        if ignored
+            && !precious
+            && node_at(&path)?.is_some()
+            && tracked.contains(store.work_tree(), &path)
+        {
+            ignored = false;
+        }
         if ignored && !precious {
             let was_copied_up = copied_up.contains(&path);
+            if upper_item.is_some() {
+                let abs = upper.join(&path);
+                if let Ok(meta) = std::fs::symlink_metadata(&abs) {
+                    if meta.is_file() {
+                        let old = b.stat(&path).ok().flatten().map(|st| st.st_mode & 0o7777);
+                        out.effect.stripped.extend(strip_notes(
+                            &path,
+                            &abs,
+                            meta.mode() & 0o7777,
+                            old,
+                        ));
+                    }
+                }
+            }
             let pass = ignored_write(
                 &b,
                 upper,
@@ -335,11 +373,50 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
             out.passthrough.push(pass);
             continue;
         }
-        let new = match upper_item {
-            Some(Upper::File) => Some(upper_entry(&upper.join(&path), &objects)?),
+        let lower_node = node_at(&path)?;
+        let lower_perm = match lower_node {
+            Some(Node::File { perm }) => Some(perm),
             _ => None,
         };
-        let old = match node_at(&path)? {
+        if let Some(Upper::File) = upper_item {
+            // A new file over the cap is not read whole (nor stored): it
+            // is applied from the upper layer, holes kept.
+            let meta =
+                std::fs::symlink_metadata(upper.join(&path)).map_err(io(&upper.join(&path)))?;
+            let fresh = !matches!(lower_node, Some(Node::File { .. } | Node::Symlink));
+            if fresh
+                && !copied_up.contains(&path)
+                && meta.is_file()
+                && meta.len() > cfg.untracked_cap
+            {
+                out.effect.stripped.extend(strip_notes(
+                    &path,
+                    &upper.join(&path),
+                    meta.mode() & 0o7777,
+                    None,
+                ));
+                out.effect.skipped.push(path.clone());
+                out.passthrough.push(Passthrough {
+                    size: Some(meta.len()),
+                    ..Passthrough::new(path, false, false)
+                });
+                continue;
+            }
+        }
+        let new = match upper_item {
+            Some(Upper::File) => {
+                let abs = upper.join(&path);
+                let (entry, size, raw) = upper_entry(&abs, &objects, lower_perm)?;
+                if let Some(raw) = raw {
+                    out.effect
+                        .stripped
+                        .extend(strip_notes(&path, &abs, raw, lower_perm));
+                }
+                Some((entry, size))
+            }
+            _ => None,
+        };
+        let old = match lower_node {
             Some(Node::Dir) | Some(Node::Other) | None => None,
             Some(node) => Some(lower_entry(&b, &path, node, &objects)?),
         };
@@ -347,7 +424,7 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
             Some((e, size, st)) => (Some(e), Some(size), st),
             None => (None, None, None),
         };
-        let (new, new_size) = match new {
+        let (new, new_size): (Option<Entry>, Option<u64>) = match new {
             Some((e, size)) => (Some(e), Some(size)),
             None => (None, None),
         };
@@ -405,6 +482,31 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
     dirs.sort();
     for d in dirs {
         if matches!(b.node(&d), Ok(Some(Node::Dir))) {
+            // A folder the project holds: re-moded by the command?
+            let is_git = d == ".git" || d.starts_with(".git/");
+            let old = b.stat(&d).ok().flatten().map(|st| st.st_mode & 0o7777);
+            let raw = std::fs::symlink_metadata(upper.join(&d))
+                .map(|m| m.mode() & 0o7777)
+                .ok();
+            if let (false, Some(old), Some(raw)) = (is_git, old, raw) {
+                let (new, _) = safe_perm(raw, Some(old));
+                out.effect
+                    .stripped
+                    .extend(strip_notes(&d, &upper.join(&d), raw, Some(old)));
+                if new != old && crate::control_surface::control_entry(Path::new(&d)).is_none() {
+                    out.effect.dirs.push(DirChange {
+                        path: d.clone(),
+                        kind: ChangeKind::Modified,
+                        old_perm: Some(old),
+                        new_perm: Some(new),
+                    });
+                    out.passthrough.push(Passthrough {
+                        existed: true,
+                        perm: Some(old),
+                        ..Passthrough::new(d, false, true)
+                    });
+                }
+            }
             continue;
         }
         if let Some(entry) = crate::control_surface::control_entry(Path::new(&d)) {
@@ -415,6 +517,21 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
             continue;
         }
         let ignored = rules.ignored_dir(&d);
+        let is_git = d == ".git" || d.starts_with(".git/");
+        if !ignored && !is_git {
+            let raw = std::fs::symlink_metadata(upper.join(&d))
+                .map(|m| m.mode() & 0o7777)
+                .unwrap_or(0o755);
+            out.effect
+                .stripped
+                .extend(strip_notes(&d, &upper.join(&d), raw, None));
+            out.effect.dirs.push(DirChange {
+                path: d.clone(),
+                kind: ChangeKind::Created,
+                old_perm: None,
+                new_perm: Some(safe_perm(raw, None).0),
+            });
+        }
         out.passthrough.push(Passthrough {
             ignored,
             ..Passthrough::new(d, false, true)
@@ -428,14 +545,117 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
             continue;
         }
         let perm = b.stat(&d).ok().flatten().map(|st| st.st_mode & 0o7777);
-        let ignored = d != ".git" && !d.starts_with(".git/") && rules.ignored_dir(&d);
+        let is_git = d == ".git" || d.starts_with(".git/");
+        let ignored = !is_git && rules.ignored_dir(&d);
+        if !ignored && !is_git {
+            out.effect.dirs.push(DirChange {
+                path: d.clone(),
+                kind: ChangeKind::Deleted,
+                old_perm: perm,
+                new_perm: None,
+            });
+        }
         out.passthrough.push(Passthrough {
             ignored,
             perm,
             ..Passthrough::new(d, true, true)
         });
     }
+    if refs_touched {
+        out.effect.refs = super::refs::changed(store.work_tree(), upper);
+    }
     Ok(out)
+}
+
+/// The permission bits that may land for a file or folder the command
+/// left with `new` where the project held `old`: setuid, setgid and
+/// sticky never; group/world write only where the project had them.
+/// With the names of what was taken off.
+pub fn safe_perm(new: u32, old: Option<u32>) -> (u32, Vec<&'static str>) {
+    let mut gone = Vec::new();
+    for (bit, name) in [
+        (0o4000, "setuid bit"),
+        (0o2000, "setgid bit"),
+        (0o1000, "sticky bit"),
+    ] {
+        if new & bit != 0 {
+            gone.push(name);
+        }
+    }
+    let added_write = new & 0o022 & !old.unwrap_or(0);
+    if added_write != 0 {
+        gone.push("group/world write bits");
+    }
+    (new & 0o777 & !added_write, gone)
+}
+
+/// What of `raw` (the bits the command left at `rel`, its upper copy at
+/// `abs`) is not applied, one line each: `helper: setuid bit (04755 →
+/// 0755)`; file capabilities (`security.capability`) never are.
+fn strip_notes(rel: &str, abs: &Path, raw: u32, old: Option<u32>) -> Vec<String> {
+    let (applied, gone) = safe_perm(raw, old);
+    let mut notes = Vec::new();
+    if !gone.is_empty() {
+        notes.push(format!(
+            "{rel}: {} ({} → {})",
+            gone.join(", "),
+            perm_text(Some(raw)),
+            perm_text(Some(applied))
+        ));
+    }
+    if xattr(abs, "security.capability").is_some() {
+        notes.push(format!("{rel}: file capabilities (security.capability)"));
+    }
+    notes
+}
+
+/// The paths the project's git index tracks, read once per changeset
+/// read and only when an ignored path the project holds is written.
+#[derive(Default)]
+struct Tracked {
+    paths: Option<BTreeSet<String>>,
+}
+
+impl Tracked {
+    fn contains(&mut self, root: &Path, rel: &str) -> bool {
+        self.paths
+            .get_or_insert_with(|| tracked_paths(root))
+            .contains(rel)
+    }
+}
+
+/// `git ls-files` of the project (its config's programs off). Empty when
+/// it is no repository or git fails.
+fn tracked_paths(root: &Path) -> BTreeSet<String> {
+    if !root.join(".git").exists() {
+        return BTreeSet::new();
+    }
+    let out = std::process::Command::new("git")
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .env_remove("GIT_INDEX_FILE")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .args([
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "core.fsmonitor=false",
+        ])
+        .args(["-c", "core.quotePath=false", "ls-files", "-z", "--cached"])
+        .current_dir(root)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    match out {
+        Ok(o) if o.status.success() => o
+            .stdout
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty())
+            .filter_map(|p| std::str::from_utf8(p).ok().map(str::to_string))
+            .collect(),
+        _ => BTreeSet::new(),
+    }
 }
 
 /// Whether the project file `rel` (status `st` now) may have been changed
@@ -560,8 +780,14 @@ fn mode_of(perm: u32) -> String {
     .into()
 }
 
-/// The agent's version of a path: its bytes stored as a blob.
-fn upper_entry(abs: &Path, objects: &Path) -> Result<(Entry, u64), StoreError> {
+/// The agent's version of a path: its bytes stored as a blob, its
+/// permission bits as they may land ([`safe_perm`] against `old`), and the
+/// bits the command left when some were taken off.
+fn upper_entry(
+    abs: &Path,
+    objects: &Path,
+    old: Option<u32>,
+) -> Result<(Entry, u64, Option<u32>), StoreError> {
     let io = |source| StoreError::Io {
         path: abs.to_path_buf(),
         source,
@@ -581,11 +807,13 @@ fn upper_entry(abs: &Path, objects: &Path) -> Result<(Entry, u64), StoreError> {
                 perm: None,
             },
             size,
+            None,
         ));
     }
     let bytes = std::fs::read(abs).map_err(io)?;
     let oid = scan::write_object(objects, "blob", &bytes)?;
-    let perm = meta.mode() & 0o7777;
+    let raw = meta.mode() & 0o7777;
+    let perm = safe_perm(raw, old).0;
     Ok((
         Entry {
             mode: mode_of(perm),
@@ -593,6 +821,7 @@ fn upper_entry(abs: &Path, objects: &Path) -> Result<(Entry, u64), StoreError> {
             perm: Some(perm),
         },
         bytes.len() as u64,
+        Some(raw),
     ))
 }
 
@@ -636,11 +865,22 @@ fn lower_entry(
 }
 
 /// `.gitignore` rules of the project, read once per directory per read.
+/// Each directory's matchers and whether it is ignored are worked out once
+/// from its parent's (never by recursion: a tree 1,392 levels deep is
+/// classified in time linear in its depth per path, and no stack grows).
 struct Ignores {
     root: PathBuf,
     exclude: Arc<Gitignore>,
     precious: Arc<Gitignore>,
-    by_dir: HashMap<String, Vec<Arc<Gitignore>>>,
+    /// The ignore files that apply to entries directly inside a directory
+    /// (`""`: the root), outermost first.
+    by_dir: HashMap<String, Arc<Vec<Arc<Gitignore>>>>,
+    /// Whether a directory is ignored (itself or through an ancestor).
+    dir_ignored: HashMap<String, bool>,
+}
+
+fn parent_of(rel: &str) -> &str {
+    rel.rsplit_once('/').map_or("", |(p, _)| p)
 }
 
 impl Ignores {
@@ -650,6 +890,7 @@ impl Ignores {
             exclude: scan::shared_root_excludes(root),
             precious: scan::cached_precious(root, precious),
             by_dir: HashMap::new(),
+            dir_ignored: HashMap::new(),
         }
     }
 
@@ -665,23 +906,77 @@ impl Ignores {
         self.classify_as(rel, true).0
     }
 
-    fn classify_as(&mut self, rel: &str, dir: bool) -> (bool, bool) {
-        let parts: Vec<&str> = rel.split('/').collect();
-        let mut ignored = false;
-        for depth in 1..=parts.len() {
-            let prefix = parts[..depth].join("/");
-            let parent = parts[..depth - 1].join("/");
-            let matchers = self
-                .by_dir
-                .entry(parent.clone())
-                .or_insert_with(|| scan::ancestor_matchers(&self.root, &prefix))
-                .clone();
-            let is_dir = depth < parts.len() || dir;
-            if scan::ignored(&self.root.join(&prefix), is_dir, &self.exclude, &matchers) {
-                ignored = true;
+    /// The matchers for entries directly inside `dir`.
+    fn matchers(&mut self, dir: &str) -> Arc<Vec<Arc<Gitignore>>> {
+        if let Some(m) = self.by_dir.get(dir) {
+            return m.clone();
+        }
+        // The uncached ancestors, innermost first; then filled outermost
+        // first.
+        let mut chain = vec![dir.to_string()];
+        let mut at = dir;
+        while !at.is_empty() {
+            at = parent_of(at);
+            if self.by_dir.contains_key(at) {
                 break;
             }
+            chain.push(at.to_string());
         }
+        for d in chain.into_iter().rev() {
+            let mut own: Vec<Arc<Gitignore>> = if d.is_empty() {
+                Vec::new()
+            } else {
+                (*self.by_dir[parent_of(&d)]).clone()
+            };
+            let abs = if d.is_empty() {
+                self.root.clone()
+            } else {
+                self.root.join(&d)
+            };
+            if let Some(m) = scan::cached_gitignore(&abs, &abs.join(".gitignore")) {
+                own.push(m);
+            }
+            self.by_dir.insert(d, Arc::new(own));
+        }
+        self.by_dir[dir].clone()
+    }
+
+    /// Whether the directory `dir` (not the root) is ignored.
+    fn dir_is_ignored(&mut self, dir: &str) -> bool {
+        if dir.is_empty() {
+            return false;
+        }
+        if let Some(v) = self.dir_ignored.get(dir) {
+            return *v;
+        }
+        let mut chain = vec![dir.to_string()];
+        let mut at = parent_of(dir);
+        while !at.is_empty() && !self.dir_ignored.contains_key(at) {
+            chain.push(at.to_string());
+            at = parent_of(at);
+        }
+        for d in chain.into_iter().rev() {
+            let parent = parent_of(&d).to_string();
+            let up = !parent.is_empty() && self.dir_ignored[&parent];
+            let v = up || {
+                let m = self.matchers(&parent);
+                scan::ignored(&self.root.join(&d), true, &self.exclude, &m)
+            };
+            self.dir_ignored.insert(d, v);
+        }
+        self.dir_ignored[dir]
+    }
+
+    fn classify_as(&mut self, rel: &str, dir: bool) -> (bool, bool) {
+        let parent = parent_of(rel).to_string();
+        let ignored = if dir {
+            self.dir_is_ignored(rel)
+        } else {
+            self.dir_is_ignored(&parent) || {
+                let m = self.matchers(&parent);
+                scan::ignored(&self.root.join(rel), false, &self.exclude, &m)
+            }
+        };
         let precious = self
             .precious
             .matched(self.root.join(rel), false)

@@ -16,6 +16,7 @@ pub mod effect;
 pub mod intent;
 pub mod left;
 pub mod notify;
+pub mod refs;
 pub mod scan;
 pub mod spare;
 pub mod store;
@@ -915,12 +916,20 @@ impl Project {
         Ok(cp)
     }
 
-    /// The last applied checkpoint (what `undo` with no id reverts).
+    /// What `undo` with no id reverts: the newest applied record of an
+    /// action (never an undo: undoing it would re-apply the change just
+    /// undone), of `session` when one is given.
     pub fn last_applied(&self) -> Result<Checkpoint, CheckpointError> {
+        self.last_applied_of(None)
+    }
+
+    /// [`Project::last_applied`] among the records of `session`.
+    pub fn last_applied_of(&self, session: Option<&str>) -> Result<Checkpoint, CheckpointError> {
         self.list()?
             .into_iter()
             .rev()
-            .find(|c| c.status == CheckpointStatus::Applied)
+            .filter(|c| session.is_none_or(|s| c.session_id == s))
+            .find(|c| c.status == CheckpointStatus::Applied && c.undoes.is_none())
             .ok_or(CheckpointError::Empty)
     }
 
@@ -1363,21 +1372,40 @@ impl Project {
             .filter(|p| p.dir && p.remove)
             .collect();
         let files: Vec<&changeset::Passthrough> = cp.ignored_files().collect();
+        // Folders the action made (in ignored trees or not: `mkdir -p
+        // a/b/c` is part of the change) and folders it re-moded.
         let mut dropped_dirs: Vec<&changeset::Passthrough> = cp
             .passthrough
             .iter()
             .filter(outside_git)
-            .filter(|p| p.dir && !p.remove && p.ignored)
+            .filter(|p| p.dir && !p.remove && !p.existed)
             .collect();
-        if made.is_empty() && files.is_empty() && dropped_dirs.is_empty() {
-            return vec![];
+        let remoded: Vec<&changeset::Passthrough> = cp
+            .passthrough
+            .iter()
+            .filter(outside_git)
+            .filter(|p| p.dir && !p.remove && p.existed)
+            .collect();
+        let mut notes = Vec::new();
+        if !cp.effect.refs.is_empty() {
+            let (moved, left) = refs::move_back(&self.cwd, &cp.effect.refs);
+            if !moved.is_empty() {
+                notes.push(format!("moved back: {}", moved.join("; ")));
+            }
+            if !left.is_empty() {
+                notes.push(format!("refs left as they are: {}", left.join(", ")));
+            }
+        }
+        if made.is_empty() && files.is_empty() && dropped_dirs.is_empty() && remoded.is_empty() {
+            return notes;
         }
         let b = match self.store.beneath() {
             Ok(b) => b,
             Err(e) => {
-                return vec![format!(
+                notes.push(format!(
                     "ignored-tree files and removed folders not undone: {e}"
-                )]
+                ));
+                return notes;
             }
         };
         let oids: Vec<&str> = files
@@ -1452,10 +1480,29 @@ impl Project {
         // Folders the action made in ignored trees, deepest first, when
         // empty now (and the emptied parents of what was removed).
         dropped_dirs.sort_by_key(|p| std::cmp::Reverse(p.path.matches('/').count()));
+        let mut unmade = 0usize;
         for p in &dropped_dirs {
-            b.remove_empty_dir(&p.path);
+            if b.remove_empty_dir(&p.path) {
+                unmade += 1;
+            } else if !p.ignored && b.node(&p.path).ok().flatten().is_some() {
+                left.push(format!("{}/ (folder not empty)", p.path));
+            }
         }
-        let mut notes = Vec::new();
+        let mut remodes = 0usize;
+        for p in &remoded {
+            if let Some(perm) = p.perm {
+                match b.chmod(&p.path, perm) {
+                    Ok(()) => remodes += 1,
+                    Err(e) => left.push(format!("{}/ (mode not put back: {e})", p.path)),
+                }
+            }
+        }
+        if unmade > 0 {
+            notes.push(format!("removed {unmade} folder(s) it made"));
+        }
+        if remodes > 0 {
+            notes.push(format!("put back the mode of {remodes} folder(s)"));
+        }
         if removed > 0 {
             notes.push(format!(
                 "removed {removed} file(s) the action wrote in ignored trees"

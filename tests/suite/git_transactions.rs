@@ -1,0 +1,84 @@
+//! Issue 37's git part through the real binary, real bubblewrap and a
+//! scripted model: a commit made inside comes back through the overlay of
+//! `.git`, `history` shows the ref move, `undo` moves the ref back, and a
+//! ref deletion is asked with the ref diff.
+
+use crate::harness;
+use crate::suite::changeset_consequences::{project, Turn};
+
+use std::path::Path;
+
+/// `git rev-parse` in `dir`.
+fn rev(dir: &Path, what: &str) -> String {
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "--verify", "-q", what])
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn log(dir: &Path) -> String {
+    let out = std::process::Command::new("git")
+        .args(["log", "--format=%s", "main"])
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+const COMMIT: &str = "echo more >> a.txt && git add a.txt && \
+     git -c user.name=Agent -c user.email=agent@example.org commit -qm 'agent work'";
+
+/// A commit made inside shows in the host's `git log`; `history` shows the
+/// ref move with the subject; `undo` moves `main` back.
+#[tokio::test]
+async fn a_commit_made_inside_lands_and_undo_removes_it_from_the_branch() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let project = project();
+    let p = project.path();
+    let before = rev(p, "main");
+    let turn = Turn::run(p, &[COMMIT], "allow_once").await;
+    let after = rev(p, "main");
+    assert_ne!(before, after, "no commit landed: {}", turn.told());
+    assert!(log(p).starts_with("agent work\n"), "{}", log(p));
+    let (ok, history) = turn.cli(p, &["history"]);
+    assert!(ok, "{history}");
+    let line = format!(
+        "ref main: {} → {} \"agent work\"",
+        &before[..7],
+        &after[..7]
+    );
+    assert!(history.contains(&line), "{line:?} not in:\n{history}");
+    let (ok, out) = turn.cli(p, &["undo"]);
+    assert!(ok, "{out}");
+    assert_eq!(rev(p, "main"), before, "{out}");
+    assert_eq!(log(p), "init\n");
+    // The objects stay: the commit can still be read.
+    assert_eq!(rev(p, &format!("{after}^{{commit}}")), after);
+}
+
+/// `git branch -D` of a branch is asked, with the ref diff; rejected, the
+/// branch stays.
+#[tokio::test]
+async fn deleting_a_branch_is_asked_with_the_ref_diff() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let project = project();
+    let p = project.path();
+    harness::git(p, &["branch", "topic"]);
+    let topic = rev(p, "topic");
+    let turn = Turn::run(p, &["git branch -d topic"], "reject_once").await;
+    let asks = turn.asks();
+    assert!(
+        asks.contains(&format!("ref topic: {} → (deleted)", &topic[..7])),
+        "not asked with the ref diff: {asks}\n{}",
+        turn.told()
+    );
+    assert_eq!(rev(p, "topic"), topic, "the branch is gone");
+}
