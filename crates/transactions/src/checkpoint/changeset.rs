@@ -300,7 +300,7 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
     for (path, upper_item) in paths {
         // First: the control surface (`.git/config`, hooks, the agent's
         // own skills…) that the command created is never applied.
-        if let Some(entry) = crate::control_surface::control_entry(Path::new(&path)) {
+        if let Some(entry) = control_entry(&path) {
             let shown = format!("`{}` ({})", entry.path, entry.why);
             if !out.dropped.contains(&shown) {
                 out.dropped.push(shown);
@@ -493,7 +493,7 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
                 out.effect
                     .stripped
                     .extend(strip_notes(&d, &upper.join(&d), raw, Some(old)));
-                if new != old && crate::control_surface::control_entry(Path::new(&d)).is_none() {
+                if new != old && control_entry(&d).is_none() {
                     out.effect.dirs.push(DirChange {
                         path: d.clone(),
                         kind: ChangeKind::Modified,
@@ -509,7 +509,7 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
             }
             continue;
         }
-        if let Some(entry) = crate::control_surface::control_entry(Path::new(&d)) {
+        if let Some(entry) = control_entry(&d) {
             let shown = format!("`{}` ({})", entry.path, entry.why);
             if !out.dropped.contains(&shown) {
                 out.dropped.push(shown);
@@ -541,7 +541,7 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
     gone_dirs.sort_by_key(|d| std::cmp::Reverse(d.matches('/').count()));
     gone_dirs.dedup();
     for d in gone_dirs {
-        if crate::control_surface::control_entry(Path::new(&d)).is_some() {
+        if control_entry(&d).is_some() {
             continue;
         }
         let perm = b.stat(&d).ok().flatten().map(|st| st.st_mode & 0o7777);
@@ -656,6 +656,24 @@ fn tracked_paths(root: &Path) -> BTreeSet<String> {
             .collect(),
         _ => BTreeSet::new(),
     }
+}
+
+/// The control-surface entry `rel` is, if any. A path none of whose
+/// names starts an entry is none, found in one pass over its names
+/// (`control_surface::control_entry` compares every suffix with every
+/// entry: a folder 1,392 levels deep took seconds of that per read).
+fn control_entry(rel: &str) -> Option<&'static crate::control_surface::ControlEntry> {
+    static FIRST: std::sync::OnceLock<BTreeSet<&'static str>> = std::sync::OnceLock::new();
+    let first = FIRST.get_or_init(|| {
+        crate::control_surface::CONTROL_SURFACE
+            .iter()
+            .filter_map(|e| e.path.split('/').next())
+            .collect()
+    });
+    if !rel.split('/').any(|name| first.contains(name)) {
+        return None;
+    }
+    crate::control_surface::control_entry(Path::new(rel))
 }
 
 /// Whether the project file `rel` (status `st` now) may have been changed
