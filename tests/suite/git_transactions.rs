@@ -82,3 +82,29 @@ async fn deleting_a_branch_is_asked_with_the_ref_diff() {
     );
     assert_eq!(rev(p, "topic"), topic, "the branch is gone");
 }
+
+/// Amending a commit `origin/main` already holds is asked with the ref
+/// diff, naming the remote-tracking ref; a new commit on top is not.
+#[tokio::test]
+async fn rewriting_a_pushed_commit_is_asked_and_a_new_commit_is_not() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let project = project();
+    let p = project.path();
+    harness::git(p, &["update-ref", "refs/remotes/origin/main", "HEAD"]);
+    let turn = Turn::run(p, &[COMMIT], "allow_once").await;
+    assert!(turn.asked.is_empty(), "{}", turn.asks());
+    let pushed = rev(p, "main");
+    harness::git(p, &["update-ref", "refs/remotes/origin/main", "main"]);
+    let amend = "git -c user.name=Agent -c user.email=agent@example.org \
+                 commit -q --amend -m rewritten";
+    let turn = Turn::run(p, &[amend], "allow_once").await;
+    let asks = turn.asks();
+    assert!(
+        asks.contains(&format!("ref main: {} → ", &pushed[..7]))
+            && asks.contains("drops commits remotes/origin/main already has"),
+        "{asks}\n{}",
+        turn.told()
+    );
+}

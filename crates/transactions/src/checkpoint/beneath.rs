@@ -587,6 +587,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_sparse_copy_keeps_its_holes() {
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        let dir = tempfile::tempdir().unwrap();
+        let src = std::fs::File::create(dir.path().join("src")).unwrap();
+        src.set_len(64 << 20).unwrap();
+        src.write_all_at(b"middle", 32 << 20).unwrap();
+        let b = Beneath::open(dir.path()).unwrap();
+        let src = std::fs::File::open(dir.path().join("src")).unwrap();
+        let copied = b.put_sparse("dst", &src, 0o640).unwrap();
+        assert!(copied < 1 << 20, "{copied}");
+        let meta = std::fs::metadata(dir.path().join("dst")).unwrap();
+        assert_eq!(meta.len(), 64 << 20);
+        assert!(meta.blocks() * 512 < 1 << 20, "{} blocks", meta.blocks());
+        assert_eq!(meta.mode() & 0o777, 0o640);
+        let mut buf = [0u8; 6];
+        std::fs::File::open(dir.path().join("dst"))
+            .unwrap()
+            .read_exact_at(&mut buf, 32 << 20)
+            .unwrap();
+        assert_eq!(&buf, b"middle");
+    }
+
+    #[test]
     fn links_on_the_path_are_never_followed() {
         let project = tempfile::tempdir().unwrap();
         let host = tempfile::tempdir().unwrap();

@@ -1002,3 +1002,33 @@ impl Ignores {
         (ignored, precious)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn special_bits_never_land_and_write_bits_only_where_they_were() {
+        assert_eq!(safe_perm(0o4755, None), (0o755, vec!["setuid bit"]));
+        assert_eq!(safe_perm(0o2775, Some(0o775)), (0o775, vec!["setgid bit"]));
+        assert_eq!(safe_perm(0o1777, Some(0o755)).0, 0o755);
+        assert_eq!(
+            safe_perm(0o777, Some(0o755)),
+            (0o755, vec!["group/world write bits"])
+        );
+        assert_eq!(safe_perm(0o666, Some(0o664)).0, 0o664);
+        assert_eq!(safe_perm(0o700, Some(0o644)), (0o700, vec![]));
+    }
+
+    #[test]
+    fn ignore_rules_of_a_deep_tree_are_read_without_recursion() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".gitignore"), "build/\n*.log\n").unwrap();
+        let mut rules = Ignores::new(dir.path(), &[]);
+        let deep = "d/".repeat(5_000);
+        assert!(!rules.ignored_dir(deep.trim_end_matches('/')));
+        assert!(rules.classify(&format!("{deep}x.log")).0);
+        assert!(rules.classify("build/a/b.txt").0);
+        assert!(!rules.classify("src/a.txt").0);
+    }
+}
