@@ -391,6 +391,14 @@ impl ObservedEffect {
             "bytes_added": self.bytes_added(),
             "bytes_removed": self.bytes_removed(),
             "skipped": self.skipped,
+            "refs": self.refs.iter().map(RefChange::line).collect::<Vec<_>>(),
+            "dirs": self.dirs.iter().map(DirChange::line).collect::<Vec<_>>(),
+            "modes": self
+                .changes
+                .iter()
+                .filter_map(|c| Some(format!("{}: {}", c.path, c.mode_change()?)))
+                .collect::<Vec<_>>(),
+            "not_applied": self.stripped,
         })
     }
 

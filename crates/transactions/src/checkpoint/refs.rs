@@ -245,14 +245,20 @@ fn rewrites_pushed(
     change: &RefChange,
 ) -> Option<String> {
     let old = change.old.as_deref().filter(|o| is_oid(o))?;
+    let remotes: Vec<(&String, &String)> = before
+        .iter()
+        .filter(|(name, v)| name.starts_with("refs/remotes/") && is_oid(v))
+        .collect();
+    if remotes.is_empty() {
+        return None; // nothing was pushed anywhere this clone knows of
+    }
     if let Some(new) = change.new.as_deref().filter(|n| is_oid(n)) {
         if is_ancestor(root, objects, old, new) {
             return None; // a fast-forward: nothing dropped
         }
     }
-    before
-        .iter()
-        .filter(|(name, v)| name.starts_with("refs/remotes/") && is_oid(v))
+    remotes
+        .into_iter()
         .find(|(_, remote)| is_ancestor(root, objects, old, remote))
         .map(|(name, _)| name.clone())
 }
