@@ -489,7 +489,7 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
                 .map(|m| m.mode() & 0o7777)
                 .ok();
             if let (false, Some(old), Some(raw)) = (is_git, old, raw) {
-                let (new, _) = safe_perm(raw, Some(old));
+                let (new, _) = safe_dir_perm(raw, Some(old));
                 out.effect
                     .stripped
                     .extend(strip_notes(&d, &upper.join(&d), raw, Some(old)));
@@ -529,7 +529,7 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
                 path: d.clone(),
                 kind: ChangeKind::Created,
                 old_perm: None,
-                new_perm: Some(safe_perm(raw, None).0),
+                new_perm: Some(safe_dir_perm(raw, None).0),
             });
         }
         out.passthrough.push(Passthrough {
@@ -567,18 +567,29 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
     Ok(out)
 }
 
-/// The permission bits that may land for a file or folder the command
-/// left with `new` where the project held `old`: setuid, setgid and
-/// sticky never; group/world write only where the project had them.
-/// With the names of what was taken off.
+/// The permission bits that may land for a file the command left with
+/// `new` where the project held `old`: setuid, setgid and sticky never;
+/// group/world write only where the project had them. With the names of
+/// what was taken off.
 pub fn safe_perm(new: u32, old: Option<u32>) -> (u32, Vec<&'static str>) {
+    perm_allowed(new, old, 0)
+}
+
+/// [`safe_perm`] for a folder: a setgid or sticky bit the project's folder
+/// already had stays (a group-shared tree keeps its setgid folders); the
+/// command cannot add one.
+pub fn safe_dir_perm(new: u32, old: Option<u32>) -> (u32, Vec<&'static str>) {
+    perm_allowed(new, old, old.unwrap_or(0) & 0o3000)
+}
+
+fn perm_allowed(new: u32, old: Option<u32>, kept_special: u32) -> (u32, Vec<&'static str>) {
     let mut gone = Vec::new();
     for (bit, name) in [
         (0o4000, "setuid bit"),
         (0o2000, "setgid bit"),
         (0o1000, "sticky bit"),
     ] {
-        if new & bit != 0 {
+        if new & bit & !kept_special != 0 {
             gone.push(name);
         }
     }
@@ -586,14 +597,19 @@ pub fn safe_perm(new: u32, old: Option<u32>) -> (u32, Vec<&'static str>) {
     if added_write != 0 {
         gone.push("group/world write bits");
     }
-    (new & 0o777 & !added_write, gone)
+    ((new & 0o777 & !added_write) | (new & kept_special), gone)
 }
 
 /// What of `raw` (the bits the command left at `rel`, its upper copy at
 /// `abs`) is not applied, one line each: `helper: setuid bit (04755 →
 /// 0755)`; file capabilities (`security.capability`) never are.
 fn strip_notes(rel: &str, abs: &Path, raw: u32, old: Option<u32>) -> Vec<String> {
-    let (applied, gone) = safe_perm(raw, old);
+    let is_dir = std::fs::symlink_metadata(abs).is_ok_and(|m| m.is_dir());
+    let (applied, gone) = if is_dir {
+        safe_dir_perm(raw, old)
+    } else {
+        safe_perm(raw, old)
+    };
     let mut notes = Vec::new();
     if !gone.is_empty() {
         notes.push(format!(
@@ -1018,6 +1034,10 @@ mod tests {
         );
         assert_eq!(safe_perm(0o666, Some(0o664)).0, 0o664);
         assert_eq!(safe_perm(0o700, Some(0o644)), (0o700, vec![]));
+        // A folder keeps the setgid bit it had; it cannot gain one.
+        assert_eq!(safe_dir_perm(0o2775, Some(0o2775)), (0o2775, vec![]));
+        assert_eq!(safe_dir_perm(0o2755, Some(0o755)).0, 0o755);
+        assert_eq!(safe_perm(0o4755, Some(0o4755)).0, 0o755);
     }
 
     #[test]

@@ -667,7 +667,7 @@ pub fn pass_through(b: &Beneath, upper: &Path, p: &Passthrough) -> Result<Option
     let lower_perm = b.stat(&p.path).ok().flatten().map(|st| st.st_mode & 0o7777);
     if p.dir {
         use std::os::unix::fs::MetadataExt;
-        let perm = changeset::safe_perm(meta.mode() & 0o7777, lower_perm).0;
+        let perm = changeset::safe_dir_perm(meta.mode() & 0o7777, lower_perm).0;
         if lower_perm.is_some() {
             // A directory the project holds, re-moded by the command.
             return b
