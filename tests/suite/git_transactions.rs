@@ -108,3 +108,46 @@ async fn rewriting_a_pushed_commit_is_asked_and_a_new_commit_is_not() {
         turn.told()
     );
 }
+
+/// Growing history — a tag, a stash, a branch merged back — runs unasked,
+/// lands in the host repository and shows as ref moves in `history`;
+/// `undo` of the merge moves `main` back.
+#[tokio::test]
+async fn tags_stashes_and_merges_land_unasked_and_show_as_ref_moves() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let project = project();
+    let p = project.path();
+    let id = "git -c user.name=Agent -c user.email=agent@example.org";
+    let before = rev(p, "main");
+    let commands = [
+        "git tag v1".to_string(),
+        "echo wip >> a.txt && git stash -q".to_string(),
+        format!(
+            "git checkout -q -b topic && echo t > t.txt && git add t.txt && \
+             {id} commit -qm topic && git checkout -q main && {id} merge -q --no-ff -m merged topic"
+        ),
+    ];
+    let commands: Vec<&str> = commands.iter().map(String::as_str).collect();
+    let turn = Turn::run(p, &commands, "reject_once").await;
+    assert!(turn.asked.is_empty(), "{}", turn.asks());
+    assert_eq!(rev(p, "v1"), before);
+    assert!(!rev(p, "refs/stash").is_empty(), "{}", turn.told());
+    assert_eq!(std::fs::read_to_string(p.join("a.txt")).unwrap(), "a\n");
+    let merged = rev(p, "main");
+    assert_ne!(merged, before, "{}", turn.told());
+    let (ok, history) = turn.cli(p, &["history"]);
+    assert!(ok, "{history}");
+    for line in [
+        format!("ref tag v1: (new) → {}", &before[..7]),
+        "ref stash: (new) → ".to_string(),
+        format!("ref main: {} → {} \"merged\"", &before[..7], &merged[..7]),
+    ] {
+        assert!(history.contains(&line), "{line:?} not in:\n{history}");
+    }
+    let (ok, out) = turn.cli(p, &["undo"]);
+    assert!(ok, "{out}");
+    assert_eq!(rev(p, "main"), before, "{out}");
+    assert_eq!(std::fs::read_to_string(p.join("a.txt")).unwrap(), "a\n");
+}
