@@ -207,6 +207,34 @@ async fn the_gitignore_flip_is_undoable() {
     );
 }
 
+/// The flip with a file git does not track: action 1 adds the person's
+/// untracked notes to `.gitignore`, action 2 empties them. A file ignored
+/// by its own name keeps its pre-image (not only 256 KiB of it), so undo
+/// brings it back.
+#[tokio::test]
+async fn the_gitignore_flip_of_an_untracked_file_is_undoable() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let project = project();
+    let p = project.path();
+    let notes = "draft paragraph\n".repeat(40_000);
+    std::fs::write(p.join("notes.md"), &notes).unwrap();
+    let turn = Turn::run(
+        p,
+        &["echo notes.md >> .gitignore", ": > notes.md"],
+        "allow_once",
+    )
+    .await;
+    assert_eq!(std::fs::read_to_string(p.join("notes.md")).unwrap(), "");
+    let (ok, out) = turn.cli(p, &["undo"]);
+    assert!(ok, "{out}");
+    assert!(
+        std::fs::read_to_string(p.join("notes.md")).unwrap() == notes,
+        "not brought back: {out}"
+    );
+}
+
 /// `undo` after an action that changed only refs (`git checkout -b x`)
 /// names what it undoes, and never re-applies a change just undone.
 #[tokio::test]

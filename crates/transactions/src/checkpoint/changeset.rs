@@ -78,6 +78,9 @@ pub struct Passthrough {
     /// [`IGNORED_PRE_IMAGES_MAX_TOTAL`]); `existed` without it: not kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before: Option<Entry>,
+    /// Bytes of the kept pre-image (`before`), for the quota's estimate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_size: Option<u64>,
     /// The blob id of the bytes applied (not stored): undo removes or
     /// restores the path only while it still holds exactly these.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -107,6 +110,10 @@ impl Passthrough {
 /// An ignored-tree file the action overwrote or removed is kept as a blob
 /// (so undo can put it back) only up to this size …
 pub const IGNORED_PRE_IMAGE_MAX_BYTES: u64 = 256 * 1024;
+/// A file ignored by its own name rather than inside an ignored folder
+/// keeps its pre-image up to the untracked cap, while such files of one
+/// action stay under this total.
+pub const IGNORED_SINGLE_PRE_IMAGES_MAX_TOTAL: u64 = 256 * 1024 * 1024;
 /// … and only while the action's kept pre-images stay under this total
 /// (`rm -rf node_modules` must not copy the whole tree into the store).
 pub const IGNORED_PRE_IMAGES_MAX_TOTAL: u64 = 16 * 1024 * 1024;
@@ -296,6 +303,7 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
     let mut out = Changeset::default();
     let mut kept_pre_images = 0u64;
     let mut refs_touched = false;
+    let mut kept_single = 0u64;
     let mut tracked = Tracked::default();
     for (path, upper_item) in paths {
         // First: the control surface (`.git/config`, hooks, the agent's
@@ -361,6 +369,30 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
                     }
                 }
             }
+            // A file ignored by its own name (`notes.txt`, `*.log`, `.env`),
+            // not as part of an ignored tree: one file, perhaps the person's
+            // only copy, whose name an earlier action may have added to
+            // `.gitignore`. Its pre-image is kept up to the untracked cap,
+            // outside the per-action total meant for trees.
+            let single = !rules.in_ignored_dir(&path);
+            let limit = if single {
+                cfg.untracked_cap.max(IGNORED_PRE_IMAGE_MAX_BYTES)
+            } else {
+                IGNORED_PRE_IMAGE_MAX_BYTES
+            };
+            let budget = if single {
+                Budget {
+                    kept: &mut kept_single,
+                    per_file: limit,
+                    total: IGNORED_SINGLE_PRE_IMAGES_MAX_TOTAL,
+                }
+            } else {
+                Budget {
+                    kept: &mut kept_pre_images,
+                    per_file: limit,
+                    total: IGNORED_PRE_IMAGES_MAX_TOTAL,
+                }
+            };
             let pass = ignored_write(
                 &b,
                 upper,
@@ -368,7 +400,7 @@ pub fn read(upper: &Path, store: &Store, cfg: &ReadConfig<'_>) -> Result<Changes
                 path,
                 upper_item.is_none(),
                 was_copied_up,
-                &mut kept_pre_images,
+                budget,
             )?;
             out.passthrough.push(pass);
             continue;
@@ -702,6 +734,14 @@ fn changed_since(base: &Path, rel: &str, st: &rustix::fs::Stat, cfg: &ReadConfig
     ctime >= cfg.start_tick_ns && !super::left::is_as_left(base, rel, st)
 }
 
+/// How much of an ignored write's pre-image may be kept: per file, and
+/// in total (`kept` so far) for the pile it counts against.
+struct Budget<'a> {
+    kept: &'a mut u64,
+    per_file: u64,
+    total: u64,
+}
+
 /// A write (or removal) in an ignored tree: its size, whether something
 /// was there before, and — when small enough — that pre-image as a blob.
 fn ignored_write(
@@ -711,8 +751,13 @@ fn ignored_write(
     path: String,
     remove: bool,
     copied_up: bool,
-    kept: &mut u64,
+    budget: Budget<'_>,
 ) -> Result<Passthrough, StoreError> {
+    let Budget {
+        kept,
+        per_file: limit,
+        total,
+    } = budget;
     let size = if remove {
         None
     } else {
@@ -727,13 +772,14 @@ fn ignored_write(
     };
     let existed = copied_up || matches!(lower_node, Some(Node::File { .. } | Node::Symlink));
     let mut before = None;
+    let mut before_size = None;
     if let (Some(st), Some(node @ (Node::File { .. } | Node::Symlink))) = (lower, lower_node) {
         let bytes = st.st_size.max(0) as u64;
-        let fits = bytes <= IGNORED_PRE_IMAGE_MAX_BYTES
-            && kept.saturating_add(bytes) <= IGNORED_PRE_IMAGES_MAX_TOTAL;
+        let fits = bytes <= limit && kept.saturating_add(bytes) <= total;
         if fits {
             *kept += bytes;
             before = Some(lower_entry(b, &path, node, objects)?.0);
+            before_size = Some(bytes);
         }
     }
     Ok(Passthrough {
@@ -741,6 +787,7 @@ fn ignored_write(
         size,
         existed,
         before,
+        before_size,
         ..Passthrough::new(path, remove, false)
     })
 }
@@ -938,6 +985,12 @@ impl Ignores {
     /// directory only).
     fn ignored_dir(&mut self, rel: &str) -> bool {
         self.classify_as(rel, true).0
+    }
+
+    /// Whether `rel` lies inside an ignored folder (rather than being
+    /// ignored, if at all, by its own name).
+    fn in_ignored_dir(&mut self, rel: &str) -> bool {
+        self.dir_is_ignored(parent_of(rel))
     }
 
     /// The matchers for entries directly inside `dir`.

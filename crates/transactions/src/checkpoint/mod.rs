@@ -1031,11 +1031,11 @@ impl Project {
             .changes
             .iter()
             .map(|c| c.old_size.unwrap_or(0) + c.new_size.unwrap_or(0))
-            .chain(
-                cp.passthrough
-                    .iter()
-                    .filter_map(|p| p.before.as_ref().map(|_| IGNORED_PRE_IMAGE_MAX_BYTES_U64)),
-            )
+            .chain(cp.passthrough.iter().filter_map(|p| {
+                p.before
+                    .as_ref()
+                    .map(|_| p.before_size.unwrap_or(IGNORED_PRE_IMAGE_MAX_BYTES_U64))
+            }))
             .fold(RECORD_OVERHEAD_BYTES, u64::saturating_add);
         let mut map = measured_stores();
         let known = map.get(&self.root).copied();
