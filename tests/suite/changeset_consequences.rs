@@ -37,7 +37,17 @@ pub struct Turn {
 
 impl Turn {
     pub async fn run(project: &Path, commands: &[&str], answer: &str) -> Turn {
+        Turn::run_with(project, commands, answer, "").await
+    }
+
+    /// [`Turn::run`] with `config` as the daemon's configuration file.
+    pub async fn run_with(project: &Path, commands: &[&str], answer: &str, config: &str) -> Turn {
         let home = tempfile::tempdir().unwrap();
+        if !config.is_empty() {
+            let dir = home.path().join("config/passepartout");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("config.toml"), config).unwrap();
+        }
         let mut script: Vec<_> = commands
             .iter()
             .enumerate()
@@ -130,31 +140,42 @@ async fn group_and_world_write_bits_are_not_applied_and_modes_show() {
     assert!(history.contains("a.txt  mode 0644 → 0700"), "{history}");
 }
 
-/// Ten `truncate -s 250M` land sparse on the host.
+/// Ten `truncate -s 250M` land sparse on the host (with room for them
+/// under `max_sparse_bytes`); under the default 1 GiB, their apparent size
+/// counts: four land, the rest are not applied and the result says why.
 #[tokio::test]
-async fn sparse_files_are_applied_sparse() {
+async fn sparse_files_are_applied_sparse_and_count_at_their_apparent_size() {
     if !harness::bwrap_available() {
         return;
     }
+    const SIZE: u64 = 250 * 1024 * 1024;
+    let ten = "for i in 0 1 2 3 4 5 6 7 8 9; do truncate -s 250M big$i.img; done";
     let project = project();
     let p = project.path();
-    let turn = Turn::run(
-        p,
-        &["for i in 0 1 2 3 4 5 6 7 8 9; do truncate -s 250M big$i.img; done"],
-        "allow_once",
-    )
-    .await;
+    let room = "[checkpoints]\nmax_sparse_bytes = 4294967296\n";
+    let turn = Turn::run_with(p, &[ten], "allow_once", room).await;
     let mut blocks = 0;
     for i in 0..10 {
         let f = p.join(format!("big{i}.img"));
         let meta = std::fs::metadata(&f).unwrap_or_else(|e| panic!("{e}: {}", turn.told()));
-        assert_eq!(meta.len(), 250 * 1024 * 1024);
+        assert_eq!(meta.len(), SIZE);
         blocks += meta.blocks();
     }
     assert!(
         blocks * 512 < 1024 * 1024,
         "{blocks} blocks of 512 bytes on the host"
     );
+
+    let project = self::project();
+    let p = project.path();
+    let turn = Turn::run(p, &[ten], "allow_once").await;
+    let landed: Vec<u64> = (0..10)
+        .filter_map(|i| std::fs::metadata(p.join(format!("big{i}.img"))).ok())
+        .map(|m| m.len())
+        .collect();
+    assert_eq!(landed.len(), 4, "{}", turn.told());
+    let told = turn.told();
+    assert!(told.contains("max_sparse_bytes"), "{told}");
 }
 
 /// `mkdir -p a/b/c` and a 1,392-level-deep tree are recorded; `history`

@@ -79,6 +79,12 @@ pub struct CheckpointConfig {
     /// before it reaches the project (the default), or observed after the
     /// fact (see `docs/transactions.md`).
     pub transactions: TransactionMode,
+    /// The apparent size of the sparse files one action may leave in the
+    /// project (the sandbox's `disk_write` default): holes take no disk
+    /// while the command runs, so the sandbox's own limit, which measures
+    /// free space, does not see them. Past it the rest are not applied,
+    /// and the result says so. 0: no limit.
+    pub max_sparse_bytes: u64,
 }
 
 /// `[checkpoints] transactions`.
@@ -128,6 +134,7 @@ impl Default for CheckpointConfig {
             keep_undo_steps: 20,
             watch: true,
             transactions: TransactionMode::Overlay,
+            max_sparse_bytes: 1024 * 1024 * 1024,
         }
     }
 }
@@ -364,6 +371,17 @@ impl Checkpoint {
     }
 }
 
+/// The apparent size of a file `p` writes when it has holes (fewer bytes
+/// allocated than its length), else None.
+fn sparse_size(upper: &Path, p: &changeset::Passthrough) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    if p.remove || p.dir {
+        return None;
+    }
+    let meta = std::fs::symlink_metadata(upper.join(&p.path)).ok()?;
+    (meta.is_file() && meta.blocks().saturating_mul(512) < meta.len()).then_some(meta.len())
+}
+
 /// The size bound counted for a kept ignored-tree pre-image.
 const IGNORED_PRE_IMAGE_MAX_BYTES_U64: u64 = changeset::IGNORED_PRE_IMAGE_MAX_BYTES;
 
@@ -412,6 +430,8 @@ pub struct Project {
     dir: PathBuf,
     max_store_bytes: u64,
     keep_undo_steps: usize,
+    /// `[checkpoints] max_sparse_bytes`.
+    max_sparse_bytes: u64,
 }
 
 /// Working directories that are never checkpointed: the file system root
@@ -473,6 +493,7 @@ impl Project {
             dir,
             max_store_bytes: cfg.max_store_bytes,
             keep_undo_steps: cfg.keep_undo_steps,
+            max_sparse_bytes: cfg.max_sparse_bytes,
         })
     }
 
@@ -712,7 +733,20 @@ impl Project {
         let upper = self.txn_dir(&cp.id).join("upper");
         let mut failed = Vec::new();
         if !cp.passthrough.is_empty() {
+            let mut sparse_bytes = 0u64;
             for p in &mut cp.passthrough {
+                if let Some(apparent) = sparse_size(&upper, p) {
+                    sparse_bytes = sparse_bytes.saturating_add(apparent);
+                    if self.max_sparse_bytes > 0 && sparse_bytes > self.max_sparse_bytes {
+                        failed.push(format!(
+                            "{}: a sparse file of {apparent} bytes (apparent size) would pass the \
+                             limit of {} bytes of sparse files per action (`[checkpoints] \
+                             max_sparse_bytes`)",
+                            p.path, self.max_sparse_bytes
+                        ));
+                        continue;
+                    }
+                }
                 match txn::pass_through(&b, &upper, p) {
                     Ok(written) => p.written = written,
                     Err(e) => failed.push(format!("{}: {e}", p.path)),

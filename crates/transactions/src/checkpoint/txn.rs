@@ -555,7 +555,11 @@ impl Transaction {
             let undoable = cs.passthrough.iter().any(|pass| {
                 pass.ignored_file() || (pass.dir && pass.remove && !is_git(&pass.path))
             });
+            // A large new file (`effect.skipped`) goes through the record
+            // too: the result names it, and a sparse one is held to
+            // `max_sparse_bytes` when applied.
             if cs.effect.is_empty()
+                && cs.effect.skipped.is_empty()
                 && cs.conflicts.is_empty()
                 && cs.dropped.is_empty()
                 && !judged_writes
