@@ -662,6 +662,7 @@ async fn effect_stage(
     let cfg = &x.env.config.checkpoints;
     let mut verdicts = crate::gates::effect::judge(&checkpoint.effect, action, x.cwd, cfg);
     verdicts.extend(crate::gates::history::judge_changes(&checkpoint.effect));
+    verdicts.extend(crate::gates::git_refs::judge_changes(&checkpoint.effect));
     verdicts.extend(crate::gates::runtime_plants::judge_changes(
         &checkpoint.effect.changes,
     ));

@@ -107,7 +107,14 @@ pub fn undo(args: UndoArgs) -> ExitCode {
             if let Ok(log) = audit() {
                 let _ = log.append(&AuditRecord::effect(&undo));
             }
-            say!("undid {}: {}", undone.id, undo.summary());
+            // Named: which action this was, so an undo never surprises.
+            say!(
+                "undid {} ({}, {}): {}",
+                undone.id,
+                undone.tool,
+                undone.created_at,
+                undo.summary()
+            );
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -191,10 +198,31 @@ pub fn history(args: HistoryArgs) -> ExitCode {
                 ChangeKind::Modified => '~',
                 ChangeKind::Deleted => '-',
             };
-            say!("    {mark} {}", escape_line(&c.path));
+            match c.mode_change() {
+                Some(mode) => say!("    {mark} {}  {mode}", escape_line(&c.path)),
+                None => say!("    {mark} {}", escape_line(&c.path)),
+            }
         }
         if cp.effect.changes.len() > 10 {
             say!("    … {} more", cp.effect.changes.len() - 10);
+        }
+        // Refs moved, made or deleted (`ref main: a1b2c3d → d4e5f6a
+        // "subject"`), folders made, removed or re-moded, and the bits
+        // that were not applied.
+        for r in cp.effect.refs.iter().take(10) {
+            say!("    {}", escape_line(&r.line()));
+        }
+        if cp.effect.refs.len() > 10 {
+            say!("    … {} more refs", cp.effect.refs.len() - 10);
+        }
+        for d in cp.effect.dirs.iter().take(10) {
+            say!("    {}", escape_line(&d.line()));
+        }
+        if cp.effect.dirs.len() > 10 {
+            say!("    … {} more folders", cp.effect.dirs.len() - 10);
+        }
+        for s in cp.effect.stripped.iter().take(10) {
+            say!("    not applied: {}", escape_line(s));
         }
         // Files written or removed in ignored trees (`.venv`,
         // `node_modules`, build output): not part of the effect, but

@@ -367,10 +367,28 @@ fn describe_held_effect(out: &mut String, args: &Value) {
     );
     let _ = writeln!(out, "Effect: {}\n", verbatim(&one_line(field("summary"))));
     let diff = field("diff");
-    if !diff.is_empty() {
+    // What a file patch cannot show — refs moved or deleted (`ref topic:
+    // 18839b2 → (deleted)`), permission bits (a patch shows 0700 and 0644
+    // alike, 04777 as 100755), folders, bits not applied — is in the
+    // summary after its first part; a change of only these is never shown
+    // as an empty diff.
+    let extra: Vec<&str> = field("summary").split("; ").skip(1).collect();
+    let body = if diff.is_empty() {
+        extra.join("\n")
+    } else {
+        diff.trim_end_matches('\n').to_string()
+    };
+    if !body.is_empty() {
         out.push_str("#+begin_src diff -i\n");
-        out.push_str(&escape_block_body(diff.trim_end_matches('\n')));
+        out.push_str(&escape_block_body(&body));
         out.push_str("\n#+end_src\n\n");
+    }
+    if !diff.is_empty() && !extra.is_empty() {
+        out.push_str("Beyond the file contents:\n");
+        for line in &extra {
+            let _ = writeln!(out, "- {}", verbatim(&one_line(line)));
+        }
+        out.push('\n');
     }
     out.push_str("The block below names the recorded change (JSON).\n");
 }
@@ -579,6 +597,32 @@ mod tests {
         let back = crate::plans::parse_edited(&plan, &org).unwrap();
         assert_eq!(back, action);
         assert_eq!(back.content_hash(), action.content_hash());
+    }
+
+    #[test]
+    fn a_held_ref_deletion_is_never_an_empty_diff_and_modes_show() {
+        let action = crate::actuators::checkpoint::apply_action(
+            "shell",
+            "c5",
+            "4b825dc6",
+            "changed 0 files: +0 ~0 −0, 0 bytes added, 0 removed (checkpoint c5); \
+             ref topic: 18839b2 → (deleted)",
+            "",
+        );
+        let org = render(&FlightPlan::new("s", "call", "", action, vec![]));
+        assert!(
+            org.contains("#+begin_src diff -i\nref topic: 18839b2 → (deleted)\n#+end_src"),
+            "{org}"
+        );
+        let action = crate::actuators::checkpoint::apply_action(
+            "shell",
+            "c6",
+            "0123abcd",
+            "changed 1 file: +0 ~1 −0 (checkpoint c6); run.sh mode 0644 → 0755",
+            "diff --git a/run.sh b/run.sh\n",
+        );
+        let org = render(&FlightPlan::new("s", "call", "", action, vec![]));
+        assert!(org.contains("- =run.sh mode 0644 → 0755="), "{org}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod destructive;
 pub mod effect;
 pub mod engine;
 pub mod exfiltration;
+pub mod git_refs;
 pub mod history;
 pub mod injection;
 pub mod protected_paths;

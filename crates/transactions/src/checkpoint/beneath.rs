@@ -391,6 +391,53 @@ impl Beneath {
         Ok(())
     }
 
+    /// Put a copy of the regular file `src` at `rel` with `perm`, holes
+    /// kept: only its data segments are written (`SEEK_DATA`/`SEEK_HOLE`)
+    /// and the length set last, so a sparse file lands as sparse as it
+    /// was (ten `truncate -s 250M` take no disk). Through a temporary
+    /// beside it, renamed into place, as [`Beneath::put`]. Returns the
+    /// bytes of data copied.
+    pub fn put_sparse(
+        &self,
+        rel: &str,
+        src: &std::fs::File,
+        perm: u32,
+    ) -> Result<u64, BeneathError> {
+        let Some((dir, name)) = self.parent(rel, true)? else {
+            return Err(BeneathError::sys(rel, Errno::NOENT));
+        };
+        if let Ok(st) = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                return Err(BeneathError::sys(rel, Errno::ISDIR));
+            }
+        }
+        let tmp = format!(
+            ".{}.passepartout-restore-{}",
+            name.to_string_lossy(),
+            std::process::id()
+        );
+        let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
+        let made = rustix::fs::openat(
+            &dir,
+            tmp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .and_then(|fd| {
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(perm))?;
+            let dst = std::fs::File::from(fd);
+            copy_sparse(src, &dst).map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))
+        });
+        let done = made.and_then(|n| {
+            rustix::fs::renameat(&dir, tmp.as_str(), &dir, name)?;
+            Ok(n)
+        });
+        done.map_err(|e| {
+            let _ = rustix::fs::unlinkat(&dir, tmp.as_str(), AtFlags::empty());
+            BeneathError::sys(rel, e)
+        })
+    }
+
     /// Make the directory `rel` (and its parents) with `perm` (already
     /// there is fine).
     pub fn make_dir(&self, rel: &str, perm: u32) -> Result<(), BeneathError> {
@@ -401,6 +448,29 @@ impl Beneath {
             Ok(()) | Err(Errno::EXIST) => Ok(()),
             Err(e) => Err(BeneathError::sys(rel, e)),
         }
+    }
+
+    /// Set the permission bits of the directory or file `rel` (never
+    /// through a symlink: a link there is refused).
+    pub fn chmod(&self, rel: &str, perm: u32) -> Result<(), BeneathError> {
+        let Some((dir, name)) = self.parent(rel, false)? else {
+            return Err(BeneathError::sys(rel, Errno::NOENT));
+        };
+        let fd = rustix::fs::openat(
+            &dir,
+            name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| BeneathError::sys(rel, e))?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| BeneathError::sys(rel, e))?;
+        if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
+            return Err(BeneathError::sys(rel, Errno::LOOP));
+        }
+        // fchmod does not take an O_PATH descriptor: through /proc/self/fd.
+        let via = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+        rustix::fs::chmod(via.as_str(), Mode::from_raw_mode(perm))
+            .map_err(|e| BeneathError::sys(rel, e))
     }
 
     /// Remove the file or symlink at `rel` (already gone is fine).
@@ -471,9 +541,73 @@ impl Beneath {
     }
 }
 
+/// Copy `src` into the empty `dst` data segment by data segment, leaving
+/// holes unwritten, then set the length (a trailing hole). Where the file
+/// system cannot tell holes (`SEEK_DATA` unsupported) the whole file is
+/// one segment. Returns the bytes of data copied.
+pub fn copy_sparse(src: &std::fs::File, dst: &std::fs::File) -> std::io::Result<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::unix::fs::FileExt;
+    let len = src.metadata()?.len();
+    let mut copied = 0u64;
+    let mut pos = 0u64;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut reader = src;
+    while pos < len {
+        let data = match rustix::fs::seek(src, rustix::fs::SeekFrom::Data(pos)) {
+            Ok(d) => d,
+            Err(Errno::NXIO) => break, // only a hole is left
+            Err(Errno::INVAL) | Err(Errno::NOTSUP) => pos,
+            Err(e) => return Err(e.into()),
+        };
+        let hole = match rustix::fs::seek(src, rustix::fs::SeekFrom::Hole(data)) {
+            Ok(h) => h.min(len),
+            Err(_) => len,
+        };
+        reader.seek(SeekFrom::Start(data))?;
+        let mut at = data;
+        while at < hole {
+            let want = ((hole - at) as usize).min(buf.len());
+            let n = reader.read(&mut buf[..want])?;
+            if n == 0 {
+                break;
+            }
+            dst.write_all_at(&buf[..n], at)?;
+            at += n as u64;
+            copied += n as u64;
+        }
+        pos = hole.max(at);
+    }
+    dst.set_len(len)?;
+    Ok(copied)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sparse_copy_keeps_its_holes() {
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        let dir = tempfile::tempdir().unwrap();
+        let src = std::fs::File::create(dir.path().join("src")).unwrap();
+        src.set_len(64 << 20).unwrap();
+        src.write_all_at(b"middle", 32 << 20).unwrap();
+        let b = Beneath::open(dir.path()).unwrap();
+        let src = std::fs::File::open(dir.path().join("src")).unwrap();
+        let copied = b.put_sparse("dst", &src, 0o640).unwrap();
+        assert!(copied < 1 << 20, "{copied}");
+        let meta = std::fs::metadata(dir.path().join("dst")).unwrap();
+        assert_eq!(meta.len(), 64 << 20);
+        assert!(meta.blocks() * 512 < 1 << 20, "{} blocks", meta.blocks());
+        assert_eq!(meta.mode() & 0o777, 0o640);
+        let mut buf = [0u8; 6];
+        std::fs::File::open(dir.path().join("dst"))
+            .unwrap()
+            .read_exact_at(&mut buf, 32 << 20)
+            .unwrap();
+        assert_eq!(&buf, b"middle");
+    }
 
     #[test]
     fn links_on_the_path_are_never_followed() {

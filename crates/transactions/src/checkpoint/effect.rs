@@ -52,6 +52,137 @@ pub struct ObservedEffect {
     /// modified or deleted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub precious: Vec<String>,
+    /// The project's git refs (branches, tags, the stash, `HEAD`) the
+    /// action moved, made or deleted: applied with `.git`, moved back by
+    /// undo (the objects stay).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refs: Vec<RefChange>,
+    /// Permission bits the action set that were not applied (setuid,
+    /// setgid, sticky, file capabilities, newly added group/world write
+    /// bits), one line each: said in the result and in `history`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stripped: Vec<String>,
+    /// Directories the action made (`+ a/b/c/` in `history`) or removed,
+    /// parents first; undo removes the ones it made once they are empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dirs: Vec<DirChange>,
+}
+
+/// A directory the action made, removed or re-moded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirChange {
+    pub path: String,
+    pub kind: ChangeKind,
+    /// Permission bits before (removed, re-moded) and after (made,
+    /// re-moded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_perm: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_perm: Option<u32>,
+}
+
+impl DirChange {
+    /// `+ a/b/c/`, `− build/`, `~ bin/  mode 0755 → 0700`.
+    pub fn line(&self) -> String {
+        match self.kind {
+            ChangeKind::Created => format!("+ {}/", self.path),
+            ChangeKind::Deleted => format!("− {}/", self.path),
+            ChangeKind::Modified => format!(
+                "~ {}/  mode {} → {}",
+                self.path,
+                perm_text(self.old_perm),
+                perm_text(self.new_perm)
+            ),
+        }
+    }
+}
+
+/// A ref the action changed: `None` is "not there".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefChange {
+    /// The full name (`refs/heads/main`, `HEAD`).
+    pub name: String,
+    /// A commit id, or `ref: refs/heads/x` for a symbolic ref.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new: Option<String>,
+    /// The subject of the new commit, when it could be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// The remote-tracking ref that already contains the old commit when
+    /// the new one does not: commits others may have, rewritten or dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewrites_pushed: Option<String>,
+}
+
+impl RefChange {
+    /// The name as a person reads it: `main`, `tag v1`, `stash`, `HEAD`.
+    pub fn short_name(&self) -> String {
+        short_ref(&self.name)
+    }
+
+    /// Deleted by the action.
+    pub fn deleted(&self) -> bool {
+        self.old.is_some() && self.new.is_none()
+    }
+
+    /// `ref main: a1b2c3d → d4e5f6a "subject"`.
+    pub fn line(&self) -> String {
+        let side = |v: &Option<String>, none: &str| match v {
+            None => none.to_string(),
+            Some(v) => match v.strip_prefix("ref: ") {
+                Some(target) => short_ref(target.trim()),
+                None => v.chars().take(7).collect(),
+            },
+        };
+        let mut line = format!(
+            "ref {}: {} → {}",
+            self.short_name(),
+            side(&self.old, "(new)"),
+            side(&self.new, "(deleted)")
+        );
+        if let Some(s) = &self.subject {
+            line.push_str(&format!(" {s:?}"));
+        }
+        if let Some(remote) = &self.rewrites_pushed {
+            line.push_str(&format!(
+                " (drops commits {} already has)",
+                short_ref(remote)
+            ));
+        }
+        line
+    }
+}
+
+fn short_ref(name: &str) -> String {
+    if let Some(b) = name.strip_prefix("refs/heads/") {
+        b.to_string()
+    } else if let Some(t) = name.strip_prefix("refs/tags/") {
+        format!("tag {t}")
+    } else if let Some(r) = name.strip_prefix("refs/") {
+        r.to_string()
+    } else {
+        name.to_string()
+    }
+}
+
+/// Permission bits as `0755` (`04755` with special bits), or `none`.
+pub fn perm_text(perm: Option<u32>) -> String {
+    match perm {
+        Some(p) if p & 0o7000 != 0 => format!("{p:05o}"),
+        Some(p) => format!("{p:04o}"),
+        None => "none".into(),
+    }
+}
+
+impl FileChange {
+    /// The permission change, when the bits differ: `mode 0644 → 0755`.
+    pub fn mode_change(&self) -> Option<String> {
+        let (o, n) = (self.old.as_ref()?, self.new.as_ref()?);
+        let (op, np) = (o.perm?, n.perm?);
+        (op != np).then(|| format!("mode {} → {}", perm_text(Some(op)), perm_text(Some(np))))
+    }
 }
 
 /// Which of the project's vital `.git` entries exist (a cheap fingerprint
@@ -163,7 +294,11 @@ impl ObservedEffect {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.changes.is_empty() && self.git_damage.is_empty()
+        self.changes.is_empty()
+            && self.git_damage.is_empty()
+            && self.refs.is_empty()
+            && self.stripped.is_empty()
+            && self.dirs.is_empty()
     }
 
     pub fn paths(&self, kind: ChangeKind) -> Vec<String> {
@@ -196,11 +331,13 @@ impl ObservedEffect {
             .sum()
     }
 
-    /// "changed 3 files: +1 ~0 −2 (checkpoint c12)".
+    /// "changed 3 files: +1 ~0 −2 (checkpoint c12)", then the refs moved,
+    /// the directories made or removed, the mode changes and the bits not
+    /// applied.
     pub fn summary(&self, checkpoint: &str) -> String {
         let n = self.changes.len();
         let count = |k| self.changes.iter().filter(|c| c.kind == k).count();
-        format!(
+        let mut s = format!(
             "changed {n} file{}: +{} ~{} −{}, {} bytes added, {} removed (checkpoint {checkpoint})",
             if n == 1 { "" } else { "s" },
             count(ChangeKind::Created),
@@ -208,7 +345,40 @@ impl ObservedEffect {
             count(ChangeKind::Deleted),
             self.bytes_added(),
             self.bytes_removed(),
-        )
+        );
+        if !self.refs.is_empty() {
+            let lines: Vec<String> = self.refs.iter().take(10).map(RefChange::line).collect();
+            s.push_str(&format!("; {}", lines.join("; ")));
+        }
+        if !self.dirs.is_empty() {
+            let made = self
+                .dirs
+                .iter()
+                .filter(|d| d.kind == ChangeKind::Created)
+                .count();
+            let gone = self
+                .dirs
+                .iter()
+                .filter(|d| d.kind == ChangeKind::Deleted)
+                .count();
+            let moded = self.dirs.len() - made - gone;
+            s.push_str(&format!(
+                "; folders: {made} made, {gone} removed, {moded} re-moded"
+            ));
+        }
+        let modes: Vec<String> = self
+            .changes
+            .iter()
+            .filter_map(|c| Some(format!("{} {}", c.path, c.mode_change()?)))
+            .take(10)
+            .collect();
+        if !modes.is_empty() {
+            s.push_str(&format!("; {}", modes.join(", ")));
+        }
+        if !self.stripped.is_empty() {
+            s.push_str(&format!("; not applied: {}", self.stripped.join("; ")));
+        }
+        s
     }
 
     /// The `effect` object of a tool call's `raw_output` (the chat contract).
@@ -221,6 +391,14 @@ impl ObservedEffect {
             "bytes_added": self.bytes_added(),
             "bytes_removed": self.bytes_removed(),
             "skipped": self.skipped,
+            "refs": self.refs.iter().map(RefChange::line).collect::<Vec<_>>(),
+            "dirs": self.dirs.iter().map(DirChange::line).collect::<Vec<_>>(),
+            "modes": self
+                .changes
+                .iter()
+                .filter_map(|c| Some(format!("{}: {}", c.path, c.mode_change()?)))
+                .collect::<Vec<_>>(),
+            "not_applied": self.stripped,
         })
     }
 
@@ -280,6 +458,22 @@ impl ObservedEffect {
                 }
                 _ => left_out.push(c.path.clone()),
             }
+        }
+        let mut extra: Vec<String> = self.refs.iter().map(RefChange::line).collect();
+        extra.extend(
+            self.changes
+                .iter()
+                .filter_map(|c| Some(format!("{}: {}", c.path, c.mode_change()?))),
+        );
+        extra.extend(self.dirs.iter().map(DirChange::line));
+        extra.extend(self.stripped.iter().map(|s| format!("not applied: {s}")));
+        if !extra.is_empty() {
+            let more = extra.len().saturating_sub(40);
+            extra.truncate(40);
+            if more > 0 {
+                extra.push(format!("… {more} more"));
+            }
+            content.push(acp::ToolCallContent::from(extra.join("\n")));
         }
         if !left_out.is_empty() {
             let more = left_out.len();

@@ -16,6 +16,7 @@ pub mod effect;
 pub mod intent;
 pub mod left;
 pub mod notify;
+pub mod refs;
 pub mod scan;
 pub mod spare;
 pub mod store;
@@ -78,6 +79,12 @@ pub struct CheckpointConfig {
     /// before it reaches the project (the default), or observed after the
     /// fact (see `docs/transactions.md`).
     pub transactions: TransactionMode,
+    /// The apparent size of the sparse files one action may leave in the
+    /// project (the sandbox's `disk_write` default): holes take no disk
+    /// while the command runs, so the sandbox's own limit, which measures
+    /// free space, does not see them. Past it the rest are not applied,
+    /// and the result says so. 0: no limit.
+    pub max_sparse_bytes: u64,
 }
 
 /// `[checkpoints] transactions`.
@@ -127,6 +134,7 @@ impl Default for CheckpointConfig {
             keep_undo_steps: 20,
             watch: true,
             transactions: TransactionMode::Overlay,
+            max_sparse_bytes: 1024 * 1024 * 1024,
         }
     }
 }
@@ -363,6 +371,17 @@ impl Checkpoint {
     }
 }
 
+/// The apparent size of a file `p` writes when it has holes (fewer bytes
+/// allocated than its length), else None.
+fn sparse_size(upper: &Path, p: &changeset::Passthrough) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    if p.remove || p.dir {
+        return None;
+    }
+    let meta = std::fs::symlink_metadata(upper.join(&p.path)).ok()?;
+    (meta.is_file() && meta.blocks().saturating_mul(512) < meta.len()).then_some(meta.len())
+}
+
 /// The size bound counted for a kept ignored-tree pre-image.
 const IGNORED_PRE_IMAGE_MAX_BYTES_U64: u64 = changeset::IGNORED_PRE_IMAGE_MAX_BYTES;
 
@@ -411,6 +430,8 @@ pub struct Project {
     dir: PathBuf,
     max_store_bytes: u64,
     keep_undo_steps: usize,
+    /// `[checkpoints] max_sparse_bytes`.
+    max_sparse_bytes: u64,
 }
 
 /// Working directories that are never checkpointed: the file system root
@@ -472,6 +493,7 @@ impl Project {
             dir,
             max_store_bytes: cfg.max_store_bytes,
             keep_undo_steps: cfg.keep_undo_steps,
+            max_sparse_bytes: cfg.max_sparse_bytes,
         })
     }
 
@@ -711,7 +733,20 @@ impl Project {
         let upper = self.txn_dir(&cp.id).join("upper");
         let mut failed = Vec::new();
         if !cp.passthrough.is_empty() {
+            let mut sparse_bytes = 0u64;
             for p in &mut cp.passthrough {
+                if let Some(apparent) = sparse_size(&upper, p) {
+                    sparse_bytes = sparse_bytes.saturating_add(apparent);
+                    if self.max_sparse_bytes > 0 && sparse_bytes > self.max_sparse_bytes {
+                        failed.push(format!(
+                            "{}: a sparse file of {apparent} bytes (apparent size) would pass the \
+                             limit of {} bytes of sparse files per action (`[checkpoints] \
+                             max_sparse_bytes`)",
+                            p.path, self.max_sparse_bytes
+                        ));
+                        continue;
+                    }
+                }
                 match txn::pass_through(&b, &upper, p) {
                     Ok(written) => p.written = written,
                     Err(e) => failed.push(format!("{}: {e}", p.path)),
@@ -915,12 +950,20 @@ impl Project {
         Ok(cp)
     }
 
-    /// The last applied checkpoint (what `undo` with no id reverts).
+    /// What `undo` with no id reverts: the newest applied record of an
+    /// action (never an undo: undoing it would re-apply the change just
+    /// undone), of `session` when one is given.
     pub fn last_applied(&self) -> Result<Checkpoint, CheckpointError> {
+        self.last_applied_of(None)
+    }
+
+    /// [`Project::last_applied`] among the records of `session`.
+    pub fn last_applied_of(&self, session: Option<&str>) -> Result<Checkpoint, CheckpointError> {
         self.list()?
             .into_iter()
             .rev()
-            .find(|c| c.status == CheckpointStatus::Applied)
+            .filter(|c| session.is_none_or(|s| c.session_id == s))
+            .find(|c| c.status == CheckpointStatus::Applied && c.undoes.is_none())
             .ok_or(CheckpointError::Empty)
     }
 
@@ -1022,11 +1065,11 @@ impl Project {
             .changes
             .iter()
             .map(|c| c.old_size.unwrap_or(0) + c.new_size.unwrap_or(0))
-            .chain(
-                cp.passthrough
-                    .iter()
-                    .filter_map(|p| p.before.as_ref().map(|_| IGNORED_PRE_IMAGE_MAX_BYTES_U64)),
-            )
+            .chain(cp.passthrough.iter().filter_map(|p| {
+                p.before
+                    .as_ref()
+                    .map(|_| p.before_size.unwrap_or(IGNORED_PRE_IMAGE_MAX_BYTES_U64))
+            }))
             .fold(RECORD_OVERHEAD_BYTES, u64::saturating_add);
         let mut map = measured_stores();
         let known = map.get(&self.root).copied();
@@ -1363,21 +1406,40 @@ impl Project {
             .filter(|p| p.dir && p.remove)
             .collect();
         let files: Vec<&changeset::Passthrough> = cp.ignored_files().collect();
+        // Folders the action made (in ignored trees or not: `mkdir -p
+        // a/b/c` is part of the change) and folders it re-moded.
         let mut dropped_dirs: Vec<&changeset::Passthrough> = cp
             .passthrough
             .iter()
             .filter(outside_git)
-            .filter(|p| p.dir && !p.remove && p.ignored)
+            .filter(|p| p.dir && !p.remove && !p.existed)
             .collect();
-        if made.is_empty() && files.is_empty() && dropped_dirs.is_empty() {
-            return vec![];
+        let remoded: Vec<&changeset::Passthrough> = cp
+            .passthrough
+            .iter()
+            .filter(outside_git)
+            .filter(|p| p.dir && !p.remove && p.existed)
+            .collect();
+        let mut notes = Vec::new();
+        if !cp.effect.refs.is_empty() {
+            let (moved, left) = refs::move_back(&self.cwd, &cp.effect.refs);
+            if !moved.is_empty() {
+                notes.push(format!("moved back: {}", moved.join("; ")));
+            }
+            if !left.is_empty() {
+                notes.push(format!("refs left as they are: {}", left.join(", ")));
+            }
+        }
+        if made.is_empty() && files.is_empty() && dropped_dirs.is_empty() && remoded.is_empty() {
+            return notes;
         }
         let b = match self.store.beneath() {
             Ok(b) => b,
             Err(e) => {
-                return vec![format!(
+                notes.push(format!(
                     "ignored-tree files and removed folders not undone: {e}"
-                )]
+                ));
+                return notes;
             }
         };
         let oids: Vec<&str> = files
@@ -1452,10 +1514,29 @@ impl Project {
         // Folders the action made in ignored trees, deepest first, when
         // empty now (and the emptied parents of what was removed).
         dropped_dirs.sort_by_key(|p| std::cmp::Reverse(p.path.matches('/').count()));
+        let mut unmade = 0usize;
         for p in &dropped_dirs {
-            b.remove_empty_dir(&p.path);
+            if b.remove_empty_dir(&p.path) {
+                unmade += 1;
+            } else if !p.ignored && b.node(&p.path).ok().flatten().is_some() {
+                left.push(format!("{}/ (folder not empty)", p.path));
+            }
         }
-        let mut notes = Vec::new();
+        let mut remodes = 0usize;
+        for p in &remoded {
+            if let Some(perm) = p.perm {
+                match b.chmod(&p.path, perm) {
+                    Ok(()) => remodes += 1,
+                    Err(e) => left.push(format!("{}/ (mode not put back: {e})", p.path)),
+                }
+            }
+        }
+        if unmade > 0 {
+            notes.push(format!("removed {unmade} folder(s) it made"));
+        }
+        if remodes > 0 {
+            notes.push(format!("put back the mode of {remodes} folder(s)"));
+        }
         if removed > 0 {
             notes.push(format!(
                 "removed {removed} file(s) the action wrote in ignored trees"

@@ -423,7 +423,7 @@ pub(crate) fn ancestor_matchers(root: &Path, rel: &str) -> Vec<Arc<Gitignore>> {
 /// the cache). Every transaction classifies its paths with these, so
 /// compiling the project's globs anew for each action would cost more
 /// than the action.
-fn cached_gitignore(root: &Path, file: &Path) -> Option<Arc<Gitignore>> {
+pub(crate) fn cached_gitignore(root: &Path, file: &Path) -> Option<Arc<Gitignore>> {
     type Identity = (u64, u64, u64, i64, i64);
     type Compiled = HashMap<PathBuf, (Identity, Arc<Gitignore>)>;
     static CACHE: OnceLock<Mutex<Compiled>> = OnceLock::new();

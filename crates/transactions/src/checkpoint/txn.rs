@@ -555,7 +555,11 @@ impl Transaction {
             let undoable = cs.passthrough.iter().any(|pass| {
                 pass.ignored_file() || (pass.dir && pass.remove && !is_git(&pass.path))
             });
+            // A large new file (`effect.skipped`) goes through the record
+            // too: the result names it, and a sparse one is held to
+            // `max_sparse_bytes` when applied.
             if cs.effect.is_empty()
+                && cs.effect.skipped.is_empty()
                 && cs.conflicts.is_empty()
                 && cs.dropped.is_empty()
                 && !judged_writes
@@ -620,6 +624,10 @@ fn is_git(path: &str) -> bool {
     path == ".git" || path.starts_with(".git/")
 }
 
+/// A passthrough file larger than this (or one with holes) is copied
+/// segment by segment instead of read whole into memory.
+const WHOLE_READ_MAX_BYTES: u64 = 64 * 1024 * 1024;
+
 /// Apply one unrecorded path from the upper layer: write it (a file or a
 /// link, its mode kept) or remove it (a file, or a directory and all it
 /// holds), beneath the project. `Ok(Some(oid))`: the blob id of the bytes
@@ -658,10 +666,21 @@ pub fn pass_through(b: &Beneath, upper: &Path, p: &Passthrough) -> Result<Option
     }
     let abs = upper.join(&p.path);
     let meta = std::fs::symlink_metadata(&abs).map_err(|e| e.to_string())?;
+    // What the project held there: newly added group/world write bits
+    // are measured against it (setuid, setgid and sticky never land).
+    let lower_perm = b.stat(&p.path).ok().flatten().map(|st| st.st_mode & 0o7777);
     if p.dir {
         use std::os::unix::fs::MetadataExt;
+        let perm = changeset::safe_dir_perm(meta.mode() & 0o7777, lower_perm).0;
+        if lower_perm.is_some() {
+            // A directory the project holds, re-moded by the command.
+            return b
+                .chmod(&p.path, perm)
+                .map(|()| None)
+                .map_err(|e| e.to_string());
+        }
         return b
-            .make_dir(&p.path, meta.mode() & 0o7777)
+            .make_dir(&p.path, perm)
             .map(|()| None)
             .map_err(|e| e.to_string());
     }
@@ -672,8 +691,18 @@ pub fn pass_through(b: &Beneath, upper: &Path, p: &Passthrough) -> Result<Option
         Ok(Some(super::store::blob_id(target)))
     } else {
         use std::os::unix::fs::MetadataExt;
+        let perm = changeset::safe_perm(meta.mode() & 0o7777, lower_perm).0;
+        let sparse = meta.blocks().saturating_mul(512) < meta.len();
+        if sparse || meta.len() > WHOLE_READ_MAX_BYTES {
+            // Copied segment by segment, holes kept; not hashed (undo
+            // leaves a file this large where it is, and says so).
+            let src = std::fs::File::open(&abs).map_err(|e| e.to_string())?;
+            b.put_sparse(&p.path, &src, perm)
+                .map_err(|e| e.to_string())?;
+            return Ok(None);
+        }
         let bytes = std::fs::read(&abs).map_err(|e| e.to_string())?;
-        b.put(&p.path, &bytes, meta.mode() & 0o7777, false)
+        b.put(&p.path, &bytes, perm, false)
             .map_err(|e| e.to_string())?;
         Ok(Some(super::store::blob_id(&bytes)))
     }
