@@ -134,8 +134,9 @@ fn one_megabyte(runs: usize) {
     println!(
         "1 MB of output ({} bytes), 100 known values, {planted} planted: \
          the redaction {whole:?} ({hits} redacted; median of {runs}; by value {by_value:?}, \
-         by rule {by_rule:?}), building the matcher once {build:?}",
-        output.len()
+         by rule {by_rule:?}), building the matcher once {build:?} ({} KiB)",
+        output.len(),
+        matcher.memory() / 1024
     );
 }
 

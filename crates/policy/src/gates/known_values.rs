@@ -77,6 +77,8 @@ impl Searcher {
         if patterns.is_empty() {
             return None;
         }
+        // The crate's own choice of automaton: a DFA for 100 values took
+        // some 18 MiB without a clear gain on the 1 MB bench.
         let automaton = AhoCorasick::builder()
             .match_kind(MatchKind::LeftmostLongest)
             .build(patterns.iter().map(|(p, _, _)| p))
@@ -131,6 +133,15 @@ impl ValueMatcher {
             joined: Searcher::build(joined),
             spaced: Searcher::build(spaced),
         }
+    }
+
+    /// The heap bytes its automata take.
+    pub fn memory(&self) -> usize {
+        [&self.raw, &self.joined, &self.spaced]
+            .iter()
+            .filter_map(|s| s.as_ref())
+            .map(|s| s.automaton.memory_usage())
+            .sum()
     }
 
     /// How many values it searches for.
