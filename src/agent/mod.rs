@@ -192,14 +192,17 @@ pub struct AgentEnv {
     pub redaction: Redaction,
 }
 
-/// What output redaction remembers between tool calls: the project's
-/// secret values per file (by stamp) and the compiled patterns of every
-/// known value, so a call pays neither a scan of the project nor a
+/// What output redaction remembers between tool calls: the person's
+/// secret values per file (by stamp) and the compiled search for the last
+/// set of known values, so a call pays neither a scan of the project nor a
 /// compilation when nothing changed.
 #[derive(Default)]
 pub struct Redaction {
     pub values: crate::gates::secret_values::SecretValues,
     pub patterns: crate::gates::secrets::KnownPatterns,
+    /// The project the gates last judged an action in (the audit log's
+    /// records are redacted with its values).
+    pub cwd: std::sync::Mutex<Option<std::path::PathBuf>>,
 }
 
 impl AgentEnv {
@@ -219,6 +222,20 @@ impl AgentEnv {
     /// turn.
     pub fn record(&self, record: crate::audit::AuditRecord) {
         if let Some(log) = &self.audit {
+            // The person's secret values as the last tool output was
+            // redacted with (by value; the record is redacted by rule).
+            // (The `executed` record is made before the output is
+            // redacted, so the values are looked up here for the project
+            // the gates last judged an action in.)
+            let cwd = crate::util::sync::lock(&self.redaction.cwd).clone();
+            let values = match cwd {
+                Some(cwd) => Some(self.redaction.patterns.of(&self.known_values(&cwd))),
+                None => self.redaction.patterns.last(),
+            };
+            let record = match values {
+                Some(values) => record.without_values(&values),
+                None => record,
+            };
             if let Err(e) = log.record(&record) {
                 tracing::error!("audit log: {e}");
             }
@@ -230,18 +247,7 @@ impl AgentEnv {
     /// credential shapes replaced by `[redacted: …]`, with a note saying
     /// how many were taken out.
     pub fn redact_output(&self, text: String, cwd: &Path) -> String {
-        let mut known: Vec<String> = self
-            .config
-            .providers
-            .iter()
-            .filter_map(|p| p.resolved_key())
-            .collect();
-        // The project's own secret values, read host-side, so a value that
-        // went through base64, hex or rev is still found. The secret files
-        // are those the sandbox surface's walk finds (at any depth, kept
-        // current by its watch); their contents are stat'ed each call.
-        let files = crate::sandbox::surface::redactable_files(cwd);
-        known.extend(self.redaction.values.values(cwd, &files));
+        let known = self.known_values(cwd);
         let r = crate::gates::secrets::redact_output_with(&text, &known, &self.redaction.patterns);
         if r.hits == 0 {
             return text;
@@ -252,7 +258,31 @@ impl AgentEnv {
         )
     }
 
+    /// The secret values known for a call in `cwd`: the configured provider
+    /// keys and the person's values (see [`Self::redact_output`]).
+    fn known_values(&self, cwd: &Path) -> Vec<crate::gates::known_values::KnownValue> {
+        let mut known: Vec<crate::gates::known_values::KnownValue> = self
+            .config
+            .providers
+            .iter()
+            .filter_map(|p| p.resolved_key())
+            .map(|key| crate::gates::known_values::KnownValue::new(key, "configured API key"))
+            .collect();
+        // The person's secret values, read host-side, so a value that went
+        // through base64, hex or rev is still found: the project's secret
+        // files (those the sandbox surface's walk finds, at any depth, kept
+        // current by its watch) and the credential files in their home;
+        // each is stat'ed every call and read again when it changed.
+        let files = crate::sandbox::surface::redactable_files(cwd);
+        let home = crate::paths::home_dir();
+        known.extend(self.redaction.values.values(cwd, &files, Some(&home)));
+        known.sort();
+        known.dedup_by(|a, b| a.value == b.value);
+        known
+    }
+
     pub fn gate_context(&self, cwd: &Path) -> GateContext {
+        *crate::util::sync::lock(&self.redaction.cwd) = Some(cwd.to_path_buf());
         GateContext {
             cwd: cwd.to_path_buf(),
             home: Some(crate::paths::home_dir()),

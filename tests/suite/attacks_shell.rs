@@ -341,7 +341,7 @@ async fn a_project_secret_printed_in_any_common_encoding_reaches_the_model_redac
         let result = tool_result(&fake, 2 * i + 1);
         let raw = harness::raw_output(project.path(), cmd);
         assert!(raw.len() > 40, "`{cmd}` prints the secret: {raw}");
-        if !result.contains("project secret]") {
+        if !result.contains("[redacted: value of OPENAI_API_KEY from .env") {
             leaks.push(format!("`{cmd}`: not redacted: {result}"));
         }
         for line in raw.lines().filter(|l| l.trim().len() >= 16) {

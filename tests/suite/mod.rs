@@ -45,6 +45,7 @@ mod run_cgroups;
 mod run_cli;
 mod sandbox;
 mod sdk_python;
+mod secrets_by_value;
 mod session_configure;
 mod sessions;
 mod sessions_pruned;

@@ -5,9 +5,23 @@
 //! `xxd -p`, `rev`, `od -c`, `sed 's/./& /g'`. The daemon can do better
 //! than guess: it knows the values, because it can read the project's
 //! secret files host-side ([`SecretValues`]). Tool output is then
-//! searched for each value in the common encodings ([`encoded_patterns`]:
+//! searched for each value in the common encodings
+//! ([`crate::gates::known_values`]:
 //! plain, base64 at the three byte alignments, hex lower and upper,
 //! reversed, spaced out one character at a time) before the model sees it.
+//!
+//! Which values: every assignment of a dotenv or other secret-named file,
+//! and from the files credentials are kept in, what is secret there
+//! ([`values_of_file`]): passwords and tokens in URLs (`.git/config`'s
+//! remotes, `.git-credentials`, `pip.conf`, a `DATABASE_URL`), the
+//! environment of a `docker-compose.yml` whose name or value says secret,
+//! Docker's `auth` (and the password inside it), the secret keys of JSON
+//! credentials (a GCP service-account key's `private_key`), netrc and
+//! pgpass passwords, npm/PyPI/cargo/gem tokens, kube config tokens and
+//! private key files whole. The files are the project's (found by the
+//! walk below, plus [`PROJECT_VALUE_FILES`]) and the person's own
+//! ([`HOME_VALUE_FILES`]). Each value carries where it comes from, which
+//! the redaction shows.
 //!
 //! This is paid at every tool call, so it must not grow with the project.
 //! Which files are secret files is the sandbox surface's walk's to say
@@ -28,12 +42,51 @@ use regex::Regex;
 use rustc_hash::FxHashMap;
 
 use crate::control_surface::TRUSTED_AGE;
+use crate::gates::known_values::{base64_decode, KnownValue};
 use crate::gates::protected_paths::{is_project_secret, protection};
+use crate::gates::shell::static_regex;
 use crate::gates::GateContext;
 
-/// Values shorter than this are not searched for: they would match
-/// ordinary text.
-pub const MIN_VALUE: usize = 8;
+pub use crate::gates::known_values::MIN_VALUE;
+
+/// Files in a project that hold credentials under a name the walk does
+/// not take for a secret (relative to the project's root).
+pub const PROJECT_VALUE_FILES: &[&str] = &[
+    ".git/config",
+    ".docker/config.json",
+    ".kube/config",
+    ".aws/credentials",
+    ".cargo/credentials.toml",
+    ".cargo/credentials",
+];
+
+/// The person's credential files whose values are redacted (relative to
+/// their home): the stores the gates ask about reading
+/// (`protected_paths`), those that are files.
+pub const HOME_VALUE_FILES: &[&str] = &[
+    ".git-credentials",
+    ".gitconfig",
+    ".config/git/config",
+    ".netrc",
+    ".pgpass",
+    ".docker/config.json",
+    ".npmrc",
+    ".pypirc",
+    ".config/pip/pip.conf",
+    ".pip/pip.conf",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".gem/credentials",
+    ".kube/config",
+    ".aws/credentials",
+    ".azure/accessTokens.json",
+    ".config/gcloud/application_default_credentials.json",
+    ".config/gh/hosts.yml",
+    ".ssh/id_rsa",
+    ".ssh/id_ecdsa",
+    ".ssh/id_ed25519",
+    ".ssh/id_dsa",
+];
 
 /// Secret files larger than this are not read.
 const MAX_FILE_BYTES: u64 = 64 * 1024;
@@ -43,10 +96,10 @@ const MAX_FILE_BYTES: u64 = 64 * 1024;
 /// not read and a warning names this limit.
 pub const MAX_SECRET_BYTES: u64 = 1024 * 1024;
 
-/// Values one call takes at most (each costs seven patterns run over
-/// every output); past it the rest are not redacted and a warning names
-/// this limit.
-pub const MAX_SECRET_VALUES: usize = 256;
+/// Values one call takes at most (each adds a dozen forms to the
+/// search); past it the rest are not redacted and a warning names this
+/// limit.
+pub const MAX_SECRET_VALUES: usize = 512;
 
 /// Files whose values [`SecretValues`] remembers at most (over every
 /// project); past it everything is forgotten and read again.
@@ -107,7 +160,7 @@ impl Stamp {
 /// A secret file's values as last read.
 struct Remembered {
     stamp: Stamp,
-    values: Arc<Vec<String>>,
+    values: Arc<Vec<KnownValue>>,
 }
 
 /// The project's own secret values, remembered per file while the file's
@@ -120,16 +173,33 @@ pub struct SecretValues {
 }
 
 impl SecretValues {
-    /// The values of `KEY=value` (or `KEY: value`) lines in `files`
-    /// (relative to `root`, as `sandbox::surface::redactable_files` names
-    /// them), sorted and without duplicates. Reads the disk: call it from
-    /// the daemon, not a gate.
-    pub fn values(&self, root: &Path, files: &[PathBuf]) -> Vec<String> {
+    /// The values of the project's secret `files` (relative to `root`, as
+    /// `sandbox::surface::redactable_files` names them), of
+    /// [`PROJECT_VALUE_FILES`] and of the person's [`HOME_VALUE_FILES`]
+    /// under `home`, sorted and without duplicates. Reads the disk: call
+    /// it from the daemon, not a gate.
+    pub fn values(&self, root: &Path, files: &[PathBuf], home: Option<&Path>) -> Vec<KnownValue> {
+        let mut sources: Vec<(PathBuf, String)> = files
+            .iter()
+            .filter(|rel| searched(rel))
+            .map(|rel| (root.join(rel), rel.display().to_string()))
+            .collect();
+        sources.extend(
+            PROJECT_VALUE_FILES
+                .iter()
+                .map(|rel| (root.join(rel), (*rel).to_string())),
+        );
+        if let Some(home) = home {
+            sources.extend(
+                HOME_VALUE_FILES
+                    .iter()
+                    .map(|rel| (home.join(rel), format!("~/{rel}"))),
+            );
+        }
         let mut out = Vec::new();
         let mut bytes = 0u64;
         let mut remembered = crate::util::sync::lock(&self.files);
-        for rel in files.iter().filter(|rel| searched(rel)) {
-            let path = root.join(rel);
+        for (path, shown) in sources {
             let Ok(meta) = std::fs::symlink_metadata(&path) else {
                 continue;
             };
@@ -140,10 +210,9 @@ impl SecretValues {
             if bytes > MAX_SECRET_BYTES {
                 tracing::warn!(
                     "the secret files of {} hold more than {MAX_SECRET_BYTES} bytes \
-                     (MAX_SECRET_BYTES): the values of {} and the files after it are not \
+                     (MAX_SECRET_BYTES): the values of {shown} and the files after it are not \
                      redacted from tool output",
                     root.display(),
-                    rel.display()
                 );
                 break;
             }
@@ -158,7 +227,7 @@ impl SecretValues {
             let Some((text, read_stamp)) = read_small_file(&path) else {
                 continue;
             };
-            let values = values_in(&text);
+            let values = values_of_file(&shown, &text);
             out.extend(values.iter().cloned());
             if read_stamp.trusted(read_at) {
                 if remembered.len() >= MAX_REMEMBERED_SECRET_FILES {
@@ -176,8 +245,8 @@ impl SecretValues {
             }
         }
         drop(remembered);
-        out.sort();
-        out.dedup();
+        out.sort_by(|a, b| a.value.cmp(&b.value));
+        out.dedup_by(|a, b| a.value == b.value);
         if out.len() > MAX_SECRET_VALUES {
             tracing::warn!(
                 "the secret files of {} hold {} values, more than {MAX_SECRET_VALUES} \
@@ -227,157 +296,313 @@ fn read_small_file(path: &Path) -> Option<(String, Stamp)> {
     Some((text, Stamp::of(&meta)))
 }
 
-/// The values of assignments in a secret file's text.
+/// The values of assignments in a secret file's text (every key).
 pub fn values_in(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let line = line.trim();
-        if line.starts_with('#') {
-            continue;
-        }
-        let line = line.strip_prefix("export ").unwrap_or(line);
-        let Some((_, value)) = line.split_once('=').or_else(|| line.split_once(": ")) else {
-            continue;
-        };
-        let value = value.trim().trim_matches(|c| c == '"' || c == '\'');
-        if value.len() >= MIN_VALUE && !value.starts_with('$') {
-            out.push(value.to_string());
-        }
-    }
-    out
-}
-
-/// Every pattern that finds `value` in output, with what form it was in.
-/// Empty for values shorter than [`MIN_VALUE`].
-pub fn encoded_patterns(value: &str) -> Vec<(Regex, &'static str)> {
-    if value.len() < MIN_VALUE {
-        return Vec::new();
-    }
-    let bytes = value.as_bytes();
-    let mut forms: Vec<(String, &'static str)> = Vec::new();
-    // Plain, or spaced out (`sed 's/./& /g'`, `fold -w1`, and `od -c`,
-    // whose lines start with an octal offset).
-    let spaced = r"[ \t]*(?:\n[0-7]*[ \t]*)?";
-    forms.push((joined(value.chars(), spaced), "a project secret"));
-    let reversed: String = value.chars().rev().collect();
-    forms.push((
-        joined(reversed.chars(), spaced),
-        "a reversed project secret",
-    ));
-    // Hex as `xxd -p` and `od`-free tools print it, wrapped or not.
-    let lower: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    forms.push((
-        joined(lower.chars(), r"\n?"),
-        "a hex-encoded project secret",
-    ));
-    forms.push((
-        joined(lower.to_uppercase().chars(), r"\n?"),
-        "a hex-encoded project secret",
-    ));
-    // base64 at each of the three alignments a value can have in a stream:
-    // only the characters made of the value's bits alone are kept.
-    for k in 0..3usize {
-        let mut padded = vec![0u8; k];
-        padded.extend_from_slice(bytes);
-        let encoded = base64(&padded);
-        let start = (8 * k).div_ceil(6);
-        let end = (8 * (k + bytes.len())) / 6;
-        if end > start + 4 {
-            forms.push((
-                joined(encoded[start..end].chars(), r"\n?"),
-                "a base64-encoded project secret",
-            ));
-        }
-    }
-    forms
+    assignments(text)
         .into_iter()
-        .filter_map(|(p, what)| Regex::new(&p).ok().map(|r| (r, what)))
+        .map(|(_, v)| v)
+        .filter(|v| v.len() >= MIN_VALUE && !v.starts_with('$'))
         .collect()
 }
 
-fn joined(chars: impl Iterator<Item = char>, sep: &str) -> String {
-    chars
-        .map(|c| regex::escape(&c.to_string()))
-        .collect::<Vec<_>>()
-        .join(sep)
+/// `KEY=value`, `KEY = "value"`, `KEY: value`, `- KEY=value` lines (dotenv,
+/// INI, TOML, YAML), comments skipped, quotes taken off.
+fn assignments(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        let line = line.strip_prefix("- ").unwrap_or(line);
+        let line = line.strip_prefix("export ").unwrap_or(line);
+        let Some((key, value)) = line.split_once('=').or_else(|| line.split_once(": ")) else {
+            continue;
+        };
+        let key = key.trim().trim_matches(|c| c == '"' || c == '\'');
+        let value = value.trim().trim_matches(|c| c == '"' || c == '\'');
+        out.push((key.to_string(), value.to_string()));
+    }
+    out
 }
 
-/// Standard base64 without padding.
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len() * 4 / 3 + 4);
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
-        let chars = chunk.len() + 1;
-        for i in 0..chars {
-            out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+/// Whether a key names a secret (`password`, `_authToken`,
+/// `aws_secret_access_key`, `client-key-data`, `DATABASE_DSN`).
+fn secret_key(key: &str) -> bool {
+    static RE: std::sync::OnceLock<Regex> = std::sync::OnceLock::new();
+    RE.get_or_init(|| {
+        static_regex(
+            r"(?i)pass|secret|token|auth|api.?key|private|credential|key.?data|access.?key|session|dsn|signing|(?:^|[_.:-])key$",
+        )
+    })
+    .is_match(key)
+}
+
+/// The user and password of each `scheme://user:password@` in `text`.
+fn url_userinfo(text: &str) -> Vec<(String, Option<String>)> {
+    static RE: std::sync::OnceLock<Regex> = std::sync::OnceLock::new();
+    let re = RE.get_or_init(|| {
+        static_regex(
+            r#"[A-Za-z][A-Za-z0-9+.-]{1,20}://([^\s/:@"'<>]{1,256})(?::([^\s/@"'<>]{1,256}))?@"#,
+        )
+    });
+    re.captures_iter(text)
+        .filter_map(|c| {
+            let user = c.get(1)?.as_str().to_string();
+            Some((user, c.get(2).map(|p| p.as_str().to_string())))
+        })
+        .collect()
+}
+
+/// A value worth searching for: long enough, not a reference.
+fn worth(value: &str) -> bool {
+    value.len() >= MIN_VALUE && !crate::gates::secret_rules::is_reference(value)
+}
+
+/// Passwords (and tokens standing in for a user) in the URLs of `value`.
+fn url_secrets(value: &str, what: &str, shown: &str, out: &mut Vec<KnownValue>) {
+    for (user, password) in url_userinfo(value) {
+        match password {
+            Some(p) if worth(&p) => {
+                out.push(KnownValue::new(
+                    p,
+                    format!("password in {what} from {shown}"),
+                ));
+            }
+            // `https://<token>@host`: the user is the credential.
+            None if user.len() >= 20 => {
+                out.push(KnownValue::new(
+                    user,
+                    format!("token in {what} from {shown}"),
+                ));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The secret values of a file, by what kind of file it is; `shown` is
+/// its name as the redaction says it (`docker-compose.yml`, `~/.npmrc`).
+pub fn values_of_file(shown: &str, text: &str) -> Vec<KnownValue> {
+    let mut out = Vec::new();
+    let name = shown.rsplit('/').next().unwrap_or(shown);
+    let in_git =
+        shown.ends_with(".git/config") || name == ".gitconfig" || shown.ends_with("git/config");
+    if text.contains("PRIVATE KEY-----") && !name.ends_with(".json") {
+        // A key file (or a key pasted into another file): whole, so it is
+        // found also base64-encoded; the rules find it as text.
+        out.push(KnownValue::new(text, format!("private key from {shown}")));
+        return out;
+    }
+    if in_git {
+        for (key, value) in assignments(text) {
+            let key = key.to_ascii_lowercase();
+            if key == "url"
+                || key == "pushurl"
+                || key.starts_with("url ")
+                || key.starts_with("insteadof")
+            {
+                url_secrets(&value, "the remote URL", shown, &mut out);
+            } else if key == "extraheader" || secret_key(&key) {
+                // `AUTHORIZATION: basic <base64>`: the credential is the
+                // last word.
+                if let Some(last) = value.split_whitespace().last().filter(|v| worth(v)) {
+                    out.push(KnownValue::new(
+                        last,
+                        format!("value of {key} from {shown}"),
+                    ));
+                }
+            }
+        }
+        return out;
+    }
+    if name == ".git-credentials" {
+        for line in text.lines() {
+            url_secrets(line.trim(), "a stored URL", shown, &mut out);
+        }
+        return out;
+    }
+    if matches!(name, ".netrc" | "_netrc" | ".authinfo") {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        for pair in words.windows(2) {
+            if matches!(pair[0], "password" | "account") && worth(pair[1]) {
+                out.push(KnownValue::new(pair[1], format!("password from {shown}")));
+            }
+        }
+        return out;
+    }
+    if name == ".pgpass" {
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            if let Some(p) = line.rsplit(':').next().filter(|p| worth(p)) {
+                out.push(KnownValue::new(p, format!("password from {shown}")));
+            }
+        }
+        return out;
+    }
+    if name.ends_with(".json") {
+        if let Ok(json) = serde_json::from_str::<serde_json::Value>(text) {
+            json_values(&json, "", shown, &mut out);
+            return out;
+        }
+    }
+    // Every assignment of an environment file or a file named like a
+    // secret; of other credential files (INI, TOML, YAML, compose), those
+    // whose key says secret, and the passwords of URLs anywhere.
+    let every_key = crate::control_surface::secret_names::is_project_secret_name(name)
+        && !matches!(name, "credentials" | "credentials.toml" | "config");
+    for (key, value) in assignments(text) {
+        if !worth(&value) {
+            continue;
+        }
+        let with_url = !url_userinfo(&value).is_empty();
+        if every_key || secret_key(&key) || with_url {
+            url_secrets(&value, &key, shown, &mut out);
+            out.push(KnownValue::new(
+                value,
+                format!("value of {key} from {shown}"),
+            ));
         }
     }
     out
+}
+
+/// The secret values in a JSON credential file: strings under a secret
+/// key (`auth`, `password`, `private_key`, `client_secret`, `token`), the
+/// password inside Docker's `auth`, and passwords in URLs.
+fn json_values(json: &serde_json::Value, key: &str, shown: &str, out: &mut Vec<KnownValue>) {
+    match json {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                json_values(v, k, shown, out);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for v in items {
+                json_values(v, key, shown, out);
+            }
+        }
+        serde_json::Value::String(value) => {
+            url_secrets(value, key, shown, out);
+            if !secret_key(key) || !worth(value) {
+                return;
+            }
+            out.push(KnownValue::new(
+                value.as_str(),
+                format!("value of {key} from {shown}"),
+            ));
+            if key == "auth" {
+                // Docker's `auth` is base64 of `user:password`.
+                let decoded = base64_decode(value).and_then(|b| String::from_utf8(b).ok());
+                if let Some(password) = decoded
+                    .as_deref()
+                    .and_then(|d| d.split_once(':'))
+                    .map(|(_, p)| p)
+                {
+                    if worth(password) {
+                        out.push(KnownValue::new(
+                            password,
+                            format!("password in auth from {shown}"),
+                        ));
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn found(value: &str, output: &str) -> Option<&'static str> {
-        encoded_patterns(value)
+    fn labelled(shown: &str, text: &str) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = values_of_file(shown, text)
             .into_iter()
-            .find(|(r, _)| r.is_match(output))
-            .map(|(_, w)| w)
+            .map(|k| (k.value, k.label.to_string()))
+            .collect();
+        v.sort();
+        v
     }
 
     #[test]
-    fn base64_matches_the_standard_encoding() {
-        assert_eq!(base64(b"hello world"), "aGVsbG8gd29ybGQ");
-        assert_eq!(base64(b"ab"), "YWI");
-    }
-
-    #[test]
-    fn a_secret_is_found_through_common_transforms() {
-        let v = "s3cr3t-Value-42xyz";
-        let b64 = |prefix: &str| base64(format!("{prefix}{v}\n").as_bytes());
-        for (out, form) in [
-            (format!("API_TOKEN={v}"), "a project secret"),
-            (b64("API_TOKEN="), "a base64-encoded project secret"),
-            (b64("X="), "a base64-encoded project secret"),
-            (b64("XY="), "a base64-encoded project secret"),
-            (
-                v.bytes().map(|b| format!("{b:02x}")).collect::<String>(),
-                "a hex-encoded project secret",
+    fn values_come_from_what_each_kind_of_file_keeps_secret() {
+        let pair = |v: &str, l: &str| (v.to_string(), l.to_string());
+        assert_eq!(
+            labelled(
+                ".git/config",
+                "[core]\n\tbare = false\n[remote \"origin\"]\n\turl = https://deploy:Hq7v2Lx9Wp@git.example.com/a.git\n\
+                 [remote \"gl\"]\n\turl = https://oauth2:glpat-xY3kP9mQ2vL7nR4wZ8tB@gitlab.com/g/p.git\n"
             ),
-            (
-                v.bytes().map(|b| format!("{b:02X}")).collect::<String>(),
-                "a hex-encoded project secret",
+            [
+                pair("Hq7v2Lx9Wp", "password in the remote URL from .git/config"),
+                pair("glpat-xY3kP9mQ2vL7nR4wZ8tB", "password in the remote URL from .git/config"),
+            ]
+        );
+        assert_eq!(
+            labelled(
+                "docker-compose.yml",
+                "services:\n  app:\n    image: postgres:16-alpine\n    environment:\n      - DATABASE_URL=postgres://app:Pq7Lm2Xv9Rt@db/app\n      - NODE_ENV=production\n      API_SECRET: Zz9Yy8Xx7Ww6\n"
             ),
-            (
-                v.chars().rev().collect::<String>(),
-                "a reversed project secret",
+            [
+                pair("Pq7Lm2Xv9Rt", "password in DATABASE_URL from docker-compose.yml"),
+                pair("Zz9Yy8Xx7Ww6", "value of API_SECRET from docker-compose.yml"),
+                pair("postgres://app:Pq7Lm2Xv9Rt@db/app", "value of DATABASE_URL from docker-compose.yml"),
+            ]
+        );
+        // base64 of `deploy:s3cretPw123`
+        assert_eq!(
+            labelled(
+                ".docker/config.json",
+                r#"{"auths": {"registry.example.com": {"auth": "ZGVwbG95OnMzY3JldFB3MTIz"}}}"#
             ),
-            (
-                v.chars().map(|c| format!("{c} ")).collect::<String>(),
-                "a project secret",
-            ),
-            (
-                v.chars().map(|c| format!("   {c}")).collect::<String>(),
-                "a project secret",
-            ),
-            (
-                format!(
-                    "0000000  {}\n0000020  {}",
-                    v[..9].chars().map(|c| format!("  {c}")).collect::<String>(),
-                    v[9..].chars().map(|c| format!("  {c}")).collect::<String>()
+            [
+                pair(
+                    "ZGVwbG95OnMzY3JldFB3MTIz",
+                    "value of auth from .docker/config.json"
                 ),
-                "a project secret",
+                pair("s3cretPw123", "password in auth from .docker/config.json"),
+            ]
+        );
+        let sa = serde_json::json!({
+            "type": "service_account",
+            "project_id": "my-project-123456",
+            "private_key_id": "0123456789abcdef0123",
+            "private_key": "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBg\n-----END PRIVATE KEY-----\n",
+            "client_email": "sa@my-project-123456.iam.gserviceaccount.com",
+        });
+        let got = labelled("my-project-123456-0123456789ab.json", &sa.to_string());
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(got.iter().all(|(v, _)| !v.contains("gserviceaccount")));
+        assert_eq!(
+            labelled(
+                "~/.netrc",
+                "machine api.example.com login me password n3tRcPass99\n"
             ),
-        ] {
-            assert_eq!(found(v, &out), Some(form), "{out}");
-        }
-        assert_eq!(found(v, "nothing to see here, s3cr3t-Val"), None);
-        assert!(encoded_patterns("short").is_empty());
+            [pair("n3tRcPass99", "password from ~/.netrc")]
+        );
+        assert_eq!(
+            labelled(
+                "~/.npmrc",
+                "registry=https://registry.npmjs.org/\n//registry.npmjs.org/:_authToken=npm_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789\n"
+            ),
+            [pair(
+                "npm_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789",
+                "value of //registry.npmjs.org/:_authToken from ~/.npmrc"
+            )]
+        );
+        assert_eq!(
+            labelled(
+                ".aws/credentials",
+                "[default]\nregion = eu-central-1\naws_access_key_id = AKIAIOSFODNN7EXAMPLE\naws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n"
+            )
+            .len(),
+            2
+        );
+        let key = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n";
+        assert_eq!(
+            labelled("~/.ssh/id_ed25519", key),
+            [pair(key, "private key from ~/.ssh/id_ed25519")]
+        );
     }
 
     #[test]
@@ -461,27 +686,28 @@ mod tests {
         std::fs::create_dir(root.join("target")).expect("mkdir");
         std::fs::write(root.join("target/.env"), "TOKEN=buildoutput999\n").expect("write");
         let cache = SecretValues::default();
+        let plain = |v: Vec<KnownValue>| v.into_iter().map(|k| k.value).collect::<Vec<_>>();
         // Just written: its times are too recent to trust, read every call.
-        assert_eq!(cache.values(root, &files), ["abcdefgh12345"]);
-        assert_eq!(cache.values(root, &files), ["abcdefgh12345"]);
+        assert_eq!(plain(cache.values(root, &files, None)), ["abcdefgh12345"]);
+        assert_eq!(plain(cache.values(root, &files, None)), ["abcdefgh12345"]);
         assert_eq!(cache.reads(), 2, "a fresh file is not remembered");
         // Same size, the same modification time as before: only the
         // status-change time (and the racy rule) can tell.
         set_mtime(&env, 1_000_000_000);
-        assert_eq!(cache.values(root, &files), ["abcdefgh12345"]);
+        assert_eq!(plain(cache.values(root, &files, None)), ["abcdefgh12345"]);
         std::fs::write(&env, "TOKEN=zyxwvuts98765\n").expect("write");
         set_mtime(&env, 1_000_000_000);
-        assert_eq!(cache.values(root, &files), ["zyxwvuts98765"]);
+        assert_eq!(plain(cache.values(root, &files, None)), ["zyxwvuts98765"]);
         assert_eq!(cache.reads(), 4);
         // Once the status-change time is old enough, the file is not read
         // again while nothing changes.
         std::thread::sleep(TRUSTED_AGE + Duration::from_millis(50));
-        assert_eq!(cache.values(root, &files), ["zyxwvuts98765"]);
-        assert_eq!(cache.values(root, &files), ["zyxwvuts98765"]);
+        assert_eq!(plain(cache.values(root, &files, None)), ["zyxwvuts98765"]);
+        assert_eq!(plain(cache.values(root, &files, None)), ["zyxwvuts98765"]);
         assert_eq!(cache.reads(), 5);
         // Replaced by a link: not read through it, and the old values go.
         std::fs::remove_file(&env).expect("rm");
         std::os::unix::fs::symlink(root.join("target/.env"), &env).expect("link");
-        assert!(cache.values(root, &files).is_empty());
+        assert!(plain(cache.values(root, &files, None)).is_empty());
     }
 }

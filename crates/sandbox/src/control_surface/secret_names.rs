@@ -75,3 +75,26 @@ pub fn is_project_secret_name(name: &str) -> bool {
         || is_env_file_name(name)
         || is_named_like_a_secret(name)
 }
+
+/// A file that keeps credentials among other settings, whose secret values
+/// (not the file) are redacted from tool output: Compose files (their
+/// `environment`), npm/PyPI/pip settings, netrc, pgpass, stored git
+/// credentials. Reading one is not asked about; the values it holds are
+/// taken out of what the model reads.
+pub fn holds_secret_values_name(name: &str) -> bool {
+    let compose = (name.starts_with("docker-compose") || name.starts_with("compose"))
+        && (name.ends_with(".yml") || name.ends_with(".yaml"));
+    compose
+        || matches!(
+            name,
+            ".npmrc"
+                | ".pypirc"
+                | "pip.conf"
+                | ".netrc"
+                | "_netrc"
+                | ".pgpass"
+                | ".git-credentials"
+                | ".dockercfg"
+                | ".yarnrc.yml"
+        )
+}

@@ -1171,7 +1171,9 @@ impl DirFacts {
                 if is_secret_name(name) {
                     facts.secrets.push(OsString::from(name));
                 }
-                if crate::control_surface::secret_names::is_project_secret_name(name) {
+                if crate::control_surface::secret_names::is_project_secret_name(name)
+                    || crate::control_surface::secret_names::holds_secret_values_name(name)
+                {
                     facts.redactable.push(OsString::from(name));
                 }
             }

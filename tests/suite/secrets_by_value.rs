@@ -1,0 +1,280 @@
+//! Secrets by value, not by shape (issue 38): each case the issue found
+//! unredacted, through the real binary with a scripted model and a person
+//! who approves every call, checked in the request bodies the model
+//! received, in what the client was told and in the audit log. Redaction
+//! changes only what is shown: the files stay as they were.
+
+use crate::harness;
+use crate::support;
+
+use std::path::Path;
+
+use harness::Client;
+use passepartout::gates::known_values::base64;
+use serde_json::{json, Value};
+use support::fake_provider::{self as fake, FakeProvider};
+
+const PROVIDER_KEY: &str = "pp-provider-key-Wn52Tr81Kd07Gh";
+const REMOTE_PASSWORD: &str = "Hq7v2Lx9WpRt4s";
+const GITLAB_TOKEN: &str = "glpat-xY3kP9mQ2vL7nR4wZ8tB";
+const GITHUB_TOKEN: &str = "ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789";
+const REGISTRY_PASSWORD: &str = "Dk8Registry-Pw55";
+const DB_PASSWORD: &str = "Pg5Secret-Value9";
+const NPM_TOKEN: &str = "npm_Qw3Er5Ty7Ui9Op1As3Df5Gh7Jk9Lz1Xc3Vb5";
+/// The body of a private key, as the lines of its PEM block.
+const KEY_LINES: [&str; 3] = [
+    "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj",
+    "MzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvu",
+    "NMoSfm76oqFvAp8Gy0iz5sxjZmSnXyCdPEovGhLa0VzMaQ8s+CLOyS56YyCFGeJZ",
+];
+
+fn home(fake: &FakeProvider) -> tempfile::TempDir {
+    let home = harness::home_with_config(&format!(
+        "[[providers]]\nname = \"fake\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"fake-model\"\napi_key = \"{PROVIDER_KEY}\"\n",
+        fake.openai_url()
+    ));
+    // The person's npm token, kept in their home.
+    std::fs::write(
+        home.path().join(".npmrc"),
+        format!("//registry.npmjs.org/:_authToken={NPM_TOKEN}\n"),
+    )
+    .expect("write .npmrc");
+    home
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let ok = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .status()
+        .expect("git runs")
+        .success();
+    assert!(ok, "git {args:?}");
+}
+
+/// A project holding each of the issue's secrets where it found them.
+fn project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path();
+    std::fs::write(p.join("README.md"), "# app\n").expect("write");
+    git(p, &["init", "-q"]);
+    git(
+        p,
+        &[
+            "remote",
+            "add",
+            "origin",
+            &format!("https://deploy:{REMOTE_PASSWORD}@git.example.com/team/app.git"),
+        ],
+    );
+    git(
+        p,
+        &[
+            "remote",
+            "add",
+            "gitlab",
+            &format!("https://oauth2:{GITLAB_TOKEN}@gitlab.com/team/app.git"),
+        ],
+    );
+    git(
+        p,
+        &[
+            "remote",
+            "add",
+            "github",
+            &format!("https://{GITHUB_TOKEN}@github.com/team/app.git"),
+        ],
+    );
+    std::fs::create_dir_all(p.join(".docker")).expect("mkdir");
+    let auth = base64(format!("deploy:{REGISTRY_PASSWORD}").as_bytes());
+    std::fs::write(
+        p.join(".docker/config.json"),
+        json!({"auths": {"registry.example.com": {"auth": format!("{auth}=")}}}).to_string(),
+    )
+    .expect("write");
+    let pem = format!(
+        "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
+        KEY_LINES.join("\n")
+    );
+    std::fs::write(
+        p.join("my-project-4f2a91c3.json"),
+        serde_json::to_string_pretty(&json!({
+            "type": "service_account",
+            "project_id": "my-project",
+            "private_key": pem,
+            "client_email": "deployer@my-project.iam.gserviceaccount.com",
+        }))
+        .expect("json"),
+    )
+    .expect("write");
+    std::fs::write(
+        p.join("docker-compose.yml"),
+        format!(
+            "services:\n  app:\n    image: example/app:1.4\n    environment:\n      - DATABASE_URL=postgres://app:{DB_PASSWORD}@db/app\n      - NODE_ENV=production\n"
+        ),
+    )
+    .expect("write");
+    // What the person's hook wrote: keys base64-encoded into a project file.
+    std::fs::write(
+        p.join("build-stamp.txt"),
+        format!(
+            "{}\n{}\n",
+            base64(format!("provider={PROVIDER_KEY}").as_bytes()),
+            base64(format!("npm={NPM_TOKEN}").as_bytes())
+        ),
+    )
+    .expect("write");
+    dir
+}
+
+/// The last tool result in request `n`.
+fn tool_result(fake: &FakeProvider, n: usize) -> String {
+    fake.tool_results(n)
+        .pop()
+        .unwrap_or_else(|| panic!("no tool message in request {n}"))
+}
+
+#[tokio::test]
+async fn the_persons_secrets_reach_neither_the_model_nor_the_client_nor_the_audit_log() {
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let auth = format!(
+        "{}=",
+        base64(format!("deploy:{REGISTRY_PASSWORD}").as_bytes())
+    );
+    let cases: Vec<(&str, Vec<String>, Vec<String>)> = vec![
+        (
+            "git remote -v",
+            strings(&[REMOTE_PASSWORD, GITLAB_TOKEN, GITHUB_TOKEN]),
+            strings(&[
+                "https://deploy:[redacted: password in the remote URL from .git/config]@git.example.com/team/app.git",
+                "https://oauth2:[redacted: password in the remote URL from .git/config]@gitlab.com",
+            ]),
+        ),
+        (
+            "cat .docker/config.json",
+            vec![auth.clone()],
+            strings(&["[redacted: value of auth from .docker/config.json]"]),
+        ),
+        (
+            "cat my-project-4f2a91c3.json",
+            strings(&KEY_LINES),
+            strings(&[
+                "[redacted: private key]",
+                "deployer@my-project.iam.gserviceaccount.com",
+            ]),
+        ),
+        (
+            "cat docker-compose.yml",
+            strings(&[DB_PASSWORD]),
+            strings(&[
+                "DATABASE_URL=[redacted: value of DATABASE_URL from docker-compose.yml]",
+                "NODE_ENV=production",
+            ]),
+        ),
+        (
+            "cat build-stamp.txt",
+            strings(&[PROVIDER_KEY, NPM_TOKEN]),
+            strings(&[
+                "[redacted: configured API key, base64-encoded]",
+                "[redacted: value of //registry.npmjs.org/:_authToken from ~/.npmrc, base64-encoded]",
+            ]),
+        ),
+    ];
+    let mut script = Vec::new();
+    for (i, (cmd, _, _)) in cases.iter().enumerate() {
+        script.push(fake::shell_call(&format!("s{i}"), cmd));
+        script.push(fake::openai_text("ok"));
+    }
+    let fake = FakeProvider::start(script).await;
+    let home = home(&fake);
+    let project = project();
+    let before: Vec<(String, Vec<u8>)> = [
+        "docker-compose.yml",
+        ".docker/config.json",
+        "build-stamp.txt",
+        ".git/config",
+    ]
+    .iter()
+    .map(|f| {
+        (
+            f.to_string(),
+            std::fs::read(project.path().join(f)).expect("read"),
+        )
+    })
+    .collect();
+    let (mut c, sid) = Client::with_session(home.path(), &[], json!({}), project.path()).await;
+    let mut wrong = Vec::new();
+    let mut told_client: Vec<Value> = Vec::new();
+    for (i, (cmd, secrets, shown)) in cases.iter().enumerate() {
+        let (m, notes) = c.prompt_allowing(&sid, "go").await;
+        assert_eq!(m["result"]["stopReason"], "end_turn", "{m}");
+        told_client.extend(notes);
+        let raw = harness::raw_output(project.path(), cmd);
+        let encoded = *cmd == "cat build-stamp.txt";
+        for secret in secrets.iter() {
+            assert!(
+                encoded || raw.contains(secret.as_str()),
+                "`{cmd}` prints {secret}: {raw}"
+            );
+        }
+        let result = tool_result(&fake, 2 * i + 1);
+        for secret in secrets.iter() {
+            if result.contains(secret.as_str()) {
+                wrong.push(format!("`{cmd}`: the model reads {secret}: {result}"));
+            }
+        }
+        for line in raw.lines().filter(|l| l.trim().len() >= 16) {
+            let secret_line = encoded || secrets.iter().any(|s| line.contains(s.as_str()));
+            if secret_line && result.contains(line) {
+                wrong.push(format!("`{cmd}`: the model reads `{line}`"));
+            }
+        }
+        for expected in shown.iter() {
+            if !result.contains(expected) {
+                wrong.push(format!("`{cmd}`: no `{expected}` in {result}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+
+    let all_secrets: Vec<String> = cases
+        .iter()
+        .flat_map(|(_, s, _)| s.iter().cloned())
+        .chain([REGISTRY_PASSWORD.to_string()])
+        .collect();
+    for (i, req) in fake.requests().iter().enumerate() {
+        let body = req.body.to_string();
+        for secret in &all_secrets {
+            assert!(
+                !body.contains(secret.as_str()),
+                "request {i} carries {secret}"
+            );
+        }
+    }
+    let client = serde_json::to_string(&told_client).expect("json");
+    for secret in &all_secrets {
+        assert!(
+            !client.contains(secret.as_str()),
+            "the client was told {secret}"
+        );
+    }
+    drop(c);
+    let audit = std::fs::read_to_string(home.path().join("state/passepartout/audit.jsonl"))
+        .expect("the audit log");
+    assert!(audit.contains("executed"), "{audit}");
+    for secret in &all_secrets {
+        assert!(
+            !audit.contains(secret.as_str()),
+            "the audit log holds {secret}"
+        );
+    }
+    // Only what was shown changed: the files are as they were.
+    for (file, bytes) in before {
+        assert_eq!(
+            std::fs::read(project.path().join(&file)).expect("read"),
+            bytes,
+            "{file} changed"
+        );
+    }
+}
