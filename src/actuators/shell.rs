@@ -292,6 +292,11 @@ impl ShellActuator {
             .zip(resources.tmp_size)
             .and_then(|(dir, limit)| crate::sandbox::session_tmp::enforce_size(&dir, limit));
         let mut out = finish(outcome, None, &undone)?;
+        if out.is_error && !spec.network {
+            if let Some(installer) = installer_in(&spec.script) {
+                out.text.push_str(&offline_installer_note(&installer));
+            }
+        }
         if let Some(note) = tmp_over {
             out = ActOutput::error(format!("{}{note}\n", out.text));
         }
@@ -470,6 +475,52 @@ fn finish(
     })
 }
 
+/// The first command of `script` that fetches packages from a registry
+/// (`pip install`, `npm ci`, `cargo add`, …), as written.
+fn installer_in(script: &str) -> Option<String> {
+    let parsed = crate::gates::shell::commands::parse(script, None);
+    parsed.commands.iter().find_map(|c| {
+        let first = c
+            .args
+            .iter()
+            .map(String::as_str)
+            .find(|a| !a.starts_with('-'));
+        let fetches = match (c.program.as_str(), first) {
+            ("pip" | "pip3" | "pipx" | "poetry" | "gem" | "bundle" | "pnpm", Some(sub)) => {
+                matches!(sub, "install" | "add" | "update" | "download" | "i")
+            }
+            ("npm" | "yarn", Some(sub)) => {
+                matches!(sub, "install" | "i" | "ci" | "add" | "update")
+            }
+            ("yarn", None) => true,
+            ("cargo", Some(sub)) => matches!(sub, "add" | "install" | "fetch" | "update"),
+            ("uv", Some(sub)) => matches!(sub, "add" | "sync" | "pip" | "lock"),
+            ("go", Some(sub)) => matches!(sub, "get" | "install"),
+            ("python" | "python3", _) => c
+                .args
+                .windows(3)
+                .any(|w| w[0] == "-m" && w[1] == "pip" && w[2] == "install"),
+            _ => false,
+        };
+        fetches.then(|| {
+            let words: Vec<&str> = std::iter::once(c.program.as_str())
+                .chain(c.args.iter().take(2).map(String::as_str))
+                .collect();
+            words.join(" ")
+        })
+    })
+}
+
+/// What a failed install in a sandbox without network is told.
+fn offline_installer_note(installer: &str) -> String {
+    format!(
+        "\n[passepartout] no network in the sandbox: `{}` cannot reach a package registry here. \
+         Ask the person to run it in a terminal (what it writes is then part of the project), \
+         or use a skill tool declared `:NETWORK: yes`.\n",
+        crate::util::terminal::escape_line(installer)
+    )
+}
+
 fn effect_name(e: &Effect) -> String {
     serde_json::to_value(e)
         .ok()
@@ -479,6 +530,23 @@ fn effect_name(e: &Effect) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn installers_are_recognised_and_other_commands_are_not() {
+        for (script, found) in [
+            ("pip install requests", Some("pip install requests")),
+            ("cd app && npm ci", Some("npm ci")),
+            ("python3 -m pip install -e .", Some("python3 -m pip")),
+            ("cargo add serde --features derive", Some("cargo add serde")),
+            ("yarn", Some("yarn")),
+            ("pip list", None),
+            ("npm test", None),
+            ("cargo build", None),
+            ("echo pip install", None),
+        ] {
+            assert_eq!(super::installer_in(script).as_deref(), found, "{script}");
+        }
+    }
+
     use super::*;
 
     #[test]

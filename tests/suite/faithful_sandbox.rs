@@ -556,3 +556,35 @@ async fn the_disk_limit_counts_a_tmp_on_another_file_system() {
         "{r}"
     );
 }
+
+/// Without network an installer fails at once, with its retries off, and
+/// the model is told why and what to do instead of reading a timeout.
+#[tokio::test]
+async fn an_install_without_network_fails_at_once_and_says_why() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let home = home_with(CONFIG, None);
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let script = "echo \"retries: $PIP_RETRIES $npm_config_fetch_retries $CARGO_NET_RETRY\"; \
+                  pip install passepartout-no-such-package";
+    let mut d = daemon(
+        home.path(),
+        tmp.path(),
+        "/usr/local/bin:/usr/bin:/bin",
+        project.path(),
+        vec![fake::shell_call("c1", script), fake::openai_text("done")],
+    )
+    .await;
+    let out = d.turn().await.join("\n");
+    d.end().await;
+    assert!(out.contains("retries: 0 0 0"), "{out}");
+    assert!(
+        out.contains(
+            "no network in the sandbox: `pip install passepartout-no-such-package` cannot reach \
+             a package registry here"
+        ),
+        "{out}"
+    );
+}

@@ -83,6 +83,16 @@ pub const SESSION_CACHE: &[(&str, &str)] = &[
     ("npm_config_cache", "/tmp/.cache/npm"),
 ];
 
+/// Without network, installers fail at once instead of retrying a
+/// registry they cannot reach (pip's retries took 9 s, npm's 73 s): no
+/// retries for pip, npm and cargo. A run granted network keeps the tools'
+/// own settings.
+pub const OFFLINE_ENV: &[(&str, &str)] = &[
+    ("PIP_RETRIES", "0"),
+    ("npm_config_fetch_retries", "0"),
+    ("CARGO_NET_RETRY", "0"),
+];
+
 /// Environment names an action may not set: the fixed ones the sandbox
 /// owns, and those that make an interpreter or the dynamic loader run code
 /// that is not the approved script (`BASH_ENV=./evil.sh` would execute a
@@ -509,6 +519,11 @@ pub fn bwrap_args_with(
             push(&["--setenv", k, v]);
         }
     }
+    if !spec.network {
+        for (k, v) in OFFLINE_ENV {
+            push(&["--setenv", k, v]);
+        }
+    }
     for (k, v) in boundary.home.env.iter().chain(&boundary.env) {
         if !valid_env_name(k) || v.contains('\0') {
             return Err(SpecError::EnvName(k.clone()));
@@ -815,6 +830,18 @@ mod tests {
         "TERM",
         "dumb",
     ];
+    /// A run without network: installers do not retry.
+    const OFFLINE: &[&str] = &[
+        "--setenv",
+        "PIP_RETRIES",
+        "0",
+        "--setenv",
+        "npm_config_fetch_retries",
+        "0",
+        "--setenv",
+        "CARGO_NET_RETRY",
+        "0",
+    ];
 
     fn expected(parts: &[&[&str]]) -> Vec<String> {
         parts.iter().flat_map(|p| strings(p)).collect()
@@ -897,6 +924,7 @@ mod tests {
                 "/home/ada/project",
             ],
             BASE_ENV,
+            OFFLINE,
             &["--", "bash", "-c", "ls -la", "bash"],
         ]);
         assert_eq!(args, want);
@@ -952,6 +980,7 @@ mod tests {
                 "/home/ada/project",
             ],
             BASE_ENV,
+            OFFLINE,
             &["--", "bash", "-c", "echo x > f", "bash"],
         ]);
         assert_eq!(args, want);
@@ -1035,6 +1064,7 @@ mod tests {
                 "/home/ada/project",
             ],
             BASE_ENV,
+            OFFLINE,
             &[
                 "--",
                 "python3",
@@ -1130,6 +1160,7 @@ mod tests {
                 "/home/ada/project",
             ],
             BASE_ENV,
+            OFFLINE,
             &["--", "bash", "-c", "make", "bash"],
         ]);
         assert_eq!(args, want);
@@ -1158,6 +1189,7 @@ mod tests {
                 "/home/ada/project",
             ],
             BASE_ENV,
+            OFFLINE,
             &[
                 "--setenv",
                 "Q",
