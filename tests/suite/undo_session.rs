@@ -84,8 +84,18 @@ async fn undo_without_an_id_takes_the_sessions_own_newest_change() {
     );
     assert!(!p.join("a.txt").exists());
 
-    // Without a session: the project's newest (B's b.txt), as before.
-    let r = undo(&mut client, json!({ "cwd": p })).await;
-    assert_eq!(r["result"]["undone"], "c2", "{r}");
+    // The terminal's `undo --session`: the same choice and the same refusal.
+    let out = harness::cli_output(home.path(), p, &["undo", "--session", &c]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("this session has no change to undo"),
+        "{said}"
+    );
+    assert!(p.join("b.txt").exists());
+    let out = harness::cli_output(home.path(), p, &["undo", "--session", &b]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("undid c2 (shell, "), "{said}");
     assert!(!p.join("b.txt").exists());
 }
