@@ -101,11 +101,14 @@ List the checkpoints of DIRECTORY (default: this project) and return the buffer.
 
 (autoload 'passepartout-undo "passepartout-history" "\
 Undo checkpoint ID of DIRECTORY.
-In the history buffer, ID is the checkpoint at point; elsewhere it is
-the last applied checkpoint of this project.  With CONFIRM (always,
-interactively), ask first.  Buffers visiting the files the undo changed
-are reverted (one with unsaved edits only if you say so).  Returns the
-daemon's answer (a plist with :undone, :checkpoint and :summary).
+In the history buffer, ID is the checkpoint at point.  In a chat buffer
+it is the newest change of that chat's session (never one another chat
+made since: the daemon refuses, naming it, when this chat has none);
+elsewhere it is the last applied checkpoint of this project.  With
+CONFIRM (always, interactively), ask first.  Buffers visiting the files
+the undo changed are reverted (one with unsaved edits only if you say
+so).  Returns the daemon's answer (a plist with :undone, :tool,
+:createdAt, :checkpoint and :summary).
 
 \(fn &optional ID DIRECTORY CONFIRM)" t nil)
 

@@ -22,9 +22,10 @@
 ;; Every action of the agent that changed the project is recorded by the
 ;; daemon as a checkpoint (see docs/checkpoints.md).  `passepartout-history'
 ;; lists the checkpoints of a project in a tabulated buffer;
-;; `passepartout-undo' reverts one (the one at point, or the last applied
-;; one); `passepartout-undo-turn' reverts every change of one turn of
-;; the agent together (the turn at point, or the last one).  The daemon
+;; `passepartout-undo' reverts one (the one at point, in a chat the
+;; chat's own last change, else the last applied one);
+;; `passepartout-undo-turn' reverts every change of one turn of the
+;; agent together (the turn at point, or the last one).  The daemon
 ;; refuses, changing nothing, when the files changed
 ;; since; an undo is itself a checkpoint, so undoing it redoes the change.
 ;; Both ask first when run as commands, and revert the buffers visiting
@@ -38,6 +39,9 @@
 (require 'project)
 (require 'tabulated-list)
 (require 'passepartout-rpc)
+
+(defvar passepartout-chat--session-id)
+(defvar passepartout-chat--root)
 
 (defvar-local passepartout-history--directory nil
   "The project directory whose checkpoints this buffer lists.")
@@ -156,32 +160,46 @@ Returns the list of buffers reverted."
   (unless (yes-or-no-p question)
     (user-error "Nothing undone")))
 
+(defun passepartout-history--chat-session ()
+  "The session id of the chat buffer we are in, or nil elsewhere."
+  (and (derived-mode-p 'passepartout-chat-mode)
+       (bound-and-true-p passepartout-chat--session-id)))
+
 ;;;###autoload
 (defun passepartout-undo (&optional id directory confirm)
   "Undo checkpoint ID of DIRECTORY.
-In the history buffer, ID is the checkpoint at point; elsewhere it is
-the last applied checkpoint of this project.  With CONFIRM (always,
-interactively), ask first.  Buffers visiting the files the undo changed
-are reverted (one with unsaved edits only if you say so).  Returns the
-daemon's answer (a plist with :undone, :checkpoint and :summary)."
+In the history buffer, ID is the checkpoint at point.  In a chat buffer
+it is the newest change of that chat's session (never one another chat
+made since: the daemon refuses, naming it, when this chat has none);
+elsewhere it is the last applied checkpoint of this project.  With
+CONFIRM (always, interactively), ask first.  Buffers visiting the files
+the undo changed are reverted (one with unsaved edits only if you say
+so).  Returns the daemon's answer (a plist with :undone, :tool,
+:createdAt, :checkpoint and :summary)."
   (interactive (list nil nil t))
   (let* ((in-history (derived-mode-p 'passepartout-history-mode))
          (id (or id (and in-history (tabulated-list-get-id))))
+         (session (and (not id) (passepartout-history--chat-session)))
          (dir (or directory
                   (and in-history passepartout-history--directory)
+                  (and session (bound-and-true-p passepartout-chat--root))
                   (passepartout-history--default-directory)))
          (params (append (list :cwd (directory-file-name (expand-file-name dir)))
-                         (and id (list :id id)))))
+                         (and id (list :id id))
+                         (and session (list :sessionId session)))))
     (when confirm
       (passepartout-history--confirm
-       (if (and in-history id (tabulated-list-get-entry))
-           (format "Undo checkpoint %s (%s)? " id (aref (tabulated-list-get-entry) 5))
-         (format "Undo %s in %s? " (or id "the last change")
-                 (abbreviate-file-name dir)))))
+       (cond ((and in-history id (tabulated-list-get-entry))
+              (format "Undo checkpoint %s (%s)? " id (aref (tabulated-list-get-entry) 5)))
+             (session
+              (format "Undo this chat's last change in %s? " (abbreviate-file-name dir)))
+             (t (format "Undo %s in %s? " (or id "the last change")
+                        (abbreviate-file-name dir))))))
     (let ((result (passepartout-history--request :_passepartout/undo params)))
       (passepartout-history--revert-visiting dir)
-      (message "passepartout: undid %s: %s"
-               (plist-get result :undone) (plist-get result :summary))
+      (message "passepartout: undid %s (%s, %s): %s"
+               (plist-get result :undone) (plist-get result :tool)
+               (plist-get result :createdAt) (plist-get result :summary))
       (when in-history
         (revert-buffer))
       result)))

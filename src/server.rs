@@ -886,8 +886,10 @@ impl Daemon {
             self.env.config.checkpoints.clone(),
         );
         let cwd = params.cwd.clone();
+        // A chat's undo is recorded as its session's, like its actions.
+        let session = params.session_id.clone().filter(|s| !s.is_empty());
         let origin = crate::checkpoint::Origin {
-            session_id: "editor".into(),
+            session_id: session.clone().unwrap_or_else(|| "editor".into()),
             tool_call_id: String::new(),
             tool: "undo".into(),
             turn: None,
@@ -913,7 +915,8 @@ impl Daemon {
             }));
         }
         let done = crate::checkpoint::watch::locked(&params.cwd, move || {
-            crate::checkpoint::undo(&state, &cfg, &cwd, params.id.as_deref(), &origin)
+            let id = params.id.as_deref();
+            crate::checkpoint::undo(&state, &cfg, &cwd, id, session.as_deref(), &origin)
         })
         .await
         .map_err(|e| match e {
@@ -922,8 +925,11 @@ impl Daemon {
         })?;
         let (undone, undo) = done;
         self.env.record(crate::audit::AuditRecord::effect(&undo));
+        // Named: which action was undone, so an undo never surprises.
         Ok(serde_json::json!({
             "undone": undone.id,
+            "tool": undone.tool,
+            "createdAt": undone.created_at,
             "checkpoint": undo.id,
             "summary": undo.summary(),
         }))

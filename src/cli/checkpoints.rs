@@ -21,7 +21,7 @@ macro_rules! say_err {
 use crate::audit::{AuditLog, AuditRecord};
 use crate::checkpoint::{self, ChangeKind, Origin};
 
-/// `passepartout undo [ID | --turn [TURN]]`.
+/// `passepartout undo [ID | --turn [TURN] | --session ID]`.
 #[derive(Args, Debug)]
 pub struct UndoArgs {
     #[command(flatten)]
@@ -32,6 +32,10 @@ pub struct UndoArgs {
     /// from `history`, default the last turn that changed the directory.
     #[arg(long, value_name = "TURN", num_args = 0..=1, default_missing_value = "last", conflicts_with = "id")]
     pub turn: Option<String>,
+    /// Undo the newest change of this session (`sessionId` in
+    /// `history --json`) instead of the project's newest.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["id", "turn"])]
+    pub session: Option<String>,
 }
 
 /// `passepartout history [--limit N] [--json] [--prune]`.
@@ -52,7 +56,12 @@ pub struct HistoryArgs {
 
 /// Revert a checkpoint or a turn's; the undo is recorded in the audit log.
 pub fn undo(args: UndoArgs) -> ExitCode {
-    let UndoArgs { flags, id, turn } = args;
+    let UndoArgs {
+        flags,
+        id,
+        turn,
+        session,
+    } = args;
     let (config, cwd) = match load_config(&flags).and_then(|c| Ok((c, current_dir()?))) {
         Ok(found) => found,
         Err(e) => return e.report(),
@@ -101,6 +110,7 @@ pub fn undo(args: UndoArgs) -> ExitCode {
         &config.checkpoints,
         &cwd,
         id.as_deref(),
+        session.as_deref(),
         &origin,
     ) {
         Ok((undone, undo)) => {

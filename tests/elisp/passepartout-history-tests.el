@@ -183,5 +183,44 @@
               (should (verify-visited-file-modtime notes))))
         (kill-buffer notes)))))
 
+(ert-deftest passepartout-history-test-undo-from-a-chat-is-the-chats-own ()
+  "`passepartout-undo' in a chat undoes that chat's change, never another chat's.
+Chat A writes a.txt; a new chat B in the same project writes b.txt.  From
+B, the first undo takes b.txt and names it; the second is refused, naming
+A's change, and leaves a.txt alone."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--tool-reply
+             "call_a" "shell" '(:command "printf 'from A\\n' > a.txt"))
+            (passepartout-test--text-reply "Written.")
+            (passepartout-test--tool-reply
+             "call_b" "shell" '(:command "printf 'from B\\n' > b.txt"))
+            (passepartout-test--text-reply "Written."))
+    (let ((a (passepartout-test--chat project)))
+      (passepartout-test--send a "Write a.txt")
+      (passepartout-history-test--run-to-idle a)
+      (let ((a-session (buffer-local-value 'passepartout-chat--session-id a)))
+        (kill-buffer a)
+        (let ((b (passepartout-test--chat project)))
+          (should-not (equal (buffer-local-value 'passepartout-chat--session-id b)
+                             a-session))
+          (passepartout-test--send b "Write b.txt")
+          (passepartout-history-test--run-to-idle b)
+          (should (equal (passepartout-history-test--file project "b.txt") "from B\n"))
+          (with-current-buffer b
+            (let ((result (passepartout-history-test--saying-yes
+                            (call-interactively #'passepartout-undo))))
+              (should (string-match-p "this chat's last change"
+                                      (car passepartout-history-test--questions)))
+              (should (equal (plist-get result :undone) "c2"))
+              (should (equal (plist-get result :tool) "shell")))
+            (should-not (passepartout-history-test--file project "b.txt"))
+            ;; B has nothing left: refused, naming A's c1, which stays.
+            (let ((err (should-error (passepartout-undo nil nil) :type 'user-error)))
+              (should (string-match-p "this session has no change to undo" (cadr err)))
+              (should (string-match-p "c1" (cadr err)))
+              (should (string-match-p (regexp-quote a-session) (cadr err)))))
+          (should (equal (passepartout-history-test--file project "a.txt")
+                         "from A\n")))))))
+
 (provide 'passepartout-history-tests)
 ;;; passepartout-history-tests.el ends here

@@ -62,3 +62,4 @@ mod transactions;
 mod transactions_crash;
 mod transactions_speed;
 mod true_text;
+mod undo_session;

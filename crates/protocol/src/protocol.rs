@@ -239,6 +239,11 @@ pub struct UndoParams {
     /// `"last"` for the last turn that changed the directory.
     #[serde(default)]
     pub turn: Option<String>,
+    /// Without `id`: undo the newest change of this session (a chat's),
+    /// not of the whole project; refused, naming the newest change, when
+    /// the session has none. Ignored with `id` or `turn`.
+    #[serde(default)]
+    pub session_id: Option<String>,
 }
 
 /// `_passepartout/history` parameters.

@@ -148,6 +148,16 @@ pub enum CheckpointError {
     Unknown(String),
     #[error("no checkpoints for this working directory")]
     Empty,
+    /// `undo` without an id from a session with nothing of its own to
+    /// undo: never a silent fallback onto another session's change.
+    #[error(
+        "this session has no change to undo in this working directory; the newest change here is {newest} ({tool}) by session {session}: undo it by its id if you mean it"
+    )]
+    NotThisSession {
+        newest: String,
+        tool: String,
+        session: String,
+    },
     #[error("turn `{0}` has no applied checkpoints in this working directory")]
     NoTurn(String),
     #[error("checkpoint {id} is {status}; only {wanted} checkpoints can be {verb}")]
@@ -1578,19 +1588,34 @@ pub fn history(
     Ok(all)
 }
 
-/// Undo checkpoint `id` of `cwd` (None: the last applied one). Returns the
+/// Undo checkpoint `id` of `cwd` (None: the last applied one of
+/// `session`, or of the project when no session is given). Returns the
 /// checkpoint it undid and the new checkpoint recording the undo.
 pub fn undo(
     state_dir: &Path,
     cfg: &CheckpointConfig,
     cwd: &Path,
     id: Option<&str>,
+    session: Option<&str>,
     origin: &Origin,
 ) -> Result<(Checkpoint, Checkpoint), CheckpointError> {
     let project = Project::open(state_dir, cwd, cfg)?;
     let target = match id {
         Some(id) => project.load(id)?,
-        None => project.last_applied()?,
+        None => match project.last_applied_of(session) {
+            Err(CheckpointError::Empty) if session.is_some() => {
+                // Say what another session left, so the person can choose.
+                return Err(match project.last_applied() {
+                    Ok(newest) => CheckpointError::NotThisSession {
+                        newest: newest.id,
+                        tool: newest.tool,
+                        session: newest.session_id,
+                    },
+                    Err(e) => e,
+                });
+            }
+            found => found?,
+        },
     };
     let undo = project.undo(&target.id, origin)?;
     let undone = project.load(&target.id)?;
