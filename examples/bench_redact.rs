@@ -14,6 +14,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use passepartout::gates::known_values::{base64, KnownValue, ValueMatcher};
+use passepartout::gates::secret_rules;
 use passepartout::gates::secret_values::SecretValues;
 use passepartout::gates::secrets::{redact_output_with, scan, KnownPatterns};
 use passepartout::sandbox::surface::redactable_files;
@@ -131,6 +132,22 @@ fn one_megabyte(runs: usize) {
     let by_rule = time(runs, || {
         let _ = scan(&output);
     });
+    // The rules costing most, each run alone over the whole output as
+    // `scan` runs it (not at all when none of its anchors is there).
+    let mut per_rule: Vec<(Duration, &str)> = secret_rules::rules()
+        .iter()
+        .map(|rule| {
+            let t = time(runs.min(10), || {
+                let anchored = rule.anchors.iter().any(|a| output.contains(a.as_str()));
+                if rule.anchors.is_empty() || anchored {
+                    let _ = rule.regex.find_iter(&output).count();
+                }
+            });
+            (t, rule.kind.as_str())
+        })
+        .collect();
+    per_rule.sort_by_key(|r| std::cmp::Reverse(r.0));
+    println!("the regexes alone, costliest first: {:?}", &per_rule[..5]);
     println!(
         "1 MB of output ({} bytes), 100 known values, {planted} planted: \
          the redaction {whole:?} ({hits} redacted; median of {runs}; by value {by_value:?}, \
