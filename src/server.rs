@@ -1345,6 +1345,18 @@ where
     daemon.env.editor.disconnect();
     daemon.cancel_all();
     daemon.env.mcp.shutdown().await;
+    // What the sessions queued for their journals (a mode set just before
+    // the client left) reaches the disk before the process exits, which
+    // runs no destructors.
+    let journals: Vec<_> = lock(&daemon.sessions)
+        .values()
+        .filter_map(|s| s.journal().cloned())
+        .collect();
+    for journal in journals {
+        if let Err(e) = journal.sync().await {
+            tracing::warn!(session = %journal.id(), "the session journal could not be synced at exit: {e}");
+        }
+    }
 }
 
 /// A session opened in `cwd`: its first shell action's one-time work
