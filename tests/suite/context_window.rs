@@ -6,59 +6,13 @@
 use crate::harness;
 use crate::support;
 
-use std::path::{Path, PathBuf};
+use harness::prompt;
+use serde_json::json;
+use support::fake_provider::FakeProvider;
 
-use harness::{prompt, Client, Framing};
-use serde_json::{json, Value};
-use support::fake_provider::{self as fake, FakeProvider, Reply};
-
-/// A config file with one OpenAI-compatible provider.
-fn config(home: &Path, fake: &FakeProvider, provider_extra: &str, extra: &str) -> PathBuf {
-    let path = home.join("test-config.toml");
-    std::fs::write(&path, config_text(fake, provider_extra, extra)).unwrap();
-    path
-}
-
-fn config_text(fake: &FakeProvider, provider_extra: &str, extra: &str) -> String {
-    format!(
-        "[[providers]]\nname = \"fake\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"fake-model\"\nmax_retries = 0\n{provider_extra}\n\n{extra}\n",
-        fake.openai_url()
-    )
-}
-
-fn spawn(home: &Path, config: &Path) -> Client {
-    Client::spawn(
-        Framing::Ndjson,
-        home,
-        &["--config", config.to_str().unwrap()],
-    )
-}
-
-/// The tokens of a request body as the daemon estimates them (four bytes
-/// a token).
-fn body_tokens(body: &Value) -> usize {
-    body.to_string().len() / 4
-}
-
-/// The tokens of the fixed part of a request (system prompt and tools),
-/// measured on a first prompt.
-async fn fixed_request_tokens(home: &Path, project: &Path) -> usize {
-    let probe = FakeProvider::start(vec![fake::openai_text("ok")]).await;
-    let cfg = config(home, &probe, "", "");
-    let mut c = spawn(home, &cfg);
-    c.initialize(json!({})).await;
-    let sid = c.new_session(project).await;
-    c.request("session/prompt", prompt(&sid, "hi")).await;
-    body_tokens(&probe.requests()[0].body)
-}
-
-fn unpaced(text: &str) -> Reply {
-    let mut reply = fake::openai_text(text);
-    if let Reply::OpenAi { delay_ms, .. } = &mut reply {
-        *delay_ms = 0;
-    }
-    reply
-}
+// The sessions suite's helpers: one provider on the fake, the daemon with
+// that config, a request's size as the daemon estimates it.
+use super::sessions::{body_tokens, config, config_text, fixed_request_tokens, spawn, unpaced};
 
 #[tokio::test]
 async fn a_prompt_larger_than_the_window_is_refused_before_anything_is_sent() {

@@ -12,20 +12,26 @@ use serde_json::{json, Value};
 use support::fake_provider::{self as fake, FakeProvider, Reply};
 
 /// A config file with one OpenAI-compatible provider and `extra` TOML.
-fn config(home: &Path, fake: &FakeProvider, provider_extra: &str, extra: &str) -> PathBuf {
+pub(crate) fn config(
+    home: &Path,
+    fake: &FakeProvider,
+    provider_extra: &str,
+    extra: &str,
+) -> PathBuf {
     let path = home.join("test-config.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[[providers]]\nname = \"fake\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"fake-model\"\nmax_retries = 0\n{provider_extra}\n\n{extra}\n",
-            fake.openai_url()
-        ),
-    )
-    .unwrap();
+    std::fs::write(&path, config_text(fake, provider_extra, extra)).unwrap();
     path
 }
 
-fn spawn(home: &Path, config: &Path) -> Client {
+/// The text of [`config`].
+pub(crate) fn config_text(fake: &FakeProvider, provider_extra: &str, extra: &str) -> String {
+    format!(
+        "[[providers]]\nname = \"fake\"\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"fake-model\"\nmax_retries = 0\n{provider_extra}\n\n{extra}\n",
+        fake.openai_url()
+    )
+}
+
+pub(crate) fn spawn(home: &Path, config: &Path) -> Client {
     Client::spawn(
         Framing::Ndjson,
         home,
@@ -365,14 +371,14 @@ async fn usage_reaches_the_client_and_a_budget_can_be_raised_at_runtime() {
 }
 
 /// Chars/4 of a request body, the rule the daemon's estimate follows.
-fn body_tokens(body: &Value) -> usize {
+pub(crate) fn body_tokens(body: &Value) -> usize {
     body.to_string().len() / 4
 }
 
 /// The tokens of the fixed part of a request (system prompt and tools),
 /// measured on a first prompt: it depends on the built-in skills, which
 /// change.
-async fn fixed_request_tokens(home: &Path, project: &Path) -> usize {
+pub(crate) async fn fixed_request_tokens(home: &Path, project: &Path) -> usize {
     let probe = FakeProvider::start(vec![fake::openai_text("ok")]).await;
     let cfg = config(home, &probe, "", "");
     let mut c = spawn(home, &cfg);
@@ -385,7 +391,7 @@ async fn fixed_request_tokens(home: &Path, project: &Path) -> usize {
 /// A text answer streamed without pauses between its word chunks: the
 /// window is what these tests measure, and paced (2 ms a chunk) their
 /// turns took most of the suite's longest test.
-fn unpaced(text: &str) -> Reply {
+pub(crate) fn unpaced(text: &str) -> Reply {
     let mut reply = fake::openai_text(text);
     if let Reply::OpenAi { delay_ms, .. } = &mut reply {
         *delay_ms = 0;
