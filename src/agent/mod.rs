@@ -258,6 +258,26 @@ impl AgentEnv {
         )
     }
 
+    /// The person's secret values a flight plan made in a directory must
+    /// not show (see [`crate::plans::shown`]), as tool output hides them.
+    /// Holds the environment weakly: a store outliving it hides nothing.
+    pub fn plan_values(self: &Arc<Self>) -> crate::plans::store::SecretValuesOf {
+        let env = Arc::downgrade(self);
+        crate::plans::store::SecretValuesOf(Arc::new(move |cwd: Option<&Path>| {
+            let env = env.upgrade()?;
+            match cwd {
+                Some(cwd) => Some(env.secret_values_in(cwd)),
+                None => env.redaction.patterns.last(),
+            }
+        }))
+    }
+
+    /// The person's secret values known in `cwd`, compiled for hiding
+    /// (kept between calls while they stay the same).
+    pub fn secret_values_in(&self, cwd: &Path) -> Arc<crate::gates::known_values::ValueMatcher> {
+        self.redaction.patterns.of(&self.known_values(cwd))
+    }
+
     /// The secret values known for a call in `cwd`: the configured provider
     /// keys and the person's values (see [`Self::redact_output`]).
     fn known_values(&self, cwd: &Path) -> Vec<crate::gates::known_values::KnownValue> {

@@ -130,6 +130,10 @@ impl AcpPrompt {
             acp::ToolCallUpdate::new(acp::ToolCallId::new(request.tool_call_id.clone()), fields),
             options,
         );
+        // Shown, not read back: the person's secret values stay hidden from
+        // the client, as in the flight plan (`plans::shown`).
+        let mut params = serde_json::to_value(params).unwrap_or(Value::Null);
+        crate::plans::shown::hide_in_json(&mut params, &self.env.secret_values_in(&request.cwd));
         let answer = tokio::select! {
             _ = cancel.cancelled() => return ApprovalOutcome::Cancelled,
             answer = self.out.request(proto::SESSION_REQUEST_PERMISSION, params) => answer,

@@ -35,7 +35,7 @@ use crate::gates::{Decision, Judgement};
 use crate::modes::Mode;
 use crate::plans::evidence::{decision_record, outcome_note};
 use crate::plans::store::{PlanStore, StoreError};
-use crate::plans::{render, FlightPlan, PlanResult, PlanStatus};
+use crate::plans::{FlightPlan, PlanResult, PlanStatus};
 use crate::protocol as proto;
 use crate::rpc::Outgoing;
 
@@ -89,8 +89,9 @@ fn call_key(session: &str, call: &str) -> String {
     format!("{session}/{call}")
 }
 
-/// A plan as the editor sees it.
-pub fn wire(plan: &FlightPlan) -> Value {
+/// A plan as the editor sees it (`org`: its rendering as the store shows
+/// it, the person's secret values hidden).
+pub fn wire(plan: &FlightPlan, org: String) -> Value {
     json!({
         "planId": plan.id,
         "sessionId": plan.session_id,
@@ -100,7 +101,7 @@ pub fn wire(plan: &FlightPlan) -> Value {
         "status": plan.status.as_str(),
         "createdAt": plan.created_at,
         "hash": plan.hash,
-        "org": render(plan),
+        "org": org,
     })
 }
 
@@ -119,7 +120,8 @@ pub enum DecideError {
 impl FlightDesk {
     pub fn new(env: Arc<AgentEnv>, out: Outgoing, modes: ModeSource) -> Arc<FlightDesk> {
         let state_dir = env.config.state_dir();
-        let store = PlanStore::new(crate::paths::StateDir::new(&state_dir).plans());
+        let store = PlanStore::new(crate::paths::StateDir::new(&state_dir).plans())
+            .hiding(env.plan_values());
         let lock = match state_lock::try_acquire(&state_dir) {
             Ok(Some(lock)) => Some(lock),
             Ok(None) => {
@@ -158,7 +160,8 @@ impl FlightDesk {
     /// [`FlightDesk::run_approved`].
     pub fn standalone(env: Arc<AgentEnv>) -> Arc<FlightDesk> {
         let state_dir = env.config.state_dir();
-        let store = PlanStore::new(crate::paths::StateDir::new(&state_dir).plans());
+        let store = PlanStore::new(crate::paths::StateDir::new(&state_dir).plans())
+            .hiding(env.plan_values());
         // Nobody reads the notifications: the terminal is told directly.
         let (out, _unread) = Outgoing::channel();
         Arc::new(FlightDesk {
@@ -370,8 +373,9 @@ impl FlightDesk {
         match self.store.pending() {
             Ok(plans) => {
                 for plan in plans {
+                    let org = self.store.rendering(&plan);
                     self.out
-                        .notify(proto::EXT_PLAN_OFFER, json!({ "plan": wire(&plan) }));
+                        .notify(proto::EXT_PLAN_OFFER, json!({ "plan": wire(&plan, org) }));
                 }
             }
             Err(e) => tracing::error!("cannot list pending flight plans: {e}"),
@@ -382,12 +386,16 @@ impl FlightDesk {
     /// client that saw it waiting learns how it ended while it was away.
     pub fn get(&self, id: &str) -> Result<Value, StoreError> {
         let plan = self.store.load(id)?;
-        Ok(json!({ "plan": wire(&plan) }))
+        Ok(json!({ "plan": wire(&plan, self.store.rendering(&plan)) }))
     }
 
     pub fn list(&self) -> Result<Value, String> {
         let plans = self.store.pending().map_err(|e| e.to_string())?;
-        Ok(json!({ "plans": plans.iter().map(wire).collect::<Vec<_>>() }))
+        let wired = plans
+            .iter()
+            .map(|plan| wire(plan, self.store.rendering(plan)))
+            .collect::<Vec<_>>();
+        Ok(json!({ "plans": wired }))
     }
 
     /// Write the plan, offer it, and wait for a decision.
@@ -422,8 +430,9 @@ impl FlightDesk {
         lock(&self.waiters).insert(id.clone(), tx);
         lock(&self.by_call).insert(call_key(&plan.session_id, &plan.tool_call_id), id.clone());
         tracing::info!(plan = %id, "flight plan offered");
+        let org = self.store.rendering(&plan);
         self.out
-            .notify(proto::EXT_PLAN_OFFER, json!({ "plan": wire(&plan) }));
+            .notify(proto::EXT_PLAN_OFFER, json!({ "plan": wire(&plan, org) }));
         let mut poll = tokio::time::interval(STORE_POLL);
         loop {
             tokio::select! {
@@ -642,7 +651,7 @@ impl FlightDesk {
                 "sessionId": plan.session_id,
                 "status": plan.status.as_str(),
                 "result": result,
-                "org": render(plan),
+                "org": self.store.rendering(plan),
             }),
         );
     }

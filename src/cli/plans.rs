@@ -25,7 +25,6 @@ use crate::action::Action;
 use crate::audit::AuditRecord;
 use crate::gates::{Decision, Judgement};
 use crate::plans::evidence::decision_record;
-use crate::plans::render::render;
 use crate::plans::store::{PlanStore, StoreError};
 use crate::plans::FlightPlan;
 use crate::util::terminal::{escape_line, escape_text};
@@ -93,12 +92,16 @@ pub fn command(args: PlansArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return e.report(),
     };
-    let store = PlanStore::new(config.state().plans());
+    let plans_dir = config.state().plans();
     // The gates and the audit log, as the daemon has them.
-    let env = crate::setup::build_env(config);
+    let env = crate::setup::build_env(config).map(std::sync::Arc::new);
     if let Err(e) = &env {
         eprintln!("passepartout: cannot load the gates: {e}; edited plans are refused");
     }
+    let store = match &env {
+        Ok(env) => PlanStore::new(plans_dir).hiding(env.plan_values()),
+        Err(_) => PlanStore::new(plans_dir),
+    };
     for r in crate::checkpoint::intent::take_reports() {
         eprintln!("passepartout: {}", r.message());
     }
@@ -192,7 +195,7 @@ fn run(
         PlansCommand::List => list(store, out, deciding.terminal),
         PlansCommand::Show { id } => {
             let plan = store.load(id).map_err(|e| store_failure(id, e))?;
-            let text = render(&plan);
+            let text = store.rendering(&plan);
             // Piped, exactly (what `approve --edited` reads back); on a
             // terminal, nothing the model wrote may drive it.
             let text = if deciding.terminal {

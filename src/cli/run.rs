@@ -37,7 +37,7 @@ use crate::gates::{Decision, Judgement};
 use crate::modes::Mode;
 use crate::plans::evidence::decision_record;
 use crate::plans::store::StoreError;
-use crate::plans::{render, FlightPlan};
+use crate::plans::FlightPlan;
 use crate::protocol::{acp, SessionStatus};
 use crate::util::sync::lock;
 use crate::util::terminal::{escape_line, escape_text};
@@ -171,7 +171,8 @@ pub async fn run(flags: ConfigFlags, prompt: String, which: Which, mode: Option<
     if !waiting.is_empty() {
         let store = &approver.desk.store;
         for plan in &waiting {
-            eprint!("{}", waiting_text(plan, &store.org_path(&plan.id)));
+            let text = waiting_text(plan, &store.org_path(&plan.id));
+            eprint!("{}", store.shown(plan, &text));
         }
         eprintln!(
             "passepartout: {} waiting for a person (exit status {EXIT_WAITING}); once decided, \
@@ -373,7 +374,8 @@ impl RunApprover {
 
     /// Ask at the terminal until the person decides or leaves the plan.
     async fn ask_here(&self, plan: FlightPlan, cancel: &CancellationToken) -> ApprovalOutcome {
-        eprintln!("\n{}", escape_text(&render(&plan)));
+        let org = self.desk.store.rendering(&plan);
+        eprintln!("\n{}", escape_text(&org));
         loop {
             eprint!(
                 "Flight plan {}: [a]pprove, [r]eject, [e]dit in $EDITOR, [l]eave it pending? ",
@@ -403,7 +405,7 @@ impl RunApprover {
                     };
                     self.decide(&plan, false, None, comment)
                 }
-                Choice::Edit => match edit_in_editor(&plan).await {
+                Choice::Edit => match edit_in_editor(&plan, &org).await {
                     Ok(org) => self.decide(&plan, true, Some(&org), None),
                     Err(why) => Err(why),
                 },
@@ -550,13 +552,13 @@ async fn read_line(cancel: &CancellationToken) -> Option<Option<String>> {
 
 /// Let the person edit the plan's Org text in `$VISUAL` / `$EDITOR`
 /// (default `vi`); the edited text, or why there is none.
-async fn edit_in_editor(plan: &FlightPlan) -> Result<String, String> {
+async fn edit_in_editor(plan: &FlightPlan, org: &str) -> Result<String, String> {
     let file = tempfile::Builder::new()
         .prefix(&format!("{}-", plan.id))
         .suffix(".org")
         .tempfile()
         .map_err(|e| format!("cannot make a file to edit: {e}"))?;
-    std::fs::write(file.path(), render(plan))
+    std::fs::write(file.path(), org)
         .map_err(|e| format!("cannot write {}: {e}", file.path().display()))?;
     let editor = std::env::var("VISUAL")
         .or_else(|_| std::env::var("EDITOR"))

@@ -14,6 +14,7 @@
 pub mod evidence;
 pub mod parse;
 pub mod render;
+pub mod shown;
 pub mod store;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -26,6 +26,12 @@ use crate::action::{Action, Effect};
 pub enum PlanParseError {
     #[error("no :PLAN_ID: property found in the plan's heading")]
     MissingId,
+    #[error(
+        "the action block holds {label}, which the plan cannot put a value back for (the \
+         secret file changed since the plan was shown, or the label was written in): \
+         approve the block as shown, or write the value out"
+    )]
+    UnknownRedaction { label: String },
     #[error("line {line}: this text is flight plan {found}, not {expected}")]
     IdMismatch {
         line: usize,

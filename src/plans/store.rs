@@ -22,12 +22,14 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::parse::{parse_edited, PlanParseError};
 use super::render::render;
 use super::{is_valid_plan_id, FlightPlan, PlanDecision, PlanResult, PlanStatus};
 use crate::action::Action;
+use crate::gates::known_values::ValueMatcher;
 use crate::util::fs::Atomic;
 use crate::util::time::now_rfc3339;
 
@@ -136,12 +138,71 @@ pub const STALE_TEMP: std::time::Duration = std::time::Duration::from_secs(60);
 #[derive(Debug, Clone)]
 pub struct PlanStore {
     dir: PathBuf,
+    values: Option<SecretValuesOf>,
+}
+
+/// The person's secret values known for a plan's working directory, which
+/// what the store shows of a plan hides (see [`super::shown`]).
+/// Looks the values up for a working directory (`None`: the last one).
+pub type ValuesLookup = dyn Fn(Option<&Path>) -> Option<Arc<ValueMatcher>> + Send + Sync;
+
+#[derive(Clone)]
+pub struct SecretValuesOf(pub Arc<ValuesLookup>);
+
+impl std::fmt::Debug for SecretValuesOf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretValuesOf(..)")
+    }
 }
 
 impl PlanStore {
     /// A store in `dir` (created when the first plan is written).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        PlanStore { dir: dir.into() }
+        PlanStore {
+            dir: dir.into(),
+            values: None,
+        }
+    }
+
+    /// The same store, hiding the person's secret values from every
+    /// rendering it writes or gives out, and putting them back into an
+    /// edited action block it reads.
+    pub fn hiding(mut self, values: SecretValuesOf) -> Self {
+        self.values = Some(values);
+        self
+    }
+
+    fn values_for(&self, plan: &FlightPlan) -> Option<Arc<ValueMatcher>> {
+        self.values
+            .as_ref()
+            .and_then(|v| (v.0)(plan.cwd.as_deref()))
+    }
+
+    /// `plan`'s Org rendering as people and clients may read it: the
+    /// person's secret values hidden (the record keeps them).
+    pub fn rendering(&self, plan: &FlightPlan) -> String {
+        super::shown::hide(&render(plan), self.values_for(plan).as_deref())
+    }
+
+    /// `text` about `plan` as people may read it: the person's secret
+    /// values hidden, as in [`Self::rendering`].
+    pub fn shown(&self, plan: &FlightPlan, text: &str) -> String {
+        super::shown::hide(text, self.values_for(plan).as_deref())
+    }
+
+    /// The action a person approved from `org` (a rendering, maybe edited):
+    /// an unedited block is the proposal itself; an edited one gets the
+    /// values back that its rendering hid.
+    fn read_back(&self, plan: &FlightPlan, org: &str) -> Result<Action, StoreError> {
+        let action = parse_edited(plan, org)?;
+        let Some(values) = self.values_for(plan) else {
+            return Ok(action);
+        };
+        let shown = super::shown::hide(&render(plan), Some(&values));
+        if parse_edited(plan, &shown).ok().as_ref() == Some(&action) {
+            return Ok(plan.action.clone());
+        }
+        Ok(super::shown::restore(action, &plan.action, &values)?)
     }
 
     pub fn dir(&self) -> &Path {
@@ -177,7 +238,11 @@ impl PlanStore {
         if json_path.exists() {
             return Err(StoreError::AlreadyExists(plan.id.clone()));
         }
-        write_atomic(&self.org_path(&plan.id), render(plan).as_bytes(), true)?;
+        write_atomic(
+            &self.org_path(&plan.id),
+            self.rendering(plan).as_bytes(),
+            true,
+        )?;
         match write_atomic(&json_path, &record_bytes(plan), false) {
             Err(StoreError::Io { source, .. }) if source.kind() == io::ErrorKind::AlreadyExists => {
                 Err(StoreError::AlreadyExists(plan.id.clone()))
@@ -328,7 +393,7 @@ impl PlanStore {
             let action = if approve {
                 check_hash(&plan)?;
                 let action = match edited_org {
-                    Some(org) => parse_edited(&plan, org)?,
+                    Some(org) => self.read_back(&plan, org)?,
                     None => plan.action.clone(),
                 };
                 check(&action).map_err(StoreError::Refused)?;
@@ -614,7 +679,7 @@ impl PlanStore {
 
     fn refresh_rendering(&self, plan: &FlightPlan) -> Result<(), StoreError> {
         let path = self.org_path(&plan.id);
-        let text = render(plan);
+        let text = self.rendering(plan);
         if fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
             write_atomic(&path, text.as_bytes(), true)?;
         }
@@ -626,7 +691,11 @@ impl PlanStore {
     /// be updated is only logged (`recover` rewrites stale renderings).
     fn save(&self, plan: &FlightPlan) -> Result<(), StoreError> {
         write_atomic(&self.json_path(&plan.id), &record_bytes(plan), true)?;
-        if let Err(error) = write_atomic(&self.org_path(&plan.id), render(plan).as_bytes(), true) {
+        if let Err(error) = write_atomic(
+            &self.org_path(&plan.id),
+            self.rendering(plan).as_bytes(),
+            true,
+        ) {
             tracing::warn!(%error, plan = %plan.id, "could not update the plan's Org rendering");
         }
         Ok(())

@@ -278,3 +278,136 @@ async fn the_persons_secrets_reach_neither_the_model_nor_the_client_nor_the_audi
         );
     }
 }
+
+/// Every file under `dir` whose name ends with `suffix`, read.
+fn files_ending(dir: &Path, suffix: &str) -> Vec<(std::path::PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if path.to_string_lossy().ends_with(suffix) {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                out.push((path, text));
+            }
+        }
+    }
+    out
+}
+
+/// A flight plan shows the person's secret values redacted, wherever the
+/// plan is read (its Org file, `plans show`, the terminal), while approving
+/// it applies exactly what was proposed, values included.
+#[tokio::test]
+async fn a_flight_plan_hides_the_persons_values_and_approving_it_keeps_them() {
+    assert!(harness::bwrap_available(), "this test needs bubblewrap");
+    let home = tempfile::tempdir().expect("home");
+    let project = tempfile::tempdir().expect("project");
+    let p = project.path();
+    std::fs::write(p.join(".env"), format!("DB_PASSWORD={DB_PASSWORD}\n")).expect("write");
+    std::fs::write(p.join("app.py"), "print('app')\n").expect("write");
+    std::fs::write(p.join(".gitignore"), ".venv/\n").expect("write");
+    std::fs::create_dir_all(p.join(".venv/bin")).expect("mkdir");
+    std::fs::write(p.join(".venv/pyvenv.cfg"), "home = /usr/bin\n").expect("write");
+    std::fs::write(p.join(".venv/bin/activate"), "# activate\n").expect("write");
+    git(p, &["init", "-q"]);
+    git(p, &["add", "-A"]);
+    git(
+        p,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@e",
+            "commit",
+            "-qm",
+            "init",
+        ],
+    );
+    let command = |args: &[&str]| {
+        let mut cmd = tokio::process::Command::new(harness::BIN);
+        cmd.args(args)
+            .current_dir(p)
+            .env("HOME", home.path())
+            .env("XDG_CONFIG_HOME", home.path().join("config"))
+            .env("XDG_STATE_HOME", home.path().join("state"))
+            .env("XDG_DATA_HOME", home.path().join("data"))
+            .stdin(std::process::Stdio::null());
+        cmd
+    };
+    // The person gave the model the value; the model writes it into the
+    // virtual environment's activation script, which is asked.
+    let script = format!("sed -i '$a psql --password {DB_PASSWORD}' .venv/bin/activate");
+    let fake = FakeProvider::start(vec![
+        fake::shell_call("call_1", &script),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let url = fake.openai_url();
+    let out = command(&["run", "--provider-url", &url, "go"])
+        .output()
+        .await
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    // (The tool call's own line shows the command the model wrote; what
+    // the terminal says of the plan hides the value.)
+    let waiting = stderr
+        .find("passepartout: waiting for a person")
+        .map(|at| &stderr[at..])
+        .expect(&stderr);
+    assert!(
+        !waiting.contains(DB_PASSWORD),
+        "the plan's text showed it: {stderr}"
+    );
+    let activate = || std::fs::read_to_string(p.join(".venv/bin/activate")).unwrap_or_default();
+    assert_eq!(activate(), "# activate\n", "applied while asked: {stderr}");
+
+    let plans = files_ending(&home.path().join("state"), ".org");
+    assert_eq!(plans.len(), 1, "{plans:?}");
+    let (path, org) = &plans[0];
+    assert!(!org.contains(DB_PASSWORD), "{}: {org}", path.display());
+    assert!(
+        org.contains("[redacted: value of DB_PASSWORD from .env]"),
+        "{org}"
+    );
+    let id = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .expect("id");
+    let shown = command(&["plans", "show", &id])
+        .output()
+        .await
+        .expect("show");
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(shown.contains(&id), "{shown}");
+    assert!(!shown.contains(DB_PASSWORD), "{shown}");
+
+    // The record keeps the value: approving applies what was proposed.
+    let approved = command(&["plans", "approve", &id])
+        .output()
+        .await
+        .expect("approve");
+    assert_eq!(
+        approved.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&approved.stderr)
+    );
+    let fake = FakeProvider::start(vec![fake::openai_text("noted")]).await;
+    let url = fake.openai_url();
+    let out = command(&["run", "--provider-url", &url, "--continue", "go"])
+        .output()
+        .await
+        .expect("continue");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        activate(),
+        format!("# activate\npsql --password {DB_PASSWORD}\n"),
+        "{stderr}\n{:?}",
+        files_ending(&home.path().join("state"), ".org")
+    );
+}

@@ -33,6 +33,11 @@ pub struct Rule {
     /// the rule is not run (for a rule whose regex has no literal prefix
     /// the regex engine could search for itself).
     pub anchors: Vec<String>,
+    /// The regex, written in lower case, runs over the text with its ASCII
+    /// letters lowered (same byte offsets), instead of being `(?i)`: a
+    /// case-insensitive keyword list leaves the regex engine no literal to
+    /// search for, so it would walk every byte of a large output.
+    pub fold_case: bool,
     /// Texts the rule must find, and texts it must not (tests).
     pub positive: Vec<String>,
     pub negative: Vec<String>,
@@ -62,6 +67,8 @@ struct RuleEntry {
     references: bool,
     #[serde(default)]
     anchors: Vec<String>,
+    #[serde(default)]
+    fold_case: bool,
     positive: Vec<String>,
     negative: Vec<String>,
 }
@@ -103,6 +110,11 @@ pub fn parse(text: &str) -> Result<Vec<Rule>, RuleError> {
                 other => return Err(bad(format!("decision `{other}` is neither deny nor ask"))),
             };
             let regex = Regex::new(&e.regex).map_err(|err| bad(err.to_string()))?;
+            if e.fold_case && has_upper_case_literal(&e.regex) {
+                return Err(bad(
+                    "`fold_case` needs the regex in lower case (it runs over lowered text)".into(),
+                ));
+            }
             if e.group >= regex.captures_len() {
                 return Err(bad(format!("no capture group {}", e.group)));
             }
@@ -119,6 +131,7 @@ pub fn parse(text: &str) -> Result<Vec<Rule>, RuleError> {
                 gate: e.gate,
                 references: e.references,
                 anchors: e.anchors,
+                fold_case: e.fold_case,
                 positive: e.positive,
                 negative: e.negative,
             })
@@ -133,6 +146,17 @@ pub fn rules() -> &'static [Rule] {
         #[allow(clippy::expect_used)]
         parse(RULES_TOML).expect("the built-in secret_rules.toml is valid (tested)")
     })
+}
+
+/// Whether `regex` holds an upper-case ASCII letter that is not the
+/// letter of an escape (`\S`, `\D`, `\W`, `\B`) or a group flag.
+fn has_upper_case_literal(regex: &str) -> bool {
+    let mut escaped = false;
+    regex.chars().any(|c| {
+        let literal = !escaped && c.is_ascii_uppercase();
+        escaped = !escaped && c == '\\';
+        literal
+    }) || regex.contains("(?i")
 }
 
 /// Whether a value is a reference to a secret rather than one
@@ -205,5 +229,8 @@ mod tests {
         assert!(err.to_string().contains("rule `x`"), "{err}");
         let text = "[[rule]]\nkind = \"y\"\nregex = \"a\"\ndecision = \"ask\"\npositive = []\nnegative = [\"b\"]\n";
         assert!(parse(text).is_err());
+        let text = "[[rule]]\nkind = \"z\"\nregex = \"Token=(\\\\S+)\"\nfold_case = true\ndecision = \"ask\"\npositive = [\"a\"]\nnegative = [\"b\"]\n";
+        let err = parse(text).err().expect("fails");
+        assert!(err.to_string().contains("lower case"), "{err}");
     }
 }

@@ -10,6 +10,7 @@
 //! ([`redact_output_with`]): by the same rules, and by the values the
 //! daemon knows ([`crate::gates::known_values`]).
 
+use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use regex::Regex;
@@ -94,15 +95,25 @@ fn redacted_form(value: &str, keep: usize) -> String {
 /// overlap: the rules of [`secret_rules`] (an earlier rule wins).
 pub fn scan(text: &str) -> Vec<SecretFinding> {
     let mut found: Vec<SecretFinding> = Vec::new();
+    // Lowering ASCII letters keeps every byte offset, so a `fold_case`
+    // rule's match ranges hold in `text` as they are.
+    let mut lowered: Option<String> = None;
     for rule in secret_rules::rules() {
-        if !rule.anchors.is_empty() && !rule.anchors.iter().any(|a| text.contains(a.as_str())) {
+        let searched = if rule.fold_case {
+            lowered
+                .get_or_insert_with(|| text.to_ascii_lowercase())
+                .as_str()
+        } else {
+            text
+        };
+        if !rule.anchors.is_empty() && !rule.anchors.iter().any(|a| searched.contains(a.as_str())) {
             continue;
         }
-        for caps in rule.regex.captures_iter(text) {
+        for caps in rule.regex.captures_iter(searched) {
             let Some(m) = caps.get(rule.group) else {
                 continue;
             };
-            let value = m.as_str();
+            let value = &text[m.range()];
             // `${NAME_SECRET:-default}`: the `-` is the shell's operator,
             // not part of the value (issue 36).
             let judged = value.trim_start_matches(['-', '=', '+', '?']);
@@ -232,7 +243,7 @@ fn redact_spans(text: &str, values: Option<&ValueMatcher>, rules: bool) -> Redac
     static BEARER: OnceLock<Regex> = OnceLock::new();
     let bearer = BEARER.get_or_init(|| static_regex(r"(?i)\bbearer\s+([A-Za-z0-9._~+/=-]{16,})"));
     // (range, label, whether a known value)
-    let mut spans: Vec<(std::ops::Range<usize>, String, bool)> = Vec::new();
+    let mut spans: Vec<(Range<usize>, String, bool)> = Vec::new();
     if let Some(m) = values {
         spans.extend(m.find(text).into_iter().map(|v| (v.range, v.label, true)));
     }
@@ -259,8 +270,43 @@ fn redact_spans(text: &str, values: Option<&ValueMatcher>, rules: bool) -> Redac
             hits: 0,
         };
     }
+    let merged = merge_spans(text, spans);
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for (range, shown) in &merged {
+        out.push_str(&text[at..range.start.max(at)]);
+        out.push_str(shown);
+        at = range.end.max(at);
+    }
+    out.push_str(&text[at..]);
+    Redacted {
+        text: out,
+        hits: merged.len(),
+    }
+}
+
+/// Where [`redact_values`] redacts `text`, and what it puts there: each
+/// range (whole characters, ascending, apart) with its `[redacted: …]`.
+/// A flight plan's read-back uses it to put the person's values back
+/// where the plan showed them redacted.
+pub fn value_redactions(text: &str, values: &ValueMatcher) -> Vec<(Range<usize>, String)> {
+    let spans = values
+        .find(text)
+        .into_iter()
+        .map(|v| (v.range, v.label, true))
+        .collect();
+    merge_spans(text, spans)
+}
+
+/// Overlapping finds made one (named by the known value when one is among
+/// them: it says where the secret comes from), widened to whole
+/// characters, each with the text that replaces it.
+fn merge_spans(
+    text: &str,
+    mut spans: Vec<(Range<usize>, String, bool)>,
+) -> Vec<(Range<usize>, String)> {
     spans.sort_by(|a, b| a.0.start.cmp(&b.0.start).then(b.0.end.cmp(&a.0.end)));
-    let mut merged: Vec<(std::ops::Range<usize>, String, bool)> = Vec::new();
+    let mut merged: Vec<(Range<usize>, String, bool)> = Vec::new();
     for (range, label, known) in spans {
         match merged.last_mut() {
             Some(last) if range.start < last.0.end => {
@@ -273,30 +319,22 @@ fn redact_spans(text: &str, values: Option<&ValueMatcher>, rules: bool) -> Redac
             _ => merged.push((range, label, known)),
         }
     }
-    let mut out = String::with_capacity(text.len());
-    let mut at = 0;
-    for (range, label, _) in &merged {
-        // A range from a view ends inside a character only if the value
-        // did; widen it to whole characters.
-        let mut start = range.start;
-        while !text.is_char_boundary(start) {
-            start -= 1;
-        }
-        let mut end = range.end.min(text.len());
-        while !text.is_char_boundary(end) {
-            end += 1;
-        }
-        out.push_str(&text[at..start.max(at)]);
-        out.push_str("[redacted: ");
-        out.push_str(label);
-        out.push(']');
-        at = end.max(at);
-    }
-    out.push_str(&text[at..]);
-    Redacted {
-        text: out,
-        hits: merged.len(),
-    }
+    merged
+        .into_iter()
+        .map(|(range, label, _)| {
+            // A range from a view ends inside a character only if the
+            // value did; widen it to whole characters.
+            let mut start = range.start.min(text.len());
+            while !text.is_char_boundary(start) {
+                start -= 1;
+            }
+            let mut end = range.end.min(text.len());
+            while !text.is_char_boundary(end) {
+                end += 1;
+            }
+            (start..end, format!("[redacted: {label}]"))
+        })
+        .collect()
 }
 
 /// The texts of an effect that leave the agent: what is written, run or sent.
