@@ -235,7 +235,8 @@ impl Daemon {
     }
 
     fn initialize(&self, req: acp::InitializeRequest) -> Result<acp::InitializeResponse, RpcError> {
-        let settings = proto::client_settings(req.meta.as_ref()).map_err(invalid_params)?;
+        let settings =
+            proto::client_settings(req.meta.as_ref()).map_err(|e| invalid_params(e.to_string()))?;
         let configured = crate::session_config::configured(&self.env.config);
         let providers = crate::session_config::effective_providers(&configured, &settings);
         // Keys alone for a discovered provider change nothing: its key comes
