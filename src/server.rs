@@ -1281,7 +1281,7 @@ pub fn methods(daemon: Arc<Daemon>) -> Router<Daemon> {
                     config.trust_project_tool_approval,
                     &params.expected_sha256,
                 )
-                .map_err(RpcError::refused)
+                .map_err(|e| RpcError::refused(e.to_string()))
             },
         )
         .async_method(proto::EXT_PROVIDERS, |d, _: Option<Value>| async move {
