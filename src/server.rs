@@ -1252,7 +1252,7 @@ pub fn methods(daemon: Arc<Daemon>) -> Router<Daemon> {
             })
         })
         .method(proto::EXT_PLANS_LIST, |d, _: Option<Value>| {
-            d.approvals.desk.list().map_err(RpcError::internal)
+            d.approvals.desk.list().map_err(|e| RpcError::internal(e.to_string()))
         })
         .method(proto::EXT_PLANS_GET, |d, p: PlanIdParams| {
             use crate::plans::store::StoreError;

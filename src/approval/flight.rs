@@ -34,7 +34,7 @@ use crate::agent::{AgentEnv, ApprovalOutcome, ApprovalRequest, NullSink};
 use crate::gates::{Decision, Judgement};
 use crate::modes::Mode;
 use crate::plans::evidence::{decision_record, outcome_note};
-use crate::plans::store::{PlanStore, StoreError};
+use crate::plans::store::{EditDenied, PlanStore, StoreError};
 use crate::plans::{render, FlightPlan, PlanResult, PlanStatus};
 use crate::protocol as proto;
 use crate::rpc::Outgoing;
@@ -385,8 +385,8 @@ impl FlightDesk {
         Ok(json!({ "plan": wire(&plan) }))
     }
 
-    pub fn list(&self) -> Result<Value, String> {
-        let plans = self.store.pending().map_err(|e| e.to_string())?;
+    pub fn list(&self) -> Result<Value, StoreError> {
+        let plans = self.store.pending()?;
         Ok(json!({ "plans": plans.iter().map(wire).collect::<Vec<_>>() }))
     }
 
@@ -489,10 +489,10 @@ impl FlightDesk {
         let cwd = plan.cwd.clone().unwrap_or_else(|| PathBuf::from("/"));
         let env = self.env.clone();
         let edit_judgement: Mutex<Option<Judgement>> = Mutex::new(None);
-        let check = |a: &Action| -> Result<(), String> {
+        let check = |a: &Action| -> Result<(), EditDenied> {
             let judgement = judge_edit(&env, &cwd, a);
             let verdict = if judgement.decision == Decision::Deny {
-                Err(judgement.reason())
+                Err(EditDenied::Gates(judgement.reason()))
             } else {
                 Ok(())
             };
