@@ -31,7 +31,7 @@ use super::{load_discovered_config, CliError, ConfigFlags};
 use crate::action::Action;
 use crate::agent::act::ActStatus;
 use crate::agent::{turn, AgentEnv, Session};
-use crate::agent::{ApprovalOutcome, ApprovalRequest, Approver, TurnSink};
+use crate::agent::{ApprovalOutcome, ApprovalRequest, Approver, NotBegun, TurnSink};
 use crate::approval::flight::{judge_edit, FlightDesk};
 use crate::gates::{Decision, Judgement};
 use crate::modes::Mode;
@@ -521,7 +521,7 @@ impl Approver for RunApprover {
         }
     }
 
-    fn begin(&self, session_id: &str, tool_call_id: &str, action: &Action) -> Result<(), String> {
+    fn begin(&self, session_id: &str, tool_call_id: &str, action: &Action) -> Result<(), NotBegun> {
         self.desk.begin(session_id, tool_call_id, action)
     }
 
