@@ -235,7 +235,8 @@ impl Daemon {
     }
 
     fn initialize(&self, req: acp::InitializeRequest) -> Result<acp::InitializeResponse, RpcError> {
-        let settings = proto::client_settings(req.meta.as_ref()).map_err(invalid_params)?;
+        let settings =
+            proto::client_settings(req.meta.as_ref()).map_err(|e| invalid_params(e.to_string()))?;
         let configured = crate::session_config::configured(&self.env.config);
         let providers = crate::session_config::effective_providers(&configured, &settings);
         // Keys alone for a discovered provider change nothing: its key comes
@@ -1251,7 +1252,7 @@ pub fn methods(daemon: Arc<Daemon>) -> Router<Daemon> {
             })
         })
         .method(proto::EXT_PLANS_LIST, |d, _: Option<Value>| {
-            d.approvals.desk.list().map_err(RpcError::internal)
+            d.approvals.desk.list().map_err(|e| RpcError::internal(e.to_string()))
         })
         .method(proto::EXT_PLANS_GET, |d, p: PlanIdParams| {
             use crate::plans::store::StoreError;
@@ -1280,7 +1281,7 @@ pub fn methods(daemon: Arc<Daemon>) -> Router<Daemon> {
                     config.trust_project_tool_approval,
                     &params.expected_sha256,
                 )
-                .map_err(RpcError::refused)
+                .map_err(|e| RpcError::refused(e.to_string()))
             },
         )
         .async_method(proto::EXT_PROVIDERS, |d, _: Option<Value>| async move {

@@ -336,7 +336,7 @@ pub(crate) struct ExecContext<'a> {
 }
 
 /// The flight desk's exactly-once guard, as the last mile calls it.
-pub(crate) type BeginGuard<'a> = dyn Fn(&Action) -> Result<(), String> + Sync + 'a;
+pub(crate) type BeginGuard<'a> = dyn Fn(&Action) -> Result<(), super::NotBegun> + Sync + 'a;
 
 /// What the last-mile check holds the action to, the same for a live turn
 /// and for a plan run after its turn is gone.
@@ -385,7 +385,7 @@ fn last_mile(
         return Err(format!("last-mile check failed: {}", denial(&judgement)));
     }
     match lm.begin {
-        Some(begin) => begin(action),
+        Some(begin) => begin(action).map_err(|e| e.to_string()),
         None => Ok(()),
     }
 }

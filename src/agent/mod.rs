@@ -89,6 +89,25 @@ pub enum ApprovalOutcome {
     Cancelled,
 }
 
+/// Why an approved action may not run after all: the flight desk's
+/// exactly-once guard refused it.
+#[derive(Debug, thiserror::Error)]
+pub enum NotBegun {
+    /// The action about to run is not the one the live turn's plan holds.
+    #[error("not run: the action about to run differs from the approved flight plan")]
+    Differs,
+    /// The live turn's plan could not be begun (already begun elsewhere, no
+    /// longer approved, unreadable).
+    #[error("{0}")]
+    Store(crate::plans::store::StoreError),
+    /// A plan run after its turn: the action differs from its record.
+    #[error("not run: the action differs from the approved plan")]
+    DiffersFromRecord,
+    /// A plan run after its turn could not be begun.
+    #[error("not run: {0}")]
+    Taken(crate::plans::store::StoreError),
+}
+
 /// Asks a person, and hears what became of what they approved.
 #[async_trait::async_trait]
 pub trait Approver: Send + Sync {
@@ -98,14 +117,14 @@ pub trait Approver: Send + Sync {
         cancel: tokio_util::sync::CancellationToken,
     ) -> ApprovalOutcome;
 
-    /// An approved action is about to run. `Err(reason)` stops it (for
+    /// An approved action is about to run. `Err(why)` stops it (for
     /// example: the same approval already ran elsewhere). Default: go.
     fn begin(
         &self,
         _session_id: &str,
         _tool_call_id: &str,
         _action: &Action,
-    ) -> Result<(), String> {
+    ) -> Result<(), NotBegun> {
         Ok(())
     }
 

@@ -305,6 +305,23 @@ fn write_diff(
     }
 }
 
+/// Why no diff can be shown for a file change.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NoDiff {
+    /// The new content or the file is over `max_diff_bytes`.
+    #[error("{what} (limit max_diff_bytes = {max_bytes} in [checkpoints])")]
+    TooLarge { what: &'static str, max_bytes: u64 },
+    #[error("outside the working directory")]
+    Outside,
+    #[error("the working directory cannot be opened ({0})")]
+    Open(std::io::Error),
+    /// The file could not be read beneath the working directory (why).
+    #[error("{0}")]
+    Unreadable(String),
+    #[error("not text")]
+    NotText,
+}
+
 /// The text at `path` now, before `new` is written there: `Ok(None)` for
 /// no file, `Err(why)` when no diff can be shown (outside the working
 /// directory `cwd`, too large for `max_bytes`, not text, not a regular
@@ -315,32 +332,31 @@ pub(crate) fn old_text(
     path: &std::path::Path,
     new: &str,
     max_bytes: u64,
-) -> Result<Option<String>, String> {
-    let limit =
-        |what: &str| format!("{what} (limit max_diff_bytes = {max_bytes} in [checkpoints])");
+) -> Result<Option<String>, NoDiff> {
+    let limit = |what: &'static str| NoDiff::TooLarge { what, max_bytes };
     if new.len() as u64 > max_bytes {
         return Err(limit("the new content is too large"));
     }
     let rel = match path.strip_prefix(cwd) {
         Ok(rel) => rel,
         Err(_) if path.is_relative() => path,
-        Err(_) => return Err("outside the working directory".into()),
+        Err(_) => return Err(NoDiff::Outside),
     };
-    let beneath = crate::checkpoint::beneath::Beneath::open(cwd)
-        .map_err(|e| format!("the working directory cannot be opened ({e})"))?;
+    let beneath = crate::checkpoint::beneath::Beneath::open(cwd).map_err(NoDiff::Open)?;
     let old = beneath
         .read_capped(&rel.to_string_lossy(), max_bytes)
         .map_err(|why| {
+            let why = why.to_string();
             if why.starts_with("larger than") {
                 limit("the file is too large")
             } else {
-                why
+                NoDiff::Unreadable(why)
             }
         })?;
     match old.map(String::from_utf8) {
         None => Ok(None),
         Some(Ok(text)) if !text.contains('\0') => Ok(Some(text)),
-        Some(_) => Err("not text".into()),
+        Some(_) => Err(NoDiff::NotText),
     }
 }
 

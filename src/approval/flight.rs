@@ -30,11 +30,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::action::Action;
 use crate::agent::act::{execute_action, ActStatus, ExecContext, LastMile};
-use crate::agent::{AgentEnv, ApprovalOutcome, ApprovalRequest, NullSink};
+use crate::agent::{AgentEnv, ApprovalOutcome, ApprovalRequest, NotBegun, NullSink};
 use crate::gates::{Decision, Judgement};
 use crate::modes::Mode;
 use crate::plans::evidence::{decision_record, outcome_note};
-use crate::plans::store::{PlanStore, StoreError};
+use crate::plans::store::{EditDenied, PlanStore, StoreError};
 use crate::plans::{FlightPlan, PlanResult, PlanStatus};
 use crate::protocol as proto;
 use crate::rpc::Outgoing;
@@ -389,8 +389,8 @@ impl FlightDesk {
         Ok(json!({ "plan": wire(&plan, self.store.rendering(&plan)) }))
     }
 
-    pub fn list(&self) -> Result<Value, String> {
-        let plans = self.store.pending().map_err(|e| e.to_string())?;
+    pub fn list(&self) -> Result<Value, StoreError> {
+        let plans = self.store.pending()?;
         let wired = plans
             .iter()
             .map(|plan| wire(plan, self.store.rendering(plan)))
@@ -498,10 +498,10 @@ impl FlightDesk {
         let cwd = plan.cwd.clone().unwrap_or_else(|| PathBuf::from("/"));
         let env = self.env.clone();
         let edit_judgement: Mutex<Option<Judgement>> = Mutex::new(None);
-        let check = |a: &Action| -> Result<(), String> {
+        let check = |a: &Action| -> Result<(), EditDenied> {
             let judgement = judge_edit(&env, &cwd, a);
             let verdict = if judgement.decision == Decision::Deny {
-                Err(judgement.reason())
+                Err(EditDenied::Gates(judgement.reason()))
             } else {
                 Ok(())
             };
@@ -579,20 +579,18 @@ impl FlightDesk {
     }
 
     /// The act stage is about to run an approved action.
-    pub fn begin(&self, session: &str, call: &str, action: &Action) -> Result<(), String> {
+    pub fn begin(&self, session: &str, call: &str, action: &Action) -> Result<(), NotBegun> {
         let Some(id) = lock(&self.by_call).get(&call_key(session, call)).cloned() else {
             return Ok(()); // approved through another channel (ACP permission)
         };
-        let stored = self.store.begin_execution(&id).map_err(|e| e.to_string())?;
+        let stored = self.store.begin_execution(&id).map_err(NotBegun::Store)?;
         if stored.content_hash() != action.content_hash() {
             let _ = self.store.finish_as(
                 &id,
                 PlanStatus::Denied,
                 PlanResult::new(true, "not run: the action differs from the approved plan"),
             );
-            return Err(
-                "not run: the action about to run differs from the approved flight plan".into(),
-            );
+            return Err(NotBegun::Differs);
         }
         Ok(())
     }
@@ -687,21 +685,21 @@ impl FlightDesk {
         };
         // Whether the exactly-once guard was reached, and how it went.
         let guard: Mutex<Option<Guard>> = Mutex::new(None);
-        let begin = |action: &Action| -> Result<(), String> {
+        let begin = |action: &Action| -> Result<(), NotBegun> {
             let (reached, result) = match self.store.begin_execution(&plan.id) {
                 Ok(stored) if stored.content_hash() == action.content_hash() => {
                     (Guard::Won, Ok(()))
                 }
                 Ok(_) => {
-                    let why = "not run: the action differs from the approved plan";
+                    let why = NotBegun::DiffersFromRecord;
                     let _ = self.store.finish_as(
                         &plan.id,
                         PlanStatus::Denied,
-                        PlanResult::new(true, why),
+                        PlanResult::new(true, &why.to_string()),
                     );
-                    (Guard::Differs, Err(why.to_string()))
+                    (Guard::Differs, Err(why))
                 }
-                Err(e) => (Guard::Taken, Err(format!("not run: {e}"))),
+                Err(e) => (Guard::Taken, Err(NotBegun::Taken(e))),
             };
             *lock(&guard) = Some(reached);
             result

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::action::Action;
 use crate::agent::act::ActStatus;
-use crate::agent::{AgentEnv, ApprovalOutcome, ApprovalRequest, Approver};
+use crate::agent::{AgentEnv, ApprovalOutcome, ApprovalRequest, Approver, NotBegun};
 use crate::rpc::Outgoing;
 
 pub use acp::AcpPrompt;
@@ -77,7 +77,7 @@ impl Approver for Approvals {
         }
     }
 
-    fn begin(&self, session_id: &str, tool_call_id: &str, action: &Action) -> Result<(), String> {
+    fn begin(&self, session_id: &str, tool_call_id: &str, action: &Action) -> Result<(), NotBegun> {
         self.desk.begin(session_id, tool_call_id, action)
     }
 

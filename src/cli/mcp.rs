@@ -138,31 +138,45 @@ pub async fn command(command: McpCommand) -> ExitCode {
     }
 }
 
+/// Why `mcp login`/`logout` has no URL to log in to.
+#[derive(Debug, thiserror::Error)]
+enum NoUrl {
+    #[error(
+        "no MCP server `{server}` in config.toml (servers: {names}); give its name or its URL"
+    )]
+    Unknown { server: String, names: String },
+    #[error("MCP server `{server}` uses the `{kind}` transport; OAuth login is for streamable HTTP servers")]
+    OtherTransport { server: String, kind: String },
+    #[error("MCP server `{server}` is a stdio server; OAuth login is for streamable HTTP servers")]
+    Stdio { server: String },
+}
+
 /// The URL of the streamable HTTP server `server` names: a URL as given,
 /// or the `url` of the config.toml entry of that name.
-fn server_url(config: &McpConfig, server: &str) -> Result<String, String> {
+fn server_url(config: &McpConfig, server: &str) -> Result<String, NoUrl> {
     if server.starts_with("http://") || server.starts_with("https://") {
         return Ok(server.to_string());
     }
     let Some(entry) = config.servers.iter().find(|s| s.name == server) else {
         let names: Vec<&str> = config.servers.iter().map(|s| s.name.as_str()).collect();
-        return Err(format!(
-            "no MCP server `{server}` in config.toml (servers: {}); give its name or its URL",
-            if names.is_empty() {
+        return Err(NoUrl::Unknown {
+            server: server.to_string(),
+            names: if names.is_empty() {
                 "none".to_string()
             } else {
                 names.join(", ")
-            }
-        ));
+            },
+        });
     };
     match (&entry.url, entry.kind.as_deref()) {
         (Some(url), None | Some("http")) => Ok(url.clone()),
-        (Some(_), Some(kind)) => Err(format!(
-            "MCP server `{server}` uses the `{kind}` transport; OAuth login is for streamable HTTP servers"
-        )),
-        (None, _) => Err(format!(
-            "MCP server `{server}` is a stdio server; OAuth login is for streamable HTTP servers"
-        )),
+        (Some(_), Some(kind)) => Err(NoUrl::OtherTransport {
+            server: server.to_string(),
+            kind: kind.to_string(),
+        }),
+        (None, _) => Err(NoUrl::Stdio {
+            server: server.to_string(),
+        }),
     }
 }
 

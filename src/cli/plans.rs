@@ -25,7 +25,7 @@ use crate::action::Action;
 use crate::audit::AuditRecord;
 use crate::gates::{Decision, Judgement};
 use crate::plans::evidence::decision_record;
-use crate::plans::store::{PlanStore, StoreError};
+use crate::plans::store::{EditDenied, PlanStore, StoreError};
 use crate::plans::FlightPlan;
 use crate::util::terminal::{escape_line, escape_text};
 
@@ -228,17 +228,17 @@ fn run(
                 .ok()
                 .and_then(|p| p.cwd)
                 .unwrap_or_else(|| PathBuf::from("/"));
-            let check = |action: &Action| -> Result<(), String> {
+            let check = |action: &Action| -> Result<(), EditDenied> {
                 let original = store.load(id).map(|p| p.action).ok();
                 if original.as_ref() == Some(action) {
                     return Ok(()); // the proposal itself: already judged
                 }
                 let Some(judge) = deciding.judge else {
-                    return Err(String::new());
+                    return Err(EditDenied::NoGates);
                 };
                 let judgement = judge(&cwd, action);
                 let verdict = match judgement.decision {
-                    Decision::Deny => Err(judgement.reason()),
+                    Decision::Deny => Err(EditDenied::Gates(judgement.reason())),
                     _ => Ok(()),
                 };
                 *crate::util::sync::lock(&judged) = Some(judgement);
@@ -247,10 +247,8 @@ fn run(
             let outcome = store
                 .decide_checked(id, true, edited.as_deref(), "cli", comment.clone(), &check)
                 .map_err(|e| match e {
-                    StoreError::Refused(_) if deciding.judge.is_none() => {
-                        Failure::NoGates(id.clone())
-                    }
-                    StoreError::Refused(reason) => Failure::EditDenied {
+                    StoreError::Refused(EditDenied::NoGates) => Failure::NoGates(id.clone()),
+                    StoreError::Refused(EditDenied::Gates(reason)) => Failure::EditDenied {
                         id: id.clone(),
                         reason,
                     },

@@ -31,12 +31,12 @@ use super::{load_discovered_config, CliError, ConfigFlags};
 use crate::action::Action;
 use crate::agent::act::ActStatus;
 use crate::agent::{turn, AgentEnv, Session};
-use crate::agent::{ApprovalOutcome, ApprovalRequest, Approver, TurnSink};
+use crate::agent::{ApprovalOutcome, ApprovalRequest, Approver, NotBegun, TurnSink};
 use crate::approval::flight::{judge_edit, FlightDesk};
 use crate::gates::{Decision, Judgement};
 use crate::modes::Mode;
 use crate::plans::evidence::decision_record;
-use crate::plans::store::StoreError;
+use crate::plans::store::{EditDenied, StoreError};
 use crate::plans::FlightPlan;
 use crate::protocol::{acp, SessionStatus};
 use crate::util::sync::lock;
@@ -407,14 +407,14 @@ impl RunApprover {
                 }
                 Choice::Edit => match edit_in_editor(&plan, &org).await {
                     Ok(org) => self.decide(&plan, true, Some(&org), None),
-                    Err(why) => Err(why),
+                    Err(why) => Err(NotDecided::Editor(why)),
                 },
             };
             match decided {
                 Ok(outcome) => return outcome,
                 // A refused edit, a bad edit, an editor that failed: the
                 // plan stays pending; the person chooses again.
-                Err(why) => eprintln!("{}", escape_text(&why)),
+                Err(why) => eprintln!("{}", escape_text(&why.to_string())),
             }
         }
     }
@@ -427,16 +427,16 @@ impl RunApprover {
         approve: bool,
         edited_org: Option<&str>,
         comment: Option<String>,
-    ) -> Result<ApprovalOutcome, String> {
+    ) -> Result<ApprovalOutcome, NotDecided> {
         let judged: Mutex<Option<Judgement>> = Mutex::new(None);
         let cwd = plan.cwd.clone().unwrap_or_else(|| PathBuf::from("/"));
-        let check = |action: &Action| -> Result<(), String> {
+        let check = |action: &Action| -> Result<(), EditDenied> {
             if action == &plan.action {
                 return Ok(()); // the model's proposal: judged already
             }
             let judgement = judge_edit(&self.env, &cwd, action);
             let verdict = match judgement.decision {
-                Decision::Deny => Err(judgement.reason()),
+                Decision::Deny => Err(EditDenied::Gates(judgement.reason())),
                 _ => Ok(()),
             };
             *lock(&judged) = Some(judgement);
@@ -454,12 +454,14 @@ impl RunApprover {
                 &check,
             )
             .map_err(|e| match e {
-                StoreError::Refused(why) => format!(
-                    "The gates deny the edited action: {why}\nNothing was recorded; {} is still \
-                     pending. Edit again, or reject it.",
-                    plan.id
-                ),
-                other => format!("{other}; {} is still pending.", plan.id),
+                StoreError::Refused(reason) => NotDecided::EditDenied {
+                    reason,
+                    id: plan.id.clone(),
+                },
+                error => NotDecided::Store {
+                    error,
+                    id: plan.id.clone(),
+                },
             })?;
         let judgement = lock(&judged).take();
         self.env
@@ -521,7 +523,7 @@ impl Approver for RunApprover {
         }
     }
 
-    fn begin(&self, session_id: &str, tool_call_id: &str, action: &Action) -> Result<(), String> {
+    fn begin(&self, session_id: &str, tool_call_id: &str, action: &Action) -> Result<(), NotBegun> {
         self.desk.begin(session_id, tool_call_id, action)
     }
 
@@ -550,36 +552,83 @@ async fn read_line(cancel: &CancellationToken) -> Option<Option<String>> {
     }
 }
 
+/// Why a decision at the terminal did not take: the plan stays pending
+/// and the person chooses again.
+#[derive(Debug, thiserror::Error)]
+enum NotDecided {
+    #[error(
+        "The gates deny the edited action: {reason}\nNothing was recorded; {id} is still \
+         pending. Edit again, or reject it."
+    )]
+    EditDenied { reason: EditDenied, id: String },
+    #[error("{error}; {id} is still pending.")]
+    Store { error: StoreError, id: String },
+    #[error(transparent)]
+    Editor(EditorError),
+}
+
+/// Why the editor gave back no edited plan.
+#[derive(Debug, thiserror::Error)]
+enum EditorError {
+    #[error("cannot make a file to edit: {0}")]
+    TempFile(std::io::Error),
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start the editor `{editor}`: {source}")]
+    Start {
+        editor: String,
+        source: std::io::Error,
+    },
+    #[error("the editor `{editor}` failed ({status}); nothing was decided")]
+    Failed {
+        editor: String,
+        status: std::process::ExitStatus,
+    },
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
 /// Let the person edit the plan's Org text in `$VISUAL` / `$EDITOR`
 /// (default `vi`); the edited text, or why there is none.
-async fn edit_in_editor(plan: &FlightPlan, org: &str) -> Result<String, String> {
+async fn edit_in_editor(plan: &FlightPlan, org: &str) -> Result<String, EditorError> {
     let file = tempfile::Builder::new()
         .prefix(&format!("{}-", plan.id))
         .suffix(".org")
         .tempfile()
-        .map_err(|e| format!("cannot make a file to edit: {e}"))?;
-    std::fs::write(file.path(), org)
-        .map_err(|e| format!("cannot write {}: {e}", file.path().display()))?;
+        .map_err(EditorError::TempFile)?;
+    std::fs::write(file.path(), org).map_err(|source| EditorError::Write {
+        path: file.path().to_path_buf(),
+        source,
+    })?;
     let editor = std::env::var("VISUAL")
         .or_else(|_| std::env::var("EDITOR"))
         .unwrap_or_else(|_| "vi".into());
     // The editor setting is the person's own and may carry arguments
     // ("emacs -nw"): the shell splits it; the file name is an argument.
-    let status = tokio::process::Command::new("sh")
+    let status = match tokio::process::Command::new("sh")
         .arg("-c")
         .arg(format!("{editor} \"$1\""))
         .arg("sh")
         .arg(file.path())
         .status()
         .await
-        .map_err(|e| format!("cannot start the editor `{editor}`: {e}"))?;
+    {
+        Ok(status) => status,
+        Err(source) => return Err(EditorError::Start { editor, source }),
+    };
     if !status.success() {
-        return Err(format!(
-            "the editor `{editor}` failed ({status}); nothing was decided"
-        ));
+        return Err(EditorError::Failed { editor, status });
     }
-    std::fs::read_to_string(file.path())
-        .map_err(|e| format!("cannot read {}: {e}", file.path().display()))
+    std::fs::read_to_string(file.path()).map_err(|source| EditorError::Read {
+        path: file.path().to_path_buf(),
+        source,
+    })
 }
 
 /// What to print for a plan left waiting: the gate and its reason, the

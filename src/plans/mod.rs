@@ -28,7 +28,9 @@ use crate::gates::Verdict;
 
 pub use parse::{parse_edited, PlanParseError};
 pub use render::render;
-pub use store::{CorruptRecord, DecisionOutcome, PlanStore, Recovery, Scan, StoreError};
+pub use store::{
+    CorruptRecord, DecisionOutcome, EditDenied, PlanStore, Recovery, Scan, StoreError,
+};
 
 /// Largest result output kept with a plan, in bytes.
 pub const RESULT_OUTPUT_LIMIT: usize = 4096;

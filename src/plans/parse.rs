@@ -143,11 +143,10 @@ struct ActionBlock {
 impl ActionBlock {
     fn header_path(&self) -> Result<PathBuf, PlanParseError> {
         let params = self.parameters.as_deref().unwrap_or("");
-        let path =
-            header_value(params, ":path").map_err(|message| PlanParseError::InvalidHeader {
-                line: self.begin_line,
-                message,
-            })?;
+        let path = header_value(params, ":path").map_err(|e| PlanParseError::InvalidHeader {
+            line: self.begin_line,
+            message: e.to_string(),
+        })?;
         match path {
             None => Err(PlanParseError::MissingPath {
                 line: self.begin_line,
@@ -253,10 +252,22 @@ pub fn unescape_block_body(text: &str) -> String {
     out
 }
 
+/// Why a header argument could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum HeaderError {
+    /// A quoted value that is not a JSON string (the parser's reason).
+    #[error("bad quoted header value: {0}")]
+    BadQuote(String),
+    #[error("bad quoted header value")]
+    NoQuote,
+    #[error("`{0}` is given twice")]
+    Twice(String),
+}
+
 /// The value of header argument `key` in a raw `:key value :key2 value`
 /// string. A value is a JSON string (`"a b"`) or bare words up to the next
 /// `:key`.
-fn header_value(params: &str, key: &str) -> Result<Option<String>, String> {
+fn header_value(params: &str, key: &str) -> Result<Option<String>, HeaderError> {
     let mut rest = params.trim_start();
     let mut current: Option<&str> = None;
     let mut value: Option<String> = None;
@@ -265,8 +276,8 @@ fn header_value(params: &str, key: &str) -> Result<Option<String>, String> {
             let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<String>();
             let word = match stream.next() {
                 Some(Ok(word)) => word,
-                Some(Err(e)) => return Err(format!("bad quoted header value: {e}")),
-                None => return Err("bad quoted header value".to_string()),
+                Some(Err(e)) => return Err(HeaderError::BadQuote(e.to_string())),
+                None => return Err(HeaderError::NoQuote),
             };
             let used = stream.byte_offset();
             if current == Some(key) {
@@ -279,7 +290,7 @@ fn header_value(params: &str, key: &str) -> Result<Option<String>, String> {
         let word = &rest[..end];
         if word.starts_with(':') {
             if word == key && value.is_some() {
-                return Err(format!("`{key}` is given twice"));
+                return Err(HeaderError::Twice(key.to_string()));
             }
             current = Some(word);
             if word == key {

@@ -39,6 +39,18 @@ const DECIDE_WAIT: Duration = Duration::from_secs(2);
 /// decider that died before writing the record: it may be broken.
 const ABANDONED_MARKER_AGE: Duration = Duration::from_secs(30);
 
+/// Why an edited action may not be recorded (what a decision's `check`
+/// answers).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EditDenied {
+    /// The gates deny it: their reason.
+    #[error("{0}")]
+    Gates(String),
+    /// No gates are at hand to judge an edit, so none is taken.
+    #[error("no gates are at hand to judge the edit")]
+    NoGates,
+}
+
 /// What the store could not do. Every variant says enough for a person.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -69,7 +81,7 @@ pub enum StoreError {
     #[error("the edited plan could not be read: {0}")]
     Parse(#[from] PlanParseError),
     #[error("the edited action was refused: {0}")]
-    Refused(String),
+    Refused(EditDenied),
     #[error("flight plan {0} is being decided by someone else right now; try again")]
     Busy(String),
 }
@@ -381,7 +393,7 @@ impl PlanStore {
         edited_org: Option<&str>,
         by: &str,
         comment: Option<String>,
-        check: &dyn Fn(&Action) -> Result<(), String>,
+        check: &dyn Fn(&Action) -> Result<(), EditDenied>,
     ) -> Result<DecisionOutcome, StoreError> {
         let marker = self.decided_path(id);
         let mut broke_abandoned_marker = false;

@@ -680,13 +680,13 @@ impl Journal {
 
     async fn answer(
         &self,
-        rx: tokio::sync::oneshot::Receiver<Result<u64, String>>,
+        rx: tokio::sync::oneshot::Receiver<std::io::Result<u64>>,
     ) -> Result<u64, StoreError> {
         match rx.await {
             Ok(Ok(size)) => Ok(size),
-            Ok(Err(message)) => Err(StoreError::Corrupt {
+            Ok(Err(source)) => Err(StoreError::Io {
                 path: self.path.clone(),
-                message,
+                source,
             }),
             Err(_) => Err(StoreError::WriterGone),
         }
@@ -695,10 +695,10 @@ impl Journal {
 
 /// The writer's answer, sent to the waiting async caller.
 fn answer_with(
-    done: tokio::sync::oneshot::Sender<Result<u64, String>>,
+    done: tokio::sync::oneshot::Sender<std::io::Result<u64>>,
 ) -> crate::util::jsonl::Done {
     Box::new(move |result: std::io::Result<u64>| {
-        let _ = done.send(result.map_err(|e| e.to_string()));
+        let _ = done.send(result);
     })
 }
 

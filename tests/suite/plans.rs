@@ -499,7 +499,7 @@ fn bad_edits_are_refused_with_line_numbers() {
 
 mod store {
     use super::*;
-    use passepartout::plans::{PlanResult, PlanStore, StoreError};
+    use passepartout::plans::{EditDenied, PlanResult, PlanStore, StoreError};
     use std::sync::{Arc, Barrier};
 
     fn new_plan(script: &str) -> FlightPlan {
@@ -687,7 +687,7 @@ mod store {
         // Gates refusing the edit leave the plan pending.
         let err = store
             .decide_checked(&plan.id, true, Some(&org), "emacs", None, &|_| {
-                Err("destructive: still deletes".into())
+                Err(EditDenied::Gates("destructive: still deletes".into()))
             })
             .unwrap_err();
         assert_eq!(

@@ -194,14 +194,18 @@ pub struct WireDiagnostic {
     pub message: String,
 }
 
+/// `initialize`'s `_meta.passepartout` does not have the settings' shape.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid _meta.passepartout: {0}")]
+pub struct InvalidSettings(#[from] serde_json::Error);
+
 /// Extract our settings from `initialize`'s `_meta`.
 pub fn client_settings(
     meta: Option<&serde_json::Map<String, Value>>,
-) -> Result<ClientSettings, String> {
+) -> Result<ClientSettings, InvalidSettings> {
     match meta.and_then(|m| m.get("passepartout")) {
         None | Some(Value::Null) => Ok(ClientSettings::default()),
-        Some(v) => serde_json::from_value(v.clone())
-            .map_err(|e| format!("invalid _meta.passepartout: {e}")),
+        Some(v) => Ok(serde_json::from_value(v.clone())?),
     }
 }
 

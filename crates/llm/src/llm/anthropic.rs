@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::ProviderConfig;
 use super::image::text_with_note;
-use super::sse::{json_error_message, snippet, Endpoint, Flow, WireDecoder};
+use super::sse::{json_error_message, snippet, DecodeError, Endpoint, Flow, WireDecoder};
 use super::{
     api_key_header, ChatMessage, ChatRequest, EventStream, FinishReason, Provider, ProviderError,
     Role, StreamEvent, ToolCall, Usage,
@@ -263,13 +263,16 @@ impl AnthropicDecoder {
 }
 
 impl WireDecoder for AnthropicDecoder {
-    fn event(&mut self, event: &Event, out: &mut VecDeque<StreamEvent>) -> Result<Flow, String> {
+    fn event(
+        &mut self,
+        event: &Event,
+        out: &mut VecDeque<StreamEvent>,
+    ) -> Result<Flow, DecodeError> {
         let data = event.data.trim();
         if data.is_empty() {
             return Ok(Flow::Continue);
         }
-        let json: Value = serde_json::from_str(data)
-            .map_err(|e| format!("data line is not JSON ({e}): {}", snippet(data, 120)))?;
+        let json: Value = serde_json::from_str(data).map_err(|e| DecodeError::not_json(e, data))?;
         // The JSON's own `type` is authoritative; the SSE event name is a
         // fallback for servers that leave it out.
         let kind = json["type"].as_str().unwrap_or(event.event.as_str());
@@ -358,7 +361,7 @@ impl WireDecoder for AnthropicDecoder {
             "message_stop" => return Ok(Flow::Complete),
             "error" => {
                 let message = json_error_message(&json).unwrap_or_else(|| snippet(data, 200));
-                return Err(format!("provider reported an error: {message}"));
+                return Err(DecodeError::Reported(message));
             }
             // `ping` and event types added after this was written.
             _ => {}
@@ -366,9 +369,13 @@ impl WireDecoder for AnthropicDecoder {
         Ok(Flow::Continue)
     }
 
-    fn finish(&mut self, complete: bool, out: &mut VecDeque<StreamEvent>) -> Result<(), String> {
+    fn finish(
+        &mut self,
+        complete: bool,
+        out: &mut VecDeque<StreamEvent>,
+    ) -> Result<(), DecodeError> {
         if !complete && self.stop_reason.is_none() {
-            return Err("stream ended unexpectedly (no message_stop)".into());
+            return Err(DecodeError::Ended("message_stop"));
         }
         let reason = self.stop_reason.take().unwrap_or(FinishReason::Stop);
         out.push_back(StreamEvent::Finish(reason));

@@ -604,11 +604,17 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
 /// local candidate accepted a connection, or is named by host name.
 pub const PROBE_CLIENT_BUILT: &str = "discovery: an HTTP client for the probes is built";
 
+/// The HTTP client could not be built (its TLS set-up failed). Kept as the
+/// message: the client is built once per process and the answer shared.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot build an HTTP client: {0}")]
+pub struct ClientError(String);
+
 /// The client of the probes: a short connect timeout, no proxy (the
 /// candidates are on this machine); without `tls`, no certificate is
 /// trusted (plain-http candidates need none).
-fn probe_client(tls: bool) -> Result<&'static reqwest::Client, String> {
-    static CLIENTS: [OnceLock<Result<reqwest::Client, String>>; 2] =
+fn probe_client(tls: bool) -> Result<&'static reqwest::Client, ClientError> {
+    static CLIENTS: [OnceLock<Result<reqwest::Client, ClientError>>; 2] =
         [OnceLock::new(), OnceLock::new()];
     CLIENTS[usize::from(tls)]
         .get_or_init(|| {
@@ -622,9 +628,7 @@ fn probe_client(tls: bool) -> Result<&'static reqwest::Client, String> {
             } else {
                 builder.tls_certs_only(std::iter::empty())
             };
-            builder
-                .build()
-                .map_err(|e| format!("cannot build an HTTP client: {e}"))
+            builder.build().map_err(|e| ClientError(e.to_string()))
         })
         .as_ref()
         .map_err(Clone::clone)
@@ -632,15 +636,15 @@ fn probe_client(tls: bool) -> Result<&'static reqwest::Client, String> {
 
 /// The client that lists models, shared by every listing of the process
 /// (servers may be remote: a longer connect timeout than the probes').
-fn listing_client() -> Result<&'static reqwest::Client, String> {
-    static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
+fn listing_client() -> Result<&'static reqwest::Client, ClientError> {
+    static CLIENT: OnceLock<Result<reqwest::Client, ClientError>> = OnceLock::new();
     CLIENT
         .get_or_init(|| {
             let _ = rustls::crypto::ring::default_provider().install_default();
             reqwest::Client::builder()
                 .timeout(MODELS_TIMEOUT)
                 .build()
-                .map_err(|e| format!("cannot build an HTTP client: {e}"))
+                .map_err(|e| ClientError(e.to_string()))
         })
         .as_ref()
         .map_err(Clone::clone)
@@ -657,8 +661,8 @@ pub struct NoProvider {
 /// Why a provider's server did not list its models.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ListModelsError {
-    #[error("{0}")]
-    Client(String),
+    #[error(transparent)]
+    Client(#[from] ClientError),
     #[error("{url}: {message}")]
     Request { url: String, message: String },
     #[error("{url}: HTTP {status}")]
@@ -669,7 +673,7 @@ pub enum ListModelsError {
 
 /// Ask a provider's server for its models; a clear reason when it cannot.
 pub async fn list_models(p: &ProviderConfig) -> Result<Vec<String>, ListModelsError> {
-    let client = listing_client().map_err(ListModelsError::Client)?;
+    let client = listing_client()?;
     let base = p.effective_base_url();
     let (url, request) = match p.kind {
         ProviderKind::OpenAi | ProviderKind::OpenAiResponses => {

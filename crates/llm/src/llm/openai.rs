@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::ProviderConfig;
 use super::image::text_with_note;
-use super::sse::{json_error_message, snippet, Endpoint, Flow, WireDecoder};
+use super::sse::{json_error_message, snippet, DecodeError, Endpoint, Flow, WireDecoder};
 use super::{
     ChatMessage, ChatRequest, EventStream, FinishReason, Image, Provider, ProviderError, Role,
     StreamEvent, ToolCall, ToolSpec, Usage,
@@ -277,7 +277,11 @@ impl OpenAiDecoder {
 }
 
 impl WireDecoder for OpenAiDecoder {
-    fn event(&mut self, event: &Event, out: &mut VecDeque<StreamEvent>) -> Result<Flow, String> {
+    fn event(
+        &mut self,
+        event: &Event,
+        out: &mut VecDeque<StreamEvent>,
+    ) -> Result<Flow, DecodeError> {
         let data = event.data.trim();
         if data.is_empty() {
             return Ok(Flow::Continue);
@@ -285,25 +289,26 @@ impl WireDecoder for OpenAiDecoder {
         if data == "[DONE]" {
             return Ok(Flow::Complete);
         }
-        let chunk: Value = serde_json::from_str(data)
-            .map_err(|e| format!("data line is not JSON ({e}): {}", snippet(data, 120)))?;
+        let chunk: Value =
+            serde_json::from_str(data).map_err(|e| DecodeError::not_json(e, data))?;
         if !chunk.is_object() {
-            return Err(format!(
-                "data line is not a JSON object: {}",
-                snippet(data, 120)
-            ));
+            return Err(DecodeError::NotObject(snippet(data, 120)));
         }
         if chunk.get("error").is_some_and(|e| !e.is_null()) {
             let message = json_error_message(&chunk).unwrap_or_default();
-            return Err(format!("provider reported an error: {message}"));
+            return Err(DecodeError::Reported(message));
         }
         self.chunk(&chunk, out);
         Ok(Flow::Continue)
     }
 
-    fn finish(&mut self, complete: bool, out: &mut VecDeque<StreamEvent>) -> Result<(), String> {
+    fn finish(
+        &mut self,
+        complete: bool,
+        out: &mut VecDeque<StreamEvent>,
+    ) -> Result<(), DecodeError> {
         if !complete && self.finish.is_none() {
-            return Err("stream ended unexpectedly (no finish_reason and no [DONE])".into());
+            return Err(DecodeError::Ended("finish_reason and no [DONE]"));
         }
         let has_calls = !self.calls.is_empty();
         for (index, call) in std::mem::take(&mut self.calls) {
@@ -425,7 +430,7 @@ mod tests {
             &mut out,
         );
         let err = decoder.finish(false, &mut out).unwrap_err();
-        assert!(err.contains("ended unexpectedly"), "{err}");
+        assert!(err.to_string().contains("ended unexpectedly"), "{err}");
     }
 
     #[test]

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::ProviderConfig;
 use super::image::text_with_note;
-use super::sse::{json_error_message, snippet, Endpoint, Flow, WireDecoder};
+use super::sse::{json_error_message, snippet, DecodeError, Endpoint, Flow, WireDecoder};
 use super::{
     ChatMessage, ChatRequest, EventStream, FinishReason, Image, Provider, ProviderError, Role,
     StreamEvent, ToolCall, ToolSpec, Usage,
@@ -244,13 +244,17 @@ impl ResponsesDecoder {
 }
 
 impl WireDecoder for ResponsesDecoder {
-    fn event(&mut self, event: &Event, out: &mut VecDeque<StreamEvent>) -> Result<Flow, String> {
+    fn event(
+        &mut self,
+        event: &Event,
+        out: &mut VecDeque<StreamEvent>,
+    ) -> Result<Flow, DecodeError> {
         let data = event.data.trim();
         if data.is_empty() || data == "[DONE]" {
             return Ok(Flow::Continue);
         }
-        let value: Value = serde_json::from_str(data)
-            .map_err(|e| format!("data line is not JSON ({e}): {}", snippet(data, 120)))?;
+        let value: Value =
+            serde_json::from_str(data).map_err(|e| DecodeError::not_json(e, data))?;
         let kind = value["type"].as_str().unwrap_or(event.event.as_str());
         match kind {
             "response.output_text.delta" | "response.refusal.delta" => {
@@ -281,16 +285,20 @@ impl WireDecoder for ResponsesDecoder {
                 let message = json_error_message(&value)
                     .or_else(|| json_error_message(&value["response"]))
                     .unwrap_or_else(|| snippet(data, 200));
-                return Err(format!("provider reported an error: {message}"));
+                return Err(DecodeError::Reported(message));
             }
             _ => {}
         }
         Ok(Flow::Continue)
     }
 
-    fn finish(&mut self, complete: bool, out: &mut VecDeque<StreamEvent>) -> Result<(), String> {
+    fn finish(
+        &mut self,
+        complete: bool,
+        out: &mut VecDeque<StreamEvent>,
+    ) -> Result<(), DecodeError> {
         if !complete && self.finish.is_none() {
-            return Err("stream ended unexpectedly (no response.completed)".into());
+            return Err(DecodeError::Ended("response.completed"));
         }
         let has_calls = !self.calls.is_empty();
         for (index, call) in std::mem::take(&mut self.calls) {
@@ -383,7 +391,7 @@ mod tests {
             ..Event::default()
         };
         let error = decoder.event(&event, &mut VecDeque::new()).unwrap_err();
-        assert!(error.contains("overloaded"), "{error}");
+        assert!(error.to_string().contains("overloaded"), "{error}");
         assert!(ResponsesDecoder::default()
             .finish(false, &mut VecDeque::new())
             .is_err());

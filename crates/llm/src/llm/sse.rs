@@ -28,19 +28,55 @@ pub(crate) enum Flow {
     Complete,
 }
 
-/// Turns one wire format's SSE events into normalised [`StreamEvent`]s.
-///
-/// Errors are plain messages; the transport wraps them into
+/// Why a decoder cannot go on with a response. The transport wraps it into
 /// [`ProviderError::Stream`] with the endpoint's URL.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DecodeError {
+    /// A `data:` line that does not parse (`snippet` is its start).
+    #[error("data line is not JSON ({error}): {snippet}")]
+    NotJson {
+        error: serde_json::Error,
+        snippet: String,
+    },
+    /// A `data:` line that parses to something other than an object.
+    #[error("data line is not a JSON object: {0}")]
+    NotObject(String),
+    /// The provider sent an error event; its message.
+    #[error("provider reported an error: {0}")]
+    Reported(String),
+    /// The body ended before the event that closes a response (named).
+    #[error("stream ended unexpectedly (no {0})")]
+    Ended(&'static str),
+}
+
+impl DecodeError {
+    /// A data line that is not JSON: the parser's reason and its start.
+    pub(crate) fn not_json(error: serde_json::Error, data: &str) -> DecodeError {
+        DecodeError::NotJson {
+            error,
+            snippet: snippet(data, 120),
+        }
+    }
+}
+
+/// Turns one wire format's SSE events into normalised [`StreamEvent`]s.
 pub(crate) trait WireDecoder: Send + 'static {
     /// Reads one SSE event, pushing whatever it completes onto `out`.
-    fn event(&mut self, event: &Event, out: &mut VecDeque<StreamEvent>) -> Result<Flow, String>;
+    fn event(
+        &mut self,
+        event: &Event,
+        out: &mut VecDeque<StreamEvent>,
+    ) -> Result<Flow, DecodeError>;
 
     /// Called once when reading stops: `complete` is true after
     /// [`Flow::Complete`], false when the body simply ended. Pushes the
     /// trailing events (reassembled tool calls, `Finish`) or says why the
     /// response is unusable.
-    fn finish(&mut self, complete: bool, out: &mut VecDeque<StreamEvent>) -> Result<(), String>;
+    fn finish(
+        &mut self,
+        complete: bool,
+        out: &mut VecDeque<StreamEvent>,
+    ) -> Result<(), DecodeError>;
 }
 
 /// One configured HTTP endpoint: the client, its deadlines and fixed headers.
@@ -430,7 +466,7 @@ impl<D: WireDecoder> Decoding<D> {
                 Ok(Some(Ok(event))) => match self.decoder.event(&event, &mut self.pending) {
                     Ok(Flow::Continue) => Ok(()),
                     Ok(Flow::Complete) => self.finish(true),
-                    Err(message) => Err(self.stream_error(message)),
+                    Err(e) => Err(self.stream_error(e.to_string())),
                 },
             };
             if let Err(error) = outcome {
@@ -444,7 +480,7 @@ impl<D: WireDecoder> Decoding<D> {
         self.events = None;
         self.decoder
             .finish(complete, &mut self.pending)
-            .map_err(|message| self.stream_error(message))
+            .map_err(|e| self.stream_error(e.to_string()))
     }
 
     /// Yields `error` as the last item: nothing queued is delivered after it.
@@ -484,6 +520,28 @@ impl<D: WireDecoder> Decoding<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decode_errors_keep_their_wording() {
+        let bad = serde_json::from_str::<Value>("{").unwrap_err();
+        let reason = bad.to_string();
+        assert_eq!(
+            DecodeError::not_json(bad, "{").to_string(),
+            format!("data line is not JSON ({reason}): {{")
+        );
+        assert_eq!(
+            DecodeError::NotObject("[1]".into()).to_string(),
+            "data line is not a JSON object: [1]"
+        );
+        assert_eq!(
+            DecodeError::Reported("overloaded".into()).to_string(),
+            "provider reported an error: overloaded"
+        );
+        assert_eq!(
+            DecodeError::Ended("message_stop").to_string(),
+            "stream ended unexpectedly (no message_stop)"
+        );
+    }
 
     #[test]
     fn connect_timeout_secs_from_config_toml_is_the_endpoints_connect_deadline() {

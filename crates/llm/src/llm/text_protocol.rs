@@ -382,35 +382,114 @@ pub fn parse_calls(reply: &str, specs: &[ToolSpec]) -> ParsedReply {
                 name,
                 arguments,
             }),
-            Err(e) => out.errors.push(e),
+            Err(e) => out.errors.push(e.to_string()),
         }
     }
     out
 }
 
-fn to_call(form: &Sexp, specs: &[ToolSpec]) -> Result<(String, Value), String> {
+/// Why one call in a reply could not be run, worded for the model.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+enum CallError {
+    #[error("`{form}` is not a call")]
+    NotACall { form: String },
+    #[error("`{form}` does not start with a tool name; write (tool \"argument\")")]
+    NoToolName { form: String },
+    #[error("unknown tool `{name}` in `{form}`; the tools are: {tools}")]
+    UnknownTool {
+        name: String,
+        form: String,
+        tools: String,
+    },
+    #[error(
+        "in the call to `{name}`, the string starting \"{start}\" is never closed; end it with a double quote"
+    )]
+    Unterminated { name: String, start: String },
+    #[error("in `{form}`: expected a :name before {got}")]
+    NotAKeyword { form: String, got: String },
+    #[error("`{name}` has no argument `{key}`; it takes: {takes}")]
+    NoSuchArgument {
+        name: String,
+        key: String,
+        takes: String,
+    },
+    #[error("in `{form}`: :{key} has no value")]
+    NoValue { form: String, key: String },
+    #[error(
+        "`{name}` takes at most {max} argument{} ({params}), got {got} in `{form}`",
+        plural(*.max)
+    )]
+    TooMany {
+        name: String,
+        max: usize,
+        params: String,
+        got: usize,
+        form: String,
+    },
+    #[error(
+        "`{name}` needs {needed} argument{} ({params}), got {got} in `{form}`: missing {missing}",
+        plural(*.needed)
+    )]
+    Missing {
+        name: String,
+        needed: usize,
+        params: String,
+        got: usize,
+        form: String,
+        missing: String,
+    },
+    #[error("argument `{param}` of `{tool}` must be {} {ty}, got {got}", article(.ty))]
+    WrongType {
+        param: String,
+        tool: String,
+        ty: String,
+        got: String,
+    },
+}
+
+/// The `s` of "arguments" when there are not exactly one.
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// "an" before a vowel, else "a".
+fn article(word: &str) -> &'static str {
+    if word.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    }
+}
+
+fn to_call(form: &Sexp, specs: &[ToolSpec]) -> Result<(String, Value), CallError> {
     let Sexp::List(items) = form else {
-        return Err(format!("`{}` is not a call", form.render()));
+        return Err(CallError::NotACall {
+            form: form.render(),
+        });
     };
     let Some(Sexp::Atom(name)) = items.first() else {
-        return Err(format!(
-            "`{}` does not start with a tool name; write (tool \"argument\")",
-            form.render()
-        ));
+        return Err(CallError::NoToolName {
+            form: form.render(),
+        });
     };
     let Some(spec) = specs.iter().find(|s| &s.name == name) else {
         let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
-        return Err(format!(
-            "unknown tool `{name}` in `{}`; the tools are: {}",
-            form.render(),
-            names.join(", ")
-        ));
+        return Err(CallError::UnknownTool {
+            name: name.clone(),
+            form: form.render(),
+            tools: names.join(", "),
+        });
     };
     if let Some(Sexp::Unterminated(u)) = items.iter().find(|i| matches!(i, Sexp::Unterminated(_))) {
         let start: String = u.chars().take(20).collect();
-        return Err(format!(
-            "in the call to `{name}`, the string starting \"{start}\" is never closed; end it with a double quote"
-        ));
+        return Err(CallError::Unterminated {
+            name: name.clone(),
+            start,
+        });
     }
     let order = parameter_order(spec);
     let args = &items[1..];
@@ -422,42 +501,44 @@ fn to_call(form: &Sexp, specs: &[ToolSpec]) -> Result<(String, Value), String> {
         let mut it = args.iter();
         while let Some(k) = it.next() {
             let Sexp::Atom(k) = k else {
-                return Err(format!(
-                    "in `{}`: expected a :name before {}",
-                    form.render(),
-                    k.render()
-                ));
+                return Err(CallError::NotAKeyword {
+                    form: form.render(),
+                    got: k.render(),
+                });
             };
             let key = k.trim_start_matches(':');
             let Some((_, ty, _)) = order.iter().find(|(n, _, _)| n == key) else {
-                return Err(format!(
-                    "`{name}` has no argument `{key}`; it takes: {}",
-                    order
+                return Err(CallError::NoSuchArgument {
+                    name: name.clone(),
+                    key: key.to_string(),
+                    takes: order
                         .iter()
                         .map(|p| p.0.as_str())
                         .collect::<Vec<_>>()
-                        .join(", ")
-                ));
+                        .join(", "),
+                });
             };
             let Some(v) = it.next() else {
-                return Err(format!("in `{}`: :{key} has no value", form.render()));
+                return Err(CallError::NoValue {
+                    form: form.render(),
+                    key: key.to_string(),
+                });
             };
             obj.insert(key.to_string(), typed(name, key, ty, v)?);
         }
     } else {
         if args.len() > order.len() {
-            return Err(format!(
-                "`{name}` takes at most {} argument{} ({}), got {} in `{}`",
-                order.len(),
-                if order.len() == 1 { "" } else { "s" },
-                order
+            return Err(CallError::TooMany {
+                name: name.clone(),
+                max: order.len(),
+                params: order
                     .iter()
                     .map(|p| p.0.as_str())
                     .collect::<Vec<_>>()
                     .join(" "),
-                args.len(),
-                form.render()
-            ));
+                got: args.len(),
+                form: form.render(),
+            });
         }
         for ((pname, ty, _), v) in order.iter().zip(args) {
             obj.insert(pname.clone(), typed(name, pname, ty, v)?);
@@ -470,36 +551,31 @@ fn to_call(form: &Sexp, specs: &[ToolSpec]) -> Result<(String, Value), String> {
         .collect();
     if !missing.is_empty() {
         let needed = order.iter().filter(|p| p.2).count();
-        return Err(format!(
-            "`{name}` needs {needed} argument{} ({}), got {} in `{}`: missing {}",
-            if needed == 1 { "" } else { "s" },
-            order
+        return Err(CallError::Missing {
+            name: name.clone(),
+            needed,
+            params: order
                 .iter()
                 .filter(|p| p.2)
                 .map(|p| p.0.as_str())
                 .collect::<Vec<_>>()
                 .join(" "),
-            args.len(),
-            form.render(),
-            missing.join(", ")
-        ));
+            got: args.len(),
+            form: form.render(),
+            missing: missing.join(", "),
+        });
     }
     Ok((name.clone(), Value::Object(obj)))
 }
 
 /// Convert one argument to the schema's type. Quoted numbers and booleans
 /// are accepted: models quote everything.
-fn typed(tool: &str, param: &str, ty: &str, v: &Sexp) -> Result<Value, String> {
-    let fail = || {
-        format!(
-            "argument `{param}` of `{tool}` must be {} {ty}, got {}",
-            if ty.starts_with(['a', 'e', 'i', 'o', 'u']) {
-                "an"
-            } else {
-                "a"
-            },
-            v.render()
-        )
+fn typed(tool: &str, param: &str, ty: &str, v: &Sexp) -> Result<Value, CallError> {
+    let fail = || CallError::WrongType {
+        param: param.to_string(),
+        tool: tool.to_string(),
+        ty: ty.to_string(),
+        got: v.render(),
     };
     let text = match v {
         Sexp::Str(s) | Sexp::Atom(s) => Some(s.as_str()),
@@ -723,5 +799,84 @@ mod text_request_tests {
             "{last}"
         );
         assert!(last.contains("- unknown tool `x`"), "{last}");
+    }
+}
+
+#[cfg(test)]
+mod call_error_tests {
+    use super::*;
+
+    /// The model reads these messages: their wording is what the enum
+    /// must keep.
+    #[test]
+    fn call_errors_keep_their_wording() {
+        let cases = [
+            (
+                CallError::NotACall { form: "x".into() },
+                "`x` is not a call",
+            ),
+            (
+                CallError::NoToolName {
+                    form: "(\"a\")".into(),
+                },
+                "`(\"a\")` does not start with a tool name; write (tool \"argument\")",
+            ),
+            (
+                CallError::NotAKeyword {
+                    form: "(f \"a\" :b 1)".into(),
+                    got: "\"a\"".into(),
+                },
+                "in `(f \"a\" :b 1)`: expected a :name before \"a\"",
+            ),
+            (
+                CallError::NoValue {
+                    form: "(f :path)".into(),
+                    key: "path".into(),
+                },
+                "in `(f :path)`: :path has no value",
+            ),
+            (
+                CallError::TooMany {
+                    name: "f".into(),
+                    max: 2,
+                    params: "a b".into(),
+                    got: 3,
+                    form: "(f 1 2 3)".into(),
+                },
+                "`f` takes at most 2 arguments (a b), got 3 in `(f 1 2 3)`",
+            ),
+            (
+                CallError::Missing {
+                    name: "f".into(),
+                    needed: 1,
+                    params: "a".into(),
+                    got: 0,
+                    form: "(f)".into(),
+                    missing: "a".into(),
+                },
+                "`f` needs 1 argument (a), got 0 in `(f)`: missing a",
+            ),
+            (
+                CallError::WrongType {
+                    param: "p".into(),
+                    tool: "f".into(),
+                    ty: "array".into(),
+                    got: "1".into(),
+                },
+                "argument `p` of `f` must be an array, got 1",
+            ),
+            (
+                CallError::WrongType {
+                    param: "p".into(),
+                    tool: "f".into(),
+                    ty: "number".into(),
+                    got: "x".into(),
+                },
+                "argument `p` of `f` must be a number, got x",
+            ),
+        ];
+        for (error, text) in cases {
+            assert_eq!(error.to_string(), text);
+        }
     }
 }

@@ -40,11 +40,31 @@ pub struct BoundFile {
     pub sha256: String,
 }
 
+/// Why the files a config's servers run could not be bound into its trust.
+#[derive(Debug, thiserror::Error)]
+pub enum BindingError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("its servers run more than {MAX_BOUND_FILES} files from the project (the trust binding limit); name the script itself rather than a folder")]
+    TooManyFiles,
+    #[error("its servers run more than {MAX_BOUND_BYTES} bytes from the project (the trust binding limit)")]
+    TooManyBytes,
+}
+
+/// The `map_err` of an I/O error on `path`.
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BindingError + '_ {
+    move |source| BindingError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 /// The files a config's servers run from the project, sorted, each once.
-pub fn bound_files(project: &Path, specs: &[ServerSpec]) -> Result<Vec<BoundFile>, String> {
-    let root = project
-        .canonicalize()
-        .map_err(|e| format!("{}: {e}", project.display()))?;
+pub fn bound_files(project: &Path, specs: &[ServerSpec]) -> Result<Vec<BoundFile>, BindingError> {
+    let root = project.canonicalize().map_err(io(project))?;
     let mut roots = Vec::new();
     for spec in specs {
         if let Transport::Stdio { command, args, .. } = &spec.transport {
@@ -168,12 +188,12 @@ fn hash_tree(
     relative: &Path,
     out: &mut Vec<BoundFile>,
     budget: &mut Budget,
-) -> Result<(), String> {
+) -> Result<(), BindingError> {
     let path = root.join(relative);
-    let meta = std::fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let meta = std::fs::symlink_metadata(&path).map_err(io(&path))?;
     if meta.is_dir() {
         let mut entries: Vec<_> = std::fs::read_dir(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?
+            .map_err(io(&path))?
             .filter_map(Result::ok)
             .map(|e| e.file_name())
             .collect();
@@ -189,12 +209,10 @@ fn hash_tree(
     }
     budget.files += 1;
     if budget.files > MAX_BOUND_FILES {
-        return Err(format!(
-            "its servers run more than {MAX_BOUND_FILES} files from the project (the trust binding limit); name the script itself rather than a folder"
-        ));
+        return Err(BindingError::TooManyFiles);
     }
     let sha256 = if meta.file_type().is_symlink() {
-        let target = std::fs::read_link(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let target = std::fs::read_link(&path).map_err(io(&path))?;
         format!(
             "link:{}",
             crate::skills::trust::sha256_hex(target.as_os_str().as_encoded_bytes())
@@ -202,9 +220,7 @@ fn hash_tree(
     } else if meta.is_file() {
         budget.bytes += meta.len();
         if budget.bytes > MAX_BOUND_BYTES {
-            return Err(format!(
-                "its servers run more than {MAX_BOUND_BYTES} bytes from the project (the trust binding limit)"
-            ));
+            return Err(BindingError::TooManyBytes);
         }
         hash_file(&path)?
     } else {
@@ -218,14 +234,12 @@ fn hash_tree(
     Ok(())
 }
 
-fn hash_file(path: &Path) -> Result<String, String> {
-    let mut file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+fn hash_file(path: &Path) -> Result<String, BindingError> {
+    let mut file = std::fs::File::open(path).map_err(io(path))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let n = file
-            .read(&mut buf)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let n = file.read(&mut buf).map_err(io(path))?;
         if n == 0 {
             break;
         }

@@ -116,15 +116,18 @@ enum List {
     Resources,
 }
 
+/// The server did not list its tools (the reason, said for a person).
+#[derive(Debug, thiserror::Error)]
+#[error("listing its tools failed: {0}")]
+pub struct ListError(String);
+
 /// List what the server offers (tools always; prompts and resources when
 /// it declares them), each list capped at [`MAX_LISTED`].
-pub async fn list_catalog(peer: &Peer<RoleClient>) -> Result<Catalog, String> {
-    let mut tools = peer.list_all_tools().await.map_err(|e| {
-        format!(
-            "listing its tools failed: {}",
-            super::readable_service_error(&e)
-        )
-    })?;
+pub async fn list_catalog(peer: &Peer<RoleClient>) -> Result<Catalog, ListError> {
+    let mut tools = peer
+        .list_all_tools()
+        .await
+        .map_err(|e| ListError(super::readable_service_error(&e)))?;
     tools.truncate(MAX_LISTED);
     let caps = peer.peer_info().map(|i| i.capabilities.clone());
     let mut catalog = Catalog {

@@ -293,11 +293,11 @@ impl Asker {
         schema: Value,
         token: &CancellationToken,
     ) -> ElicitResult {
-        let form = match check_form(&schema) {
-            Ok(()) => serde_json::from_value::<acp::ElicitationSchema>(schema.clone())
-                .map_err(|e| format!("its form is not one ACP can carry: {e}")),
-            Err(e) => Err(e),
-        };
+        let form = check_form(&schema).and_then(|()| {
+            Ok(serde_json::from_value::<acp::ElicitationSchema>(
+                schema.clone(),
+            )?)
+        });
         let form = match form {
             Ok(f) => f,
             Err(why) => {
@@ -336,7 +336,7 @@ impl Asker {
                         .unwrap_or(Value::Null);
                     match check_answer(&schema, &content) {
                         Ok(()) => return answer(ElicitationAction::Accept).with_content(content),
-                        Err(p) => problem = Some(p),
+                        Err(p) => problem = Some(p.to_string()),
                     }
                 }
                 acp::ElicitationAction::Decline => return answer(ElicitationAction::Decline),
@@ -466,31 +466,84 @@ impl Asker {
 /// The property types a form may have.
 const FIELD_TYPES: &[&str] = &["string", "number", "integer", "boolean", "array"];
 
+/// Why a server's form is not shown to the person.
+#[derive(Debug, thiserror::Error)]
+pub enum FormError {
+    #[error("its form is {0} bytes, over the limit of {MAX_SCHEMA_BYTES} (elicitation MAX_SCHEMA_BYTES)")]
+    TooBig(usize),
+    #[error("its form has no `properties`")]
+    NoProperties,
+    #[error("its form has {0} fields, over the limit of {MAX_FIELDS} (elicitation MAX_FIELDS)")]
+    TooManyFields(usize),
+    #[error("its field `{name}` has type `{kind}`; a form holds only {types}", types = FIELD_TYPES.join(", "))]
+    FieldType { name: String, kind: String },
+    #[error("its form is not one ACP can carry: {0}")]
+    NotAcp(#[from] serde_json::Error),
+}
+
+/// Why an answer does not fit its form, said for the person.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AnswerError {
+    #[error("the answer is not a set of fields")]
+    NotFields,
+    #[error("`{0}` is required")]
+    Required(String),
+    #[error("`{0}` is not a field of the form")]
+    NotAField(String),
+    #[error("`{0}` must be text")]
+    NotText(String),
+    #[error("`{name}` must be one of {allowed}")]
+    NotAllowed { name: String, allowed: String },
+    #[error("`{name}` is shorter than {min} characters")]
+    TooShort { name: String, min: u64 },
+    #[error("`{name}` is longer than {max} characters")]
+    TooLong { name: String, max: u64 },
+    #[error("`{0}` must be a number")]
+    NotNumber(String),
+    #[error("`{0}` must be a whole number")]
+    NotWhole(String),
+    #[error("`{name}` must be at least {min}")]
+    BelowMinimum { name: String, min: f64 },
+    #[error("`{name}` must be at most {max}")]
+    AboveMaximum { name: String, max: f64 },
+    #[error("`{0}` must be true or false")]
+    NotBoolean(String),
+    #[error("`{0}` must be a list of choices")]
+    NotList(String),
+    #[error("`{0}` must be a list of text choices")]
+    NotTextChoices(String),
+    #[error("`{name}`: `{choice}` is not one of {allowed}")]
+    ChoiceNotAllowed {
+        name: String,
+        choice: String,
+        allowed: String,
+    },
+    #[error("`{name}` has {count} choices, outside the number allowed")]
+    ChoiceCount { name: String, count: u64 },
+    #[error("`{name}` has a type (`{kind}`) a form cannot hold")]
+    FieldType { name: String, kind: String },
+}
+
 /// Whether a form is small and flat enough to show.
-pub fn check_form(schema: &Value) -> Result<(), String> {
+pub fn check_form(schema: &Value) -> Result<(), FormError> {
     let bytes = schema.to_string().len();
     if bytes > MAX_SCHEMA_BYTES {
-        return Err(format!(
-            "its form is {bytes} bytes, over the limit of {MAX_SCHEMA_BYTES} (elicitation MAX_SCHEMA_BYTES)"
-        ));
+        return Err(FormError::TooBig(bytes));
     }
     let properties = schema
         .get("properties")
         .and_then(Value::as_object)
-        .ok_or("its form has no `properties`")?;
+        .ok_or(FormError::NoProperties)?;
     if properties.len() > MAX_FIELDS {
-        return Err(format!(
-            "its form has {} fields, over the limit of {MAX_FIELDS} (elicitation MAX_FIELDS)",
-            properties.len()
-        ));
+        return Err(FormError::TooManyFields(properties.len()));
     }
     for (name, field) in properties {
         let kind = field.get("type").and_then(Value::as_str).unwrap_or("");
         if !FIELD_TYPES.contains(&kind) {
-            return Err(format!(
-                "its field `{name}` has type `{kind}`; a form holds only {}",
-                FIELD_TYPES.join(", ")
-            ));
+            return Err(FormError::FieldType {
+                name: name.clone(),
+                kind: kind.to_string(),
+            });
         }
     }
     Ok(())
@@ -517,14 +570,14 @@ fn allowed_values(field: &Value) -> Option<Vec<String>> {
 /// Whether `content` answers the form `schema`: an object with the
 /// required fields, no others, each of its declared type and within its
 /// bounds. The reason, said for the person, when not.
-pub fn check_answer(schema: &Value, content: &Value) -> Result<(), String> {
+pub fn check_answer(schema: &Value, content: &Value) -> Result<(), AnswerError> {
     let empty = Map::new();
     let properties = schema
         .get("properties")
         .and_then(Value::as_object)
         .unwrap_or(&empty);
     let Value::Object(answers) = content else {
-        return Err("the answer is not a set of fields".into());
+        return Err(AnswerError::NotFields);
     };
     for required in schema
         .get("required")
@@ -534,87 +587,92 @@ pub fn check_answer(schema: &Value, content: &Value) -> Result<(), String> {
         .filter_map(Value::as_str)
     {
         if !answers.contains_key(required) {
-            return Err(format!("`{required}` is required"));
+            return Err(AnswerError::Required(required.to_string()));
         }
     }
     for (name, value) in answers {
         let Some(field) = properties.get(name) else {
-            return Err(format!("`{name}` is not a field of the form"));
+            return Err(AnswerError::NotAField(name.clone()));
         };
         check_field(name, field, value)?;
     }
     Ok(())
 }
 
-fn check_field(name: &str, field: &Value, value: &Value) -> Result<(), String> {
+fn check_field(name: &str, field: &Value, value: &Value) -> Result<(), AnswerError> {
+    let name = name.to_string();
     let kind = field.get("type").and_then(Value::as_str).unwrap_or("");
     let number = |key: &str| field.get(key).and_then(Value::as_f64);
     let count = |key: &str| field.get(key).and_then(Value::as_u64);
     match kind {
         "string" => {
             let Some(text) = value.as_str() else {
-                return Err(format!("`{name}` must be text"));
+                return Err(AnswerError::NotText(name));
             };
             if let Some(allowed) = allowed_values(field) {
                 if !allowed.iter().any(|a| a == text) {
-                    return Err(format!("`{name}` must be one of {}", allowed.join(", ")));
+                    return Err(AnswerError::NotAllowed {
+                        name,
+                        allowed: allowed.join(", "),
+                    });
                 }
             }
             let chars = text.chars().count() as u64;
             if count("minLength").is_some_and(|min| chars < min) {
-                return Err(format!(
-                    "`{name}` is shorter than {} characters",
-                    count("minLength").unwrap_or(0)
-                ));
+                return Err(AnswerError::TooShort {
+                    name,
+                    min: count("minLength").unwrap_or(0),
+                });
             }
             if count("maxLength").is_some_and(|max| chars > max) {
-                return Err(format!(
-                    "`{name}` is longer than {} characters",
-                    count("maxLength").unwrap_or(0)
-                ));
+                return Err(AnswerError::TooLong {
+                    name,
+                    max: count("maxLength").unwrap_or(0),
+                });
             }
             Ok(())
         }
         "number" | "integer" => {
             let Some(n) = value.as_f64() else {
-                return Err(format!("`{name}` must be a number"));
+                return Err(AnswerError::NotNumber(name));
             };
             if kind == "integer" && !(value.is_i64() || value.is_u64()) {
-                return Err(format!("`{name}` must be a whole number"));
+                return Err(AnswerError::NotWhole(name));
             }
             if number("minimum").is_some_and(|min| n < min) {
-                return Err(format!(
-                    "`{name}` must be at least {}",
-                    number("minimum").unwrap_or(0.0)
-                ));
+                return Err(AnswerError::BelowMinimum {
+                    name,
+                    min: number("minimum").unwrap_or(0.0),
+                });
             }
             if number("maximum").is_some_and(|max| n > max) {
-                return Err(format!(
-                    "`{name}` must be at most {}",
-                    number("maximum").unwrap_or(0.0)
-                ));
+                return Err(AnswerError::AboveMaximum {
+                    name,
+                    max: number("maximum").unwrap_or(0.0),
+                });
             }
             Ok(())
         }
         "boolean" => match value {
             Value::Bool(_) => Ok(()),
-            _ => Err(format!("`{name}` must be true or false")),
+            _ => Err(AnswerError::NotBoolean(name)),
         },
         "array" => {
             let Some(items) = value.as_array() else {
-                return Err(format!("`{name}` must be a list of choices"));
+                return Err(AnswerError::NotList(name));
             };
             let allowed = field.get("items").and_then(allowed_values);
             for item in items {
                 let Some(text) = item.as_str() else {
-                    return Err(format!("`{name}` must be a list of text choices"));
+                    return Err(AnswerError::NotTextChoices(name));
                 };
                 if let Some(allowed) = &allowed {
                     if !allowed.iter().any(|a| a == text) {
-                        return Err(format!(
-                            "`{name}`: `{text}` is not one of {}",
-                            allowed.join(", ")
-                        ));
+                        return Err(AnswerError::ChoiceNotAllowed {
+                            name,
+                            choice: text.to_string(),
+                            allowed: allowed.join(", "),
+                        });
                     }
                 }
             }
@@ -622,15 +680,14 @@ fn check_field(name: &str, field: &Value, value: &Value) -> Result<(), String> {
             if count("minItems").is_some_and(|min| n < min)
                 || count("maxItems").is_some_and(|max| n > max)
             {
-                return Err(format!(
-                    "`{name}` has {n} choices, outside the number allowed"
-                ));
+                return Err(AnswerError::ChoiceCount { name, count: n });
             }
             Ok(())
         }
-        other => Err(format!(
-            "`{name}` has a type (`{other}`) a form cannot hold"
-        )),
+        other => Err(AnswerError::FieldType {
+            name,
+            kind: other.to_string(),
+        }),
     }
 }
 
@@ -664,54 +721,61 @@ mod tests {
             Ok(())
         );
         assert_eq!(
-            check_answer(&f, &json!({})),
-            Err("`name` is required".into())
+            check_answer(&f, &json!({})).map_err(|e| e.to_string()),
+            Err("`name` is required".to_string())
         );
         assert_eq!(
-            check_answer(&f, &json!({"name": 7})),
-            Err("`name` must be text".into())
+            check_answer(&f, &json!({"name": 7})).map_err(|e| e.to_string()),
+            Err("`name` must be text".to_string())
         );
         assert_eq!(
-            check_answer(&f, &json!({"name": "a", "size": "huge"})),
-            Err("`size` must be one of small, large".into())
+            check_answer(&f, &json!({"name": "a", "size": "huge"})).map_err(|e| e.to_string()),
+            Err("`size` must be one of small, large".to_string())
         );
         assert_eq!(
-            check_answer(&f, &json!({"name": "a", "count": 2.5})),
-            Err("`count` must be a whole number".into())
+            check_answer(&f, &json!({"name": "a", "count": 2.5})).map_err(|e| e.to_string()),
+            Err("`count` must be a whole number".to_string())
         );
         assert_eq!(
-            check_answer(&f, &json!({"name": "a", "count": 10})),
-            Err("`count` must be at most 9".into())
+            check_answer(&f, &json!({"name": "a", "count": 10})).map_err(|e| e.to_string()),
+            Err("`count` must be at most 9".to_string())
         );
         assert_eq!(
-            check_answer(&f, &json!({"name": "a", "ok": "yes"})),
-            Err("`ok` must be true or false".into())
+            check_answer(&f, &json!({"name": "a", "ok": "yes"})).map_err(|e| e.to_string()),
+            Err("`ok` must be true or false".to_string())
         );
         assert_eq!(
-            check_answer(&f, &json!({"name": "a", "extra": 1})),
-            Err("`extra` is not a field of the form".into())
+            check_answer(&f, &json!({"name": "a", "extra": 1})).map_err(|e| e.to_string()),
+            Err("`extra` is not a field of the form".to_string())
         );
         assert_eq!(
-            check_answer(&f, &json!({"name": ""})),
-            Err("`name` is shorter than 1 characters".into())
+            check_answer(&f, &json!({"name": ""})).map_err(|e| e.to_string()),
+            Err("`name` is shorter than 1 characters".to_string())
         );
     }
 
     #[test]
     fn large_or_nested_forms_are_refused() {
-        assert_eq!(check_form(&form()), Ok(()));
+        assert!(check_form(&form()).is_ok());
         let nested = json!({"type": "object", "properties": {"a": {"type": "object"}}});
         assert!(check_form(&nested)
             .unwrap_err()
+            .to_string()
             .contains("has type `object`"));
         let mut many = Map::new();
         for i in 0..=MAX_FIELDS {
             many.insert(format!("f{i}"), json!({"type": "string"}));
         }
         let wide = json!({"type": "object", "properties": many});
-        assert!(check_form(&wide).unwrap_err().contains("MAX_FIELDS"));
+        assert!(check_form(&wide)
+            .unwrap_err()
+            .to_string()
+            .contains("MAX_FIELDS"));
         let long = json!({"type": "object", "properties": {"a": {"type": "string", "description": "x".repeat(MAX_SCHEMA_BYTES)}}});
-        assert!(check_form(&long).unwrap_err().contains("MAX_SCHEMA_BYTES"));
+        assert!(check_form(&long)
+            .unwrap_err()
+            .to_string()
+            .contains("MAX_SCHEMA_BYTES"));
     }
 
     #[test]

@@ -91,6 +91,27 @@ pub enum CallError {
     Cancelled,
 }
 
+/// Why one server did not start (the reason a person reads).
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error("cannot run {}: {source}", command.display())]
+    Spawn {
+        command: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    /// Its `initialize` failed, or it needs a login (the hint says how).
+    #[error("{0}")]
+    Init(String),
+    #[error(transparent)]
+    Headers(#[from] transport::HeaderError),
+    #[error(transparent)]
+    OAuth(#[from] oauth::OAuthError),
+    #[error(transparent)]
+    Sse(#[from] sse::ConnectError),
+    #[error(transparent)]
+    List(#[from] client::ListError),
+}
+
 /// A server's state, for `mcp list` and the client.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ServerStatus {
@@ -455,7 +476,7 @@ pub async fn start(
     .await;
     let (service, failure) = match connected {
         Ok(Ok(service)) => (Some(service), None),
-        Ok(Err(reason)) => (None, Some(reason)),
+        Ok(Err(reason)) => (None, Some(reason.to_string())),
         Err(_) => (
             None,
             Some(format!(
@@ -500,7 +521,7 @@ async fn connect(
     catalog: Arc<Mutex<Catalog>>,
     asker: Option<elicitation::Asker>,
     progress: client::ProgressSlot,
-) -> Result<Service, String> {
+) -> Result<Service, StartError> {
     let handler = PassepartoutClient::new(&spec.name, cwd, catalog.clone(), asker, progress);
     let service = match &spec.transport {
         Transport::Stdio { command, args, env } => {
@@ -519,14 +540,17 @@ async fn connect(
             wrapped.command_mut().stderr(std::process::Stdio::piped());
             let (process, err) =
                 transport::BoundedChild::spawn(wrapped, limits.max_message, spec.name.clone())
-                    .map_err(|e| format!("cannot run {}: {e}", command.display()))?;
+                    .map_err(|source| StartError::Spawn {
+                        command: command.clone(),
+                        source,
+                    })?;
             if let Some(err) = err {
                 tokio::spawn(keep_stderr_tail(spec.name.clone(), err, stderr));
             }
             handler
                 .serve(process)
                 .await
-                .map_err(|e| readable_init_error(&e, None))?
+                .map_err(|e| StartError::Init(readable_init_error(&e, None)))?
         }
         Transport::Http {
             url,
@@ -550,11 +574,11 @@ async fn connect(
             // name `mcp login` knows it by.
             let who = login_name(spec);
             let init_error = |e: rmcp::service::ClientInitializeError| {
-                if oauth::needs_login(&e) {
+                StartError::Init(if oauth::needs_login(&e) {
                     oauth::login_hint(who)
                 } else {
                     readable_init_error(&e, Some(url))
-                }
+                })
             };
             let authorized = match token_dir {
                 Some(dir) => oauth::authorized_client(dir, url, client.clone()).await?,
@@ -583,7 +607,7 @@ async fn connect(
             handler
                 .serve(sse)
                 .await
-                .map_err(|e| readable_init_error(&e, Some(url)))?
+                .map_err(|e| StartError::Init(readable_init_error(&e, Some(url))))?
         }
     };
     let listed = client::list_catalog(service.peer()).await?;

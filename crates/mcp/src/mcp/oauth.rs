@@ -92,40 +92,42 @@ impl FileStore {
         &self.path
     }
 
-    fn read(&self) -> Result<Option<StoredCredentials>, String> {
+    fn read(&self) -> Result<Option<StoredCredentials>, TokenFileError> {
         let file = match std::fs::File::open(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("{}: {e}", self.path.display())),
+            Err(e) => return Err(TokenFileError::io(&self.path, e)),
         };
         let mut bytes = Vec::new();
         std::io::Read::take(file, MAX_TOKEN_FILE_BYTES + 1)
             .read_to_end(&mut bytes)
-            .map_err(|e| format!("{}: {e}", self.path.display()))?;
+            .map_err(|e| TokenFileError::io(&self.path, e))?;
         if bytes.len() as u64 > MAX_TOKEN_FILE_BYTES {
-            return Err(format!(
-                "{} is over {MAX_TOKEN_FILE_BYTES} bytes (MAX_TOKEN_FILE_BYTES); run `passepartout mcp logout` and log in again",
-                self.path.display()
-            ));
+            return Err(TokenFileError::TooBig {
+                path: self.path.clone(),
+            });
         }
         let file: TokenFile =
-            serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", self.path.display()))?;
+            serde_json::from_slice(&bytes).map_err(|source| TokenFileError::Unreadable {
+                path: self.path.clone(),
+                source,
+            })?;
         // Another URL's tokens are never sent here.
         Ok((file.url == self.url).then_some(file.credentials))
     }
 
-    fn write(&self, credentials: StoredCredentials) -> Result<(), String> {
+    fn write(&self, credentials: StoredCredentials) -> Result<(), TokenFileError> {
         if let Some(dir) = self.path.parent() {
-            crate::paths::create_private_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            crate::paths::create_private_dir(dir).map_err(|e| TokenFileError::io(dir, e))?;
         }
         let file = TokenFile {
             url: self.url.clone(),
             credentials,
         };
-        let bytes = serde_json::to_vec_pretty(&file).map_err(|e| e.to_string())?;
+        let bytes = serde_json::to_vec_pretty(&file)?;
         // write_atomic creates the file 0600.
         write_atomic(&self.path, &bytes, Atomic::DURABLE)
-            .map_err(|e| format!("{}: {e}", self.path.display()))
+            .map_err(|e| TokenFileError::io(&self.path, e))
     }
 
     /// Remove the tokens; whether there were any.
@@ -143,8 +145,36 @@ impl FileStore {
     }
 }
 
-fn store_error(e: String) -> AuthError {
-    AuthError::CredentialStoreError(e)
+/// What the token file (or its lock) could not do.
+#[derive(Debug, thiserror::Error)]
+enum TokenFileError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{} is over {MAX_TOKEN_FILE_BYTES} bytes (MAX_TOKEN_FILE_BYTES); run `passepartout mcp logout` and log in again", path.display())]
+    TooBig { path: PathBuf },
+    #[error("{}: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error(transparent)]
+    Encode(#[from] serde_json::Error),
+}
+
+impl TokenFileError {
+    fn io(path: &Path, source: impl Into<std::io::Error>) -> TokenFileError {
+        TokenFileError::Io {
+            path: path.to_path_buf(),
+            source: source.into(),
+        }
+    }
+}
+
+fn store_error(e: impl ToString) -> AuthError {
+    AuthError::CredentialStoreError(e.to_string())
 }
 
 #[async_trait::async_trait]
@@ -160,31 +190,32 @@ impl CredentialStore for FileStore {
     async fn clear(&self) -> Result<(), AuthError> {
         self.remove()
             .map(|_| ())
-            .map_err(|e| store_error(format!("{}: {e}", self.path.display())))
+            .map_err(|e| store_error(TokenFileError::io(&self.path, e)))
     }
 
     /// An exclusive `flock` on `<file>.lock`, held through a refresh and
     /// its save: the daemon's sessions and `mcp login` share the file.
     async fn acquire_refresh_guard(&self) -> Result<Option<CredentialRefreshGuard>, AuthError> {
         let lock_path = self.path.with_extension("lock");
-        let locked = tokio::task::spawn_blocking(move || -> Result<std::fs::File, String> {
-            if let Some(dir) = lock_path.parent() {
-                crate::paths::create_private_dir(dir)
-                    .map_err(|e| format!("{}: {e}", dir.display()))?;
-            }
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&lock_path)
-                .map_err(|e| format!("{}: {e}", lock_path.display()))?;
-            rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
-                .map_err(|e| format!("{}: {e}", lock_path.display()))?;
-            Ok(file)
-        })
-        .await
-        .map_err(|e| store_error(e.to_string()))?
-        .map_err(store_error)?;
+        let locked =
+            tokio::task::spawn_blocking(move || -> Result<std::fs::File, TokenFileError> {
+                if let Some(dir) = lock_path.parent() {
+                    crate::paths::create_private_dir(dir)
+                        .map_err(|e| TokenFileError::io(dir, e))?;
+                }
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&lock_path)
+                    .map_err(|e| TokenFileError::io(&lock_path, e))?;
+                rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+                    .map_err(|e| TokenFileError::io(&lock_path, e))?;
+                Ok(file)
+            })
+            .await
+            .map_err(store_error)?
+            .map_err(store_error)?;
         // The lock goes with the file when the guard is dropped.
         Ok(Some(CredentialRefreshGuard::new(locked)))
     }
@@ -197,21 +228,33 @@ pub async fn authorized_client(
     dir: &Path,
     url: &str,
     base: BoundedHttp,
-) -> Result<Option<AuthClient<BoundedHttp>>, String> {
+) -> Result<Option<AuthClient<BoundedHttp>>, OAuthError> {
     let store = FileStore::new(dir, url);
     if !store.exists() {
         return Ok(None);
     }
+    let failed = |reason: String| OAuthError {
+        url: url.to_string(),
+        reason,
+    };
     let mut manager = AuthorizationManager::new(url)
         .await
-        .map_err(|e| format!("OAuth for {url}: {e}"))?;
+        .map_err(|e| failed(e.to_string()))?;
     manager.set_credential_store(store);
     match manager.initialize_from_store().await {
         Ok(true) => Ok(Some(AuthClient::new(base, manager))),
         // No token in the file, or the authorization server changed.
         Ok(false) => Ok(None),
-        Err(e) => Err(format!("OAuth for {url}: {}", readable_auth_error(&e))),
+        Err(e) => Err(failed(readable_auth_error(&e))),
     }
+}
+
+/// The stored tokens of a server could not be put to use.
+#[derive(Debug, thiserror::Error)]
+#[error("OAuth for {url}: {reason}")]
+pub struct OAuthError {
+    pub url: String,
+    pub reason: String,
 }
 
 /// Whether an MCP connection failed because the server wants a login it
@@ -438,7 +481,7 @@ async fn receive_callback(
     let head = match tokio::time::timeout(CALLBACK_READ_TIMEOUT, read_head(&mut stream)).await {
         Ok(Ok(head)) => head,
         Ok(Err(e)) => {
-            let _ = respond(&mut stream, "400 Bad Request", &e).await;
+            let _ = respond(&mut stream, "400 Bad Request", &e.to_string()).await;
             return Err(LoginError(format!("the callback request: {e}")));
         }
         Err(_) => {
@@ -498,16 +541,22 @@ async fn receive_callback(
     }
 }
 
+/// Why the callback's request head could not be read.
+#[derive(Debug, thiserror::Error)]
+enum HeadError {
+    #[error("reading it: {0}")]
+    Read(std::io::Error),
+    #[error("it is over {MAX_CALLBACK_REQUEST_BYTES} bytes (MAX_CALLBACK_REQUEST_BYTES)")]
+    TooBig,
+}
+
 /// Read an HTTP request head (to the blank line), at most
 /// [`MAX_CALLBACK_REQUEST_BYTES`].
-async fn read_head(stream: &mut tokio::net::TcpStream) -> Result<String, String> {
+async fn read_head(stream: &mut tokio::net::TcpStream) -> Result<String, HeadError> {
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
     loop {
-        let n = stream
-            .read(&mut buf)
-            .await
-            .map_err(|e| format!("reading it: {e}"))?;
+        let n = stream.read(&mut buf).await.map_err(HeadError::Read)?;
         if n == 0 {
             break;
         }
@@ -516,9 +565,7 @@ async fn read_head(stream: &mut tokio::net::TcpStream) -> Result<String, String>
             break;
         }
         if head.len() > MAX_CALLBACK_REQUEST_BYTES {
-            return Err(format!(
-                "it is over {MAX_CALLBACK_REQUEST_BYTES} bytes (MAX_CALLBACK_REQUEST_BYTES)"
-            ));
+            return Err(HeadError::TooBig);
         }
     }
     Ok(String::from_utf8_lossy(&head).into_owned())

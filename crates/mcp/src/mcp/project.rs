@@ -25,10 +25,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::binding::{self, BoundFile};
-use super::config::{McpServerConfig, Origin, ServerSpec};
+use super::binding::{self, BindingError, BoundFile};
+use super::config::{McpServerConfig, Origin, ServerSpec, SpecError};
 use crate::action::Approval;
-use crate::skills::trust::{sha256_hex, TrustState, TrustStore};
+use crate::skills::trust::{sha256_hex, TrustError, TrustState, TrustStore};
 
 pub use crate::protocol::EXT_MCP_TRUST;
 
@@ -81,37 +81,59 @@ pub fn trust_hint(path: &Path) -> String {
     )
 }
 
+/// Why the project file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: more than the {MAX_PROJECT_CONFIG_BYTES}-byte project config limit", path.display())]
+    TooBig { path: PathBuf },
+}
+
 /// The project file's bytes and canonical path (`None`: no file).
-pub fn read_project_file(cwd: &Path) -> Result<Option<(PathBuf, Vec<u8>)>, String> {
+pub fn read_project_file(cwd: &Path) -> Result<Option<(PathBuf, Vec<u8>)>, ReadError> {
     let path = cwd.join(PROJECT_CONFIG);
+    let io = |source| ReadError::Io {
+        path: path.clone(),
+        source,
+    };
     let file = match std::fs::File::open(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+        Err(e) => return Err(io(e)),
     };
     let mut bytes = Vec::new();
     file.take(MAX_PROJECT_CONFIG_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(io)?;
     if bytes.len() as u64 > MAX_PROJECT_CONFIG_BYTES {
-        return Err(format!(
-            "{}: more than the {MAX_PROJECT_CONFIG_BYTES}-byte project config limit",
-            path.display()
-        ));
+        return Err(ReadError::TooBig { path });
     }
-    let canonical = path
-        .canonicalize()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let canonical = path.canonicalize().map_err(io)?;
     Ok(Some((canonical, bytes)))
 }
 
+/// Why the project file's server entries cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ServersError {
+    #[error("not UTF-8 text")]
+    NotUtf8,
+    #[error(transparent)]
+    Toml(#[from] toml::de::Error),
+    #[error(transparent)]
+    Entry(#[from] SpecError),
+}
+
 /// The server entries in the project file's bytes (disabled ones left out).
-pub fn parse_servers(bytes: &[u8], keep_auto: bool) -> Result<Vec<ServerSpec>, String> {
-    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())?;
-    let file: ProjectFile = toml::from_str(text).map_err(|e| e.to_string())?;
+pub fn parse_servers(bytes: &[u8], keep_auto: bool) -> Result<Vec<ServerSpec>, ServersError> {
+    let text = std::str::from_utf8(bytes).map_err(|_| ServersError::NotUtf8)?;
+    let file: ProjectFile = toml::from_str(text)?;
     let mut specs = Vec::new();
     for entry in &file.mcp.servers {
-        if let Some(mut spec) = entry.to_spec().map_err(|e| e.to_string())? {
+        if let Some(mut spec) = entry.to_spec()? {
             spec.origin = Origin::Project;
             if spec.approval == Approval::Auto && !keep_auto {
                 spec.approval = Approval::Ask;
@@ -132,7 +154,7 @@ pub fn project_servers(cwd: &Path, trust_file: Option<&Path>, keep_auto: bool) -
         Err(problem) => {
             return ProjectServers::Invalid {
                 path: shown,
-                problem,
+                problem: problem.to_string(),
             }
         }
     };
@@ -143,7 +165,7 @@ pub fn project_servers(cwd: &Path, trust_file: Option<&Path>, keep_auto: bool) -
         Err(problem) => {
             return ProjectServers::Invalid {
                 path: shown,
-                problem,
+                problem: problem.to_string(),
             }
         }
     };
@@ -152,7 +174,7 @@ pub fn project_servers(cwd: &Path, trust_file: Option<&Path>, keep_auto: bool) -
         Err(problem) => {
             return ProjectServers::Invalid {
                 path: shown,
-                problem,
+                problem: problem.to_string(),
             }
         }
     };
@@ -198,6 +220,29 @@ pub struct TrustedConfig {
     pub files: Vec<BoundFile>,
 }
 
+/// Why [`trust_shown`] trusted nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum TrustRefused {
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error("no project config at {}", path.display())]
+    Missing { path: PathBuf },
+    #[error("{} changed since it was shown (sha256 {now} now, {shown} shown); look at it again", path.display())]
+    Changed {
+        path: PathBuf,
+        now: String,
+        shown: String,
+    },
+    #[error("{}: {source}; not trusted: fix it first", path.display())]
+    Invalid { path: PathBuf, source: ServersError },
+    #[error("the trust store {} lies inside the project, where the agent can write; move the state directory out of it", store.display())]
+    StoreInside { store: PathBuf },
+    #[error("{}: {source}; not trusted", path.display())]
+    Binding { path: PathBuf, source: BindingError },
+    #[error(transparent)]
+    Store(#[from] TrustError),
+}
+
 /// Trust the project file in `cwd` when its bytes still hash to
 /// `expected_sha256` (what the person was shown). Refused, with why, when
 /// the file is missing, invalid, changed, or the store lies in the project.
@@ -206,30 +251,43 @@ pub fn trust_shown(
     trust_file: &Path,
     keep_auto: bool,
     expected_sha256: &str,
-) -> Result<TrustedConfig, String> {
+) -> Result<TrustedConfig, TrustRefused> {
     let shown = cwd.join(PROJECT_CONFIG);
-    let (canonical, bytes) = read_project_file(cwd)?
-        .ok_or_else(|| format!("no project config at {}", shown.display()))?;
+    let Some((canonical, bytes)) = read_project_file(cwd)? else {
+        return Err(TrustRefused::Missing { path: shown });
+    };
     let sha256 = sha256_hex(&bytes);
     if !sha256.eq_ignore_ascii_case(expected_sha256) {
-        return Err(format!(
-            "{} changed since it was shown (sha256 {sha256} now, {expected_sha256} shown); look at it again",
-            shown.display()
-        ));
+        return Err(TrustRefused::Changed {
+            path: shown,
+            now: sha256,
+            shown: expected_sha256.to_string(),
+        });
     }
-    let specs = parse_servers(&bytes, keep_auto)
-        .map_err(|e| format!("{}: {e}; not trusted: fix it first", shown.display()))?;
+    let specs = match parse_servers(&bytes, keep_auto) {
+        Ok(specs) => specs,
+        Err(source) => {
+            return Err(TrustRefused::Invalid {
+                path: shown,
+                source,
+            })
+        }
+    };
     if inside(trust_file, cwd) {
-        return Err(format!(
-            "the trust store {} lies inside the project, where the agent can write; move the state directory out of it",
-            trust_file.display()
-        ));
+        return Err(TrustRefused::StoreInside {
+            store: trust_file.to_path_buf(),
+        });
     }
-    let files = binding::bound_files(cwd, &specs)
-        .map_err(|e| format!("{}: {e}; not trusted", shown.display()))?;
-    TrustStore::new(trust_file)
-        .trust(&canonical, &binding::manifest(&bytes, &files))
-        .map_err(|e| e.to_string())?;
+    let files = match binding::bound_files(cwd, &specs) {
+        Ok(files) => files,
+        Err(source) => {
+            return Err(TrustRefused::Binding {
+                path: shown,
+                source,
+            })
+        }
+    };
+    TrustStore::new(trust_file).trust(&canonical, &binding::manifest(&bytes, &files))?;
     Ok(TrustedConfig {
         path: shown,
         sha256,

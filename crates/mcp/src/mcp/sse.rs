@@ -46,6 +46,34 @@ pub enum SseError {
     Post { endpoint: String, reason: String },
 }
 
+/// Why the event stream could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("cannot make an HTTP client: {0}")]
+    Client(String),
+    #[error("`{url}`: {reason}")]
+    BadUrl { url: String, reason: String },
+    #[error("cannot reach {url}: {reason}")]
+    Unreachable { url: String, reason: String },
+    #[error("{url} answered {status} to the event stream's GET")]
+    Status {
+        url: String,
+        status: reqwest::StatusCode,
+    },
+    #[error(
+        "{url} ended its event stream before naming its endpoint (not a legacy SSE MCP server?)"
+    )]
+    NoEndpoint { url: String },
+    #[error("{url} named the endpoint `{endpoint}`: {reason}")]
+    BadEndpoint {
+        url: String,
+        endpoint: String,
+        reason: String,
+    },
+    #[error("{url} named an endpoint on another origin ({endpoint}); refused")]
+    OtherOrigin { url: String, endpoint: reqwest::Url },
+}
+
 /// A connected legacy SSE server.
 pub struct SseTransport {
     client: reqwest::Client,
@@ -77,31 +105,40 @@ impl SseTransport {
         headers: HashMap<HeaderName, HeaderValue>,
         cap: usize,
         name: String,
-    ) -> Result<SseTransport, String> {
+    ) -> Result<SseTransport, ConnectError> {
         let headers: HeaderMap = headers.into_iter().collect();
         let client = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .build()
-            .map_err(|e| format!("cannot make an HTTP client: {}", cause(&e)))?;
-        let base = reqwest::Url::parse(url).map_err(|e| format!("`{url}`: {e}"))?;
+            .map_err(|e| ConnectError::Client(cause(&e)))?;
+        let base = reqwest::Url::parse(url).map_err(|e| ConnectError::BadUrl {
+            url: url.to_string(),
+            reason: e.to_string(),
+        })?;
         let response = client
             .get(base.clone())
             .headers(headers.clone())
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .send()
             .await
-            .map_err(|e| format!("cannot reach {url}: {}", cause(&e)))?;
+            .map_err(|e| ConnectError::Unreachable {
+                url: url.to_string(),
+                reason: cause(&e),
+            })?;
         let status = response.status();
         if !status.is_success() {
-            return Err(format!("{url} answered {status} to the event stream's GET"));
+            return Err(ConnectError::Status {
+                url: url.to_string(),
+                status,
+            });
         }
         let mut events = EventReader::new(response.bytes_stream().boxed(), cap);
         let endpoint = loop {
             match events.next().await {
                 None => {
-                    return Err(format!(
-                        "{url} ended its event stream before naming its endpoint (not a legacy SSE MCP server?)"
-                    ))
+                    return Err(ConnectError::NoEndpoint {
+                        url: url.to_string(),
+                    })
                 }
                 Some(Event {
                     name,
@@ -112,11 +149,16 @@ impl SseTransport {
         };
         let endpoint = base
             .join(endpoint.trim())
-            .map_err(|e| format!("{url} named the endpoint `{endpoint}`: {e}"))?;
+            .map_err(|e| ConnectError::BadEndpoint {
+                url: url.to_string(),
+                endpoint: endpoint.clone(),
+                reason: e.to_string(),
+            })?;
         if endpoint.origin() != base.origin() {
-            return Err(format!(
-                "{url} named an endpoint on another origin ({endpoint}); refused"
-            ));
+            return Err(ConnectError::OtherOrigin {
+                url: url.to_string(),
+                endpoint,
+            });
         }
         tracing::debug!(server = %name, %endpoint, "legacy SSE endpoint");
         Ok(SseTransport {

@@ -63,16 +63,36 @@ pub fn too_large_message(size: Option<usize>, cap: usize) -> String {
     }
 }
 
+/// A custom header that cannot be sent (the value is never quoted back).
+#[derive(Debug, thiserror::Error)]
+pub enum HeaderError {
+    #[error("header `{name}`: {source}")]
+    Name {
+        name: String,
+        source: reqwest::header::InvalidHeaderName,
+    },
+    #[error("header `{name}`: {source}")]
+    Value {
+        name: String,
+        source: reqwest::header::InvalidHeaderValue,
+    },
+}
+
 /// The custom headers of an HTTP entry, checked (a bad name or value is
 /// refused with the header's name).
 pub fn header_map(
     headers: &std::collections::BTreeMap<String, String>,
-) -> Result<HashMap<HeaderName, HeaderValue>, String> {
+) -> Result<HashMap<HeaderName, HeaderValue>, HeaderError> {
     let mut map = HashMap::new();
     for (k, v) in headers {
-        let name =
-            HeaderName::from_bytes(k.as_bytes()).map_err(|e| format!("header `{k}`: {e}"))?;
-        let value = HeaderValue::from_str(v).map_err(|e| format!("header `{k}`: {e}"))?;
+        let name = HeaderName::from_bytes(k.as_bytes()).map_err(|source| HeaderError::Name {
+            name: k.clone(),
+            source,
+        })?;
+        let value = HeaderValue::from_str(v).map_err(|source| HeaderError::Value {
+            name: k.clone(),
+            source,
+        })?;
         map.insert(name, value);
     }
     Ok(map)

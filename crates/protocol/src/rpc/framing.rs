@@ -207,10 +207,10 @@ impl FrameCodec {
         let headers = String::from_utf8_lossy(&src[..header_len]).into_owned();
         let length = match parse_content_length(&headers) {
             Ok(len) => len,
-            Err(msg) => {
+            Err(e) => {
                 src.advance(header_len + sep_len);
                 self.scanned = 0;
-                return Some(Frame::Garbage(msg));
+                return Some(Frame::Garbage(e.to_string()));
             }
         };
         if length > MAX_FRAME_BYTES {
@@ -282,19 +282,30 @@ fn find_header_end(src: &[u8], from: usize) -> Option<(usize, usize)> {
     }
 }
 
-fn parse_content_length(headers: &str) -> Result<usize, String> {
+/// Why a Content-Length header block cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum HeaderError {
+    #[error("malformed header line {0:?}")]
+    Line(String),
+    #[error("invalid Content-Length value {0:?}")]
+    Length(String),
+    #[error("header block without Content-Length")]
+    Missing,
+}
+
+fn parse_content_length(headers: &str) -> Result<usize, HeaderError> {
     for line in headers.lines() {
         let Some((name, value)) = line.split_once(':') else {
-            return Err(format!("malformed header line {:?}", line.trim()));
+            return Err(HeaderError::Line(line.trim().to_string()));
         };
         if name.trim().eq_ignore_ascii_case("content-length") {
             return value
                 .trim()
                 .parse::<usize>()
-                .map_err(|_| format!("invalid Content-Length value {:?}", value.trim()));
+                .map_err(|_| HeaderError::Length(value.trim().to_string()));
         }
     }
-    Err("header block without Content-Length".into())
+    Err(HeaderError::Missing)
 }
 
 impl Decoder for FrameCodec {

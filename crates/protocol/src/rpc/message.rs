@@ -134,15 +134,40 @@ fn raw_id(text: &str, parsed: &Value) -> ClientId {
     }
 }
 
-/// Classify one frame's text. `Err` is the error response to send back.
-pub fn classify(text: &str) -> Result<Incoming, String> {
+/// A frame that is not a message the daemon takes: what is wrong with it,
+/// and the id its error response goes to (`null` when none could be read).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Malformed {
+    pub id: ClientId,
+    pub code: i32,
+    pub message: String,
+}
+
+impl Malformed {
+    fn new(id: &ClientId, code: i32, message: impl Into<String>) -> Malformed {
+        Malformed {
+            id: id.clone(),
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The complete error response to send back.
+    pub fn response(&self) -> String {
+        error_response(&self.id, self.code, &self.message)
+    }
+}
+
+/// Classify one frame's text. `Err` says what to answer.
+pub fn classify(text: &str) -> Result<Incoming, Malformed> {
     let value: Value = match serde_json::from_str(text) {
         Ok(v) => v,
         Err(e) => {
-            return Err(error_response(
+            return Err(Malformed::new(
                 &ClientId::null(),
                 codes::PARSE_ERROR,
-                &format!("parse error: {e}"),
+                format!("parse error: {e}"),
             ))
         }
     };
@@ -152,7 +177,7 @@ pub fn classify(text: &str) -> Result<Incoming, String> {
         } else {
             "a request must be a JSON object"
         };
-        return Err(error_response(
+        return Err(Malformed::new(
             &ClientId::null(),
             codes::INVALID_REQUEST,
             what,
@@ -161,7 +186,7 @@ pub fn classify(text: &str) -> Result<Incoming, String> {
     let id = obj.get("id").cloned();
     if let Some(id) = &id {
         if !(id.is_string() || id.is_number() || id.is_null()) {
-            return Err(error_response(
+            return Err(Malformed::new(
                 &ClientId::null(),
                 codes::INVALID_REQUEST,
                 "`id` must be a string or a number",
@@ -173,7 +198,7 @@ pub fn classify(text: &str) -> Result<Incoming, String> {
         None => ClientId::null(),
     };
     if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return Err(error_response(
+        return Err(Malformed::new(
             &reply_id,
             codes::INVALID_REQUEST,
             "`jsonrpc` must be \"2.0\"",
@@ -186,7 +211,7 @@ pub fn classify(text: &str) -> Result<Incoming, String> {
             }
             if let Some(p) = obj.get("params") {
                 if !(p.is_object() || p.is_array()) {
-                    return Err(error_response(
+                    return Err(Malformed::new(
                         &reply_id,
                         codes::INVALID_REQUEST,
                         "`params` must be an object or an array",
@@ -203,7 +228,7 @@ pub fn classify(text: &str) -> Result<Incoming, String> {
             method,
             params: obj.remove("params").unwrap_or(Value::Null),
         }),
-        (Some(_), _) => Err(error_response(
+        (Some(_), _) => Err(Malformed::new(
             &reply_id,
             codes::INVALID_REQUEST,
             "`method` must be a string",
@@ -220,7 +245,7 @@ pub fn classify(text: &str) -> Result<Incoming, String> {
             };
             Ok(Incoming::Response { id, result })
         }
-        (None, None) => Err(error_response(
+        (None, None) => Err(Malformed::new(
             &ClientId::null(),
             codes::INVALID_REQUEST,
             "neither `method` nor `id`",
@@ -261,7 +286,7 @@ mod tests {
     use super::*;
 
     fn err_of(text: &str) -> Value {
-        serde_json::from_str(&classify(text).unwrap_err()).unwrap()
+        serde_json::from_str(&classify(text).unwrap_err().response()).unwrap()
     }
 
     #[test]

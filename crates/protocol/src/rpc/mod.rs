@@ -326,7 +326,7 @@ pub async fn serve<R, W, S>(
             }
         };
         match message::classify(&text) {
-            Err(reply) => outgoing.send_raw(reply),
+            Err(malformed) => outgoing.send_raw(malformed.response()),
             Ok(Incoming::Response { id, result }) => outgoing.complete(&id, result),
             Ok(Incoming::Notification { method, params }) => {
                 (hooks.on_notification)(&method, params)

@@ -645,7 +645,7 @@ impl<'p> Parser<'p> {
                 },
                 _ => match parse_trigger(v) {
                     Ok(t) => trigger = t,
-                    Err(msg) => self.error(kw.value_offset, msg),
+                    Err(e) => self.error(kw.value_offset, e.to_string()),
                 },
             }
         }
@@ -1389,7 +1389,16 @@ impl<'p> Parser<'p> {
     }
 }
 
-fn parse_trigger(v: &str) -> Result<Trigger, String> {
+/// Why a `#+TRIGGER` value did not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum TriggerError {
+    #[error("#+TRIGGER must be `always`, `never` or a /regular expression/, got `{0}`")]
+    Shape(String),
+    #[error("#+TRIGGER is not a valid regular expression: {0}")]
+    Regex(String),
+}
+
+fn parse_trigger(v: &str) -> Result<Trigger, TriggerError> {
     match v.to_ascii_lowercase().as_str() {
         "always" => return Ok(Trigger::Always),
         "never" => return Ok(Trigger::Never),
@@ -1400,18 +1409,11 @@ fn parse_trigger(v: &str) -> Result<Trigger, String> {
         .and_then(|s| s.strip_suffix('/'))
         .filter(|s| !s.is_empty())
     else {
-        return Err(format!(
-            "#+TRIGGER must be `always`, `never` or a /regular expression/, got `{v}`"
-        ));
+        return Err(TriggerError::Shape(v.to_string()));
     };
     Regex::new(&format!("(?i){inner}"))
         .map(|re| Trigger::Pattern(re.into()))
-        .map_err(|e| {
-            format!(
-                "#+TRIGGER is not a valid regular expression: {}",
-                regex_error(&e)
-            )
-        })
+        .map_err(|e| TriggerError::Regex(regex_error(&e)))
 }
 
 /// The regex crate's message without its multi-line picture of the pattern.
@@ -1475,15 +1477,15 @@ mod tests {
         };
         assert!(re.is_match("Git status"));
         assert_eq!(
-            parse_trigger("git").unwrap_err(),
+            parse_trigger("git").unwrap_err().to_string(),
             "#+TRIGGER must be `always`, `never` or a /regular expression/, got `git`"
         );
         assert_eq!(
-            parse_trigger("//").unwrap_err(),
+            parse_trigger("//").unwrap_err().to_string(),
             "#+TRIGGER must be `always`, `never` or a /regular expression/, got `//`"
         );
         assert_eq!(
-            parse_trigger("/a[/").unwrap_err(),
+            parse_trigger("/a[/").unwrap_err().to_string(),
             "#+TRIGGER is not a valid regular expression: unclosed character class"
         );
     }
