@@ -16,9 +16,11 @@ pub mod enforce;
 pub mod etc_view;
 pub mod git_identity;
 pub mod limits;
+pub mod local_ports;
 pub mod network;
 pub mod overlay;
 pub mod probe;
+pub mod registry_proxy;
 pub mod runner;
 pub mod session_tmp;
 pub mod spawn;
@@ -26,7 +28,8 @@ pub mod surface;
 pub mod toolchains;
 
 pub use bwrap::{
-    bwrap_args, bwrap_args_with, Boundary, SandboxSpec, SpecError, SystemEntry, SystemLayout,
+    bwrap_args, bwrap_args_with, Boundary, LocalReach, SandboxSpec, SpecError, SystemEntry,
+    SystemLayout,
 };
 pub use limits::{LimitOverrides, ResourceLimits};
 pub use probe::{probe, probe_with, SandboxStatus};
