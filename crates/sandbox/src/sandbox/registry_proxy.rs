@@ -44,6 +44,10 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// The most proxied connections one run has open at a time; more wait in
 /// the listen queue until one ends.
 pub const CONNECTION_LIMIT: usize = 32;
+/// The most bytes read and dropped after a refusal (see [`serve`]).
+pub const DRAIN_LIMIT: usize = 64 * 1024;
+/// How long the proxy reads what follows a refusal.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 /// The most hosts `[sandbox] registries` may add.
 pub const EXTRA_LIMIT: usize = 64;
 
@@ -258,6 +262,20 @@ pub async fn serve(mut inside: TcpStream) {
         );
         let _ = inside.write_all(response.as_bytes()).await;
         let _ = inside.shutdown().await;
+        // What the client sent past the refusal is read and dropped, a
+        // bounded amount for a bounded time: closing with unread bytes
+        // resets the connection, and the client could lose the answer.
+        let mut sink = [0u8; 4096];
+        let mut left = DRAIN_LIMIT;
+        let drain = async {
+            while left > 0 {
+                match inside.read(&mut sink).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => left = left.saturating_sub(n),
+                }
+            }
+        };
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, drain).await;
     }
 }
 
@@ -540,6 +558,66 @@ mod tests {
         );
         assert!(parse_head(b"GET /relative HTTP/1.1\r\n\r\n").is_err());
         assert!(parse_head(b"CONNECT pypi.org HTTP/1.1\r\n\r\n").is_err());
+    }
+
+    /// The one test that sets the person's extra hosts (a process-wide
+    /// setting): a tunnel to a listed host carries bytes both ways; an
+    /// unlisted host, a listed host on another port and an oversized head
+    /// are refused with their status.
+    #[tokio::test]
+    async fn a_tunnel_reaches_a_listed_host_and_nothing_else() {
+        let echo = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = echo.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = echo.accept().await {
+                tokio::spawn(async move {
+                    let (mut r, mut w) = s.split();
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                });
+            }
+        });
+        set_extra(&[format!("127.0.0.1:{port}")]).unwrap();
+        let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy_addr = proxy.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((s, _)) = proxy.accept().await {
+                tokio::spawn(serve(s));
+            }
+        });
+        let ask = |head: Vec<u8>| async move {
+            let mut s = TcpStream::connect(proxy_addr).await.unwrap();
+            s.write_all(&head).await.unwrap();
+            s
+        };
+        let mut tunnel = ask(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").into()).await;
+        let mut reply = vec![0u8; 39];
+        tunnel.read_exact(&mut reply).await.unwrap();
+        assert_eq!(reply, b"HTTP/1.1 200 Connection established\r\n\r\n");
+        tunnel.write_all(b"ping").await.unwrap();
+        let mut back = [0u8; 4];
+        tunnel.read_exact(&mut back).await.unwrap();
+        assert_eq!(&back, b"ping");
+
+        let answer = |head: Vec<u8>| async move {
+            let mut s = ask(head).await;
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            out
+        };
+        let out = answer(b"CONNECT evil.example:443 HTTP/1.1\r\n\r\n".to_vec()).await;
+        assert!(out.starts_with("HTTP/1.1 403 Forbidden"), "{out}");
+        assert!(
+            out.contains("`evil.example:443`") && out.contains("`registries`"),
+            "{out}"
+        );
+        let other = port.wrapping_add(1);
+        let out = answer(format!("CONNECT 127.0.0.1:{other} HTTP/1.1\r\n\r\n").into()).await;
+        assert!(out.starts_with("HTTP/1.1 403 Forbidden"), "{out}");
+        let mut huge = b"GET http://pypi.org/ HTTP/1.1\r\n".to_vec();
+        huge.extend(std::iter::repeat_n(b'a', HEAD_LIMIT + 1));
+        let out = answer(huge).await;
+        assert!(out.starts_with("HTTP/1.1 431"), "{out}");
+        assert!(out.contains("HEAD_LIMIT"), "{out}");
     }
 
     #[test]
