@@ -11,6 +11,11 @@
 //!   `--unshare-all` (user, ipc, pid, uts, cgroup, net), `--cap-drop ALL`.
 //!   A run granted network keeps its own namespace too: it gets a route
 //!   out from slirp4netns, without the host's loopback ([`super::network`]).
+//!   The ports of `[sandbox] localhost_ports` and, for a run granted
+//!   `registries`, the registries proxy are listeners made on the run's own
+//!   127.0.0.1 before its command starts ([`super::local_ports`],
+//!   [`super::registry_proxy`]); the proxy's run gets the installers'
+//!   proxy variables instead of the offline ones.
 //! - System directories read-only (`/usr`, the merged-usr links recreated
 //!   as symlinks rather than bound twice, `/opt`, `/nix`); `/var`, `/srv`,
 //!   `/home`, `/root` and `/run` are not shown. A file the person's account

@@ -2,7 +2,9 @@
 //! builder ([`bwrap`]), a probe that says whether it can run here and what
 //! to do when it cannot ([`probe`]), a runner that holds any program to
 //! a time limit and an output cap ([`runner`]), and the network a granted
-//! run gets without the host's loopback ([`network`]).
+//! run gets without the host's loopback ([`network`]), with the person's
+//! listed local services ([`local_ports`]) and the package registries by
+//! grant ([`registry_proxy`]).
 //!
 //! What the sandbox shows of the person's machine (their toolchains, a
 //! `/tmp` per session, `/etc` built from a list, their git identity) is in
