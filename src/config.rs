@@ -35,6 +35,15 @@ pub struct SandboxConfig {
     pub read_only: Vec<PathBuf>,
     /// Further paths every command may change (not in read-only mode).
     pub writable: Vec<PathBuf>,
+    /// Ports of the host's 127.0.0.1 every command reaches at its own
+    /// 127.0.0.1 (the person's database, dev server).
+    pub localhost_ports: Vec<u16>,
+    /// Hosts (`host` or `host:port`) added to the package registries the
+    /// `registries` grant reaches.
+    pub registries: Vec<String>,
+    /// Grant `registries` to every command: installers reach the package
+    /// registries, and nothing else, through the daemon's proxy.
+    pub grant_registries: bool,
 }
 
 impl PartialEq<SandboxSetting> for SandboxConfig {
@@ -60,6 +69,9 @@ impl<'de> Deserialize<'de> for SandboxConfig {
             mode: SandboxSetting,
             read_only: Vec<PathBuf>,
             writable: Vec<PathBuf>,
+            localhost_ports: Vec<u16>,
+            registries: Vec<String>,
+            grant_registries: bool,
         }
         impl Default for Table {
             fn default() -> Self {
@@ -67,6 +79,9 @@ impl<'de> Deserialize<'de> for SandboxConfig {
                     mode: SandboxSetting::Bwrap,
                     read_only: Vec::new(),
                     writable: Vec::new(),
+                    localhost_ports: Vec::new(),
+                    registries: Vec::new(),
+                    grant_registries: false,
                 }
             }
         }
@@ -90,6 +105,9 @@ impl<'de> Deserialize<'de> for SandboxConfig {
                     mode: t.mode,
                     read_only: t.read_only,
                     writable: t.writable,
+                    localhost_ports: t.localhost_ports,
+                    registries: t.registries,
+                    grant_registries: t.grant_registries,
                 })
             }
         }
@@ -534,6 +552,10 @@ impl Config {
             home.as_deref(),
         )
         .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        crate::sandbox::local_ports::check_ports(&self.sandbox.localhost_ports)
+            .map_err(|e| ConfigError::Invalid(format!("[sandbox] {e}")))?;
+        crate::sandbox::registry_proxy::check_extra(&self.sandbox.registries)
+            .map_err(|e| ConfigError::Invalid(format!("[sandbox] {e}")))?;
         Ok(())
     }
 
@@ -759,6 +781,31 @@ model = "qwen"
         assert!(e.contains("unknown field `readonly`"), "{e}");
         let e = parse("sandbox = \"docker\"").unwrap_err().to_string();
         assert!(e.contains("unknown variant `docker`"), "{e}");
+    }
+
+    #[test]
+    fn local_ports_and_registries_are_read_and_checked() {
+        let config = |text: &str| toml::from_str::<Config>(text).unwrap();
+        let c = config(
+            "[sandbox]\nlocalhost_ports = [5432, 8000]\nregistries = [\"pypi.example:8080\"]\n\
+             grant_registries = true\n",
+        );
+        assert_eq!(c.sandbox.localhost_ports, vec![5432, 8000]);
+        assert_eq!(c.sandbox.registries, vec!["pypi.example:8080".to_string()]);
+        assert!(c.sandbox.grant_registries);
+        assert!(c.validate().is_ok());
+        assert!(!Config::default().sandbox.grant_registries);
+        let proxy = crate::sandbox::registry_proxy::PROXY_PORT;
+        let e = config(&format!("[sandbox]\nlocalhost_ports = [{proxy}]\n"))
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("registries proxy"), "{e}");
+        let e = config("[sandbox]\nregistries = [\"https://pypi.org/simple\"]\n")
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("https://pypi.org/simple"), "{e}");
     }
 
     #[test]

@@ -5,6 +5,11 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // Started by the sandbox to make listeners in a run's namespaces: it
+    // must stay single-threaded, so before anything else.
+    if let Some(code) = passepartout::sandbox::local_ports::helper_main() {
+        return code;
+    }
     let cli = passepartout::cli::Cli::from_env();
     match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -89,6 +89,14 @@ pub fn build_env(config: Config) -> Result<AgentEnv, SetupError> {
     if let Err(why) = crate::sandbox::network::set_reach(&config.network_reach) {
         tracing::warn!("{why}");
     }
+    // Checked with the configuration: what is refused here was refused there.
+    if let Err(why) = crate::sandbox::local_ports::set_ports(&config.sandbox.localhost_ports) {
+        tracing::warn!("{why}");
+    }
+    if let Err(why) = crate::sandbox::registry_proxy::set_extra(&config.sandbox.registries) {
+        tracing::warn!("{why}");
+    }
+    crate::sandbox::registry_proxy::set_granted(config.sandbox.grant_registries);
     let shell = LazyShell::new(mode, limits, config.sandbox_limits)
         .with_host_paths(hosts)
         .with_person(Person {

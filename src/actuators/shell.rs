@@ -250,7 +250,12 @@ impl ShellActuator {
                 .map(|id| id.env())
                 .unwrap_or_default(),
             home,
+            reach: bwrap::LocalReach {
+                ports: crate::sandbox::local_ports::ports().to_vec(),
+                registries: crate::sandbox::registry_proxy::granted(),
+            },
         };
+        let boundary_registries = boundary.reach.registries;
         // The copies in the sandbox's /etc follow the host's files.
         crate::sandbox::etc_view::refresh();
         let args = match bwrap_args_with(&spec, &self.layout, &boundary) {
@@ -292,7 +297,7 @@ impl ShellActuator {
             .zip(resources.tmp_size)
             .and_then(|(dir, limit)| crate::sandbox::session_tmp::enforce_size(&dir, limit));
         let mut out = finish(outcome, None, &undone)?;
-        if out.is_error && !spec.network {
+        if out.is_error && !spec.network && !boundary_registries {
             if let Some(installer) = installer_in(&spec.script) {
                 out.text.push_str(&offline_installer_note(&installer));
             }
@@ -515,8 +520,10 @@ fn installer_in(script: &str) -> Option<String> {
 fn offline_installer_note(installer: &str) -> String {
     format!(
         "\n[passepartout] no network in the sandbox: `{}` cannot reach a package registry here. \
-         Ask the person to run it in a terminal (what it writes is then part of the project), \
-         or use a skill tool declared `:NETWORK: yes`.\n",
+         The person can grant `registries` in config (`grant_registries = true` in the \
+         `[sandbox]` table: installers then reach only the package registries), or run it \
+         themselves in a terminal (what it writes is then part of the project); or use a \
+         skill tool declared `:NETWORK: yes`.\n",
         crate::util::terminal::escape_line(installer)
     )
 }

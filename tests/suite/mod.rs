@@ -27,6 +27,7 @@ mod host_side;
 mod hostile;
 mod images;
 mod layers;
+mod local_services;
 mod mcp;
 mod mcp_elicitation;
 mod mcp_features;

@@ -11,6 +11,11 @@
 //!   `--unshare-all` (user, ipc, pid, uts, cgroup, net), `--cap-drop ALL`.
 //!   A run granted network keeps its own namespace too: it gets a route
 //!   out from slirp4netns, without the host's loopback ([`super::network`]).
+//!   The ports of `[sandbox] localhost_ports` and, for a run granted
+//!   `registries`, the registries proxy are listeners made on the run's own
+//!   127.0.0.1 before its command starts ([`super::local_ports`],
+//!   [`super::registry_proxy`]); the proxy's run gets the installers'
+//!   proxy variables instead of the offline ones.
 //! - System directories read-only (`/usr`, the merged-usr links recreated
 //!   as symlinks rather than bound twice, `/opt`, `/nix`); `/var`, `/srv`,
 //!   `/home`, `/root` and `/run` are not shown. A file the person's account
@@ -85,8 +90,8 @@ pub const SESSION_CACHE: &[(&str, &str)] = &[
 
 /// Without network, installers fail at once instead of retrying a
 /// registry they cannot reach (pip's retries took 9 s, npm's 73 s): no
-/// retries for pip, npm and cargo. A run granted network keeps the tools'
-/// own settings.
+/// retries for pip, npm and cargo. A run granted network or `registries`
+/// keeps the tools' own settings.
 pub const OFFLINE_ENV: &[(&str, &str)] = &[
     ("PIP_RETRIES", "0"),
     ("npm_config_fetch_retries", "0"),
@@ -286,6 +291,19 @@ pub struct Boundary {
     pub home: super::toolchains::HomeView,
     /// Variables set before the action's own (the git identity).
     pub env: Vec<(String, String)>,
+    /// What of the host's loopback and the registries the run reaches.
+    pub reach: LocalReach,
+}
+
+/// What a run reaches of the person's services and the package
+/// registries besides its own loopback (see [`super::local_ports`] and
+/// [`super::registry_proxy`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LocalReach {
+    /// Ports of the host's 127.0.0.1 shown at the sandbox's 127.0.0.1.
+    pub ports: Vec<u16>,
+    /// The `registries` grant: the proxy, and the installers told of it.
+    pub registries: bool,
 }
 
 /// The bwrap arguments (without the `bwrap` program itself) that run
@@ -351,9 +369,17 @@ pub fn bwrap_args_with(
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
 
     push(&["--die-with-parent", "--new-session", "--unshare-all"]);
-    if spec.network {
-        // Not the host's network: slirp4netns, without its loopback.
-        push(&super::network::bwrap_flags());
+    // Not the host's network: slirp4netns, without its loopback; the
+    // person's listed ports and the registries proxy as listeners made
+    // inside before the command runs.
+    let plan = super::network::Plan {
+        slirp: spec.network,
+        ports: boundary.reach.ports.clone(),
+        proxy: boundary.reach.registries && !spec.network,
+    };
+    if !plan.is_empty() {
+        let flags = plan.bwrap_flags();
+        push(&flags.each_ref().map(String::as_str));
     }
     push(&["--cap-drop", "ALL"]);
 
@@ -519,7 +545,11 @@ pub fn bwrap_args_with(
             push(&["--setenv", k, v]);
         }
     }
-    if !spec.network {
+    if plan.proxy {
+        for (k, v) in super::registry_proxy::proxy_env() {
+            push(&["--setenv", k, &v]);
+        }
+    } else if !spec.network {
         for (k, v) in OFFLINE_ENV {
             push(&["--setenv", k, v]);
         }
@@ -1001,7 +1031,7 @@ mod tests {
                 "--info-fd",
                 super::super::network::INFO_FD_ARG,
                 "--block-fd",
-                super::super::network::BLOCK_FD_ARG,
+                "{passepartout:net-block-fd slirp}",
             ],
             SYSTEM,
             &[

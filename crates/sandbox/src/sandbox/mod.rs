@@ -2,7 +2,9 @@
 //! builder ([`bwrap`]), a probe that says whether it can run here and what
 //! to do when it cannot ([`probe`]), a runner that holds any program to
 //! a time limit and an output cap ([`runner`]), and the network a granted
-//! run gets without the host's loopback ([`network`]).
+//! run gets without the host's loopback ([`network`]), with the person's
+//! listed local services ([`local_ports`]) and the package registries by
+//! grant ([`registry_proxy`]).
 //!
 //! What the sandbox shows of the person's machine (their toolchains, a
 //! `/tmp` per session, `/etc` built from a list, their git identity) is in
@@ -16,9 +18,11 @@ pub mod enforce;
 pub mod etc_view;
 pub mod git_identity;
 pub mod limits;
+pub mod local_ports;
 pub mod network;
 pub mod overlay;
 pub mod probe;
+pub mod registry_proxy;
 pub mod runner;
 pub mod session_tmp;
 pub mod spawn;
@@ -26,7 +30,8 @@ pub mod surface;
 pub mod toolchains;
 
 pub use bwrap::{
-    bwrap_args, bwrap_args_with, Boundary, SandboxSpec, SpecError, SystemEntry, SystemLayout,
+    bwrap_args, bwrap_args_with, Boundary, LocalReach, SandboxSpec, SpecError, SystemEntry,
+    SystemLayout,
 };
 pub use limits::{LimitOverrides, ResourceLimits};
 pub use probe::{probe, probe_with, SandboxStatus};

@@ -12,18 +12,23 @@
 //! process of the person's (outbound TCP and UDP, DNS through slirp's
 //! forwarder at [`SLIRP_DNS`]).
 //!
+//! The same attachment gives a run, granted network or not, listeners on
+//! its own 127.0.0.1 for the person's local services and the registries
+//! proxy ([`super::local_ports`], [`super::registry_proxy`]): what a run
+//! is given is a [`Plan`], carried in its bwrap arguments.
+//!
 //! The wiring, per run:
-//! 1. [`bwrap_flags`] asks bwrap to report the sandbox's pid on one pipe
+//! 1. [`Plan::bwrap_flags`] asks bwrap to report the sandbox's pid on one pipe
 //!    (`--info-fd`) and to wait, namespaces made but before the command is
 //!    executed, until a byte arrives on another (`--block-fd`). The argument
 //!    builder writes placeholders; [`Attachment::prepare`] makes the two
 //!    pipes and puts their numbers in.
 //! 2. After the spawn, [`Attachment::attach`] reads the pid, waits for
 //!    bwrap to set up the namespace's loopback, starts slirp4netns on it, waits for it to report the interface
-//!    configured (`--ready-fd`), and only then unblocks bwrap. Each wait is
-//!    bounded by [`ATTACH_TIMEOUT`].
+//!    configured (`--ready-fd`), makes the listeners of the plan, and only
+//!    then unblocks bwrap. Each wait is bounded by [`ATTACH_TIMEOUT`].
 //! 3. [`Attached`] lives as long as the run; dropping it closes slirp's
-//!    `--exit-fd` and kills it.
+//!    `--exit-fd` and kills it, and closes the listeners.
 //!
 //! When slirp4netns is missing, a run granted network fails closed with the
 //! reason and [`SLIRP_INSTALL_FIX`]; it never falls back to the host's
@@ -57,10 +62,13 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
+use super::local_ports::Service;
+
 /// Placeholder for the fd bwrap reports the sandbox's pid on.
 pub const INFO_FD_ARG: &str = "{passepartout:net-info-fd}";
-/// Placeholder for the fd bwrap waits on before running the command.
-pub const BLOCK_FD_ARG: &str = "{passepartout:net-block-fd}";
+/// How the placeholder for the fd bwrap waits on before running the
+/// command begins; the rest says what the run is given ([`Plan`]).
+pub const BLOCK_FD_PREFIX: &str = "{passepartout:net-block-fd";
 
 /// The resolver inside the sandbox: slirp4netns's DNS forwarder, which
 /// asks the host's resolver (also when that is 127.0.0.53, which the
@@ -80,9 +88,118 @@ const INFO_LIMIT: usize = 4096;
 /// The most bytes of slirp4netns's stderr quoted when it fails.
 const STDERR_LIMIT: usize = 2048;
 
-/// The bwrap options a granted-network run gets instead of `--share-net`.
-pub fn bwrap_flags() -> [&'static str; 4] {
-    ["--info-fd", INFO_FD_ARG, "--block-fd", BLOCK_FD_ARG]
+/// Why a run's network could not be given to it (the run is refused).
+#[derive(Debug, thiserror::Error)]
+pub enum NetworkError {
+    #[error("{}", missing_reason())]
+    SlirpMissing,
+    #[error("cannot make a pipe for {what}: {source}")]
+    Pipe {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("reading {what}: {source}")]
+    Step {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("{what} took more than {} s (limit ATTACH_TIMEOUT)", ATTACH_TIMEOUT.as_secs())]
+    Timeout { what: &'static str },
+    #[error("cannot start {}: {source}", program.display())]
+    Start {
+        program: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("slirp4netns could not give the sandbox its network ({why}): {said}")]
+    Slirp { why: String, said: String },
+    #[error(
+        "the sandbox's network could not be kept from private ranges and the host's own \
+         addresses, so the run was refused: {0}"
+    )]
+    Routes(String),
+    #[error("the person's local services or the registries proxy: {0}")]
+    Local(#[from] super::local_ports::LocalError),
+    #[error("the sandbox ended before its network was ready: {0}")]
+    Unblock(std::io::Error),
+}
+
+/// What a run is given besides its own loopback: slirp4netns's way out
+/// (a network grant), listeners for the person's local services, the
+/// registries proxy. Carried in the bwrap arguments (the block-fd
+/// placeholder) so the runner needs nothing else to attach it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// The whole network, through slirp4netns.
+    pub slirp: bool,
+    /// Ports of the host's 127.0.0.1 brought in.
+    pub ports: Vec<u16>,
+    /// The registries proxy on [`super::registry_proxy::PROXY_PORT`].
+    pub proxy: bool,
+}
+
+impl Plan {
+    /// Whether the run needs attaching at all.
+    pub fn is_empty(&self) -> bool {
+        !self.slirp && self.ports.is_empty() && !self.proxy
+    }
+
+    /// The bwrap options: bwrap reports the sandbox's pid and waits until
+    /// it is attached.
+    pub fn bwrap_flags(&self) -> [String; 4] {
+        [
+            "--info-fd".into(),
+            INFO_FD_ARG.into(),
+            "--block-fd".into(),
+            self.placeholder(),
+        ]
+    }
+
+    /// The block-fd placeholder: `{passepartout:net-block-fd slirp
+    /// ports=5432,8000 proxy}`.
+    pub fn placeholder(&self) -> String {
+        let mut s = BLOCK_FD_PREFIX.to_string();
+        if self.slirp {
+            s.push_str(" slirp");
+        }
+        if !self.ports.is_empty() {
+            let ports: Vec<String> = self.ports.iter().map(u16::to_string).collect();
+            s.push_str(&format!(" ports={}", ports.join(",")));
+        }
+        if self.proxy {
+            s.push_str(" proxy");
+        }
+        s.push('}');
+        s
+    }
+
+    /// The plan a placeholder holds; `None` if `arg` is none.
+    pub fn parse(arg: &str) -> Option<Plan> {
+        let body = arg.strip_prefix(BLOCK_FD_PREFIX)?.strip_suffix('}')?;
+        let mut plan = Plan::default();
+        for word in body.split_whitespace() {
+            match word {
+                "slirp" => plan.slirp = true,
+                "proxy" => plan.proxy = true,
+                w => {
+                    let ports = w.strip_prefix("ports=")?;
+                    plan.ports = ports
+                        .split(',')
+                        .map(|p| p.parse().ok())
+                        .collect::<Option<_>>()?;
+                }
+            }
+        }
+        Some(plan)
+    }
+
+    /// The listeners to make inside.
+    fn services(&self) -> Vec<Service> {
+        let mut out: Vec<Service> = self.ports.iter().copied().map(Service::Forward).collect();
+        if self.proxy {
+            out.push(Service::Proxy);
+        }
+        out
+    }
 }
 
 /// Where slirp4netns is, looked up once.
@@ -115,10 +232,12 @@ pub struct Attachment<'a> {
     pipes: Option<Pipes>,
 }
 
-/// The pipes of a run granted network.
+/// The pipes of a run to attach, and what it is given.
 #[derive(Debug)]
 struct Pipes {
-    slirp: PathBuf,
+    plan: Plan,
+    /// Where slirp4netns is, when the plan has it.
+    slirp: Option<PathBuf>,
     info_read: std::io::PipeReader,
     /// The child's ends: inherited by bwrap, closed here after the spawn.
     info_write: OwnedFd,
@@ -127,34 +246,45 @@ struct Pipes {
 }
 
 impl<'a> Attachment<'a> {
-    /// When `args` hold the placeholders of [`bwrap_flags`]: the pipes, and
-    /// the arguments with the placeholders replaced by their fd numbers.
-    /// Otherwise (no network granted, or not bwrap) the arguments as they
-    /// are, at no cost.
-    pub fn prepare(args: &'a [String]) -> Result<Attachment<'a>, String> {
-        if !args.iter().any(|a| a == INFO_FD_ARG || a == BLOCK_FD_ARG) {
+    /// When `args` hold the placeholders of [`Plan::bwrap_flags`]: the
+    /// pipes, and the arguments with the placeholders replaced by their fd
+    /// numbers. Otherwise (nothing to attach, or not bwrap) the arguments
+    /// as they are, at no cost.
+    pub fn prepare(args: &'a [String]) -> Result<Attachment<'a>, NetworkError> {
+        let Some(plan) = args.iter().find_map(|a| Plan::parse(a)) else {
             return Ok(Attachment {
                 args: std::borrow::Cow::Borrowed(args),
                 pipes: None,
             });
-        }
-        let slirp = slirp4netns().ok_or_else(missing_reason)?;
-        let pipe_error = |e: std::io::Error| format!("cannot make a pipe for the network: {e}");
+        };
+        let slirp = match plan.slirp {
+            true => Some(slirp4netns().ok_or(NetworkError::SlirpMissing)?),
+            false => None,
+        };
+        let pipe_error = |source| NetworkError::Pipe {
+            what: "the network",
+            source,
+        };
         let (info_read, info_write) = std::io::pipe().map_err(pipe_error)?;
         let (block_read, block_write) = std::io::pipe().map_err(pipe_error)?;
         let info_write = OwnedFd::from(info_write);
         let block_read = OwnedFd::from(block_read);
         let args = args
             .iter()
-            .map(|a| match a.as_str() {
-                INFO_FD_ARG => info_write.as_raw_fd().to_string(),
-                BLOCK_FD_ARG => block_read.as_raw_fd().to_string(),
-                _ => a.clone(),
+            .map(|a| {
+                if a == INFO_FD_ARG {
+                    info_write.as_raw_fd().to_string()
+                } else if a.starts_with(BLOCK_FD_PREFIX) {
+                    block_read.as_raw_fd().to_string()
+                } else {
+                    a.clone()
+                }
             })
             .collect();
         Ok(Attachment {
             args: std::borrow::Cow::Owned(args),
             pipes: Some(Pipes {
+                plan,
                 slirp,
                 info_read,
                 info_write,
@@ -182,8 +312,8 @@ impl<'a> Attachment<'a> {
     }
 
     /// After the spawn: give the sandbox its network, then let it run.
-    /// `None` when no network was asked for.
-    pub async fn attach(self) -> Result<Option<Attached>, String> {
+    /// `None` when nothing was asked for.
+    pub async fn attach(self) -> Result<Option<Attached>, NetworkError> {
         match self.pipes {
             Some(pipes) => pipes.attach().await.map(Some),
             None => Ok(None),
@@ -193,8 +323,9 @@ impl<'a> Attachment<'a> {
 
 impl Pipes {
     /// After the spawn: give the sandbox its network, then let it run.
-    async fn attach(self) -> Result<Attached, String> {
+    async fn attach(self) -> Result<Attached, NetworkError> {
         let Pipes {
+            plan,
             slirp,
             mut info_read,
             info_write,
@@ -217,86 +348,126 @@ impl Pipes {
             Ok(pid)
         })
         .await?;
-
-        let pipe_error = |e: std::io::Error| format!("cannot make a pipe for slirp4netns: {e}");
-        let (mut ready_read, ready_write) = std::io::pipe().map_err(pipe_error)?;
-        let (exit_read, exit_write) = std::io::pipe().map_err(pipe_error)?;
-        let ready_write = OwnedFd::from(ready_write);
-        let exit_read = OwnedFd::from(exit_read);
-        let mut cmd = tokio::process::Command::new(&slirp);
-        cmd.args([
-            "--configure",
-            "--mtu=65520",
-            "--disable-host-loopback",
-            "--enable-seccomp",
-        ])
-        .arg(format!("--ready-fd={}", ready_write.as_raw_fd()))
-        .arg(format!("--exit-fd={}", exit_read.as_raw_fd()))
-        .arg(pid.to_string())
-        .arg("tap0")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-        let fds = [ready_write.as_raw_fd(), exit_read.as_raw_fd()];
-        // SAFETY: runs in the forked child before exec; fcntl is
-        // async-signal-safe and the closure allocates nothing.
-        unsafe {
-            cmd.pre_exec(move || inherit(&fds));
+        let slirp = match slirp {
+            Some(program) => Some(start_slirp(program, pid).await?),
+            None => None,
+        };
+        // The listeners go in before the command runs, or the run is
+        // refused: a command that finds its database refused would be
+        // misleading.
+        let stop = tokio_util::sync::CancellationToken::new();
+        let services = plan.services();
+        if !services.is_empty() {
+            let wanted = services.clone();
+            let made = tokio::time::timeout(
+                ATTACH_TIMEOUT,
+                tokio::task::spawn_blocking(move || super::local_ports::listen_in(pid, &wanted)),
+            )
+            .await;
+            let listeners = match made {
+                Ok(Ok(made)) => made?,
+                Ok(Err(e)) => {
+                    return Err(NetworkError::Step {
+                        what: "the sandbox's listeners",
+                        source: std::io::Error::other(e),
+                    })
+                }
+                Err(_) => {
+                    return Err(NetworkError::Timeout {
+                        what: "making the sandbox's listeners",
+                    })
+                }
+            };
+            super::local_ports::serve(listeners, &services, &stop)?;
         }
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", slirp.display()))?;
-        drop(ready_write);
-        drop(exit_read);
-        let ready = blocking_bounded("slirp4netns configuring the sandbox's network", move || {
-            let mut byte = [0u8; 1];
-            ready_read
-                .read(&mut byte)
-                .map(|n| n == 1 && byte[0] == b'1')
-        })
-        .await;
-        if ready != Ok(true) {
-            let _ = child.start_kill();
-            let mut said = Vec::new();
-            if let Some(mut stderr) = child.stderr.take() {
-                use tokio::io::AsyncReadExt;
-                let mut limited = (&mut stderr).take(STDERR_LIMIT as u64);
-                let _ = tokio::time::timeout(ATTACH_TIMEOUT, limited.read_to_end(&mut said)).await;
-            }
-            let why = ready.err().unwrap_or_else(|| "it exited".into());
-            return Err(format!(
-                "slirp4netns could not give the sandbox its network ({why}): {}",
-                String::from_utf8_lossy(&said).trim()
-            ));
-        }
-        // The routes go in before the command runs, or the run is refused.
-        let routes = routes::plan(&reach(), &routes::host_addresses());
-        if let Err(why) = blocking_bounded("installing the sandbox's routes", move || {
-            routes::install(pid, &routes).map_err(std::io::Error::other)
-        })
-        .await
-        {
-            let _ = child.start_kill();
-            return Err(format!(
-                "the sandbox's network could not be kept from private ranges and the \
-                 host's own addresses, so the run was refused: {why}"
-            ));
-        }
-        let stderr = child.stderr.take();
         // Unblock bwrap: the command runs from here on, with its network.
         use std::io::Write;
-        block_write
-            .write_all(b"1")
-            .map_err(|e| format!("the sandbox ended before its network was ready: {e}"))?;
+        block_write.write_all(b"1").map_err(NetworkError::Unblock)?;
         Ok(Attached {
-            slirp: Some(Slirp {
-                _child: child,
-                _exit: exit_write,
-                _stderr: stderr,
-            }),
+            slirp,
+            stop: Some(stop),
         })
     }
+}
+
+/// Start slirp4netns on the sandbox of `pid`, wait until it has configured
+/// the interface, and install the routes.
+async fn start_slirp(slirp: PathBuf, pid: u32) -> Result<Slirp, NetworkError> {
+    let pipe_error = |source| NetworkError::Pipe {
+        what: "slirp4netns",
+        source,
+    };
+    let (mut ready_read, ready_write) = std::io::pipe().map_err(pipe_error)?;
+    let (exit_read, exit_write) = std::io::pipe().map_err(pipe_error)?;
+    let ready_write = OwnedFd::from(ready_write);
+    let exit_read = OwnedFd::from(exit_read);
+    let mut cmd = tokio::process::Command::new(&slirp);
+    cmd.args([
+        "--configure",
+        "--mtu=65520",
+        "--disable-host-loopback",
+        "--enable-seccomp",
+    ])
+    .arg(format!("--ready-fd={}", ready_write.as_raw_fd()))
+    .arg(format!("--exit-fd={}", exit_read.as_raw_fd()))
+    .arg(pid.to_string())
+    .arg("tap0")
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .kill_on_drop(true);
+    let fds = [ready_write.as_raw_fd(), exit_read.as_raw_fd()];
+    // SAFETY: runs in the forked child before exec; fcntl is
+    // async-signal-safe and the closure allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || inherit(&fds));
+    }
+    let mut child = cmd.spawn().map_err(|source| NetworkError::Start {
+        program: slirp.clone(),
+        source,
+    })?;
+    drop(ready_write);
+    drop(exit_read);
+    let ready = blocking_bounded("slirp4netns configuring the sandbox's network", move || {
+        let mut byte = [0u8; 1];
+        ready_read
+            .read(&mut byte)
+            .map(|n| n == 1 && byte[0] == b'1')
+    })
+    .await;
+    if !matches!(ready, Ok(true)) {
+        let _ = child.start_kill();
+        let mut said = Vec::new();
+        if let Some(mut stderr) = child.stderr.take() {
+            use tokio::io::AsyncReadExt;
+            let mut limited = (&mut stderr).take(STDERR_LIMIT as u64);
+            let _ = tokio::time::timeout(ATTACH_TIMEOUT, limited.read_to_end(&mut said)).await;
+        }
+        let why = match ready {
+            Err(e) => e.to_string(),
+            Ok(_) => "it exited".into(),
+        };
+        return Err(NetworkError::Slirp {
+            why,
+            said: String::from_utf8_lossy(&said).trim().to_string(),
+        });
+    }
+    // The routes go in before the command runs, or the run is refused.
+    let routes = routes::plan(&reach(), &routes::host_addresses());
+    if let Err(why) = blocking_bounded("installing the sandbox's routes", move || {
+        routes::install(pid, &routes).map_err(std::io::Error::other)
+    })
+    .await
+    {
+        let _ = child.start_kill();
+        return Err(NetworkError::Routes(why.to_string()));
+    }
+    let stderr = child.stderr.take();
+    Ok(Slirp {
+        _child: child,
+        _exit: exit_write,
+        _stderr: stderr,
+    })
 }
 
 /// The ranges a run granted network cannot reach unless the person's
@@ -330,15 +501,20 @@ static REACH: std::sync::OnceLock<Vec<ipnet::IpNet>> = std::sync::OnceLock::new(
 /// Set, once at startup, the ranges the person's `network_reach` lifts.
 /// Each entry is a range (`10.1.2.0/24`) or an address (`192.168.1.5`).
 /// Returns why an entry was refused; a refused entry lifts nothing.
-pub fn set_reach(entries: &[String]) -> Result<(), String> {
+pub fn set_reach(entries: &[String]) -> Result<(), ReachError> {
     let (nets, errors) = parse_reach(entries);
     let _ = REACH.set(nets);
     if errors.is_empty() {
         Ok(())
     } else {
-        Err(errors.join("; "))
+        Err(ReachError(errors))
     }
 }
+
+/// The entries of `network_reach` that were refused, each with why.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.join("; "))]
+pub struct ReachError(pub Vec<String>);
 
 /// Parse `network_reach`: ranges and addresses; at most [`REACH_LIMIT`].
 pub fn parse_reach(entries: &[String]) -> (Vec<ipnet::IpNet>, Vec<String>) {
@@ -460,18 +636,14 @@ pub mod routes {
     /// a batch of their own whose "address family not supported" (a kernel
     /// without IPv6: nothing to block) is no failure. Blocking; the caller
     /// bounds it.
-    pub fn install(pid: u32, routes: &[Route]) -> Result<(), String> {
+    pub fn install(pid: u32, routes: &[Route]) -> Result<(), RouteError> {
         use std::os::fd::AsRawFd;
         if routes.len() > ROUTE_LIMIT {
-            return Err(format!(
-                "{} routes to install (the host has many addresses), more than \
-                 {ROUTE_LIMIT} (limit ROUTE_LIMIT)",
-                routes.len()
-            ));
+            return Err(RouteError::TooMany(routes.len()));
         }
-        let open = |ns: &str| {
+        let open = |ns: &'static str| {
             std::fs::File::open(format!("/proc/{pid}/ns/{ns}"))
-                .map_err(|e| format!("cannot open the sandbox's {ns} namespace: {e}"))
+                .map_err(|source| RouteError::Namespace { ns, source })
         };
         let userns = open("user")?;
         let netns = open("net")?;
@@ -507,7 +679,7 @@ pub mod routes {
         steps: &[super::super::spawn::Step],
         routes: &[&Route],
         v6: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), RouteError> {
         use std::io::Write;
         use std::os::unix::process::CommandExt;
         if routes.is_empty() {
@@ -528,18 +700,14 @@ pub mod routes {
             cmd.pre_exec(super::super::spawn::as_pre_exec(steps.to_vec()));
         }
         let mut child = cmd.spawn().map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                "`ip` (iproute2) is not installed; it sets the sandbox's routes".to_string()
-            }
-            _ => format!("cannot start `ip` to set the routes: {e}"),
+            std::io::ErrorKind::NotFound => RouteError::IpMissing,
+            _ => RouteError::IpStart(e),
         })?;
         let batch: String = routes.iter().map(|r| batch_line(r) + "\n").collect();
         if let Some(mut stdin) = child.stdin.take() {
             let _ = stdin.write_all(batch.as_bytes());
         }
-        let output = child
-            .wait_with_output()
-            .map_err(|e| format!("`ip` setting the routes: {e}"))?;
+        let output = child.wait_with_output().map_err(RouteError::IpStart)?;
         let said = String::from_utf8_lossy(&output.stderr);
         let refused: Vec<&str> = said
             .lines()
@@ -549,15 +717,35 @@ pub mod routes {
         if (output.status.success() || v6) && refused.is_empty() {
             return Ok(());
         }
-        Err(format!(
-            "the kernel refused a route ({}): {}",
-            output.status,
-            if refused.is_empty() {
+        Err(RouteError::Refused {
+            status: output.status.to_string(),
+            said: if refused.is_empty() {
                 said.trim().to_string()
             } else {
                 refused.join("; ")
-            }
-        ))
+            },
+        })
+    }
+
+    /// Why the routes could not be installed (the run is refused).
+    #[derive(Debug, thiserror::Error)]
+    pub enum RouteError {
+        #[error(
+            "{0} routes to install (the host has many addresses), more than {ROUTE_LIMIT} \
+             (limit ROUTE_LIMIT)"
+        )]
+        TooMany(usize),
+        #[error("cannot open the sandbox's {ns} namespace: {source}")]
+        Namespace {
+            ns: &'static str,
+            source: std::io::Error,
+        },
+        #[error("`ip` (iproute2) is not installed; it sets the sandbox's routes")]
+        IpMissing,
+        #[error("running `ip` to set the routes: {0}")]
+        IpStart(std::io::Error),
+        #[error("the kernel refused a route ({status}): {said}")]
+        Refused { status: String, said: String },
     }
 }
 
@@ -566,10 +754,13 @@ pub mod routes {
 /// through slirp, and would be lost if it were killed at once.
 pub const LINGER: Duration = Duration::from_secs(1);
 
-/// slirp4netns, alive for one run and [`LINGER`] after it.
+/// What a run was given (slirp4netns, the listeners and their relays),
+/// alive for the run and [`LINGER`] after it.
 #[derive(Debug)]
 pub struct Attached {
     slirp: Option<Slirp>,
+    /// Cancelled: the listeners close and their relays end.
+    stop: Option<tokio_util::sync::CancellationToken>,
 }
 
 #[derive(Debug)]
@@ -584,15 +775,22 @@ struct Slirp {
 
 impl Drop for Attached {
     fn drop(&mut self) {
-        let Some(slirp) = self.slirp.take() else {
+        let slirp = self.slirp.take();
+        let stop = self.stop.take();
+        if slirp.is_none() && stop.is_none() {
             return;
-        };
+        }
         // Off the caller's path: the run's result does not wait.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 tokio::time::sleep(LINGER).await;
                 drop(slirp);
+                if let Some(stop) = stop {
+                    stop.cancel();
+                }
             });
+        } else if let Some(stop) = stop {
+            stop.cancel();
         }
     }
 }
@@ -610,17 +808,17 @@ fn inherit(fds: &[RawFd]) -> std::io::Result<()> {
 
 /// Run a blocking read off the runtime, bounded by [`ATTACH_TIMEOUT`].
 async fn blocking_bounded<T: Send + 'static>(
-    what: &str,
+    what: &'static str,
     read: impl FnOnce() -> std::io::Result<T> + Send + 'static,
-) -> Result<T, String> {
+) -> Result<T, NetworkError> {
     match tokio::time::timeout(ATTACH_TIMEOUT, tokio::task::spawn_blocking(read)).await {
         Ok(Ok(Ok(v))) => Ok(v),
-        Ok(Ok(Err(e))) => Err(format!("reading {what}: {e}")),
-        Ok(Err(e)) => Err(format!("reading {what}: {e}")),
-        Err(_) => Err(format!(
-            "{what} took more than {} s (limit ATTACH_TIMEOUT)",
-            ATTACH_TIMEOUT.as_secs()
-        )),
+        Ok(Ok(Err(source))) => Err(NetworkError::Step { what, source }),
+        Ok(Err(e)) => Err(NetworkError::Step {
+            what,
+            source: std::io::Error::other(e),
+        }),
+        Err(_) => Err(NetworkError::Timeout { what }),
     }
 }
 
@@ -752,6 +950,33 @@ mod tests {
         let (nets, errors) = parse_reach(&many);
         assert_eq!(nets.len(), REACH_LIMIT);
         assert!(errors[0].contains("REACH_LIMIT"), "{errors:?}");
+    }
+
+    #[test]
+    fn a_plan_travels_in_its_placeholder() {
+        for plan in [
+            Plan {
+                slirp: true,
+                ..Plan::default()
+            },
+            Plan {
+                slirp: false,
+                ports: vec![5432, 8000],
+                proxy: true,
+            },
+            Plan {
+                slirp: true,
+                ports: vec![80],
+                proxy: false,
+            },
+        ] {
+            let flags = plan.bwrap_flags();
+            assert_eq!(flags[1], INFO_FD_ARG);
+            assert_eq!(Plan::parse(&flags[3]), Some(plan.clone()), "{flags:?}");
+        }
+        assert!(Plan::default().is_empty());
+        assert_eq!(Plan::parse("{passepartout:net-block-fd ports=x}"), None);
+        assert_eq!(Plan::parse("--unshare-all"), None);
     }
 
     #[test]

@@ -247,7 +247,8 @@ async fn run_enforced(
         message,
         missing: false,
     };
-    let network = super::network::Attachment::prepare(args).map_err(spawn_error)?;
+    let network =
+        super::network::Attachment::prepare(args).map_err(|e| spawn_error(e.to_string()))?;
     // Our own spawn (see super::spawn): clone with CLONE_VM | CLONE_VFORK,
     // the steps below done in the child, stdin from /dev/null, stdout and
     // stderr piped, a process group of its own, killed when dropped.
@@ -297,7 +298,10 @@ async fn run_enforced(
     // Armed from here on: dropping this future, or returning, kills the group.
     let child_pid = Some(child.id());
     let group = GroupKiller(child_pid.and_then(|id| libc::pid_t::try_from(id).ok()));
-    let _network = network.attach().await.map_err(spawn_error)?;
+    let _network = network
+        .attach()
+        .await
+        .map_err(|e| spawn_error(e.to_string()))?;
     mark("attached");
 
     let mut out_pipe = child.stdout.take();

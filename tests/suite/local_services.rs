@@ -1,0 +1,271 @@
+//! The person's local services by opt-in and the package registries by
+//! grant (issue 37), through the real binary, real bubblewrap and the
+//! fake provider:
+//!
+//! - a port of the host's 127.0.0.1 listed in `[sandbox] localhost_ports`
+//!   is reached at the sandbox's 127.0.0.1, with and without a network
+//!   grant; one not listed is refused;
+//! - with `grant_registries`, `pip install` fetches from a stand-in
+//!   registry (a PEP 503 index of one wheel built here) named in
+//!   `registries`, through the proxy; a host not on the list gets a 403
+//!   naming it and the key; without the grant the install fails and the
+//!   result says how to grant it.
+
+use crate::harness;
+use crate::support;
+
+use std::path::Path;
+
+use harness::{Client, Framing};
+use serde_json::json;
+use support::fake_provider::{self as fake, FakeProvider, Reply};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A host service on `addr`:0 answering every HTTP request with `body`
+/// (or, for a path in `files`, that file's bytes). Returns the port.
+async fn http_service(
+    addr: &str,
+    body: &'static str,
+    files: Vec<(String, Vec<u8>)>,
+) -> (u16, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind((addr, 0)).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let files = std::sync::Arc::new(files);
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            let files = files.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&head);
+                let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
+                let content: Vec<u8> = files
+                    .iter()
+                    .find(|(p, _)| *p == path)
+                    .map(|(_, c)| c.clone())
+                    .unwrap_or_else(|| body.as_bytes().to_vec());
+                let kind = if path.ends_with(".whl") {
+                    "application/octet-stream"
+                } else {
+                    "text/html"
+                };
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n\
+                     Connection: close\r\n\r\n",
+                    content.len()
+                );
+                let _ = stream.write_all(reply.as_bytes()).await;
+                let _ = stream.write_all(&content).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    (port, task)
+}
+
+/// One turn with `config`: the model runs `script` with the shell tool
+/// (or, `network` true, through a skill tool declared `:NETWORK: yes`),
+/// approved. The tool's result.
+async fn run(config: &str, script: &str, network: bool, project: &Path) -> String {
+    let home = harness::home_with_config(&format!("shell_timeout_secs = 60\n{config}"));
+    let replies: Vec<Reply> = if network {
+        let skills = home.path().join("config/passepartout/skills");
+        std::fs::create_dir_all(&skills).unwrap();
+        std::fs::write(
+            skills.join("fetch.org"),
+            "#+SKILL: fetch\n\
+             * fetch :tool:\n\
+             :PROPERTIES:\n\
+             :APPROVAL: ask\n\
+             :NETWORK: yes\n\
+             :END:\n\
+             Reach the services.\n\
+             #+begin_src bash\n\
+             bash probe.sh\n\
+             #+end_src\n",
+        )
+        .unwrap();
+        std::fs::write(project.join("probe.sh"), script).unwrap();
+        vec![
+            fake::openai_tool_calls(&[("c1", "fetch", "{}")]),
+            fake::openai_text("done"),
+        ]
+    } else {
+        vec![fake::shell_call("c1", script), fake::openai_text("done")]
+    };
+    let fake = FakeProvider::start(replies).await;
+    let url = fake.openai_url();
+    let mut cmd = harness::serve_command(home.path());
+    // The system's python3 and pip: a pyenv shim's rehash after an install
+    // fails on its read-only shims and would fail the step.
+    cmd.args(["--provider-url", &url])
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    let mut client = Client::spawn_command(cmd, Framing::Ndjson);
+    client.initialize(json!({})).await;
+    let session = client.new_session(project).await;
+    let (msg, _) = client
+        .prompt_answering(&session, "go", |_| "allow_once".into())
+        .await;
+    assert_eq!(msg["result"]["stopReason"], "end_turn", "{msg}");
+    let results = fake.last_tool_results();
+    results
+        .first()
+        .cloned()
+        .unwrap_or_else(|| panic!("no tool result: {results:?}"))
+}
+
+/// curl each port of the sandbox's 127.0.0.1: `port P: <body or error>`
+/// and `port P exit: <curl's exit code>` (7: refused).
+fn probe(ports: &[u16]) -> String {
+    ports
+        .iter()
+        .map(|p| {
+            format!(
+                "curl -sS --max-time 20 http://127.0.0.1:{p}/ 2>&1 | sed 's/^/port {p}: /'; \
+                 code=${{PIPESTATUS[0]}}; echo; echo \"port {p} exit: $code\"\n"
+            )
+        })
+        .collect()
+}
+
+fn exit_of(out: &str, port: u16) -> String {
+    out.lines()
+        .find_map(|l| l.strip_prefix(&format!("port {port} exit: ")))
+        .unwrap_or_else(|| panic!("no exit code for port {port}: {out}"))
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_host_port_is_reachable_inside_only_when_listed() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let (listed, _a) = http_service("127.0.0.1", "hello from the listed service", vec![]).await;
+    let (unlisted, _b) = http_service("127.0.0.1", "hello from the unlisted service", vec![]).await;
+    let config = format!("[sandbox]\nlocalhost_ports = [{listed}]\n");
+    for network in [false, true] {
+        let project = tempfile::tempdir().unwrap();
+        let out = run(
+            &config,
+            &probe(&[listed, unlisted]),
+            network,
+            project.path(),
+        )
+        .await;
+        assert_eq!(exit_of(&out, listed), "0", "network {network}: {out}");
+        assert!(
+            out.contains(&format!("port {listed}: hello from the listed service")),
+            "network {network}: {out}"
+        );
+        assert_eq!(exit_of(&out, unlisted), "7", "network {network}: {out}");
+        assert!(!out.contains("unlisted service"), "{out}");
+    }
+    // Without the setting, neither is reached.
+    let project = tempfile::tempdir().unwrap();
+    let out = run("", &probe(&[listed]), false, project.path()).await;
+    assert_eq!(exit_of(&out, listed), "7", "{out}");
+}
+
+/// A wheel of `standin_pkg` 0.1, built with the host's python3.
+fn wheel(dir: &Path) -> Vec<u8> {
+    let path = dir.join("standin_pkg-0.1-py3-none-any.whl");
+    let script = r#"
+import sys, zipfile
+files = {
+    "standin_pkg/__init__.py": "MESSAGE = 'installed from the stand-in registry'\n",
+    "standin_pkg-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: standin-pkg\nVersion: 0.1\n",
+    "standin_pkg-0.1.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+with zipfile.ZipFile(sys.argv[1], "w") as z:
+    for name, text in files.items():
+        z.writestr(name, text)
+    z.writestr("standin_pkg-0.1.dist-info/RECORD",
+               "".join(f"{n},,\n" for n in files) + "standin_pkg-0.1.dist-info/RECORD,,\n")
+"#;
+    let status = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&path)
+        .status()
+        .expect("python3 builds the test's wheel");
+    assert!(status.success());
+    std::fs::read(&path).unwrap()
+}
+
+const INDEX: &str = "<!DOCTYPE html><html><body>\
+     <a href=\"/files/standin_pkg-0.1-py3-none-any.whl\">standin_pkg-0.1-py3-none-any.whl</a>\
+     </body></html>\n";
+
+/// pip against the stand-in registry, then importing what it installed.
+fn install(port: u16) -> String {
+    format!(
+        "python3 -m pip install --no-cache-dir --disable-pip-version-check --target deps \
+         --index-url http://127.0.0.2:{port}/simple/ standin-pkg \
+         && PYTHONPATH=deps python3 -c 'import standin_pkg; print(standin_pkg.MESSAGE)'\n"
+    )
+}
+
+#[tokio::test]
+async fn an_install_reaches_a_listed_registry_only_with_the_grant() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let build = tempfile::tempdir().unwrap();
+    let wheel = wheel(build.path());
+    // On 127.0.0.2: the sandbox keeps 127.0.0.1 and localhost direct
+    // (NO_PROXY), so a registry named by another loopback address goes
+    // through the proxy, as a remote one does.
+    let (port, _registry) = http_service(
+        "127.0.0.2",
+        INDEX,
+        vec![("/files/standin_pkg-0.1-py3-none-any.whl".to_string(), wheel)],
+    )
+    .await;
+    let refused =
+        "curl -sS --max-time 20 http://not-a-registry.example/ 2>&1 | sed 's/^/other host: /'\n";
+    let granted =
+        format!("[sandbox]\ngrant_registries = true\nregistries = [\"127.0.0.2:{port}\"]\n");
+    let project = tempfile::tempdir().unwrap();
+    let script = format!("{refused}{}", install(port));
+    let out = run(&granted, &script, false, project.path()).await;
+    assert!(
+        out.contains("installed from the stand-in registry"),
+        "{out}"
+    );
+    assert!(project
+        .path()
+        .join("deps/standin_pkg/__init__.py")
+        .is_file());
+    let other = out
+        .lines()
+        .find(|l| l.starts_with("other host: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        other.contains("`not-a-registry.example:80` is not a package registry")
+            && other.contains("`registries`")
+            && other.contains("[sandbox]"),
+        "{out}"
+    );
+
+    // Without the grant: no proxy, the retries off, and the note.
+    let project = tempfile::tempdir().unwrap();
+    let out = run("", &install(port), false, project.path()).await;
+    assert!(
+        !out.contains("installed from the stand-in registry"),
+        "{out}"
+    );
+    assert!(
+        out.contains("no network in the sandbox: `python3 -m pip` cannot reach a package registry")
+            && out.contains("grant `registries` in config"),
+        "{out}"
+    );
+}
