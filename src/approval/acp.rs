@@ -326,12 +326,11 @@ pub(crate) fn old_text(
         .map_err(|e| format!("the working directory cannot be opened ({e})"))?;
     let old = beneath
         .read_capped(&rel.to_string_lossy(), max_bytes)
-        .map_err(|why| {
-            if why.starts_with("larger than") {
+        .map_err(|why| match why {
+            crate::checkpoint::beneath::ReadCappedError::TooLarge { .. } => {
                 limit("the file is too large")
-            } else {
-                why
             }
+            other => other.to_string(),
         })?;
     match old.map(String::from_utf8) {
         None => Ok(None),
