@@ -10,7 +10,12 @@
 //!   only looks like a credential) runs unasked and is undoable;
 //! - a push and a network grant still ask;
 //! - a held change stays held: `plans approve`, then `run --continue`,
-//!   applies exactly it.
+//!   applies exactly it;
+//! - the in-place destroyers (`find -delete`, `find -exec rm`, `xargs rm`,
+//!   `truncate`, `shred`, `dd of=`) run contained over more files than the
+//!   old bulk threshold and `undo` restores every byte; past the
+//!   checkpoint quota the same deletion is asked as a loss;
+//! - an action that changed nothing is recorded, and `undo` names it.
 
 use crate::harness;
 use crate::support;
