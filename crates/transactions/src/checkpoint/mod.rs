@@ -635,6 +635,15 @@ impl Project {
         Ok(cp)
     }
 
+    /// [`Project::record_unchanged`] for an action that has run: a record
+    /// that cannot be written is logged, never turned into the action's
+    /// failure (it changed nothing).
+    pub fn note_unchanged(&self, origin: &Origin, note: Option<String>) {
+        if let Err(e) = self.record_unchanged(origin, note) {
+            tracing::warn!(cwd = %self.cwd.display(), "checkpoint: the record of an action that changed nothing was not written: {e}");
+        }
+    }
+
     /// Record an effect known change by change (a changeset, a file
     /// tool's one path, a restore): no snapshot, no walk. `before`/`after`
     /// are trees of the changed paths only, so a diff of the two is the

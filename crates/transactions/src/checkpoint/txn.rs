@@ -580,7 +580,7 @@ impl Transaction {
             };
             if cs.is_empty() {
                 remove_dir_later(dir);
-                p.record_unchanged(&origin, None)?;
+                p.note_unchanged(&origin, None);
                 return Ok(None);
             }
             let judged_writes = cs
@@ -607,7 +607,7 @@ impl Transaction {
                     }
                 }
                 remove_dir_later(dir);
-                p.record_unchanged(&origin, unrecorded_note(&cs.passthrough))?;
+                p.note_unchanged(&origin, unrecorded_note(&cs.passthrough));
                 return Ok(None);
             }
             let mut cp = p.new_checkpoint(&origin, cs.effect, CheckpointStatus::Held, true)?;
@@ -929,7 +929,7 @@ impl FileWrite {
                 super::left::remember(&b, &rel);
             }
             let Some(effect) = changeset::one_path(&p.store, &cfg, &rel, before, after) else {
-                p.record_unchanged(&origin, None)?;
+                p.note_unchanged(&origin, None);
                 return Ok(None);
             };
             p.record_effect(&origin, effect, CheckpointStatus::Applied, false)

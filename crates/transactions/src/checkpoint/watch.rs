@@ -135,9 +135,7 @@ impl Watch {
                 }
                 (Some(_), None) => {}
                 // Every action gets a record, one that changed nothing too.
-                (None, note) => {
-                    p.record_unchanged(&origin, note.map(str::to_string))?;
-                }
+                (None, note) => p.note_unchanged(&origin, note.map(str::to_string)),
             }
             Ok::<_, CheckpointError>(recorded)
         })
