@@ -1059,11 +1059,29 @@ impl Project {
         let cutoff = std::time::SystemTime::now()
             - std::time::Duration::from_secs(cfg.keep_days.saturating_mul(86_400));
         let cutoff = crate::util::time::rfc3339(cutoff);
-        let excess = all.len().saturating_sub(cfg.keep_records);
+        // Records of changes count toward `keep_records`, and so, apart,
+        // do records of actions that changed nothing (which also go with
+        // the changes older than them): reads never push undo steps out.
+        let unchanged = |c: &Checkpoint| c.status == CheckpointStatus::Unchanged;
+        let changes: Vec<usize> = (0..all.len()).filter(|&i| !unchanged(&all[i])).collect();
+        let nothing: Vec<usize> = (0..all.len()).filter(|&i| unchanged(&all[i])).collect();
+        let cut_changes = changes.len().saturating_sub(cfg.keep_records);
+        let cut_nothing = nothing.len().saturating_sub(cfg.keep_records);
+        let first_kept_change = match cut_changes {
+            0 => 0,
+            n => changes.get(n).copied().unwrap_or(all.len()),
+        };
+        let over_count = |i: usize, c: &Checkpoint| {
+            if unchanged(c) {
+                i < first_kept_change || nothing[..cut_nothing].binary_search(&i).is_ok()
+            } else {
+                changes[..cut_changes].binary_search(&i).is_ok()
+            }
+        };
         let mut pruned = Vec::new();
         let mut kept = Vec::new();
         for (i, cp) in all.into_iter().enumerate() {
-            let old = i < excess || cp.created_at < cutoff;
+            let old = over_count(i, &cp) || cp.created_at < cutoff;
             if old && cp.status != CheckpointStatus::Held {
                 self.remove_record(&cp.id)?;
                 pruned.push(cp.id);
@@ -2060,6 +2078,45 @@ mod tests {
             std::fs::read_to_string(t.join("f.txt")).unwrap(),
             "version 1"
         );
+    }
+
+    /// Records of actions that changed nothing (issue 36: every action
+    /// gets one) never push undo steps out: they count toward
+    /// `keep_records` apart and go with the changes older than them; `undo`
+    /// passes the newest of them, naming them.
+    #[test]
+    fn records_of_no_change_neither_crowd_out_undo_steps_nor_hide_from_undo() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        let cfg = CheckpointConfig {
+            keep_records: 2,
+            ..Default::default()
+        };
+        let p = Project::open(state.path(), t, &cfg).unwrap();
+        for i in 0..3 {
+            p.record_unchanged(&origin(), None).unwrap();
+            let before = p.store.snapshot().unwrap();
+            std::fs::write(t.join("f.txt"), format!("version {i}")).unwrap();
+            let after = p.store.snapshot().unwrap();
+            p.record(&origin(), &before, &after).unwrap().unwrap();
+        }
+        // c1 .. c6: nothing, change, nothing, change, nothing, change.
+        for _ in 0..3 {
+            p.record_unchanged(&origin(), None).unwrap();
+        }
+        let (target, passed) = p.undo_target(Some("s")).unwrap();
+        assert_eq!(target.id, "c6");
+        let passed: Vec<&str> = passed.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(passed, ["c9", "c8", "c7"]);
+        assert_eq!(p.load("c9").unwrap().summary(), "no change (checkpoint c9)");
+        // Two changes kept (c4, c6), and the two newest records of no
+        // change (c8, c9): c2 goes by count, c1 and c3 with it, c5 and c7
+        // by the count of records of no change.
+        assert_eq!(p.prune(&cfg).unwrap().ids, ["c1", "c2", "c3", "c5", "c7"]);
+        let left: Vec<String> = p.list().unwrap().into_iter().map(|c| c.id).collect();
+        assert_eq!(left, ["c4", "c6", "c8", "c9"]);
+        assert!(p.undo_target(Some("another")).is_err());
     }
 
     /// `n` bytes git cannot compress.
