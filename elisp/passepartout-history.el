@@ -207,8 +207,10 @@ so).  Returns the daemon's answer (a plist with :undone, :tool,
 ;;;###autoload
 (defun passepartout-undo-turn (&optional turn directory confirm)
   "Undo every change of TURN in DIRECTORY, all or nothing.
-In the history buffer, TURN is the turn of the checkpoint at point;
-elsewhere it is the last turn that changed this project.  The daemon
+In the history buffer, TURN is the turn of the checkpoint at point; in
+a chat buffer it is that chat's last turn that changed the project
+(never another chat's); elsewhere it is the last turn that changed this
+project.  The daemon
 refuses, changing nothing, when any of the turn's files changed since.
 With CONFIRM (always, interactively), ask first.  Buffers visiting the
 files the undo changed are reverted, as by `passepartout-undo'.
@@ -221,16 +223,19 @@ and :summary)."
          (turn (or turn
                    (and at-point (not (equal at-point "-")) at-point)
                    "last"))
+         (session (and (equal turn "last") (passepartout-history--chat-session)))
          (dir (or directory
                   (and in-history passepartout-history--directory)
+                  (and session (bound-and-true-p passepartout-chat--root))
                   (passepartout-history--default-directory))))
     (when confirm
       (passepartout-history--confirm
        (format "Undo every change of turn %s in %s? " turn (abbreviate-file-name dir))))
     (let ((result (passepartout-history--request
                    :_passepartout/undo
-                   (list :cwd (directory-file-name (expand-file-name dir))
-                         :turn turn))))
+                   (append (list :cwd (directory-file-name (expand-file-name dir))
+                                 :turn turn)
+                           (and session (list :sessionId session))))))
       (passepartout-history--revert-visiting dir)
       (message "passepartout: undid turn %s (%s): %s"
                (plist-get result :turn) (plist-get result :undone)

@@ -897,10 +897,17 @@ impl Daemon {
         };
         if let Some(turn) = params.turn.clone() {
             let turn = Some(turn).filter(|t| !t.is_empty() && t != "last");
-            let (state, cfg, cwd, origin) =
-                (state.clone(), cfg.clone(), cwd.clone(), origin.clone());
+            // A chat's last turn is its own, never another session's.
+            let (state, cfg, cwd, origin, session) = (
+                state.clone(),
+                cfg.clone(),
+                cwd.clone(),
+                origin.clone(),
+                session.clone(),
+            );
             let (turn, undone, undo) = crate::checkpoint::watch::locked(&params.cwd, move || {
-                crate::checkpoint::undo_turn(&state, &cfg, &cwd, turn.as_deref(), &origin)
+                let (turn, session) = (turn.as_deref(), session.as_deref());
+                crate::checkpoint::undo_turn(&state, &cfg, &cwd, turn, session, &origin)
             })
             .await
             .map_err(|e| RpcError::refused(e.to_string()))?;

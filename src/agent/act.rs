@@ -526,7 +526,9 @@ async fn perform(
             };
             return match watch.finish().await {
                 Ok(None) => finish(x.sink, id, text, status),
-                Ok(Some(observed)) => effect_stage(x, id, action, text, status, observed).await,
+                Ok(Some(observed)) => {
+                    effect_stage(x, id, action, text, status, observed, false).await
+                }
                 Err(e) => {
                     let text = format!("{text}\n(the effect could not be observed: {e})");
                     finish(x.sink, id, text, status)
@@ -537,7 +539,9 @@ async fn perform(
         Observing::File(f) => {
             return match f.finish().await {
                 Ok(None) => finish(x.sink, id, text, status),
-                Ok(Some(observed)) => effect_stage(x, id, action, text, status, observed).await,
+                Ok(Some(observed)) => {
+                    effect_stage(x, id, action, text, status, observed, true).await
+                }
                 Err(e) => {
                     let text = format!("{text}\n(the effect could not be observed: {e})");
                     finish(x.sink, id, text, status)
@@ -548,7 +552,7 @@ async fn perform(
     step("changeset read");
     match finished {
         Ok(None) => finish(x.sink, id, text, status),
-        Ok(Some(observed)) => effect_stage(x, id, action, text, status, observed).await,
+        Ok(Some(observed)) => effect_stage(x, id, action, text, status, observed, true).await,
         Err(e) => {
             let text = format!(
                 "{text}\n(the changes of this action could not be read, so none was applied: {e})"
@@ -620,21 +624,24 @@ async fn begin_observing(
             Err(why) if cfg.transactions == TransactionMode::OverlayOrObserve => {
                 tracing::warn!("transactions: observing instead: {why}");
             }
-            Err(why) => return Err(why),
+            Err(why) => return Err(why.to_string()),
         }
     }
     if let crate::action::Effect::WriteFile { path, .. } = &action.effect {
         let file = cfg.enabled && watch::watches(action) && checkpoint::observable(x.cwd);
         if file {
             let state = config.state_dir();
-            let begun =
-                checkpoint::txn::begin_file(&state, cfg, x.cwd, path, origin.clone()).await?;
+            let begun = checkpoint::txn::begin_file(&state, cfg, x.cwd, path, origin.clone())
+                .await
+                .map_err(|e| e.to_string())?;
             if let Some(f) = begun {
                 return Ok(Observing::File(f));
             }
         }
     }
-    let watched = watch::begin(&config.state_dir(), cfg, x.cwd, action, origin).await?;
+    let watched = watch::begin(&config.state_dir(), cfg, x.cwd, action, origin)
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(watched.map_or(Observing::Nothing, |mut w| {
         if long_running && command {
             w.mark(watch::LONG_RUNNING);
@@ -646,6 +653,8 @@ async fn begin_observing(
 /// The second gate stage: what the action did. Allowed, the effect is
 /// shown and kept; held, it is rolled back at once and offered to a person
 /// as an apply action, through the same approval path every action takes.
+/// `contained`: a changeset or a file tool's recorded write, every
+/// pre-image in the record (`gates::effect::judge`).
 async fn effect_stage(
     x: &ExecContext<'_>,
     id: &str,
@@ -653,6 +662,7 @@ async fn effect_stage(
     text: String,
     status: ActStatus,
     observed: watch::Observed,
+    contained: bool,
 ) -> Acted {
     let watch::Observed {
         project,
@@ -660,7 +670,8 @@ async fn effect_stage(
         guard,
     } = observed;
     let cfg = &x.env.config.checkpoints;
-    let mut verdicts = crate::gates::effect::judge(&checkpoint.effect, action, x.cwd, cfg);
+    let mut verdicts =
+        crate::gates::effect::judge(&checkpoint.effect, action, x.cwd, cfg, contained);
     verdicts.extend(crate::gates::history::judge_changes(&checkpoint.effect));
     verdicts.extend(crate::gates::git_refs::judge_changes(&checkpoint.effect));
     verdicts.extend(crate::gates::runtime_plants::judge_changes(

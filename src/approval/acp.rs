@@ -345,13 +345,11 @@ pub(crate) fn old_text(
     let beneath = crate::checkpoint::beneath::Beneath::open(cwd).map_err(NoDiff::Open)?;
     let old = beneath
         .read_capped(&rel.to_string_lossy(), max_bytes)
-        .map_err(|why| {
-            let why = why.to_string();
-            if why.starts_with("larger than") {
+        .map_err(|why| match why {
+            crate::checkpoint::beneath::ReadCappedError::TooLarge { .. } => {
                 limit("the file is too large")
-            } else {
-                NoDiff::Unreadable(why)
             }
+            other => NoDiff::Unreadable(other.to_string()),
         })?;
     match old.map(String::from_utf8) {
         None => Ok(None),

@@ -21,7 +21,7 @@ macro_rules! say_err {
 use crate::audit::{AuditLog, AuditRecord};
 use crate::checkpoint::{self, ChangeKind, Origin};
 
-/// `passepartout undo [ID | --turn [TURN] | --session ID]`.
+/// `passepartout undo [ID | --turn [TURN]] [--session ID]`.
 #[derive(Args, Debug)]
 pub struct UndoArgs {
     #[command(flatten)]
@@ -33,8 +33,9 @@ pub struct UndoArgs {
     #[arg(long, value_name = "TURN", num_args = 0..=1, default_missing_value = "last", conflicts_with = "id")]
     pub turn: Option<String>,
     /// Undo the newest change of this session (`sessionId` in
-    /// `history --json`) instead of the project's newest.
-    #[arg(long, value_name = "ID", conflicts_with_all = ["id", "turn"])]
+    /// `history --json`) instead of the project's newest; with `--turn`,
+    /// the session's last turn.
+    #[arg(long, value_name = "ID", conflicts_with = "id")]
     pub session: Option<String>,
 }
 
@@ -81,6 +82,7 @@ pub fn undo(args: UndoArgs) -> ExitCode {
             &config.checkpoints,
             &cwd,
             turn.as_deref(),
+            session.as_deref(),
             &origin,
         ) {
             Ok((turn, undone, undo)) => {

@@ -222,5 +222,38 @@ A's change, and leaves a.txt alone."
           (should (equal (passepartout-history-test--file project "a.txt")
                          "from A\n")))))))
 
+(ert-deftest passepartout-history-test-undo-turn-from-a-chat-is-the-chats-own ()
+  "`passepartout-undo-turn' in a chat undoes that chat's last turn only.
+Chat A writes a.txt; a new chat B in the same project reads it (no
+change).  From B, the last turn is refused (B has none that changed the
+project) and a.txt stays; once B writes b.txt, B's undo takes that turn."
+  (passepartout-test-with-daemon
+      (list (passepartout-test--tool-reply
+             "call_a" "shell" '(:command "printf 'from A\\n' > a.txt"))
+            (passepartout-test--text-reply "Written.")
+            (passepartout-test--tool-reply "call_r" "shell" '(:command "cat a.txt"))
+            (passepartout-test--text-reply "Read.")
+            (passepartout-test--tool-reply
+             "call_b" "shell" '(:command "printf 'from B\\n' > b.txt"))
+            (passepartout-test--text-reply "Written."))
+    (let ((a (passepartout-test--chat project)))
+      (passepartout-test--send a "Write a.txt")
+      (passepartout-history-test--run-to-idle a)
+      (kill-buffer a)
+      (let ((b (passepartout-test--chat project)))
+        (passepartout-test--send b "Read a.txt")
+        (passepartout-history-test--run-to-idle b)
+        (with-current-buffer b
+          (let ((err (should-error (passepartout-undo-turn) :type 'user-error)))
+            (should (string-match-p "this session has no turn left to undo" (cadr err))))
+          (should (equal (passepartout-history-test--file project "a.txt") "from A\n"))
+          (passepartout-test--send b "Write b.txt")
+          (passepartout-history-test--run-to-idle b)
+          (let ((result (passepartout-undo-turn)))
+            (should (equal (plist-get result :undone) "c3"))))
+        (should-not (passepartout-history-test--file project "b.txt"))
+        (should (equal (passepartout-history-test--file project "a.txt")
+                       "from A\n"))))))
+
 (provide 'passepartout-history-tests)
 ;;; passepartout-history-tests.el ends here

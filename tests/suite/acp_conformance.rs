@@ -874,6 +874,15 @@ async fn a_held_effect_permission_request_carries_the_diff() {
         return;
     }
     let home = tempfile::tempdir().unwrap();
+    // Contained, emptying sources is undoable and runs; a checkpoint quota
+    // too small for their pre-images holds it as a loss.
+    let config = home.path().join("config/passepartout");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("config.toml"),
+        "[checkpoints]\nmax_store_bytes = 1\n",
+    )
+    .unwrap();
     let project = tempfile::tempdir().unwrap();
     std::fs::create_dir(project.path().join("src")).unwrap();
     for name in ["a.rs", "b.rs", "c.rs"] {

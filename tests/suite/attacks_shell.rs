@@ -28,17 +28,28 @@ const PROVIDER_KEY: &str = "pp-provider-key-Zq81Lm02Xc93Vb74";
 /// Class 4: shell syntax the old analyser did not model. An interpreter
 /// one-liner that deletes (`rmtree`) and a script written for later run
 /// contained since issue 36: their changeset decides, and what they did is
-/// undone (`tests/suite/consequences.rs`).
+/// undone (`tests/suite/consequences.rs`). `find . -mindepth 1 -delete`
+/// runs contained too, and its changeset is held: it removes the
+/// repository and the `.env`, which checkpoints do not restore.
 const CLASS_4: &[&str] = &[
     "{rm,-rf,.}",
     "/bin/r? -rf .",
     "IFS=,; c=rm,-rf,/*; $c",
     "find . -mindepth 1 -delete",
-    "truncate -s 0 src/*.rs",
-    "dd of=src/main.rs if=/dev/zero bs=1 count=10",
     "echo cm0gLXJmIC4K | base64 -d > c.sh; bash c.sh",
     "echo cm0gLXJmIC4K | base64 -d > c.sh",
     "rm -rf .git",
+];
+
+/// In-place destroyers of the project's sources: contained since issue 36,
+/// they run unasked, their changeset is recorded, and `undo` restores
+/// every file (`in_place_destroyers_run_contained_and_undo_restores_every_file`).
+const CONTAINED_DESTROYERS: &[&str] = &[
+    "truncate -s 0 src/*.rs",
+    "dd of=src/main.rs if=/dev/zero bs=1 count=10",
+    "find src -mindepth 1 -delete",
+    "find . -name '*.rs' -exec shred -u {} +",
+    "ls src/*.rs | xargs rm",
 ];
 
 /// Class 5: secrets by any route.
@@ -149,8 +160,11 @@ async fn every_attack_is_asked_or_denied_and_the_project_survives() {
     for (i, name) in names.iter().enumerate() {
         let asked = turn_rejecting(&mut c, &sid).await;
         let result = tool_result(&fake, 2 * i + 1);
+        // Asked before it ran, or run contained and its changeset held
+        // and rejected (the project never saw it).
         let stopped = result.starts_with("denied")
-            || result == "the person (acp-client) rejected this action";
+            || result == "the person (acp-client) rejected this action"
+            || result.contains("The person (acp-client) rejected the change");
         if !stopped || (asked == 0 && !result.starts_with("denied")) {
             unasked.push(format!("`{name}` ran unasked: {result}"));
         }
@@ -164,6 +178,43 @@ async fn every_attack_is_asked_or_denied_and_the_project_survives() {
     for (i, req) in fake.requests().iter().enumerate() {
         let body = req.body.to_string();
         assert!(!body.contains(ENV_KEY), "request {i} carries the .env key");
+    }
+}
+
+/// The in-place destroyers run contained: nothing is asked, the sources
+/// are gone on the host, the change is recorded, and `undo` brings every
+/// byte back.
+#[tokio::test]
+async fn in_place_destroyers_run_contained_and_undo_restores_every_file() {
+    let script: Vec<Reply> = CONTAINED_DESTROYERS
+        .iter()
+        .enumerate()
+        .flat_map(|(i, cmd)| {
+            [
+                fake::shell_call(&format!("d{i}"), cmd),
+                fake::openai_text("ok"),
+            ]
+        })
+        .collect();
+    let fake = FakeProvider::start(script).await;
+    let home = home(&fake);
+    let project = project();
+    let p = project.path();
+    let before = snapshot(p);
+    let (mut c, sid) = Client::with_session(home.path(), &[], json!({}), p).await;
+    for (i, cmd) in CONTAINED_DESTROYERS.iter().enumerate() {
+        let asked = turn_rejecting(&mut c, &sid).await;
+        let result = tool_result(&fake, 2 * i + 1);
+        assert_eq!(asked, 0, "`{cmd}` was asked: {result}");
+        assert_ne!(snapshot(p), before, "`{cmd}` changed nothing: {result}");
+        assert!(result.contains("(checkpoint c"), "`{cmd}`: {result}");
+        let (code, said) = harness::cli(home.path(), p, &["undo"]);
+        assert_eq!(code, 0, "`{cmd}`: {said}");
+        assert_eq!(
+            snapshot(p),
+            before,
+            "`{cmd}`: undo left a difference: {said}"
+        );
     }
 }
 
@@ -294,8 +345,11 @@ async fn history_secret_routes_and_heredoc_substitutions_are_asked() {
     for (i, cmd) in cmds.iter().enumerate() {
         let asked = turn_rejecting(&mut c, &sid).await;
         let result = tool_result(&fake, 2 * i + 1);
+        // Asked before it ran, or run contained and its changeset held
+        // and rejected (the project never saw it).
         let stopped = result.starts_with("denied")
-            || result == "the person (acp-client) rejected this action";
+            || result == "the person (acp-client) rejected this action"
+            || result.contains("The person (acp-client) rejected the change");
         if !stopped || (asked == 0 && !result.starts_with("denied")) {
             unasked.push(format!("`{cmd}` ran unasked: {result}"));
         }

@@ -8,6 +8,12 @@
 //! client would (`allow_once`) and then assert that the *effect* stage holds
 //! the change a second time, with the project intact, as a
 //! `checkpoint`/`apply_checkpoint` permission request.
+//!
+//! Contained (issue 36), deleting or emptying project files is undoable
+//! and runs unasked (`tests/suite/consequences.rs`); these tests give the
+//! checkpoint store a quota too small for any pre-image
+//! ([`tiny_quota`]), so the same change is a loss undo cannot promise to
+//! restore and is held (`effect-loss`).
 
 use crate::harness;
 use crate::support;
@@ -72,6 +78,18 @@ fn tree(root: &Path) -> BTreeMap<String, Vec<u8>> {
     out
 }
 
+/// A configuration whose checkpoint quota (`max_store_bytes`) holds no
+/// pre-image: deleting or emptying a project file is held as a loss.
+fn tiny_quota(home: &Path) {
+    let dir = home.join("config/passepartout");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("config.toml"),
+        "[checkpoints]\nmax_store_bytes = 1\n",
+    )
+    .unwrap();
+}
+
 struct Held {
     _home: tempfile::TempDir,
     project: tempfile::TempDir,
@@ -91,6 +109,7 @@ async fn held(command: &str) -> Held {
 
 async fn held_in(project: tempfile::TempDir, command: &str) -> Held {
     let home = tempfile::tempdir().unwrap();
+    tiny_quota(home.path());
     let original = tree(project.path());
     let args = json!({ "command": command }).to_string();
     let fake = FakeProvider::start(vec![
@@ -397,6 +416,7 @@ async fn with_flight_plans_the_held_effect_is_a_plan_showing_the_diff() {
         return;
     }
     let home = tempfile::tempdir().unwrap();
+    tiny_quota(home.path());
     let project = project();
     let original = tree(project.path());
     let args = json!({ "command": "truncate -s 0 src/*.rs" }).to_string();
@@ -438,7 +458,7 @@ async fn with_flight_plans_the_held_effect_is_a_plan_showing_the_diff() {
     let org = effect_plan["org"].as_str().unwrap().to_string();
     assert!(org.contains("#+begin_src diff"), "{org}");
     assert!(org.contains("-    lib::run();"), "{org}");
-    assert!(org.contains("effect-truncates"), "{org}");
+    assert!(org.contains("effect-loss"), "{org}");
     let r = c
         .request(
             "_passepartout/plan/decide",
@@ -556,6 +576,7 @@ async fn a_held_effect_of_a_plan_run_after_its_turn_stays_rolled_back() {
         return;
     }
     let home = tempfile::tempdir().unwrap();
+    tiny_quota(home.path());
     // The person's own rule asks before the command runs.
     harness::ask_before_recursive_deletes(home.path());
     let project = project();

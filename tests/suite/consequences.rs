@@ -10,7 +10,12 @@
 //!   only looks like a credential) runs unasked and is undoable;
 //! - a push and a network grant still ask;
 //! - a held change stays held: `plans approve`, then `run --continue`,
-//!   applies exactly it.
+//!   applies exactly it;
+//! - the in-place destroyers (`find -delete`, `find -exec rm`, `xargs rm`,
+//!   `truncate`, `shred`, `dd of=`) run contained over more files than the
+//!   old bulk threshold and `undo` restores every byte; past the
+//!   checkpoint quota the same deletion is asked as a loss;
+//! - an action that changed nothing is recorded, and `undo` names it.
 
 use crate::harness;
 use crate::support;
@@ -508,4 +513,152 @@ async fn a_rejected_held_change_is_discarded() {
     assert!(history.contains("rejected"), "{history}");
     assert!(!history.contains("held"), "{history}");
     assert_eq!(c.read(".pre-commit-config.yaml"), config);
+}
+
+/// Every file and folder under the project but `.git`, with its bytes.
+fn tree(dir: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(next) = pending.pop() {
+        for entry in std::fs::read_dir(&next).unwrap() {
+            let path = entry.unwrap().path();
+            let rel = path.strip_prefix(dir).unwrap().display().to_string();
+            if rel == ".git" {
+                continue;
+            }
+            if path.is_dir() {
+                out.insert(format!("{rel}/"), Vec::new());
+                pending.push(path);
+            } else {
+                out.insert(rel, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// `n` more tracked sources of `size` bytes each under `src/` (committed),
+/// so that `src` holds more files than `[checkpoints] max_deleted_files`.
+fn add_sources(c: &Case, n: usize, size: usize) {
+    let p = c.project.path();
+    for i in 0..n {
+        let line = format!("# module {i}\n");
+        let text = line.repeat(size / line.len() + 1);
+        std::fs::write(p.join(format!("src/m{i}.py")), &text[..size]).unwrap();
+    }
+    harness::git(p, &["add", "-A", "src"]);
+    harness::git(p, &["commit", "-qm", "sources"]);
+}
+
+/// Issue 36: the in-place destroyers the text once asked about run
+/// contained — `find -delete`, `find -exec rm`, `xargs rm`, `truncate`,
+/// `shred`, `dd of=` — each deleting or cutting more tracked files than
+/// the old bulk threshold (20). What they did reaches the host, is
+/// recorded, and `undo` puts back every byte and folder.
+#[tokio::test]
+async fn contained_destroyers_run_and_undo_restores_every_byte() {
+    let c = Case::new();
+    add_sources(&c, 24, 200);
+    let before = tree(c.project.path());
+    for (command, changed) in [
+        ("find src -delete", "src/m0.py"),
+        ("find src -name '*.py' -exec rm {} +", "src/m1.py"),
+        ("git ls-files -z src | xargs -0 rm -f", "src/m2.py"),
+        ("truncate -s 0 src/*.py", "src/m3.py"),
+        ("shred -u src/*.py", "src/m4.py"),
+        (
+            "dd if=/dev/zero of=src/m5.py bs=1 count=8 conv=notrunc && dd if=/dev/zero of=src/app.py count=1",
+            "src/m5.py",
+        ),
+    ] {
+        let out = c.shell(command).await;
+        ran(&out);
+        let now = tree(c.project.path());
+        assert_ne!(
+            now.get(changed),
+            before.get(changed),
+            "{command} did not reach {changed} on the host"
+        );
+        let history = text(&c.cli(&["history", "--limit", "1"]).await.stdout);
+        assert!(history.contains("applied"), "{command}: {history}");
+        undone(&c).await;
+        assert_eq!(
+            tree(c.project.path()),
+            before,
+            "{command}: undo did not restore every file"
+        );
+    }
+}
+
+/// A bulk deletion whose pre-images the checkpoint store cannot hold
+/// (`[checkpoints] max_store_bytes`) is a loss undo cannot promise to
+/// restore: asked, with the files untouched while the plan waits.
+#[tokio::test]
+async fn a_bulk_deletion_over_the_checkpoint_quota_is_asked() {
+    let c = Case::new();
+    let config = c.home.path().join("config/passepartout");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("config.toml"),
+        "[checkpoints]\nmax_store_bytes = 65536\n",
+    )
+    .unwrap();
+    add_sources(&c, 24, 4096);
+    let module = c.read("src/m0.py");
+    for command in ["find src -type f -delete", "git ls-files src | xargs rm"] {
+        let out = c.shell(command).await;
+        asked_by(&c, out, "effect-loss", "src/m0.py", &module).await;
+    }
+}
+
+/// Every action gets a record: one that changed nothing (or only git's
+/// own files) says so in `history`, and `undo` after it names it instead
+/// of reaching past it unsaid. `undo` takes the newest action that
+/// changed the project (the issue's "Undo is predictable"), and says there
+/// was nothing to undo for the newer ones; with nothing older left, it
+/// refuses and names them.
+#[tokio::test]
+async fn an_action_that_changed_nothing_is_recorded_and_named_by_undo() {
+    let c = Case::new();
+    let out = c
+        .run(fake::write_call("call_w", "src/app.py", "x = 2\n"))
+        .await;
+    ran(&out);
+    ran(&c.shell("cat src/app.py").await);
+    ran(&c.shell("git add src/app.py").await);
+    let history = text(&c.cli(&["history"]).await.stdout);
+    let lines: Vec<&str> = history.lines().filter(|l| l.starts_with('c')).collect();
+    assert!(
+        lines[0].starts_with("c3  unchanged") && lines[0].contains("changed only git's own files"),
+        "{history}"
+    );
+    assert!(
+        lines[1].starts_with("c2  unchanged") && lines[1].contains("no change"),
+        "{history}"
+    );
+    assert!(lines[2].starts_with("c1  applied"), "{history}");
+
+    let out = c.cli(&["undo"]).await;
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(said.starts_with("undid c1 (write_file, "), "{said}");
+    assert!(
+        said.contains(
+            "nothing to undo for the newer c3 (shell), c2 (shell), which changed nothing"
+        ),
+        "{said}"
+    );
+    assert_eq!(c.read("src/app.py"), "x = 1\n");
+
+    // Right after an action that changed nothing, with no change left
+    // before it: refused, naming it; nothing is re-applied.
+    ran(&c.shell("ls").await);
+    let out = c.cli(&["undo"]).await;
+    let said = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("nothing to undo for the newer c5 (shell), which changed nothing"),
+        "{said}"
+    );
+    assert_eq!(c.read("src/app.py"), "x = 1\n");
 }

@@ -14,6 +14,12 @@ struct Case {
     effect: Effect,
     expect: String,
     note: String,
+    /// `"changeset"`: contained (the default configuration), the text
+    /// stage lets this case run and its changeset decides — what it wrote
+    /// is judged before it reaches the project, and what it deleted is
+    /// undoable or asked as a loss (issue 36).
+    #[serde(default)]
+    contained: Option<String>,
 }
 
 fn load(name: &str) -> Vec<Case> {
@@ -147,6 +153,36 @@ fn hostile_actions_are_stopped_and_benign_ones_pass() {
         misses.len(),
         misses.join("\n")
     );
+}
+
+/// Contained, a hostile case reaches its changeset only when the corpus
+/// says so (`"contained": "changeset"`: interpreter code, scripts written
+/// and run, in-place destroyers of project files); every other one is
+/// still stopped at the text stage, and none marked is stopped there.
+#[test]
+fn contained_only_the_marked_hostile_cases_are_left_to_the_changeset() {
+    let engine = GateEngine::with_builtin_gates();
+    let ctx = contained();
+    let mut misses = Vec::new();
+    let mut left = 0;
+    for case in load("hostile.json") {
+        let j = engine.evaluate(&action(case.effect.clone()), &ctx);
+        let marked = case.contained.as_deref() == Some("changeset");
+        if marked {
+            left += 1;
+        }
+        if marked != (j.decision == Decision::Allow) {
+            misses.push(format!(
+                "`{}` (marked: {marked}): {} — {}\n    {}",
+                case.note,
+                j.decision,
+                j.reason(),
+                shown(&case.effect)
+            ));
+        }
+    }
+    assert!(misses.is_empty(), "{}", misses.join("\n"));
+    assert!(left > 0, "no case is left to the changeset");
 }
 
 #[test]

@@ -311,10 +311,19 @@ async fn a_held_changeset_leaves_the_project_byte_identical() {
     let project = project();
     let p = project.path();
     let original = tree(p);
-    let mut run = running(
-        p,
-        "for f in data/*; do rm \"$f\"; done; echo x > a.txt; sleep 2",
-    )
+    // A quota too small for the pre-images makes the bulk delete a loss
+    // (contained, it would be undoable and run unasked).
+    let args = json!({ "command": "for f in data/*; do rm \"$f\"; done; echo x > a.txt; sleep 2" })
+        .to_string();
+    let mut run = running_calls(p, &[("call_t", "shell", &args)], |home| {
+        let dir = home.join("config/passepartout");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("config.toml"),
+            "[checkpoints]\nmax_store_bytes = 1\n",
+        )
+        .unwrap();
+    })
     .await;
     tokio::time::sleep(std::time::Duration::from_millis(800)).await;
     assert_eq!(tree(p), original, "while the command runs");
@@ -327,7 +336,7 @@ async fn a_held_changeset_leaves_the_project_byte_identical() {
         .await;
     assert_eq!(tree(p), original, "while the plan waits");
     let why = ask["params"]["toolCall"]["content"].to_string();
-    assert!(why.contains("effect-deletes"), "{why}");
+    assert!(why.contains("effect-loss"), "{why}");
     let shown: String = run
         .client
         .updates("tool_call_update")

@@ -54,7 +54,8 @@ fn project() -> tempfile::TempDir {
 }
 
 /// The command the model runs: `FILES` new files and `a.txt` changed
-/// (emptied: held for the person; else rewritten: applied at once).
+/// (emptied: held for the person as a loss, see the test's quota; else
+/// rewritten: applied at once).
 fn command(held: bool) -> String {
     let a = if held {
         ": > a.txt"
@@ -412,6 +413,16 @@ async fn kill_9_during_apply_undo_and_held_apply_leaves_all_or_nothing() {
     let mut rng = Rng(seed);
     let home = tempfile::tempdir().unwrap();
     let h = home.path();
+    // Emptying `a.txt` is held as a loss: a checkpoint quota too small for
+    // its pre-image (contained, an emptied file is otherwise undoable and
+    // applied at once), with every record kept (no eviction meanwhile).
+    let config = h.join("config/passepartout");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("config.toml"),
+        "[checkpoints]\nmax_store_bytes = 1\nkeep_undo_steps = 1000\n",
+    )
+    .unwrap();
     let project = project();
     let p = project.path();
     let mut store = None;

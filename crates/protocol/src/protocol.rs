@@ -245,7 +245,8 @@ pub struct UndoParams {
     pub turn: Option<String>,
     /// Without `id`: undo the newest change of this session (a chat's),
     /// not of the whole project; refused, naming the newest change, when
-    /// the session has none. Ignored with `id` or `turn`.
+    /// the session has none. With `turn: "last"`: the session's last turn.
+    /// Ignored with `id`.
     #[serde(default)]
     pub session_id: Option<String>,
 }

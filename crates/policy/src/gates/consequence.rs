@@ -10,7 +10,9 @@
 //!   configured thresholds);
 //! - **a loss undo cannot restore**: a file outside the build folders
 //!   whose earlier content was too big to keep ([`judge`], `effect-loss`;
-//!   `git_damage` is `effect-project-git`'s) → asked, with the diff;
+//!   `git_damage` is `effect-project-git`'s), or project files deleted or
+//!   cut whose pre-images exceed the checkpoint quota ([`over_quota`]) →
+//!   asked, with the diff;
 //! - **the host-executed surface** ([`host_executed`], `effect-host-executed`):
 //!   files the person's own tools run or source on the host without the
 //!   person choosing to run project code — a virtual environment's `bin/`,
@@ -253,6 +255,44 @@ pub fn judge(
         ));
     }
     out
+}
+
+/// The loss class for what a contained action deleted or emptied: undo
+/// restores project files from their pre-images in the record, but the
+/// checkpoint store holds at most `max_store_bytes` (0: no quota). Past
+/// it, keeping them would evict every older undo step and still leave the
+/// store over its bound, so the deletion is asked rather than promised
+/// undoable.
+pub fn over_quota(effect: &ObservedEffect, max_store_bytes: u64) -> Option<Verdict> {
+    let destroyed: Vec<_> = effect
+        .changes
+        .iter()
+        .filter(|c| {
+            c.kind == ChangeKind::Deleted
+                || (c.kind == ChangeKind::Modified
+                    && c.old_size.unwrap_or(0) > c.new_size.unwrap_or(0))
+        })
+        .collect();
+    let bytes = destroyed
+        .iter()
+        .map(|c| c.old_size.unwrap_or(0))
+        .fold(0u64, u64::saturating_add);
+    if max_store_bytes == 0 || bytes <= max_store_bytes {
+        return None;
+    }
+    let names: Vec<String> = destroyed.iter().map(|c| format!("`{}`", c.path)).collect();
+    Some(Verdict::new(
+        Decision::Ask,
+        "effect-loss",
+        format!(
+            "the action deleted or cut {} file(s) whose earlier content ({bytes} bytes) is more \
+             than the checkpoint store may hold ({max_store_bytes} bytes, `[checkpoints] \
+             max_store_bytes`), so undo cannot be promised to bring them back: {}. Approving \
+             applies the change; keeping its pre-images pushes older undo steps out of the store",
+            destroyed.len(),
+            listed(&names)
+        ),
+    ))
 }
 
 fn listed(items: &[String]) -> String {

@@ -152,6 +152,22 @@ fn resolve(cmd: &Command, word: &str, ctx: &GateContext) -> PathBuf {
     vital_glob_target(&path, ctx).unwrap_or(path)
 }
 
+/// Whether every operand of `cmd` names a path inside the working
+/// directory (not the directory itself, not its `.git`), none built from a
+/// variable.
+fn all_in_project(cmd: &Command, ctx: &GateContext) -> bool {
+    let ops = cmd.operands();
+    !ops.is_empty()
+        && ops.iter().all(|op| {
+            let path = resolve(cmd, op, ctx);
+            !op.starts_with('$')
+                && ctx.cwd.is_absolute()
+                && path.starts_with(&ctx.cwd)
+                && path != ctx.cwd
+                && !path.starts_with(ctx.cwd.join(".git"))
+        })
+}
+
 fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, String)>) {
     let prog = cmd.program.as_str();
     let recursive = cmd.has_flag(&['r', 'R'], &["recursive"]);
@@ -242,7 +258,11 @@ fn check_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, Stri
                 ));
             }
         }
-        "shred" => out.push((
+        // Contained, shredding project files overwrites the overlay's
+        // copies, never the project's: the changeset shows them deleted or
+        // rewritten, and undo restores them. Anything else is beyond
+        // recovery.
+        "shred" if !(ctx.contained && all_in_project(cmd, ctx)) => out.push((
             Decision::Deny,
             "shred destroys file contents beyond recovery".into(),
         )),
@@ -721,6 +741,32 @@ mod tests {
         );
         assert_eq!(deny("fdisk /dev/sda"), "`fdisk` rewrites a partition table");
         assert_eq!(judge("fdisk -l"), None);
+    }
+
+    /// Contained (issue 36), shredding project files is the changeset's
+    /// to judge; shredding anything else stays denied.
+    #[test]
+    fn contained_shred_of_project_files_is_left_to_the_changeset() {
+        let ctx = GateContext {
+            cwd: "/home/u/proj".into(),
+            home: Some("/home/u".into()),
+            contained: true,
+            ..GateContext::default()
+        };
+        let judge = |script: &str| {
+            DestructiveGate
+                .check(&Action::shell_for_tests(script), &ctx)
+                .map(|v| v.decision)
+        };
+        assert_eq!(judge("shred -u notes.txt src/a.rs"), None);
+        assert_eq!(judge("shred -u ~/.bash_history"), Some(Decision::Deny));
+        assert_eq!(judge("shred .git/index"), Some(Decision::Deny));
+        assert_eq!(judge("shred -u \"$F\""), Some(Decision::Deny));
+        assert_eq!(judge("shred /dev/sda"), Some(Decision::Deny));
+        assert_eq!(
+            deny("shred -u notes.txt"),
+            "shred destroys file contents beyond recovery"
+        );
     }
 
     #[test]

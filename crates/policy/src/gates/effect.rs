@@ -14,13 +14,35 @@ use crate::checkpoint::CheckpointConfig;
 
 /// Judge an observed effect. Returns every verdict that is not *allow*
 /// (empty: allow).
+///
+/// `contained`: the effect is a changeset (or a file tool's one recorded
+/// write) whose every deleted or emptied project file has its pre-image in
+/// the record, so the bulk thresholds (`max_deleted_files`,
+/// `max_removed_bytes`, an emptied file) give way to what undo can
+/// restore: only pre-images the checkpoint quota cannot hold are asked
+/// (`gates::consequence::over_quota`, the loss class). Observed after the
+/// fact (long-running, `observe`), the thresholds still ask.
 pub fn judge(
     effect: &ObservedEffect,
     action: &Action,
     cwd: &Path,
     cfg: &CheckpointConfig,
+    contained: bool,
 ) -> Vec<Verdict> {
     let mut out = Vec::new();
+    if contained {
+        out.extend(crate::gates::consequence::over_quota(
+            effect,
+            cfg.max_store_bytes,
+        ));
+    } else {
+        bulk(effect, cfg, &mut out);
+    }
+    judge_rest(effect, action, cwd, out)
+}
+
+/// The bulk thresholds of an effect observed after the fact.
+fn bulk(effect: &ObservedEffect, cfg: &CheckpointConfig, out: &mut Vec<Verdict>) {
     let deleted: Vec<_> = effect
         .changes
         .iter()
@@ -63,6 +85,15 @@ pub fn judge(
             format!("the action emptied {}", sample(emptied.into_iter())),
         ));
     }
+}
+
+/// The verdicts that do not depend on containment.
+fn judge_rest(
+    effect: &ObservedEffect,
+    action: &Action,
+    cwd: &Path,
+    mut out: Vec<Verdict>,
+) -> Vec<Verdict> {
     if let Effect::WriteFile { path, .. } = &action.effect {
         let named = crate::util::path::normalize(&if path.is_absolute() {
             path.clone()
@@ -172,10 +203,41 @@ mod tests {
             changes,
             ..Default::default()
         };
-        judge(&e, a, Path::new("/p"), &CheckpointConfig::default())
+        judge(&e, a, Path::new("/p"), &CheckpointConfig::default(), false)
             .into_iter()
             .map(|v| v.gate)
             .collect()
+    }
+
+    /// Contained, the bulk thresholds give way to what undo can restore:
+    /// only pre-images over the checkpoint quota ask, as a loss.
+    #[test]
+    fn contained_bulk_deletes_are_undoable_unless_over_the_quota() {
+        let many: Vec<_> = (0..25)
+            .map(|i| change(&format!("f{i}"), ChangeKind::Deleted, Some(4096), None))
+            .chain([change("src/a.rs", ChangeKind::Modified, Some(9), Some(0))])
+            .collect();
+        let e = ObservedEffect {
+            changes: many,
+            ..Default::default()
+        };
+        let judged = |cfg: &CheckpointConfig| -> Vec<String> {
+            judge(&e, &shell(), Path::new("/p"), cfg, true)
+                .into_iter()
+                .map(|v| v.gate)
+                .collect()
+        };
+        assert!(judged(&CheckpointConfig::default()).is_empty());
+        let small = CheckpointConfig {
+            max_store_bytes: 64 * 1024,
+            ..CheckpointConfig::default()
+        };
+        assert_eq!(judged(&small), ["effect-loss"]);
+        let unbounded = CheckpointConfig {
+            max_store_bytes: 0,
+            ..small
+        };
+        assert!(judged(&unbounded).is_empty());
     }
 
     #[test]

@@ -73,6 +73,19 @@ pub enum BeneathError {
     Sys { path: String, errno: Errno },
 }
 
+/// Why [`Beneath::read_capped`] read nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadCappedError {
+    #[error("cannot be read beneath the project ({0})")]
+    NotBeneath(Errno),
+    #[error("not a regular file")]
+    NotRegular,
+    #[error("larger than {max} bytes")]
+    TooLarge { max: u64 },
+    #[error("cannot be read ({0})")]
+    Read(std::io::Error),
+}
+
 impl BeneathError {
     fn sys(path: &str, errno: Errno) -> Self {
         if errno == Errno::LOOP || errno == Errno::XDEV {
@@ -274,7 +287,7 @@ impl Beneath {
     /// bytes: `Ok(None)` when nothing is there, `Err(why)` when it is not a
     /// regular file, too large, or unreadable. Opened non-blocking, so a
     /// FIFO swapped in after a check never blocks the reader.
-    pub fn read_capped(&self, rel: &str, max: u64) -> Result<Option<Vec<u8>>, String> {
+    pub fn read_capped(&self, rel: &str, max: u64) -> Result<Option<Vec<u8>>, ReadCappedError> {
         use std::io::Read;
         let fd = match rustix::fs::openat2(
             &self.root,
@@ -285,19 +298,19 @@ impl Beneath {
         ) {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return Ok(None),
-            Err(e) => return Err(format!("cannot be read beneath the project ({e})")),
+            Err(e) => return Err(ReadCappedError::NotBeneath(e)),
         };
         let file = std::fs::File::from(fd);
         match file.metadata() {
-            Ok(m) if !m.is_file() => return Err("not a regular file".into()),
-            Ok(m) if m.len() > max => return Err(format!("larger than {max} bytes")),
+            Ok(m) if !m.is_file() => return Err(ReadCappedError::NotRegular),
+            Ok(m) if m.len() > max => return Err(ReadCappedError::TooLarge { max }),
             Ok(_) => {}
-            Err(e) => return Err(format!("cannot be read ({e})")),
+            Err(e) => return Err(ReadCappedError::Read(e)),
         }
         let mut bytes = Vec::new();
         file.take(max + 1)
             .read_to_end(&mut bytes)
-            .map_err(|e| format!("cannot be read ({e})"))?;
+            .map_err(ReadCappedError::Read)?;
         Ok(Some(bytes))
     }
 

@@ -40,9 +40,13 @@ pub struct CheckpointConfig {
     pub enabled: bool,
     /// Untracked files larger than this are not recorded (and reported).
     pub untracked_cap_bytes: u64,
-    /// Ask when one action deletes more files than this.
+    /// Ask when one action deletes more files than this — an effect
+    /// observed after the fact (a long-running tool, `observe`); a
+    /// contained action's deletions are undoable and asked only past
+    /// `max_store_bytes`.
     pub max_deleted_files: usize,
-    /// Ask when one action removes more bytes than this.
+    /// Ask when one action removes more bytes than this (observed after
+    /// the fact, as `max_deleted_files`).
     pub max_removed_bytes: u64,
     /// At most this many `diff` items per tool call.
     pub max_diff_files: usize,
@@ -158,6 +162,12 @@ pub enum CheckpointError {
         tool: String,
         session: String,
     },
+    /// The newest actions changed nothing and nothing older is left to
+    /// undo: said, naming them.
+    #[error("{0}, and no older change is left to undo")]
+    NothingToUndo(String),
+    #[error("this session has no turn left to undo in this working directory")]
+    NoSessionTurn,
     #[error("turn `{0}` has no applied checkpoints in this working directory")]
     NoTurn(String),
     #[error("checkpoint {id} is {status}; only {wanted} checkpoints can be {verb}")]
@@ -191,6 +201,10 @@ pub enum CheckpointStatus {
     /// Its apply was interrupted (the daemon died) and recovery reversed
     /// it: never in the project, nothing to undo.
     RolledBack,
+    /// The action changed nothing undo could revert (or only git's own
+    /// files, such as the index): recorded so that `history` shows every
+    /// action and `undo` says so rather than reach past it unnamed.
+    Unchanged,
 }
 
 impl CheckpointStatus {
@@ -201,6 +215,7 @@ impl CheckpointStatus {
             CheckpointStatus::Rejected => "rejected",
             CheckpointStatus::Undone => "undone",
             CheckpointStatus::RolledBack => "rolled_back",
+            CheckpointStatus::Unchanged => "unchanged",
         }
     }
 }
@@ -307,7 +322,9 @@ impl Pruned {
 impl Checkpoint {
     pub fn summary(&self) -> String {
         let ignored: Vec<&changeset::Passthrough> = self.ignored_files().collect();
-        let mut summary = if self.effect.changes.is_empty() && !ignored.is_empty() {
+        let mut summary = if self.status == CheckpointStatus::Unchanged {
+            format!("no change (checkpoint {})", self.id)
+        } else if self.effect.changes.is_empty() && !ignored.is_empty() {
             format!(
                 "wrote or removed {} file(s) in ignored trees, {} bytes written (checkpoint {})",
                 ignored.len(),
@@ -596,6 +613,35 @@ impl Project {
         self.save(&cp)?;
         self.keep_under_quota(&mut cp, true)?;
         Ok(Some(cp))
+    }
+
+    /// Record an action that changed nothing undo could revert, so that
+    /// every action has a record (`history` lists it, `undo` names it
+    /// instead of reaching past it unsaid). `note`: what it did change
+    /// outside the record (git's own files), said in the summary.
+    pub fn record_unchanged(
+        &self,
+        origin: &Origin,
+        note: Option<String>,
+    ) -> Result<Checkpoint, CheckpointError> {
+        let mut cp = self.new_checkpoint(
+            origin,
+            ObservedEffect::default(),
+            CheckpointStatus::Unchanged,
+            false,
+        )?;
+        cp.notes.extend(note);
+        self.save(&cp)?;
+        Ok(cp)
+    }
+
+    /// [`Project::record_unchanged`] for an action that has run: a record
+    /// that cannot be written is logged, never turned into the action's
+    /// failure (it changed nothing).
+    pub fn note_unchanged(&self, origin: &Origin, note: Option<String>) {
+        if let Err(e) = self.record_unchanged(origin, note) {
+            tracing::warn!(cwd = %self.cwd.display(), "checkpoint: the record of an action that changed nothing was not written: {e}");
+        }
     }
 
     /// Record an effect known change by change (a changeset, a file
@@ -969,12 +1015,35 @@ impl Project {
 
     /// [`Project::last_applied`] among the records of `session`.
     pub fn last_applied_of(&self, session: Option<&str>) -> Result<Checkpoint, CheckpointError> {
-        self.list()?
-            .into_iter()
-            .rev()
-            .filter(|c| session.is_none_or(|s| c.session_id == s))
-            .find(|c| c.status == CheckpointStatus::Applied && c.undoes.is_none())
-            .ok_or(CheckpointError::Empty)
+        self.undo_target(session).map(|(target, _)| target)
+    }
+
+    /// [`Project::last_applied_of`], and the records of the newest actions
+    /// (newest first) that changed nothing and came after it: undo says
+    /// there was nothing to undo for those rather than reach past them
+    /// unsaid.
+    pub fn undo_target(
+        &self,
+        session: Option<&str>,
+    ) -> Result<(Checkpoint, Vec<Checkpoint>), CheckpointError> {
+        let mut unchanged = Vec::new();
+        let mut newest = true;
+        let records = self.list()?.into_iter().rev();
+        for c in records.filter(|c| session.is_none_or(|s| c.session_id == s)) {
+            if c.undoes.is_some() {
+                newest = false;
+                continue;
+            }
+            match c.status {
+                CheckpointStatus::Applied => return Ok((c, unchanged)),
+                CheckpointStatus::Unchanged if newest => unchanged.push(c),
+                _ => newest = false,
+            }
+        }
+        if unchanged.is_empty() {
+            return Err(CheckpointError::Empty);
+        }
+        Err(CheckpointError::NothingToUndo(nothing_to_undo(&unchanged)))
     }
 
     /// Bound the store: drop records beyond the newest `keep_records` and
@@ -990,11 +1059,29 @@ impl Project {
         let cutoff = std::time::SystemTime::now()
             - std::time::Duration::from_secs(cfg.keep_days.saturating_mul(86_400));
         let cutoff = crate::util::time::rfc3339(cutoff);
-        let excess = all.len().saturating_sub(cfg.keep_records);
+        // Records of changes count toward `keep_records`, and so, apart,
+        // do records of actions that changed nothing (which also go with
+        // the changes older than them): reads never push undo steps out.
+        let unchanged = |c: &Checkpoint| c.status == CheckpointStatus::Unchanged;
+        let changes: Vec<usize> = (0..all.len()).filter(|&i| !unchanged(&all[i])).collect();
+        let nothing: Vec<usize> = (0..all.len()).filter(|&i| unchanged(&all[i])).collect();
+        let cut_changes = changes.len().saturating_sub(cfg.keep_records);
+        let cut_nothing = nothing.len().saturating_sub(cfg.keep_records);
+        let first_kept_change = match cut_changes {
+            0 => 0,
+            n => changes.get(n).copied().unwrap_or(all.len()),
+        };
+        let over_count = |i: usize, c: &Checkpoint| {
+            if unchanged(c) {
+                i < first_kept_change || nothing[..cut_nothing].binary_search(&i).is_ok()
+            } else {
+                changes[..cut_changes].binary_search(&i).is_ok()
+            }
+        };
         let mut pruned = Vec::new();
         let mut kept = Vec::new();
         for (i, cp) in all.into_iter().enumerate() {
-            let old = i < excess || cp.created_at < cutoff;
+            let old = over_count(i, &cp) || cp.created_at < cutoff;
             if old && cp.status != CheckpointStatus::Held {
                 self.remove_record(&cp.id)?;
                 pruned.push(cp.id);
@@ -1131,7 +1218,16 @@ impl Project {
             return Ok(None);
         }
         let all = self.list()?;
-        let protected_from = all.len().saturating_sub(self.keep_undo_steps);
+        // The newest `keep_undo_steps` records that hold a change: a
+        // record of an action that changed nothing is no undo step.
+        let protected_from = match self.keep_undo_steps.checked_sub(1) {
+            None => all.len(),
+            Some(older) => (0..all.len())
+                .rev()
+                .filter(|&i| all[i].status != CheckpointStatus::Unchanged)
+                .nth(older)
+                .unwrap_or(0),
+        };
         let evictable: Vec<usize> = (0..protected_from)
             .filter(|&i| all[i].status != CheckpointStatus::Held)
             .collect();
@@ -1207,11 +1303,14 @@ impl Project {
         serde_json::from_slice(&text).ok()
     }
 
-    /// The last turn that changed this directory.
-    pub fn last_turn(&self) -> Result<String, CheckpointError> {
+    /// The last turn that changed this directory and is not undone yet
+    /// (of `session` when one is given: never another session's turn).
+    pub fn last_turn(&self, session: Option<&str>) -> Result<String, CheckpointError> {
         self.list()?
             .into_iter()
             .rev()
+            .filter(|c| session.is_none_or(|s| c.session_id == s))
+            .filter(|c| c.status == CheckpointStatus::Applied && c.undoes.is_none())
             .find_map(|c| c.turn)
             .ok_or(CheckpointError::Empty)
     }
@@ -1462,15 +1561,14 @@ impl Project {
         } else {
             self.store.blobs(&oids).unwrap_or_default()
         };
-        let put_back = |p: &changeset::Passthrough, e: &store::Entry| -> Result<(), String> {
+        let put_back = |p: &changeset::Passthrough, e: &store::Entry| -> Result<(), LeftAsIs> {
             let bytes = blobs
                 .get(&e.oid)
-                .ok_or_else(|| format!("its pre-image {} is missing from the store", e.oid))?;
+                .ok_or_else(|| LeftAsIs::MissingPreImage(e.oid.clone()))?;
             let perm = e
                 .perm
                 .unwrap_or(if e.mode == "100755" { 0o755 } else { 0o644 });
-            b.put(&p.path, bytes, perm, e.mode == "120000")
-                .map_err(|e| e.to_string())
+            Ok(b.put(&p.path, bytes, perm, e.mode == "120000")?)
         };
         let (mut removed, mut restored, mut remade) = (0usize, 0usize, 0usize);
         let mut left: Vec<String> = Vec::new();
@@ -1487,34 +1585,26 @@ impl Project {
             let outcome = if p.remove {
                 match (&p.before, now) {
                     (Some(e), Ok(None)) => put_back(p, e).map(|()| restored += 1),
-                    (Some(_), Ok(Some(_))) => Err("something is there again".into()),
-                    (None, _) => Err(format!(
-                        "removed, and its content was not kept (over {} bytes, or past the                          action's total)",
-                        changeset::IGNORED_PRE_IMAGE_MAX_BYTES
-                    )),
-                    (_, Err(e)) => Err(e.to_string()),
+                    (Some(_), Ok(Some(_))) => Err(LeftAsIs::ThereAgain),
+                    (None, _) => Err(LeftAsIs::RemovedNotKept),
+                    (_, Err(e)) => Err(e.into()),
                 }
             } else {
                 let ours = match (&now, &p.written) {
                     (Ok(Some(e)), Some(w)) => &e.oid == w,
                     _ => false,
                 };
-                match (&now, ours, &p.before) {
+                match (now, ours, &p.before) {
                     (Ok(None), _, _) => Ok(()),
-                    (Err(e), _, _) => Err(e.to_string()),
-                    (Ok(Some(_)), false, _) if p.written.is_none() => {
-                        Err("never applied by this action".into())
-                    }
-                    (Ok(Some(_)), false, _) => Err("changed since the action wrote it".into()),
+                    (Err(e), _, _) => Err(e.into()),
+                    (Ok(Some(_)), false, _) if p.written.is_none() => Err(LeftAsIs::NeverApplied),
+                    (Ok(Some(_)), false, _) => Err(LeftAsIs::ChangedSince),
                     (Ok(Some(_)), true, Some(e)) => put_back(p, e).map(|()| restored += 1),
                     (Ok(Some(_)), true, None) if !p.existed => b
                         .remove(&p.path)
                         .map(|()| removed += 1)
-                        .map_err(|e| e.to_string()),
-                    (Ok(Some(_)), true, None) => Err(format!(
-                        "overwritten, and its old content was not kept (over {} bytes, or past                          the action's total)",
-                        changeset::IGNORED_PRE_IMAGE_MAX_BYTES
-                    )),
+                        .map_err(LeftAsIs::from),
+                    (Ok(Some(_)), true, None) => Err(LeftAsIs::OverwrittenNotKept),
                 }
             };
             if let Err(why) = outcome {
@@ -1574,6 +1664,35 @@ impl Project {
     }
 }
 
+/// Why an undo left a file of an ignored tree as it is (said in its
+/// notes: `left as they are: PATH (WHY)`).
+#[derive(Debug, thiserror::Error)]
+enum LeftAsIs {
+    #[error("its pre-image {0} is missing from the store")]
+    MissingPreImage(String),
+    #[error("something is there again")]
+    ThereAgain,
+    #[error(
+        "removed, and its content was not kept (over {max} bytes, or past the action's total)",
+        max = changeset::IGNORED_PRE_IMAGE_MAX_BYTES
+    )]
+    RemovedNotKept,
+    #[error("never applied by this action")]
+    NeverApplied,
+    #[error("changed since the action wrote it")]
+    ChangedSince,
+    #[error(
+        "overwritten, and its old content was not kept (over {max} bytes, or past the \
+         action's total)",
+        max = changeset::IGNORED_PRE_IMAGE_MAX_BYTES
+    )]
+    OverwrittenNotKept,
+    #[error(transparent)]
+    Beneath(#[from] beneath::BeneathError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 /// The checkpoints of `cwd`, newest first (`limit`: at most that many).
 pub fn history(
     state_dir: &Path,
@@ -1600,9 +1719,13 @@ pub fn undo(
     origin: &Origin,
 ) -> Result<(Checkpoint, Checkpoint), CheckpointError> {
     let project = Project::open(state_dir, cwd, cfg)?;
+    let mut passed = Vec::new();
     let target = match id {
         Some(id) => project.load(id)?,
-        None => match project.last_applied_of(session) {
+        None => match project.undo_target(session).map(|(target, unchanged)| {
+            passed = unchanged;
+            target
+        }) {
             Err(CheckpointError::Empty) if session.is_some() => {
                 // Say what another session left, so the person can choose.
                 return Err(match project.last_applied() {
@@ -1617,12 +1740,37 @@ pub fn undo(
             found => found?,
         },
     };
-    let undo = project.undo(&target.id, origin)?;
+    let mut undo = project.undo(&target.id, origin)?;
+    if !passed.is_empty() {
+        undo.notes.push(nothing_to_undo(&passed));
+        if undo.id != target.id {
+            project.save(&undo)?;
+        }
+    }
     let undone = project.load(&target.id)?;
     // A terminal process exits next: its stat cache must be on disk, or the
     // next process re-hashes the whole tree.
     scan::flush_all();
     Ok((undone, undo))
+}
+
+/// What `undo` says of the newer actions it passed over because they
+/// changed nothing: `nothing to undo for c14 (shell), which changed
+/// nothing`.
+fn nothing_to_undo(passed: &[Checkpoint]) -> String {
+    const SHOWN: usize = 3;
+    let mut named: Vec<String> = passed
+        .iter()
+        .take(SHOWN)
+        .map(|c| format!("{} ({})", c.id, c.tool))
+        .collect();
+    if passed.len() > SHOWN {
+        named.push(format!("{} more", passed.len() - SHOWN));
+    }
+    format!(
+        "nothing to undo for the newer {}, which changed nothing",
+        named.join(", ")
+    )
 }
 
 /// Prune the store of `cwd` now (`passepartout history --prune`).
@@ -1664,18 +1812,25 @@ pub fn store_bytes(dir: &Path) -> u64 {
     total
 }
 
-/// Undo a whole turn of `cwd` (None: the last turn that changed it).
+/// Undo a whole turn of `cwd` (None: the last turn that changed it, of
+/// `session` when one is given).
 pub fn undo_turn(
     state_dir: &Path,
     cfg: &CheckpointConfig,
     cwd: &Path,
     turn: Option<&str>,
+    session: Option<&str>,
     origin: &Origin,
 ) -> Result<(String, Vec<Checkpoint>, Option<Checkpoint>), CheckpointError> {
     let project = Project::open(state_dir, cwd, cfg)?;
     let turn = match turn {
         Some(t) => t.to_string(),
-        None => project.last_turn()?,
+        None => match project.last_turn(session) {
+            Err(CheckpointError::Empty) if session.is_some() => {
+                return Err(CheckpointError::NoSessionTurn)
+            }
+            found => found?,
+        },
     };
     let (undone, undo) = project.undo_turn(&turn, origin)?;
     scan::flush_all();
@@ -1923,6 +2078,45 @@ mod tests {
             std::fs::read_to_string(t.join("f.txt")).unwrap(),
             "version 1"
         );
+    }
+
+    /// Records of actions that changed nothing (issue 36: every action
+    /// gets one) never push undo steps out: they count toward
+    /// `keep_records` apart and go with the changes older than them; `undo`
+    /// passes the newest of them, naming them.
+    #[test]
+    fn records_of_no_change_neither_crowd_out_undo_steps_nor_hide_from_undo() {
+        let state = tempfile::tempdir().unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        let t = tree.path();
+        let cfg = CheckpointConfig {
+            keep_records: 2,
+            ..Default::default()
+        };
+        let p = Project::open(state.path(), t, &cfg).unwrap();
+        for i in 0..3 {
+            p.record_unchanged(&origin(), None).unwrap();
+            let before = p.store.snapshot().unwrap();
+            std::fs::write(t.join("f.txt"), format!("version {i}")).unwrap();
+            let after = p.store.snapshot().unwrap();
+            p.record(&origin(), &before, &after).unwrap().unwrap();
+        }
+        // c1 .. c6: nothing, change, nothing, change, nothing, change.
+        for _ in 0..3 {
+            p.record_unchanged(&origin(), None).unwrap();
+        }
+        let (target, passed) = p.undo_target(Some("s")).unwrap();
+        assert_eq!(target.id, "c6");
+        let passed: Vec<&str> = passed.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(passed, ["c9", "c8", "c7"]);
+        assert_eq!(p.load("c9").unwrap().summary(), "no change (checkpoint c9)");
+        // Two changes kept (c4, c6), and the two newest records of no
+        // change (c8, c9): c2 goes by count, c1 and c3 with it, c5 and c7
+        // by the count of records of no change.
+        assert_eq!(p.prune(&cfg).unwrap().ids, ["c1", "c2", "c3", "c5", "c7"]);
+        let left: Vec<String> = p.list().unwrap().into_iter().map(|c| c.id).collect();
+        assert_eq!(left, ["c4", "c6", "c8", "c9"]);
+        assert!(p.undo_target(Some("another")).is_err());
     }
 
     /// `n` bytes git cannot compress.

@@ -58,16 +58,25 @@ pub enum StoreError {
         "stopped: {reason}; every file this restore had already changed was put back, \
          the project is as it was"
     )]
-    Stopped { reason: String },
+    Stopped { reason: StepError },
     #[error(
         "stopped: {reason}; putting back what this restore had already changed failed too \
          ({rollback}): check {paths}"
     )]
     Broken {
-        reason: String,
-        rollback: String,
+        reason: StepError,
+        rollback: StepError,
         paths: String,
     },
+}
+
+/// Why one step of a checked restore failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error(transparent)]
+    Beneath(#[from] BeneathError),
+    #[error("blob {0} is missing from the store")]
+    MissingBlob(String),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
@@ -714,25 +723,25 @@ impl Store {
         let mut failed = Vec::new();
         for (path, prior) in done.iter().rev() {
             let back = match prior {
-                None => b.remove(path).map_err(|e| e.to_string()),
+                None => b.remove(path).map_err(StepError::from),
                 Some(e) => put_entry(b, path, e, &blobs, None, self.dir()),
             };
             if let Err(e) = back {
                 failed.push((path.to_string(), e));
             }
         }
-        if failed.is_empty() {
-            Err(StoreError::Stopped { reason })
-        } else {
-            Err(StoreError::Broken {
+        let paths = failed
+            .iter()
+            .map(|(p, _)| p.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        match failed.into_iter().next() {
+            None => Err(StoreError::Stopped { reason }),
+            Some((_, rollback)) => Err(StoreError::Broken {
                 reason,
-                rollback: failed[0].1.clone(),
-                paths: failed
-                    .iter()
-                    .map(|(p, _)| p.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })
+                rollback,
+                paths,
+            }),
         }
     }
 }
@@ -748,11 +757,11 @@ fn apply_steps<'a>(
     blobs: &BTreeMap<String, Vec<u8>>,
     done: &mut Vec<(&'a str, Option<&'a Entry>)>,
     store_dir: &Path,
-) -> Result<(), String> {
+) -> Result<(), StepError> {
     let mut emptied: Vec<String> = Vec::new();
     for (path, expect, target) in changes {
         if target.is_none() && expect.is_some() {
-            b.remove(path).map_err(|e| e.to_string())?;
+            b.remove(path)?;
             done.push((path.as_str(), expect.as_ref()));
             let mut parent = Path::new(path.as_str()).parent();
             while let Some(p) = parent.filter(|p| !p.as_os_str().is_empty()) {
@@ -792,10 +801,10 @@ fn put_entry(
     blobs: &BTreeMap<String, Vec<u8>>,
     keep: Option<u32>,
     store_dir: &Path,
-) -> Result<(), String> {
+) -> Result<(), StepError> {
     let bytes = blobs
         .get(&entry.oid)
-        .ok_or_else(|| format!("blob {} is missing from the store", entry.oid))?;
+        .ok_or_else(|| StepError::MissingBlob(entry.oid.clone()))?;
     let exec = entry.mode == "100755";
     let perm = match (entry.perm, keep) {
         (Some(p), _) => p,
@@ -810,8 +819,7 @@ fn put_entry(
     } else {
         super::spare::take(store_dir)
     };
-    b.put_with(path, bytes, perm, link, spare)
-        .map_err(|e| e.to_string())
+    Ok(b.put_with(path, bytes, perm, link, spare)?)
 }
 
 /// What is at `rel` beneath `b`, as a tree entry.

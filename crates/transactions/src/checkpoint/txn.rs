@@ -20,6 +20,44 @@ use super::watch::{Observed, WatchError};
 use super::{lock, CheckpointConfig, CheckpointError, CheckpointStatus, Origin, Project};
 use crate::sandbox::overlay::{self, OverlayMount};
 
+/// Why an action could not be given an overlay, or a file tool's write
+/// could not be checkpointed before it ran.
+#[derive(Debug, thiserror::Error)]
+pub enum TxnError {
+    #[error("{0} cannot be read")]
+    ProjectUnreadable(PathBuf),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The overlay probe's reason and fix (`overlay::probe`).
+    #[error("{0}")]
+    Probe(String),
+    #[error("overlays cannot be used here: {0}")]
+    Unmountable(String),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("the transaction could not be prepared: {0}")]
+    Task(#[from] tokio::task::JoinError),
+    #[error("not run: the action could not be given an overlay: {0}")]
+    NoOverlay(#[source] Box<TxnError>),
+    #[error(
+        "not run: the file could not be checkpointed before the write ({0}); set \
+         `[checkpoints] enabled = false` to run without checkpoints"
+    )]
+    FileNotCheckpointed(#[source] CheckpointError),
+    #[error("not run: the checkpoint task failed: {0}")]
+    FileTask(#[source] tokio::task::JoinError),
+}
+
+fn txn_io(path: &Path) -> impl FnOnce(std::io::Error) -> TxnError + '_ {
+    move |source| TxnError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 /// An action about to run into an overlay.
 pub struct Transaction {
     project: Project,
@@ -145,10 +183,10 @@ fn dir_id(path: &Path) -> Option<(u64, u64)> {
 
 /// Make a fresh upper layer and work directory in `root` and mount the
 /// overlay of `project` with them, ahead of the action.
-fn mount_fresh(root: &Path, project: &Path) -> Result<Ready, String> {
+fn mount_fresh(root: &Path, project: &Path) -> Result<Ready, TxnError> {
     static RUNS: AtomicU64 = AtomicU64::new(0);
     let project_id =
-        dir_id(project).ok_or_else(|| format!("{} cannot be read", project.display()))?;
+        dir_id(project).ok_or_else(|| TxnError::ProjectUnreadable(project.to_path_buf()))?;
     let n = RUNS.fetch_add(1, Ordering::Relaxed);
     // Each run directory in a block group of its own (see
     // `spare::place_subdirectories_apart`): the command's copy-up makes
@@ -156,7 +194,7 @@ fn mount_fresh(root: &Path, project: &Path) -> Result<Ready, String> {
     // `txn/` may not exist yet: the probe, which makes it, runs once per
     // process, maybe for another store.
     if !super::spare::place_subdirectories_apart(root) && !root.exists() {
-        crate::paths::create_private_dir(root).map_err(|e| format!("{}: {e}", root.display()))?;
+        crate::paths::create_private_dir(root).map_err(txn_io(root))?;
         super::spare::place_subdirectories_apart(root);
     }
     let dir = root.join(format!("run-{}-{n}", std::process::id()));
@@ -193,7 +231,7 @@ fn mount_fresh(root: &Path, project: &Path) -> Result<Ready, String> {
 /// it is there and still over the same directory, else one mounted now.
 /// The next one is mounted ahead when the action's command has ended
 /// ([`Transaction::finish`]).
-fn take_overlay(root: &Path, project: &Path) -> Result<Ready, String> {
+fn take_overlay(root: &Path, project: &Path) -> Result<Ready, TxnError> {
     let key = (root.to_path_buf(), project.to_path_buf());
     let deadline = std::time::Instant::now() + AHEAD_WAIT_LIMIT;
     loop {
@@ -392,7 +430,7 @@ pub async fn begin(
     cfg: &CheckpointConfig,
     cwd: &Path,
     origin: Origin,
-) -> Result<Transaction, String> {
+) -> Result<Transaction, TxnError> {
     begin_with(state_dir, cfg, cwd, origin, false).await
 }
 
@@ -409,32 +447,29 @@ pub async fn begin_with(
     cwd: &Path,
     origin: Origin,
     exact_start: bool,
-) -> Result<Transaction, String> {
+) -> Result<Transaction, TxnError> {
     let (state_dir, cwd_owned, cfg_owned) =
         (state_dir.to_path_buf(), cwd.to_path_buf(), cfg.clone());
     let prepared = tokio::task::spawn_blocking(move || {
-        let project =
-            Project::open_shared(&state_dir, &cwd_owned, &cfg_owned).map_err(|e| e.to_string())?;
+        let project = Project::open_shared(&state_dir, &cwd_owned, &cfg_owned)?;
         // An apply or undo another process left unfinished here (a killed
         // CLI `undo`) is finished or reversed before this action reads
         // the project (one directory listing when there is none).
         super::intent::recover(&project);
         let root = project.store.dir().join("txn");
-        overlay::probe(&root)?;
+        overlay::probe(&root).map_err(TxnError::Probe)?;
         if let Some(why) = overlay::unmountable(project.cwd()) {
-            return Err(format!("overlays cannot be used here: {why}"));
+            return Err(TxnError::Unmountable(why));
         }
         let project_path = project
             .cwd()
             .canonicalize()
             .unwrap_or_else(|_| project.cwd().to_path_buf());
         let ready = take_overlay(&root, &project_path)?;
-        Ok::<_, String>((project, ready))
+        Ok::<_, TxnError>((project, ready))
     })
-    .await
-    .map_err(|e| format!("the transaction could not be prepared: {e}"))?;
-    let (project, ready) =
-        prepared.map_err(|e| format!("not run: the action could not be given an overlay: {e}"))?;
+    .await?;
+    let (project, ready) = prepared.map_err(|e| TxnError::NoOverlay(Box::new(e)))?;
     // The command starts at once. A file with a later ctime than this (the
     // fine clock) changed after the command could have read it; one with a
     // ctime in this coarse clock tick may have changed just before or just
@@ -467,22 +502,21 @@ pub async fn begin_with(
 /// Make `dir` (its parents as needed) and the directories in `inside` it,
 /// each private (0700): three `mkdir`s on the usual path, where the
 /// general helper checked and fixed each mode again.
-fn make_private_dirs(dir: &Path, inside: &[&Path]) -> Result<(), String> {
+fn make_private_dirs(dir: &Path, inside: &[&Path]) -> Result<(), TxnError> {
     use std::os::unix::fs::DirBuilderExt;
-    let fail = |d: &Path, e: std::io::Error| format!("{}: {e}", d.display());
     // `run-<pid>-<n>` is new: its parent (`txn/`, private) exists after
     // the probe, so a plain mkdir suffices.
     if let Err(e) = std::fs::DirBuilder::new().mode(0o700).create(dir) {
         if e.kind() != std::io::ErrorKind::NotFound {
-            return Err(fail(dir, e));
+            return Err(txn_io(dir)(e));
         }
-        crate::paths::create_private_dir(dir).map_err(|e| fail(dir, e))?;
+        crate::paths::create_private_dir(dir).map_err(txn_io(dir))?;
     }
     for d in inside {
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(d)
-            .map_err(|e| fail(d, e))?;
+            .map_err(txn_io(d))?;
     }
     Ok(())
 }
@@ -546,6 +580,7 @@ impl Transaction {
             };
             if cs.is_empty() {
                 remove_dir_later(dir);
+                p.note_unchanged(&origin, None);
                 return Ok(None);
             }
             let judged_writes = cs
@@ -572,6 +607,7 @@ impl Transaction {
                     }
                 }
                 remove_dir_later(dir);
+                p.note_unchanged(&origin, unrecorded_note(&cs.passthrough));
                 return Ok(None);
             }
             let mut cp = p.new_checkpoint(&origin, cs.effect, CheckpointStatus::Held, true)?;
@@ -618,6 +654,27 @@ impl Transaction {
     }
 }
 
+/// What the record of an action that changed nothing undo reverts says
+/// it did change: git's own files (`git add` writes only the index).
+fn unrecorded_note(passthrough: &[Passthrough]) -> Option<String> {
+    const SHOWN: usize = 3;
+    let git: Vec<&str> = passthrough
+        .iter()
+        .filter(|p| is_git(&p.path) && !p.dir)
+        .map(|p| p.path.as_str())
+        .collect();
+    if git.is_empty() {
+        return None;
+    }
+    let mut shown = git[..git.len().min(SHOWN)].join(", ");
+    if git.len() > SHOWN {
+        shown.push_str(&format!(" and {} more", git.len() - SHOWN));
+    }
+    Some(format!(
+        "changed only git's own files ({shown}), which undo does not revert"
+    ))
+}
+
 /// A path of the project's own repository (never undone: checkpoints do
 /// not cover `.git`).
 fn is_git(path: &str) -> bool {
@@ -628,11 +685,25 @@ fn is_git(path: &str) -> bool {
 /// segment by segment instead of read whole into memory.
 const WHOLE_READ_MAX_BYTES: u64 = 64 * 1024 * 1024;
 
+/// Why an unrecorded path was not applied from the upper layer.
+#[derive(Debug, thiserror::Error)]
+pub enum PassError {
+    #[error(transparent)]
+    Beneath(#[from] super::beneath::BeneathError),
+    /// Reading the command's version from the upper layer.
+    #[error(transparent)]
+    Upper(#[from] std::io::Error),
+}
+
 /// Apply one unrecorded path from the upper layer: write it (a file or a
 /// link, its mode kept) or remove it (a file, or a directory and all it
 /// holds), beneath the project. `Ok(Some(oid))`: the blob id of the bytes
 /// written (undo removes the file only while it still holds them).
-pub fn pass_through(b: &Beneath, upper: &Path, p: &Passthrough) -> Result<Option<String>, String> {
+pub fn pass_through(
+    b: &Beneath,
+    upper: &Path,
+    p: &Passthrough,
+) -> Result<Option<String>, PassError> {
     if p.remove && p.dir {
         // A folder the command removed: its files went first; one that
         // still holds something (put there by someone else) stays.
@@ -640,13 +711,13 @@ pub fn pass_through(b: &Beneath, upper: &Path, p: &Passthrough) -> Result<Option
         return Ok(None);
     }
     if p.remove {
-        return match b.node(&p.path).map_err(|e| e.to_string())? {
+        return match b.node(&p.path)? {
             Some(Node::Dir) => {
-                let mut files = b.files_under(&p.path).map_err(|e| e.to_string())?;
+                let mut files = b.files_under(&p.path)?;
                 files.sort();
                 let mut dirs: Vec<String> = vec![p.path.clone()];
                 for f in &files {
-                    b.remove(f).map_err(|e| e.to_string())?;
+                    b.remove(f)?;
                     let mut parent = Path::new(f).parent();
                     while let Some(d) = parent.filter(|d| d.starts_with(&p.path)) {
                         dirs.push(d.to_string_lossy().into_owned());
@@ -660,12 +731,12 @@ pub fn pass_through(b: &Beneath, upper: &Path, p: &Passthrough) -> Result<Option
                 }
                 Ok(None)
             }
-            Some(_) => b.remove(&p.path).map(|()| None).map_err(|e| e.to_string()),
+            Some(_) => Ok(b.remove(&p.path).map(|()| None)?),
             None => Ok(None),
         };
     }
     let abs = upper.join(&p.path);
-    let meta = std::fs::symlink_metadata(&abs).map_err(|e| e.to_string())?;
+    let meta = std::fs::symlink_metadata(&abs)?;
     // What the project held there: newly added group/world write bits
     // are measured against it (setuid, setgid and sticky never land).
     let lower_perm = b.stat(&p.path).ok().flatten().map(|st| st.st_mode & 0o7777);
@@ -674,20 +745,14 @@ pub fn pass_through(b: &Beneath, upper: &Path, p: &Passthrough) -> Result<Option
         let perm = changeset::safe_dir_perm(meta.mode() & 0o7777, lower_perm).0;
         if lower_perm.is_some() {
             // A directory the project holds, re-moded by the command.
-            return b
-                .chmod(&p.path, perm)
-                .map(|()| None)
-                .map_err(|e| e.to_string());
+            return Ok(b.chmod(&p.path, perm).map(|()| None)?);
         }
-        return b
-            .make_dir(&p.path, perm)
-            .map(|()| None)
-            .map_err(|e| e.to_string());
+        return Ok(b.make_dir(&p.path, perm).map(|()| None)?);
     }
     if meta.file_type().is_symlink() {
-        let target = std::fs::read_link(&abs).map_err(|e| e.to_string())?;
+        let target = std::fs::read_link(&abs)?;
         let target = target.as_os_str().as_encoded_bytes();
-        b.put(&p.path, target, 0, true).map_err(|e| e.to_string())?;
+        b.put(&p.path, target, 0, true)?;
         Ok(Some(super::store::blob_id(target)))
     } else {
         use std::os::unix::fs::MetadataExt;
@@ -696,14 +761,12 @@ pub fn pass_through(b: &Beneath, upper: &Path, p: &Passthrough) -> Result<Option
         if sparse || meta.len() > WHOLE_READ_MAX_BYTES {
             // Copied segment by segment, holes kept; not hashed (undo
             // leaves a file this large where it is, and says so).
-            let src = std::fs::File::open(&abs).map_err(|e| e.to_string())?;
-            b.put_sparse(&p.path, &src, perm)
-                .map_err(|e| e.to_string())?;
+            let src = std::fs::File::open(&abs)?;
+            b.put_sparse(&p.path, &src, perm)?;
             return Ok(None);
         }
-        let bytes = std::fs::read(&abs).map_err(|e| e.to_string())?;
-        b.put(&p.path, &bytes, perm, false)
-            .map_err(|e| e.to_string())?;
+        let bytes = std::fs::read(&abs)?;
+        b.put(&p.path, &bytes, perm, false)?;
         Ok(Some(super::store::blob_id(&bytes)))
     }
 }
@@ -796,7 +859,7 @@ pub async fn begin_file(
     cwd: &Path,
     path: &Path,
     origin: Origin,
-) -> Result<Option<FileWrite>, String> {
+) -> Result<Option<FileWrite>, TxnError> {
     let guard = lock(cwd).lock_owned().await;
     let (state_dir, cwd, path, cfg_owned) = (
         state_dir.to_path_buf(),
@@ -832,7 +895,7 @@ pub async fn begin_file(
         Ok::<_, CheckpointError>(Some((project, rel, before)))
     })
     .await
-    .map_err(|e| format!("not run: the checkpoint task failed: {e}"))?;
+    .map_err(TxnError::FileTask)?;
     match opened {
         Ok(Some((project, rel, before))) => Ok(Some(FileWrite {
             project,
@@ -843,10 +906,7 @@ pub async fn begin_file(
             guard,
         })),
         Ok(None) => Ok(None),
-        Err(e) => Err(format!(
-            "not run: the file could not be checkpointed before the write ({e}); \
-             set `[checkpoints] enabled = false` to run without checkpoints"
-        )),
+        Err(e) => Err(TxnError::FileNotCheckpointed(e)),
     }
 }
 
@@ -869,6 +929,7 @@ impl FileWrite {
                 super::left::remember(&b, &rel);
             }
             let Some(effect) = changeset::one_path(&p.store, &cfg, &rel, before, after) else {
+                p.note_unchanged(&origin, None);
                 return Ok(None);
             };
             p.record_effect(&origin, effect, CheckpointStatus::Applied, false)

@@ -35,6 +35,18 @@ pub enum WatchError {
     Task(#[from] tokio::task::JoinError),
 }
 
+/// Why an action that should be observed is not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BeginError {
+    #[error(
+        "not run: the working tree could not be checkpointed before the action ({0}); set \
+         `[checkpoints] enabled = false` to run without checkpoints"
+    )]
+    NotCheckpointed(#[source] CheckpointError),
+    #[error("not run: the checkpoint task failed: {0}")]
+    Task(#[source] tokio::task::JoinError),
+}
+
 /// An action under observation.
 pub struct Watch {
     pub project: Project,
@@ -68,7 +80,7 @@ pub async fn begin(
     cwd: &Path,
     action: &Action,
     origin: Origin,
-) -> Result<Option<Watch>, String> {
+) -> Result<Option<Watch>, BeginError> {
     if !cfg.enabled || !watches(action) || !observable(cwd) {
         return Ok(None);
     }
@@ -90,11 +102,8 @@ pub async fn begin(
             guard,
             note: None,
         })),
-        Ok(Err(e)) => Err(format!(
-            "not run: the working tree could not be checkpointed before the action ({e}); \
-             set `[checkpoints] enabled = false` to run without checkpoints"
-        )),
-        Err(e) => Err(format!("not run: the checkpoint task failed: {e}")),
+        Ok(Err(e)) => Err(BeginError::NotCheckpointed(e)),
+        Err(e) => Err(BeginError::Task(e)),
     }
 }
 
@@ -119,9 +128,14 @@ impl Watch {
         let recorded = tokio::task::spawn_blocking(move || {
             let after = p.store.snapshot()?;
             let mut recorded = p.record(&origin, &before, &after)?;
-            if let (Some(cp), Some(note)) = (&mut recorded, note) {
-                cp.notes.push(note.to_string());
-                p.save(cp)?;
+            match (&mut recorded, note) {
+                (Some(cp), Some(note)) => {
+                    cp.notes.push(note.to_string());
+                    p.save(cp)?;
+                }
+                (Some(_), None) => {}
+                // Every action gets a record, one that changed nothing too.
+                (None, note) => p.note_unchanged(&origin, note.map(str::to_string)),
             }
             Ok::<_, CheckpointError>(recorded)
         })

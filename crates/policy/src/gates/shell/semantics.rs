@@ -167,7 +167,12 @@ pub fn findings(script: &Script, ctx: &GateContext) -> Vec<(Decision, String)> {
 
 fn one_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, String)>) {
     let ask = |out: &mut Vec<(Decision, String)>, why: String| out.push((Decision::Ask, why));
+    // Contained, what a destroyer did is its changeset: deletions and
+    // truncations undo can restore are applied and recorded, a loss undo
+    // cannot restore is asked with the diff (`gates::consequence`).
+    let destroyer_left_to_changeset = ctx.contained && is_destroyer(cmd);
     match cmd.program.as_str() {
+        _ if destroyer_left_to_changeset => {}
         "find" if only_disposable(cmd) => {}
         "find" => {
             if cmd.args.iter().any(|a| a == "-delete") {
@@ -244,7 +249,10 @@ fn one_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, String
         }
         _ => {}
     }
-    if cmd.wrappers.iter().any(|w| w == "xargs") && DESTROYERS.contains(&cmd.program.as_str()) {
+    if !destroyer_left_to_changeset
+        && cmd.wrappers.iter().any(|w| w == "xargs")
+        && DESTROYERS.contains(&cmd.program.as_str())
+    {
         ask(
             out,
             format!(
@@ -266,6 +274,37 @@ fn one_command(cmd: &Command, ctx: &GateContext, out: &mut Vec<(Decision, String
         }
     }
     resource_bomb(cmd, out);
+}
+
+/// The in-place destroyers a contained action leaves to its changeset:
+/// `find -delete`, `find -exec rm` (and the other [`DESTROYERS`]),
+/// `xargs rm`, `truncate`, `shred`, `dd of=FILE`. Their targets are the
+/// sandbox's view, whose only writable parts are the overlay and the
+/// private `/tmp`. Not `dd` onto a device, which the destructive gate
+/// denies whatever contains it.
+fn is_destroyer(cmd: &Command) -> bool {
+    let base = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
+    match cmd.program.as_str() {
+        "find" => {
+            cmd.args.iter().any(|a| a == "-delete")
+                || cmd.args.windows(2).any(|w| {
+                    matches!(w[0].as_str(), "-exec" | "-execdir" | "-ok" | "-okdir")
+                        && DESTROYERS.contains(&base(&w[1]).as_str())
+                })
+        }
+        "truncate" | "shred" => true,
+        "dd" => cmd
+            .args
+            .iter()
+            .filter_map(|a| a.strip_prefix("of="))
+            .all(|of| !of.starts_with("/dev/")),
+        "xargs" => cmd
+            .args
+            .iter()
+            .find(|a| !a.starts_with('-'))
+            .is_some_and(|p| DESTROYERS.contains(&base(p).as_str())),
+        p => DESTROYERS.contains(&p) && cmd.wrappers.iter().any(|w| w == "xargs"),
+    }
 }
 
 /// The program text of `python3 -c CODE`, `perl -e CODE`, `node -e CODE`...
@@ -645,14 +684,28 @@ mod tests {
             assert!(judge(left).is_empty(), "{left}: {:?}", judge(left));
             assert!(!reasons(left).is_empty(), "{left} asks uncontained");
         }
-        for kept in [
+        // In-place destroyers too: what they deleted or emptied is the
+        // changeset's (undoable, or asked as a loss).
+        for left in [
             "truncate -s 0 src/a.rs",
             "find . -mindepth 1 -delete",
+            "find src -type f -exec rm {} +",
+            "find . -name '*.rs' -print0 | xargs -0 rm",
+            "git ls-files | xargs shred -u",
+            "shred -u notes.txt",
             "dd of=src/main.rs if=/dev/zero",
-            "rm -rf .git/objects",
         ] {
+            assert!(judge(left).is_empty(), "{left}: {:?}", judge(left));
+            assert!(!reasons(left).is_empty(), "{left} asks uncontained");
+        }
+        // The repository is what checkpoints do not restore; a device is
+        // not the project's.
+        for kept in ["rm -rf .git/objects", "fallocate -l 10G big"] {
             assert!(!judge(kept).is_empty(), "{kept}");
         }
+        assert!(!is_destroyer(
+            &parse("dd if=x of=/dev/sda", None).commands[0]
+        ));
     }
 
     #[test]
