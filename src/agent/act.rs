@@ -302,6 +302,29 @@ fn refuse(a: &ActEnv<'_>, id: &str, text: String, status: ActStatus) -> Acted {
     finish(a.sink, id, text, status)
 }
 
+/// A pending flight plan for a changeset held while nobody can be asked:
+/// its id, or None when it could not be saved (the caller fails closed).
+fn hold_for_a_person(
+    x: &ExecContext<'_>,
+    id: &str,
+    apply: Action,
+    trace: Vec<crate::gates::Verdict>,
+) -> Option<String> {
+    let plan = crate::plans::FlightPlan::new(x.session_id, id, "", apply, trace)
+        .in_cwd(x.cwd.to_path_buf());
+    let values = x.env.secret_values_in(x.cwd);
+    let store = crate::plans::store::PlanStore::new(x.env.config.state().plans()).hiding(
+        crate::plans::store::SecretValuesOf(Arc::new(move |_| Some(values.clone()))),
+    );
+    match store.create(&plan) {
+        Ok(()) => Some(plan.id),
+        Err(e) => {
+            tracing::error!("the held change's flight plan could not be saved: {e}");
+            None
+        }
+    }
+}
+
 /// Tell the approver what became of an action a person approved.
 fn settled(a: &ActEnv<'_>, id: &str, acted: Acted) -> Acted {
     a.approver
@@ -780,8 +803,47 @@ async fn effect_stage(
             checkpoint.summary()
         )
     };
+    let mut diff = project
+        .store
+        .patch(
+            &checkpoint.before,
+            &checkpoint.after,
+            cfg.max_diff_bytes as usize,
+        )
+        .unwrap_or_else(|e| format!("(the diff could not be read: {e})"));
+    let unrecorded = {
+        let (cwd, upper) = (
+            x.cwd.to_path_buf(),
+            project.txn_dir(&checkpoint.id).join("upper"),
+        );
+        let (passthrough, max) = (checkpoint.passthrough.clone(), cfg.max_diff_bytes as usize);
+        tokio::task::spawn_blocking(move || unrecorded_diff(&cwd, &upper, &passthrough, max)).await
+    };
+    diff.push_str(&unrecorded.unwrap_or_default());
+    let apply = crate::actuators::checkpoint::apply_action(
+        &action.tool,
+        &checkpoint.id,
+        &checkpoint.after,
+        &checkpoint.summary(),
+        &diff,
+    );
     let Some(&Live { act: a, asked }) = x.live.as_ref() else {
-        // Nobody to ask: the plan ran after its turn was gone. Fail closed.
+        // Nobody to ask now: the plan ran after its turn was gone (`run
+        // --continue`, a restart). A held changeset stays held under a
+        // plan of its own, decided like any other; without one (the plan
+        // could not be saved, or an effect already rolled back) it fails
+        // closed.
+        if checkpoint.changeset {
+            if let Some(plan) = hold_for_a_person(x, id, apply.clone(), verdicts.clone()) {
+                let text = format!(
+                    "{held_text}\nNot applied yet: the change stays held, the project untouched, \
+                     until a person decides flight plan {plan} (`passepartout plans approve \
+                     {plan}`, then `passepartout run --continue`); approving it applies exactly \
+                     this change."
+                );
+                return finish_shown(x.sink, id, text, ActStatus::Failed, Some(shown));
+            }
+        }
         let why = if checkpoint.changeset {
             format!(
                 "{held_text}\nNobody was there to approve the change, so it was not applied \
@@ -815,30 +877,6 @@ async fn effect_stage(
     a.sink.update(acp::SessionUpdate::ToolCallUpdate(
         acp::ToolCallUpdate::new(acp::ToolCallId::new(id.to_string()), fields),
     ));
-    let mut diff = project
-        .store
-        .patch(
-            &checkpoint.before,
-            &checkpoint.after,
-            cfg.max_diff_bytes as usize,
-        )
-        .unwrap_or_else(|e| format!("(the diff could not be read: {e})"));
-    let unrecorded = {
-        let (cwd, upper) = (
-            x.cwd.to_path_buf(),
-            project.txn_dir(&checkpoint.id).join("upper"),
-        );
-        let (passthrough, max) = (checkpoint.passthrough.clone(), cfg.max_diff_bytes as usize);
-        tokio::task::spawn_blocking(move || unrecorded_diff(&cwd, &upper, &passthrough, max)).await
-    };
-    diff.push_str(&unrecorded.unwrap_or_default());
-    let apply = crate::actuators::checkpoint::apply_action(
-        &action.tool,
-        &checkpoint.id,
-        &checkpoint.after,
-        &checkpoint.summary(),
-        &diff,
-    );
     super::report_status(a.sink, a.session, "waiting");
     let request = ApprovalRequest {
         session_id: a.session.id.clone(),

@@ -339,7 +339,7 @@ fn list(store: &PlanStore, out: &mut dyn Write, terminal: bool) -> Result<(), Fa
             plan.status.as_str(),
             shown(&plan.created_at),
             shown(&plan.action.tool),
-            shown(&plan.summary())
+            shown(&store.shown(plan, &plan.summary()))
         )?;
     }
     for problem in &scan.problems {

@@ -662,3 +662,61 @@ async fn an_action_that_changed_nothing_is_recorded_and_named_by_undo() {
     );
     assert_eq!(c.read("src/app.py"), "x = 1\n");
 }
+
+/// A command asked before it ran (a credential-looking assignment), then
+/// approved, runs at `run --continue`; its changeset writes the host-executed
+/// surface, so it is held again. Nobody can be asked at that moment: the
+/// change stays held under a plan of its own, and approving that one
+/// applies it.
+#[tokio::test]
+async fn an_approved_command_whose_change_is_held_again_gets_a_plan_of_its_own() {
+    let c = Case::new();
+    let line = "export API_TOKEN=Zx8Qw2Er5Ty7Ui9Op1As3Df";
+    let out = c
+        .shell(&format!("sed -i '$a {line}' .venv/bin/activate"))
+        .await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(WAITING), "{stderr}");
+    let plan_id = |stderr: &str| {
+        let at = stderr.find("passepartout plans approve ").expect(stderr);
+        stderr[at + "passepartout plans approve ".len()..][..15].to_string()
+    };
+    let first = plan_id(&stderr);
+    let approved = c.cli(&["plans", "approve", &first]).await;
+    assert_eq!(
+        approved.status.code(),
+        Some(0),
+        "{}",
+        text(&approved.stderr)
+    );
+
+    let out = c
+        .run_with(&["--continue"], vec![fake::openai_text("noted")])
+        .await;
+    let stderr = text(&out.stderr);
+    assert!(
+        !c.read(".venv/bin/activate").contains(line),
+        "applied unasked: {stderr}"
+    );
+    let listed = text(&c.cli(&["plans", "list"]).await.stdout);
+    let second = listed
+        .lines()
+        .find(|l| l.contains("pending") && !l.contains(&first))
+        .and_then(|l| l.split_whitespace().find(|w| w.starts_with("fp-")))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no second plan pending:\n{listed}\n{stderr}"));
+
+    let approved = c.cli(&["plans", "approve", &second]).await;
+    assert_eq!(
+        approved.status.code(),
+        Some(0),
+        "{}",
+        text(&approved.stderr)
+    );
+    let out = c
+        .run_with(&["--continue"], vec![fake::openai_text("noted")])
+        .await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(c.read(".venv/bin/activate").contains(line), "{stderr}");
+}
