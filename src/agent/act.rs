@@ -392,12 +392,9 @@ fn last_mile(
     id: &str,
     action: &Action,
     lm: &LastMile<'_>,
-) -> Result<(), String> {
+) -> Result<(), LastMileError> {
     if action.content_hash() != lm.approved_hash {
-        return Err(
-            "last-mile check failed: the action changed after it was approved; it was not run"
-                .into(),
-        );
+        return Err(LastMileError::Changed);
     }
     let ctx = contained_context(env, lm.toolset, lm.mode, &env.gate_context(cwd), action);
     let judgement = judge_in(lm.toolset, lm.mode, action, &ctx);
@@ -405,12 +402,35 @@ fn last_mile(
         env.record(AuditRecord::verdict(session_id, id, &judgement));
     }
     if judgement.decision == Decision::Deny {
-        return Err(format!("last-mile check failed: {}", denial(&judgement)));
+        return Err(LastMileError::Denied(denial(&judgement)));
     }
     match lm.begin {
-        Some(begin) => begin(action).map_err(|e| e.to_string()),
+        Some(begin) => Ok(begin(action)?),
         None => Ok(()),
     }
+}
+
+/// Why an approved action does not run at the last mile.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LastMileError {
+    #[error("last-mile check failed: the action changed after it was approved; it was not run")]
+    Changed,
+    #[error("last-mile check failed: {0}")]
+    Denied(String),
+    #[error("last-mile check failed: an approved effect must stay a checkpoint apply")]
+    NotAnApply,
+    /// Another process runs (or ran) this plan.
+    #[error(transparent)]
+    NotBegun(#[from] super::NotBegun),
+}
+
+/// Why an action is not run because its observation cannot start.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NotObserved {
+    #[error(transparent)]
+    Transaction(#[from] checkpoint::txn::TxnError),
+    #[error(transparent)]
+    Watch(#[from] watch::BeginError),
 }
 
 /// A live turn behind an execution, and whether a person already approved
@@ -440,6 +460,7 @@ async fn perform(
     images: &mut Vec<crate::llm::Image>,
 ) -> Acted {
     if let Err(why) = last_mile(x.env, x.session_id, x.cwd, id, action, &x.last_mile) {
+        let why = why.to_string();
         x.env.record(AuditRecord::denied(x.session_id, id, &why));
         return finish(x.sink, id, why, ActStatus::Denied);
     }
@@ -458,6 +479,7 @@ async fn perform(
     let observing = match begin_observing(x, action, origin).await {
         Ok(o) => o,
         Err(why) => {
+            let why = why.to_string();
             x.env.record(AuditRecord::denied(x.session_id, id, &why));
             return finish(x.sink, id, why, ActStatus::Denied);
         }
@@ -618,7 +640,7 @@ async fn begin_observing(
     x: &ExecContext<'_>,
     action: &Action,
     origin: checkpoint::Origin,
-) -> Result<Observing, String> {
+) -> Result<Observing, NotObserved> {
     use checkpoint::TransactionMode;
     let config = &x.env.config;
     let cfg = &config.checkpoints;
@@ -647,24 +669,21 @@ async fn begin_observing(
             Err(why) if cfg.transactions == TransactionMode::OverlayOrObserve => {
                 tracing::warn!("transactions: observing instead: {why}");
             }
-            Err(why) => return Err(why.to_string()),
+            Err(why) => return Err(why.into()),
         }
     }
     if let crate::action::Effect::WriteFile { path, .. } = &action.effect {
         let file = cfg.enabled && watch::watches(action) && checkpoint::observable(x.cwd);
         if file {
             let state = config.state_dir();
-            let begun = checkpoint::txn::begin_file(&state, cfg, x.cwd, path, origin.clone())
-                .await
-                .map_err(|e| e.to_string())?;
+            let begun =
+                checkpoint::txn::begin_file(&state, cfg, x.cwd, path, origin.clone()).await?;
             if let Some(f) = begun {
                 return Ok(Observing::File(f));
             }
         }
     }
-    let watched = watch::begin(&config.state_dir(), cfg, x.cwd, action, origin)
-        .await
-        .map_err(|e| e.to_string())?;
+    let watched = watch::begin(&config.state_dir(), cfg, x.cwd, action, origin).await?;
     Ok(watched.map_or(Observing::Nothing, |mut w| {
         if long_running && command {
             w.mark(watch::LONG_RUNNING);
@@ -940,7 +959,7 @@ async fn effect_stage(
     let (approved, hash, approved_by) = approved;
     let begin_desk = |action: &Action| a.approver.begin(&a.session.id, id, action);
     let refusal = if approved.target != crate::checkpoint::watch::TARGET {
-        Some("last-mile check failed: an approved effect must stay a checkpoint apply".into())
+        Some(LastMileError::NotAnApply)
     } else {
         let lm = LastMile {
             approved_hash: &hash,

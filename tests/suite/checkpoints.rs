@@ -571,7 +571,7 @@ async fn a_whole_turn_is_undone_all_or_nothing() {
 /// (its turn is gone) whose effect the gates hold stays rolled back —
 /// nobody is there to approve the change — and the result says why.
 #[tokio::test]
-async fn a_held_effect_of_a_plan_run_after_its_turn_stays_rolled_back() {
+async fn a_held_effect_of_a_plan_run_after_its_turn_stays_held_under_a_plan_of_its_own() {
     if !harness::bwrap_available() {
         return;
     }
@@ -617,18 +617,26 @@ async fn a_held_effect_of_a_plan_run_after_its_turn_stays_rolled_back() {
     let resolved = second.wait_method("_passepartout/plan/resolved").await;
     let result = resolved["params"]["result"].to_string();
     assert!(
-        result.contains("the project was not touched") && result.contains("Nobody was there"),
+        result.contains("the project was not touched") && result.contains("Not applied yet"),
         "{resolved}"
     );
     // The command ran into an overlay; its changeset never reached the
-    // project.
+    // project, and stays held for a person to decide.
     assert_eq!(tree(project.path()), original);
     let listed = second
         .request("_passepartout/history", json!({ "cwd": project.path() }))
         .await;
     let cp = &listed["result"]["checkpoints"][0];
-    assert_eq!(cp["status"], "rejected", "{listed}");
+    assert_eq!(cp["status"], "held", "{listed}");
     assert!(cp["turn"].is_null(), "no live turn: {cp}");
+    let pending = second.request("_passepartout/plans/list", json!({})).await;
+    let plans = pending["result"]["plans"].as_array().cloned().unwrap_or_default();
+    assert!(
+        plans
+            .iter()
+            .any(|p| p["planId"] != json!(id) && p["tool"] == "shell"),
+        "a plan of its own for the held change: {pending}"
+    );
 }
 
 /// The terminal command line against one home.
