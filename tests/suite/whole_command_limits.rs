@@ -114,7 +114,7 @@ async fn writing_past_the_limit_to_a_tmp_on_another_file_system_is_stopped() {
     let result = &fake.last_tool_results()[0];
     assert!(
         result.starts_with(
-            "stopped: the command wrote more than 8 MiB to the disk (limit `disk_write`)"
+            "stopped: the command filled more than 8 MiB of the disk (limit `disk_write`)"
         ),
         "{result}"
     );

@@ -131,7 +131,7 @@ impl std::fmt::Display for LimitHit {
             ),
             LimitHit::DiskWrite(n) => write!(
                 f,
-                "stopped: the command wrote more than {} to the disk (limit `disk_write`); \
+                "stopped: the command filled more than {} of the disk (limit `disk_write`); \
                  everything it started was killed, what it wrote is still there",
                 format_size(*n)
             ),
