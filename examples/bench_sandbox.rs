@@ -32,9 +32,7 @@ use std::time::{Duration, Instant};
 use passepartout::sandbox::bwrap::{
     bwrap_args, bwrap_args_with, Boundary, SandboxSpec, SystemLayout,
 };
-use passepartout::sandbox::enforce::{
-    process_limit, run_cgroup_removals, run_cgroups_made, run_coming, ProcessLimit,
-};
+use passepartout::sandbox::enforce::{process_limit, run_cgroups_made, ProcessLimit};
 use passepartout::sandbox::limits::ResourceLimits;
 use passepartout::sandbox::probe::{probe, SandboxStatus};
 use passepartout::sandbox::runner::{run, run_limited, RunLimits};
@@ -128,8 +126,7 @@ async fn time_bounded_runs(
     time_spaced_runs(n, bwrap, spec, resources, Duration::ZERO).await
 }
 
-/// One tool call as the shell actuator makes it: say a run is coming
-/// (unless `announce` is false, to measure what that saves), snapshot the
+/// One tool call as the shell actuator makes it: snapshot the
 /// control surface, build the argument list with its binds, run with every
 /// limit, sweep; fails loudly unless the run succeeded and the sweep undid
 /// nothing.
@@ -140,11 +137,7 @@ async fn tool_call(
     resources: &ResourceLimits,
     limits: &RunLimits,
     env: &BTreeMap<String, String>,
-    announce: bool,
 ) {
-    if announce && resources.processes.is_some() {
-        run_coming();
-    }
     let surface = SurfaceSnapshot::take(&spec.cwd);
     mark("surface taken");
     let boundary = Boundary {
@@ -189,7 +182,7 @@ async fn time_spaced_runs(
     for i in 0..n + 3 {
         tokio::time::sleep(pause).await;
         let started = Instant::now();
-        tool_call(bwrap, spec, &layout, resources, &limits, &env, true).await;
+        tool_call(bwrap, spec, &layout, resources, &limits, &env).await;
         if i >= 3 {
             samples.push(started.elapsed());
         }
@@ -242,7 +235,7 @@ async fn time_against_bare(
 
         tokio::time::sleep(pause).await;
         let started = Instant::now();
-        tool_call(bwrap, spec, &layout, &resources, &limits, &env, true).await;
+        tool_call(bwrap, spec, &layout, &resources, &limits, &env).await;
         let call = started.elapsed();
         if i >= 3 {
             bare_samples.push(bare);
@@ -287,7 +280,7 @@ fn bare_args(spec: &SandboxSpec, layout: &SystemLayout, resources: &ResourceLimi
 /// split the same way (`posix_spawn` returns once the program executed,
 /// then the wait): `calls` alternating pairs, `pause` (untimed) before
 /// each; the median offset of each step from the call's start, in µs.
-async fn breakdown(calls: usize, bwrap: &str, spec: &SandboxSpec, pause: Duration, announce: bool) {
+async fn breakdown(calls: usize, bwrap: &str, spec: &SandboxSpec, pause: Duration) {
     let limits = RunLimits::default();
     let resources = ResourceLimits::default();
     let env = BTreeMap::new();
@@ -311,7 +304,7 @@ async fn breakdown(calls: usize, bwrap: &str, spec: &SandboxSpec, pause: Duratio
         timeline::take();
         timeline::record(true);
         let call_start = Instant::now();
-        tool_call(bwrap, spec, &layout, &resources, &limits, &env, announce).await;
+        tool_call(bwrap, spec, &layout, &resources, &limits, &env).await;
         timeline::record(false);
         let marks = timeline::take();
         if i < 3 {
@@ -336,13 +329,8 @@ async fn breakdown(calls: usize, bwrap: &str, spec: &SandboxSpec, pause: Duratio
         format!("{} ms apart", pause.as_millis())
     };
     println!(
-        "\nper-step breakdown, {calls} alternating pairs, {when}, {} \
-         (median offset from the start, µs; Δ from the step before):",
-        if announce {
-            "run announced (`enforce::run_coming`)"
-        } else {
-            "not announced"
-        }
+        "\nper-step breakdown, {calls} alternating pairs, {when} \
+         (median offset from the start, µs; Δ from the step before):"
     );
     println!(
         "  bare bwrap: executed {:>8.0}   reaped {:>8.0}",
@@ -488,12 +476,11 @@ async fn main() {
         delta(limited.p50, without_processes.p50),
         match process_limit() {
             ProcessLimit::UserNamespace => "RLIMIT_NPROC in the run's user namespace",
-            ProcessLimit::Cgroup { resident: true, .. } => "pids cgroup v1, resident thread",
             ProcessLimit::Cgroup {
                 favordynmods: true, ..
             } => "pids cgroup, favordynmods",
-            ProcessLimit::Cgroup { v2: false, .. } => "pids cgroup v1, reused",
-            ProcessLimit::Cgroup { v2: true, .. } => "pids cgroup v2, reused",
+            ProcessLimit::Cgroup { v2: false, .. } => "pids cgroup v1, joined as a thread",
+            ProcessLimit::Cgroup { v2: true, .. } => "pids cgroup v2",
             ProcessLimit::Nproc => "RLIMIT_NPROC",
             ProcessLimit::NotEnforced => "not enforced here",
         },
@@ -555,8 +542,8 @@ async fn main() {
         let output = cmd.output().await.expect("tokio spawn");
         let c = started.elapsed();
         assert!(output.status.success());
-        // The runner with every default limit (the pids cgroup's resident
-        // thread as root on cgroup v1, or the run's user namespace).
+        // The runner with every default limit (the run's cgroups as root,
+        // or the run's user namespace).
         let started = Instant::now();
         let outcome = run_limited(
             true_path,
@@ -594,7 +581,7 @@ async fn main() {
     // bwrap with the very same argument list by std::process::Command, the
     // two alternating in one run, back to back and 50 ms apart.
     for pause in [Duration::ZERO, Duration::from_millis(50)] {
-        let (made_before, on_path_before) = run_cgroups_made();
+        let made_before = run_cgroups_made();
         let (bare_spawn, runner_alone, tool_call) =
             time_against_bare(calls, &program, &spec, pause).await;
         let when = if pause.is_zero() {
@@ -625,20 +612,13 @@ async fn main() {
             paired_median(&bare_spawn.samples, &tool_call.samples),
             paired_median(&bare_spawn.samples, &runner_alone.samples),
         );
-        let (made, on_path) = run_cgroups_made();
-        if made > made_before {
-            println!(
-                "  run cgroups made meanwhile: {}, of which on a call's path: {} \
-                 (the rest ahead, by the keeper)",
-                made - made_before,
-                on_path - on_path_before
-            );
-        }
+        println!(
+            "  run cgroups made meanwhile: {}",
+            run_cgroups_made() - made_before
+        );
     }
     for pause in [Duration::ZERO, Duration::from_millis(50)] {
-        for announce in [false, true] {
-            breakdown(calls, &program, &spec, pause, announce).await;
-        }
+        breakdown(calls, &program, &spec, pause).await;
     }
     println!();
     // A granted network: the same run, attached through slirp4netns.
@@ -665,9 +645,7 @@ async fn main() {
         "snapshot + sweep alone:    mean {}",
         ms(started.elapsed() / n as u32)
     );
-    let (tried, failed) = run_cgroup_removals();
-    let (made, _) = run_cgroups_made();
-    println!("run cgroups: {made} made, {tried} removals tried, {failed} of them failed (busy)");
+    println!("run cgroups: {} made", run_cgroups_made());
     // Why the snapshot costs more inside a tool call than in the loop
     // above: the snapshot alone, timed back to back (warm caches, a busy
     // CPU), after 12 ms asleep (what a bwrap run lasts: the core idles)

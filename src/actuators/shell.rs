@@ -195,12 +195,6 @@ impl ShellActuator {
                 host.why
             )));
         }
-        // The run cgroup's resident thread (if any) wakes now, while the
-        // snapshot and the argument list are made, not when the spawn is
-        // handed to it.
-        if resources.processes.is_some() {
-            crate::sandbox::enforce::run_coming();
-        }
         let surface = SurfaceSnapshot::take(&ctx.cwd);
         let mut hidden = Vec::new();
         // The daemon's own directories inside a writable bind (a session

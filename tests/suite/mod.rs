@@ -64,3 +64,4 @@ mod transactions_crash;
 mod transactions_speed;
 mod true_text;
 mod undo_session;
+mod whole_command_limits;

@@ -1,6 +1,6 @@
 //! The sandbox's process limit (issue 20): it binds for a daemon running
 //! as a user (RLIMIT_NPROC in the run's own user namespace) and as root (a
-//! pids cgroup whose resident thread forks the run), the result names it
+//! pids cgroup of the run's own, joined before exec), the result names it
 //! when a run reaches it. What it costs a tool call is measured by
 //! `examples/bench_sandbox.rs`, not asserted here (timings belong in
 //! benchmarks).

@@ -1,18 +1,24 @@
 //! How [`ResourceLimits`] are enforced on one run, and how a limit that was
 //! hit is recognised and named.
 //!
-//! - **Memory, file size, CPU, open files, core dumps**: `setrlimit` in the
-//!   child before it executes bwrap (RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_CPU,
-//!   RLIMIT_NOFILE, RLIMIT_CORE = 0); every process of the sandbox inherits
-//!   them, and they bind root too. A process over the file size gets
-//!   SIGXFSZ, over its CPU seconds SIGXCPU; the shell reports both, which is
-//!   how the result names them. Over its address space an allocation fails
-//!   and the program says so ("out of memory", "Cannot allocate memory",
-//!   …), which is how the memory limit is named. RLIMIT_AS rather than a
-//!   memory cgroup: it costs nothing per run, where joining a cgroup v1
-//!   hierarchy costs an RCU grace period (~12 ms measured here); the price
-//!   is that it bounds reserved address space, so a runtime that reserves
-//!   a large heap up front (a JVM without `-Xmx`) needs `memory=` raised.
+//! - **Memory**, for the whole command: a memory cgroup of the run's own
+//!   where this host lets the daemon make one (cgroup v1 `memory`, or a
+//!   cgroup v2 directory whose `subtree_control` offers `memory`), with
+//!   the limit as `memory.limit_in_bytes` (v1) or `memory.max` (v2) and no
+//!   swap beyond it. Every process the command starts counts, together.
+//!   When the kernel kills one of them for the limit (`oom_kill` in
+//!   `memory.oom_control` or `memory.events`), the run is stopped and the
+//!   result names the limit. Where no memory cgroup can be made, RLIMIT_AS
+//!   per process instead, which bounds the reserved address space of each
+//!   process, not their total: [`memory_limit`] says which, and the
+//!   sandbox's status line ([`super::probe::SandboxStatus::describe`]) and
+//!   `passepartout providers` say so.
+//! - **File size, CPU, open files, core dumps**: `setrlimit` in the child
+//!   before it executes bwrap (RLIMIT_FSIZE, RLIMIT_CPU, RLIMIT_NOFILE,
+//!   RLIMIT_CORE = 0); every process of the sandbox inherits them, and
+//!   they bind root too. A process over the file size gets SIGXFSZ, over
+//!   its CPU seconds SIGXCPU; the shell reports both, which is how the
+//!   result names them.
 //! - **Output**: not here but in [`super::runner`]: the first read past the
 //!   output cap kills the process group.
 //! - **Processes**, by the first of these that works here (see
@@ -21,46 +27,11 @@
 //!      that is not root): the child unshares a user namespace, maps its
 //!      own uid and gid, and only then sets RLIMIT_NPROC. Since Linux 5.14
 //!      the kernel counts processes per (user namespace, uid) and checks
-//!      every level, so the limit counts this run's processes only — not
-//!      the person's desktop — and the namespace keeps the daemon's own
-//!      (high) limit as its ceiling at the parent level. It costs an
-//!      `unshare` and three small `/proc` writes in the child (tens of µs),
-//!      and bwrap's own user namespace nests inside it. It does not bind
-//!      root: the kernel exempts a task whose real uid is the host's root
-//!      (`INIT_USER`), measured here (1,000 forks under a limit of 32).
-//!   2. **A pids cgroup** when one is writable here (cgroup v1 `pids`, or a
-//!      cgroup v2 directory whose `subtree_control` offers `pids`): a cgroup
-//!      per run with `pids.max`, watched through `pids.events`. Moving a
-//!      process into a cgroup waits for an RCU grace period unless one ran
-//!      just before (p50 14 ms on this 2-core host after a pause), so no
-//!      process is moved per run where it can be avoided: on cgroup v1,
-//!      which moves single threads, each run cgroup has a *resident
-//!      thread* of the daemon that joined it once when the cgroup was made
-//!      and clones every run's child there — a child starts in its parent
-//!      thread's cgroup, so nothing migrates and the per-run cost is a hop
-//!      to that thread. Waking that thread on the other core (a halted
-//!      vCPU here) was most of the hop, so the shell actuator says a run is
-//!      coming ([`run_coming`]) before it takes the control surface's
-//!      snapshot: the thread wakes then and spins for the spawn, yielding
-//!      the core at every turn, for at most [`RESIDENT_SPIN`]. `pids.max`
-//!      counts the resident thread, so it is the limit plus one. On cgroup v2 (whole processes only) the child
-//!      joins the cgroup before exec and pays the wait unless the hierarchy
-//!      is mounted with `favordynmods`. Run cgroups are reused: one that a
-//!      run left empty goes back to a small pool ([`CGROUP_POOL`]) with
-//!      its thread, its `pids.max` and its count of refused forks. A cgroup
-//!      a bwrap run used empties only when the host's init reaps the
-//!      sandbox's last process (1–2 s here), so a *keeper* thread keeps
-//!      [`CGROUP_READY`] cgroups made ahead, resident thread joined, and a
-//!      run takes one instead of paying the `mkdir` and the join on its
-//!      path; it is told to make the next once the run's child is started.
-//!      The keeper starts only when runs are coming ([`prepare_runs`], at
-//!      the sandbox's trial run before the first shell action, or the
-//!      first run itself): a daemon that never runs a command makes no run
-//!      cgroup and starts no thread for them, and none competes with its
-//!      `initialize` reply for the CPU. At exit [`remove_run_cgroups`]
-//!      removes this process's run cgroups (bounded in time; what is left,
-//!      a cgroup whose last process the host has not reaped yet, is removed
-//!      by the next daemon that makes run cgroups).
+//!      every level, so the limit counts this run's processes only. It
+//!      does not bind root: the kernel exempts a task whose real uid is the
+//!      host's root.
+//!   2. **A pids cgroup** of the run's own when one is writable here, with
+//!      `pids.max`, watched through `pids.events`.
 //!   3. RLIMIT_NPROC over this user's processes when no user namespace can
 //!      be made: the processes this user already runs plus the limit.
 //!   4. Not at all as root without a writable pids cgroup (a warning is
@@ -71,20 +42,35 @@
 //!   user namespace when the run's process tree (read from `/proc` every
 //!   [`WATCH_EVERY`]) holds as many tasks as the limit, or when the shell
 //!   reports a fork refused for lack of resources.
-//! - **Disk**: the free space of every file system the run can write to
-//!   (the working directory's, the overlay's upper layer's, the session
-//!   `/tmp`'s, each writable bind's) is sampled every [`WATCH_EVERY`]; when
-//!   together they have dropped by more than the limit the run is stopped.
-//!   This bounds `cat /dev/urandom > a; cat /dev/urandom > b; ...` which no
-//!   per-file limit can, wherever the run writes; it also counts what other
-//!   programs write meanwhile, which errs on the safe side.
+//! - **The run's cgroups** (pids, memory) are made when the run starts,
+//!   joined by the child before it executes bwrap, and removed after the
+//!   run. On cgroup v1 the child writes `0` to the cgroup's `tasks`: moving
+//!   the writing thread alone takes no lock that waits for an RCU grace
+//!   period, where moving a whole process (`cgroup.procs`) does; on v2
+//!   (whole processes only) it writes `cgroup.procs` and waits unless the
+//!   hierarchy is mounted with `favordynmods`. A cgroup still busy after
+//!   the run (the sandbox's last process is reaped by the host's init, a
+//!   moment after bwrap exits) is retried a few times in the background
+//!   ([`REMOVAL_TRIES`]); nothing waits for it at exit, and what is left
+//!   is removed by the next daemon that makes a run cgroup.
+//! - **Disk**: what the command itself wrote, wherever it wrote it
+//!   ([`DiskLayers`]): the blocks allocated (`st_blocks`, so a sparse file
+//!   counts what it holds) under each tree it can write to — the overlay's
+//!   upper layer, the session `/tmp`, each writable bind, counted as growth
+//!   over their size at the start —, the tmpfs mounts of its own (`HOME`),
+//!   and files it deleted but holds open. Sampled every [`WATCH_EVERY`]
+//!   (off the runtime's threads); past the limit the run is stopped. What
+//!   other programs write elsewhere on the same disk does not count. A tree
+//!   of more than [`DISK_WALK_MAX_ENTRIES`] entries is measured by the drop
+//!   of its file system's free space instead, which also counts other
+//!   programs' writes (errs on the safe side).
 //! - **`/tmp`**: a tmpfs of fixed size (`--size`), in [`super::bwrap`], or
 //!   the session's own `/tmp`, measured after each run
 //!   ([`super::session_tmp::enforce_size`]).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use rustix::process::{getrlimit, Resource};
@@ -92,7 +78,7 @@ use rustix::process::{getrlimit, Resource};
 use super::limits::{format_size, ResourceLimits};
 use super::spawn::{RawChild, SpawnError, Step};
 
-/// How often the watchdog looks at the pids cgroup and the disk.
+/// How often the watchdog looks at the cgroups and the disk.
 pub const WATCH_EVERY: Duration = Duration::from_millis(100);
 
 /// A limit a run reached.
@@ -101,11 +87,15 @@ pub enum LimitHit {
     /// More processes than allowed were attempted (pids cgroup or
     /// RLIMIT_NPROC).
     Processes(u64),
-    /// An allocation failed at the address-space limit (RLIMIT_AS).
+    /// An allocation failed at the address-space limit (RLIMIT_AS, per
+    /// process).
     Memory(u64),
+    /// The command's processes together reached the memory limit (its
+    /// memory cgroup), and the kernel killed one.
+    MemoryTotal(u64),
     /// The output passed the cap (bytes per stream); the group was killed.
     Output(u64),
-    /// The disk's free space dropped by more than allowed.
+    /// The command wrote more than allowed to the disk.
     DiskWrite(u64),
     /// A file reached the size limit (RLIMIT_FSIZE).
     FileSize(u64),
@@ -124,6 +114,13 @@ impl std::fmt::Display for LimitHit {
             LimitHit::Memory(n) => write!(
                 f,
                 "stopped: a process ran out of its {} of memory (limit `memory`, RLIMIT_AS); \
+                 raise it with `:LIMITS: memory=…` if the command needs more",
+                format_size(*n)
+            ),
+            LimitHit::MemoryTotal(n) => write!(
+                f,
+                "stopped: the command's processes together used more than {} of memory \
+                 (limit `memory`, for the whole command); everything it started was killed; \
                  raise it with `:LIMITS: memory=…` if the command needs more",
                 format_size(*n)
             ),
@@ -159,13 +156,14 @@ pub struct Enforcer {
     limits: ResourceLimits,
     /// (resource, soft, hard)
     rlimits: Vec<(Resource, u64, u64)>,
-    cgroup: Option<RunCgroup>,
+    /// The run's own cgroups (pids, memory), when made.
+    cgroups: Option<RunCgroups>,
     /// The uid and gid maps of the run's own user namespace, when the
     /// process limit is RLIMIT_NPROC counted in one.
     userns: Option<UserNamespaceMaps>,
-    /// Each file system the run can write to (one path on it), with its
-    /// free bytes before the run.
-    disk: Vec<(PathBuf, u64)>,
+    /// What the run can write to, measured at its start (when `disk_write`
+    /// is set); shared with the blocking thread that samples it.
+    disk: Option<Arc<DiskLayers>>,
 }
 
 /// `/proc/self/uid_map` and `gid_map` contents mapping the daemon's own ids.
@@ -218,273 +216,632 @@ fn write_proc(path: &std::ffi::CStr, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-#[derive(Debug)]
-struct RunCgroup {
-    dir: PathBuf,
-    /// `cgroup.procs` of the run's cgroup, as a C string for the child.
-    procs: std::ffi::CString,
-    /// The limit of processes of a run in it (`pids.max` is one more when
-    /// a resident thread lives there).
-    max: u64,
-    /// The daemon's thread living in this cgroup (cgroup v1), which clones
-    /// the run's child so that it starts here; None: the child joins.
-    resident: Option<Resident>,
-    /// Forks refused in it before this run (a reused cgroup keeps its count).
-    refused_before: u64,
-    /// `pids.current` and `pids.events`, open for as long as the cgroup
-    /// lives: read after every run (and by the watchdog), each read is one
-    /// `pread` instead of an open, a read and a close of a path built anew
-    /// (~0.1 ms per run measured, see docs/performance.md).
-    counters: CgroupCounters,
+// ---------------------------------------------------------------------
+// The run's cgroups
+// ---------------------------------------------------------------------
+
+/// A cgroup directory under which this process can make run cgroups for
+/// one controller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupParent {
+    pub dir: PathBuf,
+    /// cgroup v2 (a unified hierarchy), else v1.
+    pub v2: bool,
 }
 
-/// A run cgroup's counter files, kept open.
-#[derive(Debug)]
-struct CgroupCounters {
-    current: std::fs::File,
-    events: std::fs::File,
+impl CgroupParent {
+    /// The file a process writes `0` to to join a cgroup of this
+    /// hierarchy: `tasks` on v1, which moves the writing thread alone and
+    /// so waits for no RCU grace period (the child is single-threaded
+    /// then), `cgroup.procs` on v2.
+    fn join_file(&self) -> &'static str {
+        if self.v2 {
+            "cgroup.procs"
+        } else {
+            "tasks"
+        }
+    }
 }
 
-/// Bytes read from a counter file at most: `pids.current` is one number,
-/// `pids.events` one line (`max N`); a longer text is cut, not grown.
-const COUNTER_READ_MAX: usize = 128;
+/// Why a run cgroup could not be made (the run then falls back to the
+/// rlimits, and says so in the log).
+#[derive(Debug, thiserror::Error)]
+enum CgroupError {
+    #[error("cannot make {dir}: {error}")]
+    Make { dir: PathBuf, error: std::io::Error },
+    #[error("cannot write {file}: {error}")]
+    Write {
+        file: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("the path {0} holds a NUL byte")]
+    Nul(PathBuf),
+}
 
-impl CgroupCounters {
-    fn open(dir: &Path) -> Option<CgroupCounters> {
-        Some(CgroupCounters {
-            current: std::fs::File::open(dir.join("pids.current")).ok()?,
-            events: std::fs::File::open(dir.join("pids.events")).ok()?,
-        })
-    }
+/// The cgroups one run made for itself, removed by [`Enforcer::finish`].
+#[derive(Debug, Default)]
+struct RunCgroups {
+    /// The directories made (one per hierarchy: a v2 cgroup holds both
+    /// controllers).
+    dirs: Vec<PathBuf>,
+    /// What the child writes `0` to, one per directory.
+    joins: Vec<std::ffi::CString>,
+    /// `pids.events`, when the process limit is a cgroup's.
+    pids_events: Option<std::fs::File>,
+    /// `memory.oom_control` (v1) or `memory.events` (v2), when the memory
+    /// limit is a cgroup's.
+    memory_events: Option<std::fs::File>,
+}
 
-    /// The file's text from its start, read again (a cgroup file renders
-    /// its value afresh at offset 0), at most [`COUNTER_READ_MAX`] bytes.
-    fn read<'b>(file: &std::fs::File, buf: &'b mut [u8; COUNTER_READ_MAX]) -> Option<&'b str> {
-        use std::os::unix::fs::FileExt;
-        let n = file.read_at(buf, 0).ok()?;
-        std::str::from_utf8(&buf[..n]).ok()
-    }
+/// Bytes read from a cgroup's event file at most: a few `key N` lines; a
+/// longer text is cut, not grown.
+const EVENTS_READ_MAX: usize = 512;
 
-    /// Processes in the cgroup now (`pids.current`).
-    fn current(&self) -> Option<u64> {
-        let mut buf = [0u8; COUNTER_READ_MAX];
-        Self::read(&self.current, &mut buf)?.trim().parse().ok()
-    }
-
-    /// Forks refused for `pids.max` since the cgroup was made (`max N` in
-    /// `pids.events`).
-    fn refused(&self) -> u64 {
-        let mut buf = [0u8; COUNTER_READ_MAX];
-        Self::read(&self.events, &mut buf)
-            .and_then(|t| {
-                t.lines()
-                    .find_map(|l| l.strip_prefix("max ").and_then(|n| n.trim().parse().ok()))
+/// `N` of the line `key N` in a cgroup's event file, read afresh (a
+/// cgroup file renders its value anew at offset 0).
+fn event_count(file: &std::fs::File, key: &str) -> u64 {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; EVENTS_READ_MAX];
+    let Ok(n) = file.read_at(&mut buf, 0) else {
+        return 0;
+    };
+    std::str::from_utf8(&buf[..n])
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix(key)
+                    .and_then(|rest| rest.strip_prefix(' '))
+                    .and_then(|n| n.trim().parse().ok())
             })
-            .unwrap_or(0)
-    }
+        })
+        .unwrap_or(0)
 }
 
-/// Most empty run cgroups kept for reuse, those made ahead included.
-pub const CGROUP_POOL: usize = 8;
-
-/// How many run cgroups the keeper thread keeps ready ahead of the runs
-/// (made, `pids.max` written, the resident thread joined): a run takes
-/// one and never pays the `mkdir` and the join (an RCU grace period) on
-/// its path. Needed because a cgroup a bwrap run used settles slowly:
-/// the sandbox's last process is a zombie reaped by the host's init,
-/// which took 1.1–1.8 s here (`pids.current` stays at 1 meanwhile), so
-/// back-to-back runs find no settled cgroup to reuse.
-pub const CGROUP_READY: usize = 4;
-
-/// Empty run cgroups, ready for the next run (at most [`CGROUP_POOL`]).
-static POOL: std::sync::Mutex<Vec<RunCgroup>> = std::sync::Mutex::new(Vec::new());
-/// Wakes the keeper thread when a run took a cgroup from [`POOL`].
-static POOL_TAKEN: std::sync::Condvar = std::sync::Condvar::new();
-/// The limit the last run asked for: the keeper writes it into the
-/// cgroups it makes, so that the next run need not.
-static LAST_MAX: AtomicU64 = AtomicU64::new(u64::MAX);
-/// Run cgroups made, and of those made by a run on its own path (the pool
-/// was empty).
+/// Run cgroups made by this process so far (for benchmarks and tests).
 static MADE: AtomicU64 = AtomicU64::new(0);
-static MADE_ON_PATH: AtomicU64 = AtomicU64::new(0);
-/// Set by [`remove_run_cgroups`]: the keeper makes no more cgroups.
-static STOPPING: AtomicBool = AtomicBool::new(false);
-/// Held by the keeper while it makes a cgroup, so that
-/// [`remove_run_cgroups`] can wait for one being made (it then lands in
-/// the pool, which the removal empties) instead of missing it.
-static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// How long [`remove_run_cgroups`] may take at exit: long enough for the
-/// made-ahead cgroups, which empty as soon as their resident threads end,
-/// and short enough that a person never waits on it. A cgroup a run used
-/// right before the exit stays busy until the host reaps the sandbox's
-/// last process, which can take seconds: it is left for the next daemon
-/// to remove ([`remove_stale_cgroups`]), never waited for.
-pub const EXIT_CLEANUP_WITHIN: Duration = Duration::from_millis(20);
+/// Run cgroups made by this process so far (for benchmarks and tests).
+pub fn run_cgroups_made() -> u64 {
+    MADE.load(Ordering::Relaxed)
+}
 
-/// The longest wait between two tries to remove a run cgroup that is
-/// still busy (at exit, after a run, or discarded): the tries back off
-/// from 1 ms to this, so a cgroup that stays busy for seconds (the host
-/// reaps the sandbox's last process late) costs a few `rmdir`s a second,
-/// not a storm.
-pub const REMOVAL_RETRY_MAX: Duration = Duration::from_millis(200);
+/// How many times a run cgroup still busy after its run is tried again in
+/// the background, waiting 50 ms, then twice as long each time (about
+/// 13 s in all): the sandbox's last process is reaped by the host's init
+/// a moment after bwrap ends. Bounded, so a cgroup that stays busy costs a
+/// handful of `rmdir`s; what is left then, or at exit, is removed by the
+/// next daemon that makes a run cgroup ([`remove_stale_cgroups`]).
+pub const REMOVAL_TRIES: u32 = 8;
 
-/// `rmdir` of run cgroups tried so far, and how many of those failed
-/// (busy, `EBUSY`). For benchmarks and tests: the retries stay bounded.
-static RMDIR_TRIED: AtomicU64 = AtomicU64::new(0);
-static RMDIR_FAILED: AtomicU64 = AtomicU64::new(0);
-
-/// Remove the run cgroup `dir`; whether it is gone now. Counted.
-fn remove_run_cgroup_dir(dir: &Path) -> bool {
-    RMDIR_TRIED.fetch_add(1, Ordering::Relaxed);
-    let removed = std::fs::remove_dir(dir).is_ok();
-    if !removed {
-        RMDIR_FAILED.fetch_add(1, Ordering::Relaxed);
+impl RunCgroups {
+    /// The cgroups a run with `processes` and `memory` limits needs on this
+    /// host; a controller that offers none here, or whose cgroup cannot be
+    /// made, is left out (the caller falls back to rlimits).
+    fn make(processes: Option<u64>, memory: Option<u64>) -> RunCgroups {
+        let pids = processes.and_then(|n| pids_parent().map(|p| (p, n)));
+        let mem = memory.and_then(|n| memory_parent().map(|p| (p, n)));
+        if pids.is_none() && mem.is_none() {
+            return RunCgroups::default();
+        }
+        reap_stale_once();
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "passepartout-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut made = RunCgroups::default();
+        let shared = matches!((&pids, &mem), (Some((p, _)), Some((m, _))) if p == m);
+        if let Some((parent, n)) = &pids {
+            let memory_too = shared.then(|| mem.as_ref().map(|(_, m)| *m)).flatten();
+            if let Err(e) = made.add(parent, &name, Some(*n), memory_too) {
+                tracing::warn!("no pids cgroup for this run: {e}");
+            }
+        }
+        if let (Some((parent, n)), false) = (&mem, shared) {
+            if let Err(e) = made.add(parent, &name, None, Some(*n)) {
+                tracing::warn!("no memory cgroup for this run: {e}");
+            }
+        }
+        made
     }
-    removed
-}
 
-/// `rmdir`s of run cgroups tried by this process so far, and how many
-/// failed because the cgroup was still busy. For benchmarks and tests.
-pub fn run_cgroup_removals() -> (u64, u64) {
-    (
-        RMDIR_TRIED.load(Ordering::Relaxed),
-        RMDIR_FAILED.load(Ordering::Relaxed),
-    )
-}
-
-/// Run cgroups made by this process so far: (all, made by a run on its
-/// path because none was ready). For benchmarks and tests.
-pub fn run_cgroups_made() -> (u64, u64) {
-    (
-        MADE.load(Ordering::Relaxed),
-        MADE_ON_PATH.load(Ordering::Relaxed),
-    )
-}
-
-/// Lock the pool; a poisoned lock still holds a valid list.
-fn pool() -> std::sync::MutexGuard<'static, Vec<RunCgroup>> {
-    POOL.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Start making run cgroups ahead, because runs are coming: the keeper
-/// thread starts (once per process) where runs take a pids cgroup, and
-/// first removes the run cgroups that daemons gone meanwhile left. Called
-/// as the sandbox makes its trial run (before the first shell action),
-/// and by a run that finds the keeper not started; not at start-up, so
-/// that a daemon that never runs a command makes none.
-pub fn prepare_runs() {
-    if userns_nproc_binds() {
-        return;
+    /// Make `parent/name` with the limits given, and remember it; on an
+    /// error nothing is left behind.
+    fn add(
+        &mut self,
+        parent: &CgroupParent,
+        name: &str,
+        processes: Option<u64>,
+        memory: Option<u64>,
+    ) -> Result<(), CgroupError> {
+        let dir = parent.dir.join(name);
+        std::fs::create_dir(&dir).map_err(|error| CgroupError::Make {
+            dir: dir.clone(),
+            error,
+        })?;
+        MADE.fetch_add(1, Ordering::Relaxed);
+        let set_up = || -> Result<(Option<std::fs::File>, Option<std::fs::File>), CgroupError> {
+            let write = |file: &str, value: &str| {
+                let file = dir.join(file);
+                std::fs::write(&file, value).map_err(|error| CgroupError::Write { file, error })
+            };
+            let open = |file: &str| {
+                let file = dir.join(file);
+                std::fs::File::open(&file).map_err(|error| CgroupError::Write { file, error })
+            };
+            let mut pids_events = None;
+            if let Some(n) = processes {
+                write("pids.max", &n.to_string())?;
+                pids_events = Some(open("pids.events")?);
+            }
+            let mut memory_events = None;
+            if let Some(n) = memory {
+                let n = n.to_string();
+                if parent.v2 {
+                    write("memory.max", &n)?;
+                    // No swap past the limit, and the whole command goes
+                    // at once when the kernel must kill (where offered).
+                    let _ = write("memory.swap.max", "0");
+                    let _ = write("memory.oom.group", "1");
+                    memory_events = Some(open("memory.events")?);
+                } else {
+                    write("memory.limit_in_bytes", &n)?;
+                    // Memory and swap together (present with swap
+                    // accounting only); must follow the memory limit.
+                    if dir.join("memory.memsw.limit_in_bytes").exists() {
+                        write("memory.memsw.limit_in_bytes", &n)?;
+                    }
+                    memory_events = Some(open("memory.oom_control")?);
+                }
+            }
+            Ok((pids_events, memory_events))
+        };
+        let (pids_events, memory_events) = match set_up() {
+            Ok(files) => files,
+            Err(e) => {
+                let _ = std::fs::remove_dir(&dir);
+                return Err(e);
+            }
+        };
+        let join = dir.join(parent.join_file());
+        let Ok(join) = std::ffi::CString::new(join.into_os_string().into_encoded_bytes()) else {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(CgroupError::Nul(dir));
+        };
+        self.pids_events = self.pids_events.take().or(pids_events);
+        self.memory_events = self.memory_events.take().or(memory_events);
+        self.dirs.push(dir);
+        self.joins.push(join);
+        Ok(())
     }
-    if let Some(parent) = pids_parent() {
-        start_keeper(parent);
+
+    /// Forks refused for `pids.max` in this run.
+    fn refused_forks(&self) -> u64 {
+        self.pids_events
+            .as_ref()
+            .map_or(0, |f| event_count(f, "max"))
+    }
+
+    /// Processes the kernel killed for the memory limit in this run.
+    fn oom_kills(&self) -> u64 {
+        self.memory_events
+            .as_ref()
+            .map_or(0, |f| event_count(f, "oom_kill"))
+    }
+
+    /// Remove the directories; those still busy are tried again in the
+    /// background ([`REMOVAL_TRIES`]), never waited for.
+    fn remove(self) {
+        let busy: Vec<PathBuf> = self
+            .dirs
+            .into_iter()
+            .filter(|d| std::fs::remove_dir(d).is_err() && d.exists())
+            .collect();
+        if busy.is_empty() {
+            return;
+        }
+        let retry = async move {
+            let mut busy = busy;
+            let mut wait = Duration::from_millis(50);
+            for _ in 0..REMOVAL_TRIES {
+                tokio::time::sleep(wait).await;
+                busy.retain(|d| std::fs::remove_dir(d).is_err() && d.exists());
+                if busy.is_empty() {
+                    return;
+                }
+                wait *= 2;
+            }
+            tracing::debug!(
+                left = busy.len(),
+                "run cgroups still busy are left for the next daemon to remove"
+            );
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(retry)),
+            Err(_) => tracing::debug!("run cgroups still busy are left for the next daemon"),
+        }
     }
 }
 
-/// A run with a process limit is about to start (the shell actuator says
-/// so before it takes the control surface's snapshot): the resident thread
-/// of the run cgroup that run will take is woken now, and spins for the
-/// spawn (at most [`RESIDENT_SPIN`]) instead of being woken by it, so the
-/// wake-up on the other core overlaps the caller's own set-up. Nothing
-/// happens where runs take no resident thread (a user namespace, cgroup
-/// v2, no cgroup ready).
-pub fn run_coming() {
-    let next = pool()
-        .last()
-        .and_then(|cg| cg.resident.as_ref())
-        .map(|r| std::sync::Arc::clone(&r.hand));
-    if let Some(hand) = next {
-        hand.expect();
+/// From `/proc/self/cgroup` and `/proc/self/mountinfo`, the directory where
+/// this process can make run cgroups with `controller` (`pids`, `memory`),
+/// found and tried (a cgroup made and removed) once per controller.
+fn writable_parent(controller: &'static str) -> Option<CgroupParent> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let dir = find_parent(controller, &own, mountinfo()?)?;
+    let v2 = dir.join("cgroup.controllers").exists();
+    let probe = dir.join(format!("passepartout-{}-probe", std::process::id()));
+    std::fs::create_dir(&probe).ok()?;
+    let limit_file = match (controller, v2) {
+        ("memory", false) => "memory.limit_in_bytes",
+        ("memory", true) => "memory.max",
+        _ => "pids.max",
+    };
+    let writable = std::fs::write(probe.join(limit_file), "max").is_ok()
+        || std::fs::write(probe.join(limit_file), "-1").is_ok();
+    let _ = std::fs::remove_dir(&probe);
+    writable.then_some(CgroupParent { dir, v2 })
+}
+
+/// Where run cgroups with a pids controller are made here, if anywhere.
+fn pids_parent() -> Option<CgroupParent> {
+    static FOUND: OnceLock<Option<CgroupParent>> = OnceLock::new();
+    FOUND.get_or_init(|| writable_parent("pids")).clone()
+}
+
+/// Where run cgroups with a memory controller are made here, if anywhere.
+fn memory_parent() -> Option<CgroupParent> {
+    static FOUND: OnceLock<Option<CgroupParent>> = OnceLock::new();
+    FOUND.get_or_init(|| writable_parent("memory")).clone()
+}
+
+/// How the memory limit is enforced on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemoryLimit {
+    /// A memory cgroup per run under this directory: the command's
+    /// processes together.
+    Cgroup { parent: PathBuf, v2: bool },
+    /// RLIMIT_AS per process only: N processes may together hold N times
+    /// the limit.
+    PerProcess,
+}
+
+/// How this host enforces the memory limit (found once).
+pub fn memory_limit() -> MemoryLimit {
+    match memory_parent() {
+        Some(p) => MemoryLimit::Cgroup {
+            parent: p.dir,
+            v2: p.v2,
+        },
+        None => MemoryLimit::PerProcess,
     }
 }
 
-/// Whether the keeper thread was started ([`prepare_runs`]).
-pub fn keeper_started() -> bool {
-    KEEPER.get().is_some()
-}
-
-static KEEPER: OnceLock<()> = OnceLock::new();
-
-fn start_keeper(parent: PathBuf) {
-    KEEPER.get_or_init(|| {
-        let keeper = std::thread::Builder::new()
-            .name("cgroup-keeper".into())
-            .spawn(move || {
-                remove_stale_cgroups(&parent);
-                keep_ready(parent);
-            });
-        if let Err(e) = keeper {
-            tracing::debug!("no run cgroups made ahead: {e}");
+/// Remove, once per process and before its first run cgroup, the run
+/// cgroups of daemons that are gone: left because they were busy when
+/// their run ended and the daemon exited, or the daemon was killed.
+fn reap_stale_once() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        for parent in [pids_parent(), memory_parent()].into_iter().flatten() {
+            remove_stale_cgroups(&parent.dir);
         }
     });
 }
 
-/// Lock [`MAKING`]; a poisoned lock guards nothing that could be broken.
-fn making() -> std::sync::MutexGuard<'static, ()> {
-    MAKING
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// The keeper: keeps [`CGROUP_READY`] run cgroups in the pool, made off
-/// the runs' path, and never more than [`CGROUP_POOL`] in it. Runs until
-/// [`remove_run_cgroups`] stops it (at exit).
-fn keep_ready(parent: PathBuf) {
-    let mut ready = pool();
-    loop {
-        while ready.len() >= CGROUP_READY && !STOPPING.load(Ordering::Relaxed) {
-            ready = POOL_TAKEN
-                .wait(ready)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-        }
-        drop(ready);
-        let made = {
-            let _making = making();
-            if STOPPING.load(Ordering::Relaxed) {
-                return;
-            }
-            RunCgroup::create_in(&parent, LAST_MAX.load(Ordering::Relaxed))
+/// At exit: one try to remove each of this process's run cgroups, without
+/// waiting for any; the number still there is returned (busy ones are the
+/// next daemon's to remove). Nothing to do when this process made none.
+pub fn remove_run_cgroups() -> usize {
+    if MADE.load(Ordering::Relaxed) == 0 {
+        return 0;
+    }
+    let prefix = format!("passepartout-{}-", std::process::id());
+    let mut left = 0;
+    for parent in [pids_parent(), memory_parent()].into_iter().flatten() {
+        let Ok(entries) = std::fs::read_dir(&parent.dir) else {
+            continue;
         };
-        ready = pool();
-        match made {
-            Some(cg) if ready.len() < CGROUP_POOL => ready.push(cg),
-            // Settled cgroups came back meanwhile and filled the pool.
-            Some(cg) => {
-                drop(ready);
-                cg.discard();
-                ready = pool();
-            }
-            None => {
-                // Cannot make one now (a limit on cgroups?): runs make
-                // their own meanwhile; try again later, not in a loop.
-                tracing::debug!("the keeper could not make a run cgroup ahead");
-                ready = POOL_TAKEN
-                    .wait_timeout(ready, Duration::from_secs(1))
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .0;
+        for e in entries.filter_map(Result::ok) {
+            if e.file_name().to_string_lossy().starts_with(&prefix)
+                && std::fs::remove_dir(e.path()).is_err()
+                && e.path().exists()
+            {
+                left += 1;
             }
         }
     }
+    if left > 0 {
+        tracing::debug!(
+            left,
+            "run cgroups still busy at exit are left for the next daemon"
+        );
+    }
+    left
 }
+
+/// Remove the run cgroups of daemons that are gone (`passepartout-<pid>-…`
+/// where no process `pid` runs): those busy at their daemon's exit, and
+/// all of a daemon that was killed. One still busy stays (EBUSY).
+fn remove_stale_cgroups(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("passepartout-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
+}
+
+// ---------------------------------------------------------------------
+// The disk the command writes to
+// ---------------------------------------------------------------------
+
+/// Most entries one look at a writable tree walks (at the run's start and
+/// at each sample): a tree larger than this (a project with its build
+/// output) is measured by its file system's free space instead.
+pub const DISK_WALK_MAX_ENTRIES: usize = 20_000;
+
+/// Most processes of a run whose open files one sample looks at (for
+/// files deleted while held open).
+pub const DISK_OPEN_FILES_MAX_PROCESSES: usize = 512;
+
+/// What a run can write to, on the host and in its own mount namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Writable {
+    /// Host directories whose growth the run causes: the overlay's upper
+    /// layer, the session's `/tmp`, each writable bind's source.
+    pub trees: Vec<PathBuf>,
+    /// Paths inside the sandbox where a tmpfs of the run's own is mounted
+    /// (`HOME`, a private `/tmp`): everything in it is the run's.
+    pub private_mounts: Vec<PathBuf>,
+}
+
+#[derive(Debug)]
+struct Tree {
+    root: PathBuf,
+    /// Its file system (`st_dev`): the walk does not cross into another.
+    dev: u64,
+    /// Blocks allocated under it at the start; None when it was too large
+    /// to walk.
+    walked: Option<u64>,
+    /// Its file system's free bytes at the start: measured by their drop
+    /// when the tree cannot be walked (or grows too large to be).
+    free_before: u64,
+}
+
+/// The run's writable layers, measured at its start.
+#[derive(Debug)]
+pub struct DiskLayers {
+    trees: Vec<Tree>,
+    private_mounts: Vec<PathBuf>,
+}
+
+/// Blocks allocated under `root`, on its file system only, over at most
+/// `max` entries; `None` when there were more.
+fn tree_bytes(root: &Path, dev: u64, max: usize) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0u64;
+    let mut looked = 0usize;
+    let mut queue = vec![root.to_path_buf()];
+    while let Some(d) = queue.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.filter_map(Result::ok) {
+            looked += 1;
+            if looked > max {
+                return None;
+            }
+            let Ok(meta) = e.path().symlink_metadata() else {
+                continue;
+            };
+            total = total.saturating_add(meta.blocks().saturating_mul(512));
+            if meta.is_dir() && meta.dev() == dev {
+                queue.push(e.path());
+            }
+        }
+    }
+    Some(total)
+}
+
+/// Bytes in use on the file system holding `path`.
+fn used_bytes(path: &Path) -> Option<u64> {
+    let st = rustix::fs::statvfs(path).ok()?;
+    Some(
+        st.f_blocks
+            .saturating_sub(st.f_bfree)
+            .saturating_mul(st.f_frsize),
+    )
+}
+
+/// Bytes available to unprivileged users on the file system holding `path`.
+fn free_bytes(path: &Path) -> Option<u64> {
+    let st = rustix::fs::statvfs(path).ok()?;
+    Some(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
+impl DiskLayers {
+    /// Measure `writable` now, as the run starts. A tree nested in another
+    /// one (a bind inside the project) is counted once, with the outer.
+    pub fn at_start(writable: &Writable) -> DiskLayers {
+        use std::os::unix::fs::MetadataExt;
+        let mut roots: Vec<PathBuf> = writable.trees.clone();
+        roots.sort();
+        roots.dedup();
+        let outer: Vec<PathBuf> = roots
+            .iter()
+            .filter(|r| !roots.iter().any(|o| o != *r && r.starts_with(o)))
+            .cloned()
+            .collect();
+        let trees = outer
+            .into_iter()
+            .filter_map(|root| {
+                let dev = std::fs::metadata(&root).ok()?.dev();
+                Some(Tree {
+                    walked: tree_bytes(&root, dev, DISK_WALK_MAX_ENTRIES),
+                    free_before: free_bytes(&root)?,
+                    root,
+                    dev,
+                })
+            })
+            .collect();
+        DiskLayers {
+            trees,
+            private_mounts: writable.private_mounts.clone(),
+        }
+    }
+
+    /// Bytes the run has written so far: the growth of each tree, what its
+    /// own tmpfs mounts hold, and the files it deleted but holds open on
+    /// those file systems. `run` is the pid of the run's first process.
+    pub fn written(&self, run: Option<u32>) -> u64 {
+        let mut total = 0u64;
+        let mut devs: Vec<u64> = Vec::new();
+        for t in &self.trees {
+            devs.push(t.dev);
+            let walked = t.walked.and_then(|before| {
+                Some((before, tree_bytes(&t.root, t.dev, DISK_WALK_MAX_ENTRIES)?))
+            });
+            let grew = match walked {
+                Some((before, now)) => now.saturating_sub(before),
+                // Too large to walk: what its file system lost, which
+                // counts other programs' writes too (the safe side).
+                None => free_bytes(&t.root).map_or(0, |now| t.free_before.saturating_sub(now)),
+            };
+            total = total.saturating_add(grew);
+        }
+        let tree = run.map(run_processes).unwrap_or_default();
+        for mount in &self.private_mounts {
+            if let Some((dev, used)) = private_mount_usage(&tree, mount) {
+                devs.push(dev);
+                total = total.saturating_add(used);
+            }
+        }
+        total.saturating_add(deleted_open_bytes(&tree, &devs))
+    }
+}
+
+/// The pids of `root` and of all its descendants, from `/proc`.
+fn run_processes(root: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = proc_stats()
+        .into_iter()
+        .map(|(pid, ppid, _)| (pid, ppid))
+        .collect();
+    let mut tree = vec![root];
+    let mut i = 0;
+    while i < tree.len() {
+        let p = tree[i];
+        tree.extend(parents.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    tree
+}
+
+/// Each process's (pid, parent, threads), from `/proc/*/stat`.
+fn proc_stats() -> Vec<(u32, u32, u64)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // After the command name, which may hold spaces and parentheses:
+            // state ppid pgrp session tty tpgid flags minflt cminflt majflt
+            // cmajflt utime stime cutime cstime priority nice num_threads.
+            let rest = &stat[stat.rfind(')')? + 1..];
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            Some((
+                pid,
+                fields.get(1)?.parse().ok()?,
+                fields.get(17)?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// The file system and bytes used of the tmpfs the run mounted at `mount`
+/// (a path inside its sandbox), seen through `/proc/<pid>/root` of one of
+/// its processes that is inside (bwrap's own first process is not);
+/// None before it is mounted.
+fn private_mount_usage(tree: &[u32], mount: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let rel = mount.strip_prefix("/").unwrap_or(mount);
+    let above = rel.parent().unwrap_or(Path::new(""));
+    tree.iter().skip(1).find_map(|pid| {
+        let root = PathBuf::from(format!("/proc/{pid}/root"));
+        let at = root.join(rel);
+        let dev = std::fs::metadata(&at).ok()?.dev();
+        // A mount of its own: another file system than the directory
+        // holding it.
+        if dev == std::fs::metadata(root.join(above)).ok()?.dev() {
+            return None;
+        }
+        Some((dev, used_bytes(&at)?))
+    })
+}
+
+/// Bytes of regular files on `devs` that the run's processes hold open
+/// after deleting them (no name left for a walk to find), over the first
+/// [`DISK_OPEN_FILES_MAX_PROCESSES`] processes.
+fn deleted_open_bytes(tree: &[u32], devs: &[u64]) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen: Vec<(u64, u64)> = Vec::new();
+    let mut total = 0u64;
+    for pid in tree.iter().take(DISK_OPEN_FILES_MAX_PROCESSES) {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for fd in fds.filter_map(Result::ok) {
+            // Follows the link to the open file itself, named or not.
+            let Ok(meta) = std::fs::metadata(fd.path()) else {
+                continue;
+            };
+            let key = (meta.dev(), meta.ino());
+            if meta.is_file() && meta.nlink() == 0 && devs.contains(&key.0) && !seen.contains(&key)
+            {
+                seen.push(key);
+                total = total.saturating_add(meta.blocks().saturating_mul(512));
+            }
+        }
+    }
+    total
+}
+
+// ---------------------------------------------------------------------
+// One run
+// ---------------------------------------------------------------------
 
 impl Enforcer {
-    /// Prepare `limits` for a run in `cwd`. Creates the run's cgroup when
-    /// one is available; [`Enforcer::finish`] removes it.
+    /// Prepare `limits` for a run in `cwd` that writes nowhere else.
     pub fn prepare(limits: &ResourceLimits, cwd: &Path) -> Enforcer {
-        Enforcer::prepare_writing(limits, &[cwd.to_path_buf()])
+        Enforcer::prepare_writing(
+            limits,
+            &Writable {
+                trees: vec![cwd.to_path_buf()],
+                private_mounts: vec![],
+            },
+        )
     }
 
-    /// [`Enforcer::prepare`] for a run that can write to each of `places`
-    /// (the working directory, an overlay's upper layer, the session's
-    /// `/tmp`, further writable binds): the disk limit watches every file
-    /// system among them, and counts what they lost together.
-    pub fn prepare_writing(limits: &ResourceLimits, places: &[PathBuf]) -> Enforcer {
+    /// Prepare `limits` for a run that can write to `writable`: makes the
+    /// run's cgroups where this host offers them ([`Enforcer::finish`]
+    /// removes them), and measures what it can write to, for `disk_write`.
+    pub fn prepare_writing(limits: &ResourceLimits, writable: &Writable) -> Enforcer {
         let mut rlimits = vec![(Resource::Core, 0)];
-        if let Some(n) = limits.memory {
-            rlimits.push((Resource::As, n));
-        }
         if let Some(n) = limits.file_size {
             rlimits.push((Resource::Fsize, n));
         }
@@ -494,22 +851,26 @@ impl Enforcer {
         if let Some(n) = limits.open_files {
             rlimits.push((Resource::Nofile, n));
         }
-        let mut cgroup = None;
         let mut userns = None;
+        let mut pids_in_cgroup = None;
         if let Some(n) = limits.processes {
             if userns_nproc_binds() {
                 userns = Some(UserNamespaceMaps::own());
                 rlimits.push((Resource::Nproc, n));
             } else {
-                cgroup = RunCgroup::take(n);
+                pids_in_cgroup = Some(n);
             }
-            if cgroup.is_none() && userns.is_none() {
-                if rustix::process::getuid().is_root() {
-                    warn_once();
-                } else {
-                    rlimits.push((Resource::Nproc, own_process_count().saturating_add(n)));
-                }
+        }
+        let cgroups = RunCgroups::make(pids_in_cgroup, limits.memory);
+        if let (Some(n), None) = (pids_in_cgroup, &cgroups.pids_events) {
+            if rustix::process::getuid().is_root() {
+                warn_once();
+            } else {
+                rlimits.push((Resource::Nproc, own_process_count().saturating_add(n)));
             }
+        }
+        if let (Some(n), None) = (limits.memory, &cgroups.memory_events) {
+            rlimits.push((Resource::As, n));
         }
         // Never raise a hard limit (EPERM for an unprivileged user). CPU
         // gets a second of grace above the soft limit: SIGXCPU at the soft
@@ -523,14 +884,13 @@ impl Enforcer {
                 (res, want.min(hard), want.saturating_add(grace).min(hard))
             })
             .collect();
-        let disk = match limits.disk_write {
-            Some(_) => file_systems(places),
-            None => Vec::new(),
-        };
+        let disk = limits
+            .disk_write
+            .map(|_| Arc::new(DiskLayers::at_start(writable)));
         Enforcer {
             limits: *limits,
             rlimits,
-            cgroup,
+            cgroups: (!cgroups.dirs.is_empty()).then_some(cgroups),
             userns,
             disk,
         }
@@ -542,9 +902,17 @@ impl Enforcer {
         self.userns.is_some()
     }
 
+    /// Whether the memory limit holds for the whole command (a memory
+    /// cgroup of the run's own), rather than per process.
+    pub fn memory_is_whole_command(&self) -> bool {
+        self.cgroups
+            .as_ref()
+            .is_some_and(|c| c.memory_events.is_some())
+    }
+
     /// Add the limits to the child's steps: the user namespace first (so
     /// that RLIMIT_NPROC counts in it), then the rlimits, then the join of
-    /// the run's cgroup when no resident thread lives there.
+    /// the run's cgroups.
     pub fn install(&self, cmd: &mut super::spawn::Command) {
         if let Some(maps) = &self.userns {
             cmd.step(maps.step());
@@ -556,49 +924,23 @@ impl Enforcer {
                 hard,
             });
         }
-        // A child cloned by the cgroup's resident thread starts in it.
-        if let Some(cg) = self.cgroup.as_ref().filter(|c| c.resident.is_none()) {
-            cmd.step(Step::JoinCgroup {
-                procs: cg.procs.clone(),
-            });
+        for file in self.cgroups.iter().flat_map(|c| &c.joins) {
+            cmd.step(Step::JoinCgroup { file: file.clone() });
         }
     }
 
-    /// Start `cmd` (prepared with [`Enforcer::install`]): from the run
-    /// cgroup's resident thread when it has one, so that the child starts
-    /// in the cgroup, else from this thread.
+    /// Start `cmd` (prepared with [`Enforcer::install`]).
     pub async fn spawn(&self, cmd: super::spawn::Command) -> Result<RawChild, SpawnError> {
-        let Some(resident) = self.cgroup.as_ref().and_then(|c| c.resident.as_ref()) else {
-            let spawned = cmd.spawn();
-            if self.cgroup.is_some() {
-                POOL_TAKEN.notify_one();
-            }
-            return spawned;
-        };
-        let (sender, spawned) = tokio::sync::oneshot::channel();
-        let job: SpawnJob = Box::new(move || {
-            super::spawn::timeline::mark("resident woke");
-            // A caller gone meanwhile drops the child, which kills it.
-            let _ = sender.send(cmd.spawn());
-            // The child runs: the keeper makes the next run's cgroup while
-            // the caller waits for it.
-            POOL_TAKEN.notify_one();
-        });
-        let gone = || SpawnError {
-            during: Some("handing the spawn to the run cgroup's thread".into()),
-            error: std::io::Error::other("the thread is gone"),
-        };
-        resident.hand.hand_over(job).map_err(|_| gone())?;
-        spawned.await.map_err(|_| gone())?
+        cmd.spawn()
     }
 
     /// A limit the running command has reached, if any (called every
-    /// [`WATCH_EVERY`] while `child`, the process spawned, runs).
-    pub fn check(&self, child: Option<u32>) -> Option<LimitHit> {
-        if let (Some(cg), Some(n)) = (&self.cgroup, self.limits.processes) {
-            if cg.limit_events() > 0 {
-                return Some(LimitHit::Processes(n));
-            }
+    /// [`WATCH_EVERY`] while `child`, the process spawned, runs). The disk
+    /// is measured on a blocking thread: a walk must not hold up the
+    /// runtime's.
+    pub async fn check(&self, child: Option<u32>) -> Option<LimitHit> {
+        if let Some(hit) = self.cgroup_hit() {
+            return Some(hit);
         }
         if let (Some(_), Some(n), Some(root)) = (&self.userns, self.limits.processes, child) {
             // The kernel refuses the fork past n; a run holding n tasks is
@@ -607,14 +949,30 @@ impl Enforcer {
                 return Some(LimitHit::Processes(n));
             }
         }
-        if let Some(n) = self.limits.disk_write {
-            let taken: u64 = self
-                .disk
-                .iter()
-                .filter_map(|(path, before)| free_bytes(path).map(|now| before.saturating_sub(now)))
-                .fold(0, u64::saturating_add);
-            if taken > n {
+        if let (Some(disk), Some(n)) = (&self.disk, self.limits.disk_write) {
+            let disk = Arc::clone(disk);
+            let written = tokio::task::spawn_blocking(move || disk.written(child))
+                .await
+                .unwrap_or(0);
+            if written > n {
                 return Some(LimitHit::DiskWrite(n));
+            }
+        }
+        None
+    }
+
+    /// A limit the run's cgroups counted: a refused fork, a process killed
+    /// for the memory limit.
+    fn cgroup_hit(&self) -> Option<LimitHit> {
+        let cg = self.cgroups.as_ref()?;
+        if let Some(n) = self.limits.processes {
+            if cg.refused_forks() > 0 {
+                return Some(LimitHit::Processes(n));
+            }
+        }
+        if let Some(n) = self.limits.memory {
+            if cg.oom_kills() > 0 {
+                return Some(LimitHit::MemoryTotal(n));
             }
         }
         None
@@ -622,12 +980,13 @@ impl Enforcer {
 
     /// Whether a watchdog is needed at all.
     pub fn watches(&self) -> bool {
-        self.cgroup.is_some() || self.userns.is_some() || !self.disk.is_empty()
+        self.cgroups.is_some() || self.userns.is_some() || self.disk.is_some()
     }
 
-    /// The limit an ended run ran into, read from how it ended: the signal
-    /// or the shell's exit code for it (128 + signal), or the message the
-    /// shell printed for a child killed by it.
+    /// The limit an ended run ran into, read from its cgroups' counters
+    /// and from how it ended: the signal or the shell's exit code for it
+    /// (128 + signal), or the message the shell printed for a child killed
+    /// by it.
     pub fn recognise(
         &self,
         exit_code: Option<i32>,
@@ -647,17 +1006,15 @@ impl Enforcer {
                 return Some(LimitHit::Cpu(n));
             }
         }
-        if let (Some(cg), Some(n)) = (&self.cgroup, self.limits.processes) {
-            if cg.limit_events() > 0 {
-                return Some(LimitHit::Processes(n));
-            }
+        if let Some(hit) = self.cgroup_hit() {
+            return Some(hit);
         }
         if let (Some(_), Some(n)) = (&self.userns, self.limits.processes) {
             if exit_code != Some(0) && FORK_REFUSED.iter().any(|m| stderr.contains(m)) {
                 return Some(LimitHit::Processes(n));
             }
         }
-        if let Some(n) = self.limits.memory {
+        if let (Some(n), false) = (self.limits.memory, self.memory_is_whole_command()) {
             if exit_code != Some(0) && OUT_OF_MEMORY.iter().any(|m| stderr.contains(m)) {
                 return Some(LimitHit::Memory(n));
             }
@@ -665,444 +1022,21 @@ impl Enforcer {
         None
     }
 
-    /// Give the run's cgroup back to the pool once the run has left it
-    /// empty, else remove it once its processes are gone. The run's result
-    /// does not wait for that: right after bwrap exits, the kernel often
-    /// still counts the sandbox's last processes (its pid namespace is
-    /// torn down as bwrap ends; `rmdir` gave EBUSY 3 runs in 5 here), so a
-    /// cgroup that is not empty yet is watched off the caller's path, soon
-    /// at first and then less often, and pooled when it empties. (Removing
-    /// it at once instead left the pool empty after most bwrap runs, and
-    /// the next run paid for a fresh cgroup and its resident thread's
-    /// join: milliseconds.)
+    /// Remove the run's cgroups. The run's result does not wait for one
+    /// still busy: right after bwrap exits the kernel often still counts
+    /// the sandbox's last process, and such a cgroup is retried in the
+    /// background ([`REMOVAL_TRIES`]).
     pub async fn finish(self) {
-        let Some(cg) = self.cgroup else {
-            return;
-        };
-        // Told already when the child started; again in case no child
-        // did (a spawn that failed), so the pool does not stay short.
-        POOL_TAKEN.notify_one();
-        let mut removing = false;
-        let Some(cg) = cg.settle(&mut removing) else {
-            return;
-        };
-        let settle = async move {
-            let mut cg = cg;
-            let mut wait = Duration::from_millis(1);
-            let mut waited = Duration::ZERO;
-            while waited < Duration::from_secs(10) {
-                tokio::time::sleep(wait).await;
-                waited += wait;
-                match cg.settle(&mut removing) {
-                    None => return,
-                    Some(back) => cg = back,
-                }
-                wait = (wait * 2).min(REMOVAL_RETRY_MAX);
-            }
-            tracing::warn!(cgroup = %cg.dir.display(), "could not remove the run's cgroup");
-        };
-        tokio::spawn(settle);
-    }
-}
-
-impl RunCgroup {
-    /// Back to the pool once empty, or removed when the pool is full
-    /// (`removing` then stays set); the cgroup back while it is not done.
-    fn settle(mut self, removing: &mut bool) -> Option<RunCgroup> {
-        if !*removing {
-            if !self.is_empty() {
-                return Some(self);
-            }
-            self.refused_before = self.refused_total();
-            let mut pool = pool();
-            if pool.len() < CGROUP_POOL {
-                pool.push(self);
-                return None;
-            }
-            drop(pool);
-            *removing = true;
-            // A resident thread leaves the cgroup when it ends: tell it to.
-            self.resident = None;
-        }
-        if remove_run_cgroup_dir(&self.dir) {
-            return None;
-        }
-        Some(self)
-    }
-}
-
-impl RunCgroup {
-    /// An empty pids cgroup with `pids.max = max`: one from the pool, else
-    /// a fresh one; None when no pids hierarchy is writable here.
-    fn take(max: u64) -> Option<RunCgroup> {
-        LAST_MAX.store(max, Ordering::Relaxed);
-        // Runs are here: make the next ones ahead from now on.
-        start_keeper(pids_parent()?);
-        // The keeper is told once the run's child is started (see
-        // `Enforcer::spawn`), not here: woken now it would compete for a
-        // CPU with this run's own set-up.
-        let pooled = pool().pop();
-        if let Some(mut cg) = pooled {
-            if cg.max == max || cg.set_max(max) {
-                cg.max = max;
-                return Some(cg);
-            }
-            cg.discard();
-        }
-        let made = Self::create(max);
-        if made.is_some() {
-            MADE_ON_PATH.fetch_add(1, Ordering::Relaxed);
-        }
-        made
-    }
-
-    /// Remove a cgroup no run will use, off the caller's path: its resident
-    /// thread ends (which takes it out of the cgroup), and the directory is
-    /// removed once the kernel no longer counts it.
-    fn discard(mut self) {
-        self.resident = None;
-        if remove_run_cgroup_dir(&self.dir) {
-            return;
-        }
-        let removed = std::thread::Builder::new()
-            .name("cgroup-discard".into())
-            .spawn(move || {
-                let mut wait = Duration::from_millis(1);
-                let mut waited = Duration::ZERO;
-                while waited < Duration::from_secs(10) {
-                    std::thread::sleep(wait);
-                    waited += wait;
-                    if remove_run_cgroup_dir(&self.dir) {
-                        return;
-                    }
-                    wait = (wait * 2).min(REMOVAL_RETRY_MAX);
-                }
-                tracing::warn!(cgroup = %self.dir.display(), "could not remove a run cgroup");
-            });
-        if let Err(e) = removed {
-            tracing::debug!("a run cgroup is left for the next start to remove: {e}");
-        }
-    }
-
-    /// Write `pids.max` for a run limit of `max` processes (the resident
-    /// thread counts too); `u64::MAX` is no limit.
-    fn set_max(&self, max: u64) -> bool {
-        let value = match max {
-            u64::MAX => "max".to_string(),
-            n => n
-                .saturating_add(u64::from(self.resident.is_some()))
-                .to_string(),
-        };
-        std::fs::write(self.dir.join("pids.max"), value).is_ok()
-    }
-
-    /// Whether no process of a run is left in it (its resident thread
-    /// aside).
-    fn is_empty(&self) -> bool {
-        self.counters
-            .current()
-            .is_some_and(|n| n <= u64::from(self.resident.is_some()))
-    }
-
-    /// A fresh pids cgroup with `pids.max = max`.
-    fn create(max: u64) -> Option<RunCgroup> {
-        Self::create_in(&pids_parent()?, max)
-    }
-
-    /// A fresh pids cgroup under `parent` (`u64::MAX`: no `pids.max`).
-    /// Whether run cgroups can be made in `parent`: one is made (with its
-    /// `pids.max` written) and removed again.
-    fn writable_in(parent: &Path) -> bool {
-        let dir = parent.join(format!("passepartout-{}-probe", std::process::id()));
-        if std::fs::create_dir(&dir).is_err() {
-            return false;
-        }
-        let writable = std::fs::write(dir.join("pids.max"), "max").is_ok();
-        let _ = std::fs::remove_dir(&dir);
-        writable
-    }
-
-    fn create_in(parent: &Path, max: u64) -> Option<RunCgroup> {
-        static SEQ: AtomicU64 = AtomicU64::new(0);
-        let name = format!(
-            "passepartout-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        );
-        let dir = parent.join(name);
-        std::fs::create_dir(&dir).ok()?;
-        MADE.fetch_add(1, Ordering::Relaxed);
-        let procs = std::ffi::CString::new(
-            dir.join("cgroup.procs")
-                .into_os_string()
-                .into_encoded_bytes(),
-        )
-        .ok();
-        let (Some(procs), Some(counters)) = (procs, CgroupCounters::open(&dir)) else {
-            let _ = std::fs::remove_dir(&dir);
-            return None;
-        };
-        // `pids.max` binds forks, not moves: set it, let the thread join,
-        // then count the thread in.
-        let mut cg = RunCgroup {
-            resident: None,
-            dir,
-            procs,
-            max,
-            refused_before: 0,
-            counters,
-        };
-        if !cg.set_max(max) {
-            let _ = std::fs::remove_dir(&cg.dir);
-            return None;
-        }
-        cg.resident = Resident::start(&cg.dir);
-        if !cg.set_max(max) {
-            cg.resident = None;
-            let _ = std::fs::remove_dir(&cg.dir);
-            return None;
-        }
-        Some(cg)
-    }
-
-    /// How many times a fork was refused for `pids.max` in this run.
-    fn limit_events(&self) -> u64 {
-        self.refused_total().saturating_sub(self.refused_before)
-    }
-
-    /// How many times a fork was refused for `pids.max` since the cgroup
-    /// was made (`max N` in `pids.events`).
-    fn refused_total(&self) -> u64 {
-        self.counters.refused()
-    }
-}
-
-/// Work for a resident thread: spawn one child.
-type SpawnJob = Box<dyn FnOnce() + Send>;
-
-/// How long a resident thread spins for a spawn it was told is coming
-/// ([`run_coming`]) before it sleeps again. Waking a sleeping thread on
-/// the other core took most of the hop here (a halted vCPU woken by an
-/// IPI); a thread woken while the caller takes the control surface's
-/// snapshot and builds the argument list is running when the spawn is
-/// handed over. Bounded so that a run that never comes costs at most this
-/// much of a core, and the spin yields the core at every turn, so a busy
-/// host's other work runs first.
-pub const RESIDENT_SPIN: Duration = Duration::from_millis(1);
-
-/// A thread of the daemon living in a run cgroup: cgroup v1 moves single
-/// threads (`tasks`), and a child starts in the cgroup of the thread that
-/// clones it, so the run's child is in its cgroup without being moved.
-/// Dropping it ends the thread, which leaves the cgroup.
-#[derive(Debug)]
-struct Resident {
-    hand: std::sync::Arc<Hand>,
-    /// The thread, for [`Resident::end`] to wait for it.
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-/// Where a spawn is handed to a resident thread.
-struct Hand {
-    slot: std::sync::Mutex<Slot>,
-    /// Rung when a job is handed over, a spawn is coming, or the thread
-    /// is to end.
-    ring: std::sync::Condvar,
-    /// A job waits in `slot` (what the spinning thread watches, lock-free).
-    handed: AtomicBool,
-    /// Until when (ns after [`spin_clock`]'s start) the thread spins for a
-    /// job instead of sleeping.
-    spin_until: AtomicU64,
-    /// How many times the thread woke from its wait (for tests: a sampled
-    /// thread state, or a spin window, can be missed on a busy host; a
-    /// wake-up cannot).
-    wakes: AtomicUsize,
-}
-
-impl std::fmt::Debug for Hand {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hand")
-            .field("handed", &self.handed)
-            .finish_non_exhaustive()
-    }
-}
-
-#[derive(Default)]
-struct Slot {
-    job: Option<SpawnJob>,
-    /// The [`Resident`] was dropped: the thread ends.
-    closed: bool,
-}
-
-/// Nanoseconds since the first call, for [`Hand::spin_until`].
-fn spin_clock() -> u64 {
-    static START: OnceLock<std::time::Instant> = OnceLock::new();
-    let start = START.get_or_init(std::time::Instant::now);
-    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
-}
-
-impl Hand {
-    fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
-        self.slot
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// A spawn is coming: spin for it until [`RESIDENT_SPIN`] from now.
-    fn expect(&self) {
-        let until = spin_clock().saturating_add(RESIDENT_SPIN.as_nanos() as u64);
-        let before = self.spin_until.swap(until, Ordering::AcqRel);
-        if before < until.saturating_sub(RESIDENT_SPIN.as_nanos() as u64 / 2) {
-            // Not spinning (or nearly done): wake it. Rung under the lock
-            // so it cannot fall asleep between its check and its wait.
-            let _slot = self.slot();
-            self.ring.notify_one();
-        }
-    }
-
-    fn expecting(&self) -> bool {
-        spin_clock() < self.spin_until.load(Ordering::Acquire)
-    }
-
-    /// The thread's loop: run each job handed over, until closed.
-    fn serve(&self) {
-        loop {
-            // Told a spawn is coming: wait for it on the CPU, not asleep.
-            while self.expecting() && !self.handed.load(Ordering::Acquire) {
-                std::thread::yield_now();
-            }
-            let mut slot = self.slot();
-            loop {
-                if let Some(job) = slot.job.take() {
-                    self.handed.store(false, Ordering::Release);
-                    drop(slot);
-                    job();
-                    break;
-                }
-                if slot.closed {
-                    return;
-                }
-                if self.expecting() {
-                    break;
-                }
-                slot = self
-                    .ring
-                    .wait(slot)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                self.wakes.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// Hand `job` to the thread; given back when the thread is gone.
-    fn hand_over(&self, job: SpawnJob) -> Result<(), SpawnJob> {
-        let mut slot = self.slot();
-        if slot.closed {
-            return Err(job);
-        }
-        slot.job = Some(job);
-        self.handed.store(true, Ordering::Release);
-        self.ring.notify_one();
-        Ok(())
-    }
-}
-
-impl Resident {
-    /// A thread that moved itself into the cgroup at `dir` (once, off the
-    /// per-run path), or None where threads cannot be moved alone (cgroup
-    /// v2 outside threaded mode).
-    fn start(dir: &Path) -> Option<Resident> {
-        let tasks = dir.join("tasks");
-        if !tasks.exists() {
-            return None;
-        }
-        let hand = std::sync::Arc::new(Hand {
-            slot: std::sync::Mutex::new(Slot::default()),
-            ring: std::sync::Condvar::new(),
-            handed: AtomicBool::new(false),
-            spin_until: AtomicU64::new(0),
-            wakes: AtomicUsize::new(0),
-        });
-        let (joined_tx, joined_rx) = std::sync::mpsc::sync_channel(1);
-        let served = std::sync::Arc::clone(&hand);
-        let thread = std::thread::Builder::new()
-            .name("run-cgroup".into())
-            // It only clones (see super::spawn); bwrap's --die-with-parent
-            // follows this thread, which lives as long as the cgroup is in
-            // use.
-            .stack_size(RESIDENT_STACK)
-            .spawn(move || {
-                // "0": the writing thread, alone (cgroup v1).
-                let joined = std::fs::write(&tasks, "0").is_ok();
-                let _ = joined_tx.send(joined);
-                if joined {
-                    served.serve();
-                }
-            })
-            .ok()?;
-        joined_rx.recv().ok()?.then_some(Resident {
-            hand,
-            thread: Some(thread),
-        })
-    }
-
-    /// End the thread and wait until it has ended (it leaves the cgroup
-    /// as it exits): off the runs' path only, at exit.
-    fn end(mut self) {
-        let thread = self.thread.take();
-        drop(self);
-        if let Some(thread) = thread {
-            let _ = thread.join();
+        if let Some(cg) = self.cgroups {
+            cg.remove();
         }
     }
 }
-
-impl Drop for Resident {
-    /// The thread ends (after a job it is running), leaving the cgroup.
-    fn drop(&mut self) {
-        self.hand.slot().closed = true;
-        self.hand.spin_until.store(0, Ordering::Release);
-        self.hand.ring.notify_one();
-    }
-}
-
-/// Stack of a resident thread: it runs `spawn::Command::spawn` (which
-/// clones onto a stack of its own) and nothing else.
-const RESIDENT_STACK: usize = 256 * 1024;
-
-/// How a shell reports a fork refused at RLIMIT_NPROC (bash, dash, zsh,
-/// Python).
-const FORK_REFUSED: &[&str] = &[
-    "fork: Resource temporarily unavailable",
-    "fork: retry: Resource temporarily unavailable",
-    "Cannot fork",
-    "can't fork",
-    "BlockingIOError: [Errno 11] Resource temporarily unavailable",
-];
 
 /// Tasks (threads count, as RLIMIT_NPROC counts them) of `root` and of
 /// all its descendants, from `/proc`.
 fn tree_tasks(root: u32) -> u64 {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    // (pid, parent, threads)
-    let procs: Vec<(u32, u32, u64)> = entries
-        .filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // After the command name, which may hold spaces and parentheses:
-            // state ppid pgrp session tty tpgid flags minflt cminflt majflt
-            // cmajflt utime stime cutime cstime priority nice num_threads.
-            let rest = &stat[stat.rfind(')')? + 1..];
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            Some((
-                pid,
-                fields.get(1)?.parse().ok()?,
-                fields.get(17)?.parse().ok()?,
-            ))
-        })
-        .collect();
+    let procs = proc_stats();
     let mut tree = vec![root];
     let mut total = 0;
     while let Some(pid) = tree.pop() {
@@ -1117,6 +1051,170 @@ fn tree_tasks(root: u32) -> u64 {
     }
     total
 }
+
+/// How the process limit is enforced on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcessLimit {
+    /// RLIMIT_NPROC set inside a user namespace of the run's own: counts
+    /// the run's processes only, costs no cgroup.
+    UserNamespace,
+    /// A pids cgroup per run under this directory; `v2` tells the
+    /// hierarchy, `favordynmods` whether it is mounted so that a process
+    /// joining a cgroup does not wait for an RCU grace period (on v1 the
+    /// child moves alone, as a thread, and never waits).
+    Cgroup {
+        parent: PathBuf,
+        v2: bool,
+        favordynmods: bool,
+    },
+    /// RLIMIT_NPROC over this user's processes.
+    Nproc,
+    /// Not at all: root without a writable pids cgroup.
+    NotEnforced,
+}
+
+/// How this host enforces the process limit (found once; the first call
+/// makes a trial cgroup and removes it again).
+pub fn process_limit() -> ProcessLimit {
+    if userns_nproc_binds() {
+        return ProcessLimit::UserNamespace;
+    }
+    match pids_parent() {
+        Some(CgroupParent { dir: parent, v2 }) => {
+            // The super options of the mount holding `parent`.
+            let favordynmods = mountinfo()
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| {
+                    let (left, right) = l.split_once(" - ")?;
+                    let point = left.split(' ').nth(4)?;
+                    let fs = right.split(' ').next()?;
+                    let opts = right.split(' ').nth(2).unwrap_or("");
+                    (fs.starts_with("cgroup") && parent.starts_with(point))
+                        .then(|| (point.len(), opts.split(',').any(|o| o == "favordynmods")))
+                })
+                .max_by_key(|(len, _)| *len)
+                .is_some_and(|(_, on)| on);
+            ProcessLimit::Cgroup {
+                parent,
+                v2,
+                favordynmods,
+            }
+        }
+        None if rustix::process::getuid().is_root() => ProcessLimit::NotEnforced,
+        None => ProcessLimit::Nproc,
+    }
+}
+
+fn warn_once() {
+    static WARNED: OnceLock<()> = OnceLock::new();
+    WARNED.get_or_init(|| {
+        tracing::warn!(
+            "the sandbox's process limit is not enforced: running as root, where RLIMIT_NPROC \
+             does not apply, and no pids cgroup is writable"
+        );
+    });
+}
+
+/// `/proc/self/mountinfo`, read once per process.
+fn mountinfo() -> Option<&'static str> {
+    static TEXT: OnceLock<Option<String>> = OnceLock::new();
+    TEXT.get_or_init(|| std::fs::read_to_string("/proc/self/mountinfo").ok())
+        .as_deref()
+}
+
+/// From `/proc/self/cgroup` and `/proc/self/mountinfo`: our cgroup in the
+/// v1 hierarchy of `controller`, else our v2 cgroup if its
+/// `subtree_control` enables `controller` for children.
+fn find_parent(controller: &str, own: &str, mountinfo: &str) -> Option<PathBuf> {
+    // mountinfo: id parent major:minor root mountpoint opts... - fstype source superopts
+    let mounts: Vec<(String, String, String, String)> = mountinfo
+        .lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let left: Vec<&str> = left.split(' ').collect();
+            let right: Vec<&str> = right.split(' ').collect();
+            Some((
+                left.get(3)?.to_string(),
+                left.get(4)?.to_string(),
+                right.first()?.to_string(),
+                right.get(2).unwrap_or(&"").to_string(),
+            ))
+        })
+        .collect();
+    let join = |mount_root: &str, mountpoint: &str, path: &str| -> Option<PathBuf> {
+        let rel = path.strip_prefix(mount_root).unwrap_or(path);
+        let rel = rel.trim_start_matches('/');
+        Some(Path::new(mountpoint).join(rel))
+    };
+    for line in own.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if controllers.split(',').any(|c| c == controller) {
+            if let Some((root, point, _, _)) = mounts
+                .iter()
+                .find(|(_, _, fs, opts)| fs == "cgroup" && opts.split(',').any(|o| o == controller))
+            {
+                return join(root, point, path);
+            }
+        }
+    }
+    for line in own.lines() {
+        if let Some(path) = line.strip_prefix("0::") {
+            for (root, point, fs, _) in &mounts {
+                if fs != "cgroup2" {
+                    continue;
+                }
+                let dir = join(root, point, path)?;
+                let enabled = std::fs::read_to_string(dir.join("cgroup.subtree_control"))
+                    .is_ok_and(|t| t.split_whitespace().any(|c| c == controller));
+                if enabled {
+                    return Some(dir);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Processes (and threads count too, for the kernel) this user runs now.
+fn own_process_count() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let uid = rustix::process::getuid().as_raw();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    rd.filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
+        .map(|e| {
+            std::fs::read_to_string(e.path().join("status"))
+                .ok()
+                .and_then(|status| {
+                    status
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Threads:"))
+                        .and_then(|n| n.trim().parse().ok())
+                })
+                .unwrap_or(1)
+        })
+        .sum()
+}
+
+/// How a shell reports a fork refused at RLIMIT_NPROC (bash, dash, zsh,
+/// Python).
+const FORK_REFUSED: &[&str] = &[
+    "fork: Resource temporarily unavailable",
+    "fork: retry: Resource temporarily unavailable",
+    "Cannot fork",
+    "can't fork",
+    "BlockingIOError: [Errno 11] Resource temporarily unavailable",
+];
 
 /// Whether RLIMIT_NPROC set inside a user namespace of the run's own binds
 /// here: not for root (exempt), and only where this process may create a
@@ -1165,311 +1263,6 @@ const OUT_OF_MEMORY: &[&str] = &[
     "Could not reserve enough space",
 ];
 
-/// The cgroup directory under which run cgroups with a pids controller can
-/// be made, found once per process.
-fn pids_parent() -> Option<PathBuf> {
-    static FOUND: OnceLock<Option<PathBuf>> = OnceLock::new();
-    FOUND
-        .get_or_init(|| {
-            let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-            let mounts = mountinfo()?;
-            // Writable here? A cgroup made and removed says so at once.
-            // The runs' cgroups (each with its resident thread, whose join
-            // into the cgroup may wait for an RCU grace period) are made
-            // ahead by the keeper once runs are coming ([`prepare_runs`]),
-            // not here: `initialize`'s limit diagnostics land here, and a
-            // daemon that never runs a command needs none.
-            find_pids_parent(&own, mounts).filter(|dir| RunCgroup::writable_in(dir))
-        })
-        .clone()
-}
-
-/// At exit: remove this process's run cgroups, within
-/// [`EXIT_CLEANUP_WITHIN`]. The keeper stops (a cgroup it is making is
-/// waited for), the pooled cgroups' resident threads end, and each
-/// `passepartout-<pid>-*` directory is removed once the kernel lets it
-/// go; the number still there at the deadline is returned (the next
-/// daemon that makes run cgroups removes them). Nothing to do, and no
-/// file touched, when this process made none or a first call did it.
-pub fn remove_run_cgroups() -> usize {
-    if MADE.load(Ordering::Relaxed) == 0 {
-        return 0;
-    }
-    let Some(parent) = pids_parent() else {
-        return 0;
-    };
-    // Once per process: `serve` removes its own before it exits and
-    // `main` calls this again after every command.
-    if STOPPING.swap(true, Ordering::Relaxed) {
-        return 0;
-    }
-    let deadline = std::time::Instant::now() + EXIT_CLEANUP_WITHIN;
-    // After this no cgroup is being made, and none will be.
-    drop(making());
-    POOL_TAKEN.notify_all();
-    let prefix = format!("passepartout-{}-", std::process::id());
-    let mut left: Vec<PathBuf> = std::fs::read_dir(&parent)
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-                .map(|e| e.path())
-                .collect()
-        })
-        .unwrap_or_default();
-    // Retried soon at first (a pooled cgroup's resident thread leaves it
-    // well under a millisecond after it is told to end), then less and
-    // less often: a cgroup a run used right before the exit stays busy
-    // until the host reaps the sandbox's last process, seconds here, and
-    // retrying it every millisecond was ~200 failing `rmdir`s per cgroup.
-    let mut wait = Duration::from_millis(1);
-    loop {
-        // Pooled cgroups' resident threads end, which takes them out of
-        // their cgroups: waited for, so that the `rmdir` right after finds
-        // them gone or nearly (a cgroup pooled just before the deadline
-        // was otherwise tried while its thread still ran). Emptied again
-        // each round: the keeper's last cgroup and a run's settling one
-        // land there meanwhile.
-        let pooled = std::mem::take(&mut *pool());
-        let ended_some = !pooled.is_empty();
-        for mut cg in pooled {
-            if let Some(resident) = cg.resident.take() {
-                resident.end();
-            }
-        }
-        left.retain(|dir| !remove_run_cgroup_dir(dir) && dir.exists());
-        let now = std::time::Instant::now();
-        if left.is_empty() || now >= deadline {
-            break;
-        }
-        if ended_some {
-            // A thread just ended leaves its cgroup within moments.
-            wait = Duration::from_millis(1);
-        }
-        std::thread::sleep(wait.min(deadline - now));
-        wait = (wait * 2).min(REMOVAL_RETRY_MAX);
-    }
-    if !left.is_empty() {
-        tracing::debug!(
-            left = left.len(),
-            "run cgroups still busy at exit are left for the next daemon to remove"
-        );
-    }
-    left.len()
-}
-
-/// `/proc/self/mountinfo`, read once per process: finding the pids
-/// hierarchy and its mount options both need it, on the way to the
-/// `initialize` reply (the kernel renders every mount for each read).
-fn mountinfo() -> Option<&'static str> {
-    static TEXT: OnceLock<Option<String>> = OnceLock::new();
-    TEXT.get_or_init(|| std::fs::read_to_string("/proc/self/mountinfo").ok())
-        .as_deref()
-}
-
-/// Remove the empty run cgroups of daemons that are gone: a run's cgroup is
-/// removed in the background after its result (see [`Enforcer::finish`]),
-/// which a process that exits at once does not wait for, and a daemon
-/// killed leaves all of its own. Done by the keeper as it starts.
-fn remove_stale_cgroups(parent: &Path) {
-    let Ok(entries) = std::fs::read_dir(parent) else {
-        return;
-    };
-    for entry in entries.filter_map(Result::ok) {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("passepartout-"))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|pid| pid.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
-            // Fails (EBUSY) while processes remain in it: then it stays.
-            let _ = std::fs::remove_dir(entry.path());
-        }
-    }
-}
-
-/// From `/proc/self/cgroup` and `/proc/self/mountinfo`: our cgroup in a v1
-/// `pids` hierarchy, else our v2 cgroup if its `subtree_control` enables
-/// `pids` for children.
-fn find_pids_parent(own: &str, mountinfo: &str) -> Option<PathBuf> {
-    // mountinfo: id parent major:minor root mountpoint opts... - fstype source superopts
-    let mounts: Vec<(String, String, String, String)> = mountinfo
-        .lines()
-        .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let left: Vec<&str> = left.split(' ').collect();
-            let right: Vec<&str> = right.split(' ').collect();
-            Some((
-                left.get(3)?.to_string(),
-                left.get(4)?.to_string(),
-                right.first()?.to_string(),
-                right.get(2).unwrap_or(&"").to_string(),
-            ))
-        })
-        .collect();
-    let join = |mount_root: &str, mountpoint: &str, path: &str| -> Option<PathBuf> {
-        let rel = path.strip_prefix(mount_root).unwrap_or(path);
-        let rel = rel.trim_start_matches('/');
-        Some(Path::new(mountpoint).join(rel))
-    };
-    for line in own.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        if controllers.split(',').any(|c| c == "pids") {
-            if let Some((root, point, _, _)) = mounts
-                .iter()
-                .find(|(_, _, fs, opts)| fs == "cgroup" && opts.split(',').any(|o| o == "pids"))
-            {
-                return join(root, point, path);
-            }
-        }
-    }
-    for line in own.lines() {
-        if let Some(path) = line.strip_prefix("0::") {
-            for (root, point, fs, _) in &mounts {
-                if fs != "cgroup2" {
-                    continue;
-                }
-                let dir = join(root, point, path)?;
-                let enabled = std::fs::read_to_string(dir.join("cgroup.subtree_control"))
-                    .is_ok_and(|t| t.split_whitespace().any(|c| c == "pids"));
-                if enabled {
-                    return Some(dir);
-                }
-            }
-        }
-    }
-    None
-}
-
-/// Processes (and threads count too, for the kernel) this user runs now.
-fn own_process_count() -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let uid = rustix::process::getuid().as_raw();
-    let Ok(rd) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    rd.filter_map(Result::ok)
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .bytes()
-                .all(|b| b.is_ascii_digit())
-        })
-        .filter(|e| e.metadata().is_ok_and(|m| m.uid() == uid))
-        .map(|e| {
-            std::fs::read_to_string(e.path().join("status"))
-                .ok()
-                .and_then(|status| {
-                    status
-                        .lines()
-                        .find_map(|l| l.strip_prefix("Threads:"))
-                        .and_then(|n| n.trim().parse().ok())
-                })
-                .unwrap_or(1)
-        })
-        .sum()
-}
-
-/// One path per file system among `places` (by device), with its free
-/// bytes now; places that cannot be looked at are left out.
-fn file_systems(places: &[PathBuf]) -> Vec<(PathBuf, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    let mut seen: Vec<u64> = Vec::new();
-    let mut out = Vec::new();
-    for p in places {
-        let (Ok(meta), Some(free)) = (std::fs::metadata(p), free_bytes(p)) else {
-            continue;
-        };
-        if !seen.contains(&meta.dev()) {
-            seen.push(meta.dev());
-            out.push((p.clone(), free));
-        }
-    }
-    out
-}
-
-/// Bytes available to unprivileged users on the filesystem holding `path`.
-fn free_bytes(path: &Path) -> Option<u64> {
-    let st = rustix::fs::statvfs(path).ok()?;
-    Some(st.f_bavail.saturating_mul(st.f_frsize))
-}
-
-/// How the process limit is enforced on this host.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ProcessLimit {
-    /// RLIMIT_NPROC set inside a user namespace of the run's own: counts
-    /// the run's processes only, costs no cgroup.
-    UserNamespace,
-    /// A pids cgroup per run under this directory; `v2` tells the
-    /// hierarchy, `favordynmods` whether it is mounted so that joining a
-    /// cgroup does not wait for an RCU grace period, `resident` whether
-    /// the run's child is forked by a thread living in the cgroup (cgroup
-    /// v1), so that no process joins per run.
-    Cgroup {
-        parent: PathBuf,
-        v2: bool,
-        favordynmods: bool,
-        resident: bool,
-    },
-    /// RLIMIT_NPROC over this user's processes.
-    Nproc,
-    /// Not at all: root without a writable pids cgroup.
-    NotEnforced,
-}
-
-/// How this host enforces the process limit (found once; the first call
-/// makes a trial cgroup and removes it again: run cgroups are made only
-/// once runs are coming, see [`prepare_runs`]).
-pub fn process_limit() -> ProcessLimit {
-    if userns_nproc_binds() {
-        return ProcessLimit::UserNamespace;
-    }
-    match pids_parent() {
-        Some(parent) => {
-            let v2 = parent.join("cgroup.controllers").exists();
-            // The super options of the mount holding `parent`.
-            let favordynmods = mountinfo()
-                .unwrap_or_default()
-                .lines()
-                .filter_map(|l| {
-                    let (left, right) = l.split_once(" - ")?;
-                    let point = left.split(' ').nth(4)?;
-                    let fs = right.split(' ').next()?;
-                    let opts = right.split(' ').nth(2).unwrap_or("");
-                    (fs.starts_with("cgroup") && parent.starts_with(point))
-                        .then(|| (point.len(), opts.split(',').any(|o| o == "favordynmods")))
-                })
-                .max_by_key(|(len, _)| *len)
-                .is_some_and(|(_, on)| on);
-            // Threads move alone in v1 only (a `tasks` file per cgroup).
-            let resident = !v2 && parent.join("tasks").exists();
-            ProcessLimit::Cgroup {
-                parent,
-                v2,
-                favordynmods,
-                resident,
-            }
-        }
-        None if rustix::process::getuid().is_root() => ProcessLimit::NotEnforced,
-        None => ProcessLimit::Nproc,
-    }
-}
-
-fn warn_once() {
-    static WARNED: OnceLock<()> = OnceLock::new();
-    WARNED.get_or_init(|| {
-        tracing::warn!(
-            "the sandbox's process limit is not enforced: running as root, where RLIMIT_NPROC \
-             does not apply, and no pids cgroup is writable"
-        );
-    });
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1480,202 +1273,34 @@ mod tests {
 37 25 0:32 / /sys/fs/cgroup/unified rw,relatime shared:16 - cgroup2 cgroup2 rw
 ";
 
-    /// The tests below share the process-wide pool and its keeper.
-    static POOL_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-    /// Wait up to 10 s for `done`.
-    fn eventually(done: impl Fn() -> bool) -> bool {
-        let until = std::time::Instant::now() + Duration::from_secs(10);
-        while std::time::Instant::now() < until {
-            if done() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        done()
-    }
-
     #[test]
-    fn runs_take_cgroups_made_ahead_and_the_pool_stays_bounded() {
-        let _serial = POOL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
-        if userns_nproc_binds() || pids_parent().is_none() {
-            eprintln!("skipped: no writable pids cgroup here (or not root)");
-            return;
-        }
-        // Runs are coming (as the sandbox's trial run says before the
-        // first shell action): the keeper makes cgroups ahead from now on.
-        prepare_runs();
-        assert!(keeper_started());
-        assert!(
-            eventually(|| pool().len() >= CGROUP_READY),
-            "the keeper did not make {CGROUP_READY} cgroups ahead"
-        );
-        // Runs back to back (none gives its cgroup back meanwhile) take
-        // the ready ones: nothing is made on their path.
-        let (_, on_path_before) = run_cgroups_made();
-        let taken: Vec<RunCgroup> = (0..CGROUP_READY)
-            .map(|_| RunCgroup::take(32).expect("a run cgroup"))
-            .collect();
-        assert_eq!(run_cgroups_made().1, on_path_before);
-        for cg in &taken {
-            assert_eq!(
-                std::fs::read_to_string(cg.dir.join("pids.max"))
-                    .unwrap()
-                    .trim(),
-                (32 + u64::from(cg.resident.is_some())).to_string(),
-                "the limit, and the resident thread if any"
-            );
-        }
-        // And the keeper, told as a run's child starts, makes the next
-        // ones meanwhile.
-        POOL_TAKEN.notify_one();
-        assert!(eventually(|| pool().len() >= CGROUP_READY));
-        // Many runs giving their (empty) cgroups back: the pool keeps at
-        // most CGROUP_POOL, the rest are removed (settle ends either way).
-        let mut more = taken;
-        more.extend((0..CGROUP_POOL).filter_map(|_| RunCgroup::take(32)));
-        for cg in more {
-            let mut removing = false;
-            let mut left = cg.settle(&mut removing);
-            assert!(pool().len() <= CGROUP_POOL);
-            while let Some(cg) = left {
-                std::thread::sleep(Duration::from_millis(5));
-                left = cg.settle(&mut removing);
-            }
-        }
-        // (Whether each was pooled or removed cannot be told apart from
-        // another test's run taking it meanwhile; the bound can.)
-        assert!(pool().len() <= CGROUP_POOL);
-    }
-
-    #[test]
-    fn a_cgroup_still_in_use_is_not_pooled_until_it_empties() {
-        let _serial = POOL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
-        if userns_nproc_binds() || pids_parent().is_none() {
-            eprintln!("skipped: no writable pids cgroup here (or not root)");
-            return;
-        }
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let limits = ResourceLimits {
-                processes: Some(8),
-                ..ResourceLimits::none()
-            };
-            let enforcer = Enforcer::prepare(&limits, Path::new("/"));
-            let dir = enforcer.cgroup.as_ref().expect("a run cgroup").dir.clone();
-            let mut cmd = super::super::spawn::Command::new("sleep");
-            cmd.args(["0.3"]);
-            enforcer.install(&mut cmd);
-            let child = enforcer.spawn(cmd).await.expect("spawned");
-            let mut child = super::super::spawn::Child::from_raw(child).unwrap();
-            // The run "ends" while its process still lives (as bwrap's last
-            // process outlives it): the cgroup is watched, not pooled.
-            enforcer.finish().await;
-            let pooled = || pool().iter().any(|cg| cg.dir == dir);
-            assert!(!pooled());
-            let next = RunCgroup::take(8).expect("another run cgroup");
-            assert_ne!(next.dir, dir, "a cgroup still in use was handed out");
-            child.wait().await.unwrap();
-            // Once empty, it comes back (or is removed when the pool is full).
-            let until = tokio::time::Instant::now() + Duration::from_secs(10);
-            while !pooled() && dir.exists() && tokio::time::Instant::now() < until {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            assert!(pooled() || !dir.exists());
-            let mut removing = false;
-            let mut left = next.settle(&mut removing);
-            while let Some(cg) = left {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                left = cg.settle(&mut removing);
-            }
-        });
-    }
-
-    /// The scheduler state of thread `tid` of this process (`R`, `S`, …).
-    fn thread_state(tid: &str) -> Option<char> {
-        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
-        stat.rsplit_once(") ")?.1.chars().next()
-    }
-
-    #[test]
-    fn a_resident_thread_told_a_run_is_coming_spins_for_a_bounded_time() {
-        let _serial = POOL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
-        if userns_nproc_binds() || pids_parent().is_none() {
-            eprintln!("skipped: no writable pids cgroup here (or not root)");
-            return;
-        }
-        prepare_runs();
-        assert!(eventually(|| !pool().is_empty()), "no cgroup made ahead");
-        // A cgroup of our own, taken as a run takes it, so no other test
-        // hands its thread work meanwhile.
-        let cg = RunCgroup::take(32).expect("a run cgroup");
-        let Some(hand) = cg.resident.as_ref().map(|r| std::sync::Arc::clone(&r.hand)) else {
-            eprintln!("skipped: no resident threads here (cgroup v2)");
-            return;
-        };
-        // Its resident thread is the one task in it.
-        let tid = std::fs::read_to_string(cg.dir.join("tasks")).unwrap();
-        let tid = tid.trim().to_string();
-        assert!(!tid.is_empty() && !tid.contains('\n'), "tasks: {tid:?}");
-        assert!(
-            eventually(|| thread_state(&tid) == Some('S')),
-            "the resident thread is not asleep while no run is coming"
-        );
-        // Told a run is coming, it wakes (and spins, unless the host let
-        // the window pass before it ran)…
-        let wakes = hand.wakes.load(Ordering::Relaxed);
-        hand.expect();
-        let told = std::time::Instant::now();
-        assert!(
-            eventually(|| hand.wakes.load(Ordering::Relaxed) > wakes),
-            "the resident thread did not wake to spin"
-        );
-        // …for a bounded time: no run came, and it sleeps again.
-        assert!(
-            eventually(|| told.elapsed() > RESIDENT_SPIN && thread_state(&tid) == Some('S')),
-            "the resident thread kept spinning past RESIDENT_SPIN"
-        );
-        // A spawn handed over while it spins is run there.
-        hand.expect();
-        let (done, ran) = std::sync::mpsc::channel();
-        let handed = hand.hand_over(Box::new(move || {
-            let _ = done.send(std::fs::read_to_string("/proc/thread-self/stat").ok());
-        }));
-        assert!(handed.is_ok());
-        let stat = ran
-            .recv_timeout(Duration::from_secs(10))
-            .expect("the job ran")
-            .expect("its stat");
-        assert!(
-            stat.starts_with(&format!("{tid} ")),
-            "ran elsewhere: {stat}"
-        );
-        // Dropped while told a run is coming, the thread ends at once.
-        hand.expect();
-        cg.discard();
-        assert!(
-            eventually(|| thread_state(&tid).is_none()),
-            "the resident thread outlived its cgroup"
-        );
-    }
-
-    #[test]
-    fn finds_a_v1_pids_hierarchy() {
-        let own = "9:name=systemd:/\n8:pids:/user.slice\n0::/\n";
+    fn finds_v1_hierarchies_per_controller() {
+        let own = "9:name=systemd:/\n8:pids:/user.slice\n4:memory:/svc/a1\n0::/\n";
         assert_eq!(
-            find_pids_parent(own, MOUNTINFO_V1),
+            find_parent("pids", own, MOUNTINFO_V1),
             Some(PathBuf::from("/sys/fs/cgroup/pids/user.slice"))
         );
+        assert_eq!(
+            find_parent("memory", own, MOUNTINFO_V1),
+            Some(PathBuf::from("/sys/fs/cgroup/memory/svc/a1"))
+        );
     }
 
     #[test]
-    fn no_pids_controller_means_none() {
+    fn no_controller_means_none() {
         let own = "4:memory:/x\n";
         let mounts = "30 25 0:26 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
-        assert_eq!(find_pids_parent(own, mounts), None);
+        assert_eq!(find_parent("pids", own, mounts), None);
+    }
+
+    #[test]
+    fn event_files_are_read_by_key() {
+        let mut f = tempfile::tempfile().unwrap();
+        use std::io::Write;
+        write!(f, "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n").unwrap();
+        assert_eq!(event_count(&f, "oom_kill"), 2);
+        assert_eq!(event_count(&f, "under_oom"), 0);
+        assert_eq!(event_count(&f, "max"), 0);
     }
 
     #[test]
@@ -1687,13 +1312,48 @@ mod tests {
     }
 
     #[test]
+    fn the_disk_counts_growth_of_each_tree_once_and_deleted_open_files() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        std::fs::write(a.path().join("old"), vec![1u8; 256 * 1024]).unwrap();
+        std::fs::create_dir(a.path().join("inner")).unwrap();
+        let layers = DiskLayers::at_start(&Writable {
+            // `inner` lies inside `a`: counted with it, once.
+            trees: vec![a.path().into(), a.path().join("inner"), b.path().into()],
+            private_mounts: vec![],
+        });
+        assert_eq!(layers.trees.len(), 2);
+        assert!(layers.written(None) < 64 * 1024, "nothing written yet");
+        std::fs::write(a.path().join("inner/new"), vec![1u8; 1024 * 1024]).unwrap();
+        std::fs::write(b.path().join("new"), vec![1u8; 1024 * 1024]).unwrap();
+        let written = layers.written(None);
+        assert!(
+            (2 * 1024 * 1024..3 * 1024 * 1024).contains(&written),
+            "{written}"
+        );
+        // A file deleted while held open (by this process, here the run's).
+        let held = b.path().join("held");
+        let file = std::fs::File::create(&held).unwrap();
+        use std::io::Write;
+        (&file).write_all(&vec![1u8; 1024 * 1024]).unwrap();
+        file.sync_all().unwrap();
+        std::fs::remove_file(&held).unwrap();
+        let with_held = layers.written(Some(std::process::id()));
+        assert!(
+            with_held >= written + 1024 * 1024,
+            "{with_held} vs {written}"
+        );
+        drop(file);
+    }
+
+    #[test]
     fn a_refused_fork_is_named_in_a_user_namespace_only() {
         let mut e = Enforcer {
             limits: ResourceLimits::default(),
             rlimits: vec![],
-            cgroup: None,
+            cgroups: None,
             userns: None,
-            disk: vec![],
+            disk: None,
         };
         let bash = "bash: fork: retry: Resource temporarily unavailable";
         assert_eq!(e.recognise(Some(254), None, bash), None);
@@ -1715,6 +1375,9 @@ mod tests {
         assert!(LimitHit::Processes(64)
             .to_string()
             .contains("more than 64 processes"));
+        assert!(LimitHit::MemoryTotal(64 * 1024 * 1024)
+            .to_string()
+            .contains("together used more than 64 MiB of memory (limit `memory`"));
     }
 
     #[test]
@@ -1722,9 +1385,9 @@ mod tests {
         let e = Enforcer {
             limits: ResourceLimits::default(),
             rlimits: vec![],
-            cgroup: None,
+            cgroups: None,
             userns: None,
-            disk: vec![],
+            disk: None,
         };
         let fsize = ResourceLimits::default().file_size.unwrap();
         assert_eq!(

@@ -16,8 +16,10 @@ use serde::{Deserialize, Deserializer, Serialize};
 pub struct ResourceLimits {
     /// Processes (and threads) alive at once in the run.
     pub processes: Option<u64>,
-    /// Address space per process, in bytes (RLIMIT_AS): an allocation past
-    /// it fails, and the program reports it and stops.
+    /// Memory of the whole command, in bytes: all its processes together,
+    /// in a memory cgroup of the run's own; where none can be made, the
+    /// address space of each process (RLIMIT_AS) instead, and the sandbox's
+    /// status line says so (see [`super::enforce`]).
     #[serde(deserialize_with = "size_opt")]
     pub memory: Option<u64>,
     /// Largest file any process may write, in bytes (RLIMIT_FSIZE).
@@ -27,8 +29,9 @@ pub struct ResourceLimits {
     pub cpu_secs: Option<u64>,
     /// Open files per process (RLIMIT_NOFILE).
     pub open_files: Option<u64>,
-    /// Bytes the run may take from the disk holding the working directory
-    /// (measured as the drop of its free space).
+    /// Bytes the run may write to the disk, wherever it writes (the
+    /// transaction's upper layer, the session `/tmp`, its `HOME`, each
+    /// writable path), counted by the blocks its files take.
     #[serde(deserialize_with = "size_opt")]
     pub disk_write: Option<u64>,
     /// Size of the private `/tmp`, in bytes.
@@ -40,9 +43,10 @@ const MIB: u64 = 1024 * 1024;
 const GIB: u64 = 1024 * MIB;
 
 impl Default for ResourceLimits {
-    /// 256 processes, 4 GiB of address space per process (OpenJDK 17 does
-    /// not start under 2 GiB: its compressed class space alone reserves
-    /// 1 GiB; at 4 GiB it sizes itself to fit), 256 MiB per file, 120 CPU
+    /// 256 processes, 4 GiB of memory for the command (per process where
+    /// it falls back to RLIMIT_AS: OpenJDK 17 does not start under 2 GiB
+    /// of address space, its compressed class space alone reserves 1 GiB;
+    /// at 4 GiB it sizes itself to fit), 256 MiB per file, 120 CPU
     /// seconds, 1024 open files,
     /// 1 GiB of disk, 256 MiB of `/tmp`.
     fn default() -> Self {

@@ -356,22 +356,40 @@ pub fn mount_ahead(mut mount: OverlayMount) -> std::io::Result<OverlayMount> {
     Ok(mount)
 }
 
+/// What lets overlays be used where the probe found they cannot.
+pub const OVERLAY_FIX: &str = "Linux ≥ 5.11 with unprivileged user namespaces \
+     (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0) \
+     lets each action run into an overlay; or set `[checkpoints] transactions = \
+     \"overlay-or-observe\"` to observe effects instead";
+
+/// Why overlays cannot be mounted here: the step that failed and how.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("overlays are unavailable here ({what}: {detail}); {OVERLAY_FIX}")]
+pub struct OverlayUnavailable {
+    pub what: &'static str,
+    pub detail: String,
+}
+
+/// Callers that report the reason as text (`?` into a `String` error).
+impl From<OverlayUnavailable> for String {
+    fn from(e: OverlayUnavailable) -> String {
+        e.to_string()
+    }
+}
+
 /// Whether overlays can be mounted here (tried once per process, in
 /// `scratch`: a lower file, a deletion and a write, then the upper layer
 /// must hold exactly the write and a whiteout, and the lower must be
 /// untouched). `Err` is the reason and the fix.
-pub fn probe(scratch: &Path) -> Result<(), String> {
-    static RESULT: OnceLock<Result<(), String>> = OnceLock::new();
+pub fn probe(scratch: &Path) -> Result<(), OverlayUnavailable> {
+    static RESULT: OnceLock<Result<(), OverlayUnavailable>> = OnceLock::new();
     RESULT.get_or_init(|| probe_once(scratch)).clone()
 }
 
-fn probe_once(scratch: &Path) -> Result<(), String> {
-    let fix = "Linux ≥ 5.11 with unprivileged user namespaces \
-               (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0) \
-               lets each action run into an overlay; or set `[checkpoints] transactions = \
-               \"overlay-or-observe\"` to observe effects instead";
-    let fail = |what: &str, e: &dyn std::fmt::Display| {
-        format!("overlays are unavailable here ({what}: {e}); {fix}")
+fn probe_once(scratch: &Path) -> Result<(), OverlayUnavailable> {
+    let fail = |what: &'static str, e: &dyn std::fmt::Display| OverlayUnavailable {
+        what,
+        detail: e.to_string(),
     };
     std::fs::create_dir_all(scratch).map_err(|e| fail("scratch directory", &e))?;
     let dir = tempfile::Builder::new()

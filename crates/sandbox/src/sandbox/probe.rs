@@ -29,6 +29,14 @@ pub const SETUP_FIX: &str = "the kernel refused to set up the sandbox for this r
      `kernel.apparmor_restrict_unprivileged_userns`, `user.max_user_namespaces`) and see \
      `passepartout providers` for the sandbox's status; the daemon's log has the details";
 
+/// Added to the status line where the memory limit cannot hold for a whole
+/// command: said at start, not found out when a command's processes
+/// together hold many times the limit.
+pub const MEMORY_PER_PROCESS_NOTE: &str = "; memory is limited per process only (RLIMIT_AS): \
+     no memory cgroup can be made here, so a command's processes together may use a multiple \
+     of `memory` (run the daemon where it may make cgroups: cgroup v2 with `memory` \
+     delegated, or a writable v1 memory hierarchy)";
+
 /// How long the trial run may take before it counts as a failure.
 const TRIAL_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -47,7 +55,11 @@ impl SandboxStatus {
     pub fn describe(&self) -> String {
         match self {
             SandboxStatus::Available { bwrap, version } => {
-                format!("sandbox: bubblewrap {version} ({})", bwrap.display())
+                let mut line = format!("sandbox: bubblewrap {version} ({})", bwrap.display());
+                if super::enforce::memory_limit() == super::enforce::MemoryLimit::PerProcess {
+                    line.push_str(MEMORY_PER_PROCESS_NOTE);
+                }
+                line
             }
             SandboxStatus::Unavailable { reason, fix } => {
                 format!("sandbox UNAVAILABLE: {reason}\nfix: {fix}")
@@ -61,23 +73,16 @@ impl SandboxStatus {
 }
 
 /// The sandbox status of this machine, probed on first call and cached for
-/// the life of the process. The first call comes with the first shell
-/// action: sandboxed runs are coming, so the run cgroups they take (where
-/// the process limit uses them) start being made ahead meanwhile
-/// ([`super::enforce::prepare_runs`]), while the trial run takes its
-/// milliseconds.
+/// the life of the process.
 pub fn probe() -> SandboxStatus {
     static STATUS: OnceLock<SandboxStatus> = OnceLock::new();
     STATUS
-        .get_or_init(|| {
-            super::enforce::prepare_runs();
-            match find_on_path("bwrap") {
-                Some(path) => probe_with(&path),
-                None => SandboxStatus::Unavailable {
-                    reason: "bubblewrap (`bwrap`) was not found on PATH".into(),
-                    fix: INSTALL_FIX.into(),
-                },
-            }
+        .get_or_init(|| match find_on_path("bwrap") {
+            Some(path) => probe_with(&path),
+            None => SandboxStatus::Unavailable {
+                reason: "bubblewrap (`bwrap`) was not found on PATH".into(),
+                fix: INSTALL_FIX.into(),
+            },
         })
         .clone()
 }
@@ -117,7 +122,7 @@ pub fn probe_with(bwrap: &Path) -> SandboxStatus {
         Ok(a) => a,
         Err(reason) => {
             return SandboxStatus::Unavailable {
-                reason,
+                reason: reason.to_string(),
                 fix: "run passepartout from a directory it can bind (not `/`)".into(),
             }
         }
@@ -127,16 +132,33 @@ pub fn probe_with(bwrap: &Path) -> SandboxStatus {
             bwrap: bwrap.to_path_buf(),
             version,
         },
-        Err(stderr) => {
+        Err(failed) => {
+            let stderr = failed.to_string();
             let (reason, fix) = classify_failure(&stderr, &Sysctls::read(Path::new("/proc")));
             SandboxStatus::Unavailable { reason, fix }
         }
     }
 }
 
+/// Why the trial run failed.
+#[derive(Debug, thiserror::Error)]
+enum TrialError {
+    #[error("trial sandbox: {0}")]
+    Args(#[from] super::bwrap::SpecError),
+    #[error("cannot start bwrap: {0}")]
+    Start(std::io::Error),
+    #[error("the trial run did not finish within {} s", TRIAL_TIMEOUT.as_secs())]
+    Timeout,
+    #[error("waiting for bwrap: {0}")]
+    Wait(std::io::Error),
+    /// bwrap ran and failed: what it said on stderr (or its status).
+    #[error("{0}")]
+    Refused(String),
+}
+
 /// The real argument list for a script that does nothing, run in the
 /// system temporary directory.
-fn trial_args() -> Result<Vec<String>, String> {
+fn trial_args() -> Result<Vec<String>, TrialError> {
     let spec = SandboxSpec {
         cwd: std::env::temp_dir(),
         read_only: false,
@@ -148,29 +170,26 @@ fn trial_args() -> Result<Vec<String>, String> {
         script: "exit 0".into(),
         argv: vec![],
     };
-    bwrap_args(&spec, &SystemLayout::probe()).map_err(|e| format!("trial sandbox: {e}"))
+    Ok(bwrap_args(&spec, &SystemLayout::probe())?)
 }
 
 /// Run bwrap once; `Err` carries what it said on stderr.
-fn trial(bwrap: &Path, args: &[String]) -> Result<(), String> {
+fn trial(bwrap: &Path, args: &[String]) -> Result<(), TrialError> {
     let mut child = Command::new(bwrap)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot start bwrap: {e}"))?;
+        .map_err(TrialError::Start)?;
     let status = match wait_within(&mut child, TRIAL_TIMEOUT) {
         Ok(Some(status)) => status,
         Ok(None) => {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(format!(
-                "the trial run did not finish within {} s",
-                TRIAL_TIMEOUT.as_secs()
-            ));
+            return Err(TrialError::Timeout);
         }
-        Err(e) => return Err(format!("waiting for bwrap: {e}")),
+        Err(e) => return Err(TrialError::Wait(e)),
     };
     let mut stderr = String::new();
     if let Some(mut pipe) = child.stderr.take() {
@@ -180,11 +199,11 @@ fn trial(bwrap: &Path, args: &[String]) -> Result<(), String> {
         Ok(())
     } else {
         let stderr = stderr.trim();
-        Err(if stderr.is_empty() {
+        Err(TrialError::Refused(if stderr.is_empty() {
             format!("(no message; {status})")
         } else {
             stderr.to_string()
-        })
+        }))
     }
 }
 
@@ -410,7 +429,7 @@ pub fn prepare_limit_diagnostics() {
 /// ones it cannot enforce (cheaply or at all), so nobody pays silently or
 /// trusts a limit that is not there.
 pub fn limit_diagnostics(limits: &ResourceLimits) -> Vec<LimitDiagnostic> {
-    use super::enforce::ProcessLimit;
+    use super::enforce::{MemoryLimit, ProcessLimit};
     use super::limits::format_size;
     let size = |n: Option<u64>| n.map_or("none".to_string(), format_size);
     let count = |n: Option<u64>| n.map_or("none".to_string(), |n| n.to_string());
@@ -434,26 +453,22 @@ pub fn limit_diagnostics(limits: &ResourceLimits) -> Vec<LimitDiagnostic> {
             parent,
             v2,
             favordynmods,
-            resident,
         } => row(
             "processes",
             count(limits.processes),
             true,
             &format!(
-                "pids cgroup {} under {} (reused across runs); {}",
+                "a pids cgroup {} of each run's own under {}; {}",
                 if v2 { "v2" } else { "v1" },
                 parent.display(),
-                if resident {
-                    "each run's child is forked by a daemon thread living in the cgroup, so \
-                     nothing joins a cgroup per tool call (no cost per call)"
+                if !v2 {
+                    "the child joins it alone, as a thread, before exec (no wait)"
                 } else if favordynmods {
                     "joined before exec without waiting (favordynmods)"
                 } else {
-                    "joining it before exec waits for an RCU grace period when the previous \
-                     run was not just before (several ms per tool call; 14 ms p50 on a \
-                     loaded 2-core host); mounting the hierarchy with `favordynmods` \
-                     (Linux >= 6.0) removes the wait, running the daemon as a user (RLIMIT_NPROC \
-                     in a user namespace) or `processes` unset removes the cost"
+                    "joining it before exec waits for an RCU grace period (milliseconds per \
+                     tool call); mounting the hierarchy with `favordynmods` (Linux >= 6.0) \
+                     removes the wait"
                 }
             ),
         ),
@@ -494,13 +509,28 @@ pub fn limit_diagnostics(limits: &ResourceLimits) -> Vec<LimitDiagnostic> {
     };
     vec![
         processes,
-        row(
-            "memory",
-            size(limits.memory),
-            true,
-            "RLIMIT_AS per process (address space reserved, not memory used; a memory \
-             cgroup would cost a cgroup join per run)",
-        ),
+        match super::enforce::memory_limit() {
+            MemoryLimit::Cgroup { parent, v2 } => row(
+                "memory",
+                size(limits.memory),
+                true,
+                &format!(
+                    "for the whole command: a memory cgroup {} of each run's own under {} \
+                     (all its processes together, no swap past it); a run the kernel must \
+                     kill a process of is stopped",
+                    if v2 { "v2" } else { "v1" },
+                    parent.display()
+                ),
+            ),
+            MemoryLimit::PerProcess => row(
+                "memory",
+                size(limits.memory),
+                true,
+                "per process only: RLIMIT_AS (address space reserved, not memory used); no \
+                 memory cgroup can be made here, so a command's processes together may use a \
+                 multiple of it",
+            ),
+        },
         row(
             "file_size",
             size(limits.file_size),
@@ -525,8 +555,13 @@ pub fn limit_diagnostics(limits: &ResourceLimits) -> Vec<LimitDiagnostic> {
             "disk_write",
             size(limits.disk_write),
             true,
-            "the free space of the working directory's filesystem, sampled every 100 ms \
-             (other programs' writes count too)",
+            &format!(
+                "what the command wrote, sampled every 100 ms: the growth of the transaction's \
+                 upper layer, the session /tmp and each writable path, its own HOME tmpfs, \
+                 files it holds open after deleting them (a tree of more than {} entries: the \
+                 drop of its file system's free space, which other programs' writes count in)",
+                super::enforce::DISK_WALK_MAX_ENTRIES
+            ),
         ),
         row(
             "tmp_size",
@@ -714,7 +749,7 @@ mod tests {
         // A failing child's words still come back.
         let script = vec!["-c".to_string(), "echo refused >&2; exit 3".to_string()];
         let err = super::trial(std::path::Path::new("/bin/sh"), &script).unwrap_err();
-        assert_eq!(err, "refused");
+        assert_eq!(err.to_string(), "refused");
     }
 
     #[test]

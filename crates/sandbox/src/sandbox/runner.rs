@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::enforce::{Enforcer, LimitHit, WATCH_EVERY};
+use super::enforce::{Enforcer, LimitHit, Writable, WATCH_EVERY};
 use super::limits::ResourceLimits;
 use super::spawn::timeline::mark;
 use tokio_util::sync::CancellationToken;
@@ -211,23 +211,54 @@ pub async fn run_limited_in(
     cancel: CancellationToken,
 ) -> Result<RunOutcome, RunError> {
     mark("run");
-    // Where the run can write: the working directory, the overlay's upper
-    // layer, and every writable bind its bwrap arguments name (the
-    // session's /tmp among them).
-    let mut places = vec![cwd.to_path_buf()];
-    places.extend(overlay.map(|o| o.upper.clone()));
-    places.extend(
-        args.windows(3)
-            .filter(|w| w[0] == "--bind")
-            .map(|w| PathBuf::from(&w[1])),
-    );
-    let enforcer = Enforcer::prepare_writing(resources, &places);
+    let writable = writable_layers(args, cwd, overlay);
+    let enforcer = Enforcer::prepare_writing(resources, &writable);
     mark("prepared");
     let outcome = run_enforced(program, args, cwd, env, limits, &enforcer, overlay, cancel).await;
     mark("ran");
     enforcer.finish().await;
     mark("finished");
     outcome
+}
+
+/// What a run of `args` (bwrap's, or a program's own) can write to, for
+/// the disk limit: the overlay's upper layer (where its writes to the
+/// project land), the source of each writable bind (the project without an
+/// overlay, the session's `/tmp`, further writable paths; those inside the
+/// overlaid project are its upper layer's), and each tmpfs it mounts for
+/// itself that stays writable (`HOME`, a private `/tmp`).
+fn writable_layers(
+    args: &[String],
+    cwd: &Path,
+    overlay: Option<&super::overlay::OverlayMount>,
+) -> Writable {
+    let in_overlay = |p: &Path| overlay.is_some_and(|o| p.starts_with(&o.project));
+    let mut trees: Vec<PathBuf> = overlay.map(|o| o.upper.clone()).into_iter().collect();
+    let binds: Vec<PathBuf> = args
+        .windows(3)
+        .filter(|w| w[0] == "--bind")
+        .map(|w| PathBuf::from(&w[1]))
+        .collect();
+    if binds.is_empty() && !in_overlay(cwd) {
+        // Not bwrap: the program writes where it runs.
+        trees.push(cwd.to_path_buf());
+    }
+    trees.extend(binds.into_iter().filter(|p| !in_overlay(p)));
+    let private_mounts = args
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| *a == "--tmpfs")
+        .filter_map(|(i, _)| {
+            let dest = args.get(i + 1)?;
+            let read_only = args.get(i + 2).is_some_and(|a| a == "--remount-ro")
+                && args.get(i + 3) == Some(dest);
+            (!read_only).then(|| PathBuf::from(dest))
+        })
+        .collect();
+    Writable {
+        trees,
+        private_mounts,
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -285,10 +316,8 @@ async fn run_enforced(
         message: e.to_string(),
         missing: e.missing(),
     };
-    // From the run cgroup's resident thread when there is one (see
-    // super::enforce): the child then starts in its cgroup.
     mark("spawn");
-    let child = enforcer.spawn(cmd).await.map_err(cannot_start)?;
+    let child = cmd.spawn().map_err(cannot_start)?;
     mark("spawned");
     let mut child = super::spawn::Child::from_raw(child).map_err(|e| RunError::Spawn {
         program: program.to_string(),
@@ -326,7 +355,7 @@ async fn run_enforced(
             tokio::time::interval_at(tokio::time::Instant::now() + WATCH_EVERY, WATCH_EVERY);
         loop {
             tick.tick().await;
-            if let Some(hit) = enforcer.check(child_pid) {
+            if let Some(hit) = enforcer.check(child_pid).await {
                 return hit;
             }
         }

@@ -93,8 +93,9 @@ pub enum Step {
         soft: u64,
         hard: u64,
     },
-    /// Write `0` to a cgroup's `cgroup.procs`: the child joins it.
-    JoinCgroup { procs: CString },
+    /// Write `0` to a cgroup's `tasks` (v1: the child alone, as a thread)
+    /// or `cgroup.procs` (v2): the child joins the cgroup.
+    JoinCgroup { file: CString },
     /// `setns` through the pidfd of a process, into its user and mount
     /// namespaces (the fd must stay open until the spawn: see
     /// [`Command::keep_alive`]).
@@ -124,10 +125,9 @@ impl Step {
             Step::MakeMountsPrivate => "making the mounts private for the overlay".into(),
             Step::MountOverlay { .. } => "mounting the overlay over the project".into(),
             Step::SetRlimit { resource, .. } => format!("setting {}", rlimit_name(*resource)),
-            Step::JoinCgroup { procs } => format!(
-                "joining the run's pids cgroup ({})",
-                procs.to_string_lossy()
-            ),
+            Step::JoinCgroup { file } => {
+                format!("joining the run's cgroup ({})", file.to_string_lossy())
+            }
             Step::JoinNamespaces { .. } => "joining the overlay mounted ahead".into(),
             Step::EnterNamespace { kind, .. } if *kind == libc::CLONE_NEWUSER => {
                 "entering the sandbox's user namespace".into()
@@ -182,7 +182,7 @@ impl Step {
                     },
                 )
                 .map_err(|e| e.raw_os_error()),
-                Step::JoinCgroup { procs } => write_file(procs, b"0\n"),
+                Step::JoinCgroup { file } => write_file(file, b"0\n"),
                 Step::JoinNamespaces { pidfd } => {
                     check(libc::setns(*pidfd, libc::CLONE_NEWUSER | libc::CLONE_NEWNS))
                 }
@@ -744,13 +744,13 @@ mod tests {
             hard: 0,
         })
         .step(Step::JoinCgroup {
-            procs: CString::new("/nonexistent/cgroup.procs").expect("cstr"),
+            file: CString::new("/nonexistent/cgroup.procs").expect("cstr"),
         });
         let err = cmd.spawn().expect_err("a bad cgroup");
         assert!(!err.missing());
         assert_eq!(
             err.to_string(),
-            "joining the run's pids cgroup (/nonexistent/cgroup.procs): \
+            "joining the run's cgroup (/nonexistent/cgroup.procs): \
              No such file or directory (os error 2)"
         );
         // A soft limit above the hard one: EINVAL, named.
