@@ -370,13 +370,6 @@ pub struct OverlayUnavailable {
     pub detail: String,
 }
 
-/// Callers that report the reason as text (`?` into a `String` error).
-impl From<OverlayUnavailable> for String {
-    fn from(e: OverlayUnavailable) -> String {
-        e.to_string()
-    }
-}
-
 /// Whether overlays can be mounted here (tried once per process, in
 /// `scratch`: a lower file, a deletion and a write, then the upper layer
 /// must hold exactly the write and a whiteout, and the lower must be

@@ -32,8 +32,8 @@ pub enum TxnError {
         source: std::io::Error,
     },
     /// The overlay probe's reason and fix (`overlay::probe`).
-    #[error("{0}")]
-    Probe(String),
+    #[error(transparent)]
+    Probe(#[from] overlay::OverlayUnavailable),
     #[error("overlays cannot be used here: {0}")]
     Unmountable(String),
     #[error(transparent)]
@@ -457,7 +457,7 @@ pub async fn begin_with(
         // the project (one directory listing when there is none).
         super::intent::recover(&project);
         let root = project.store.dir().join("txn");
-        overlay::probe(&root).map_err(TxnError::Probe)?;
+        overlay::probe(&root)?;
         if let Some(why) = overlay::unmountable(project.cwd()) {
             return Err(TxnError::Unmountable(why));
         }
