@@ -630,11 +630,15 @@ async fn a_held_effect_of_a_plan_run_after_its_turn_stays_held_under_a_plan_of_i
     assert_eq!(cp["status"], "held", "{listed}");
     assert!(cp["turn"].is_null(), "no live turn: {cp}");
     let pending = second.request("_passepartout/plans/list", json!({})).await;
-    let plans = pending["result"]["plans"].as_array().cloned().unwrap_or_default();
+    let plans = pending["result"]["plans"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     assert!(
-        plans
-            .iter()
-            .any(|p| p["planId"] != json!(id) && p["tool"] == "shell"),
+        plans.iter().any(|p| p["planId"] != json!(id)
+            && p["title"]
+                .as_str()
+                .is_some_and(|t| t.contains("apply_checkpoint"))),
         "a plan of its own for the held change: {pending}"
     );
 }
