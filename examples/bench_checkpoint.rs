@@ -8,7 +8,7 @@
 //! action). Run with `cargo run --release --example bench_checkpoint`.
 
 // Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::Path;
 use std::time::{Duration, Instant};

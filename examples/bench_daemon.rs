@@ -28,7 +28,7 @@
 //! the same runs. The load average is printed before and after.
 
 // Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[allow(dead_code)]
 #[path = "../tests/support/fake_provider.rs"]

@@ -5,7 +5,7 @@
 //! Run with `cargo run --release --example bench_discovery`.
 
 // Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};

@@ -8,7 +8,7 @@
 //! `cargo run --release --example bench_gates [ROUNDS]`
 
 // Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Instant;
 
@@ -67,7 +67,7 @@ fn report(label: &str, engine: &GateEngine, ctx: &GateContext, actions: &[Action
 
 /// p50, mean, p99 and max of samples in microseconds.
 fn figures(samples: &mut [f64]) -> String {
-    samples.sort_by(|a, b| a.total_cmp(b));
+    samples.sort_by(f64::total_cmp);
     let mean = samples.iter().sum::<f64>() / samples.len() as f64;
     let p50 = samples[samples.len() / 2];
     let p99 = samples[(samples.len() * 99 / 100).min(samples.len() - 1)];
@@ -124,7 +124,7 @@ fn slowest(engine: &GateEngine, ctx: &GateContext, actions: &[Action], rounds: u
                     start.elapsed().as_nanos() as f64 / 1000.0
                 })
                 .collect();
-            t.sort_by(|a, b| a.total_cmp(b));
+            t.sort_by(f64::total_cmp);
             let shown: String = serde_json::to_string(&a.effect)
                 .unwrap_or_default()
                 .chars()

@@ -11,7 +11,7 @@
 //! of the paired differences.
 
 // Benchmark tooling, not the daemon: unwrap() is how it fails loudly.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! `cargo run --release --example bench_plans`.
 
 // Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
 use std::time::Instant;

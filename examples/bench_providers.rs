@@ -5,7 +5,7 @@
 //! work too, slower). Every figure is printed; nothing is asserted.
 
 // Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[allow(dead_code)]
 #[path = "../tests/support/fake_provider.rs"]

@@ -16,7 +16,7 @@
 //! `--release`); it drives the binary next to it.
 
 // Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[allow(dead_code)]
 #[path = "../tests/support/fake_provider.rs"]
@@ -153,9 +153,10 @@ impl Daemon {
             .expect("write");
         loop {
             let mut text = String::new();
-            if self.stdout.read_line(&mut text).await.expect("read") == 0 {
-                panic!("daemon exited");
-            }
+            assert!(
+                self.stdout.read_line(&mut text).await.expect("read") != 0,
+                "daemon exited"
+            );
             let m: Value = serde_json::from_str(&text).expect("json");
             if m["id"] == json!(id) && m.get("method").is_none() {
                 return m;

@@ -21,7 +21,7 @@
 //! figure is `1000`).
 
 // Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};

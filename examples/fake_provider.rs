@@ -8,7 +8,7 @@
 //! and exits when its standard input reaches end of file or on SIGTERM.
 
 // Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[allow(dead_code)]
 #[path = "../tests/support/fake_provider.rs"]

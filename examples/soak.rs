@@ -17,7 +17,7 @@
 //! to it: build it first with `cargo build --release`).
 
 // Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -337,12 +337,15 @@ impl Accounts {
     pub fn budget(&self) -> BudgetConfig {
         self.budget
             .read()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 
     pub fn set_budget(&self, patch: &BudgetPatch) -> BudgetConfig {
-        let mut b = self.budget.write().unwrap_or_else(|p| p.into_inner());
+        let mut b = self
+            .budget
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         b.merge(patch);
         b.clone()
     }
@@ -364,14 +367,20 @@ impl Accounts {
         match self.ledger_path(&day) {
             Some(path) => {
                 let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-                let mut cache = self.cached_day.lock().unwrap_or_else(|p| p.into_inner());
+                let mut cache = self
+                    .cached_day
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 if cache.0 != day || cache.1 != len {
                     *cache = (day, len, read_ledger(&path));
                 }
                 cache.2
             }
             None => {
-                let m = self.memory_day.lock().unwrap_or_else(|p| p.into_inner());
+                let m = self
+                    .memory_day
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 if m.0 == day {
                     m.1
                 } else {
@@ -385,7 +394,10 @@ impl Accounts {
     pub fn record(&self, session: &str, model: &str, usage: &Usage, cost: f64) {
         let day = Self::today();
         let Some(path) = self.ledger_path(&day) else {
-            let mut m = self.memory_day.lock().unwrap_or_else(|p| p.into_inner());
+            let mut m = self
+                .memory_day
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             if m.0 != day {
                 *m = (day, Spent::default());
             }
@@ -414,7 +426,10 @@ impl Accounts {
             file.write_all(text.as_bytes())?;
             // Our own line: keep the cached totals current without a
             // re-read, when the cache was current before it.
-            let mut cache = self.cached_day.lock().unwrap_or_else(|p| p.into_inner());
+            let mut cache = self
+                .cached_day
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             if cache.0 == day && cache.1 == before {
                 cache.1 = before + text.len() as u64;
                 cache.2.add(usage, cost);

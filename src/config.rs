@@ -650,7 +650,7 @@ model = "qwen"
         )
         .unwrap();
         let cli = Overrides {
-            config_file: Some(file.clone()),
+            config_file: Some(file),
             ..Default::default()
         };
         let c = Config::load_with(&cli, &env(&[])).unwrap();

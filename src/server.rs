@@ -919,7 +919,7 @@ impl Daemon {
                 "turn": turn,
                 "undone": ids.join(","),
                 "checkpoint": undo.as_ref().map(|u| u.id.clone()),
-                "summary": undo.as_ref().map_or_else(|| "nothing left to change".to_string(), |u| u.summary()),
+                "summary": undo.as_ref().map_or_else(|| "nothing left to change".to_string(), passepartout_transactions::checkpoint::Checkpoint::summary),
             }));
         }
         let done = crate::checkpoint::watch::locked(&params.cwd, move || {
@@ -956,7 +956,7 @@ impl Daemon {
         .await
         .map_err(|e| RpcError::internal(e.to_string()))?;
         Ok(serde_json::json!({
-            "checkpoints": list.iter().map(|c| c.wire()).collect::<Vec<_>>()
+            "checkpoints": list.iter().map(passepartout_transactions::checkpoint::Checkpoint::wire).collect::<Vec<_>>()
         }))
     }
 }
@@ -1249,7 +1249,7 @@ pub fn methods(daemon: Arc<Daemon>) -> Router<Daemon> {
         .ordered(
             proto::SESSION_PROMPT,
             |d: &Daemon, p: &acp::PromptRequest| d.ticket_for(p),
-            |d, p, ticket| d.prompt(p, ticket),
+            Daemon::prompt,
         )
         .method(proto::EXT_PLAN_DECIDE, |d, p| {
             d.approvals.desk.decide(p, "emacs").map_err(|e| match e {

@@ -8,7 +8,7 @@
 //! module path: `cargo test --test all -- suite::sessions::`.
 
 // Test and benchmark tooling, not the daemon: unwrap() is how it fails loudly.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod harness;
 mod suite;

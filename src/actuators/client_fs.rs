@@ -85,15 +85,24 @@ impl ClientFsLink {
             read: caps.read_text_file,
             write: caps.write_text_file,
         });
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = offered;
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = offered;
     }
 
     pub fn disconnect(&self) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = None;
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
     }
 
     fn offered(&self) -> Option<Offered> {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The connection to read through, when the client reads files.

@@ -23,15 +23,24 @@ pub struct EditorLink(Arc<RwLock<Option<Outgoing>>>);
 
 impl EditorLink {
     pub fn connect(&self, out: Outgoing) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Some(out);
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(out);
     }
 
     pub fn disconnect(&self) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = None;
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
     }
 
     fn get(&self) -> Option<Outgoing> {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 

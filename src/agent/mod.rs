@@ -21,7 +21,6 @@ use crate::config::Config;
 use crate::gates::engine::GateEngine;
 use crate::gates::{GateContext, Verdict};
 use crate::llm::cascade::Cascade;
-use crate::llm::ProviderConfigExt;
 use crate::protocol::{acp, SessionStatus};
 use crate::tools::ToolRegistry;
 
@@ -228,12 +227,15 @@ impl AgentEnv {
     pub fn models(&self) -> Arc<Cascade> {
         self.models
             .read()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 
     pub fn set_models(&self, cascade: Cascade) {
-        *self.models.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(cascade);
+        *self
+            .models
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(cascade);
     }
 
     /// Append to the audit log (through its writer thread, so the fsync
@@ -304,7 +306,7 @@ impl AgentEnv {
             .config
             .providers
             .iter()
-            .filter_map(|p| p.resolved_key())
+            .filter_map(passepartout_llm::llm::ProviderConfigExt::resolved_key)
             .map(|key| crate::gates::known_values::KnownValue::new(key, "configured API key"))
             .collect();
         // The person's secret values, read host-side, so a value that went

@@ -334,9 +334,8 @@ impl FlightDesk {
                 continue;
             }
             seen = changed;
-            let approved = match self.store.approved() {
-                Ok(plans) => plans,
-                Err(_) => continue,
+            let Ok(approved) = self.store.approved() else {
+                continue;
             };
             left_work = !approved.is_empty();
             for plan in approved {
@@ -495,7 +494,7 @@ impl FlightDesk {
             StoreError::NotFound(_) => DecideError::NotFound(e.to_string()),
             other => DecideError::Refused(other.to_string()),
         })?;
-        let cwd = plan.cwd.clone().unwrap_or_else(|| PathBuf::from("/"));
+        let cwd = plan.cwd.unwrap_or_else(|| PathBuf::from("/"));
         let env = self.env.clone();
         let edit_judgement: Mutex<Option<Judgement>> = Mutex::new(None);
         let check = |a: &Action| -> Result<(), EditDenied> {
@@ -572,7 +571,7 @@ impl FlightDesk {
             }
             // Another daemon (or this one's next sweep, as the decider)
             // runs it: this client still hears how it ended.
-            None if outcome.approved => self.watch_outcome(outcome.plan.id.clone()),
+            None if outcome.approved => self.watch_outcome(outcome.plan.id),
             None => {}
         }
         Ok(result)

@@ -327,7 +327,12 @@ impl TurnSink for TerminalSink {
 
 /// The one line `run` prints when the history was compacted.
 fn compacted_line(params: &serde_json::Value) -> String {
-    let number = |key: &str| params.get(key).and_then(|v| v.as_u64()).unwrap_or(0);
+    let number = |key: &str| {
+        params
+            .get(key)
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0)
+    };
     let how = if params.get("summary").is_some_and(|s| !s.is_null()) {
         "earlier turns summarised"
     } else {

@@ -249,7 +249,7 @@ async fn a_provider_key_printed_by_a_command_reaches_the_model_redacted() {
         .unwrap()
         .iter()
         .filter(|m| m["role"] == "tool")
-        .map(|m| m.to_string())
+        .map(std::string::ToString::to_string)
         .collect();
     assert!(!tool_messages.contains(PROVIDER_KEY), "{tool_messages}");
     assert!(!tool_messages.contains("AKIAIOSFODNN7EXAMPLE"));

@@ -73,7 +73,7 @@ impl Turn {
     pub fn asks(&self) -> String {
         self.asked
             .iter()
-            .map(|a| a.to_string())
+            .map(std::string::ToString::to_string)
             .collect::<Vec<_>>()
             .join("\n")
     }

@@ -121,7 +121,7 @@ impl Setup {
 
     pub(crate) fn echo(&self, name: &str, extra: &[&str]) -> Value {
         let mut args = vec!["--record".to_string(), self.record.display().to_string()];
-        args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(extra.iter().map(std::string::ToString::to_string));
         json!({ "name": name, "command": echo_server(), "args": args, "env": [] })
     }
 

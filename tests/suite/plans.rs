@@ -946,7 +946,11 @@ mod store {
         );
         assert_eq!(ids(&recovery.to_run), vec![approved.clone()]);
         assert_eq!(ids(&recovery.pending), vec![pending.clone()]);
-        let problems: Vec<String> = recovery.problems.iter().map(|p| p.to_string()).collect();
+        let problems: Vec<String> = recovery
+            .problems
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect();
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert_eq!(
             problems[0],

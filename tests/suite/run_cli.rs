@@ -375,7 +375,7 @@ sys.exit(os.waitstatus_to_exitcode(status))
         "--provider-url".into(),
         at.url.clone(),
     ];
-    argv.extend(args.iter().map(|a| a.to_string()));
+    argv.extend(args.iter().map(std::string::ToString::to_string));
     let out = tokio::process::Command::new("python3")
         .arg("-c")
         .arg(DRIVER)

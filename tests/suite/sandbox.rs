@@ -715,7 +715,7 @@ fn hostile_values() -> Vec<String> {
         "é€🦀",
     ]
     .iter()
-    .map(|s| s.to_string())
+    .map(std::string::ToString::to_string)
     .collect()
 }
 
@@ -1178,7 +1178,7 @@ fn control_surface_and_tmp_size_whole_vector() {
         "sh",
     ]
     .iter()
-    .map(|s| s.to_string())
+    .map(std::string::ToString::to_string)
     .collect();
     assert_eq!(args, want);
     // Without a boundary the list is the old one: no --size, no extra binds.

@@ -137,7 +137,11 @@ fn tool_result(fake: &FakeProvider, n: usize) -> String {
 
 #[tokio::test]
 async fn the_persons_secrets_reach_neither_the_model_nor_the_client_nor_the_audit_log() {
-    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let strings = |v: &[&str]| {
+        v.iter()
+            .map(std::string::ToString::to_string)
+            .collect::<Vec<_>>()
+    };
     let auth = format!(
         "{}=",
         base64(format!("deploy:{REGISTRY_PASSWORD}").as_bytes())

@@ -137,7 +137,13 @@ fn the_everything_file_yields_every_feature() {
     assert_eq!(s.tools[4].approval, Approval::Never);
     assert_eq!(s.rules.len(), 2);
     assert_eq!(s.rules[0].tool, "*_tool");
-    assert_eq!(s.rules[1].pattern.as_ref().map(|r| r.as_str()), Some(".*"));
+    assert_eq!(
+        s.rules[1]
+            .pattern
+            .as_ref()
+            .map(passepartout::skills::lazy_regex::LazyRegex::as_str),
+        Some(".*")
+    );
 }
 
 fn ctx(cwd: &Path) -> PlanContext {
@@ -430,7 +436,7 @@ fn layers_only_add_and_project_skills_need_trust() {
         builtin: true,
         user: Some(user.clone()),
         project: Some(project.clone()),
-        trust: Some(trust.clone()),
+        trust: Some(trust),
         project_auto_approval: false,
     };
     assert_eq!(
@@ -461,7 +467,7 @@ fn layers_only_add_and_project_skills_need_trust() {
     assert_eq!(set.get_all("shell").len(), 2);
     assert_eq!(set.untrusted().len(), 1);
     assert_eq!(
-        set.diagnostics().iter().map(|d| d.to_string()).collect::<Vec<_>>(),
+        set.diagnostics().iter().map(std::string::ToString::to_string).collect::<Vec<_>>(),
         vec![format!(
             "{0}:1:1: warning: project skill `shell` is untrusted and was not loaded: it has not been trusted; read it, then run `passepartout skills trust {0}` or M-x passepartout-skill-trust",
             file.display()
@@ -497,7 +503,7 @@ fn layers_only_add_and_project_skills_need_trust() {
     let layers: Vec<Origin> = set.get_all("shell").iter().map(|s| s.origin).collect();
     assert_eq!(layers, vec![Origin::Builtin, Origin::User, Origin::Project]);
     assert_eq!(
-        set.diagnostics().iter().map(|d| d.to_string()).collect::<Vec<_>>(),
+        set.diagnostics().iter().map(std::string::ToString::to_string).collect::<Vec<_>>(),
         vec![format!(
             "{}:1:1: error: project skills may not redefine the tool `shell` of the builtin skill `shell`; this tool is not offered (give it another name)",
             file.display()
@@ -620,7 +626,7 @@ fn a_directory_with_broken_and_good_files_loads_the_good_ones() {
     write(&dir, "#git.org#", "autosave");
     let set = SkillSet::load(&SkillDirs {
         builtin: false,
-        user: Some(dir.clone()),
+        user: Some(dir),
         project: None,
         trust: None,
         project_auto_approval: false,
@@ -674,7 +680,7 @@ fn a_file_over_the_size_limit_is_refused_and_one_just_under_loads() {
     let (skill, diags) = load_file(&bad, Origin::User);
     assert!(skill.is_none());
     assert_eq!(
-        diags.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
+        diags.iter().map(std::string::ToString::to_string).collect::<Vec<_>>(),
         vec![format!(
             "{}:1:1: error: file is 1048577 bytes, more than the 1048576-byte limit for skill files",
             bad.display()
@@ -781,7 +787,7 @@ fn the_policy_file_keeps_its_valid_rules_even_beside_broken_ones() {
     assert_eq!(rules[1].decision.to_string(), "ask");
     assert!(rules[1].pattern.is_none());
     assert_eq!(
-        diags.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
+        diags.iter().map(std::string::ToString::to_string).collect::<Vec<_>>(),
         vec![
             format!(
                 "{}:18:4: warning: rule `Broken` did not load; until it is fixed every action of its scope (tool *, target *) is asked about",
@@ -844,7 +850,7 @@ fn check_text_reports_on_an_unsaved_buffer() {
         "#+SKILL: new\n\n* t :tool:\n:PROPERTIES:\n:TIMEOUT: 0\n:END:\nDo it.\n#+begin_src sh\ntrue\n#+end_src\n",
     );
     assert_eq!(
-        diags.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
+        diags.iter().map(std::string::ToString::to_string).collect::<Vec<_>>(),
         vec!["/home/me/.config/passepartout/skills/new.org:5:11: error: `:TIMEOUT:` must be a whole number of seconds above 0, got `0`"]
     );
 }
@@ -901,7 +907,7 @@ fn near_miss_keywords_tags_and_properties_name_the_closest_valid_one() {
                 * Roles :roles:\nWho does what.\n";
     let diags: Vec<String> = check_text(Path::new("typo.org"), text)
         .iter()
-        .map(|d| d.to_string())
+        .map(std::string::ToString::to_string)
         .collect();
     let has = |needle: &str| diags.iter().any(|d| d.contains(needle));
     assert!(has("typo.org:2:1: warning: #+TRIGER: is not a skill keyword and is ignored; did you mean #+TRIGGER:?"), "{diags:#?}");

@@ -432,7 +432,7 @@ async fn a_pth_file_in_an_ignored_venv_is_asked_about_and_rejected_stays_out() {
     let asked = run.finish("reject_once").await;
     let shown = asked
         .iter()
-        .map(|a| a.to_string())
+        .map(std::string::ToString::to_string)
         .collect::<Vec<_>>()
         .join("\n");
     assert!(shown.contains("zz_hook.pth"), "not asked about: {shown}");

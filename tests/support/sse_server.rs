@@ -110,7 +110,7 @@ async fn open_stream(State(s): State<Arc<Shared>>) -> Response {
         .unwrap();
     // The server's messages become `message` events on this stream.
     let shared = s.clone();
-    let session = id.clone();
+    let session = id;
     tokio::spawn(async move {
         while let Some(message) = server_out.next().await {
             let mut text = serde_json::to_string(&message).unwrap();

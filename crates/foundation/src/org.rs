@@ -219,7 +219,7 @@ fn collect_headline(h: &ast::Headline, parent: Option<usize>, file: &mut OrgFile
 fn property(node: &SyntaxNode) -> Option<Property> {
     let mut texts = node
         .children_with_tokens()
-        .filter_map(|e| e.into_token())
+        .filter_map(orgize::rowan::NodeOrToken::into_token)
         .filter(|t| t.kind() == SyntaxKind::TEXT);
     let key = texts.next()?;
     let (value, value_offset) = match texts.next() {

@@ -95,7 +95,10 @@ impl<K: Clone + PartialEq + std::fmt::Debug> DirWatch<K> {
     /// reading it. Watching a directory again is harmless (same watch).
     pub fn watch(&self, abs: &Path, rel: &K) -> Result<(), Refused> {
         let refused = |why: String, limit: bool| Err(Refused { why, limit });
-        let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut dirs = self
+            .dirs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         match inotify::add_watch(&self.fd, abs, self.mask) {
             Ok(wd) => match dirs.get(&wd) {
                 // Events name one path per watch: a directory also
@@ -133,7 +136,10 @@ impl<K: Clone + PartialEq + std::fmt::Debug> DirWatch<K> {
 
     /// How many directories are watched.
     pub fn watched(&self) -> usize {
-        self.dirs.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.dirs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
     }
 
     /// Read every queued event without blocking, passing each with the
@@ -145,7 +151,10 @@ impl<K: Clone + PartialEq + std::fmt::Debug> DirWatch<K> {
         &self,
         mut on_event: impl FnMut(&K, ReadFlags, Option<&CStr>) -> bool,
     ) -> Result<(), Unmodelled> {
-        let dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        let dirs = self
+            .dirs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut buf = [MaybeUninit::<u8>::uninit(); 16 * 1024];
         let mut reader = inotify::Reader::new(self.fd.as_fd(), &mut buf);
         let structural = ReadFlags::DELETE_SELF
@@ -184,7 +193,7 @@ mod tests {
     fn changed(w: &DirWatch<String>) -> Result<Vec<String>, Unmodelled> {
         let mut dirs = Vec::new();
         w.drain(|dir, _, _| {
-            dirs.push(dir.to_string());
+            dirs.push(dir.clone());
             true
         })?;
         dirs.sort();
@@ -203,7 +212,7 @@ mod tests {
         assert_eq!(changed(&w), Ok(vec![]));
         std::fs::write(t.path().join("a/x"), "").unwrap();
         std::fs::write(t.path().join("y"), "").unwrap();
-        assert_eq!(changed(&w), Ok(vec!["".to_string(), "a".to_string()]));
+        assert_eq!(changed(&w), Ok(vec![String::new(), "a".to_string()]));
         assert_eq!(changed(&w), Ok(vec![]), "drained");
         std::fs::remove_dir(t.path().join("a/b")).unwrap();
         assert!(changed(&w).is_err());

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// Lock `m`, recovering the guard if a panicking holder poisoned it.
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Wait on `cv` while `waiting` holds, at most `timeout`, recovering the

@@ -264,7 +264,7 @@ mod tests {
             prefix: "s".into(),
             transport: Transport::Stdio {
                 command: command.into(),
-                args: args.iter().map(|a| a.to_string()).collect(),
+                args: args.iter().map(std::string::ToString::to_string).collect(),
                 env: Default::default(),
             },
             approval: Approval::Ask,

@@ -90,7 +90,10 @@ impl ElicitationLink {
     pub fn connect(&self, out: Outgoing, caps: Option<&acp::ElicitationCapabilities>) {
         // ACP: an empty object (`"elicitation": {}`) offers no mode.
         let (form, url) = caps.map_or((false, false), |c| (c.supports_form(), c.supports_url()));
-        *self.client.write().unwrap_or_else(|p| p.into_inner()) = Some(Offered { out, form, url });
+        *self
+            .client
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Offered { out, form, url });
     }
 
     /// Send a notification to the client, when one is connected: the link
@@ -106,7 +109,7 @@ impl ElicitationLink {
     fn offered(&self) -> Option<Offered> {
         self.client
             .read()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 

@@ -468,7 +468,7 @@ fn uploads(cmd: &Command) -> Vec<String> {
                     ops[..ops.len() - 1]
                         .iter()
                         .filter(|s| remote_spec_host(s).is_none())
-                        .map(|s| s.to_string()),
+                        .map(std::string::ToString::to_string),
                 );
             }
         }

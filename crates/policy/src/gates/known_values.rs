@@ -158,7 +158,7 @@ impl ValueMatcher {
         let label = self
             .labels
             .get(value as usize)
-            .map(|l| l.as_ref())
+            .map(std::convert::AsRef::as_ref)
             .unwrap_or("a known secret");
         format!("{label}{}", form.suffix())
     }

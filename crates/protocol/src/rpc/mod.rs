@@ -183,7 +183,7 @@ impl Outgoing {
                 .try_with(|later| {
                     later
                         .lock()
-                        .unwrap_or_else(|p| p.into_inner())
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .push(text.clone())
                 })
                 .is_ok();
@@ -220,7 +220,9 @@ impl Outgoing {
     ) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<Result<Value, RpcError>>>> {
         // A poisoned map only means another task panicked mid-insert; the
         // map itself is still usable.
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn complete(&self, id: &Value, result: Result<Value, RpcError>) {
@@ -352,7 +354,9 @@ pub async fn serve<R, W, S>(
                             let handled = handled.await;
                             let later = AFTER_REPLY.with(|later| {
                                 std::mem::take(
-                                    &mut *later.lock().unwrap_or_else(|p| p.into_inner()),
+                                    &mut *later
+                                        .lock()
+                                        .unwrap_or_else(std::sync::PoisonError::into_inner),
                                 )
                             });
                             (handled, later)

@@ -413,7 +413,7 @@ mod tests {
     }
 
     fn reads() -> u64 {
-        READS.with(|n| n.get())
+        READS.with(std::cell::Cell::get)
     }
 
     fn git(dir: &Path, args: &[&str]) {

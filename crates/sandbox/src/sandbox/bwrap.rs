@@ -366,7 +366,7 @@ pub fn bwrap_args_with(
         .collect::<Result<Vec<_>, _>>()?;
 
     let mut a: Vec<String> = Vec::new();
-    let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
+    let mut push = |items: &[&str]| a.extend(items.iter().map(std::string::ToString::to_string));
 
     push(&["--die-with-parent", "--new-session", "--unshare-all"]);
     // Not the host's network: slirp4netns, without its loopback; the
@@ -534,7 +534,7 @@ pub fn bwrap_args_with(
 
     // The mounts are complete: their missing parents are made `0755`.
     let mut a = with_parent_dirs(a);
-    let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
+    let mut push = |items: &[&str]| a.extend(items.iter().map(std::string::ToString::to_string));
     push(&["--clearenv"]);
     let path = boundary.home.path.as_deref().unwrap_or(SANDBOX_PATH);
     for (k, v) in base_env(path, SANDBOX_HOME) {
@@ -786,7 +786,7 @@ mod tests {
     }
 
     fn strings(items: &[&str]) -> Vec<String> {
-        items.iter().map(|s| s.to_string()).collect()
+        items.iter().map(std::string::ToString::to_string).collect()
     }
 
     /// Everything between the namespace flags and the working directory,

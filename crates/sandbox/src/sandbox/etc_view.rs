@@ -216,7 +216,7 @@ fn copies() -> std::sync::MutexGuard<'static, Vec<Copied>> {
     COPIES
         .get_or_init(Default::default)
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Size and modification time of a file, to see that it changed.

@@ -80,7 +80,7 @@ impl Ahead {
             self.0
                 .stdin
                 .lock()
-                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .take(),
         );
     }

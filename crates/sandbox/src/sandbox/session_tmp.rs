@@ -44,7 +44,7 @@ fn registry() -> std::sync::MutexGuard<'static, Registry> {
         })
     })
     .lock()
-    .unwrap_or_else(|p| p.into_inner())
+    .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The host directory shown as `/tmp` to the actions of `session`, made on

@@ -142,8 +142,8 @@ impl Step {
     /// Do the step; the errno when it fails. Async-signal-safe and
     /// allocation-free: raw system calls on the step's own data.
     fn perform(&self) -> Result<(), i32> {
-        // SAFETY (whole body): raw system calls on NUL-terminated strings
-        // and integers owned by the step; none touches other memory.
+        // SAFETY: the whole body makes raw system calls on NUL-terminated
+        // strings and integers owned by the step; none touches other memory.
         unsafe {
             match self {
                 Step::EnterUserNamespace {
@@ -181,7 +181,7 @@ impl Step {
                         maximum: Some(*hard),
                     },
                 )
-                .map_err(|e| e.raw_os_error()),
+                .map_err(rustix::io::Errno::raw_os_error),
                 Step::JoinCgroup { file } => write_file(file, b"0\n"),
                 Step::JoinNamespaces { pidfd } => {
                     check(libc::setns(*pidfd, libc::CLONE_NEWUSER | libc::CLONE_NEWNS))
@@ -259,8 +259,8 @@ fn errno() -> i32 {
 fn write_file(path: &std::ffi::CStr, bytes: &[u8]) -> Result<(), i32> {
     use rustix::fs::{open, Mode, OFlags};
     let fd = open(path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| e.raw_os_error())?;
-    rustix::io::write(&fd, bytes).map_err(|e| e.raw_os_error())?;
+        .map_err(rustix::io::Errno::raw_os_error)?;
+    rustix::io::write(&fd, bytes).map_err(rustix::io::Errno::raw_os_error)?;
     Ok(())
 }
 
@@ -797,8 +797,8 @@ mod tests {
             .expect("fd dir")
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
             .filter(|&fd| fd > 2)
-            // SAFETY: F_GETFD on an fd number reads its flags.
             .filter(|&fd| {
+                // SAFETY: F_GETFD on an fd number reads its flags.
                 let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
                 flags >= 0 && flags & libc::FD_CLOEXEC == 0
             })

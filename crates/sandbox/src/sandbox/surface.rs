@@ -622,14 +622,11 @@ fn protect(
     g: &mut Gather,
 ) {
     let path = root.join(&rel);
-    let meta = match std::fs::symlink_metadata(&path) {
-        Ok(m) => m,
-        Err(_) => {
-            if record_missing {
-                g.missing.push((guard, rel));
-            }
-            return;
+    let Ok(meta) = std::fs::symlink_metadata(&path) else {
+        if record_missing {
+            g.missing.push((guard, rel));
         }
+        return;
     };
     if meta.file_type().is_symlink() {
         if let Ok(target) = std::fs::read_link(&path) {
@@ -652,7 +649,7 @@ fn protect(
         real
     };
     if plain && meta.is_dir() {
-        g.real_dirs.insert(rel.clone());
+        g.real_dirs.insert(rel);
     }
     let (real_is_dir, real_is_file) = if plain {
         (meta.is_dir(), meta.is_file())
@@ -901,6 +898,8 @@ fn protected_parts(s: &SurfaceSnapshot) -> [Vec<PathBuf>; 6] {
 /// A tree that changed between the two walks (a second fresh walk differs
 /// from the first) gives no verdict; a stable tree that the cached answer
 /// misreads panics with both answers.
+// The differential check exists to fail loudly (debug builds and CI).
+#[allow(clippy::panic)]
 fn check_against_fresh_walk(root: &Path, canonical_root: &Path, cached: &SurfaceSnapshot) {
     let fresh = || {
         protected_parts(&SurfaceSnapshot::from_walk(
@@ -1148,9 +1147,9 @@ impl DirFacts {
     fn read(dir: &Path) -> Option<DirFacts> {
         let mut children: Vec<std::fs::DirEntry> = std::fs::read_dir(dir).ok()?.flatten().collect();
         // Sorted, so the same tree gives the same mounts every time.
-        children.sort_by_key(|e| e.file_name());
+        children.sort_by_key(std::fs::DirEntry::file_name);
         let mut facts = DirFacts::default();
-        let names: Vec<OsString> = children.iter().map(|e| e.file_name()).collect();
+        let names: Vec<OsString> = children.iter().map(std::fs::DirEntry::file_name).collect();
         let mut seen: HashSet<&str> = HashSet::new();
         for (e, name) in children.iter().zip(&names) {
             let Some(name) = name.to_str() else {

@@ -95,7 +95,10 @@ fn inside(path: &Path, dir: &Path) -> bool {
     // Canonicalise the nearest existing ancestor, keep the rest lexically.
     let mut rest = Vec::new();
     while !probe.exists() {
-        match (probe.file_name().map(|n| n.to_os_string()), probe.parent()) {
+        match (
+            probe.file_name().map(std::ffi::OsStr::to_os_string),
+            probe.parent(),
+        ) {
             (Some(name), Some(parent)) => {
                 rest.push(name);
                 probe = parent.to_path_buf();

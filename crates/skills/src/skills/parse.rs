@@ -1459,7 +1459,7 @@ mod tests {
         let bad = text.replace("processes=512", "forks=3");
         let (skill, diags) = parse_skill(Path::new("b.org"), &bad, Origin::User);
         assert!(skill.is_none());
-        let shown: Vec<String> = diags.iter().map(|d| d.to_string()).collect();
+        let shown: Vec<String> = diags.iter().map(std::string::ToString::to_string).collect();
         assert!(
             shown
                 .iter()
@@ -1589,7 +1589,7 @@ Body.
 ";
         let (skill, diags) = parse_skill(Path::new("rev.org"), text, Origin::User);
         assert!(skill.is_none());
-        let shown: Vec<String> = diags.iter().map(|d| d.to_string()).collect();
+        let shown: Vec<String> = diags.iter().map(std::string::ToString::to_string).collect();
         assert!(
             shown
                 .iter()

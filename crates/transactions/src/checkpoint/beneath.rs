@@ -320,7 +320,7 @@ impl Beneath {
             return Err(BeneathError::sys(rel, Errno::NOENT));
         };
         rustix::fs::readlinkat(&dir, name, Vec::new())
-            .map(|t| t.into_bytes())
+            .map(std::ffi::CString::into_bytes)
             .map_err(|e| BeneathError::sys(rel, e))
     }
 

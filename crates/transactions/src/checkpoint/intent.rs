@@ -130,7 +130,7 @@ fn reports() -> std::sync::MutexGuard<'static, Vec<Recovered>> {
     REPORTS
         .get_or_init(Mutex::default)
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The recoveries of this process not yet shown, oldest first.

@@ -60,7 +60,7 @@ fn memory() -> std::sync::MutexGuard<'static, Memory> {
     MEMORY
         .get_or_init(Mutex::default)
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Remember what the daemon just left at `rel` beneath `b` (nothing

@@ -473,7 +473,9 @@ pub fn observable(cwd: &Path) -> bool {
 pub fn lock(cwd: &Path) -> Arc<tokio::sync::Mutex<()>> {
     static LOCKS: OnceLock<Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>> = OnceLock::new();
     let map = LOCKS.get_or_init(Mutex::default);
-    let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+    let mut map = map
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     map.entry(cwd.to_path_buf()).or_default().clone()
 }
 
@@ -543,7 +545,9 @@ impl Project {
         let key = (state_dir.to_path_buf(), cwd.to_path_buf());
         let open = OPEN.get_or_init(Mutex::default);
         let cached = {
-            let map = open.lock().unwrap_or_else(|p| p.into_inner());
+            let map = open
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             map.get(&key)
                 .filter(|(c, _)| c == cfg)
                 .map(|(_, p)| p.clone())
@@ -554,7 +558,9 @@ impl Project {
             }
         }
         let p = Project::open(state_dir, cwd, cfg)?;
-        let mut map = open.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if map.len() >= MAX_OPEN_PROJECTS {
             map.clear();
         }
@@ -1846,7 +1852,7 @@ fn measured_stores() -> std::sync::MutexGuard<'static, HashMap<PathBuf, (u64, u3
     MEASURED
         .get_or_init(Mutex::default)
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Measure the stores under `root` on a thread of its own (one at a time
@@ -1909,7 +1915,7 @@ fn read_counter(file: &std::fs::File) -> std::io::Result<Vec<u8>> {
 /// is covered whole by the first padded write; a longer one is cut.
 fn write_counter(file: &std::fs::File, len_before: usize, n: u64) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
-    let text = format!("{n:0width$}", width = COUNTER_WIDTH);
+    let text = format!("{n:0COUNTER_WIDTH$}");
     file.write_all_at(text.as_bytes(), 0)?;
     if len_before > COUNTER_WIDTH {
         file.set_len(COUNTER_WIDTH as u64)?;

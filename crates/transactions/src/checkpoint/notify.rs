@@ -86,7 +86,9 @@ fn watches() -> &'static Mutex<HashMap<PathBuf, TreeWatch>> {
 }
 
 fn lock() -> std::sync::MutexGuard<'static, HashMap<PathBuf, TreeWatch>> {
-    watches().lock().unwrap_or_else(|p| p.into_inner())
+    watches()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A fresh set of watches for a full walk of the tree whose store is
@@ -215,7 +217,7 @@ fn drain(watch: &mut TreeWatch) -> Option<BTreeSet<String>> {
             && dir != EXCLUDE_DIR
             && name.is_none_or(|n| n.to_bytes() != b".gitignore");
         if modelled {
-            dirty.insert(dir.to_string());
+            dirty.insert(dir.clone());
         }
         modelled
     });
@@ -262,7 +264,10 @@ mod tests {
 
         std::fs::write(root.join("src/a.rs"), "b").unwrap();
         std::fs::write(root.join("new.txt"), "n").unwrap();
-        let expect: BTreeSet<String> = ["", "src"].iter().map(|s| s.to_string()).collect();
+        let expect: BTreeSet<String> = ["", "src"]
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect();
         assert_eq!(
             since(&key, &armed("t")).map(|x| x.0),
             Some(Since::Dirs(expect))

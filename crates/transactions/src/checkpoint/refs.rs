@@ -146,7 +146,7 @@ pub fn changed(root: &Path, upper: &Path) -> Vec<RefChange> {
     }
     .refs();
     let after_view = View {
-        lower: git.clone(),
+        lower: git,
         upper: Some(upper.join(".git")),
     };
     let after = after_view.refs();

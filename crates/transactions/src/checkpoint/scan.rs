@@ -146,7 +146,9 @@ pub fn snapshot(cfg: &ScanConfig) -> Result<Scanned, StoreError> {
     // One snapshot of a store at a time: draining the watches and
     // recording the state they vouch for must not interleave.
     let serial = serial(cfg.git_dir);
-    let _one_at_a_time = serial.lock().unwrap_or_else(|p| p.into_inner());
+    let _one_at_a_time = serial
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let previous = previous_state(cfg);
     if let Some(prev) = previous.as_ref().filter(|_| cfg.watch) {
         if let Some((since, skipped)) =
@@ -182,7 +184,7 @@ fn serial(git_dir: &Path) -> Arc<Mutex<()>> {
     SERIAL
         .get_or_init(Mutex::default)
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .entry(git_dir.to_path_buf())
         .or_default()
         .clone()
@@ -430,7 +432,9 @@ pub(crate) fn cached_gitignore(root: &Path, file: &Path) -> Option<Arc<Gitignore
     /// Compiled ignore files kept at most (a project with more `.gitignore`
     /// files than this compiles the rest each time).
     const MAX_CACHED_IGNORE_FILES: usize = 4096;
-    let meta = std::fs::metadata(file).ok().filter(|m| m.is_file())?;
+    let meta = std::fs::metadata(file)
+        .ok()
+        .filter(std::fs::Metadata::is_file)?;
     let identity = (
         meta.dev(),
         meta.ino(),
@@ -441,7 +445,9 @@ pub(crate) fn cached_gitignore(root: &Path, file: &Path) -> Option<Arc<Gitignore
     let trusted = identity.4 < now_ns() - RACY_MARGIN_NS;
     let cache = CACHE.get_or_init(Mutex::default);
     if trusted {
-        let map = cache.lock().unwrap_or_else(|p| p.into_inner());
+        let map = cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some((id, m)) = map.get(file) {
             if *id == identity {
                 return Some(m.clone());
@@ -452,7 +458,9 @@ pub(crate) fn cached_gitignore(root: &Path, file: &Path) -> Option<Arc<Gitignore
     b.add(file);
     let built = Arc::new(b.build().unwrap_or_else(|_| Gitignore::empty()));
     if trusted {
-        let mut map = cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if map.len() >= MAX_CACHED_IGNORE_FILES {
             map.clear();
         }
@@ -468,7 +476,7 @@ pub fn forget(git_dir: &Path) {
     notify::forget(git_dir);
     memory()
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .remove(git_dir);
 }
 
@@ -484,7 +492,7 @@ pub fn same_content(a: &BTreeMap<String, FileState>, b: &BTreeMap<String, FileSt
 pub fn cached_tree(git_dir: &Path, work_tree: &Path) -> Option<String> {
     if let Some(s) = memory()
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .get(git_dir)
     {
         return Some(s.tree.clone());
@@ -494,7 +502,11 @@ pub fn cached_tree(git_dir: &Path, work_tree: &Path) -> Option<String> {
 
 fn previous_state(cfg: &ScanConfig) -> Option<TreeState> {
     let key = cfg.git_dir.to_path_buf();
-    if let Some(s) = memory().lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+    if let Some(s) = memory()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(&key)
+    {
         return Some(s.clone());
     }
     let loaded = load_cache(&cache_path(cfg.git_dir), cfg.work_tree)?;
@@ -513,7 +525,7 @@ fn previous_state(cfg: &ScanConfig) -> Option<TreeState> {
 fn remember(cfg: &ScanConfig, state: &TreeState, changed: bool) {
     memory()
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .insert(cfg.git_dir.to_path_buf(), state.clone());
     // On disk only when the content changed (or the cache is missing): an
     // unchanged tree's stat cache on disk stays valid, merely a little more
@@ -536,7 +548,7 @@ fn pending() -> &'static Mutex<Pending> {
 fn save_in_background(path: PathBuf, work_tree: PathBuf, state: TreeState) {
     let first = pending()
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .insert(path.clone(), (work_tree, state))
         .is_none();
     if first {
@@ -549,7 +561,7 @@ fn flush(path: &Path) {
     loop {
         let next = pending()
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(path);
         let Some((work_tree, state)) = next else {
             return;
@@ -565,7 +577,7 @@ fn flush(path: &Path) {
 pub fn flush_all() {
     let paths: Vec<PathBuf> = pending()
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .keys()
         .cloned()
         .collect();
@@ -711,7 +723,7 @@ fn walk_tree(
     let mut root_matchers = Vec::new();
     top.dir(root, "", &mut root_matchers, Some(&mut subdirs))?;
     let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
+        .map(std::num::NonZero::get)
         .unwrap_or(1)
         .clamp(1, 4)
         .min(subdirs.len());
@@ -812,7 +824,7 @@ impl Walk<'_> {
             b.add(abs.join(".gitignore"));
             matchers.push(Arc::new(b.build().unwrap_or_else(|_| Gitignore::empty())));
         }
-        entries.sort_by_key(|e| e.file_name());
+        entries.sort_by_key(std::fs::DirEntry::file_name);
         for entry in entries {
             let name = entry.file_name();
             if name == ".git" {
@@ -931,7 +943,7 @@ pub(crate) fn cached_precious(root: &Path, globs: &[String]) -> Arc<Gitignore> {
     let mut map = CACHE
         .get_or_init(Mutex::default)
         .lock()
-        .unwrap_or_else(|p| p.into_inner());
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     map.entry((root.to_path_buf(), globs.to_vec()))
         .or_insert_with(|| Arc::new(precious_matcher(root, globs)))
         .clone()
@@ -1111,7 +1123,7 @@ pub mod recent_blobs {
         RECENT
             .get_or_init(Mutex::default)
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Keep `bytes`, whose blob id is `oid` (the caller hashed them).

@@ -40,7 +40,7 @@ fn pools() -> std::sync::MutexGuard<'static, HashMap<PathBuf, Pool>> {
     POOLS
         .get_or_init(Mutex::default)
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// This process's pool directory in the store at `store_dir`.
@@ -182,7 +182,7 @@ fn fill(store_dir: &Path, dir: &Path) {
     let first = SEEN
         .get_or_init(Mutex::default)
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .insert(dir.to_path_buf());
     if first {
         // Left by an earlier process with this pid: its spares are unknown.
@@ -259,7 +259,7 @@ pub fn place_subdirectories_apart(dir: &Path) -> bool {
     let marked = MARKED.get_or_init(Mutex::default);
     if marked
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .contains(dir)
     {
         return true;
@@ -280,7 +280,7 @@ pub fn place_subdirectories_apart(dir: &Path) -> bool {
     if settled {
         marked
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(dir.to_path_buf());
     }
     true

@@ -1142,7 +1142,11 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(30));
         let first = s.snapshot().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(30));
-        let oid = |snap: &Snapshot, p: &str| snap.files.get(p).map(|f| f.oid_hex());
+        let oid = |snap: &Snapshot, p: &str| {
+            snap.files
+                .get(p)
+                .map(super::super::scan::FileState::oid_hex)
+        };
 
         // Same size, mtime put back with `touch -d`: ctime and inode differ.
         std::fs::remove_file(t.join("same.txt")).unwrap();

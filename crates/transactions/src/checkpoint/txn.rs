@@ -172,7 +172,7 @@ fn ready_overlays() -> std::sync::MutexGuard<'static, HashMap<ReadyKey, Ready>> 
     READY
         .get_or_init(Mutex::default)
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The (device, inode) of a directory, to see that it is still the same.
@@ -314,7 +314,7 @@ fn mount_next_ahead(root: &Path, project: &Path, delay: std::time::Duration) {
         ahead_begun(&key);
         if tx
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .try_send(request)
             .is_err()
         {
@@ -816,7 +816,11 @@ pub fn remove_later(path: PathBuf) {
             .map(|_| Mutex::new(tx))
     });
     let refused = match janitor {
-        Some(tx) => match tx.lock().unwrap_or_else(|p| p.into_inner()).try_send(path) {
+        Some(tx) => match tx
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .try_send(path)
+        {
             Ok(()) => return,
             Err(TrySendError::Full(d) | TrySendError::Disconnected(d)) => d,
         },
@@ -870,7 +874,7 @@ pub async fn begin_file(
     let opened = tokio::task::spawn_blocking(move || {
         let root = cwd.canonicalize().unwrap_or_else(|_| cwd.clone());
         let abs = crate::util::path::normalize(&if path.is_absolute() {
-            path.clone()
+            path
         } else {
             cwd.join(&path)
         });

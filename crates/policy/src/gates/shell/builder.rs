@@ -598,7 +598,7 @@ impl<'a> Builder<'a> {
                 let target = out.commands[index]
                     .operands()
                     .first()
-                    .map(|s| s.to_string())
+                    .map(std::string::ToString::to_string)
                     .unwrap_or_else(|| "~".to_string());
                 self.cwd = Some(match (&self.cwd, target.starts_with(['/', '~', '$'])) {
                     (Some(prev), false) => format!("{prev}/{target}"),

@@ -260,7 +260,7 @@ impl Command {
                     operands
                         .iter()
                         .skip(usize::from(skip_first))
-                        .map(|s| s.to_string()),
+                        .map(std::string::ToString::to_string),
                 );
             }
             "cp" | "mv" | "install" | "ln" | "rsync" => {
@@ -277,7 +277,12 @@ impl Command {
                     } else {
                         operands.len()
                     };
-                    out.extend(operands.iter().take(n).map(|s| s.to_string()));
+                    out.extend(
+                        operands
+                            .iter()
+                            .take(n)
+                            .map(std::string::ToString::to_string),
+                    );
                 }
             }
             "sed" | "perl" => {
@@ -301,7 +306,7 @@ impl Command {
                         operands
                             .iter()
                             .skip(usize::from(!has_expr))
-                            .map(|s| s.to_string()),
+                            .map(std::string::ToString::to_string),
                     );
                 }
             }
@@ -310,14 +315,14 @@ impl Command {
                     self.args
                         .iter()
                         .filter_map(|a| a.strip_prefix("of="))
-                        .map(|s| s.to_string()),
+                        .map(std::string::ToString::to_string),
                 );
             }
             "curl" => {
                 out.extend(
                     self.option_values(&["-o"], &["--output"])
                         .into_iter()
-                        .map(|s| s.to_string()),
+                        .map(std::string::ToString::to_string),
                 );
             }
             "wget" => {
@@ -325,7 +330,7 @@ impl Command {
                     self.option_values(&["-O"], &["--output-document"])
                         .into_iter()
                         .filter(|s| *s != "-")
-                        .map(|s| s.to_string()),
+                        .map(std::string::ToString::to_string),
                 );
             }
             _ => {}

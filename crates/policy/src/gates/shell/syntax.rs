@@ -152,7 +152,7 @@ thread_local! {
 /// parses per action with it).
 #[cfg(test)]
 pub(crate) fn parses_on_this_thread() -> usize {
-    PARSES.with(|p| p.get())
+    PARSES.with(std::cell::Cell::get)
 }
 
 /// The tree of `script`, parsed with this thread's tree-sitter-bash parser

@@ -178,7 +178,7 @@ impl Builder<'_> {
                 let body_end = children
                     .iter()
                     .find(|c| c.kind() == "heredoc_end")
-                    .map_or(node.end_byte(), |c| c.start_byte())
+                    .map_or(node.end_byte(), tree_sitter::Node::start_byte)
                     .max(line_end);
                 let body = String::from_utf8_lossy(src.get(line_end..body_end).unwrap_or(&[]))
                     .into_owned();

@@ -30,7 +30,7 @@ fn first(script: &str) -> (String, Vec<String>) {
 }
 
 fn v(words: &[&str]) -> Vec<String> {
-    words.iter().map(|s| s.to_string()).collect()
+    words.iter().map(std::string::ToString::to_string).collect()
 }
 
 #[test]
