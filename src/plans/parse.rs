@@ -32,6 +32,8 @@ pub enum PlanParseError {
          approve the block as shown, or write the value out"
     )]
     UnknownRedaction { label: String },
+    #[error("the edited action could not be read back to put its values in: {0}")]
+    Unrestorable(String),
     #[error("line {line}: this text is flight plan {found}, not {expected}")]
     IdMismatch {
         line: usize,

@@ -94,9 +94,7 @@ pub fn restore(
 }
 
 fn internal(e: serde_json::Error) -> PlanParseError {
-    PlanParseError::UnknownRedaction {
-        label: format!("(the action could not be read: {e})"),
-    }
+    PlanParseError::Unrestorable(e.to_string())
 }
 
 fn holds_label(value: &Value) -> bool {
