@@ -161,20 +161,7 @@ mod tests {
     }
 
     fn run(script: &str) -> Action {
-        Action {
-            tool: "shell".into(),
-            target: "shell".into(),
-            arguments: serde_json::json!({ "command": script }),
-            effect: Effect::Run {
-                interpreter: "bash".into(),
-                script: script.into(),
-                argv: vec![],
-                env: Default::default(),
-                network: false,
-            },
-            approval: crate::action::Approval::Ask,
-            timeout_secs: None,
-        }
+        Action::shell_for_tests(script)
     }
 
     fn script(action: &Action) -> &str {

@@ -25,6 +25,8 @@ use std::process::Output;
 
 use support::fake_provider::{self as fake, FakeProvider, Reply};
 
+use super::run_cli::waiting_plan_id;
+
 /// `run`'s exit status when an action waits for a person.
 const WAITING: i32 = 3;
 
@@ -116,6 +118,12 @@ impl Case {
         self.command(args).output().await.unwrap()
     }
 
+    /// `passepartout plans approve ID`, which must succeed.
+    async fn approve(&self, id: &str) {
+        let out = self.cli(&["plans", "approve", id]).await;
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+
     fn read(&self, rel: &str) -> String {
         std::fs::read_to_string(self.project.path().join(rel)).unwrap_or_default()
     }
@@ -180,9 +188,8 @@ async fn the_host_executed_surface_is_asked_whatever_command_wrote_it() {
     // held change.
     let out = c.shell("sed -i '$a echo shown' .venv/bin/activate").await;
     let stderr = text(&out.stderr);
-    let at = stderr.find("passepartout plans approve ").expect(&stderr);
-    let id = &stderr[at + "passepartout plans approve ".len()..][..15];
-    let shown = text(&c.cli(&["plans", "show", id]).await.stdout);
+    let id = waiting_plan_id(&stderr);
+    let shown = text(&c.cli(&["plans", "show", &id]).await.stdout);
     assert!(shown.contains("+echo shown"), "{shown}");
     let pip = c.read(".venv/bin/pip");
     let out = c.shell("sed -i 's/print/exec/' .venv/bin/pip").await;
@@ -352,17 +359,10 @@ async fn a_held_change_stays_held_until_approved_then_continue_applies_it() {
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(WAITING), "{stderr}");
     assert!(!stderr.contains("rejected"), "{stderr}");
-    let at = stderr.find("passepartout plans approve ").expect(&stderr);
-    let id = stderr[at + "passepartout plans approve ".len()..][..15].to_string();
+    let id = waiting_plan_id(&stderr);
     assert!(c.read(".pre-commit-config.yaml").contains("entry: pytest"));
 
-    let approved = c.cli(&["plans", "approve", &id]).await;
-    assert_eq!(
-        approved.status.code(),
-        Some(0),
-        "{}",
-        text(&approved.stderr)
-    );
+    c.approve(&id).await;
     let out = c
         .run_with(&["--continue"], vec![fake::openai_text("noted")])
         .await;
@@ -494,8 +494,7 @@ async fn a_rejected_held_change_is_discarded() {
         .await;
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(WAITING), "{stderr}");
-    let at = stderr.find("passepartout plans approve ").expect(&stderr);
-    let id = stderr[at + "passepartout plans approve ".len()..][..15].to_string();
+    let id = waiting_plan_id(&stderr);
     let history = text(&c.cli(&["history"]).await.stdout);
     assert!(history.contains("held"), "{history}");
     let rejected = c.cli(&["plans", "reject", &id]).await;
@@ -677,18 +676,8 @@ async fn an_approved_command_whose_change_is_held_again_gets_a_plan_of_its_own()
         .await;
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(WAITING), "{stderr}");
-    let plan_id = |stderr: &str| {
-        let at = stderr.find("passepartout plans approve ").expect(stderr);
-        stderr[at + "passepartout plans approve ".len()..][..15].to_string()
-    };
-    let first = plan_id(&stderr);
-    let approved = c.cli(&["plans", "approve", &first]).await;
-    assert_eq!(
-        approved.status.code(),
-        Some(0),
-        "{}",
-        text(&approved.stderr)
-    );
+    let first = waiting_plan_id(&stderr);
+    c.approve(&first).await;
 
     let out = c
         .run_with(&["--continue"], vec![fake::openai_text("noted")])
@@ -706,13 +695,7 @@ async fn an_approved_command_whose_change_is_held_again_gets_a_plan_of_its_own()
         .map(str::to_string)
         .unwrap_or_else(|| panic!("no second plan pending:\n{listed}\n{stderr}"));
 
-    let approved = c.cli(&["plans", "approve", &second]).await;
-    assert_eq!(
-        approved.status.code(),
-        Some(0),
-        "{}",
-        text(&approved.stderr)
-    );
+    c.approve(&second).await;
     let out = c
         .run_with(&["--continue"], vec![fake::openai_text("noted")])
         .await;

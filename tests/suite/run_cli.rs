@@ -96,7 +96,7 @@ fn text(bytes: &[u8]) -> String {
 }
 
 /// The plan id in `run`'s "waiting" lines.
-fn waiting_plan_id(stderr: &str) -> String {
+pub(crate) fn waiting_plan_id(stderr: &str) -> String {
     let at = stderr
         .find("passepartout plans approve ")
         .unwrap_or_else(|| panic!("no approve line in {stderr}"));

@@ -357,9 +357,8 @@ async fn a_call_left_for_a_person_is_shown_waiting_not_cancelled() {
         "{stderr}"
     );
     // Approving it without a daemon says how to run it now.
-    let at = stderr.find("passepartout plans approve ").unwrap();
-    let id = &stderr[at + "passepartout plans approve ".len()..][..15];
-    let out = home.output(&["plans", "approve", id]).await;
+    let id = super::run_cli::waiting_plan_id(&stderr);
+    let out = home.output(&["plans", "approve", &id]).await;
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
     assert!(
