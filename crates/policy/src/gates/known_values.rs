@@ -8,8 +8,9 @@
 //! value can have in a stream (`base64 .env`), wrapped over lines, or
 //! spaced out one character at a time (`sed 's/./& /g'`, `od -c`).
 //!
-//! Every form of every value goes into one Aho-Corasick automaton, so the
-//! output is read once whatever the number of values. Two more views
+//! Every form of every value is looked up at each position of the output
+//! by its first bytes ([`Searcher`]), so the output is read once whatever
+//! the number of values. Two more views
 //! cover the forms a literal search cannot: runs of lines made only of
 //! base64 or hex characters, joined (wrapped encodings), and runs of
 //! single characters between spaces, with `od`'s offsets dropped (spaced
@@ -18,7 +19,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use aho_corasick::{AhoCorasick, MatchKind};
+use rustc_hash::FxHashMap;
 
 /// Values shorter than this are not searched for: they would match
 /// ordinary text.
@@ -66,28 +67,133 @@ impl Form {
     }
 }
 
-/// One automaton and what each of its patterns is.
+/// How many of a form's first bytes the search looks up: every form is at
+/// least this long (a value is [`MIN_VALUE`] bytes or more, and no form is
+/// shorter than its value).
+const PREFIX: usize = MIN_VALUE;
+
+/// The output is sampled every [`STRIDE`] bytes, [`GRAM`] bytes at a
+/// time: any form (at least [`PREFIX`] bytes long) starting at a position
+/// `p` has one sample `t` in `p..p + STRIDE`, and the [`GRAM`] bytes there
+/// are its own bytes `t - p..t - p + GRAM`, all inside its first
+/// [`PREFIX`].
+const GRAM: usize = 4;
+const STRIDE: usize = PREFIX - GRAM + 1;
+
+/// Bits in each of the two filters of [`Searcher`]: 65,536, so 8 KiB each,
+/// which stay in the processor's first cache.
+const FILTER_BITS: usize = 1 << 16;
+
+/// A set of byte strings of at least [`PREFIX`] bytes, found in output.
+///
+/// Why not the `aho-corasick` crate, used everywhere else for literals:
+/// its automata (NFA or DFA alike) step from state to state, one
+/// dependent memory read per byte of output, and that chain, not the
+/// number of values, sets their speed: about 2.5 ms for 1 MB here, half
+/// of issue 38's budget for the whole redaction. This reads one sample of
+/// [`GRAM`] bytes every [`STRIDE`] bytes and looks it up in a bit set of
+/// the forms' own [`GRAM`]-byte pieces; where a bit is set, each position
+/// the form could start at is looked up by its first [`PREFIX`] bytes (a
+/// second bit set, then a map), and compared in full. A test checks it
+/// against a plain search for every form.
 struct Searcher {
-    automaton: AhoCorasick,
-    forms: Vec<(u32, Form)>,
+    /// A bit per hash of each [`GRAM`]-byte piece a sample can see of a
+    /// form: those starting in its first [`STRIDE`] bytes.
+    pieces: Box<[u64; FILTER_BITS / 64]>,
+    /// A bit per hash of the first [`PREFIX`] bytes of a form.
+    first_bytes: Box<[u64; FILTER_BITS / 64]>,
+    /// The forms (indices into `forms`) by their first [`PREFIX`] bytes.
+    begun: FxHashMap<u64, Vec<u32>>,
+    forms: Vec<(Vec<u8>, u32, Form)>,
+}
+
+fn bit(set: &[u64; FILTER_BITS / 64], at: usize) -> bool {
+    set[at / 64 % set.len()] & (1 << (at % 64)) != 0
+}
+
+fn set_bit(set: &mut [u64; FILTER_BITS / 64], at: usize) {
+    set[at / 64 % set.len()] |= 1 << (at % 64);
+}
+
+/// The top 16 bits of a multiplicative hash of `key` (Fibonacci hashing).
+fn hashed(key: u64) -> usize {
+    (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 48) as usize
+}
+
+/// The `N` bytes of `bytes` at `at`, as a number; None past the end.
+fn word<const N: usize>(bytes: &[u8], at: usize) -> Option<u64> {
+    let chunk = bytes.get(at..)?.first_chunk::<N>()?;
+    Some(chunk.iter().rev().fold(0, |n, &b| n << 8 | u64::from(b)))
 }
 
 impl Searcher {
-    fn build(patterns: Vec<(Vec<u8>, u32, Form)>) -> Option<Searcher> {
-        if patterns.is_empty() {
-            return None;
+    fn build(forms: Vec<(Vec<u8>, u32, Form)>) -> Option<Searcher> {
+        let mut searcher = Searcher {
+            pieces: Box::new([0; FILTER_BITS / 64]),
+            first_bytes: Box::new([0; FILTER_BITS / 64]),
+            begun: FxHashMap::default(),
+            forms: Vec::new(),
+        };
+        for (form, value, kind) in forms {
+            let Some(key) = word::<PREFIX>(&form, 0) else {
+                // Cannot happen (see `PREFIX`); say so rather than leave a
+                // form out quietly.
+                tracing::warn!(
+                    "known secret values: a form shorter than {PREFIX} bytes is not searched for"
+                );
+                continue;
+            };
+            for at in 0..STRIDE {
+                if let Some(piece) = word::<GRAM>(&form, at) {
+                    set_bit(&mut searcher.pieces, hashed(piece));
+                }
+            }
+            set_bit(&mut searcher.first_bytes, hashed(key));
+            let index = u32::try_from(searcher.forms.len()).unwrap_or(u32::MAX);
+            searcher.begun.entry(key).or_default().push(index);
+            searcher.forms.push((form, value, kind));
         }
-        // The crate's own choice of automaton: a DFA for 100 values took
-        // some 18 MiB without a clear gain on the 1 MB bench.
-        let automaton = AhoCorasick::builder()
-            .match_kind(MatchKind::LeftmostLongest)
-            .build(patterns.iter().map(|(p, _, _)| p))
-            .map_err(|e| tracing::warn!("known secret values: cannot build the search: {e}"))
-            .ok()?;
-        Some(Searcher {
-            automaton,
-            forms: patterns.into_iter().map(|(_, v, f)| (v, f)).collect(),
-        })
+        (!searcher.forms.is_empty()).then_some(searcher)
+    }
+
+    /// Every form in `haystack`: where, which value, in which form. Two
+    /// finds may overlap; the caller merges them.
+    fn find(&self, haystack: &[u8], mut found: impl FnMut(Range<usize>, u32, Form)) {
+        let mut sample = 0;
+        while let Some(piece) = word::<GRAM>(haystack, sample) {
+            if bit(&self.pieces, hashed(piece)) {
+                // The forms this sample may be inside start at most
+                // `STRIDE - 1` bytes before it; each start is seen from
+                // this sample alone.
+                for start in sample.saturating_sub(STRIDE - 1)..=sample {
+                    let Some(key) = word::<PREFIX>(haystack, start) else {
+                        break;
+                    };
+                    if !bit(&self.first_bytes, hashed(key)) {
+                        continue;
+                    }
+                    let rest = &haystack[start..];
+                    for &i in self.begun.get(&key).into_iter().flatten() {
+                        if let Some((form, value, kind)) = self.forms.get(i as usize) {
+                            if rest.starts_with(form) {
+                                found(start..start + form.len(), *value, *kind);
+                            }
+                        }
+                    }
+                }
+            }
+            sample += STRIDE;
+        }
+    }
+
+    fn memory(&self) -> usize {
+        (self.pieces.len() + self.first_bytes.len()) * 8
+            + self.begun.len() * (8 + std::mem::size_of::<Vec<u32>>())
+            + self
+                .forms
+                .iter()
+                .map(|(f, _, _)| f.len() + 12)
+                .sum::<usize>()
     }
 }
 
@@ -140,7 +246,7 @@ impl ValueMatcher {
         [&self.raw, &self.joined, &self.spaced]
             .iter()
             .filter_map(|s| s.as_ref())
-            .map(|s| s.automaton.memory_usage())
+            .map(Searcher::memory)
             .sum()
     }
 
@@ -153,8 +259,7 @@ impl ValueMatcher {
         self.labels.is_empty()
     }
 
-    fn label(&self, searcher: &Searcher, pattern: usize) -> String {
-        let (value, form) = searcher.forms[pattern];
+    fn label(&self, value: u32, form: Form) -> String {
         let label = self
             .labels
             .get(value as usize)
@@ -167,30 +272,28 @@ impl ValueMatcher {
     pub fn find(&self, text: &str) -> Vec<ValueMatch> {
         let mut out = Vec::new();
         if let Some(s) = &self.raw {
-            for m in s.automaton.find_iter(text) {
+            s.find(text.as_bytes(), |range, value, form| {
                 out.push(ValueMatch {
-                    range: m.range(),
-                    label: self.label(s, m.pattern().as_usize()),
+                    range,
+                    label: self.label(value, form),
                 });
-            }
+            });
         }
-        if let Some(s) = &self.joined {
-            let view = View::wrapped(text);
-            for m in s.automaton.find_iter(&view.text) {
-                out.push(ValueMatch {
-                    range: view.back(m.range()),
-                    label: self.label(s, m.pattern().as_usize()),
-                });
+        for (searcher, view) in [
+            (&self.joined, View::wrapped as fn(&str) -> View),
+            (&self.spaced, View::spaced),
+        ] {
+            let Some(s) = searcher else { continue };
+            let view = view(text);
+            if view.text.is_empty() {
+                continue;
             }
-        }
-        if let Some(s) = &self.spaced {
-            let view = View::spaced(text);
-            for m in s.automaton.find_iter(&view.text) {
+            s.find(&view.text, |range, value, form| {
                 out.push(ValueMatch {
-                    range: view.back(m.range()),
-                    label: self.label(s, m.pattern().as_usize()),
+                    range: view.back(range),
+                    label: self.label(value, form),
                 });
-            }
+            });
         }
         out
     }
@@ -359,6 +462,11 @@ impl View {
     /// Runs of single characters between blanks (`s e c r e t`, `od -c`,
     /// whose lines begin with an octal offset), each joined (runs apart by
     /// a NUL). Only runs long enough to hold a value are kept.
+    ///
+    /// Single characters are rare in most output, so they are found first
+    /// ([`single_characters`]), and only the gaps between two of them are
+    /// read: a run goes on across blanks, line breaks and the octal offset
+    /// that begins a line, and ends at any other word.
     fn spaced(text: &str) -> View {
         let mut view = View {
             text: Vec::new(),
@@ -366,44 +474,31 @@ impl View {
         };
         let bytes = text.as_bytes();
         let mut run: Vec<usize> = Vec::new();
-        let flush = |run: &mut Vec<usize>, view: &mut View| {
-            if run.len() >= MIN_VALUE {
-                for &i in run.iter() {
-                    view.segments.push((view.text.len(), i));
-                    view.text.push(bytes[i]);
+        let mut last: Option<usize> = None;
+        single_characters(bytes, |at| {
+            if let Some(before) = last {
+                if !run_goes_on(bytes.get(before + 1..at).unwrap_or_default()) {
+                    view.take_run(bytes, &mut run);
                 }
-                view.text.push(0);
             }
-            run.clear();
-        };
-        let mut line_start = true;
-        let mut i = 0usize;
-        while i < bytes.len() {
-            let b = bytes[i];
-            if b == b' ' || b == b'\t' {
-                i += 1;
-                continue;
-            }
-            if b == b'\n' || b == b'\r' {
-                line_start = true;
-                i += 1;
-                continue;
-            }
-            let start = i;
-            while i < bytes.len() && !matches!(bytes[i], b' ' | b'\t' | b'\n' | b'\r') {
-                i += 1;
-            }
-            let single = i - start == 1 && b.is_ascii();
-            let offset = line_start && bytes[start..i].iter().all(|c| (b'0'..=b'7').contains(c));
-            line_start = false;
-            if single {
-                run.push(start);
-            } else if !offset {
-                flush(&mut run, &mut view);
-            }
-        }
-        flush(&mut run, &mut view);
+            run.push(at);
+            last = Some(at);
+        });
+        view.take_run(bytes, &mut run);
         view
+    }
+
+    /// Append `run` (positions of single characters in `bytes`) when it is
+    /// long enough to hold a value; empty it either way.
+    fn take_run(&mut self, bytes: &[u8], run: &mut Vec<usize>) {
+        if run.len() >= MIN_VALUE {
+            for &i in run.iter() {
+                self.segments.push((self.text.len(), i));
+                self.text.push(bytes[i]);
+            }
+            self.text.push(0);
+        }
+        run.clear();
     }
 
     /// The output's bytes a range of the view came from.
@@ -418,6 +513,100 @@ impl View {
             return start..start;
         }
         at(range.start)..at(range.end - 1) + 1
+    }
+}
+
+fn is_blank(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+/// Whether a run of single characters goes on across `gap`, the bytes
+/// between two of them: only blanks, line breaks, and a word of octal
+/// digits first on its line (`od`'s offsets).
+fn run_goes_on(gap: &[u8]) -> bool {
+    let mut line_start = false;
+    let mut i = 0;
+    while let Some(&b) = gap.get(i) {
+        if b == b'\n' || b == b'\r' {
+            line_start = true;
+            i += 1;
+            continue;
+        }
+        if is_blank(b) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while gap.get(i).is_some_and(|&c| !is_blank(c)) {
+            i += 1;
+        }
+        let offset = line_start && gap[start..i].iter().all(|c| (b'0'..=b'7').contains(c));
+        if !offset {
+            return false;
+        }
+        line_start = false;
+    }
+    true
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
+const LOW_BITS: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+
+/// The high bit of each byte of `word` that equals `byte`. Exact for every
+/// byte: the sum of two 7-bit halves never carries into the next byte.
+fn equal_bytes(word: u64, byte: u8) -> u64 {
+    let x = word ^ (ONES * u64::from(byte));
+    !((x & LOW_BITS).wrapping_add(LOW_BITS) | x) & HIGH_BITS
+}
+
+/// The high bit of each blank byte of `word` (space, tab, line break).
+fn blank_bytes(word: u64) -> u64 {
+    equal_bytes(word, b' ')
+        | equal_bytes(word, b'\t')
+        | equal_bytes(word, b'\n')
+        | equal_bytes(word, b'\r')
+}
+
+/// Calls `each` with the position of every one-character word of `bytes`
+/// (an ASCII byte with a blank or the edge of the text on each side), in
+/// order.
+///
+/// Eight bytes at a time, with no branch per byte: in ordinary output a
+/// loop over the words costs a mispredicted branch every few bytes, and
+/// this view is read for every tool output. The view's test checks it
+/// against that plain loop.
+fn single_characters(bytes: &[u8], mut each: impl FnMut(usize)) {
+    // Past the end counts as blank, so the last word is padded with spaces.
+    let word = |k: usize| -> u64 {
+        let rest = bytes.get(k * 8..).unwrap_or_default();
+        if let Some(whole) = rest.first_chunk::<8>() {
+            return u64::from_le_bytes(*whole);
+        }
+        let mut padded = [b' '; 8];
+        let n = rest.len().min(8);
+        padded[..n].copy_from_slice(&rest[..n]);
+        u64::from_le_bytes(padded)
+    };
+    // The byte before the text counts as blank too.
+    let mut before_word = HIGH_BITS;
+    let mut this = word(0);
+    let mut blanks = blank_bytes(this);
+    for k in 0..bytes.len().div_ceil(8) {
+        let next = word(k + 1);
+        let next_blanks = blank_bytes(next);
+        // Little-endian: byte j of the word is bits 8j..8j+8, so shifting
+        // left by 8 puts each byte's flag on the byte after it.
+        let blank_before = blanks << 8 | before_word >> 56;
+        let blank_after = blanks >> 8 | next_blanks << 56;
+        let mut singles = !blanks & !this & HIGH_BITS & blank_before & blank_after;
+        while singles != 0 {
+            each(k * 8 + singles.trailing_zeros() as usize / 8);
+            singles &= singles - 1;
+        }
+        before_word = blanks;
+        this = next;
+        blanks = next_blanks;
     }
 }
 
@@ -528,5 +717,144 @@ mod tests {
                 .any(|m| m.label.ends_with("hex-encoded")),
             "{xxd}"
         );
+    }
+
+    /// The searcher finds exactly what a plain search for every form
+    /// finds, on output made of the forms' own bytes (so that most
+    /// positions pass the filters and fail later), with forms planted
+    /// whole, cut short, and overlapping one another.
+    #[test]
+    fn the_searcher_finds_what_a_plain_search_finds() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let values: Vec<KnownValue> = (0..40)
+            .map(|i| {
+                let len = 8 + i % 13;
+                let v: String = (0..len)
+                    .map(|_| char::from(b"ab01+/=-_%x"[next(11)]))
+                    .collect();
+                KnownValue::new(v, format!("value {i}"))
+            })
+            .collect();
+        let mut forms_of: Vec<(Vec<u8>, u32, Form)> = Vec::new();
+        for (i, v) in values.iter().enumerate() {
+            for (form, text) in forms(&v.value) {
+                forms_of.push((text, i as u32, form));
+            }
+        }
+        let searcher = Searcher::build(forms_of.clone()).unwrap();
+        for round in 0..200 {
+            let mut out: Vec<u8> = Vec::new();
+            while out.len() < 400 + round {
+                match next(4) {
+                    0 => out.extend_from_slice(&forms_of[next(forms_of.len())].0),
+                    1 => {
+                        let f = &forms_of[next(forms_of.len())].0;
+                        out.extend_from_slice(&f[..next(f.len())]);
+                    }
+                    _ => out.push(b"ab01+/=-_%x\n 4"[next(14)]),
+                }
+            }
+            let mut expected: Vec<(Range<usize>, u32)> = Vec::new();
+            for (form, value, _) in &forms_of {
+                for at in 0..out.len() {
+                    if out[at..].starts_with(form) {
+                        expected.push((at..at + form.len(), *value));
+                    }
+                }
+            }
+            let mut got = Vec::new();
+            searcher.find(&out, |range, value, _| got.push((range, value)));
+            let key = |r: &(Range<usize>, u32)| (r.0.start, r.0.end, r.1);
+            expected.sort_by_key(key);
+            expected.dedup();
+            got.sort_by_key(key);
+            got.dedup();
+            assert_eq!(got, expected, "round {round}");
+        }
+    }
+
+    /// The plain loop [`View::spaced`] replaced: word by word.
+    fn spaced_word_by_word(text: &str) -> View {
+        let mut view = View {
+            text: Vec::new(),
+            segments: Vec::new(),
+        };
+        let bytes = text.as_bytes();
+        let mut run: Vec<usize> = Vec::new();
+        let mut line_start = true;
+        let mut i = 0usize;
+        while i < bytes.len() {
+            let b = bytes[i];
+            if b == b' ' || b == b'\t' {
+                i += 1;
+                continue;
+            }
+            if b == b'\n' || b == b'\r' {
+                line_start = true;
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < bytes.len() && !is_blank(bytes[i]) {
+                i += 1;
+            }
+            let single = i - start == 1 && b.is_ascii();
+            let offset = line_start && bytes[start..i].iter().all(|c| (b'0'..=b'7').contains(c));
+            line_start = false;
+            if single {
+                run.push(start);
+            } else if !offset {
+                view.take_run(bytes, &mut run);
+            }
+        }
+        view.take_run(bytes, &mut run);
+        view
+    }
+
+    #[test]
+    fn the_spaced_view_is_the_one_a_plain_loop_makes() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let pieces = [
+            " ",
+            "  ",
+            "\t",
+            "\n",
+            "\r\n",
+            "a",
+            "7",
+            "=",
+            "é",
+            "\u{1}",
+            "ab",
+            "0000020",
+            "017",
+            "0000020  ",
+            "s e c r e t ",
+            "x y z",
+            "word ",
+        ];
+        for round in 0..2000 {
+            let mut text = String::new();
+            for _ in 0..next(60 + round % 40) {
+                text.push_str(pieces[next(pieces.len())]);
+            }
+            let (fast, plain) = (View::spaced(&text), spaced_word_by_word(&text));
+            assert_eq!(fast.text, plain.text, "{text:?}");
+            assert_eq!(fast.segments, plain.segments, "{text:?}");
+        }
+        let od = "0000000   s   3   c   r   3   t   -   V   a   l   u   e   -   4   2   x\n0000020   y   z\n";
+        assert_eq!(View::spaced(od).text, b"s3cr3t-Value-42xyz\0");
     }
 }
