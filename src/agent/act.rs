@@ -70,10 +70,10 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
             call.name,
             names.join(", ")
         );
-        announce(a.sink, call, &call.name, acp::ToolKind::Other);
+        announce(a, call, None);
         return finish(a.sink, &id, text, ActStatus::Failed);
     };
-    announce(a.sink, call, &title(&call.name, &call.arguments), tool.kind);
+    announce(a, call, Some(tool.kind));
 
     if let Value::String(raw) = &call.arguments {
         let text = format!("the arguments are not valid JSON: {raw}");
@@ -769,10 +769,10 @@ async fn effect_stage(
             ),
         };
         x.env.record(AuditRecord::effect(&checkpoint));
-        let shown = Shown::of(&project, &checkpoint, cfg);
+        let shown = Shown::of(&project, &checkpoint, cfg, &x.env.secret_values_in(x.cwd));
         return finish_shown(x.sink, id, text, status, Some(shown));
     }
-    let shown = Shown::of(&project, &checkpoint, cfg);
+    let shown = Shown::of(&project, &checkpoint, cfg, &x.env.secret_values_in(x.cwd));
     if verdicts.is_empty() {
         x.env.record(AuditRecord::effect(&checkpoint));
         let text = format!("{text}\n{}", checkpoint.summary());
@@ -1160,19 +1160,23 @@ struct Shown {
 }
 
 impl Shown {
+    /// `values`: the person's secret values, hidden from the diffs as
+    /// from tool output (the files keep them).
     fn of(
         project: &checkpoint::Project,
         cp: &checkpoint::Checkpoint,
         cfg: &checkpoint::CheckpointConfig,
+        values: &crate::gates::known_values::ValueMatcher,
     ) -> Shown {
         let cwd = project.cwd();
+        let content =
+            cp.effect
+                .acp_content(&project.store, cwd, cfg.max_diff_files, cfg.max_diff_bytes);
         Shown {
-            content: cp.effect.acp_content(
-                &project.store,
-                cwd,
-                cfg.max_diff_files,
-                cfg.max_diff_bytes,
-            ),
+            content: content
+                .into_iter()
+                .map(|c| hidden_content(c, values))
+                .collect(),
             locations: cp
                 .effect
                 .changes
@@ -1191,6 +1195,28 @@ impl Shown {
     }
 }
 
+/// `content` with the person's secret values hidden in every text it
+/// holds (a diff's old and new text among them).
+fn hidden_content(
+    content: acp::ToolCallContent,
+    values: &crate::gates::known_values::ValueMatcher,
+) -> acp::ToolCallContent {
+    if values.is_empty() {
+        return content;
+    }
+    // Content that cannot be checked is not shown: it may hold a value.
+    let unchecked = || {
+        acp::ToolCallContent::from(
+            "(not shown: it could not be checked for the person's secret values)".to_string(),
+        )
+    };
+    let Ok(mut json) = serde_json::to_value(&content) else {
+        return unchecked();
+    };
+    crate::plans::shown::hide_in_json(&mut json, values);
+    serde_json::from_value(json).unwrap_or_else(|_| unchecked())
+}
+
 fn denial(j: &Judgement) -> String {
     format!(
         "denied: {}. Choose a different, safer way, or explain to the person what you need.",
@@ -1198,13 +1224,25 @@ fn denial(j: &Judgement) -> String {
     )
 }
 
-fn announce(sink: &dyn TurnSink, call: &ToolCall, title: &str, kind: acp::ToolKind) {
-    sink.update(acp::SessionUpdate::ToolCall(
-        acp::ToolCall::new(acp::ToolCallId::new(call.id.clone()), title.to_string())
+/// The call as the client sees it (and the journal keeps it for a
+/// replay): the person's secret values hidden from its arguments, and so
+/// from the title made of them, as from a flight plan. The model's own
+/// history keeps the call as the model wrote it. `kind`: None for a tool
+/// that does not exist (titled by its name alone).
+fn announce(a: &ActEnv<'_>, call: &ToolCall, kind: Option<acp::ToolKind>) {
+    let values = a.env.secret_values_in(&a.session.cwd);
+    let mut arguments = call.arguments.clone();
+    crate::plans::shown::hide_in_json(&mut arguments, &values);
+    let (title, kind) = match kind {
+        Some(kind) => (title(&call.name, &arguments), kind),
+        None => (call.name.clone(), acp::ToolKind::Other),
+    };
+    a.sink.update(acp::SessionUpdate::ToolCall(
+        acp::ToolCall::new(acp::ToolCallId::new(call.id.clone()), title)
             .name(call.name.clone())
             .kind(kind)
             .status(acp::ToolCallStatus::Pending)
-            .raw_input(call.arguments.clone()),
+            .raw_input(arguments),
     ));
 }
 

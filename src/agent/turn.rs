@@ -326,7 +326,7 @@ pub async fn run_prompt(
             };
             let mut cancelled = false;
             // Several calls in one round: show them as the round's plan.
-            let mut plan = RoundPlan::new(&reasoned.calls);
+            let mut plan = RoundPlan::new(&reasoned.calls, &env.secret_values_in(&session.cwd));
             plan.publish(sink);
             for (i, call) in reasoned.calls.iter().enumerate() {
                 // Every call gets an answer in the history, even the ones
@@ -849,15 +849,21 @@ struct RoundPlan {
 }
 
 impl RoundPlan {
-    fn new(calls: &[crate::llm::ToolCall]) -> Self {
+    /// `values`: the person's secret values, hidden from the titles.
+    fn new(
+        calls: &[crate::llm::ToolCall],
+        values: &crate::gates::known_values::ValueMatcher,
+    ) -> Self {
         let entries = if calls.len() < 2 {
             Vec::new()
         } else {
             calls
                 .iter()
                 .map(|c| {
+                    let mut arguments = c.arguments.clone();
+                    crate::plans::shown::hide_in_json(&mut arguments, values);
                     acp::PlanEntry::new(
-                        super::act::title(&c.name, &c.arguments),
+                        super::act::title(&c.name, &arguments),
                         acp::PlanEntryPriority::Medium,
                         acp::PlanEntryStatus::Pending,
                     )

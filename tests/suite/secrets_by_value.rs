@@ -415,3 +415,79 @@ async fn a_flight_plan_hides_the_persons_values_and_approving_it_keeps_them() {
         files_ending(&home.path().join("state"), ".org")
     );
 }
+
+/// A value the model writes into its own call (here one of the person's,
+/// as if the person had pasted it into the prompt) is hidden from what the
+/// client is shown of the call — its title, its arguments, the round's
+/// plan — and from the journal's copy of those updates, while the command
+/// runs with the value itself. The model's own history keeps its words.
+#[tokio::test]
+async fn a_value_the_model_writes_is_hidden_from_the_calls_the_client_is_shown() {
+    let command = format!("printf '%s' '{DB_PASSWORD}' > db.txt");
+    let args = json!({ "command": command }).to_string();
+    let fake = FakeProvider::start(vec![
+        fake::openai_tool_calls(&[
+            ("w1", "shell", &args),
+            ("w2", "shell", r#"{"command": "echo written"}"#),
+        ]),
+        fake::openai_text("done"),
+    ])
+    .await;
+    let home = home(&fake);
+    let project = project();
+    let (mut c, sid) = Client::with_session(home.path(), &[], json!({}), project.path()).await;
+    let (m, asked) = c.prompt_allowing(&sid, "store the password").await;
+    assert_eq!(m["result"]["stopReason"], "end_turn", "{m}");
+    let mut notes: Vec<Value> = std::mem::take(&mut c.backlog);
+    notes.extend(asked);
+    drop(c);
+
+    // The command ran with the value itself.
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("db.txt")).expect("written"),
+        DB_PASSWORD
+    );
+    let label = "[redacted: password in DATABASE_URL from docker-compose.yml]";
+    let update = |n: &Value| n["params"]["update"].clone();
+    let call = notes
+        .iter()
+        .map(update)
+        .find(|u| u["sessionUpdate"] == "tool_call" && u["toolCallId"] == "w1")
+        .unwrap_or_else(|| panic!("the client is told of the call: {notes:?}"));
+    let title = call["title"].as_str().expect("a title");
+    assert!(title.contains(label), "{title}");
+    assert!(
+        call["rawInput"]["command"]
+            .as_str()
+            .is_some_and(|c| c.contains(label)),
+        "{call}"
+    );
+    let plan = notes
+        .iter()
+        .map(update)
+        .find(|u| u["sessionUpdate"] == "plan")
+        .expect("two calls in a round make a plan");
+    assert!(plan.to_string().contains(label), "{plan}");
+    let told = serde_json::to_string(&notes).expect("json");
+    assert!(
+        !told.contains(DB_PASSWORD),
+        "the client was told the value: {told}"
+    );
+
+    let journal = std::fs::read_to_string(
+        home.path()
+            .join(format!("state/passepartout/sessions/{sid}.jsonl")),
+    )
+    .expect("the journal");
+    let (updates, history): (Vec<&str>, Vec<&str>) = journal
+        .lines()
+        .filter(|l| l.contains(r#""kind":"update""#) || l.contains(r#""kind":"message""#))
+        .partition(|l| l.contains(r#""kind":"update""#));
+    assert!(updates.iter().any(|l| l.contains(label)), "{journal}");
+    assert!(
+        updates.iter().all(|l| !l.contains(DB_PASSWORD)),
+        "the journal's updates hold the value: {journal}"
+    );
+    // Resuming the conversation needs the call as the model made it.
+    assert!(history.iter().any(|l| l.contains(DB_PASSWORD)), "{journal}");
+}
