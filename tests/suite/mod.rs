@@ -54,6 +54,7 @@ mod skills;
 mod skills_cache;
 mod skills_live;
 mod slash_commands;
+mod snapshots;
 mod stdio_protocol;
 mod surface_cache;
 mod surface_reuse;
