@@ -33,6 +33,31 @@ pub fn bwrap_available() -> bool {
     ok
 }
 
+/// Wait until no process whose command line starts with `cmdline` (its
+/// NUL-separated words) is left, polling `/proc`; fails after `within`
+/// with how many are left.
+pub async fn wait_until_none_left(cmdline: &[u8], within: std::time::Duration) {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let left = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| {
+                std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c.starts_with(cmdline))
+            })
+            .count();
+        if left == 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{left} process(es) `{}` still running after {within:?}",
+            String::from_utf8_lossy(cmdline)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Whether this is a CI run (`CI` set to anything but `false`/`0`/empty).
 pub fn under_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"))

@@ -381,11 +381,20 @@ async fn every_message_of_an_acp_session_matches_the_schema() {
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
     assert!(!project.path().join("b.txt").exists());
 
-    // Cancelled mid-turn: the provider hangs, the client cancels.
+    // Cancelled mid-turn: the provider hangs, the client cancels once the
+    // request is at the provider.
+    let asked_before = fake.requests().len();
     let id = c
         .start("session/prompt", prompt(&sid, "take your time"))
         .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while fake.requests().len() == asked_before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the request never reached the provider"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     c.notify("session/cancel", json!({ "sessionId": sid }))
         .await;
     let r = c.finish(id, Answer::Kind("allow_once")).await;

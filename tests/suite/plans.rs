@@ -781,6 +781,11 @@ mod store {
             return;
         };
         let go = PathBuf::from(&dir).join("go");
+        std::fs::write(
+            PathBuf::from(&dir).join(format!("ready-{}", std::process::id())),
+            "",
+        )
+        .unwrap();
         while !go.exists() {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
@@ -815,7 +820,23 @@ mod store {
                     .unwrap()
             })
             .collect();
-        std::thread::sleep(std::time::Duration::from_millis(200));
+        // Start them together once all three are waiting.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.file_name().to_string_lossy().starts_with("ready-"))
+            })
+            .count()
+            < 3
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the children did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         std::fs::write(dir.path().join("go"), "").unwrap();
         let mut outcomes: Vec<String> = children
             .into_iter()
