@@ -719,19 +719,23 @@ mod tests {
         );
     }
 
+    /// Numbers below `n`, the same at every run (xorshift from `seed`).
+    fn numbers(mut seed: u64) -> impl FnMut(usize) -> usize {
+        move |n| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        }
+    }
+
     /// The searcher finds exactly what a plain search for every form
     /// finds, on output made of the forms' own bytes (so that most
     /// positions pass the filters and fail later), with forms planted
     /// whole, cut short, and overlapping one another.
     #[test]
     fn the_searcher_finds_what_a_plain_search_finds() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut next = numbers(0x2545_f491_4f6c_dd1du64);
         let values: Vec<KnownValue> = (0..40)
             .map(|i| {
                 let len = 8 + i % 13;
@@ -819,13 +823,7 @@ mod tests {
 
     #[test]
     fn the_spaced_view_is_the_one_a_plain_loop_makes() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut next = numbers(0x9e37_79b9_7f4a_7c15u64);
         let pieces = [
             " ",
             "  ",
