@@ -23,7 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A host service on `addr`:0 answering every HTTP request with `body`
 /// (or, for a path in `files`, that file's bytes). Returns the port.
-async fn http_service(
+pub(crate) async fn http_service(
     addr: &str,
     body: &'static str,
     files: Vec<(String, Vec<u8>)>,
@@ -176,7 +176,7 @@ async fn a_host_port_is_reachable_inside_only_when_listed() {
 }
 
 /// A wheel of `standin_pkg` 0.1, built with the host's python3.
-fn wheel(dir: &Path) -> Vec<u8> {
+pub(crate) fn wheel(dir: &Path) -> Vec<u8> {
     let path = dir.join("standin_pkg-0.1-py3-none-any.whl");
     let script = r#"
 import sys, zipfile
@@ -201,7 +201,7 @@ with zipfile.ZipFile(sys.argv[1], "w") as z:
     std::fs::read(&path).unwrap()
 }
 
-const INDEX: &str = "<!DOCTYPE html><html><body>\
+pub(crate) const INDEX: &str = "<!DOCTYPE html><html><body>\
      <a href=\"/files/standin_pkg-0.1-py3-none-any.whl\">standin_pkg-0.1-py3-none-any.whl</a>\
      </body></html>\n";
 
