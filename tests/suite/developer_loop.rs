@@ -25,10 +25,11 @@ const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 const PERSON: &str = "[user]\n\tname = Ada Lovelace\n\temail = ada@example.org\n";
 
-/// Commit dates fixed in the commands themselves, so that a commit made
-/// inside and one made on the host have the same hash (a hash covers its
-/// dates: without this every `git log` after a commit would differ by
-/// timing alone).
+/// Commit dates fixed in the commands themselves, so that a commit (or a
+/// stash, which is one) made inside and one made on the host have the
+/// same hash (a hash covers its dates: without this every `git log` after
+/// a commit, and `git stash pop`'s "Dropped", would differ by timing
+/// alone).
 const DATES: &str = "GIT_AUTHOR_DATE='2026-01-02T03:04:05Z' \
                      GIT_COMMITTER_DATE='2026-01-02T03:04:05Z'";
 
@@ -500,8 +501,10 @@ async fn a_developer_loop_inside_matches_the_host() {
     // Stash: push and pop.
     l.same(
         "stash1",
-        "echo '# wip' >> calc/core.py && git stash push -m wip && git stash list && \
-         git status --short",
+        &format!(
+            "echo '# wip' >> calc/core.py && {DATES} git stash push -m wip && git stash list && \
+             git status --short"
+        ),
     )
     .await;
     l.same(

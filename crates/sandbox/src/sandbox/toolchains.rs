@@ -618,6 +618,8 @@ fn make_layer(layer: &Layer, lower: &Path, session_tmp: &Path) -> Result<Option<
                 std::fs::create_dir(&host).map_err(io(&host))?;
                 let mut budget = MERGE_ENTRY_LIMIT;
                 merge(lower, &host, Path::new(""), skip, mirrored, &mut budget)?;
+            } else {
+                restore_links(lower, &host, skip, mirrored)?;
             }
             Ok(Some((vec![(layer.var.to_string(), inside)], None)))
         }
@@ -626,10 +628,14 @@ fn make_layer(layer: &Layer, lower: &Path, session_tmp: &Path) -> Result<Option<
             if !src.is_dir() {
                 return Ok(None);
             }
-            if fresh {
-                std::fs::create_dir(&host).map_err(io(&host))?;
-                copy_files(&src, &host)?;
+            // A fresh copy for every command: the directory is on the
+            // PATH, and what one command leaves there (a `python3` of its
+            // own) must not run in the next one, granted more.
+            if !fresh {
+                std::fs::remove_dir_all(&host).map_err(io(&host))?;
             }
+            std::fs::create_dir(&host).map_err(io(&host))?;
+            copy_files(&src, &host)?;
             Ok(Some((vec![], Some((host, src)))))
         }
         LayerKind::Redirect { set, extra } => {
@@ -645,6 +651,63 @@ fn make_layer(layer: &Layer, lower: &Path, session_tmp: &Path) -> Result<Option<
             Ok(Some((env, None)))
         }
     }
+}
+
+/// Before each command after the first: the top of a merged layer holds
+/// only the links to the person's entries (`bin`, `config.toml`, `env`:
+/// what configures the tool or is run from it, which a command could have
+/// replaced with its own), the tool's `fresh` files and the mirrored
+/// trees; anything else a command put there goes, and a link is made
+/// again to each of the person's entries.
+fn restore_links(
+    lower: &Path,
+    layer: &Path,
+    fresh: &[&str],
+    mirrored: &[(&str, usize)],
+) -> Result<(), LayerError> {
+    let kept_dir = |name: &std::ffi::OsStr| {
+        mirrored.iter().any(|(m, _)| {
+            Path::new(m)
+                .components()
+                .next()
+                .is_some_and(|c| c.as_os_str() == name)
+        })
+    };
+    let entries = std::fs::read_dir(layer).map_err(io(layer))?;
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name();
+        let p = e.path();
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        let ours = if meta.is_symlink() {
+            std::fs::read_link(&p).is_ok_and(|t| t == lower.join(&name)) && !kept_dir(&name)
+        } else {
+            (meta.is_dir() && kept_dir(&name)) || fresh.iter().any(|f| name == *f)
+        };
+        if !ours {
+            let removed = if meta.is_dir() {
+                std::fs::remove_dir_all(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
+            removed.map_err(io(&p))?;
+        }
+    }
+    let entries = std::fs::read_dir(lower).map_err(io(lower))?;
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name();
+        let d = layer.join(&name);
+        if fresh.iter().any(|f| name == *f) || std::fs::symlink_metadata(&d).is_ok() {
+            continue;
+        }
+        if kept_dir(&name) && e.file_type().is_ok_and(|t| t.is_dir()) {
+            std::fs::create_dir(&d).map_err(io(&d))?;
+        } else {
+            std::os::unix::fs::symlink(e.path(), &d).map_err(io(&d))?;
+        }
+    }
+    Ok(())
 }
 
 /// `p` is absent, or a real directory (not a link to one).
@@ -1042,6 +1105,21 @@ mod tests {
         assert_eq!(again.layer_env, l.layer_env);
         assert!(cargo.join("registry/cache/idx/new-2.0.crate").is_file());
         assert!(!h.join(".cargo/registry/cache/idx/new-2.0.crate").exists());
+        // What a command put at the top of the cargo layer, or in the
+        // shims, is gone at the next command; the person's links are back.
+        std::fs::remove_file(cargo.join("config.toml")).unwrap();
+        std::fs::write(
+            cargo.join("config.toml"),
+            "[build]\nrustc-wrapper = \"/tmp/x\"",
+        )
+        .unwrap();
+        std::fs::write(cargo.join("planted"), "").unwrap();
+        std::fs::write(shims.join("git"), "planted").unwrap();
+        v.with_session_layers(tmp.path());
+        assert_eq!(link("config.toml"), Some(h.join(".cargo/config.toml")));
+        assert!(std::fs::symlink_metadata(cargo.join("planted")).is_err());
+        assert!(!shims.join("git").exists());
+        assert!(cargo.join("registry/cache/idx/new-2.0.crate").is_file());
         // Something else in a layer's place is never followed.
         let other = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(h, other.path().join(".toolchains")).unwrap();
