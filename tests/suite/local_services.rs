@@ -105,8 +105,8 @@ async fn run(config: &str, script: &str, network: bool, project: &Path) -> Strin
     let fake = FakeProvider::start(replies).await;
     let url = fake.openai_url();
     let mut cmd = harness::serve_command(home.path());
-    // The system's python3 and pip: a pyenv shim's rehash after an install
-    // fails on its read-only shims and would fail the step.
+    // The system's python3 and pip, whatever the machine's PATH holds (a
+    // pyenv's shims work inside too: see `toolchains::LAYERS`).
     cmd.args(["--provider-url", &url])
         .env("PATH", "/usr/local/bin:/usr/bin:/bin");
     let mut client = Client::spawn_command(cmd, Framing::Ndjson);
@@ -357,4 +357,70 @@ async fn the_registries_grant_is_asked_once_per_session() {
             "{out}"
         );
     }
+}
+
+/// The question as a flight plan (an Emacs-style client), approved after
+/// its turn is gone (the daemon was killed while it waited): the next
+/// daemon runs the install with the grant, as the live turn would have.
+/// The daemon keeps the test's PATH: where it holds a pyenv's shims, their
+/// `python3 -m pip install` runs pyenv's rehash hook inside.
+#[tokio::test]
+async fn a_registries_question_approved_after_a_restart_runs_with_the_grant() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let (port, _registry, _build) = standin_registry().await;
+    let home = harness::home_with_config(&format!(
+        "shell_timeout_secs = 60\n[sandbox]\nregistries = [\"127.0.0.2:{port}\"]\n"
+    ));
+    let project = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start(vec![fake::shell_call("c1", &install(port))]).await;
+    let url = fake.openai_url();
+    let spawn = || {
+        Client::spawn(
+            Framing::ContentLength,
+            home.path(),
+            &["--provider-url", &url],
+        )
+    };
+    let mut first = spawn();
+    first.initialize(json!({ "flightPlans": true })).await;
+    let sid = first.new_session(project.path()).await;
+    first
+        .start_request("session/prompt", harness::prompt(&sid, "go"))
+        .await;
+    let offer = first.wait_method("_passepartout/plan/offer").await;
+    assert!(offer.to_string().contains(QUESTION), "{offer}");
+    let id = offer["params"]["plan"]["planId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+
+    let mut second = spawn();
+    second.initialize(json!({ "flightPlans": true })).await;
+    second.wait_method("_passepartout/plan/offer").await;
+    let r = second
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": id, "decision": "approve" }),
+        )
+        .await;
+    assert_eq!(r["result"]["status"], "approved", "{r}");
+    let resolved = second.wait_method("_passepartout/plan/resolved").await;
+    assert_eq!(resolved["params"]["status"], "executed", "{resolved}");
+    let plan: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            home.path()
+                .join(format!("state/passepartout/plans/{id}.json")),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let output = plan["result"]["output"].as_str().unwrap_or_default();
+    assert!(
+        output.contains("installed from the stand-in registry"),
+        "{plan}"
+    );
 }
