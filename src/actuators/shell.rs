@@ -234,6 +234,13 @@ impl ShellActuator {
                 None
             }
         };
+        // What the toolchains write goes to the session's layers in that
+        // /tmp (see `sandbox::toolchains::LAYERS`); without one, their
+        // homes stay read-only.
+        let home = match &session_tmp {
+            Some(dir) => home.with_session_layers(dir),
+            None => home,
+        };
         let boundary = Boundary {
             surface: mounts,
             tmp_size: resources.tmp_size,
@@ -246,7 +253,7 @@ impl ShellActuator {
             home,
             reach: bwrap::LocalReach {
                 ports: crate::sandbox::local_ports::ports().to_vec(),
-                registries: crate::sandbox::registry_proxy::granted(),
+                registries: crate::sandbox::registry_proxy::granted_for(&ctx.session_id),
             },
         };
         let boundary_registries = boundary.reach.registries;
@@ -474,39 +481,84 @@ fn finish(
     })
 }
 
-/// The first command of `script` that fetches packages from a registry
-/// (`pip install`, `npm ci`, `cargo add`, …), as written.
-fn installer_in(script: &str) -> Option<String> {
-    let parsed = crate::gates::shell::commands::parse(script, None);
-    parsed.commands.iter().find_map(|c| {
-        let first = c
-            .args
+/// One rule of [`installers.toml`](installers.toml): a command that
+/// fetches packages from a registry.
+#[derive(Debug, serde::Deserialize)]
+struct Installer {
+    programs: Vec<String>,
+    #[serde(default)]
+    subcommands: Vec<String>,
+    #[serde(default)]
+    bare: bool,
+    #[serde(default)]
+    module: Option<String>,
+    #[cfg_attr(not(test), allow(dead_code))]
+    examples: Vec<String>,
+    #[serde(default)]
+    #[cfg_attr(not(test), allow(dead_code))]
+    not: Vec<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct InstallerFile {
+    installer: Vec<Installer>,
+}
+
+/// The installer rules (parsed once from the file compiled in; a test
+/// checks it parses and that each rule's examples are recognised).
+fn installers() -> &'static [Installer] {
+    static LIST: std::sync::OnceLock<Vec<Installer>> = std::sync::OnceLock::new();
+    LIST.get_or_init(|| {
+        toml::from_str::<InstallerFile>(include_str!("installers.toml"))
+            .map(|f| f.installer)
+            .unwrap_or_default()
+    })
+}
+
+impl Installer {
+    /// Whether `program args` is this installer fetching.
+    fn fetches(&self, program: &str, args: &[String]) -> bool {
+        if !self.programs.iter().any(|p| p == program) {
+            return false;
+        }
+        let args: &[String] = match &self.module {
+            Some(m) => match args.windows(2).position(|w| w[0] == "-m" && w[1] == *m) {
+                Some(i) => &args[i + 2..],
+                None => return false,
+            },
+            None => args,
+        };
+        let words: Vec<&str> = args
             .iter()
             .map(String::as_str)
-            .find(|a| !a.starts_with('-'));
-        let fetches = match (c.program.as_str(), first) {
-            ("pip" | "pip3" | "pipx" | "poetry" | "gem" | "bundle" | "pnpm", Some(sub)) => {
-                matches!(sub, "install" | "add" | "update" | "download" | "i")
-            }
-            ("npm" | "yarn", Some(sub)) => {
-                matches!(sub, "install" | "i" | "ci" | "add" | "update")
-            }
-            ("yarn", None) => true,
-            ("cargo", Some(sub)) => matches!(sub, "add" | "install" | "fetch" | "update"),
-            ("uv", Some(sub)) => matches!(sub, "add" | "sync" | "pip" | "lock"),
-            ("go", Some(sub)) => matches!(sub, "get" | "install"),
-            ("python" | "python3", _) => c
-                .args
-                .windows(3)
-                .any(|w| w[0] == "-m" && w[1] == "pip" && w[2] == "install"),
-            _ => false,
-        };
-        fetches.then(|| {
-            let words: Vec<&str> = std::iter::once(c.program.as_str())
-                .chain(c.args.iter().take(2).map(String::as_str))
-                .collect();
-            words.join(" ")
+            .filter(|a| !a.starts_with('-'))
+            .take(2)
+            .collect();
+        if words.is_empty() {
+            return self.bare;
+        }
+        self.subcommands.iter().any(|sub| {
+            let parts: Vec<&str> = sub.split_whitespace().collect();
+            words.len() >= parts.len() && words[..parts.len()] == parts[..]
         })
+    }
+}
+
+/// The first command of `script` that fetches packages from a registry
+/// (`pip install`, `npm ci`, `cargo add`, …: [`installers.toml`]), as
+/// written (the program and its first two arguments).
+pub(crate) fn installer_in(script: &str) -> Option<String> {
+    let parsed = crate::gates::shell::commands::parse(script, None);
+    parsed.commands.iter().find_map(|c| {
+        installers()
+            .iter()
+            .any(|i| i.fetches(&c.program, &c.args))
+            .then(|| {
+                let words: Vec<&str> = std::iter::once(c.program.as_str())
+                    .chain(c.args.iter().take(2).map(String::as_str))
+                    .collect();
+                words.join(" ")
+            })
     })
 }
 
@@ -545,6 +597,21 @@ mod tests {
             ("echo pip install", None),
         ] {
             assert_eq!(super::installer_in(script).as_deref(), found, "{script}");
+        }
+    }
+
+    #[test]
+    fn every_installer_rule_recognises_its_examples_and_not_the_others() {
+        let rules = super::installers();
+        assert!(rules.len() >= 10, "installers.toml did not parse");
+        for rule in rules {
+            assert!(!rule.examples.is_empty(), "{rule:?}");
+            for e in &rule.examples {
+                assert!(super::installer_in(e).is_some(), "{e}");
+            }
+            for e in &rule.not {
+                assert_eq!(super::installer_in(e), None, "{e}");
+            }
         }
     }
 

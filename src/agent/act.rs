@@ -95,6 +95,27 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
     let gate_ctx = a.env.gate_context(&a.session.cwd);
     step("gate context");
     let judgement = judge(a, &action, &gate_ctx);
+    // The once-per-session question for the `registries` grant joins the
+    // gates' verdicts (the strictest still wins).
+    let registries_ask = registries_question(a, &action);
+    let judgement = match &registries_ask {
+        Some(v) => {
+            let mut trace = judgement.trace;
+            trace.push(v.clone());
+            Judgement::from_trace(trace)
+        }
+        None => judgement,
+    };
+    // Nothing but that question asks: a rejection declines the grant (the
+    // command still runs, without network), and an approval is not a
+    // person's approval of the command itself (masked secrets stay
+    // masked).
+    let only_registries = registries_ask.is_some()
+        && judgement
+            .trace
+            .iter()
+            .filter(|v| v.decision != Decision::Allow)
+            .all(|v| v.gate == REGISTRIES_QUESTION);
     a.env
         .record(AuditRecord::verdict(&a.session.id, &id, &judgement));
     tracing::info!(session = %a.session.id, tool = %call.name, decision = %judgement.decision, "gated");
@@ -123,6 +144,14 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
                 ApprovalOutcome::Cancelled => {
                     return finish(a.sink, &id, "cancelled".into(), ActStatus::Cancelled)
                 }
+                ApprovalOutcome::Rejected { .. } if only_registries => {
+                    crate::sandbox::registry_proxy::set_session_grant(
+                        &a.session.id,
+                        crate::sandbox::registry_proxy::SessionGrant::Declined,
+                    );
+                    let hash = action.content_hash();
+                    (action, hash)
+                }
                 ApprovalOutcome::Rejected { comment, by } => {
                     let text = match comment.filter(|c| !c.trim().is_empty()) {
                         Some(c) => format!("the person ({by}) rejected this action: {c}"),
@@ -135,7 +164,15 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
                     hash,
                     by,
                 } => {
-                    approved_by = Some(by);
+                    if registries_ask.is_some() {
+                        crate::sandbox::registry_proxy::set_session_grant(
+                            &a.session.id,
+                            crate::sandbox::registry_proxy::SessionGrant::Granted,
+                        );
+                    }
+                    if !only_registries {
+                        approved_by = Some(by);
+                    }
                     let approved = *approved;
                     edited = approved != action;
                     if edited {
@@ -199,6 +236,50 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
     } else {
         outcome
     }
+}
+
+/// The name the `registries` question goes by in traces.
+pub(crate) const REGISTRIES_QUESTION: &str = "registries";
+
+/// The once-per-session question for the `registries` grant: asked before
+/// the first installer (`actuators/installers.toml`) that a sandboxed
+/// command without network runs, in a session where a person can answer,
+/// when config does not grant it and the session has not answered yet.
+/// Nobody to ask: no question (the installer fails at once and its result
+/// names the config key, `actuators::shell`).
+fn registries_question(a: &ActEnv<'_>, action: &Action) -> Option<crate::gates::Verdict> {
+    use crate::sandbox::registry_proxy as proxy;
+    let crate::action::Effect::Run {
+        script,
+        network: false,
+        ..
+    } = &action.effect
+    else {
+        return None;
+    };
+    if action.target != "shell"
+        || a.env.config.sandbox != crate::config::SandboxSetting::Bwrap
+        || proxy::granted()
+        || proxy::session_grant(&a.session.id).is_some()
+        || !a.approver.can_ask()
+    {
+        return None;
+    }
+    let installer = crate::actuators::shell::installer_in(script)?;
+    Some(crate::gates::Verdict::new(
+        Decision::Ask,
+        REGISTRIES_QUESTION,
+        format!(
+            "`{}` fetches packages and the sandbox has no network: let installers reach these \
+             registries for this session: {}. Approving runs this command, and every later \
+             one in this session, with a proxy that reaches only these hosts; rejecting runs \
+             it without network (it fails at once), and this is not asked again in this \
+             session (`grant_registries` in the `[sandbox]` table of config.toml grants it \
+             to every session)",
+            crate::util::terminal::escape_line(&installer),
+            proxy::hosts().join(", ")
+        ),
+    ))
 }
 
 /// The gates' judgement with the session mode's verdict beside it: the

@@ -127,6 +127,14 @@ pub trait Approver: Send + Sync {
         Ok(())
     }
 
+    /// Whether a person can answer questions now (false: `run` without a
+    /// terminal). A question that offers a convenience rather than guards
+    /// an action (the once-per-session `registries` grant) is only asked
+    /// when one can. Default: yes.
+    fn can_ask(&self) -> bool {
+        true
+    }
+
     /// The flight plan an approved call runs under (for the audit record).
     fn plan_id(&self, _session_id: &str, _tool_call_id: &str) -> Option<String> {
         None

@@ -703,6 +703,20 @@ impl FlightDesk {
             *lock(&guard) = Some(reached);
             result
         };
+        // A plan the `registries` question asked for: approving it granted
+        // the session, as in a live turn; asked for nothing else, it is no
+        // person's approval of the command (masked secrets stay masked).
+        let registries = crate::agent::act::REGISTRIES_QUESTION;
+        let asked: Vec<&crate::gates::Verdict> = (plan.trace.iter())
+            .filter(|v| v.decision != crate::gates::Decision::Allow)
+            .collect();
+        if asked.iter().any(|v| v.gate == registries) {
+            crate::sandbox::registry_proxy::set_session_grant(
+                &plan.session_id,
+                crate::sandbox::registry_proxy::SessionGrant::Granted,
+            );
+        }
+        let only_registries = !asked.is_empty() && asked.iter().all(|v| v.gate == registries);
         // Nobody watches it live; the resolution announces it.
         let sink = NullSink;
         let x = ExecContext {
@@ -713,7 +727,9 @@ impl FlightDesk {
             sink: &sink,
             sink_handle: None,
             cancel: CancellationToken::new(),
-            approved_by: plan.decision.as_ref().map(|d| d.by.clone()),
+            approved_by: (plan.decision.as_ref())
+                .filter(|_| !only_registries)
+                .map(|d| d.by.clone()),
             last_mile: LastMile {
                 approved_hash: &approved_hash,
                 toolset: &toolset,

@@ -532,6 +532,10 @@ impl Approver for RunApprover {
         self.desk.begin(session_id, tool_call_id, action)
     }
 
+    fn can_ask(&self) -> bool {
+        self.terminal
+    }
+
     fn plan_id(&self, session_id: &str, tool_call_id: &str) -> Option<String> {
         self.desk.plan_of(session_id, tool_call_id)
     }

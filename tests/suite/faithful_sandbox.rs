@@ -70,6 +70,20 @@ impl Daemon {
         self.fake.last_tool_results()
     }
 
+    /// One prompt to its end, each question answered by `choose`; the
+    /// tool results and the questions.
+    async fn turn_answering(
+        &mut self,
+        choose: impl FnMut(&serde_json::Value) -> String,
+    ) -> (Vec<String>, Vec<serde_json::Value>) {
+        let (msg, asked) = self
+            .client
+            .prompt_answering(&self.session, "go", choose)
+            .await;
+        assert_eq!(msg["result"]["stopReason"], "end_turn", "{msg}");
+        (self.fake.last_tool_results(), asked)
+    }
+
     /// End the session: the daemon's stdin closes and it exits.
     async fn end(mut self) {
         self.client.close_stdin();
@@ -227,10 +241,10 @@ async fn rustup_and_pyenv_toolchains_under_home_run_inside_and_their_credentials
     .await;
     let out = d.turn().await.join("\n");
     d.end().await;
-    let want_cargo = format!(
-        "cargo proxy: toolchain=stable-fake home={}",
-        h.join(".cargo").display()
-    );
+    // CARGO_HOME is the session's layer over the person's (see
+    // `tool_caches_are_written_per_session_and_the_persons_home_is_unchanged`).
+    let want_cargo =
+        "cargo proxy: toolchain=stable-fake home=/tmp/.toolchains/rustup-cargo_home".to_string();
     assert!(out.contains(&want_cargo), "{out}");
     assert!(out.contains("Python 3.99.1 (pyenv) --version"), "{out}");
     assert!(out.contains(&format!("PATH={path}")), "{out}");
@@ -577,8 +591,11 @@ async fn an_install_without_network_fails_at_once_and_says_why() {
         vec![fake::shell_call("c1", script), fake::openai_text("done")],
     )
     .await;
-    let out = d.turn().await.join("\n");
+    // The person declines the once-per-session `registries` question.
+    let (out, asked) = d.turn_answering(|_| "reject_once".into()).await;
+    let out = out.join("\n");
     d.end().await;
+    assert_eq!(asked.len(), 1, "{asked:?}");
     assert!(out.contains("retries: 0 0 0"), "{out}");
     assert!(
         out.contains(
@@ -587,4 +604,135 @@ async fn an_install_without_network_fails_at_once_and_says_why() {
         ),
         "{out}"
     );
+}
+
+/// A snapshot of every file under `dir`: its path, and its bytes or where
+/// its link points.
+fn tree(dir: &Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut queue = vec![dir.to_path_buf()];
+    while let Some(d) = queue.pop() {
+        for e in std::fs::read_dir(&d).unwrap().filter_map(Result::ok) {
+            let p = e.path();
+            let t = e.file_type().unwrap();
+            let what = if t.is_symlink() {
+                format!("-> {}", std::fs::read_link(&p).unwrap().display())
+            } else if t.is_dir() {
+                queue.push(p.clone());
+                "dir".to_string()
+            } else {
+                String::from_utf8_lossy(&std::fs::read(&p).unwrap()).into_owned()
+            };
+            out.push((p.display().to_string(), what));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// What the toolchains write goes to the session's layer: a rustup-style
+/// cargo storing a crate it fetched in `CARGO_HOME`, and a pyenv-style
+/// `pip` whose hook rehashes the shims after an install (as pyenv's
+/// `pip-rehash` does: the lock file and new shims in `shims/`), both
+/// succeed inside; the next action of the session finds the crate cargo
+/// stored along with what the person had, and the person's shims only;
+/// `bin` and `config.toml` stay read-only; and the person's home is byte
+/// for byte as it was.
+#[tokio::test]
+async fn tool_caches_are_written_per_session_and_the_persons_home_is_unchanged() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let home = home_with(CONFIG, None);
+    let h = home.path();
+    write_exec(
+        &h.join(".cargo/bin/cargo"),
+        "#!/bin/sh\nset -e\ncache=\"$CARGO_HOME/registry/cache/idx\"\ncase \"$1\" in\n\
+         fetch) mkdir -p \"$cache\"; echo new-crate > \"$cache/new-2.0.crate\"; echo fetched ;;\n\
+         build) cat \"$cache/old-1.0.crate\" \"$cache/new-2.0.crate\" ;;\nesac\n",
+    );
+    std::fs::create_dir_all(h.join(".rustup")).unwrap();
+    std::fs::write(h.join(".cargo/config.toml"), "[net]\n").unwrap();
+    std::fs::create_dir_all(h.join(".cargo/registry/cache/idx")).unwrap();
+    std::fs::write(
+        h.join(".cargo/registry/cache/idx/old-1.0.crate"),
+        "old-crate\n",
+    )
+    .unwrap();
+    // pyenv: the `pip` shim runs the version's pip, then (install or
+    // uninstall, and only after success) `pyenv rehash`, whose lock is a
+    // file made with noclobber in the shims, with `set -e`: as pyenv's
+    // pyenv.d/exec/pip-rehash/pip and libexec/pyenv-rehash do.
+    write_exec(
+        &h.join(".pyenv/shims/pip"),
+        "#!/bin/bash\nset -e\nSTATUS=0\n\"$PYENV_ROOT/versions/3.99.1/bin/pip\" \"$@\" || STATUS=$?\n\
+         if [ \"$STATUS\" = 0 ]; then case \"$1\" in install|uninstall) \"$PYENV_ROOT/libexec/pyenv-rehash\";; esac; fi\n\
+         exit \"$STATUS\"\n",
+    );
+    write_exec(
+        &h.join(".pyenv/libexec/pyenv-rehash"),
+        "#!/bin/bash\nset -e\nSHIM_PATH=\"$PYENV_ROOT/shims\"\nPROTO=\"$SHIM_PATH/.pyenv-shim\"\n\
+         set -o noclobber\n{ echo > \"$PROTO\"; } 2>/dev/null || { echo \"pyenv: cannot rehash: $SHIM_PATH isn't writable\" >&2; exit 1; }\n\
+         set +o noclobber\ntrap 'rm -f \"$PROTO\"' EXIT\n\
+         for f in \"$PYENV_ROOT\"/versions/*/bin/*; do n=\"${f##*/}\"; [ -e \"$SHIM_PATH/$n\" ] || ln -f \"$PROTO\" \"$SHIM_PATH/$n\"; done\n",
+    );
+    write_exec(
+        &h.join(".pyenv/versions/3.99.1/bin/pip"),
+        "#!/bin/sh\nmkdir -p deps && echo 'VALUE = 1' > deps/pkg.py && echo \"pip $*: done\"\n",
+    );
+    write_exec(
+        &h.join(".pyenv/versions/3.99.1/bin/pkg-tool"),
+        "#!/bin/sh\n",
+    );
+    // The person's toolchain homes (the daemon's own state is in `h` too).
+    let homes = || [tree(&h.join(".cargo")), tree(&h.join(".pyenv"))];
+    let before = homes();
+    let path = format!(
+        "{}:{}:/usr/bin:/bin",
+        h.join(".cargo/bin").display(),
+        h.join(".pyenv/shims").display()
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let mut d = daemon(
+        h,
+        tmp.path(),
+        &path,
+        project.path(),
+        vec![
+            fake::shell_call(
+                "c1",
+                "cargo fetch; echo \"fetch exit: $?\"; \
+                 touch \"$CARGO_HOME/bin/x\" 2>/dev/null || echo bin-read-only; \
+                 echo x >> \"$CARGO_HOME/config.toml\" 2>/dev/null || echo config-read-only; \
+                 pip install pkg; echo \"pip exit: $?\"",
+            ),
+            fake::openai_text("first"),
+            fake::shell_call(
+                "c2",
+                "cargo build; echo \"build exit: $?\"; ls \"$PYENV_ROOT/shims\" | tr '\\n' ' '",
+            ),
+            fake::openai_text("second"),
+        ],
+    )
+    .await;
+    let first = d.turn().await.join("\n");
+    assert!(first.contains("fetched\nfetch exit: 0"), "{first}");
+    assert!(first.contains("bin-read-only"), "{first}");
+    assert!(first.contains("config-read-only"), "{first}");
+    assert!(
+        first.contains("pip install pkg: done\npip exit: 0"),
+        "{first}"
+    );
+    assert!(project.path().join("deps/pkg.py").is_file());
+    let second = d.turn().await.join("\n");
+    assert!(
+        second.contains("old-crate\nnew-crate\nbuild exit: 0"),
+        "{second}"
+    );
+    // The shims are a fresh copy of the person's for each command (the
+    // one the rehash added went with the first).
+    assert!(second.contains("build exit: 0\npip \n"), "{second:?}");
+    d.end().await;
+    assert_eq!(homes(), before, "the person's toolchain homes changed");
 }

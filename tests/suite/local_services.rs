@@ -23,7 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A host service on `addr`:0 answering every HTTP request with `body`
 /// (or, for a path in `files`, that file's bytes). Returns the port.
-async fn http_service(
+pub(crate) async fn http_service(
     addr: &str,
     body: &'static str,
     files: Vec<(String, Vec<u8>)>,
@@ -105,8 +105,8 @@ async fn run(config: &str, script: &str, network: bool, project: &Path) -> Strin
     let fake = FakeProvider::start(replies).await;
     let url = fake.openai_url();
     let mut cmd = harness::serve_command(home.path());
-    // The system's python3 and pip: a pyenv shim's rehash after an install
-    // fails on its read-only shims and would fail the step.
+    // The system's python3 and pip, whatever the machine's PATH holds (a
+    // pyenv's shims work inside too: see `toolchains::LAYERS`).
     cmd.args(["--provider-url", &url])
         .env("PATH", "/usr/local/bin:/usr/bin:/bin");
     let mut client = Client::spawn_command(cmd, Framing::Ndjson);
@@ -176,7 +176,7 @@ async fn a_host_port_is_reachable_inside_only_when_listed() {
 }
 
 /// A wheel of `standin_pkg` 0.1, built with the host's python3.
-fn wheel(dir: &Path) -> Vec<u8> {
+pub(crate) fn wheel(dir: &Path) -> Vec<u8> {
     let path = dir.join("standin_pkg-0.1-py3-none-any.whl");
     let script = r#"
 import sys, zipfile
@@ -201,7 +201,7 @@ with zipfile.ZipFile(sys.argv[1], "w") as z:
     std::fs::read(&path).unwrap()
 }
 
-const INDEX: &str = "<!DOCTYPE html><html><body>\
+pub(crate) const INDEX: &str = "<!DOCTYPE html><html><body>\
      <a href=\"/files/standin_pkg-0.1-py3-none-any.whl\">standin_pkg-0.1-py3-none-any.whl</a>\
      </body></html>\n";
 
@@ -255,17 +255,172 @@ async fn an_install_reaches_a_listed_registry_only_with_the_grant() {
             && other.contains("[sandbox]"),
         "{out}"
     );
+}
 
-    // Without the grant: no proxy, the retries off, and the note.
+/// A stand-in registry of one wheel on 127.0.0.2: its port.
+async fn standin_registry() -> (u16, tokio::task::JoinHandle<()>, tempfile::TempDir) {
+    let build = tempfile::tempdir().unwrap();
+    let wheel = wheel(build.path());
+    let (port, task) = http_service(
+        "127.0.0.2",
+        INDEX,
+        vec![("/files/standin_pkg-0.1-py3-none-any.whl".to_string(), wheel)],
+    )
+    .await;
+    (port, task, build)
+}
+
+/// One session of a daemon with `config`, where the model runs each of
+/// `scripts` in turn with the shell tool, and every question is answered
+/// by `choose`: the tool results and the questions asked.
+async fn session(
+    config: &str,
+    scripts: &[String],
+    project: &Path,
+    choose: impl FnMut(&serde_json::Value) -> String,
+) -> (Vec<String>, Vec<serde_json::Value>) {
+    let home = harness::home_with_config(&format!("shell_timeout_secs = 60\n{config}"));
+    let mut replies: Vec<Reply> = scripts
+        .iter()
+        .enumerate()
+        .map(|(i, s)| fake::shell_call(&format!("c{i}"), s))
+        .collect();
+    replies.push(fake::openai_text("done"));
+    let fake = FakeProvider::start(replies).await;
+    let url = fake.openai_url();
+    let mut cmd = harness::serve_command(home.path());
+    cmd.args(["--provider-url", &url])
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    let mut client = Client::spawn_command(cmd, Framing::Ndjson);
+    client.initialize(json!({})).await;
+    let session = client.new_session(project).await;
+    let (msg, asked) = client.prompt_answering(&session, "go", choose).await;
+    assert_eq!(msg["result"]["stopReason"], "end_turn", "{msg}");
+    (fake.last_tool_results(), asked)
+}
+
+const QUESTION: &str = "let installers reach these registries for this session: ";
+
+/// Without `grant_registries`, a session where a person can be asked is
+/// asked once, before its first install, with the hosts; approved, that
+/// install and the next reach the registry, the next one unasked.
+/// Rejected, the install runs without network, fails at once with the
+/// note naming the config key, and the session is not asked again.
+#[tokio::test]
+async fn the_registries_grant_is_asked_once_per_session() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let (port, _registry, _build) = standin_registry().await;
+    let config = format!("[sandbox]\nregistries = [\"127.0.0.2:{port}\"]\n");
+    let second = install(port).replace("--target deps", "--target deps2");
+    let scripts = [install(port), second];
+
     let project = tempfile::tempdir().unwrap();
-    let out = run("", &install(port), false, project.path()).await;
+    let (results, asked) =
+        session(&config, &scripts, project.path(), |_| "allow_once".into()).await;
+    assert_eq!(asked.len(), 1, "{asked:#?}");
+    let question = asked[0].to_string();
     assert!(
-        !out.contains("installed from the stand-in registry"),
-        "{out}"
+        question.contains(QUESTION)
+            && question.contains(&format!("127.0.0.2:{port}"))
+            && question.contains("pypi.org")
+            && question.contains("Approving runs this command, and every later one"),
+        "{question}"
     );
+    assert_eq!(results.len(), 2, "{results:?}");
+    for out in &results {
+        assert!(
+            out.contains("installed from the stand-in registry"),
+            "{out}"
+        );
+    }
+    assert!(project
+        .path()
+        .join("deps2/standin_pkg/__init__.py")
+        .is_file());
+
+    let project = tempfile::tempdir().unwrap();
+    let (results, asked) =
+        session(&config, &scripts, project.path(), |_| "reject_once".into()).await;
+    assert_eq!(asked.len(), 1, "{asked:#?}");
+    assert_eq!(results.len(), 2, "{results:?}");
+    for out in &results {
+        assert!(
+            !out.contains("installed from the stand-in registry"),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "no network in the sandbox: `python3 -m pip` cannot reach a package registry"
+            ) && out.contains("grant `registries` in config"),
+            "{out}"
+        );
+    }
+}
+
+/// The question as a flight plan (an Emacs-style client), approved after
+/// its turn is gone (the daemon was killed while it waited): the next
+/// daemon runs the install with the grant, as the live turn would have.
+/// The daemon keeps the test's PATH: where it holds a pyenv's shims, their
+/// `python3 -m pip install` runs pyenv's rehash hook inside.
+#[tokio::test]
+async fn a_registries_question_approved_after_a_restart_runs_with_the_grant() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let (port, _registry, _build) = standin_registry().await;
+    let home = harness::home_with_config(&format!(
+        "shell_timeout_secs = 60\n[sandbox]\nregistries = [\"127.0.0.2:{port}\"]\n"
+    ));
+    let project = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start(vec![fake::shell_call("c1", &install(port))]).await;
+    let url = fake.openai_url();
+    let spawn = || {
+        Client::spawn(
+            Framing::ContentLength,
+            home.path(),
+            &["--provider-url", &url],
+        )
+    };
+    let mut first = spawn();
+    first.initialize(json!({ "flightPlans": true })).await;
+    let sid = first.new_session(project.path()).await;
+    first
+        .start_request("session/prompt", harness::prompt(&sid, "go"))
+        .await;
+    let offer = first.wait_method("_passepartout/plan/offer").await;
+    assert!(offer.to_string().contains(QUESTION), "{offer}");
+    let id = offer["params"]["plan"]["planId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+
+    let mut second = spawn();
+    second.initialize(json!({ "flightPlans": true })).await;
+    second.wait_method("_passepartout/plan/offer").await;
+    let r = second
+        .request(
+            "_passepartout/plan/decide",
+            json!({ "planId": id, "decision": "approve" }),
+        )
+        .await;
+    assert_eq!(r["result"]["status"], "approved", "{r}");
+    let resolved = second.wait_method("_passepartout/plan/resolved").await;
+    assert_eq!(resolved["params"]["status"], "executed", "{resolved}");
+    let plan: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(
+            home.path()
+                .join(format!("state/passepartout/plans/{id}.json")),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let output = plan["result"]["output"].as_str().unwrap_or_default();
     assert!(
-        out.contains("no network in the sandbox: `python3 -m pip` cannot reach a package registry")
-            && out.contains("grant `registries` in config"),
-        "{out}"
+        output.contains("installed from the stand-in registry"),
+        "{plan}"
     );
 }

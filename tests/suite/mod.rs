@@ -17,6 +17,7 @@ mod client_fs;
 mod cold_start;
 mod consequences;
 mod context_window;
+mod developer_loop;
 mod discovery;
 mod docs;
 mod faithful_sandbox;

@@ -510,6 +510,13 @@ pub fn bwrap_args_with(
         let d = bind_path(d)?;
         push(&["--ro-bind", &d, &d]);
     }
+    // The session's writable copies over a path of a toolchain home
+    // (pyenv's shims; see `toolchains::LAYERS`), after the read-only
+    // binds they lie in. They live in the session's `/tmp`, which is
+    // writable in read-only mode too.
+    for (host, dest) in &boundary.home.layer_binds {
+        push(&["--bind", &bind_path(host)?, &bind_path(dest)?]);
+    }
     // Credentials inside the toolchain homes and the person's extra paths.
     if boundary
         .home
@@ -554,7 +561,10 @@ pub fn bwrap_args_with(
             push(&["--setenv", k, v]);
         }
     }
-    for (k, v) in boundary.home.env.iter().chain(&boundary.env) {
+    for (k, v) in (boundary.home.env.iter())
+        .chain(&boundary.home.layer_env)
+        .chain(&boundary.env)
+    {
         if !valid_env_name(k) || v.contains('\0') {
             return Err(SpecError::EnvName(k.clone()));
         }

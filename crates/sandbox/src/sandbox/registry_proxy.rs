@@ -202,6 +202,60 @@ pub fn granted() -> bool {
     GRANTED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// A session's answer to the once-per-session question for the
+/// `registries` grant (asked when an installer runs in a session where a
+/// person can be asked and config does not grant it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionGrant {
+    /// Approved: every run of the session gets the proxy.
+    Granted,
+    /// Rejected: the session's installers run without network and the
+    /// question is not asked again.
+    Declined,
+}
+
+/// Most sessions whose answer a daemon keeps; past it the oldest answer
+/// is forgotten (that session is asked again).
+pub const SESSION_GRANTS_LIMIT: usize = 4096;
+
+type Grants = std::collections::HashMap<String, (u64, SessionGrant)>;
+
+fn session_grants() -> std::sync::MutexGuard<'static, (u64, Grants)> {
+    static GRANTS: OnceLock<std::sync::Mutex<(u64, Grants)>> = OnceLock::new();
+    GRANTS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Record a session's answer.
+pub fn set_session_grant(session: &str, grant: SessionGrant) {
+    let mut g = session_grants();
+    let (next, map) = &mut *g;
+    if map.len() >= SESSION_GRANTS_LIMIT && !map.contains_key(session) {
+        if let Some(oldest) = map
+            .iter()
+            .min_by_key(|(_, (n, _))| *n)
+            .map(|(k, _)| k.clone())
+        {
+            map.remove(&oldest);
+        }
+    }
+    *next += 1;
+    map.insert(session.to_string(), (*next, grant));
+}
+
+/// A session's answer, if it gave one.
+pub fn session_grant(session: &str) -> Option<SessionGrant> {
+    session_grants().1.get(session).map(|(_, g)| *g)
+}
+
+/// Whether runs of `session` are granted `registries`: by config, or by
+/// the session's answer.
+pub fn granted_for(session: &str) -> bool {
+    granted() || session_grant(session) == Some(SessionGrant::Granted)
+}
+
 /// The proxy address, as the tools inside are told.
 pub fn proxy_url() -> String {
     format!("http://127.0.0.1:{PROXY_PORT}")

@@ -6,8 +6,10 @@
 //! `PATH` the daemon was started with, and binds read-only the directories
 //! it names and the toolchain homes of [`TOOLCHAINS`] (with the variables
 //! that tell each tool where its home is, since `HOME` inside is not the
-//! person's). Nothing is writable: what these tools cache (pip, npm, the Go
-//! build cache) goes to `HOME` inside, the session's own `/tmp/home`.
+//! person's). Nothing of them is writable: what these tools write goes to
+//! a per-session layer in the session's `/tmp` ([`LAYERS`],
+//! [`HomeView::with_session_layers`]), removed with the session, while
+//! what the person already had stays readable.
 //!
 //! Never shown: the home directory itself, `/`, and the credential files
 //! inside a shown directory ([`SECRETS_IN_HOMES`], and any file named like
@@ -184,6 +186,12 @@ pub struct HomeView {
     pub masked: Vec<PathBuf>,
     /// Variables set inside (`RUSTUP_HOME`, `PYENV_ROOT`, ...).
     pub env: Vec<(String, String)>,
+    /// The session's writable layers ([`HomeView::with_session_layers`]):
+    /// variables set after [`HomeView::env`] (they win), and host
+    /// directories bound writable over a path of a read-only toolchain
+    /// home (host path, path inside).
+    pub layer_env: Vec<(String, String)>,
+    pub layer_binds: Vec<(PathBuf, PathBuf)>,
 }
 
 /// Why a configured extra path cannot be shown.
@@ -394,6 +402,378 @@ fn toolchain_root_of(entry: &Path, home: Option<&Path>, view: &mut HomeView) -> 
         }
     }
     false
+}
+
+/// What one toolchain writes during a session, and where it goes instead
+/// of the person's read-only home.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layer {
+    /// The [`Toolchain`] it belongs to.
+    pub toolchain: &'static str,
+    /// The variable (one of the toolchain's `env`) whose value in the view
+    /// is the person's directory: the layer's read-only lower part.
+    pub var: &'static str,
+    pub kind: LayerKind,
+    pub why: &'static str,
+}
+
+/// How a [`Layer`] is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerKind {
+    /// `var` points at a session directory that merges the person's: each
+    /// entry of theirs is a symbolic link to it (read-only through the
+    /// link), except the `fresh` ones (locks and databases the tool opens
+    /// for writing, credentials), which the tool makes anew; the
+    /// directories of `mirrored` (and those above them) are real
+    /// directories down to the given depth below them, so what the tool
+    /// adds there lands in the session.
+    Merged {
+        fresh: &'static [&'static str],
+        mirrored: &'static [(&'static str, usize)],
+    },
+    /// The person's `sub` directory, copied per session and bound writable
+    /// over its own path (a tool that writes there in place).
+    Copy { sub: &'static str },
+    /// `set` points at an empty session directory; `extra` variables are
+    /// set too, `{lower}` standing for the person's directory.
+    Redirect {
+        set: &'static str,
+        extra: &'static [(&'static str, &'static str)],
+    },
+}
+
+/// The writable layers of the toolchains, as data. pip's, npm's and uv's
+/// caches and Go's build cache need none: they follow `XDG_CACHE_HOME`
+/// (and `npm_config_cache`), which point into the session's `/tmp` (see
+/// `bwrap::SESSION_CACHE`).
+pub const LAYERS: &[Layer] = &[
+    Layer {
+        toolchain: "rustup",
+        var: "CARGO_HOME",
+        kind: LayerKind::Merged {
+            // Cargo's package-cache locks and its cache-tracking database
+            // (opened read-write), and the credentials (masked anyway).
+            fresh: &[
+                ".package-cache",
+                ".package-cache-mutate",
+                ".global-cache",
+                "credentials",
+                "credentials.toml",
+            ],
+            // `registry/index/<id>/.cache/ab/cd/<crate>` (the sparse
+            // index's cached entries), `registry/cache/<id>/<crate>.crate`,
+            // `registry/src/<id>/<crate>-<version>/`, the bare clones of
+            // git dependencies (`git/db/<name>/objects/pack/…`) and their
+            // checkouts (`git/checkouts/<name>/<rev>/`). Everything else
+            // (`bin`, `config.toml`, `env`) is a link: read-only.
+            mirrored: &[
+                ("registry/index", 4),
+                ("registry/cache", 1),
+                ("registry/src", 1),
+                ("git/db", 4),
+                ("git/checkouts", 1),
+            ],
+        },
+        why: "cargo add, cargo fetch and a build needing a crate not fetched yet store the \
+              index entries, archives and sources they download in CARGO_HOME; the crates \
+              already there are found offline through the links",
+    },
+    Layer {
+        toolchain: "pyenv",
+        var: "PYENV_ROOT",
+        kind: LayerKind::Copy { sub: "shims" },
+        why: "pyenv's pip hook (pyenv.d/exec/pip-rehash) runs `pyenv rehash` after every \
+              successful `pip install` or `uninstall`, and pyenv has no setting to skip it; \
+              rehash takes its lock by creating `shims/.pyenv-shim` and links new shims \
+              there, so on read-only shims the install exits 1",
+    },
+    Layer {
+        toolchain: "go",
+        var: "GOPATH",
+        kind: LayerKind::Redirect {
+            set: "GOMODCACHE",
+            // The person's module cache is read through its download
+            // directory used as a module proxy (the Go documentation's
+            // way to serve a module cache); `-modcacherw` leaves what is
+            // extracted writable, so the session's directory can be
+            // removed.
+            extra: &[
+                (
+                    "GOPROXY",
+                    "file://{lower}/pkg/mod/cache/download,https://proxy.golang.org",
+                ),
+                ("GOFLAGS", "-modcacherw"),
+            ],
+        },
+        why: "`go get` and `go mod download` write the module cache (GOPATH/pkg/mod)",
+    },
+];
+
+/// Where a session's layers live in its `/tmp` (on the host, in the
+/// session's directory; inside, under `/tmp`).
+pub const LAYERS_DIR: &str = ".toolchains";
+
+/// Most entries a [`LayerKind::Merged`] layer makes (a link or a
+/// directory each); past it, directories are linked whole (read-only).
+pub const MERGE_ENTRY_LIMIT: usize = 100_000;
+
+/// Most files a [`LayerKind::Copy`] layer copies (pyenv has one shim per
+/// command of its Pythons: hundreds).
+pub const COPY_ENTRY_LIMIT: usize = 10_000;
+
+/// Why a session layer could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum LayerError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0} is not a directory of the daemon's (a link or a file is in its place)")]
+    NotOurs(String),
+    #[error("{0} is not valid UTF-8")]
+    NotUtf8(String),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> LayerError + '_ {
+    move |source| LayerError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+impl HomeView {
+    /// This view with the writable layers of [`LAYERS`] for the session
+    /// whose `/tmp` is `session_tmp` on the host (shown at `/tmp`). Each
+    /// is made on the session's first run, before the command starts;
+    /// the next runs find it there. A layer that cannot be made is left
+    /// out (its tool sees the read-only home, as without layers).
+    pub fn with_session_layers(&self, session_tmp: &Path) -> HomeView {
+        let mut view = self.clone();
+        for layer in LAYERS {
+            let Some(lower) = self
+                .env
+                .iter()
+                .find(|(k, _)| k == layer.var)
+                .map(|(_, v)| PathBuf::from(v))
+            else {
+                continue;
+            };
+            match make_layer(layer, &lower, session_tmp) {
+                Ok(Some((env, bind))) => {
+                    view.layer_env.extend(env);
+                    view.layer_binds.extend(bind);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(
+                        "the session's writable layer for {} ({}) cannot be made, it stays \
+                         read-only: {e}",
+                        layer.toolchain,
+                        layer.var
+                    );
+                }
+            }
+        }
+        view
+    }
+}
+
+/// The variables and the bind of one layer.
+type Made = (Vec<(String, String)>, Option<(PathBuf, PathBuf)>);
+
+fn make_layer(layer: &Layer, lower: &Path, session_tmp: &Path) -> Result<Option<Made>, LayerError> {
+    let root = session_tmp.join(LAYERS_DIR);
+    real_dir_or_absent(&root)?;
+    if !root.exists() {
+        std::fs::create_dir(&root).map_err(io(&root))?;
+    }
+    let name = format!("{}-{}", layer.toolchain, layer.var.to_ascii_lowercase());
+    let host = root.join(&name);
+    let inside = Path::new("/tmp").join(LAYERS_DIR).join(&name);
+    let inside = inside
+        .to_str()
+        .ok_or_else(|| LayerError::NotUtf8(inside.display().to_string()))?
+        .to_string();
+    let lower_s = lower
+        .to_str()
+        .ok_or_else(|| LayerError::NotUtf8(lower.display().to_string()))?;
+    // Made once per session: the layer's own directory is created here
+    // (never followed if something else is in its place), and what is
+    // made is made inside it, before the session's next command runs.
+    let fresh = match std::fs::symlink_metadata(&host) {
+        Ok(m) if m.is_dir() => false,
+        Ok(_) => return Err(LayerError::NotOurs(host.display().to_string())),
+        Err(_) => true,
+    };
+    match layer.kind {
+        LayerKind::Merged {
+            fresh: skip,
+            mirrored,
+        } => {
+            if !lower.is_dir() {
+                return Ok(None);
+            }
+            if fresh {
+                std::fs::create_dir(&host).map_err(io(&host))?;
+                let mut budget = MERGE_ENTRY_LIMIT;
+                merge(lower, &host, Path::new(""), skip, mirrored, &mut budget)?;
+            } else {
+                restore_links(lower, &host, skip, mirrored)?;
+            }
+            Ok(Some((vec![(layer.var.to_string(), inside)], None)))
+        }
+        LayerKind::Copy { sub } => {
+            let src = lower.join(sub);
+            if !src.is_dir() {
+                return Ok(None);
+            }
+            // A fresh copy for every command: the directory is on the
+            // PATH, and what one command leaves there (a `python3` of its
+            // own) must not run in the next one, granted more.
+            if !fresh {
+                std::fs::remove_dir_all(&host).map_err(io(&host))?;
+            }
+            std::fs::create_dir(&host).map_err(io(&host))?;
+            copy_files(&src, &host)?;
+            Ok(Some((vec![], Some((host, src)))))
+        }
+        LayerKind::Redirect { set, extra } => {
+            if fresh {
+                std::fs::create_dir(&host).map_err(io(&host))?;
+            }
+            let mut env = vec![(set.to_string(), inside)];
+            env.extend(
+                extra
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.replace("{lower}", lower_s))),
+            );
+            Ok(Some((env, None)))
+        }
+    }
+}
+
+/// Before each command after the first: the top of a merged layer holds
+/// only the links to the person's entries (`bin`, `config.toml`, `env`:
+/// what configures the tool or is run from it, which a command could have
+/// replaced with its own), the tool's `fresh` files and the mirrored
+/// trees; anything else a command put there goes, and a link is made
+/// again to each of the person's entries.
+fn restore_links(
+    lower: &Path,
+    layer: &Path,
+    fresh: &[&str],
+    mirrored: &[(&str, usize)],
+) -> Result<(), LayerError> {
+    let kept_dir = |name: &std::ffi::OsStr| {
+        mirrored.iter().any(|(m, _)| {
+            Path::new(m)
+                .components()
+                .next()
+                .is_some_and(|c| c.as_os_str() == name)
+        })
+    };
+    let entries = std::fs::read_dir(layer).map_err(io(layer))?;
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name();
+        let p = e.path();
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        let ours = if meta.is_symlink() {
+            std::fs::read_link(&p).is_ok_and(|t| t == lower.join(&name)) && !kept_dir(&name)
+        } else {
+            (meta.is_dir() && kept_dir(&name)) || fresh.iter().any(|f| name == *f)
+        };
+        if !ours {
+            let removed = if meta.is_dir() {
+                std::fs::remove_dir_all(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
+            removed.map_err(io(&p))?;
+        }
+    }
+    let entries = std::fs::read_dir(lower).map_err(io(lower))?;
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name();
+        let d = layer.join(&name);
+        if fresh.iter().any(|f| name == *f) || std::fs::symlink_metadata(&d).is_ok() {
+            continue;
+        }
+        if kept_dir(&name) && e.file_type().is_ok_and(|t| t.is_dir()) {
+            std::fs::create_dir(&d).map_err(io(&d))?;
+        } else {
+            std::os::unix::fs::symlink(e.path(), &d).map_err(io(&d))?;
+        }
+    }
+    Ok(())
+}
+
+/// `p` is absent, or a real directory (not a link to one).
+fn real_dir_or_absent(p: &Path) -> Result<(), LayerError> {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if !m.is_dir() => Err(LayerError::NotOurs(p.display().to_string())),
+        _ => Ok(()),
+    }
+}
+
+/// Fill `dst` (a directory just made) with `src`'s entries: links, or real
+/// directories along and within `mirrored` (see [`LayerKind::Merged`]).
+/// `rel` is `src` relative to the layer's root.
+fn merge(
+    src: &Path,
+    dst: &Path,
+    rel: &Path,
+    fresh: &[&str],
+    mirrored: &[(&str, usize)],
+    budget: &mut usize,
+) -> Result<(), LayerError> {
+    let entries = std::fs::read_dir(src).map_err(io(src))?;
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name();
+        let r = rel.join(&name);
+        if rel.as_os_str().is_empty() && fresh.iter().any(|f| name == *f) {
+            continue;
+        }
+        if *budget == 0 {
+            return Ok(());
+        }
+        *budget -= 1;
+        let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+        let descend = is_dir
+            && mirrored.iter().any(|(m, depth)| {
+                let m = Path::new(m);
+                m.starts_with(&r)
+                    || r.strip_prefix(m)
+                        .is_ok_and(|below| below.components().count() <= *depth)
+            });
+        let (s, d) = (e.path(), dst.join(&name));
+        if descend && *budget > 0 {
+            std::fs::create_dir(&d).map_err(io(&d))?;
+            merge(&s, &d, &r, fresh, mirrored, budget)?;
+        } else {
+            std::os::unix::fs::symlink(&s, &d).map_err(io(&d))?;
+        }
+    }
+    Ok(())
+}
+
+/// Copy the files (and links, as links) directly in `src` to `dst`,
+/// [`COPY_ENTRY_LIMIT`] at most.
+fn copy_files(src: &Path, dst: &Path) -> Result<(), LayerError> {
+    let entries = std::fs::read_dir(src).map_err(io(src))?;
+    for e in entries.filter_map(Result::ok).take(COPY_ENTRY_LIMIT) {
+        let Ok(t) = e.file_type() else { continue };
+        let (s, d) = (e.path(), dst.join(e.file_name()));
+        if t.is_symlink() {
+            let target = std::fs::read_link(&s).map_err(io(&s))?;
+            std::os::unix::fs::symlink(target, &d).map_err(io(&d))?;
+        } else if t.is_file() {
+            std::fs::copy(&s, &d).map_err(io(&d))?;
+        }
+    }
+    Ok(())
 }
 
 /// Check the person's `[sandbox] read_only` and `writable` paths (the
@@ -634,6 +1014,117 @@ mod tests {
         let v = view(h, "", &[("PYENV_ROOT", "/srv/elsewhere")]);
         assert_eq!(env_of(&v, "PYENV_ROOT"), Some(inside));
         assert_eq!(v.path, None);
+    }
+
+    /// The session layers of rustup, pyenv and Go: what the person had
+    /// is linked or copied, what the tools write lands in the session's
+    /// `/tmp`, and a layer is made once per session.
+    #[test]
+    fn the_session_layers_keep_what_was_there_and_take_what_is_written() {
+        let home = tempfile::tempdir().unwrap();
+        let h = home.path();
+        let w = |p: &str, text: &str| {
+            let p = h.join(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        w(".cargo/bin/cargo", "proxy");
+        w(".cargo/config.toml", "");
+        w(".cargo/credentials.toml", "token");
+        w(".cargo/.package-cache", "");
+        w(".cargo/registry/cache/idx/old-1.0.crate", "old");
+        w(".cargo/registry/src/idx/old-1.0/src/lib.rs", "");
+        w(".cargo/registry/index/idx/.cache/ol/d_/old", "entry");
+        w(".pyenv/shims/python3", "shim");
+        w(".pyenv/version", "3.99.1");
+        w("go/pkg/mod/cache/download/x/@v/list", "v1.0.0");
+        let v = view(h, "/usr/bin", &[]);
+        let tmp = tempfile::tempdir().unwrap();
+        let l = v.with_session_layers(tmp.path());
+        let env = |k: &str| {
+            l.layer_env
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(
+            env("CARGO_HOME").as_deref(),
+            Some("/tmp/.toolchains/rustup-cargo_home")
+        );
+        let cargo = tmp.path().join(".toolchains/rustup-cargo_home");
+        let link = |p: &str| std::fs::read_link(cargo.join(p)).ok();
+        assert_eq!(link("bin"), Some(h.join(".cargo/bin")));
+        assert_eq!(link("config.toml"), Some(h.join(".cargo/config.toml")));
+        assert_eq!(
+            link("registry/cache/idx/old-1.0.crate"),
+            Some(h.join(".cargo/registry/cache/idx/old-1.0.crate"))
+        );
+        assert_eq!(
+            link("registry/src/idx/old-1.0"),
+            Some(h.join(".cargo/registry/src/idx/old-1.0"))
+        );
+        assert_eq!(
+            link("registry/index/idx/.cache/ol/d_/old"),
+            Some(h.join(".cargo/registry/index/idx/.cache/ol/d_/old"))
+        );
+        for real in [
+            "registry",
+            "registry/cache/idx",
+            "registry/index/idx/.cache/ol/d_",
+        ] {
+            let m = std::fs::symlink_metadata(cargo.join(real)).unwrap();
+            assert!(m.is_dir(), "{real}");
+        }
+        for absent in [".package-cache", "credentials.toml"] {
+            assert!(
+                std::fs::symlink_metadata(cargo.join(absent)).is_err(),
+                "{absent}"
+            );
+        }
+        // pyenv's shims: a copy, bound over the person's.
+        let shims = tmp.path().join(".toolchains/pyenv-pyenv_root");
+        assert_eq!(l.layer_binds, vec![(shims.clone(), h.join(".pyenv/shims"))]);
+        assert!(std::fs::symlink_metadata(shims.join("python3"))
+            .unwrap()
+            .is_file());
+        // Go: an empty module cache, the person's read as a proxy.
+        assert_eq!(
+            env("GOMODCACHE").as_deref(),
+            Some("/tmp/.toolchains/go-gopath")
+        );
+        assert_eq!(
+            env("GOPROXY"),
+            Some(format!(
+                "file://{}/pkg/mod/cache/download,https://proxy.golang.org",
+                h.join("go").display()
+            ))
+        );
+        // Made once: the next run of the session finds what was written.
+        std::fs::write(cargo.join("registry/cache/idx/new-2.0.crate"), "new").unwrap();
+        let again = v.with_session_layers(tmp.path());
+        assert_eq!(again.layer_env, l.layer_env);
+        assert!(cargo.join("registry/cache/idx/new-2.0.crate").is_file());
+        assert!(!h.join(".cargo/registry/cache/idx/new-2.0.crate").exists());
+        // What a command put at the top of the cargo layer, or in the
+        // shims, is gone at the next command; the person's links are back.
+        std::fs::remove_file(cargo.join("config.toml")).unwrap();
+        std::fs::write(
+            cargo.join("config.toml"),
+            "[build]\nrustc-wrapper = \"/tmp/x\"",
+        )
+        .unwrap();
+        std::fs::write(cargo.join("planted"), "").unwrap();
+        std::fs::write(shims.join("git"), "planted").unwrap();
+        v.with_session_layers(tmp.path());
+        assert_eq!(link("config.toml"), Some(h.join(".cargo/config.toml")));
+        assert!(std::fs::symlink_metadata(cargo.join("planted")).is_err());
+        assert!(!shims.join("git").exists());
+        assert!(cargo.join("registry/cache/idx/new-2.0.crate").is_file());
+        // Something else in a layer's place is never followed.
+        let other = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(h, other.path().join(".toolchains")).unwrap();
+        let refused = v.with_session_layers(other.path());
+        assert!(refused.layer_env.is_empty() && refused.layer_binds.is_empty());
     }
 
     #[test]
