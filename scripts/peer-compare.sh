@@ -183,6 +183,10 @@ bare_args=() project= bwrap_bin= cwd=
 for ((r = 0; r < runs; r++)); do
     measure 0 >>"$work/start"
     measure "$calls" >>"$work/task"
+    # One call: the task minus this, over the other calls, is a steady
+    # call (the first call's one-time work, the sandbox's trial run and
+    # the first walk of the project, left out).
+    measure 1 >>"$work/one_call"
     # A one-call task with the debug log: the exit after the last model
     # reply, and the daemon's bwrap arguments for the bare spawns.
     STEPS_LOG=1 measure 1 >"$work/one"
@@ -214,6 +218,8 @@ task_us=$(cut -d' ' -f1 "$work/task" | median)
 start_rss=$(cut -d' ' -f2 "$work/start" | median)
 task_rss=$(cut -d' ' -f2 "$work/task" | median)
 per_call_us=$(((task_us - start_us) / calls))
+one_us=$(cut -d' ' -f1 "$work/one_call" | median)
+steady_us=$(((task_us - one_us) / (calls - 1)))
 
 echo "passepartout ($bin), median of $runs runs, load $(cut -d' ' -f1 /proc/loadavg), project ${PEER_PROJECT:-a fresh empty folder}"
 printf '  start-up (one request, no tool call): %d.%03d ms, peak RSS %d KiB\n' \
@@ -222,14 +228,20 @@ printf '  %d sandboxed shell calls: %d.%03d ms, peak RSS %d KiB\n' \
     "$calls" $((task_us / 1000)) $((task_us % 1000)) "$task_rss"
 printf '  per call (model round trip + sandboxed action): %d.%03d ms\n' \
     $((per_call_us / 1000)) $((per_call_us % 1000))
+printf '  a steady call (calls 2-%d: the task minus a one-call task, over %d): %d.%03d ms\n' \
+    "$calls" $((calls - 1)) $((steady_us / 1000)) $((steady_us % 1000))
 bare_us=$(median <"$work/bare_times")
-over_us=$((per_call_us - bare_us))
-abs_over=${over_us#-}
-sign=; if [ "$over_us" -lt 0 ]; then sign=-; fi
 printf '  bare bwrap spawn, same flags, in an overlay mounted ahead (median of %d): %d.%03d ms\n' \
     "$(wc -l <"$work/bare_times")" $((bare_us / 1000)) $((bare_us % 1000))
-printf '  per call over the bare spawn: %s%d.%03d ms (within 10 ms: %s)\n' \
-    "$sign" $((abs_over / 1000)) $((abs_over % 1000)) "$([ "$over_us" -le 10000 ] && echo yes || echo no)"
+over() {
+    local over_us=$(($1 - bare_us)) sign=
+    if [ "$over_us" -lt 0 ]; then sign=-; fi
+    local abs=${over_us#-}
+    printf '  %s over the bare spawn: %s%d.%03d ms (within 10 ms: %s)\n' "$2" \
+        "$sign" $((abs / 1000)) $((abs % 1000)) "$([ "$over_us" -le 10000 ] && echo yes || echo no)"
+}
+over "$per_call_us" "per call (20-call average)"
+over "$steady_us" "a steady call"
 exit_us=$(median <"$work/exit")
 printf '  run exit after its last model request (median of %d): %d.%03d ms (within 30 ms: %s)\n' \
     "$runs" $((exit_us / 1000)) $((exit_us % 1000)) "$([ "$exit_us" -le 30000 ] && echo yes || echo no)"
