@@ -17,11 +17,20 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => {
             let code = runtime.block_on(passepartout::cli::run(cli));
+            // First, so the kernel retires the watches in the background
+            // while the rest runs: an inotify instance closed with its
+            // watches holds the exit up (see `unwatch_all`).
+            passepartout::util::dir_watch::unwatch_all();
             // The run cgroups made for this process's commands go with it
-            // (`serve` removes its own before it exits).
+            // (`serve` removes its own before it exits); busy ones are
+            // left for the next start, never waited on.
             passepartout::sandbox::enforce::remove_run_cgroups();
             // So do its sessions' `/tmp`s: its sessions end with it.
             passepartout::sandbox::session_tmp::remove_all();
+            // The command is done: what its background tasks were doing
+            // (an overlay mounted ahead for a next action, a retry) is not
+            // waited for; everything it must keep is written already.
+            runtime.shutdown_background();
             code
         }
         Err(e) => {

@@ -269,6 +269,14 @@ impl ShellActuator {
         // the project as the lower layer of an overlay: its writes land in
         // the upper layer, and reach the project only once judged.
         let overlay = crate::sandbox::overlay::current();
+        // What this run is, as one JSON value: `scripts/peer-compare.sh`
+        // times a bare bwrap with exactly these arguments and this overlay.
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            tracing::debug!(
+                argv = %sandbox_argv_json(bwrap_path, &args, &ctx.cwd, overlay.as_ref()),
+                "sandbox argv"
+            );
+        }
         let outcome = runner::run_limited_in(
             &bwrap_path.to_string_lossy(),
             &args,
@@ -579,6 +587,27 @@ fn effect_name(e: &Effect) -> String {
         .ok()
         .and_then(|v| v.get("kind").and_then(|k| k.as_str()).map(str::to_string))
         .unwrap_or_else(|| "this effect".into())
+}
+
+/// The `sandbox argv` debug line's value: the bwrap program, its
+/// arguments, the directory it starts in and the overlay it runs in (the
+/// project mounted over with this upper layer and work directory).
+fn sandbox_argv_json(
+    bwrap: &std::path::Path,
+    args: &[String],
+    cwd: &std::path::Path,
+    overlay: Option<&crate::sandbox::overlay::OverlayMount>,
+) -> serde_json::Value {
+    serde_json::json!({
+        "bwrap": bwrap,
+        "args": args,
+        "cwd": cwd,
+        "overlay": overlay.map(|o| serde_json::json!({
+            "project": o.project,
+            "upper": o.upper,
+            "work": o.work,
+        })),
+    })
 }
 
 #[cfg(test)]

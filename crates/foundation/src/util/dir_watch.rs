@@ -26,7 +26,8 @@ use std::ffi::CStr;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use rustix::fs::inotify::{self, CreateFlags};
 pub use rustix::fs::inotify::{ReadFlags, WatchFlags};
@@ -37,6 +38,8 @@ use rustix::io::Errno;
 /// path, as text or as a `PathBuf`).
 pub struct DirWatch<K> {
     fd: OwnedFd,
+    /// This instance's key in [`live`].
+    id: u64,
     dirs: Mutex<HashMap<i32, K>>,
     mask: WatchFlags,
     max_dirs: usize,
@@ -82,8 +85,12 @@ impl<K: Clone + PartialEq + std::fmt::Debug> DirWatch<K> {
         limit_name: &'static str,
     ) -> std::io::Result<DirWatch<K>> {
         let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)?;
+        static IDS: AtomicU64 = AtomicU64::new(0);
+        let id = IDS.fetch_add(1, Ordering::Relaxed);
+        lock_live().insert(id, (fd.try_clone()?, Vec::new()));
         Ok(DirWatch {
             fd,
+            id,
             dirs: Mutex::new(HashMap::new()),
             mask,
             max_dirs,
@@ -123,6 +130,9 @@ impl<K: Clone + PartialEq + std::fmt::Debug> DirWatch<K> {
                 }
                 None => {
                     dirs.insert(wd, rel.clone());
+                    if let Some((_, wds)) = lock_live().get_mut(&self.id) {
+                        wds.push(wd);
+                    }
                     Ok(())
                 }
             },
@@ -186,9 +196,57 @@ impl<K: Clone + PartialEq + std::fmt::Debug> DirWatch<K> {
     }
 }
 
+/// Every live instance (a duplicate of its descriptor) and the watches it
+/// armed, for [`unwatch_all`].
+type Live = HashMap<u64, (OwnedFd, Vec<i32>)>;
+
+fn lock_live() -> std::sync::MutexGuard<'static, Live> {
+    static LIVE: OnceLock<Mutex<Live>> = OnceLock::new();
+    LIVE.get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Take back every watch of every live instance, ahead of the process's
+/// exit. Closing an inotify instance that still holds watches waits for
+/// the kernel to retire them (an RCU grace period) in the closing thread,
+/// and at exit that thread is the exiting process: a person's shell waits
+/// with it. A watch taken back is retired in the kernel's background
+/// instead. An instance used afterwards sees its watches gone (an
+/// `IN_IGNORED` event: unmodelled), so its caller walks, never misreads.
+pub fn unwatch_all() {
+    let live = std::mem::take(&mut *lock_live());
+    for (fd, wds) in live.values() {
+        for wd in wds {
+            let _ = inotify::remove_watch(fd, *wd);
+        }
+    }
+}
+
+impl<K> Drop for DirWatch<K> {
+    /// The watches are taken back before the descriptor closes (see
+    /// [`unwatch_all`]).
+    fn drop(&mut self) {
+        if let Some((_, wds)) = lock_live().remove(&self.id) {
+            for wd in wds {
+                let _ = inotify::remove_watch(&self.fd, wd);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`unwatch_all`] takes every instance's watches: the tests that
+    /// watch run one at a time.
+    fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+        static SERIAL: Mutex<()> = Mutex::new(());
+        SERIAL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 
     fn changed(w: &DirWatch<String>) -> Result<Vec<String>, Unmodelled> {
         let mut dirs = Vec::new();
@@ -203,6 +261,7 @@ mod tests {
 
     #[test]
     fn events_name_their_directory_and_a_removed_one_is_unmodelled() {
+        let _serial = one_at_a_time();
         let t = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(t.path().join("a/b")).unwrap();
         let w = DirWatch::new(entry_events(), 10, "TEST_LIMIT").unwrap();
@@ -218,8 +277,27 @@ mod tests {
         assert!(changed(&w).is_err());
     }
 
+    /// Watches taken back ahead of exit are gone from the instance: the
+    /// next drain is unmodelled (the caller walks), never silent.
+    #[test]
+    fn unwatching_all_leaves_an_instance_that_reports_it() {
+        let _serial = one_at_a_time();
+        let t = tempfile::tempdir().unwrap();
+        let w = DirWatch::new(entry_events(), 10, "TEST_LIMIT").unwrap();
+        w.watch(t.path(), &String::new()).unwrap();
+        assert_eq!(changed(&w), Ok(vec![]));
+        unwatch_all();
+        assert!(changed(&w).is_err(), "the watch's removal went unreported");
+        // Watched again afterwards, it works as before.
+        let again = DirWatch::new(entry_events(), 10, "TEST_LIMIT").unwrap();
+        again.watch(t.path(), &String::new()).unwrap();
+        std::fs::write(t.path().join("x"), "").unwrap();
+        assert_eq!(changed(&again), Ok(vec![String::new()]));
+    }
+
     #[test]
     fn the_limit_is_named_and_a_refused_event_is_an_error() {
+        let _serial = one_at_a_time();
         let t = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(t.path().join("a")).unwrap();
         let w = DirWatch::new(entry_events(), 1, "TEST_LIMIT").unwrap();

@@ -329,48 +329,12 @@ impl Beneath {
     /// place, so a hard link to the old file is never written through and
     /// a reader sees the old or the new file, never half of one.
     pub fn put(&self, rel: &str, bytes: &[u8], perm: u32, link: bool) -> Result<(), BeneathError> {
-        self.put_with(rel, bytes, perm, link, None)
-    }
-
-    /// [`Beneath::put`], with a spare file made ahead (`super::spare`) as
-    /// the temporary when it is on the project's file system: written,
-    /// given `perm`, and renamed into place the same way, but no new
-    /// inode is made on the action's path.
-    pub fn put_with(
-        &self,
-        rel: &str,
-        bytes: &[u8],
-        perm: u32,
-        link: bool,
-        spare: Option<super::spare::Spare>,
-    ) -> Result<(), BeneathError> {
         let Some((dir, name)) = self.parent(rel, true)? else {
             return Err(BeneathError::sys(rel, Errno::NOENT));
         };
         if let Ok(st) = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
                 return Err(BeneathError::sys(rel, Errno::ISDIR));
-            }
-        }
-        if let Some(mut spare) = spare.filter(|_| !link) {
-            let same_fs = match (rustix::fs::fstat(&dir), rustix::fs::fstat(&spare.file)) {
-                (Ok(d), Ok(f)) => d.st_dev == f.st_dev,
-                _ => false,
-            };
-            let written = same_fs
-                && rustix::fs::fchmod(&spare.file, Mode::from_raw_mode(perm)).is_ok()
-                && spare.file.write_all(bytes).is_ok();
-            if written {
-                drop(spare.file);
-                let moved = super::spare::replace(&spare.path, &dir, name);
-                match moved {
-                    Ok(()) => return Ok(()),
-                    Err(_) => {
-                        let _ = std::fs::remove_file(&spare.path);
-                    }
-                }
-            } else {
-                spare.discard();
             }
         }
         let tmp = format!(

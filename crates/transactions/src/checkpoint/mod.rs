@@ -18,7 +18,6 @@ pub mod left;
 pub mod notify;
 pub mod refs;
 pub mod scan;
-pub mod spare;
 pub mod store;
 pub mod txn;
 pub mod watch;
@@ -914,19 +913,6 @@ impl Project {
             path: path.clone(),
             message: e.to_string(),
         })?;
-        // A spare file made ahead (`spare`), else a temporary made now;
-        // either way written, then renamed into place.
-        if let Some(mut spare) = spare::take(&self.dir) {
-            use std::io::Write;
-            match spare.file.write_all(text.as_bytes()) {
-                Ok(()) => {
-                    return spare
-                        .persist(&path)
-                        .map_err(|source| CheckpointError::Io { path, source })
-                }
-                Err(_) => spare.discard(),
-            }
-        }
         crate::util::fs::write_atomic(&path, text.as_bytes(), crate::util::fs::Atomic::FAST)
             .map_err(|source| CheckpointError::Io { path, source })
     }

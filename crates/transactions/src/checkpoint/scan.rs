@@ -150,6 +150,18 @@ pub fn snapshot(cfg: &ScanConfig) -> Result<Scanned, StoreError> {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let previous = previous_state(cfg);
+    let known = previous.as_ref().map(|p| p.files.clone());
+    let scanned = cached_snapshot(cfg, previous)?;
+    if differential_checks() {
+        check_against_fresh_read(cfg, known.as_deref(), &scanned)?;
+    }
+    Ok(scanned)
+}
+
+/// [`snapshot`] from the caches: the last state where the watches vouch
+/// for it, the directories with events read again, or a whole walk that
+/// trusts the stat cache.
+fn cached_snapshot(cfg: &ScanConfig, previous: Option<TreeState>) -> Result<Scanned, StoreError> {
     if let Some(prev) = previous.as_ref().filter(|_| cfg.watch) {
         if let Some((since, skipped)) =
             notify::since(cfg.git_dir, &armed(cfg, prev, Default::default()))
@@ -176,6 +188,114 @@ pub fn snapshot(cfg: &ScanConfig) -> Result<Scanned, StoreError> {
         }
     }
     full_snapshot(cfg, previous)
+}
+
+/// Whether every snapshot is checked against the tree read afresh (every
+/// file read and hashed, the ignore files compiled anew): on in debug
+/// builds (every test) and wherever `PASSEPARTOUT_CHECK_CACHES=1` is set.
+/// What a snapshot records is what undo restores and what the effect
+/// gates judge, so a stale cache must fail loudly where it can be seen.
+pub fn differential_checks() -> bool {
+    cfg!(debug_assertions)
+        || std::env::var_os("PASSEPARTOUT_CHECK_CACHES").is_some_and(|v| v == "1")
+}
+
+/// What a snapshot records, however it was had: each path's mode,
+/// permission bits, blob id and preciousness; the files left out for the
+/// size cap; the tree id.
+type Record = (
+    BTreeMap<String, (u32, u32, [u8; 20], bool)>,
+    BTreeSet<String>,
+    String,
+);
+
+/// The tree at `cfg.work_tree` read from the disk alone: walked with the
+/// ignore files compiled now, every file read and hashed, no stat
+/// trusted. `known`: the paths recorded before this snapshot (the size cap
+/// spares them, as it spares tracked files).
+fn fresh_read(
+    cfg: &ScanConfig,
+    known: Option<&BTreeMap<String, FileState>>,
+) -> Result<Record, StoreError> {
+    let precious = precious_matcher(cfg.work_tree, cfg.precious);
+    let mut exclude = GitignoreBuilder::new(cfg.work_tree);
+    let exclude_file = cfg.work_tree.join(".git/info/exclude");
+    if exclude_file.is_file() {
+        exclude.add(exclude_file);
+    }
+    let exclude = exclude.build().unwrap_or_else(|_| Gitignore::empty());
+    let walked = walk_tree(cfg.work_tree, &precious, &exclude, None)?;
+    let objects = cfg.git_dir.join("objects");
+    let mut states = BTreeMap::new();
+    let mut skipped = BTreeSet::new();
+    for found in walked.found {
+        let old = known.and_then(|k| k.get(&found.rel));
+        if old.is_none() && found.state.mode != MODE_LINK && found.state.size > cfg.untracked_cap {
+            skipped.insert(found.rel);
+            continue;
+        }
+        let Ok(bytes) = read_content(&cfg.work_tree.join(&found.rel), found.state.mode) else {
+            continue;
+        };
+        let mut state = found.state;
+        state.oid = write_object(&objects, "blob", &bytes)?;
+        states.insert(found.rel, state);
+    }
+    let tree = write_trees(&objects, &states)?;
+    Ok((record_of(&states), skipped, tree))
+}
+
+fn record_of(files: &BTreeMap<String, FileState>) -> BTreeMap<String, (u32, u32, [u8; 20], bool)> {
+    files
+        .iter()
+        .map(|(p, f)| (p.clone(), (f.mode, f.perm, f.oid, f.precious)))
+        .collect()
+}
+
+/// The differential check of [`snapshot`]: what the caches (the watches,
+/// the stat cache, the compiled ignore files, the reused tree) gave must
+/// be what reading the tree afresh gives. A tree that changed between two
+/// fresh reads gives no verdict; a stable tree the cached answer misreads
+/// panics with the paths that differ.
+// The differential check exists to fail loudly (debug builds and CI).
+#[allow(clippy::panic)]
+fn check_against_fresh_read(
+    cfg: &ScanConfig,
+    known: Option<&BTreeMap<String, FileState>>,
+    cached: &Scanned,
+) -> Result<(), StoreError> {
+    let given: Record = (
+        record_of(&cached.state.files),
+        cached.skipped.iter().cloned().collect(),
+        cached.state.tree.clone(),
+    );
+    let first = fresh_read(cfg, known)?;
+    if first == given {
+        return Ok(());
+    }
+    if fresh_read(cfg, known)? != first {
+        tracing::debug!(
+            "checkpoint snapshot of {}: the tree changed during the differential check",
+            cfg.work_tree.display()
+        );
+        return Ok(());
+    }
+    let differ: Vec<&String> = first
+        .0
+        .keys()
+        .chain(given.0.keys())
+        .filter(|p| first.0.get(*p) != given.0.get(*p))
+        .collect();
+    panic!(
+        "the checkpoint snapshot of {} ({:?}) disagrees with a fresh read of the tree: \
+         paths {differ:?}; skipped (cached) {:?} vs (fresh) {:?}; tree (cached) {} vs (fresh) {}",
+        cfg.work_tree.display(),
+        cached.how,
+        given.1,
+        first.1,
+        given.2,
+        first.2
+    );
 }
 
 /// The lock serialising the snapshots of one store.
@@ -374,7 +494,13 @@ fn settle(
 ) -> Result<Settled, StoreError> {
     if let Some(old) = old {
         if old.trusted(&found.state, old_taken, cfg.racy_margin_ns) {
-            return Ok(Settled::Keep(*old));
+            // The content is vouched for; whether it is precious is the
+            // ignore rules' of now (a `.gitignore` edited since may have
+            // made an ignored file a plain one, or the reverse).
+            return Ok(Settled::Keep(FileState {
+                precious: found.state.precious,
+                ..*old
+            }));
         }
     }
     if old.is_none() && found.state.mode != MODE_LINK && found.state.size > cfg.untracked_cap {
@@ -1008,35 +1134,13 @@ pub fn write_object(objects: &Path, kind: &str, bytes: &[u8]) -> Result<[u8; 20]
         path: path.clone(),
         source,
     };
-    // A spare file of the store made ahead (`super::spare`: no new inode
-    // on the action's path; the store is `<store>/git/objects/../..`),
-    // written and renamed into place like the temporary below.
-    let store_dir = objects.parent().and_then(Path::parent);
-    if let Some(mut spare) = store_dir.and_then(super::spare::take) {
-        let written = deflated(header.as_bytes(), bytes).and_then(|z| spare.file.write_all(&z));
-        // The fan-out directory is made with the store: not checked
-        // first (a `stat` on every action); a rename that finds it
-        // missing falls through to the path below, which makes it.
-        match written {
-            Ok(()) => match spare.persist(&path) {
-                Ok(()) => return Ok(oid),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io(e)),
-            },
-            Err(_) => spare.discard(),
-        }
-    }
     std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
         path: dir.to_path_buf(),
         source,
     })?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
-    {
-        let mut z = ZlibEncoder::new(&mut tmp, flate2::Compression::fast());
-        z.write_all(header.as_bytes()).map_err(io)?;
-        z.write_all(bytes).map_err(io)?;
-        z.finish().map_err(io)?;
-    }
+    let z = deflated(header.as_bytes(), bytes).map_err(io)?;
+    tmp.write_all(&z).map_err(io)?;
     // Another writer may have stored the same object meanwhile: fine.
     tmp.persist(&path).map_err(|e| io(e.error))?;
     Ok(oid)
@@ -1456,6 +1560,48 @@ mod tests {
             "both links show the write"
         );
         forget(&git);
+    }
+
+    /// The differential check (on in every test build) stops a snapshot
+    /// whose stat cache vouches for a blob the file does not hold, and
+    /// lets a correct one through.
+    #[test]
+    fn a_stat_cache_that_misreads_the_tree_fails_the_differential_check() {
+        assert!(differential_checks(), "on in debug builds");
+        let store = tempfile::tempdir().unwrap();
+        let git = store.path().join("git");
+        std::fs::create_dir_all(git.join("objects")).unwrap();
+        let tree = tempfile::tempdir().unwrap();
+        std::fs::write(tree.path().join("a.txt"), "a\n").unwrap();
+        std::fs::write(tree.path().join("b.txt"), "b\n").unwrap();
+        let mut c = cfg(&git, tree.path(), &[]);
+        c.watch = false;
+        // Older than the racy margin: the next walk trusts their stat.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let first = snapshot(&c).unwrap();
+        assert_eq!(first.state.files.len(), 2);
+        // A correct cache passes.
+        assert_eq!(snapshot(&c).unwrap().state.tree, first.state.tree);
+        // The cache now says a.txt holds b.txt's blob: stale.
+        {
+            let mut memory = memory().lock().unwrap();
+            let cached = memory.get_mut(&git).unwrap();
+            let mut files = (*cached.files).clone();
+            let b = files["b.txt"].oid;
+            files.get_mut("a.txt").unwrap().oid = b;
+            cached.files = Arc::new(files);
+        }
+        let caught = std::panic::catch_unwind(|| snapshot(&c).map(|s| s.state.tree));
+        forget(&git);
+        let message = caught.expect_err("the stale cache passed the check");
+        let text = message
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            text.contains("disagrees with a fresh read") && text.contains("a.txt"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -710,7 +710,7 @@ impl Store {
             .collect();
         let blobs = self.blobs(&wanted)?;
         let mut done: Vec<(&str, Option<&Entry>)> = Vec::new();
-        let result = apply_steps(b, changes, &now_of, &blobs, &mut done, self.dir());
+        let result = apply_steps(b, changes, &now_of, &blobs, &mut done);
         let Err(reason) = result else {
             // What the daemon left, so the next action's changeset does
             // not take this write for someone else's (`super::left`).
@@ -724,7 +724,7 @@ impl Store {
         for (path, prior) in done.iter().rev() {
             let back = match prior {
                 None => b.remove(path).map_err(StepError::from),
-                Some(e) => put_entry(b, path, e, &blobs, None, self.dir()),
+                Some(e) => put_entry(b, path, e, &blobs, None),
             };
             if let Err(e) = back {
                 failed.push((path.to_string(), e));
@@ -756,7 +756,6 @@ fn apply_steps<'a>(
     now_of: &BTreeMap<&str, Option<Entry>>,
     blobs: &BTreeMap<String, Vec<u8>>,
     done: &mut Vec<(&'a str, Option<&'a Entry>)>,
-    store_dir: &Path,
 ) -> Result<(), StepError> {
     let mut emptied: Vec<String> = Vec::new();
     for (path, expect, target) in changes {
@@ -786,7 +785,7 @@ fn apply_steps<'a>(
             Some(Some(now)) => now.perm,
             _ => None,
         };
-        put_entry(b, path, entry, blobs, keep, store_dir)?;
+        put_entry(b, path, entry, blobs, keep)?;
         done.push((path.as_str(), expect.as_ref()));
     }
     Ok(())
@@ -800,7 +799,6 @@ fn put_entry(
     entry: &Entry,
     blobs: &BTreeMap<String, Vec<u8>>,
     keep: Option<u32>,
-    store_dir: &Path,
 ) -> Result<(), StepError> {
     let bytes = blobs
         .get(&entry.oid)
@@ -814,12 +812,7 @@ fn put_entry(
         (None, None) => 0o644,
     };
     let link = entry.mode == "120000";
-    let spare = if link {
-        None
-    } else {
-        super::spare::take(store_dir)
-    };
-    Ok(b.put_with(path, bytes, perm, link, spare)?)
+    Ok(b.put(path, bytes, perm, link)?)
 }
 
 /// What is at `rel` beneath `b`, as a tree entry.

@@ -189,13 +189,13 @@ fn mount_fresh(root: &Path, project: &Path) -> Result<Ready, TxnError> {
         dir_id(project).ok_or_else(|| TxnError::ProjectUnreadable(project.to_path_buf()))?;
     let n = RUNS.fetch_add(1, Ordering::Relaxed);
     // Each run directory in a block group of its own (see
-    // `spare::place_subdirectories_apart`): the command's copy-up makes
-    // its inodes there, on the action's path.
+    // `place_subdirectories_apart`): the command's copy-up makes its
+    // inodes there, on the action's path.
     // `txn/` may not exist yet: the probe, which makes it, runs once per
     // process, maybe for another store.
-    if !super::spare::place_subdirectories_apart(root) && !root.exists() {
+    if !place_subdirectories_apart(root) && !root.exists() {
         crate::paths::create_private_dir(root).map_err(txn_io(root))?;
-        super::spare::place_subdirectories_apart(root);
+        place_subdirectories_apart(root);
     }
     let dir = root.join(format!("run-{}-{n}", std::process::id()));
     let (upper, work) = (dir.join("upper"), dir.join("work"));
@@ -379,7 +379,7 @@ fn insert_evicting(
 /// Get a project ready for its first transactional action, in the
 /// background, when a session opens in it: the store opened (made, with
 /// its `git init`, the first time), the overlay probe run (once per
-/// process), the first overlay mounted ahead, the spare files made, the
+/// process), the first overlay mounted ahead, the
 /// stores measured for the quota and the id counter made — the one-time
 /// work the first action paid for (10–17 ms) before this.
 /// Nothing walks the tree. Failures are only logged: the action itself
@@ -399,7 +399,6 @@ pub fn warm_up(state_dir: &Path, cfg: &CheckpointConfig, cwd: &Path) {
                 Ok(p) => p,
                 Err(e) => return tracing::debug!("transaction warm-up: {e}"),
             };
-            super::spare::fill_now(project.store.dir());
             project.measure_stores_once();
             project.prepare_counter();
             let root = project.store.dir().join("txn");
@@ -784,6 +783,56 @@ pub fn remove_dir(dir: &Path) {
     }
 }
 
+/// Mark `dir` so that ext4 places each directory made in it from now on
+/// in a block group chosen apart — one with few directories, as for a
+/// directory at the top of the file system (`chattr +T`, `FS_TOPDIR_FL`,
+/// read by the Orlov allocator) — instead of `dir`'s own group. Used for
+/// the store's `txn/` (each action's run directory: the command's copy-up
+/// makes its inodes there, on the action's path).
+///
+/// Why: ext4 without a journal (the development VM's; the kernel's
+/// `recently_deleted` check runs only then) skips, for each new inode, every
+/// free inode of the group deleted in the last 5 s — 300 s while its inode
+/// table block is not yet written back — checking them one by one from the
+/// group's start. In a group where much was deleted lately (each action's
+/// used directories; a build or a test run removing a tree in `/tmp`) a
+/// new inode costs many times its usual price (docs/transactions.md,
+/// "Fifth round"). Best effort, once per directory and process: a file
+/// system without the flag keeps the default placement. `false`: `dir`
+/// could not be opened (e.g. it does not exist yet).
+pub fn place_subdirectories_apart(dir: &Path) -> bool {
+    use rustix::fs::{ioctl_getflags, ioctl_setflags, IFlags, Mode, OFlags};
+    static MARKED: OnceLock<Mutex<std::collections::HashSet<PathBuf>>> = OnceLock::new();
+    let marked = MARKED.get_or_init(Mutex::default);
+    if marked
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .contains(dir)
+    {
+        return true;
+    }
+    let Ok(fd) = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return false;
+    };
+    let settled = match ioctl_getflags(&fd) {
+        Ok(flags) if flags.contains(IFlags::TOPDIR) => true,
+        Ok(flags) => ioctl_setflags(&fd, flags | IFlags::TOPDIR).is_ok(),
+        // No such flags here (not ext2/3/4): nothing to do, ever.
+        Err(_) => true,
+    };
+    if settled {
+        marked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(dir.to_path_buf());
+    }
+    true
+}
+
 /// Paths waiting for the janitor at most; past that the caller removes
 /// its own.
 const MAX_PENDING_REMOVALS: usize = 256;
@@ -796,8 +845,7 @@ pub fn remove_dir_later(dir: PathBuf) {
 }
 
 /// Remove a directory (as [`remove_dir`]) or a file in the background:
-/// also the file a spare replaced (`spare::replace`), whose freed blocks
-/// are a journal update the action need not wait for. One janitor thread
+/// freed blocks are a journal update the action need not wait for. One janitor thread
 /// per process, fed through a queue of [`MAX_PENDING_REMOVALS`]; when it
 /// is full or the thread cannot start, the path is removed at once.
 pub fn remove_later(path: PathBuf) {
@@ -1135,9 +1183,25 @@ mod tests {
     }
 
     /// A session opening in a project warms it up in the background: the
-    /// store is made, an overlay is mounted ahead and the spare files are
-    /// there, and the first action takes that overlay instead of mounting
+    /// store is made, an overlay is mounted ahead, and the first action takes that overlay instead of mounting
     /// one on its path.
+    /// On a file system with the flag (ext4 here), a directory marked
+    /// places its subdirectories apart.
+    #[test]
+    fn a_run_directory_root_is_placed_apart_where_the_file_system_can() {
+        use rustix::fs::{ioctl_getflags, IFlags, Mode, OFlags};
+        let root = tempfile::tempdir().unwrap();
+        let probe = rustix::fs::open(root.path(), OFlags::RDONLY, Mode::empty()).unwrap();
+        if ioctl_getflags(&probe).is_err() {
+            eprintln!("skipped: no inode flags on this file system");
+            return;
+        }
+        assert!(place_subdirectories_apart(root.path()));
+        let dir = rustix::fs::open(root.path(), OFlags::RDONLY, Mode::empty()).unwrap();
+        assert!(ioctl_getflags(&dir).unwrap().contains(IFlags::TOPDIR));
+        assert!(!place_subdirectories_apart(&root.path().join("missing")));
+    }
+
     /// An overlay waiting for `project`, mounted `age_ms` ago (no holder,
     /// nothing mounted: the bookkeeping of the waiting list only).
     fn waiting(project: &str, age_ms: u64) -> (ReadyKey, Ready) {
@@ -1262,15 +1326,6 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         let waiting = waiting.expect("an overlay mounted ahead by the warm-up");
-        let pool = project
-            .store
-            .dir()
-            .join("spare")
-            .join(std::process::id().to_string());
-        assert!(
-            std::fs::read_dir(&pool).unwrap().count() > 0,
-            "no spare files"
-        );
         assert!(project.records.join("last-id").is_file());
         let origin = Origin {
             tool: "shell".into(),
