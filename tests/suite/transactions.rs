@@ -313,8 +313,15 @@ async fn a_held_changeset_leaves_the_project_byte_identical() {
     let original = tree(p);
     // A quota too small for the pre-images makes the bulk delete a loss
     // (contained, it would be undoable and run unasked).
-    let args = json!({ "command": "for f in data/*; do rm \"$f\"; done; echo x > a.txt; sleep 2" })
-        .to_string();
+    let marker = format!(
+        "removed-{}-{}",
+        std::process::id(),
+        p.file_name().unwrap().to_string_lossy()
+    );
+    let args = json!({
+        "command": format!("for f in data/*; do rm \"$f\"; done; echo x > a.txt; touch /tmp/{marker}; sleep 2")
+    })
+    .to_string();
     let mut run = running_calls(p, &[("call_t", "shell", &args)], |home| {
         let dir = home.join("config/passepartout");
         std::fs::create_dir_all(&dir).unwrap();
@@ -325,7 +332,8 @@ async fn a_held_changeset_leaves_the_project_byte_identical() {
         .unwrap();
     })
     .await;
-    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    // The command has removed the files (in its overlay) and still runs.
+    wait_for_session_tmp_file(&marker).await;
     assert_eq!(tree(p), original, "while the command runs");
     let ask = run
         .client
@@ -523,6 +531,31 @@ async fn writes_into_ignored_trees_are_listed_by_history_and_undone() {
     );
 }
 
+/// Wait until a command has made `name` in its session's `/tmp` (a
+/// directory `passepartout::sandbox::session_tmp` keeps on the host).
+async fn wait_for_session_tmp_file(name: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let prefix = passepartout::sandbox::session_tmp::DIR_PREFIX;
+    loop {
+        let found = std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|d| d.file_name().to_string_lossy().starts_with(prefix))
+            .filter_map(|d| std::fs::read_dir(d.path()).ok())
+            .flatten()
+            .filter_map(Result::ok)
+            .any(|session| session.path().join(name).exists());
+        if found {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never made /tmp/{name}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Issue 23: the command appends to `b.txt`, then the person deletes
 /// `b.txt` while the command still runs. The agent's write is a conflict,
 /// not a creation: the person's deletion stands.
@@ -533,9 +566,19 @@ async fn a_file_the_person_deleted_meanwhile_is_a_conflict_not_recreated() {
     }
     let project = project();
     let p = project.path();
-    let mut run = running(p, "echo agent >> b.txt; echo agent > a.txt; sleep 3").await;
-    // The command has written b.txt (into its overlay) by now.
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    // The command says when it has written b.txt (into its overlay): a
+    // file in its /tmp, which is a directory of the daemon's on the host.
+    let marker = format!(
+        "wrote-{}-{}",
+        std::process::id(),
+        p.file_name().unwrap().to_string_lossy()
+    );
+    let mut run = running(
+        p,
+        &format!("echo agent >> b.txt; echo agent > a.txt; touch /tmp/{marker}; sleep 3"),
+    )
+    .await;
+    wait_for_session_tmp_file(&marker).await;
     std::fs::remove_file(p.join("b.txt")).unwrap();
     let asked = run.finish("reject_once").await;
     assert!(asked.is_empty(), "{asked:?}");
