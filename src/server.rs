@@ -1369,16 +1369,14 @@ where
 
 /// A session opened in `cwd`: its first shell action's one-time work
 /// starts now, in the background, while the person writes the first
-/// prompt: the transaction's store, overlay probe, first overlay and spare
-/// files (`checkpoint::txn::warm_up`), and the control surface's first
-/// walk of the project, which puts it under the inotify watch (177-253 ms
-/// in a repository of ~2,900 directories, paid by the first call
-/// otherwise; docs/performance.md, "A whole tool call, broken down"). A
-/// call that comes first waits on the walk's lock and takes its result.
-/// The sandbox's trial run stays with the first shell action: it starts
-/// the run cgroups' keeper, which a session that never runs a command
-/// should not have. `passepartout run` does not warm up: its one turn
-/// starts at once, and the work would only compete with it.
+/// prompt: the transaction's store, overlay probe and first overlay
+/// (`checkpoint::txn::warm_up`), and the control surface's first walk of
+/// the project, which puts it under the inotify watch (paid by the first
+/// call otherwise, and long in a large repository). A call that comes
+/// first waits on the walk's lock and takes its result. The sandbox's
+/// trial run stays with the first shell action: a session that never runs
+/// a command should not pay for it. `passepartout run` does not warm up:
+/// its one turn starts at once, and the work would only compete with it.
 fn warm_up_session(config: &crate::config::Config, cwd: &std::path::Path) {
     if config.sandbox != crate::config::SandboxSetting::Bwrap {
         return;

@@ -3,8 +3,8 @@
 //! configured, [`discover_if_unconfigured`] finds one first (the only step
 //! that may wait, at most [`crate::llm::discovery::PROBE_BUDGET`]).
 //!
-//! Nothing slow happens here: the sandbox's trial run (a bwrap process,
-//! 10–20 ms) waits for the first shell action ([`LazyShell`]) and is cached
+//! Nothing slow happens here: the sandbox's trial run (a bwrap process)
+//! waits for the first shell action ([`LazyShell`]) and is cached
 //! for the life of the process; with `sandbox = "none"` it never happens.
 
 use std::sync::{Arc, RwLock};

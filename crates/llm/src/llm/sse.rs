@@ -275,9 +275,9 @@ impl Endpoint {
 
 /// Builds a reqwest client with our connect deadline. Without `tls` (a
 /// plain `http://` provider) it trusts no certificate at all: loading the
-/// system's CA store opens every file of `/etc/ssl/certs` (1.5–2 ms of a
-/// 10 ms cold start), which a local server never needs; a redirect to
-/// https then fails closed.
+/// system's CA store opens every file of `/etc/ssl/certs` (a good part of
+/// the daemon's cold start), which a local server never needs; a redirect
+/// to https then fails closed.
 fn http_client(connect_timeout: Duration, tls: bool) -> Result<reqwest::Client, ProviderError> {
     // reqwest is built without a default crypto provider; installing one twice
     // is harmless (the second call reports the first is in place).

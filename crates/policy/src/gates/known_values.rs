@@ -89,8 +89,8 @@ const FILTER_BITS: usize = 1 << 16;
 /// Why not the `aho-corasick` crate, used everywhere else for literals:
 /// its automata (NFA or DFA alike) step from state to state, one
 /// dependent memory read per byte of output, and that chain, not the
-/// number of values, sets their speed: about 2.5 ms for 1 MB here, half
-/// of issue 38's budget for the whole redaction. This reads one sample of
+/// number of values, sets their speed: too slow for issue 38's budget for
+/// the whole redaction (`examples/bench_redact`, docs/performance.md). This reads one sample of
 /// [`GRAM`] bytes every [`STRIDE`] bytes and looks it up in a bit set of
 /// the forms' own [`GRAM`]-byte pieces; where a bit is set, each position
 /// the form could start at is looked up by its first [`PREFIX`] bytes (a

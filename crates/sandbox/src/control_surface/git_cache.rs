@@ -4,8 +4,8 @@
 //! Every shell call snapshots the control surface, and part of it is what
 //! `git rev-parse` and `git config` answer in the project and in each
 //! nested repository (see [`super::git_named_paths`]): two processes per
-//! work tree, about 4 ms each on this machine — most of a tool call's cost
-//! over a bare `bwrap`. Their answers depend only on files, on the
+//! work tree, once most of a tool call's cost over a bare `bwrap`
+//! (`examples/bench_sandbox`). Their answers depend only on files, on the
 //! environment and on the repository's layout, so an answer is kept with a
 //! *stamp* (kind, device, inode, owner, size, modification and
 //! status-change time) of every path it depends on:

@@ -731,10 +731,10 @@ mod tests {
 
     #[test]
     fn the_trial_waits_for_its_child_without_polling() {
-        // A 300 ms child: polling every 5 ms woke the waiting thread ~60
-        // times (and ended up to 5 ms after the child); a wait the kernel
-        // ends wakes it a handful of times (the spawn's own pipe read, the
-        // end).
+        // A 300 ms child: polling every 5 ms would wake the waiting thread
+        // some 60 times (and end up to a poll after the child); a wait the
+        // kernel ends wakes it a handful of times (the spawn's own pipe
+        // read, the end).
         let script = vec!["-c".to_string(), "sleep 0.3".to_string()];
         let before = wake_ups();
         let started = std::time::Instant::now();

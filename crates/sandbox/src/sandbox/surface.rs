@@ -61,11 +61,10 @@
 //! entry that is no symlink in a directory found real is not resolved
 //! again, and the sweep skips the root's missing entries when the root had
 //! no event since the drain that came before they were judged missing.
-//! `examples/bench_sandbox` prints snapshot + sweep alone (0.17 ms against
-//! 5.4 ms with git asked every time, docs/performance.md), and the
-//! snapshot alone warm, after 12 ms asleep and after a bwrap run: the
-//! same work costs about twice as much on a core that idled (0.15 against
-//! 0.34 ms), which is why it measured 0.33 ms inside a tool call.
+//! `examples/bench_sandbox` prints snapshot + sweep alone, against git
+//! asked every time, and the snapshot alone warm, after a pause and after
+//! a bwrap run (the same work costs more on a core that idled); the
+//! figures are in docs/performance.md.
 //!
 //! The same walk names the project's secret files (by the gates' rule)
 //! for the output redaction ([`redactable_files`]), so a tool call in a
@@ -218,9 +217,8 @@ impl std::fmt::Display for Undone {
 
 /// Directories looked at before a run, at most: a larger tree is protected
 /// up to this many directories (breadth first, so shallow ones first) and a
-/// warning is logged. Measured (debug build, load average ~8, 2026-11-25):
-/// this crate with its `target/` (1,236 directories) 145 ms median per
-/// snapshot (94–218 ms); a plain `find` of it takes about 30 ms.
+/// warning is logged. What a large tree costs per snapshot is measured by
+/// `examples/bench_surface` (docs/performance.md).
 pub const MAX_WALKED_DIRS: usize = 100_000;
 
 /// What [`SurfaceSnapshot::take`] gathers.

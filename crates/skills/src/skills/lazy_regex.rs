@@ -1,7 +1,7 @@
 //! A regular expression compiled on first use.
 //!
-//! Compiling a regex is most of what loading a cached skill costs (about
-//! 3.6 ms each in a debug build; a skill has a trigger and rules), and most
+//! Compiling a regex is most of what loading a cached skill costs (a skill
+//! has a trigger and rules; `examples/bench_skills`), and most
 //! patterns of most skills are never needed in a given session. A pattern
 //! that came from the parser is already compiled (the parser had to, to
 //! report errors and check the rule's examples); one read back from the

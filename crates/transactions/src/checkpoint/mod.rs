@@ -1895,9 +1895,8 @@ fn read_counter(file: &std::fs::File) -> std::io::Result<Vec<u8>> {
 
 /// Write `n` over the counter in `file`, zero-padded to [`COUNTER_WIDTH`]
 /// digits at offset 0 (`len_before`: its length as read). Truncating the file and writing it anew (what a
-/// counter written at its own length needs) frees and allocates its block:
-/// on ext4 each cost 0.5–17 ms on this VM under load, against tens of µs
-/// for an overwrite in place. A counter written before (shorter, unpadded)
+/// counter written at its own length needs) frees and allocates its block,
+/// which on ext4 under load costs far more than an overwrite in place. A counter written before (shorter, unpadded)
 /// is covered whole by the first padded write; a longer one is cut.
 fn write_counter(file: &std::fs::File, len_before: usize, n: u64) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;

@@ -1,8 +1,8 @@
 //! Which directories changed since the last snapshot, as the kernel saw it
 //! (inotify), so that a snapshot walks only those — or nothing at all.
 //!
-//! Walking a tree costs one `statx` per file, and on a virtual machine that
-//! is 2–5 µs each: 26 ms for 10,000 files, twice per action. The walk of a
+//! Walking a tree costs one `statx` per file, twice per action, which adds
+//! up in a large project (`examples/bench_checkpoint`). The walk of a
 //! full snapshot arms one inotify watch per directory it enters, *before*
 //! it reads that directory, so every later change in it is queued by the
 //! kernel. The next snapshot drains the queue: nothing queued means nothing

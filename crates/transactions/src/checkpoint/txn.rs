@@ -106,8 +106,8 @@ const MAX_READY_OVERLAYS: usize = 16;
 const AHEAD_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// How long an action waits for the overlay being mounted ahead for its
-/// project before it mounts one itself (a mount takes 3–5 ms; a stuck one
-/// must not hold the action).
+/// project before it mounts one itself (a mount takes milliseconds; a
+/// stuck one must not hold the action).
 const AHEAD_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The overlays being mounted ahead (queued, waiting for their start, or
@@ -381,7 +381,7 @@ fn insert_evicting(
 /// its `git init`, the first time), the overlay probe run (once per
 /// process), the first overlay mounted ahead, the
 /// stores measured for the quota and the id counter made — the one-time
-/// work the first action paid for (10–17 ms) before this.
+/// work the first action paid for before this.
 /// Nothing walks the tree. Failures are only logged: the action itself
 /// then does (and reports) the same work.
 pub fn warm_up(state_dir: &Path, cfg: &CheckpointConfig, cwd: &Path) {
@@ -434,7 +434,7 @@ pub async fn begin(
 }
 
 /// [`begin`]; `exact_start`: the command is held back until the kernel's
-/// coarse clock has ticked past the start (at most one tick, 4 ms here),
+/// coarse clock has ticked past the start (at most one tick),
 /// so a change made just before the start is told from one just after
 /// and is not a conflict. For an action a person has just approved — they
 /// may well have saved a file a moment before answering. Without it the
@@ -1281,9 +1281,9 @@ mod tests {
     /// A model that answers at once: the next action begins right after
     /// the last one's changeset was read. It takes the overlay mounted
     /// ahead (waiting for it while it is on its way), so no second one is
-    /// mounted beside it. Before, the next overlay was mounted 20 ms after
-    /// the command ended: the action mounted its own on its path, and the
-    /// delayed one was left waiting next to it.
+    /// mounted beside it (were the next overlay mounted only after
+    /// [`AHEAD_DELAY`], the action would mount its own on its path, and the
+    /// delayed one would be left waiting next to it).
     #[tokio::test]
     async fn an_action_right_after_the_last_takes_the_overlay_on_its_way() {
         let state = tempfile::tempdir().unwrap();
