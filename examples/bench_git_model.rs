@@ -31,21 +31,10 @@ use std::time::{Duration, Instant};
 use passepartout::checkpoint::scan::{self, FileState};
 use passepartout::checkpoint::{CheckpointConfig, Project};
 
-fn build_tree(root: &Path, files: usize) {
-    for i in 0..files {
-        let dir = root.join(format!("d{:04}", i / 100));
-        if i % 100 == 0 {
-            std::fs::create_dir_all(&dir).unwrap();
-        }
-        std::fs::write(dir.join(format!("f{i}.txt")), format!("file {i}\n")).unwrap();
-    }
-    std::fs::write(root.join(".gitignore"), "target/\n").unwrap();
-}
+#[path = "support/mod.rs"]
+mod support;
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
+use support::{build_tree, median};
 
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)

@@ -25,21 +25,10 @@ use passepartout::sandbox::runner::{run_limited_in, RunLimits};
 use passepartout::sandbox::ResourceLimits;
 use tokio_util::sync::CancellationToken;
 
-fn build_tree(root: &Path, files: usize) {
-    for i in 0..files {
-        let dir = root.join(format!("d{:04}", i / 100));
-        if i % 100 == 0 {
-            std::fs::create_dir_all(&dir).unwrap();
-        }
-        std::fs::write(dir.join(format!("f{i}.txt")), format!("file {i}\n")).unwrap();
-    }
-    std::fs::write(root.join(".gitignore"), "target/\n").unwrap();
-}
+#[path = "support/mod.rs"]
+mod support;
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
+use support::{build_tree, median};
 
 /// The median of the rounds' differences (a command in the overlay minus
 /// the same command without, run in the same round): each pair shares the
