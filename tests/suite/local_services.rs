@@ -219,17 +219,10 @@ async fn an_install_reaches_a_listed_registry_only_with_the_grant() {
     if !harness::bwrap_available() {
         return;
     }
-    let build = tempfile::tempdir().unwrap();
-    let wheel = wheel(build.path());
     // On 127.0.0.2: the sandbox keeps 127.0.0.1 and localhost direct
     // (NO_PROXY), so a registry named by another loopback address goes
     // through the proxy, as a remote one does.
-    let (port, _registry) = http_service(
-        "127.0.0.2",
-        INDEX,
-        vec![("/files/standin_pkg-0.1-py3-none-any.whl".to_string(), wheel)],
-    )
-    .await;
+    let (port, _registry, _build) = standin_registry().await;
     let refused =
         "curl -sS --max-time 20 http://not-a-registry.example/ 2>&1 | sed 's/^/other host: /'\n";
     let granted =
