@@ -145,10 +145,7 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
                     return finish(a.sink, &id, "cancelled".into(), ActStatus::Cancelled)
                 }
                 ApprovalOutcome::Rejected { .. } if only_registries => {
-                    crate::sandbox::registry_proxy::set_session_grant(
-                        &a.session.id,
-                        crate::sandbox::registry_proxy::SessionGrant::Declined,
-                    );
+                    a.session.answer_registries(false);
                     let hash = action.content_hash();
                     (action, hash)
                 }
@@ -165,10 +162,7 @@ pub async fn act(call: &ToolCall, a: &ActEnv<'_>) -> Acted {
                     by,
                 } => {
                     if registries_ask.is_some() {
-                        crate::sandbox::registry_proxy::set_session_grant(
-                            &a.session.id,
-                            crate::sandbox::registry_proxy::SessionGrant::Granted,
-                        );
+                        a.session.answer_registries(true);
                     }
                     if !only_registries {
                         approved_by = Some(by);

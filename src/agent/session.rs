@@ -142,7 +142,19 @@ impl Session {
         if let Some(mode) = loaded.mode {
             s = s.with_mode(mode);
         }
+        // The person's answer to the `registries` question stands for the
+        // resumed session too: asked once per session, not per daemon.
+        if let Some(granted) = loaded.registries {
+            crate::sandbox::registry_proxy::set_session_grant(&s.id, registries_answer(granted));
+        }
         s
+    }
+
+    /// Record the person's answer to the `registries` question: for the
+    /// runs of this daemon, and in the journal for a resumed session.
+    pub fn answer_registries(&self, granted: bool) {
+        crate::sandbox::registry_proxy::set_session_grant(&self.id, registries_answer(granted));
+        self.record(Event::Registries { granted });
     }
 
     /// The ACP id for a call the provider named `provider_id`: that id
@@ -316,6 +328,14 @@ fn earlier_prompts(history: &[ChatMessage], prompt: &str) -> String {
     }
     parts.reverse();
     parts.join("\n")
+}
+
+fn registries_answer(granted: bool) -> crate::sandbox::registry_proxy::SessionGrant {
+    if granted {
+        crate::sandbox::registry_proxy::SessionGrant::Granted
+    } else {
+        crate::sandbox::registry_proxy::SessionGrant::Declined
+    }
 }
 
 #[cfg(test)]

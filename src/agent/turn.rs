@@ -408,6 +408,8 @@ async fn finish_journal(
                     session.usage(),
                     spent.cost,
                     Some(session.mode()),
+                    crate::sandbox::registry_proxy::session_grant(&session.id)
+                        .map(|g| g == crate::sandbox::registry_proxy::SessionGrant::Granted),
                 )
                 .await
             {

@@ -115,6 +115,9 @@ pub enum Event {
     TurnEnd { stop_reason: String },
     /// The session switched modes (`session/set_mode`).
     Mode { mode: crate::modes::Mode },
+    /// The person answered the session's `registries` question (true:
+    /// granted), so a resumed session is not asked again.
+    Registries { granted: bool },
     /// The journal was rewritten (past its size cap): the whole state.
     Snapshot {
         id: String,
@@ -125,6 +128,9 @@ pub enum Event {
         /// The mode at the time of the snapshot (absent before modes).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         mode: Option<crate::modes::Mode>,
+        /// The answer to the `registries` question, if the person gave one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        registries: Option<bool>,
     },
 }
 
@@ -161,6 +167,8 @@ pub struct Loaded {
     pub turns: u64,
     /// The last mode recorded (`None`: never switched; the default applies).
     pub mode: Option<crate::modes::Mode>,
+    /// The last answer to the `registries` question (`None`: not asked).
+    pub registries: Option<bool>,
     /// Lines skipped (torn or unreadable): logged, and named in the
     /// `session/load` result.
     pub warnings: Vec<String>,
@@ -650,6 +658,7 @@ impl Journal {
         usage: Usage,
         cost: f64,
         mode: Option<crate::modes::Mode>,
+        registries: Option<bool>,
     ) -> Result<u64, StoreError> {
         let record = Record {
             at: crate::util::time::rfc3339(SystemTime::now()),
@@ -660,6 +669,7 @@ impl Journal {
                 usage,
                 cost,
                 mode,
+                registries,
             },
         };
         let mut text = serde_json::to_string(&record).map_err(|e| StoreError::Corrupt {
@@ -766,9 +776,11 @@ pub fn read_session(path: &Path) -> Result<Loaded, StoreError> {
                 usage,
                 cost,
                 mode,
+                registries,
             } => {
                 loaded.id = id;
                 loaded.mode = mode.or(loaded.mode);
+                loaded.registries = registries.or(loaded.registries);
                 loaded.cwd = cwd;
                 if loaded.created_at.is_empty() {
                     loaded.created_at = record.at;
@@ -815,6 +827,7 @@ pub fn read_session(path: &Path) -> Result<Loaded, StoreError> {
             }
             Event::TurnEnd { .. } => loaded.turns += 1,
             Event::Mode { mode } => loaded.mode = Some(mode),
+            Event::Registries { granted } => loaded.registries = Some(granted),
         }
     }
     if !seen_header {
@@ -940,10 +953,35 @@ mod tests {
             line.contains(r#""kind":"mode","mode":"read-only""#),
             "{line}"
         );
-        j.snapshot(Path::new("/p"), &[], Usage::default(), 0.0, Some(Mode::Ask))
-            .await
-            .unwrap();
+        j.snapshot(
+            Path::new("/p"),
+            &[],
+            Usage::default(),
+            0.0,
+            Some(Mode::Ask),
+            Some(true),
+        )
+        .await
+        .unwrap();
         assert_eq!(store.load("sm").unwrap().mode, Some(Mode::Ask));
+        assert_eq!(store.load("sm").unwrap().registries, Some(true));
+    }
+
+    #[tokio::test]
+    async fn the_last_registries_answer_is_restored() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = store(tmp.path());
+        let j = store.create("sr", Path::new("/p")).unwrap();
+        j.sync().await.unwrap();
+        assert_eq!(store.load("sr").unwrap().registries, None);
+        j.append(Event::Registries { granted: false });
+        j.sync().await.unwrap();
+        assert_eq!(store.load("sr").unwrap().registries, Some(false));
+        let line = std::fs::read_to_string(j.path()).unwrap();
+        assert!(
+            line.contains(r#""kind":"registries","granted":false"#),
+            "{line}"
+        );
     }
 
     #[tokio::test]
@@ -1007,7 +1045,7 @@ mod tests {
         let before = j.sync().await.unwrap();
         let history = vec![ChatMessage::user("q4")];
         let after = j
-            .snapshot(Path::new("/p"), &history, Usage::default(), 0.5, None)
+            .snapshot(Path::new("/p"), &history, Usage::default(), 0.5, None, None)
             .await
             .unwrap();
         assert!(after < before);

@@ -417,3 +417,70 @@ async fn a_registries_question_approved_after_a_restart_runs_with_the_grant() {
         "{plan}"
     );
 }
+
+/// The answer outlives the daemon: a session granted `registries`, loaded
+/// again by a second daemon (`session/load`), installs unasked with the
+/// grant; one that declined is not asked again either.
+#[tokio::test]
+async fn a_resumed_session_keeps_its_registries_answer() {
+    if !harness::bwrap_available() {
+        return;
+    }
+    let (port, _registry, _build) = standin_registry().await;
+    for (answer, installs) in [("allow_once", true), ("reject_once", false)] {
+        let home = harness::home_with_config(&format!(
+            "shell_timeout_secs = 60\n[sandbox]\nregistries = [\"127.0.0.2:{port}\"]\n"
+        ));
+        let project = tempfile::tempdir().unwrap();
+        let second = install(port).replace("--target deps", "--target deps2");
+        let fake = FakeProvider::start(vec![
+            fake::shell_call("c1", &install(port)),
+            fake::openai_text("done"),
+            fake::shell_call("c2", &second),
+            fake::openai_text("done"),
+        ])
+        .await;
+        let url = fake.openai_url();
+        let spawn = || {
+            let mut cmd = harness::serve_command(home.path());
+            cmd.args(["--provider-url", &url])
+                .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+            Client::spawn_command(cmd, Framing::Ndjson)
+        };
+        let mut first = spawn();
+        first.initialize(json!({})).await;
+        let sid = first.new_session(project.path()).await;
+        let (msg, asked) = first.prompt_answering(&sid, "go", |_| answer.into()).await;
+        assert_eq!(msg["result"]["stopReason"], "end_turn", "{msg}");
+        assert_eq!(asked.len(), 1, "{asked:#?}");
+        drop(first);
+
+        let mut again = spawn();
+        again.initialize(json!({})).await;
+        let r = again
+            .request(
+                "session/load",
+                json!({ "sessionId": sid, "cwd": project.path(), "mcpServers": [] }),
+            )
+            .await;
+        assert!(r.get("result").is_some(), "{r}");
+        let (msg, asked) = again
+            .prompt_answering(&sid, "again", |_| "allow_once".into())
+            .await;
+        assert_eq!(msg["result"]["stopReason"], "end_turn", "{msg}");
+        assert!(asked.is_empty(), "{answer}: asked again: {asked:#?}");
+        let result = fake.last_tool_results().join("\n");
+        assert_eq!(
+            result.contains("installed from the stand-in registry"),
+            installs,
+            "{answer}: {result}"
+        );
+        assert_eq!(
+            project
+                .path()
+                .join("deps2/standin_pkg/__init__.py")
+                .is_file(),
+            installs
+        );
+    }
+}
