@@ -24,6 +24,8 @@ need_tools() {
     command -v ip >/dev/null 2>&1 || { missing+=(ip); packages+=(iproute2); }
     # The Python ACP SDK test (tests/sdk) needs python3 with venv and pip.
     python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || { missing+=("python3 venv"); packages+=(python3 python3-venv); }
+    # The install tests run the system's `python3 -m pip` (their PATH is the system's own).
+    PATH=/usr/local/bin:/usr/bin:/bin python3 -c 'import pip' >/dev/null 2>&1 || { missing+=("python3 pip"); packages+=(python3-pip); }
     if [ ${#missing[@]} -eq 0 ]; then
         tests/elisp/emacs-versions.sh install
         return 0
